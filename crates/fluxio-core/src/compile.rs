@@ -1,0 +1,463 @@
+//! The instruction set and the compiler from a pipeline's shape to a flat program.
+//!
+//! A pipeline is compiled once, when it is built. The interpreter
+//! ([`crate::interpret`]) then runs the program with an instruction pointer.
+//!
+//! A stage in the top-level sequence (or in a routing body of it) compiles to
+//!
+//! ```text
+//! CHECKPOINT -> EMIT step_start -> CALL -> EMIT step_end
+//! ```
+//!
+//! so a resume at the `CHECKPOINT` replays the whole stage, events included.
+//! A parallel block compiles to `CHECKPOINT -> FORK`, each branch's code ending
+//! in `END_BRANCH`, then `JOIN`. Stages inside a branch have no `CHECKPOINT` of
+//! their own: the block is one durable step, re-run as a whole on resume.
+//! A router compiles like a stage and is followed by
+//! `ROUTE`, the bodies (each ending in a `JUMP` past the block).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::stage::Stage;
+
+/// A pipeline's shape, as `pipeline!` builds it.
+#[derive(Clone, Debug)]
+pub enum Node {
+    /// One stage.
+    Stage(Stage),
+    /// A parallel block: each branch is a sequence.
+    Parallel {
+        /// The branches.
+        branches: Vec<Vec<Node>>,
+        /// Fire-and-forget: errors are logged, nothing is merged.
+        detached: bool,
+    },
+    /// A routing block; must directly follow a router stage.
+    Route {
+        /// Route keys and their bodies.
+        routes: Vec<(String, Vec<Node>)>,
+    },
+}
+
+/// Events the `EMIT` instruction raises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A stage is about to be called.
+    StepStart,
+    /// A stage returned successfully.
+    StepEnd,
+}
+
+/// One instruction of a compiled program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Instr {
+    /// Save a checkpoint (durable runs); `step` names what runs next.
+    Checkpoint {
+        /// The stage or block about to run.
+        step: Arc<str>,
+    },
+    /// Raise an event for a stage.
+    Emit {
+        /// Which event.
+        event: Event,
+        /// The stage (an index into the program's stages).
+        stage: usize,
+    },
+    /// Call a stage.
+    Call {
+        /// The stage (an index into the program's stages).
+        stage: usize,
+    },
+    /// Start a parallel block.
+    Fork {
+        /// The first instruction of each branch.
+        branches: Vec<usize>,
+        /// A name per branch, for merge-conflict errors.
+        names: Vec<Arc<str>>,
+        /// The `JOIN` instruction of this block.
+        join: usize,
+        /// Fire-and-forget.
+        detached: bool,
+    },
+    /// The end of a branch.
+    EndBranch,
+    /// The end of a parallel block.
+    Join,
+    /// Pick a routing body by the route the router just returned.
+    Route {
+        /// The router stage.
+        router: usize,
+        /// Route keys and the first instruction of their body, in declaration order.
+        routes: Vec<(Arc<str>, usize)>,
+    },
+    /// Continue at `to`.
+    Jump {
+        /// The target.
+        to: usize,
+    },
+}
+
+/// A compiled pipeline.
+#[derive(Debug)]
+pub struct Program {
+    /// The instructions.
+    pub instrs: Vec<Instr>,
+    /// The stages `CALL` refers to, in order of appearance.
+    pub stages: Vec<Stage>,
+    /// For each stage name, the top-level `CHECKPOINT` a replay from it starts at
+    /// (the stage's own, or its parallel block's).
+    pub steps: BTreeMap<&'static str, usize>,
+}
+
+impl Program {
+    /// Compiles `root`, folding independent stages into parallel blocks when
+    /// `auto_parallel` is on.
+    ///
+    /// # Errors
+    /// [`Error::Build`] for a routing block without a router before it, a
+    /// router without a routing block after it, an empty or duplicate route,
+    /// an empty parallel block, or two parallel branches declaring the same
+    /// write.
+    pub fn compile(root: &[Node], auto_parallel: bool) -> Result<Program> {
+        let mut c = Compiler {
+            instrs: Vec::new(),
+            stages: Vec::new(),
+            steps: BTreeMap::new(),
+            auto_parallel,
+        };
+        c.seq(root, None)?;
+        Ok(Program {
+            instrs: c.instrs,
+            stages: c.stages,
+            steps: c.steps,
+        })
+    }
+
+    /// Whether `ip` is a place a run can continue from: a `CHECKPOINT`, or the end.
+    #[must_use]
+    pub fn is_resume_point(&self, ip: usize) -> bool {
+        ip == self.instrs.len() || matches!(self.instrs.get(ip), Some(Instr::Checkpoint { .. }))
+    }
+
+    /// The stage called `name`, if the pipeline has one.
+    #[must_use]
+    pub fn stage(&self, name: &str) -> Option<&Stage> {
+        self.stages.iter().find(|s| s.name() == name)
+    }
+
+    /// Every stage name, in order of first appearance.
+    #[must_use]
+    pub fn stage_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for s in &self.stages {
+            if !names.iter().any(|n| n == s.name()) {
+                names.push(s.name().to_owned());
+            }
+        }
+        names
+    }
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |i: &usize| self.stages.get(*i).map_or("?", Stage::name);
+        for (ip, instr) in self.instrs.iter().enumerate() {
+            write!(f, "{ip:>4}  ")?;
+            match instr {
+                Instr::Checkpoint { step } => writeln!(f, "CHECKPOINT  {step}")?,
+                Instr::Emit {
+                    event: Event::StepStart,
+                    stage,
+                } => writeln!(f, "EMIT        step_start {}", name(stage))?,
+                Instr::Emit {
+                    event: Event::StepEnd,
+                    stage,
+                } => writeln!(f, "EMIT        step_end {}", name(stage))?,
+                Instr::Call { stage } => {
+                    let s = &self.stages[*stage];
+                    let kind = if s.meta().router { "router" } else { "" };
+                    writeln!(f, "CALL        {} {kind}", s.name())?;
+                }
+                Instr::Fork {
+                    branches,
+                    join,
+                    detached,
+                    ..
+                } => {
+                    let mode = if *detached { "fire-and-forget " } else { "" };
+                    let starts: Vec<String> = branches.iter().map(ToString::to_string).collect();
+                    writeln!(
+                        f,
+                        "FORK        {mode}branches at [{}], join at {join}",
+                        starts.join(", ")
+                    )?;
+                }
+                Instr::EndBranch => writeln!(f, "END_BRANCH")?,
+                Instr::Join => writeln!(f, "JOIN")?,
+                Instr::Route { router, routes } => {
+                    let table: Vec<String> = routes
+                        .iter()
+                        .map(|(k, ip)| format!("{k:?} -> {ip}"))
+                        .collect();
+                    writeln!(f, "ROUTE       by {}: {}", name(router), table.join(", "))?;
+                }
+                Instr::Jump { to } => writeln!(f, "JUMP        {to}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Compiler {
+    instrs: Vec<Instr>,
+    stages: Vec<Stage>,
+    steps: BTreeMap<&'static str, usize>,
+    auto_parallel: bool,
+}
+
+/// A stage that may be folded: not a router, and both reads and writes declared.
+fn foldable(node: &Node) -> Option<&Stage> {
+    match node {
+        Node::Stage(s)
+            if !s.meta().router && s.meta().reads.is_some() && s.meta().writes.is_some() =>
+        {
+            Some(s)
+        }
+        _ => None,
+    }
+}
+
+fn independent(x: &Stage, y: &Stage) -> bool {
+    let (rx, wx) = (
+        x.meta().reads.unwrap_or(&[]),
+        x.meta().writes.unwrap_or(&[]),
+    );
+    let (ry, wy) = (
+        y.meta().reads.unwrap_or(&[]),
+        y.meta().writes.unwrap_or(&[]),
+    );
+    let meets = |a: &[&str], b: &[&str]| a.iter().any(|k| b.contains(k));
+    !meets(wx, ry) && !meets(wx, wy) && !meets(wy, rx)
+}
+
+fn label(nodes: &[Node]) -> String {
+    let parts: Vec<String> = nodes
+        .iter()
+        .map(|n| match n {
+            Node::Stage(s) => s.name().to_owned(),
+            Node::Parallel { branches, .. } => {
+                let b: Vec<String> = branches.iter().map(|b| label(b)).collect();
+                format!("parallel({})", b.join(", "))
+            }
+            Node::Route { .. } => "route".to_owned(),
+        })
+        .collect();
+    parts.join(" -> ")
+}
+
+/// Declared writes of every stage in a branch, with the stage that declares each.
+fn declared_writes(nodes: &[Node], out: &mut Vec<(&'static str, &'static str)>) {
+    for n in nodes {
+        match n {
+            Node::Stage(s) => {
+                for w in s.meta().writes.unwrap_or(&[]) {
+                    out.push((w, s.name()));
+                }
+            }
+            Node::Parallel { branches, .. } => {
+                branches.iter().for_each(|b| declared_writes(b, out))
+            }
+            Node::Route { routes } => routes.iter().for_each(|(_, b)| declared_writes(b, out)),
+        }
+    }
+}
+
+impl Compiler {
+    fn push(&mut self, i: Instr) -> usize {
+        self.instrs.push(i);
+        self.instrs.len() - 1
+    }
+
+    /// `block`: the top-level checkpoint covering this sequence, or `None`
+    /// when this sequence is itself top level (and gets checkpoints).
+    fn seq(&mut self, nodes: &[Node], block: Option<usize>) -> Result<()> {
+        let mut i = 0;
+        while i < nodes.len() {
+            match &nodes[i] {
+                Node::Route { .. } => {
+                    return Err(Error::build(
+                        "a routing block must directly follow a router stage (one returning `Send`)",
+                    ));
+                }
+                Node::Stage(s) if s.meta().router => {
+                    let Some(Node::Route { routes }) = nodes.get(i + 1) else {
+                        return Err(Error::build(format!(
+                            "router `{}` returns `Send` but no routing block follows it",
+                            s.name()
+                        )));
+                    };
+                    let router = self.stage(s, block);
+                    self.route(s.name(), router, routes, block)?;
+                    i += 2;
+                }
+                Node::Stage(s) => {
+                    let group = if self.auto_parallel && foldable(&nodes[i]).is_some() {
+                        let mut group: Vec<&Stage> = vec![s];
+                        while let Some(next) = nodes.get(i + group.len()).and_then(foldable) {
+                            if group.iter().all(|g| independent(g, next)) {
+                                group.push(next);
+                            } else {
+                                break;
+                            }
+                        }
+                        group
+                    } else {
+                        vec![s]
+                    };
+                    if group.len() > 1 {
+                        let branches: Vec<Vec<Node>> = group
+                            .iter()
+                            .map(|s| vec![Node::Stage((*s).clone())])
+                            .collect();
+                        self.parallel(&branches, false, block)?;
+                        i += group.len();
+                    } else {
+                        self.stage(s, block);
+                        i += 1;
+                    }
+                }
+                Node::Parallel { branches, detached } => {
+                    self.parallel(branches, *detached, block)?;
+                    i += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, step: String, block: Option<usize>) -> usize {
+        match block {
+            Some(ip) => ip,
+            None => self.push(Instr::Checkpoint { step: step.into() }),
+        }
+    }
+
+    fn stage(&mut self, s: &Stage, block: Option<usize>) -> usize {
+        let cp = self.checkpoint(s.name().to_owned(), block);
+        self.steps.entry(s.name()).or_insert(cp);
+        let idx = self.stages.len();
+        self.stages.push(s.clone());
+        self.push(Instr::Emit {
+            event: Event::StepStart,
+            stage: idx,
+        });
+        self.push(Instr::Call { stage: idx });
+        self.push(Instr::Emit {
+            event: Event::StepEnd,
+            stage: idx,
+        });
+        idx
+    }
+
+    fn parallel(
+        &mut self,
+        branches: &[Vec<Node>],
+        detached: bool,
+        block: Option<usize>,
+    ) -> Result<()> {
+        if branches.is_empty() || branches.iter().any(Vec::is_empty) {
+            return Err(Error::build(
+                "a parallel block needs at least one branch, and no branch may be empty",
+            ));
+        }
+        let mut writes: Vec<(&'static str, &'static str, usize)> = Vec::new();
+        for (bi, b) in branches.iter().enumerate() {
+            let mut w = Vec::new();
+            declared_writes(b, &mut w);
+            for (key, stage) in w {
+                if let Some((_, other, _)) = writes.iter().find(|(k, _, ob)| *k == key && *ob != bi)
+                {
+                    return Err(Error::build(format!(
+                        "parallel branches both declare a write of `{key}`: stages `{other}` and `{stage}`"
+                    )));
+                }
+                writes.push((key, stage, bi));
+            }
+        }
+        let names: Vec<Arc<str>> = branches.iter().map(|b| Arc::from(label(b))).collect();
+        let step = format!(
+            "parallel({})",
+            names.iter().map(|n| &**n).collect::<Vec<_>>().join(", ")
+        );
+        let cp = self.checkpoint(step, block);
+        let fork = self.push(Instr::Fork {
+            branches: Vec::new(),
+            names,
+            join: 0,
+            detached,
+        });
+        let mut starts = Vec::with_capacity(branches.len());
+        for b in branches {
+            starts.push(self.instrs.len());
+            self.seq(b, Some(cp))?;
+            self.push(Instr::EndBranch);
+        }
+        let join = self.push(Instr::Join);
+        if let Instr::Fork {
+            branches, join: j, ..
+        } = &mut self.instrs[fork]
+        {
+            *branches = starts;
+            *j = join;
+        }
+        Ok(())
+    }
+
+    fn route(
+        &mut self,
+        router_name: &str,
+        router: usize,
+        routes: &[(String, Vec<Node>)],
+        block: Option<usize>,
+    ) -> Result<()> {
+        if routes.is_empty() {
+            return Err(Error::build(format!(
+                "the routing block after `{router_name}` has no routes"
+            )));
+        }
+        for (i, (key, body)) in routes.iter().enumerate() {
+            if body.is_empty() {
+                return Err(Error::build(format!(
+                    "route `{key}` after router `{router_name}` has an empty body"
+                )));
+            }
+            if routes[..i].iter().any(|(k, _)| k == key) {
+                return Err(Error::build(format!(
+                    "route `{key}` appears twice after router `{router_name}`"
+                )));
+            }
+        }
+        let at = self.push(Instr::Route {
+            router,
+            routes: Vec::new(),
+        });
+        let mut table = Vec::with_capacity(routes.len());
+        let mut jumps = Vec::with_capacity(routes.len());
+        for (key, body) in routes {
+            table.push((Arc::from(key.as_str()), self.instrs.len()));
+            self.seq(body, block)?;
+            jumps.push(self.push(Instr::Jump { to: 0 }));
+        }
+        let end = self.instrs.len();
+        for j in jumps {
+            self.instrs[j] = Instr::Jump { to: end };
+        }
+        if let Instr::Route { routes, .. } = &mut self.instrs[at] {
+            *routes = table;
+        }
+        Ok(())
+    }
+}

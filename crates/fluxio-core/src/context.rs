@@ -1,0 +1,442 @@
+//! The pipeline context: an immutable, persistent map from string keys to values.
+
+use std::fmt;
+use std::sync::Arc;
+
+use imbl::{OrdMap, OrdSet};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::value::{Value, from_value, to_value};
+
+/// The state a pipeline passes from stage to stage.
+///
+/// A `Context` never changes: [`set`](Context::set), [`update`](Context::update)
+/// and [`remove`](Context::remove) return a new context and leave the old one
+/// as it was. It is a persistent map ([`imbl::OrdMap`]): a clone, a
+/// [`fork`](Context::fork) or a [`snapshot`](Context::snapshot) shares the
+/// whole structure and costs O(1), and an update copies only the O(log n)
+/// path to the changed key.
+///
+/// Values are any serde type. They are stored as [`Value`], which keeps every
+/// type of serde's data model exactly (`u64::MAX`, `i64::MIN`, NaN bits,
+/// bytes, nested structs and maps, unicode), so a read returns what was
+/// written.
+///
+/// The context remembers which keys were written since it was created or
+/// forked; [`Context::merge`] uses that to combine parallel branches.
+///
+/// ```
+/// use fluxio_core::{ctx, Context};
+///
+/// # fn main() -> fluxio_core::Result<()> {
+/// let a = ctx! { "user_id" => 42u64, "name" => "Ada" }?;
+/// let b = a.set("score", 0.5)?;
+/// assert_eq!(a.get::<u64>("user_id")?, 42);
+/// assert!(!a.contains_key("score"));          // `a` is unchanged
+/// assert_eq!(b.get::<f64>("score")?, 0.5);
+/// assert_eq!(b.get_opt::<String>("missing"), None);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct Context {
+    data: OrdMap<String, Value>,
+    written: OrdSet<String>,
+    branch: Option<Arc<str>>,
+}
+
+impl Context {
+    /// An empty context.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A new context with `key` set to `value`.
+    ///
+    /// # Errors
+    /// [`Error::Serialize`] when `value`'s `Serialize` impl fails.
+    pub fn set<T: Serialize>(&self, key: impl Into<String>, value: T) -> Result<Context> {
+        let key = key.into();
+        match to_value(&value) {
+            Ok(v) => Ok(self.set_value(key, v)),
+            Err(e) => Err(Error::Serialize {
+                key,
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// A new context with `key` set to an already converted [`Value`].
+    #[must_use]
+    pub fn set_value(&self, key: impl Into<String>, value: Value) -> Context {
+        let key = key.into();
+        let mut next = self.clone();
+        next.written.insert(key.clone());
+        next.data.insert(key, value);
+        next
+    }
+
+    /// A new context without `key` (a no-op when it is absent, but still
+    /// recorded as written, so a merge removes it too).
+    #[must_use]
+    pub fn remove(&self, key: &str) -> Context {
+        let mut next = self.clone();
+        next.data.remove(key);
+        next.written.insert(key.to_owned());
+        next
+    }
+
+    /// A new context where `key` holds `f(current)`; `current` is `None` when
+    /// the key is absent.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the current value is not a `T`;
+    /// [`Error::Serialize`] when the new value cannot be stored.
+    pub fn update<T, F>(&self, key: &str, f: F) -> Result<Context>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce(Option<T>) -> T,
+    {
+        let current = match self.data.get(key) {
+            None => None,
+            Some(v) => Some(read(key, v)?),
+        };
+        self.set(key, f(current))
+    }
+
+    /// Strict read: the value under `key` as a `T`.
+    ///
+    /// # Errors
+    /// [`Error::MissingKey`] when absent, [`Error::WrongType`] when the stored
+    /// value is not a `T`. Both name the key and the expected type.
+    pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<T> {
+        match self.data.get(key) {
+            None => Err(Error::MissingKey {
+                key: key.to_owned(),
+                expected: std::any::type_name::<T>(),
+            }),
+            Some(v) => read(key, v),
+        }
+    }
+
+    /// Permissive read: `None` when the key is absent or holds another type.
+    #[must_use]
+    pub fn get_opt<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
+        self.data.get(key).and_then(|v| from_value(v).ok())
+    }
+
+    /// The stored [`Value`] under `key`.
+    #[must_use]
+    pub fn value(&self, key: &str) -> Option<&Value> {
+        self.data.get(key)
+    }
+
+    /// Whether `key` is present.
+    #[must_use]
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.data.contains_key(key)
+    }
+
+    /// Number of keys.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether the context has no keys.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Keys and values in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.data.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Keys in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.data.keys().map(String::as_str)
+    }
+
+    /// The keys written (set, updated or removed) since this context was
+    /// created or forked, in order.
+    pub fn written(&self) -> impl Iterator<Item = &str> {
+        self.written.iter().map(String::as_str)
+    }
+
+    /// Whether `key` was written since this context was created or forked.
+    #[must_use]
+    pub fn was_written(&self, key: &str) -> bool {
+        self.written.contains(key)
+    }
+
+    /// The branch name given to [`fork`](Context::fork), if this is a fork.
+    #[must_use]
+    pub fn branch(&self) -> Option<&str> {
+        self.branch.as_deref()
+    }
+
+    /// A branch of this context: the same data (shared, O(1)), an empty
+    /// written set and the branch `name` (used in merge-conflict errors).
+    #[must_use]
+    pub fn fork(&self, name: impl Into<Arc<str>>) -> Context {
+        Context {
+            data: self.data.clone(),
+            written: OrdSet::new(),
+            branch: Some(name.into()),
+        }
+    }
+
+    /// Applies every branch's written keys to `base`.
+    ///
+    /// The result's written set is `base`'s plus every branch's, so merges
+    /// nest. Branches without a name are called `branch-<index>` in errors.
+    ///
+    /// # Errors
+    /// [`Error::MergeConflict`] when two or more branches wrote the same key;
+    /// it names every such key and the branches that wrote them.
+    ///
+    /// ```
+    /// use fluxio_core::{Context, Error};
+    /// # fn main() -> fluxio_core::Result<()> {
+    /// let base = Context::new().set("n", 1)?;
+    /// let a = base.fork("a").set("x", 1)?;
+    /// let b = base.fork("b").set("y", 2)?;
+    /// let merged = Context::merge(&base, &[a.clone(), b])?;
+    /// assert_eq!(merged.get::<i32>("y")?, 2);
+    ///
+    /// let c = base.fork("c").set("x", 3)?;
+    /// let err = Context::merge(&base, &[a, c]).unwrap_err();
+    /// assert!(matches!(err, Error::MergeConflict { ref keys, .. } if keys == &["x"]));
+    /// # Ok(()) }
+    /// ```
+    pub fn merge(base: &Context, branches: &[Context]) -> Result<Context> {
+        let name = |i: usize, b: &Context| {
+            b.branch()
+                .map_or_else(|| format!("branch-{i}"), str::to_owned)
+        };
+        let mut owner: OrdMap<&str, usize> = OrdMap::new();
+        let mut conflict_keys = Vec::new();
+        let mut conflict_branches: Vec<usize> = Vec::new();
+        for (i, b) in branches.iter().enumerate() {
+            for key in &b.written {
+                if let Some(&first) = owner.get(key.as_str()) {
+                    if !conflict_keys.contains(key) {
+                        conflict_keys.push(key.clone());
+                    }
+                    for idx in [first, i] {
+                        if !conflict_branches.contains(&idx) {
+                            conflict_branches.push(idx);
+                        }
+                    }
+                } else {
+                    owner.insert(key.as_str(), i);
+                }
+            }
+        }
+        if !conflict_keys.is_empty() {
+            conflict_keys.sort();
+            conflict_branches.sort_unstable();
+            return Err(Error::MergeConflict {
+                keys: conflict_keys,
+                branches: conflict_branches
+                    .into_iter()
+                    .map(|i| name(i, &branches[i]))
+                    .collect(),
+            });
+        }
+        let mut merged = base.clone();
+        for b in branches {
+            for key in &b.written {
+                match b.data.get(key) {
+                    Some(v) => merged.data.insert(key.clone(), v.clone()),
+                    None => merged.data.remove(key),
+                };
+                merged.written.insert(key.clone());
+            }
+        }
+        Ok(merged)
+    }
+
+    /// An O(1) snapshot of the data (structural sharing, no copy).
+    #[must_use]
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot(self.data.clone())
+    }
+
+    /// The same data with an empty written set and no branch name.
+    #[must_use]
+    pub fn clear_written(&self) -> Context {
+        Context {
+            data: self.data.clone(),
+            written: OrdSet::new(),
+            branch: None,
+        }
+    }
+}
+
+fn read<T: DeserializeOwned>(key: &str, v: &Value) -> Result<T> {
+    from_value(v).map_err(|e| Error::WrongType {
+        key: key.to_owned(),
+        expected: std::any::type_name::<T>(),
+        found: v.kind(),
+        message: e.to_string(),
+    })
+}
+
+impl PartialEq for Context {
+    /// Contexts are equal when their data is equal (the written set and the
+    /// branch name are bookkeeping, not data).
+    fn eq(&self, other: &Self) -> bool {
+        self.data == other.data
+    }
+}
+
+impl Eq for Context {}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut m = f.debug_map();
+        for (k, v) in &self.data {
+            m.key(k).value(&format_args!("{v}"));
+        }
+        m.finish()
+    }
+}
+
+impl From<Snapshot> for Context {
+    fn from(s: Snapshot) -> Self {
+        Context {
+            data: s.0,
+            written: OrdSet::new(),
+            branch: None,
+        }
+    }
+}
+
+impl<K: Into<String>> FromIterator<(K, Value)> for Context {
+    fn from_iter<I: IntoIterator<Item = (K, Value)>>(iter: I) -> Self {
+        iter.into_iter()
+            .fold(Context::new(), |c, (k, v)| c.set_value(k, v))
+    }
+}
+
+/// An immutable copy of a context's data, as stored in a checkpoint.
+///
+/// Taking one is O(1): it shares structure with the context it came from.
+/// It serializes as a map from key to [`Value`], and has its own lossless
+/// bincode encoding (used by [`Checkpoint::to_bytes`](crate::store::Checkpoint::to_bytes)).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Snapshot(OrdMap<String, Value>);
+
+impl Snapshot {
+    /// Keys and values in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// The value under `key`.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key)
+    }
+
+    /// Number of keys.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are no keys.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// A context holding this data (O(1)).
+    #[must_use]
+    pub fn to_context(&self) -> Context {
+        Context::from(self.clone())
+    }
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.to_context(), f)
+    }
+}
+
+impl Serialize for Snapshot {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Snapshot {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let map = std::collections::BTreeMap::<String, Value>::deserialize(d)?;
+        Ok(Snapshot(map.into_iter().collect()))
+    }
+}
+
+impl bincode::Encode for Snapshot {
+    fn encode<E: bincode::enc::Encoder>(
+        &self,
+        e: &mut E,
+    ) -> std::result::Result<(), bincode::error::EncodeError> {
+        (self.0.len() as u64).encode(e)?;
+        for (k, v) in &self.0 {
+            k.encode(e)?;
+            v.encode(e)?;
+        }
+        Ok(())
+    }
+}
+
+impl<C> bincode::Decode<C> for Snapshot {
+    fn decode<D: bincode::de::Decoder<Context = C>>(
+        d: &mut D,
+    ) -> std::result::Result<Self, bincode::error::DecodeError> {
+        let len = u64::decode(d)?;
+        let mut map = OrdMap::new();
+        for _ in 0..len {
+            let k = String::decode(d)?;
+            let v = Value::decode(d)?;
+            if map.insert(k, v).is_some() {
+                return Err(bincode::error::DecodeError::Other(
+                    "duplicate key in context snapshot",
+                ));
+            }
+        }
+        Ok(Snapshot(map))
+    }
+}
+
+bincode::impl_borrow_decode!(Snapshot);
+
+/// Builds a [`Context`] from `key => value` pairs; evaluates to
+/// `Result<Context>` (a value whose `Serialize` impl fails is an error).
+///
+/// ```
+/// # fn main() -> fluxio_core::Result<()> {
+/// let ctx = fluxio_core::ctx! { "user_id" => 42u64, "tags" => vec!["a", "b"] }?;
+/// assert_eq!(ctx.get::<Vec<String>>("tags")?, ["a", "b"]);
+/// assert!(fluxio_core::ctx! {}?.is_empty());
+/// # Ok(()) }
+/// ```
+#[macro_export]
+macro_rules! ctx {
+    () => {
+        $crate::Result::<$crate::Context>::Ok($crate::Context::new())
+    };
+    ($($key:expr => $value:expr),+ $(,)?) => {
+        (|| -> $crate::Result<$crate::Context> {
+            let ctx = $crate::Context::new();
+            $(let ctx = ctx.set($key, $value)?;)+
+            ::core::result::Result::Ok(ctx)
+        })()
+    };
+}

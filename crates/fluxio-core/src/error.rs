@@ -1,0 +1,251 @@
+//! The one error type of fluxio.
+
+use std::time::Duration;
+
+/// A boxed error as returned by a stage: any `std::error::Error + Send + Sync + 'static`.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with fluxio's [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything fluxio itself can fail with.
+///
+/// A stage's own error is never converted: it arrives as the `source` of
+/// [`Error::Stage`], and [`Error::stage_error`] downcasts it back to the
+/// stage's error type.
+///
+/// ```
+/// use fluxio_core::Error;
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("payment declined")]
+/// struct Declined;
+///
+/// let err = Error::Stage { stage: "charge".into(), source: Box::new(Declined) };
+/// assert!(err.stage_error::<Declined>().is_some());
+/// assert_eq!(err.to_string(), "stage `charge` failed: payment declined");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The pipeline is malformed: found when it is built.
+    #[error("invalid pipeline: {message}")]
+    Build {
+        /// What is wrong, naming the stage, route or key.
+        message: String,
+    },
+
+    /// Two parallel branches wrote the same keys.
+    #[error(
+        "merge conflict: {} written by more than one of the branches {}",
+        quoted(keys),
+        quoted(branches)
+    )]
+    MergeConflict {
+        /// The keys written by more than one branch.
+        keys: Vec<String>,
+        /// The branches that wrote them.
+        branches: Vec<String>,
+    },
+
+    /// No checkpoint is stored for the run id (resume, replay, diff).
+    #[error("no checkpoint found for run `{run_id}`")]
+    CheckpointNotFound {
+        /// The run id that was looked up.
+        run_id: String,
+    },
+
+    /// The stored checkpoint was written by another version of the pipeline.
+    /// Nothing was executed and the checkpoint is untouched.
+    #[error(
+        "checkpoint of run `{run_id}` was written by pipeline version {checkpoint_version}, \
+         but this pipeline is version {pipeline_version}"
+    )]
+    CheckpointVersion {
+        /// The run id.
+        run_id: String,
+        /// The version stored in the checkpoint.
+        checkpoint_version: String,
+        /// The version of the pipeline asked to resume it.
+        pipeline_version: String,
+    },
+
+    /// Another invoke, resume or replay holds this run id right now.
+    #[error("run id `{run_id}` is in use by another run")]
+    RunIdInUse {
+        /// The contested run id.
+        run_id: String,
+    },
+
+    /// A run id that cannot be used (empty, too long, or with control characters).
+    #[error("invalid run id {run_id:?}: {reason}")]
+    InvalidRunId {
+        /// The rejected run id.
+        run_id: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// A strict read found no value under the key.
+    #[error("missing context key `{key}` (expected {expected})")]
+    MissingKey {
+        /// The key that was read.
+        key: String,
+        /// The type the caller asked for.
+        expected: &'static str,
+    },
+
+    /// A strict read found a value of another type under the key.
+    #[error("context key `{key}` holds {found}, expected {expected}: {message}")]
+    WrongType {
+        /// The key that was read.
+        key: String,
+        /// The type the caller asked for.
+        expected: &'static str,
+        /// The kind of value that is stored.
+        found: &'static str,
+        /// The deserializer's message.
+        message: String,
+    },
+
+    /// A value could not be converted into a context value.
+    #[error("cannot store context key `{key}`: {message}")]
+    Serialize {
+        /// The key being written.
+        key: String,
+        /// The serializer's message.
+        message: String,
+    },
+
+    /// A router returned a route the routing block does not have.
+    #[error(
+        "router `{router}` chose unknown route `{route}`; available routes: {}",
+        quoted(available)
+    )]
+    UnknownRoute {
+        /// The router stage.
+        router: String,
+        /// The route it returned.
+        route: String,
+        /// The routes of the block.
+        available: Vec<String>,
+    },
+
+    /// `run_step` or `replay` named a step the pipeline does not have.
+    #[error("unknown step `{step}`; steps: {}", quoted(available))]
+    UnknownStep {
+        /// The requested step.
+        step: String,
+        /// The stage names of the pipeline.
+        available: Vec<String>,
+    },
+
+    /// A stage's declared input or output did not match the context.
+    #[error("validation failed for stage `{stage}`: {message}")]
+    Validation {
+        /// The stage.
+        stage: String,
+        /// The missing or mistyped field.
+        message: String,
+    },
+
+    /// A circuit breaker is open and the stage was not called.
+    #[error("circuit open for stage `{stage}`")]
+    CircuitOpen {
+        /// The stage.
+        stage: String,
+    },
+
+    /// A stage did not finish within its timeout.
+    #[error("stage `{stage}` timed out after {timeout:?}")]
+    StageTimeout {
+        /// The stage.
+        stage: String,
+        /// The timeout it exceeded.
+        timeout: Duration,
+    },
+
+    /// A stage returned an error; `source` is that error, unchanged.
+    #[error("stage `{stage}` failed: {source}")]
+    Stage {
+        /// The stage.
+        stage: String,
+        /// The stage's own error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// A stage panicked.
+    #[error("stage `{stage}` panicked: {message}")]
+    StagePanic {
+        /// The stage.
+        stage: String,
+        /// The panic payload, when it was a string.
+        message: String,
+    },
+
+    /// The checkpoint store failed.
+    #[error("checkpoint store ({backend}) failed: {source}")]
+    Store {
+        /// The backend, e.g. `"memory"`, `"redis"`.
+        backend: &'static str,
+        /// The backend's error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// A stored checkpoint could not be decoded: truncated, corrupted, or
+    /// written by another format. The stored bytes are left in place.
+    #[error("corrupt checkpoint for run `{run_id}`: {reason}")]
+    CorruptCheckpoint {
+        /// The run id the checkpoint was stored under.
+        run_id: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+}
+
+fn quoted(items: &[String]) -> String {
+    let parts: Vec<String> = items.iter().map(|s| format!("`{s}`")).collect();
+    parts.join(", ")
+}
+
+impl Error {
+    /// The stage's own error, downcast to `E`, when this is [`Error::Stage`]
+    /// and the stage failed with an `E`.
+    #[must_use]
+    pub fn stage_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::Stage { source, .. } => source.downcast_ref::<E>(),
+            _ => None,
+        }
+    }
+
+    /// The stage this error is attached to, if any.
+    #[must_use]
+    pub fn stage(&self) -> Option<&str> {
+        match self {
+            Error::Stage { stage, .. }
+            | Error::StagePanic { stage, .. }
+            | Error::StageTimeout { stage, .. }
+            | Error::Validation { stage, .. }
+            | Error::CircuitOpen { stage } => Some(stage),
+            Error::UnknownRoute { router, .. } => Some(router),
+            _ => None,
+        }
+    }
+
+    /// Wraps a backend error as [`Error::Store`].
+    pub fn store(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Store {
+            backend,
+            source: source.into(),
+        }
+    }
+
+    pub(crate) fn build(message: impl Into<String>) -> Self {
+        Error::Build {
+            message: message.into(),
+        }
+    }
+}

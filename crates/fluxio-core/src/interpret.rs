@@ -1,0 +1,253 @@
+//! The interpreter: one loop over the instruction list.
+//!
+//! [`exec`] runs one frame (the top-level program, or one branch of a
+//! parallel block) from an instruction pointer until the end of the program
+//! or the frame's `END_BRANCH`. Parallel branches are frames of their own,
+//! run concurrently by the `FORK` that starts them.
+//!
+//! Durable runs ([`Durable`]) save a checkpoint at every `CHECKPOINT` of the
+//! top-level frame, a failure checkpoint when the frame fails, and a completed
+//! checkpoint when it finishes.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::{BoxFuture, try_join_all};
+
+use crate::compile::{Event, Instr, Program};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::stage::Output;
+use crate::store::{Checkpoint, CheckpointStore, RunStatus, now_ms};
+
+/// What a durable run needs to write its checkpoints.
+pub(crate) struct Durable<'a> {
+    pub(crate) store: &'a dyn CheckpointStore,
+    pub(crate) run_id: &'a str,
+    pub(crate) version: &'a str,
+    pub(crate) created_at_ms: u64,
+}
+
+impl Durable<'_> {
+    fn checkpoint(
+        &self,
+        ip: usize,
+        step: &str,
+        ctx: &Context,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> Checkpoint {
+        Checkpoint {
+            run_id: self.run_id.to_owned(),
+            version: self.version.to_owned(),
+            ip: u32::try_from(ip).unwrap_or(u32::MAX),
+            step: step.to_owned(),
+            context: ctx.snapshot(),
+            status,
+            error: error.is_some(),
+            error_message: error,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: now_ms(),
+        }
+    }
+}
+
+/// The last checkpoint the top-level frame passed: where a failure points.
+struct Last {
+    ip: usize,
+    step: Arc<str>,
+    ctx: Context,
+}
+
+/// Why the top-level frame stopped early.
+enum Halt {
+    /// A stage or the machinery failed after checkpoint `Last` (if any).
+    Failed(Error),
+    /// Saving a checkpoint failed: the store is in trouble, write nothing more.
+    Store(Error),
+}
+
+/// Runs the whole program from `ip` (a resume point) with `ctx`, durably when
+/// `durable` is given.
+pub(crate) async fn run(
+    program: &Arc<Program>,
+    ip: usize,
+    ctx: Context,
+    durable: Option<&Durable<'_>>,
+) -> Result<Context> {
+    let mut last: Option<Last> = None;
+    match top(program, ip, ctx, durable, &mut last).await {
+        Ok(done) => {
+            if let Some(d) = durable {
+                let cp = d.checkpoint(program.instrs.len(), "", &done, RunStatus::Completed, None);
+                d.store.save(cp).await?;
+            }
+            Ok(done)
+        }
+        Err(Halt::Store(e)) => Err(e),
+        Err(Halt::Failed(e)) => {
+            if let (Some(d), Some(last)) = (durable, last) {
+                let cp = d.checkpoint(
+                    last.ip,
+                    &last.step,
+                    &last.ctx,
+                    RunStatus::Failed,
+                    Some(e.to_string()),
+                );
+                if let Err(store_err) = d.store.save(cp).await {
+                    tracing::error!(
+                        run_id = d.run_id,
+                        error = %store_err,
+                        "could not save the failure checkpoint; the previous checkpoint stays in place"
+                    );
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The top-level frame: like [`exec`], plus checkpoints.
+async fn top(
+    program: &Arc<Program>,
+    mut ip: usize,
+    mut ctx: Context,
+    durable: Option<&Durable<'_>>,
+    last: &mut Option<Last>,
+) -> std::result::Result<Context, Halt> {
+    let mut route: Option<String> = None;
+    while let Some(instr) = program.instrs.get(ip) {
+        if let Instr::Checkpoint { step } = instr {
+            if let Some(d) = durable {
+                let cp = d.checkpoint(ip, step, &ctx, RunStatus::Running, None);
+                d.store.save(cp).await.map_err(Halt::Store)?;
+            }
+            *last = Some(Last {
+                ip,
+                step: step.clone(),
+                ctx: ctx.clone(),
+            });
+            ip += 1;
+            continue;
+        }
+        let (next, next_ctx) = step(program, ip, ctx, &mut route)
+            .await
+            .map_err(Halt::Failed)?;
+        ip = next;
+        ctx = next_ctx;
+    }
+    Ok(ctx)
+}
+
+/// Runs one frame from `ip` until the end of the program or `END_BRANCH`.
+/// Checkpoints are not written here (branches are covered by their block's).
+pub(crate) fn exec(
+    program: &Arc<Program>,
+    mut ip: usize,
+    mut ctx: Context,
+) -> BoxFuture<'_, Result<Context>> {
+    Box::pin(async move {
+        let mut route: Option<String> = None;
+        while let Some(instr) = program.instrs.get(ip) {
+            match instr {
+                Instr::EndBranch => return Ok(ctx),
+                Instr::Checkpoint { .. } => ip += 1,
+                _ => (ip, ctx) = step(program, ip, ctx, &mut route).await?,
+            }
+        }
+        Ok(ctx)
+    })
+}
+
+/// Executes the instruction at `ip` (anything but `CHECKPOINT` and
+/// `END_BRANCH`) and returns the next `ip` and context.
+async fn step(
+    program: &Arc<Program>,
+    ip: usize,
+    ctx: Context,
+    route: &mut Option<String>,
+) -> Result<(usize, Context)> {
+    match &program.instrs[ip] {
+        Instr::Checkpoint { .. } | Instr::EndBranch | Instr::Join => Ok((ip + 1, ctx)),
+        Instr::Emit { event, stage } => {
+            let name = program.stages[*stage].name();
+            match event {
+                Event::StepStart => tracing::debug!(stage = name, ip, "step_start"),
+                Event::StepEnd => tracing::debug!(stage = name, ip, "step_end"),
+            }
+            Ok((ip + 1, ctx))
+        }
+        Instr::Call { stage } => {
+            let stage = &program.stages[*stage];
+            // A router returns a decision, not a context: keep the context
+            // it started from (an O(1) clone) to apply the patch to.
+            let start = stage.meta().router.then(|| ctx.clone());
+            let started = Instant::now();
+            let out = stage.call(ctx).await;
+            tracing::trace!(
+                stage = stage.name(),
+                elapsed_us = started.elapsed().as_micros() as u64,
+                ok = out.is_ok(),
+                "call"
+            );
+            match (out?, start) {
+                (Output::Context(next), _) => Ok((ip + 1, next)),
+                (Output::Send(send), Some(start)) => {
+                    let (chosen, next) = send.apply(start);
+                    *route = Some(chosen);
+                    Ok((ip + 1, next))
+                }
+                (Output::Send(_), None) => Err(Error::build(format!(
+                    "stage `{}` returned `Send` but is not declared a router",
+                    stage.name()
+                ))),
+            }
+        }
+        Instr::Fork {
+            branches,
+            names,
+            join,
+            detached,
+        } => {
+            if *detached {
+                for (start, name) in branches.iter().zip(names) {
+                    let program = Arc::clone(program);
+                    let branch = ctx.fork(name.clone());
+                    let start = *start;
+                    let name = name.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = exec(&program, start, branch).await {
+                            tracing::warn!(branch = &*name, error = %e, "fire-and-forget branch failed");
+                        }
+                    });
+                }
+                return Ok((join + 1, ctx));
+            }
+            let runs = branches
+                .iter()
+                .zip(names)
+                .map(|(start, name)| exec(program, *start, ctx.fork(name.clone())));
+            let results = try_join_all(runs).await?;
+            let merged = Context::merge(&ctx, &results)?;
+            Ok((join + 1, merged))
+        }
+        Instr::Route { router, routes } => {
+            let router = program.stages[*router].name();
+            let Some(chosen) = route.take() else {
+                return Err(Error::build(format!("router `{router}` produced no route")));
+            };
+            match routes.iter().find(|(k, _)| **k == *chosen) {
+                Some((_, target)) => {
+                    tracing::debug!(router, route = %chosen, "route");
+                    Ok((*target, ctx))
+                }
+                None => Err(Error::UnknownRoute {
+                    router: router.to_owned(),
+                    route: chosen,
+                    available: routes.iter().map(|(k, _)| k.to_string()).collect(),
+                }),
+            }
+        }
+        Instr::Jump { to } => Ok((*to, ctx)),
+    }
+}

@@ -1,0 +1,70 @@
+//! The core of [fluxio](https://docs.rs/fluxio): context, compiler,
+//! interpreter, checkpoint stores and errors.
+//!
+//! Users depend on the `fluxio` facade, which re-exports this crate together
+//! with the `#[stage]` and `pipeline!` macros; see its documentation for a
+//! tour. This crate is what backend crates (`fluxio-redis`, ...) build on.
+
+pub mod compile;
+pub mod context;
+pub mod error;
+pub mod interpret;
+pub mod pipeline;
+pub mod stage;
+pub mod store;
+pub mod value;
+pub mod version;
+
+pub use context::{Context, Snapshot};
+pub use error::{BoxError, Error, Result};
+pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder};
+pub use stage::{Send, Stage, StageKind, StageMeta};
+pub use store::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
+pub use value::Value;
+
+/// What a stage returns: `Result<Context, BoxError>` by default, or
+/// `StageResult<fluxio::Send>` for a router.
+pub type StageResult<T = Context> = std::result::Result<T, BoxError>;
+
+/// Support for the code `#[stage]` and `pipeline!` generate. Not a stable API:
+/// it changes without notice between any two versions.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::compile::Node;
+    pub use crate::pipeline::PipelineBuilder;
+    pub use crate::stage::{
+        Output, Stage, StageDef, StageFuture, StageKind, StageMeta, StageOutput, StageReturn,
+    };
+    pub use crate::version::VersionHasher;
+    pub use crate::{BoxError, Context};
+    pub use std::boxed::Box;
+    pub use std::result::Result;
+    pub use std::string::String;
+    pub use std::time::Duration;
+    pub use std::vec::Vec;
+
+    /// Wraps an async stage's future.
+    pub fn async_stage<T, E, F>(fut: F) -> StageFuture
+    where
+        F: std::future::Future<Output = Result<T, E>> + std::marker::Send + 'static,
+        T: StageOutput,
+        E: Into<BoxError>,
+    {
+        Box::pin(async move { fut.await.map(StageOutput::into_output).map_err(Into::into) })
+    }
+
+    /// Runs a blocking stage's body on tokio's blocking pool.
+    pub fn blocking_stage<T, E, F>(f: F) -> StageFuture
+    where
+        F: FnOnce() -> Result<T, E> + std::marker::Send + 'static,
+        T: StageOutput,
+        E: Into<BoxError>,
+    {
+        crate::stage::run_blocking(move || f().map(StageOutput::into_output).map_err(Into::into))
+    }
+
+    /// `const` check emitted by `pipeline!` for a routing block's router.
+    pub const fn assert_router(is_router: bool, message: &'static str) {
+        assert!(is_router, "{}", message);
+    }
+}

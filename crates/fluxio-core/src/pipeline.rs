@@ -1,0 +1,514 @@
+//! Built pipelines: invoke, resume, replay, diff, run_step, explain.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument as _;
+
+use crate::compile::{Node, Program};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::interpret::{self, Durable};
+use crate::stage::Output;
+use crate::store::{Checkpoint, CheckpointStore, InMemoryStore, Lease, RunStatus, now_ms};
+use crate::value::Value;
+use crate::version::short_hex;
+
+/// The longest run id accepted, in bytes.
+pub const MAX_RUN_ID_LEN: usize = 512;
+
+/// What `pipeline!` returns: set the options, then [`build`](PipelineBuilder::build).
+///
+/// Defaults: not durable, auto-parallelism on, lease time-to-live 30 s.
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `.build()`"]
+pub struct PipelineBuilder {
+    root: Vec<Node>,
+    digest_plain: [u8; 32],
+    digest_auto: [u8; 32],
+    store: Option<Arc<dyn CheckpointStore>>,
+    durable: bool,
+    auto_parallel: bool,
+    lease_ttl: Duration,
+}
+
+impl PipelineBuilder {
+    /// Used by `pipeline!`; not a stable API.
+    #[doc(hidden)]
+    pub fn __new(root: Vec<Node>, digest_plain: [u8; 32], digest_auto: [u8; 32]) -> Self {
+        PipelineBuilder {
+            root,
+            digest_plain,
+            digest_auto,
+            store: None,
+            durable: false,
+            auto_parallel: true,
+            lease_ttl: Duration::from_secs(30),
+        }
+    }
+
+    /// Makes the pipeline durable, keeping checkpoints in `store`.
+    pub fn store(self, store: impl CheckpointStore) -> Self {
+        self.store_arc(Arc::new(store))
+    }
+
+    /// Like [`store`](Self::store), for a store that is already shared.
+    pub fn store_arc(mut self, store: Arc<dyn CheckpointStore>) -> Self {
+        self.store = Some(store);
+        self.durable = true;
+        self
+    }
+
+    /// Switches durable execution on or off. On without a store uses a new
+    /// [`InMemoryStore`].
+    pub fn durable(mut self, on: bool) -> Self {
+        self.durable = on;
+        self
+    }
+
+    /// Switches auto-parallelism on or off: folding consecutive stages whose
+    /// declared `reads`/`writes` are disjoint into one parallel block. The
+    /// version differs between the two modes, since the program differs.
+    pub fn auto_parallel(mut self, on: bool) -> Self {
+        self.auto_parallel = on;
+        self
+    }
+
+    /// How long a run's ownership of its run id lasts without renewal, for
+    /// stores whose leases expire (the in-process default never expires).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// Compiles the pipeline.
+    ///
+    /// # Errors
+    /// [`Error::Build`] when the shape is invalid (see [`Program::compile`]).
+    pub fn build(self) -> Result<Pipeline> {
+        let program = Program::compile(&self.root, self.auto_parallel)?;
+        let digest = if self.auto_parallel {
+            self.digest_auto
+        } else {
+            self.digest_plain
+        };
+        let store = match (self.durable, self.store) {
+            (false, _) => None,
+            (true, Some(s)) => Some(s),
+            (true, None) => Some(Arc::new(InMemoryStore::new()) as Arc<dyn CheckpointStore>),
+        };
+        Ok(Pipeline {
+            inner: Arc::new(Inner {
+                program: Arc::new(program),
+                version: short_hex(&digest),
+                auto_parallel: self.auto_parallel,
+                store,
+                lease_ttl: self.lease_ttl,
+            }),
+        })
+    }
+}
+
+/// A compiled pipeline. Cheap to clone; share one between tasks.
+///
+/// Built by `fluxio::pipeline![...]` and [`PipelineBuilder::build`]; the
+/// `fluxio` crate's documentation has a runnable tour.
+#[derive(Clone)]
+pub struct Pipeline {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    program: Arc<Program>,
+    version: String,
+    auto_parallel: bool,
+    store: Option<Arc<dyn CheckpointStore>>,
+    lease_ttl: Duration,
+}
+
+impl fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("version", &self.inner.version)
+            .field("stages", &self.inner.program.stage_names())
+            .field("durable", &self.inner.store.is_some())
+            .finish()
+    }
+}
+
+fn check_run_id(run_id: &str) -> Result<()> {
+    let reason = if run_id.is_empty() {
+        "it is empty"
+    } else if run_id.len() > MAX_RUN_ID_LEN {
+        "it is longer than 512 bytes"
+    } else if run_id.chars().any(char::is_control) {
+        "it contains control characters"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidRunId {
+        run_id: run_id.chars().take(64).collect(),
+        reason,
+    })
+}
+
+impl Pipeline {
+    /// The version: 12 hex characters of a sha256 digest computed at compile
+    /// time from the pipeline's shape and its stages' code.
+    #[must_use]
+    pub fn version(&self) -> &str {
+        &self.inner.version
+    }
+
+    /// Whether runs are checkpointed.
+    #[must_use]
+    pub fn is_durable(&self) -> bool {
+        self.inner.store.is_some()
+    }
+
+    /// The checkpoint store of a durable pipeline.
+    #[must_use]
+    pub fn store(&self) -> Option<&Arc<dyn CheckpointStore>> {
+        self.inner.store.as_ref()
+    }
+
+    /// The compiled program.
+    #[must_use]
+    pub fn program(&self) -> &Program {
+        &self.inner.program
+    }
+
+    /// Runs the pipeline on `input` as a fresh run.
+    ///
+    /// Durable pipelines take ownership of `run_id` for the whole run, delete
+    /// any checkpoint stored for it (a fresh run never continues old state),
+    /// save a checkpoint before every stage, a failure checkpoint pointing at
+    /// a failing stage, and a completed checkpoint at the end. Pipelines that
+    /// are not durable use `run_id` only in logs.
+    ///
+    /// # Errors
+    /// The failing stage's error ([`Error::Stage`] with the stage's own error
+    /// as source, [`Error::StagePanic`], [`Error::StageTimeout`]);
+    /// [`Error::RunIdInUse`] when another run holds `run_id`;
+    /// [`Error::MergeConflict`], [`Error::UnknownRoute`], [`Error::Store`],
+    /// [`Error::InvalidRunId`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the run at its next `.await`; the last saved
+    /// checkpoint stays, so the run can be resumed, and the run id is freed.
+    pub async fn invoke(&self, run_id: &str, input: Context) -> Result<Context> {
+        check_run_id(run_id)?;
+        let span = tracing::info_span!("fluxio.run", run_id, version = %self.inner.version);
+        async move {
+            let Some(store) = &self.inner.store else {
+                return interpret::run(&self.inner.program, 0, input.clear_written(), None).await;
+            };
+            let lease = store.acquire_lease(run_id, self.inner.lease_ttl).await?;
+            let result = async {
+                store.delete(run_id).await?;
+                let durable = self.durable(store.as_ref(), run_id, now_ms());
+                interpret::run(
+                    &self.inner.program,
+                    0,
+                    input.clear_written(),
+                    Some(&durable),
+                )
+                .await
+            }
+            .await;
+            self.release(store.as_ref(), lease, result).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Continues the run `run_id` from its stored checkpoint, with the stored
+    /// context. A completed run returns its final context without running
+    /// anything.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointNotFound`] when nothing is stored for `run_id`;
+    /// [`Error::CheckpointVersion`] when the checkpoint was written by another
+    /// version (nothing runs, the checkpoint is untouched); the errors of
+    /// [`invoke`](Self::invoke).
+    pub async fn resume(&self, run_id: &str) -> Result<Context> {
+        self.continue_run(run_id, None).await
+    }
+
+    /// Re-runs `run_id` from its stored checkpoint, or from the stage named
+    /// `from_step` (a stage inside a parallel block replays its whole block),
+    /// with the stored context. Works on failed and completed runs.
+    ///
+    /// # Errors
+    /// [`Error::UnknownStep`] for a step the pipeline does not have; the
+    /// errors of [`resume`](Self::resume).
+    pub async fn replay(&self, run_id: &str, from_step: Option<&str>) -> Result<Context> {
+        let ip = match from_step {
+            None => None,
+            Some(step) => match self.inner.program.steps.get(step) {
+                Some(ip) => Some(*ip),
+                None => {
+                    return Err(Error::UnknownStep {
+                        step: step.to_owned(),
+                        available: self.inner.program.stage_names(),
+                    });
+                }
+            },
+        };
+        self.continue_run(run_id, Some(ip)).await
+    }
+
+    /// `replay`: `Some(ip)`; resume: `None`.
+    async fn continue_run(&self, run_id: &str, replay: Option<Option<usize>>) -> Result<Context> {
+        check_run_id(run_id)?;
+        let store = self.require_store()?;
+        let span =
+            tracing::info_span!("fluxio.run", run_id, version = %self.inner.version, resume = true);
+        self.continue_locked(store, run_id, replay)
+            .instrument(span)
+            .await
+    }
+
+    async fn continue_locked(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        run_id: &str,
+        replay: Option<Option<usize>>,
+    ) -> Result<Context> {
+        let lease = store.acquire_lease(run_id, self.inner.lease_ttl).await?;
+        let result = async {
+            let cp = self.load_checked(store.as_ref(), run_id).await?;
+            let ip = match replay.flatten() {
+                Some(ip) => ip,
+                None if cp.status == RunStatus::Completed => return Ok(cp.context.to_context()),
+                None => cp.ip as usize,
+            };
+            if !self.inner.program.is_resume_point(ip) {
+                return Err(Error::CorruptCheckpoint {
+                    run_id: run_id.to_owned(),
+                    reason: format!(
+                        "ip {ip} is not a checkpoint of pipeline version {}",
+                        self.inner.version
+                    ),
+                });
+            }
+            let durable = self.durable(store.as_ref(), run_id, cp.created_at_ms);
+            interpret::run(
+                &self.inner.program,
+                ip,
+                cp.context.to_context(),
+                Some(&durable),
+            )
+            .await
+        }
+        .await;
+        self.release(store.as_ref(), lease, result).await
+    }
+
+    /// Compares the stored contexts of two runs key by key.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointNotFound`] naming the run that has no checkpoint.
+    pub async fn diff(&self, run_a: &str, run_b: &str) -> Result<Diff> {
+        let store = self.require_store()?;
+        let load = |id: &str| {
+            let store = Arc::clone(store);
+            let id = id.to_owned();
+            async move {
+                store
+                    .load(&id)
+                    .await?
+                    .ok_or(Error::CheckpointNotFound { run_id: id })
+            }
+        };
+        let (a, b) = (load(run_a).await?, load(run_b).await?);
+        Ok(Diff::between(
+            run_a,
+            &a.context.to_context(),
+            run_b,
+            &b.context.to_context(),
+        ))
+    }
+
+    /// The stored checkpoint of `run_id`, if any.
+    ///
+    /// # Errors
+    /// [`Error::Store`] and [`Error::CorruptCheckpoint`] from the store.
+    pub async fn checkpoint(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+        self.require_store()?.load(run_id).await
+    }
+
+    /// Runs the stage called `name` alone on `ctx` (no checkpoints). A router
+    /// returns `ctx` with its patch applied.
+    ///
+    /// # Errors
+    /// [`Error::UnknownStep`], or the stage's failure.
+    pub async fn run_step(&self, name: &str, ctx: Context) -> Result<Context> {
+        let Some(stage) = self.inner.program.stage(name) else {
+            return Err(Error::UnknownStep {
+                step: name.to_owned(),
+                available: self.inner.program.stage_names(),
+            });
+        };
+        match stage.call(ctx.clone()).await? {
+            Output::Context(c) => Ok(c),
+            Output::Send(send) => Ok(send
+                .patch
+                .into_iter()
+                .fold(ctx, |c, (k, v)| c.set_value(k, v))),
+        }
+    }
+
+    /// The compiled program, one instruction per line, headed by the version.
+    #[must_use]
+    pub fn explain(&self) -> String {
+        let mode = if self.inner.auto_parallel {
+            "on"
+        } else {
+            "off"
+        };
+        let durable = if self.is_durable() {
+            "durable"
+        } else {
+            "not durable"
+        };
+        format!(
+            "pipeline version {} ({durable}, auto-parallel {mode}, {} instructions)\n{}",
+            self.inner.version,
+            self.inner.program.instrs.len(),
+            self.inner.program
+        )
+    }
+
+    fn require_store(&self) -> Result<&Arc<dyn CheckpointStore>> {
+        self.inner.store.as_ref().ok_or_else(|| {
+            Error::build(
+                "this pipeline is not durable: build it with `.store(...)` or `.durable(true)`",
+            )
+        })
+    }
+
+    fn durable<'a>(
+        &'a self,
+        store: &'a dyn CheckpointStore,
+        run_id: &'a str,
+        created_at_ms: u64,
+    ) -> Durable<'a> {
+        Durable {
+            store,
+            run_id,
+            version: &self.inner.version,
+            created_at_ms,
+        }
+    }
+
+    async fn load_checked(&self, store: &dyn CheckpointStore, run_id: &str) -> Result<Checkpoint> {
+        let cp = store
+            .load(run_id)
+            .await?
+            .ok_or_else(|| Error::CheckpointNotFound {
+                run_id: run_id.to_owned(),
+            })?;
+        if cp.version != self.inner.version {
+            return Err(Error::CheckpointVersion {
+                run_id: run_id.to_owned(),
+                checkpoint_version: cp.version,
+                pipeline_version: self.inner.version.clone(),
+            });
+        }
+        Ok(cp)
+    }
+
+    async fn release(
+        &self,
+        store: &dyn CheckpointStore,
+        lease: Lease,
+        result: Result<Context>,
+    ) -> Result<Context> {
+        let run_id = lease.run_id().to_owned();
+        if let Err(e) = store.release_lease(lease).await {
+            tracing::warn!(run_id, error = %e, "could not release the run's lease; it will expire");
+        }
+        result
+    }
+}
+
+/// How two runs' stored contexts differ: [`Pipeline::diff`].
+///
+/// ```
+/// use fluxio_core::{ctx, Diff};
+/// # fn main() -> fluxio_core::Result<()> {
+/// let a = ctx! { "n" => 1, "same" => true }?;
+/// let b = ctx! { "n" => 2, "same" => true, "new" => "x" }?;
+/// let d = Diff::between("a", &a, "b", &b);
+/// assert_eq!(d.entries.len(), 2);
+/// assert_eq!(d.to_string(), "new: <absent> | \"x\"\nn: 1 | 2\n");
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diff {
+    /// The first run id.
+    pub run_a: String,
+    /// The second run id.
+    pub run_b: String,
+    /// One entry per differing key, in key order.
+    pub entries: Vec<DiffEntry>,
+}
+
+/// One differing key of a [`Diff`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DiffEntry {
+    /// The key.
+    pub key: String,
+    /// Its value in the first run, `None` when absent there.
+    pub a: Option<Value>,
+    /// Its value in the second run, `None` when absent there.
+    pub b: Option<Value>,
+}
+
+impl Diff {
+    /// The differences between two contexts.
+    #[must_use]
+    pub fn between(run_a: &str, a: &Context, run_b: &str, b: &Context) -> Diff {
+        let mut keys: Vec<&str> = a.keys().chain(b.keys()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let entries = keys
+            .into_iter()
+            .filter_map(|k| {
+                let (va, vb) = (a.value(k), b.value(k));
+                (va != vb).then(|| DiffEntry {
+                    key: k.to_owned(),
+                    a: va.cloned(),
+                    b: vb.cloned(),
+                })
+            })
+            .collect();
+        Diff {
+            run_a: run_a.to_owned(),
+            run_b: run_b.to_owned(),
+            entries,
+        }
+    }
+
+    /// Whether the two contexts are equal.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl fmt::Display for Diff {
+    /// One line per key: `key: <value in a> | <value in b>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let show = |v: &Option<Value>| {
+            v.as_ref()
+                .map_or_else(|| "<absent>".to_owned(), ToString::to_string)
+        };
+        for e in &self.entries {
+            writeln!(f, "{}: {} | {}", e.key, show(&e.a), show(&e.b))?;
+        }
+        Ok(())
+    }
+}

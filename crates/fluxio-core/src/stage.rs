@@ -1,0 +1,290 @@
+//! Stages: the user functions a pipeline calls.
+//!
+//! `#[stage]` turns a function into a stage. The function itself stays as it
+//! was (a test can call it directly); beside it the macro defines a hidden
+//! type of the same name that implements [`StageDef`], which is what
+//! `pipeline!` refers to.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use serde::Serialize;
+
+use crate::context::Context;
+use crate::error::{BoxError, Error, Result};
+use crate::value::{Value, to_value};
+
+/// How a stage runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StageKind {
+    /// An `async fn`: runs on the async runtime.
+    Async,
+    /// A plain `fn`: runs on tokio's blocking pool, never on an async worker thread.
+    Blocking,
+}
+
+/// What `#[stage]` knows about a stage at compile time.
+#[derive(Clone, Copy, Debug)]
+pub struct StageMeta {
+    /// The stage's name (the function name unless `#[stage(name = "...")]`).
+    pub name: &'static str,
+    /// sha256 over the stage's normalized tokens (see `fluxio-macros`).
+    pub hash: [u8; 32],
+    /// How it runs.
+    pub kind: StageKind,
+    /// Whether it returns a routing decision ([`Send`]) instead of a context.
+    pub router: bool,
+    /// Keys it declares it reads (`reads = [...]`), `None` when undeclared.
+    pub reads: Option<&'static [&'static str]>,
+    /// Keys it declares it writes (`writes = [...]`), `None` when undeclared.
+    pub writes: Option<&'static [&'static str]>,
+    /// Its timeout (`timeout = "5s"`).
+    pub timeout: Option<Duration>,
+}
+
+/// A boxed stage future.
+pub type StageFuture =
+    Pin<Box<dyn Future<Output = Result<Output, BoxError>> + std::marker::Send + 'static>>;
+
+/// What a stage returned.
+#[derive(Debug)]
+pub enum Output {
+    /// The new context.
+    Context(Context),
+    /// A routing decision.
+    Send(Send),
+}
+
+/// A router's decision: which route of the routing block to take, and a patch
+/// of keys to set on the context first.
+///
+/// (Named after the reference runtime's `Send`; write `fluxio::Send` to keep
+/// it apart from the `Send` marker trait.)
+///
+/// ```
+/// # fn main() -> fluxio_core::Result<()> {
+/// let decision = fluxio_core::Send::to("premium").with("discount", 0.2)?;
+/// assert_eq!(decision.route, "premium");
+/// assert_eq!(decision.patch.len(), 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Send {
+    /// The route to take.
+    pub route: String,
+    /// Keys to set on the context before the route's body runs.
+    pub patch: Vec<(String, Value)>,
+}
+
+impl Send {
+    /// A decision for `route` with an empty patch.
+    #[must_use]
+    pub fn to(route: impl Into<String>) -> Self {
+        Send {
+            route: route.into(),
+            patch: Vec::new(),
+        }
+    }
+
+    /// Adds `key = value` to the patch.
+    ///
+    /// # Errors
+    /// [`Error::Serialize`] when the value cannot be converted.
+    pub fn with<T: Serialize>(mut self, key: impl Into<String>, value: T) -> Result<Self> {
+        let key = key.into();
+        let v = to_value(&value).map_err(|e| Error::Serialize {
+            key: key.clone(),
+            message: e.to_string(),
+        })?;
+        self.patch.push((key, v));
+        Ok(self)
+    }
+
+    pub(crate) fn apply(self, ctx: Context) -> (String, Context) {
+        let ctx = self
+            .patch
+            .into_iter()
+            .fold(ctx, |c, (k, v)| c.set_value(k, v));
+        (self.route, ctx)
+    }
+}
+
+/// A stage as the runtime holds it: its metadata and a function pointer that
+/// starts a call.
+#[derive(Clone)]
+pub struct Stage {
+    meta: Arc<StageMeta>,
+    call: fn(Context) -> StageFuture,
+}
+
+impl fmt::Debug for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stage")
+            .field("name", &self.meta.name)
+            .field("kind", &self.meta.kind)
+            .finish()
+    }
+}
+
+impl Stage {
+    /// A stage from its metadata and call function (what `#[stage]` emits).
+    #[must_use]
+    pub fn new(meta: StageMeta, call: fn(Context) -> StageFuture) -> Self {
+        Stage {
+            meta: Arc::new(meta),
+            call,
+        }
+    }
+
+    /// The stage's name.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        self.meta.name
+    }
+
+    /// Everything known about the stage.
+    #[must_use]
+    pub fn meta(&self) -> &StageMeta {
+        &self.meta
+    }
+
+    /// Calls the stage once: applies its timeout, turns a panic into
+    /// [`Error::StagePanic`], a timeout into [`Error::StageTimeout`] and the
+    /// stage's own error into [`Error::Stage`].
+    ///
+    /// # Errors
+    /// As above.
+    pub async fn call(&self, ctx: Context) -> Result<Output> {
+        let fut = AssertUnwindSafe((self.call)(ctx)).catch_unwind();
+        let outcome = match self.meta.timeout {
+            None => fut.await,
+            Some(t) => match tokio::time::timeout(t, fut).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(Error::StageTimeout {
+                        stage: self.meta.name.to_owned(),
+                        timeout: t,
+                    });
+                }
+            },
+        };
+        match outcome {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(source)) => Err(match source.downcast::<Error>() {
+                // A panic inside a blocking stage arrives as our own error.
+                Ok(own) => match *own {
+                    Error::StagePanic { message, .. } => Error::StagePanic {
+                        stage: self.meta.name.to_owned(),
+                        message,
+                    },
+                    other => Error::Stage {
+                        stage: self.meta.name.to_owned(),
+                        source: Box::new(other),
+                    },
+                },
+                Err(source) => Error::Stage {
+                    stage: self.meta.name.to_owned(),
+                    source,
+                },
+            }),
+            Err(panic) => Err(Error::StagePanic {
+                stage: self.meta.name.to_owned(),
+                message: panic_message(&*panic),
+            }),
+        }
+    }
+}
+
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + std::marker::Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+/// Implemented by the hidden type `#[stage]` defines next to the function.
+///
+/// Not meant to be implemented by hand.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a fluxio stage",
+    label = "not a stage",
+    note = "mark the function with `#[fluxio::stage]`; `pipeline!` takes stage functions, `parallel![...]` and routing blocks"
+)]
+pub trait StageDef {
+    /// sha256 of the stage's normalized tokens.
+    const HASH: [u8; 32];
+    /// Whether the stage returns a [`Send`].
+    const ROUTER: bool;
+    /// The runtime form of the stage.
+    fn stage() -> Stage;
+}
+
+/// The types a stage may return in its `Ok`: [`Context`] or [`Send`].
+#[diagnostic::on_unimplemented(
+    message = "a stage must return `Result<Context, E>` or `Result<fluxio::Send, E>`, not `Result<{Self}, E>`"
+)]
+pub trait StageOutput {
+    /// Whether this output makes the stage a router.
+    const ROUTER: bool;
+    /// Into the runtime form.
+    fn into_output(self) -> Output;
+}
+
+impl StageOutput for Context {
+    const ROUTER: bool = false;
+    fn into_output(self) -> Output {
+        Output::Context(self)
+    }
+}
+
+impl StageOutput for Send {
+    const ROUTER: bool = true;
+    fn into_output(self) -> Output {
+        Output::Send(self)
+    }
+}
+
+/// The return type of a stage function: `Result<T, E>` (or an alias of it).
+#[diagnostic::on_unimplemented(
+    message = "a stage must return `Result<Context, E>` or `Result<fluxio::Send, E>`, not `{Self}`"
+)]
+pub trait StageReturn {
+    /// The `Ok` type.
+    type Ok;
+}
+
+impl<T, E> StageReturn for std::result::Result<T, E> {
+    type Ok = T;
+}
+
+/// Runs a blocking stage body on tokio's blocking pool.
+pub(crate) fn run_blocking<F>(f: F) -> StageFuture
+where
+    F: FnOnce() -> Result<Output, BoxError> + std::marker::Send + 'static,
+{
+    Box::pin(async move {
+        match tokio::task::spawn_blocking(f).await {
+            Ok(r) => r,
+            Err(join) => {
+                let message = if join.is_panic() {
+                    panic_message(&*join.into_panic())
+                } else {
+                    "blocking task was cancelled".to_owned()
+                };
+                Err(Box::new(Error::StagePanic {
+                    stage: String::new(),
+                    message,
+                }) as BoxError)
+            }
+        }
+    })
+}

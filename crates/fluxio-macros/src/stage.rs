@@ -1,0 +1,418 @@
+//! `#[stage]`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::parse::Parser as _;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned as _;
+use syn::{Expr, ExprLit, FnArg, ItemFn, Lit, LitStr, Meta, ReturnType, Token};
+
+use crate::hash::stage_hash;
+
+/// The options of `#[stage(...)]`.
+struct Options {
+    name: Option<LitStr>,
+    reads: Option<Vec<LitStr>>,
+    writes: Option<Vec<LitStr>>,
+    timeout_ms: Option<u64>,
+    krate: syn::Path,
+}
+
+/// Expands `#[stage(args)] item`; on error, the errors plus the user's
+/// function unchanged (so the IDE keeps working).
+pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(f) => f,
+        Err(e) => {
+            let mut out = e.to_compile_error();
+            out.extend(item);
+            return out;
+        }
+    };
+    match expand_fn(args, &func) {
+        Ok(ts) => ts,
+        Err(e) => {
+            let mut out = e.to_compile_error();
+            out.extend(func.into_token_stream());
+            out
+        }
+    }
+}
+
+fn combine(acc: &mut Option<syn::Error>, e: syn::Error) {
+    match acc {
+        Some(a) => a.combine(e),
+        None => *acc = Some(e),
+    }
+}
+
+fn string_list(expr: &Expr, option: &str) -> syn::Result<Vec<LitStr>> {
+    let Expr::Array(arr) = expr else {
+        return Err(syn::Error::new_spanned(
+            expr,
+            format!("`{option}` takes a list of keys: {option} = [\"a\", \"b\"]"),
+        ));
+    };
+    arr.elems
+        .iter()
+        .map(|e| match e {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            }) => Ok(s.clone()),
+            other => Err(syn::Error::new_spanned(
+                other,
+                "a key must be a string literal",
+            )),
+        })
+        .collect()
+}
+
+fn lit_str(expr: &Expr, option: &str) -> syn::Result<LitStr> {
+    match expr {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Ok(s.clone()),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`{option}` takes a string literal"),
+        )),
+    }
+}
+
+/// `"250ms"`, `"5s"`, `"2m"`, `"1h"` to milliseconds.
+fn parse_duration(lit: &LitStr) -> syn::Result<u64> {
+    let s = lit.value();
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let err = || {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "invalid timeout {s:?}: write a whole number and a unit, e.g. \"250ms\", \"5s\", \"2m\", \"1h\""
+            ),
+        )
+    };
+    let n: u64 = num.parse().map_err(|_| err())?;
+    let factor = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(err()),
+    };
+    let ms = n.checked_mul(factor).ok_or_else(err)?;
+    if ms == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "a timeout must be longer than zero",
+        ));
+    }
+    Ok(ms)
+}
+
+fn parse_options(args: TokenStream) -> syn::Result<Options> {
+    let metas = Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args)?;
+    let mut opts = Options {
+        name: None,
+        reads: None,
+        writes: None,
+        timeout_ms: None,
+        krate: syn::parse_quote!(::fluxio),
+    };
+    let mut errors: Option<syn::Error> = None;
+    for meta in metas {
+        let Meta::NameValue(nv) = &meta else {
+            combine(
+                &mut errors,
+                syn::Error::new_spanned(
+                    &meta,
+                    "expected `option = value`: name, reads, writes, timeout or crate",
+                ),
+            );
+            continue;
+        };
+        let key = nv
+            .path
+            .get_ident()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let result = match key.as_str() {
+            "name" => lit_str(&nv.value, "name").map(|s| opts.name = Some(s)),
+            "reads" => string_list(&nv.value, "reads").map(|v| opts.reads = Some(v)),
+            "writes" => string_list(&nv.value, "writes").map(|v| opts.writes = Some(v)),
+            "timeout" => lit_str(&nv.value, "timeout")
+                .and_then(|s| parse_duration(&s))
+                .map(|ms| opts.timeout_ms = Some(ms)),
+            "crate" => lit_str(&nv.value, "crate")
+                .and_then(|s| s.parse::<syn::Path>())
+                .map(|p| opts.krate = p),
+            _ => Err(syn::Error::new_spanned(
+                &nv.path,
+                format!(
+                    "unknown stage option `{}`; expected one of: name, reads, writes, timeout, crate",
+                    nv.path.to_token_stream()
+                ),
+            )),
+        };
+        if let Err(e) = result {
+            combine(&mut errors, e);
+        }
+    }
+    match errors {
+        Some(e) => Err(e),
+        None => Ok(opts),
+    }
+}
+
+const SIGNATURE: &str = "a stage is `async fn name(ctx: Context) -> Result<Context, E>` (or a plain `fn`, or `-> Result<fluxio::Send, E>` for a router)";
+
+fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type)> {
+    let sig = &func.sig;
+    let mut errors: Option<syn::Error> = None;
+    if let Some(c) = &sig.constness {
+        combine(
+            &mut errors,
+            syn::Error::new_spanned(c, "a stage cannot be a `const fn`"),
+        );
+    }
+    if let Some(u) = &sig.unsafety {
+        combine(
+            &mut errors,
+            syn::Error::new_spanned(u, "a stage cannot be `unsafe`"),
+        );
+    }
+    if let Some(a) = &sig.abi {
+        combine(
+            &mut errors,
+            syn::Error::new_spanned(a, "a stage cannot have an `extern` ABI"),
+        );
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        combine(
+            &mut errors,
+            syn::Error::new_spanned(&sig.generics, "a stage cannot be generic"),
+        );
+    }
+    if let Some(v) = &sig.variadic {
+        combine(
+            &mut errors,
+            syn::Error::new_spanned(v, "a stage cannot be variadic"),
+        );
+    }
+    let arg = match sig.inputs.len() {
+        1 => match &sig.inputs[0] {
+            FnArg::Receiver(r) => {
+                combine(
+                    &mut errors,
+                    syn::Error::new_spanned(
+                        r,
+                        "a stage is a free function, not a method: take `ctx: Context`",
+                    ),
+                );
+                None
+            }
+            typed @ FnArg::Typed(_) => Some(typed.clone()),
+        },
+        0 => {
+            combine(
+                &mut errors,
+                syn::Error::new(
+                    sig.paren_token.span.join(),
+                    format!("missing the context argument: {SIGNATURE}"),
+                ),
+            );
+            None
+        }
+        _ => {
+            combine(
+                &mut errors,
+                syn::Error::new_spanned(
+                    &sig.inputs[1],
+                    format!("a stage takes exactly one argument, the context: {SIGNATURE}"),
+                ),
+            );
+            None
+        }
+    };
+    let ret = match &sig.output {
+        ReturnType::Type(_, ty) => Some((**ty).clone()),
+        ReturnType::Default => {
+            combine(
+                &mut errors,
+                syn::Error::new(
+                    sig.paren_token.span.close(),
+                    format!("missing return type: {SIGNATURE}"),
+                ),
+            );
+            None
+        }
+    };
+    match (errors, arg, ret) {
+        (None, Some(a), Some(r)) => Ok((a, r)),
+        (Some(e), _, _) => Err(e),
+        _ => Err(syn::Error::new(Span::call_site(), SIGNATURE)),
+    }
+}
+
+fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
+    let opts_result = parse_options(args.clone());
+    let sig_result = check_signature(func);
+    let (opts, (arg, ret)) = match (opts_result, sig_result) {
+        (Ok(o), Ok(s)) => (o, s),
+        (Err(mut a), Err(b)) => {
+            a.combine(b);
+            return Err(a);
+        }
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
+
+    let other_attrs: TokenStream = func.attrs.iter().map(ToTokens::to_token_stream).collect();
+    let hash = stage_hash(&[
+        args,
+        other_attrs,
+        func.sig.to_token_stream(),
+        func.block.to_token_stream(),
+    ]);
+
+    let krate = &opts.krate;
+    let p = quote!(#krate::__private);
+    let ident = &func.sig.ident;
+    let vis = &func.vis;
+    let name = opts.name.map_or_else(|| ident.to_string(), |n| n.value());
+    let list = |v: &Option<Vec<LitStr>>| match v {
+        None => quote!(::core::option::Option::None),
+        Some(keys) => quote!(::core::option::Option::Some(&[#(#keys),*])),
+    };
+    let (reads, writes) = (list(&opts.reads), list(&opts.writes));
+    let timeout = match opts.timeout_ms {
+        None => quote!(::core::option::Option::None),
+        Some(ms) => quote!(::core::option::Option::Some(#p::Duration::from_millis(#ms))),
+    };
+    let is_async = func.sig.asyncness.is_some();
+    let call_fn = format_ident!("__fluxio_call");
+    let body = if is_async {
+        quote_spanned!(arg.span()=> #p::async_stage(#ident(ctx)))
+    } else {
+        quote_spanned!(arg.span()=> #p::blocking_stage(move || #ident(ctx)))
+    };
+    let kind = if is_async {
+        quote!(#p::StageKind::Async)
+    } else {
+        quote!(#p::StageKind::Blocking)
+    };
+    let ret_span = ret.span();
+    let router =
+        quote_spanned!(ret_span=> <<#ret as #p::StageReturn>::Ok as #p::StageOutput>::ROUTER);
+
+    Ok(quote! {
+        #func
+
+        #[doc(hidden)]
+        #[allow(non_camel_case_types, dead_code, unreachable_pub)]
+        #vis struct #ident {}
+
+        const _: () = {
+            impl #p::StageDef for #ident {
+                const HASH: [u8; 32] = [#(#hash),*];
+                const ROUTER: bool = #router;
+                fn stage() -> #p::Stage {
+                    fn #call_fn(ctx: #p::Context) -> #p::StageFuture {
+                        #body
+                    }
+                    #p::Stage::new(
+                        #p::StageMeta {
+                            name: #name,
+                            hash: <Self as #p::StageDef>::HASH,
+                            kind: #kind,
+                            router: <Self as #p::StageDef>::ROUTER,
+                            reads: #reads,
+                            writes: #writes,
+                            timeout: #timeout,
+                        },
+                        #call_fn,
+                    )
+                }
+            }
+        };
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn expand_ok(args: TokenStream, item: TokenStream) -> String {
+        expand(args, item).to_string()
+    }
+
+    #[test]
+    fn unknown_option_is_an_error_naming_it() {
+        let out = expand_ok(
+            quote!(nme = "x"),
+            quote!(
+                async fn a(ctx: Context) -> R {
+                    Ok(ctx)
+                }
+            ),
+        );
+        assert!(out.contains("unknown stage option `nme`"), "{out}");
+        assert!(
+            out.contains("async fn a"),
+            "the function is still emitted: {out}"
+        );
+    }
+
+    #[test]
+    fn all_option_errors_are_reported_together() {
+        let out = expand_ok(
+            quote!(nme = "x", timeout = "soon"),
+            quote!(
+                async fn a(ctx: Context) -> R {
+                    Ok(ctx)
+                }
+            ),
+        );
+        assert!(out.contains("unknown stage option"), "{out}");
+        assert!(out.contains("invalid timeout"), "{out}");
+    }
+
+    #[test]
+    fn durations_parse() {
+        let l = |s: &str| LitStr::new(s, Span::call_site());
+        assert_eq!(parse_duration(&l("250ms")).ok(), Some(250));
+        assert_eq!(parse_duration(&l("5s")).ok(), Some(5_000));
+        assert_eq!(parse_duration(&l("2m")).ok(), Some(120_000));
+        assert_eq!(parse_duration(&l("1h")).ok(), Some(3_600_000));
+        assert!(parse_duration(&l("5")).is_err());
+        assert!(parse_duration(&l("0s")).is_err());
+        assert!(parse_duration(&l("1.5s")).is_err());
+    }
+
+    #[test]
+    fn hash_ignores_formatting_but_not_tokens() {
+        let hash_of = |item: TokenStream| {
+            let out = expand(quote!(), item).to_string();
+            let start = out.find("const HASH").unwrap_or(0);
+            out[start..start + 200.min(out.len() - start)].to_owned()
+        };
+        let a = hash_of(quote!(
+            async fn a(ctx: Context) -> R {
+                Ok(ctx.set("n", 1)?)
+            }
+        ));
+        let b = hash_of(
+            "/// doc\nasync fn a(\n ctx: Context\n) -> R {\n // c\n Ok(ctx.set(\"n\", 1)?)\n}"
+                .parse()
+                .unwrap_or_default(),
+        );
+        let c = hash_of(quote!(
+            async fn a(ctx: Context) -> R {
+                Ok(ctx.set("n", 2)?)
+            }
+        ));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+}
