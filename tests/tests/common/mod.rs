@@ -20,12 +20,19 @@ static ARMED: Mutex<Option<HashSet<(String, String)>>> = Mutex::new(None);
 
 /// Appends `entry` to the journal of test `test`.
 pub fn record(test: &str, entry: impl Into<String>) {
-    lock(&JOURNAL).get_or_insert_with(HashMap::new).entry(test.to_owned()).or_default().push(entry.into());
+    lock(&JOURNAL)
+        .get_or_insert_with(HashMap::new)
+        .entry(test.to_owned())
+        .or_default()
+        .push(entry.into());
 }
 
 /// The journal of test `test`.
 pub fn journal(test: &str) -> Vec<String> {
-    lock(&JOURNAL).as_ref().and_then(|j| j.get(test).cloned()).unwrap_or_default()
+    lock(&JOURNAL)
+        .as_ref()
+        .and_then(|j| j.get(test).cloned())
+        .unwrap_or_default()
 }
 
 /// How many times `stage` was called in test `test`.
@@ -36,7 +43,9 @@ pub fn calls(test: &str, stage: &str) -> usize {
 
 /// Makes `stage` fail in test `test` until disarmed.
 pub fn arm(test: &str, stage: &str) {
-    lock(&ARMED).get_or_insert_with(HashSet::new).insert((test.to_owned(), stage.to_owned()));
+    lock(&ARMED)
+        .get_or_insert_with(HashSet::new)
+        .insert((test.to_owned(), stage.to_owned()));
 }
 
 pub fn disarm(test: &str, stage: &str) {
@@ -46,7 +55,9 @@ pub fn disarm(test: &str, stage: &str) {
 }
 
 fn armed(test: &str, stage: &str) -> bool {
-    lock(&ARMED).as_ref().is_some_and(|a| a.contains(&(test.to_owned(), stage.to_owned())))
+    lock(&ARMED)
+        .as_ref()
+        .is_some_and(|a| a.contains(&(test.to_owned(), stage.to_owned())))
 }
 
 /// The error a test stage fails with.
@@ -61,7 +72,9 @@ pub fn step(ctx: Context, stage: &str) -> StageResult {
     let test: String = ctx.get("test")?;
     record(&test, format!("call:{stage}"));
     if armed(&test, stage) {
-        return Err(Box::new(StageFailed { stage: stage.to_owned() }));
+        return Err(Box::new(StageFailed {
+            stage: stage.to_owned(),
+        }));
     }
     let path = ctx.update::<Vec<String>, _>("path", |p| {
         let mut p = p.unwrap_or_default();
@@ -89,7 +102,9 @@ pub fn c(ctx: Context) -> StageResult {
 
 /// The input of test `test`.
 pub fn input(test: &str) -> Context {
-    Context::new().set("test", test).expect("a string is always serializable")
+    Context::new()
+        .set("test", test)
+        .expect("a string is always serializable")
 }
 
 /// A store that journals every save (as `save:<step>:<status>`) for a test.
@@ -101,14 +116,20 @@ pub struct Recording {
 
 impl Recording {
     pub fn new(test: &str) -> Self {
-        Recording { test: test.to_owned(), inner: Arc::new(InMemoryStore::new()) }
+        Recording {
+            test: test.to_owned(),
+            inner: Arc::new(InMemoryStore::new()),
+        }
     }
 }
 
 #[async_trait::async_trait]
 impl CheckpointStore for Recording {
     async fn save(&self, checkpoint: Checkpoint) -> fluxio::Result<()> {
-        record(&self.test, format!("save:{}:{:?}", checkpoint.step, checkpoint.status));
+        record(
+            &self.test,
+            format!("save:{}:{:?}", checkpoint.step, checkpoint.status),
+        );
         self.inner.save(checkpoint).await
     }
     async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
