@@ -10,7 +10,6 @@
 //! checkpoint when it finishes.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::future::{BoxFuture, try_join_all};
 
@@ -182,14 +181,7 @@ async fn step(
             // A router returns a decision, not a context: keep the context
             // it started from (an O(1) clone) to apply the patch to.
             let start = stage.meta().router.then(|| ctx.clone());
-            let started = Instant::now();
             let out = stage.call(ctx).await;
-            tracing::trace!(
-                stage = stage.name(),
-                elapsed_us = started.elapsed().as_micros() as u64,
-                ok = out.is_ok(),
-                "call"
-            );
             match (out?, start) {
                 (Output::Context(next), _) => Ok((ip + 1, next)),
                 (Output::Send(send), Some(start)) => {

@@ -200,8 +200,9 @@ impl Emit {
                 ),
             )
         };
+        let check = respan(quote!(#p::assert_router(#cond, #msg)), path.span());
         self.asserts
-            .push(quote_spanned!(path.span()=> const _: () = #p::assert_router(#cond, #msg);));
+            .push(quote_spanned!(path.span()=> const _: () = #check;));
     }
 
     /// The runtime nodes and the hasher calls for a sequence.
@@ -257,8 +258,30 @@ impl Emit {
 pub(crate) fn expand(input: TokenStream) -> TokenStream {
     match syn::parse2::<Input>(input) {
         Ok(parsed) => expand_input(parsed),
-        Err(e) => e.to_compile_error(),
+        // a block, so several `compile_error!`s form statements, not a broken expression
+        Err(e) => {
+            let errors = e.to_compile_error();
+            quote!({ #errors })
+        }
     }
+}
+
+/// `tokens` with every span set to `span`, so a const-evaluation error points
+/// at the user's stage path instead of the whole macro call.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut t| {
+            if let proc_macro2::TokenTree::Group(g) = &t {
+                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                t = proc_macro2::TokenTree::Group(group);
+            } else {
+                t.set_span(span);
+            }
+            t
+        })
+        .collect()
 }
 
 fn expand_input(input: Input) -> TokenStream {
