@@ -266,4 +266,43 @@ mod tests {
     }
 
     const GOLDEN: &str = "5a6f2e6fab5dfc3a";
+
+    /// A realistic stage, written compactly.
+    const SAMPLE: &str = r#"
+async fn enrich(ctx: Context) -> StageResult {
+    let ids: Vec<u64> = ctx.get("ids")?;
+    let names = ids.iter().map(|id| match id % 3 { 0 => format!("zero-{id}"), 1 => { format!("one-{id}") } _ => String::from("other") }).collect::<Vec<_>>();
+    let pair = (names.len(), );
+    let total: u64 = ids.iter().filter(|x| **x > 10).sum();
+    if total > 1_000 { return Err(Box::new(TooBig { total, limit: 1_000, names: names.clone() })); }
+    Ok(ctx.set("names", names)?.set("total", total)?.set("pair", pair)?)
+}
+"#;
+
+    fn rustfmt(src: &str, width: u32) -> Option<String> {
+        use std::io::Write as _;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(std::env::var("RUSTFMT").unwrap_or_else(|_| "rustfmt".to_owned()))
+            .args(["--edition", "2024", "--config", &format!("max_width={width}")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .ok()?;
+        child.stdin.take()?.write_all(src.as_bytes()).ok()?;
+        let out = child.wait_with_output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    #[test]
+    fn real_rustfmt_layouts_keep_the_hash() {
+        let (Some(narrow), Some(wide)) = (rustfmt(SAMPLE, 40), rustfmt(SAMPLE, 200)) else {
+            assert!(std::env::var_os("CI").is_none(), "rustfmt is required in CI");
+            eprintln!("SKIPPED real_rustfmt_layouts_keep_the_hash: rustfmt not found");
+            return;
+        };
+        assert_ne!(narrow, wide, "the two layouts really differ");
+        assert!(narrow.contains(",\n"), "the narrow layout has trailing commas:\n{narrow}");
+        assert_eq!(h(SAMPLE), h(&narrow), "narrow layout:\n{narrow}");
+        assert_eq!(h(SAMPLE), h(&wide), "wide layout:\n{wide}");
+    }
 }
