@@ -1,7 +1,7 @@
 //! The instruction set and the compiler from a pipeline's shape to a flat program.
 //!
 //! A pipeline is compiled once, when it is built. The interpreter
-//! ([`crate::interpret`]) then runs the program with an instruction pointer.
+//! (`interpret.rs`) then runs the program with an instruction pointer.
 //!
 //! A stage in the top-level sequence (or in a routing body of it) compiles to
 //!

@@ -8,7 +8,7 @@
 pub mod compile;
 pub mod context;
 pub mod error;
-pub mod interpret;
+mod interpret;
 pub mod pipeline;
 pub mod stage;
 pub mod store;

@@ -282,26 +282,40 @@ async fn enrich(ctx: Context) -> StageResult {
     fn rustfmt(src: &str, width: u32) -> Option<String> {
         use std::io::Write as _;
         use std::process::{Command, Stdio};
-        let mut child = Command::new(std::env::var("RUSTFMT").unwrap_or_else(|_| "rustfmt".to_owned()))
-            .args(["--edition", "2024", "--config", &format!("max_width={width}")])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .ok()?;
+        let mut child =
+            Command::new(std::env::var("RUSTFMT").unwrap_or_else(|_| "rustfmt".to_owned()))
+                .args([
+                    "--edition",
+                    "2024",
+                    "--config",
+                    &format!("max_width={width}"),
+                ])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .ok()?;
         child.stdin.take()?.write_all(src.as_bytes()).ok()?;
         let out = child.wait_with_output().ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     #[test]
     fn real_rustfmt_layouts_keep_the_hash() {
         let (Some(narrow), Some(wide)) = (rustfmt(SAMPLE, 40), rustfmt(SAMPLE, 200)) else {
-            assert!(std::env::var_os("CI").is_none(), "rustfmt is required in CI");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "rustfmt is required in CI"
+            );
             eprintln!("SKIPPED real_rustfmt_layouts_keep_the_hash: rustfmt not found");
             return;
         };
         assert_ne!(narrow, wide, "the two layouts really differ");
-        assert!(narrow.contains(",\n"), "the narrow layout has trailing commas:\n{narrow}");
+        assert!(
+            narrow.contains(",\n"),
+            "the narrow layout has trailing commas:\n{narrow}"
+        );
         assert_eq!(h(SAMPLE), h(&narrow), "narrow layout:\n{narrow}");
         assert_eq!(h(SAMPLE), h(&wide), "wide layout:\n{wide}");
     }

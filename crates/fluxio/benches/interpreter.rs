@@ -11,7 +11,7 @@
 
 use std::hint::black_box;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_main};
 use fluxio::{Context, InMemoryStore, StageResult, pipeline, stage};
 
 #[stage]
@@ -91,5 +91,10 @@ fn durable(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, per_stage, durable);
-criterion_main!(benches);
+mod group {
+    #![allow(missing_docs)]
+    use super::{durable, per_stage};
+    criterion::criterion_group!(benches, per_stage, durable);
+}
+
+criterion_main!(group::benches);
