@@ -443,7 +443,7 @@ impl Pipeline {
 /// let b = ctx! { "n" => 2, "same" => true, "new" => "x" }?;
 /// let d = Diff::between("a", &a, "b", &b);
 /// assert_eq!(d.entries.len(), 2);
-/// assert_eq!(d.to_string(), "new: <absent> | \"x\"\nn: 1 | 2\n");
+/// assert_eq!(d.to_string(), "n: 1 | 2\nnew: <absent> | \"x\"\n");
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug, PartialEq)]
