@@ -434,6 +434,8 @@ async fn rule6_a_cancelled_run_frees_its_run_id_and_keeps_its_checkpoint() {
     );
     let cp = stored(&p, "cancelled").await;
     assert_eq!((cp.step.as_str(), cp.status), ("hold", RunStatus::Running));
+    // the lease is released by a background task as the run is dropped
+    tokio::task::yield_now().await;
     let err = p
         .invoke("cancelled", Context::new())
         .await

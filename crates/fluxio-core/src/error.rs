@@ -77,6 +77,17 @@ pub enum Error {
         run_id: String,
     },
 
+    /// The run lost ownership of its run id: its lease expired (the worker
+    /// was paused or cut off past the lease's time-to-live) and another
+    /// worker may own the run now. The store refused the write; this run stops.
+    #[error("run `{run_id}` lost its lease (fencing token {token}); another worker may own it now")]
+    LeaseLost {
+        /// The run id.
+        run_id: String,
+        /// The fencing token this run held.
+        token: u64,
+    },
+
     /// A run id that cannot be used (empty, too long, or with control characters).
     #[error("invalid run id {run_id:?}: {reason}")]
     InvalidRunId {

@@ -17,11 +17,12 @@ use crate::compile::{Event, Instr, Program};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::stage::Output;
-use crate::store::{Checkpoint, CheckpointStore, RunStatus, now_ms};
+use crate::store::{Checkpoint, CheckpointStore, Lease, RunStatus, now_ms};
 
 /// What a durable run needs to write its checkpoints.
 pub(crate) struct Durable<'a> {
     pub(crate) store: &'a dyn CheckpointStore,
+    pub(crate) lease: &'a Lease,
     pub(crate) run_id: &'a str,
     pub(crate) version: &'a str,
     pub(crate) created_at_ms: u64,
@@ -79,7 +80,7 @@ pub(crate) async fn run(
         Ok(done) => {
             if let Some(d) = durable {
                 let cp = d.checkpoint(program.instrs.len(), "", &done, RunStatus::Completed, None);
-                d.store.save(cp).await?;
+                d.store.save_fenced(cp, d.lease).await?;
             }
             Ok(done)
         }
@@ -93,7 +94,7 @@ pub(crate) async fn run(
                     RunStatus::Failed,
                     Some(e.to_string()),
                 );
-                if let Err(store_err) = d.store.save(cp).await {
+                if let Err(store_err) = d.store.save_fenced(cp, d.lease).await {
                     tracing::error!(
                         run_id = d.run_id,
                         error = %store_err,
@@ -119,7 +120,10 @@ async fn top(
         if let Instr::Checkpoint { step } = instr {
             if let Some(d) = durable {
                 let cp = d.checkpoint(ip, step, &ctx, RunStatus::Running, None);
-                d.store.save(cp).await.map_err(Halt::Store)?;
+                d.store
+                    .save_fenced(cp, d.lease)
+                    .await
+                    .map_err(Halt::Store)?;
             }
             *last = Some(Last {
                 ip,

@@ -11,7 +11,9 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable};
 use crate::stage::Output;
-use crate::store::{Checkpoint, CheckpointStore, InMemoryStore, Lease, RunStatus, now_ms};
+use crate::store::{
+    Checkpoint, CheckpointStore, InMemoryStore, Lease, Ownership, RunStatus, now_ms,
+};
 use crate::value::Value;
 use crate::version::short_hex;
 
@@ -196,7 +198,8 @@ impl Pipeline {
     ///
     /// # Cancel safety
     /// Dropping the future stops the run at its next `.await`; the last saved
-    /// checkpoint stays, so the run can be resumed, and the run id is freed.
+    /// checkpoint stays, so the run can be resumed, and the lease on the run
+    /// id is released by a background task (or expires, if that fails).
     pub async fn invoke(&self, run_id: &str, input: Context) -> Result<Context> {
         check_run_id(run_id)?;
         let span = tracing::info_span!("fluxio.run", run_id, version = %self.inner.version);
@@ -204,10 +207,10 @@ impl Pipeline {
             let Some(store) = &self.inner.store else {
                 return interpret::run(&self.inner.program, 0, input.clear_written(), None).await;
             };
-            let lease = store.acquire_lease(run_id, self.inner.lease_ttl).await?;
+            let owner = Ownership::acquire(store, run_id, self.inner.lease_ttl).await?;
             let result = async {
-                store.delete(run_id).await?;
-                let durable = self.durable(store.as_ref(), run_id, now_ms());
+                store.delete_fenced(run_id, owner.lease()).await?;
+                let durable = self.durable(store.as_ref(), owner.lease(), run_id, now_ms());
                 interpret::run(
                     &self.inner.program,
                     0,
@@ -217,7 +220,8 @@ impl Pipeline {
                 .await
             }
             .await;
-            self.release(store.as_ref(), lease, result).await
+            owner.release().await;
+            result
         }
         .instrument(span)
         .await
@@ -276,7 +280,7 @@ impl Pipeline {
         run_id: &str,
         replay: Option<Option<usize>>,
     ) -> Result<Context> {
-        let lease = store.acquire_lease(run_id, self.inner.lease_ttl).await?;
+        let owner = Ownership::acquire(store, run_id, self.inner.lease_ttl).await?;
         let result = async {
             let cp = self.load_checked(store.as_ref(), run_id).await?;
             let ip = match replay.flatten() {
@@ -293,7 +297,7 @@ impl Pipeline {
                     ),
                 });
             }
-            let durable = self.durable(store.as_ref(), run_id, cp.created_at_ms);
+            let durable = self.durable(store.as_ref(), owner.lease(), run_id, cp.created_at_ms);
             interpret::run(
                 &self.inner.program,
                 ip,
@@ -303,7 +307,8 @@ impl Pipeline {
             .await
         }
         .await;
-        self.release(store.as_ref(), lease, result).await
+        owner.release().await;
+        result
     }
 
     /// Compares the stored contexts of two runs key by key.
@@ -392,11 +397,13 @@ impl Pipeline {
     fn durable<'a>(
         &'a self,
         store: &'a dyn CheckpointStore,
+        lease: &'a Lease,
         run_id: &'a str,
         created_at_ms: u64,
     ) -> Durable<'a> {
         Durable {
             store,
+            lease,
             run_id,
             version: &self.inner.version,
             created_at_ms,
@@ -418,19 +425,6 @@ impl Pipeline {
             });
         }
         Ok(cp)
-    }
-
-    async fn release(
-        &self,
-        store: &dyn CheckpointStore,
-        lease: Lease,
-        result: Result<Context>,
-    ) -> Result<Context> {
-        let run_id = lease.run_id().to_owned();
-        if let Err(e) = store.release_lease(lease).await {
-            tracing::warn!(run_id, error = %e, "could not release the run's lease; it will expire");
-        }
-        result
     }
 }
 

@@ -3,7 +3,12 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::CheckpointStore;
 
 use crate::error::{Error, Result};
 
@@ -48,6 +53,91 @@ impl Lease {
     #[must_use]
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// The same run id and token, without the in-process guard (for the
+    /// renewal task; dropping it frees nothing).
+    fn handle(&self) -> Lease {
+        Lease::new(self.run_id.clone(), self.token)
+    }
+}
+
+/// A durable run's ownership of its run id: acquired once, renewed on a timer
+/// (every third of the time-to-live, never per stage), released once at the
+/// end. Dropping it (a cancelled run) stops the renewal and releases the lease
+/// in the background.
+pub(crate) struct Ownership {
+    store: Arc<dyn CheckpointStore>,
+    lease: Option<Lease>,
+    renewer: JoinHandle<()>,
+}
+
+impl Ownership {
+    pub(crate) async fn acquire(
+        store: &Arc<dyn CheckpointStore>,
+        run_id: &str,
+        ttl: Duration,
+    ) -> Result<Self> {
+        let lease = store.acquire_lease(run_id, ttl).await?;
+        let renewer = tokio::spawn(renew(Arc::clone(store), lease.handle(), ttl));
+        Ok(Ownership {
+            store: Arc::clone(store),
+            lease: Some(lease),
+            renewer,
+        })
+    }
+
+    /// The held lease.
+    pub(crate) fn lease(&self) -> &Lease {
+        // Only `release` and `drop` take it out, and both consume `self`.
+        self.lease
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("the lease is held until release"))
+    }
+
+    pub(crate) async fn release(mut self) {
+        self.renewer.abort();
+        if let Some(lease) = self.lease.take() {
+            let (run_id, token) = (lease.run_id().to_owned(), lease.token());
+            if let Err(e) = self.store.release_lease(lease).await {
+                tracing::warn!(run_id, token, error = %e, "could not release the run's lease; it will expire");
+            }
+        }
+    }
+}
+
+impl Drop for Ownership {
+    fn drop(&mut self) {
+        self.renewer.abort();
+        if let Some(lease) = self.lease.take() {
+            let store = Arc::clone(&self.store);
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = store.release_lease(lease).await;
+                });
+            }
+        }
+    }
+}
+
+async fn renew(store: Arc<dyn CheckpointStore>, lease: Lease, ttl: Duration) {
+    let period = (ttl / 3).max(Duration::from_millis(1));
+    loop {
+        tokio::time::sleep(period).await;
+        match store.renew_lease(&lease, ttl).await {
+            Ok(()) => {}
+            Err(Error::LeaseLost { .. }) => {
+                tracing::warn!(
+                    run_id = lease.run_id(),
+                    token = lease.token(),
+                    "the run lost its lease"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(run_id = lease.run_id(), error = %e, "could not renew the run's lease; retrying")
+            }
+        }
     }
 }
 

@@ -1,10 +1,13 @@
 //! The in-memory store.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use super::{Checkpoint, CheckpointStore};
-use crate::error::Result;
+use tokio::time::Instant;
+
+use super::{Checkpoint, CheckpointStore, Lease};
+use crate::error::{Error, Result};
 
 /// A process-local checkpoint store: the default.
 ///
@@ -13,21 +16,49 @@ use crate::error::Result;
 /// live context. Nothing survives the process; use it for tests and
 /// single-process services.
 ///
-/// The map sits behind a mutex that is never held across an `.await`, so
+/// Leases have the same semantics as in the shared stores: they expire after
+/// their time-to-live unless renewed (measured with tokio's clock, so tests
+/// can pause time), tokens grow with every acquisition of a run id, and fenced
+/// writes with a lost lease are refused.
+///
+/// The maps sit behind mutexes that are never held across an `.await`, so
 /// every method is atomic and cancel safe.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> fluxio_core::Result<()> {
+/// use std::time::Duration;
 /// use fluxio_core::store::{CheckpointStore, InMemoryStore};
 /// let store = InMemoryStore::new();
 /// assert!(!store.exists("run-1").await?);
-/// assert!(store.load("run-1").await?.is_none());
+/// let lease = store.acquire_lease("run-1", Duration::from_secs(30)).await?;
+/// assert!(store.acquire_lease("run-1", Duration::from_secs(30)).await.is_err());
+/// store.release_lease(lease).await?;
+/// assert!(store.acquire_lease("run-1", Duration::from_secs(30)).await.is_ok());
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Default)]
 pub struct InMemoryStore {
     map: Mutex<HashMap<String, Checkpoint>>,
+    leases: Mutex<HashMap<String, LeaseState>>,
+}
+
+/// The lease of one run id. Kept after release, so tokens keep growing.
+#[derive(Debug)]
+struct LeaseState {
+    token: u64,
+    /// `None` once released.
+    expires: Option<Instant>,
+}
+
+impl LeaseState {
+    fn held_at(&self, now: Instant) -> bool {
+        self.expires.is_some_and(|e| e > now)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl InMemoryStore {
@@ -40,37 +71,109 @@ impl InMemoryStore {
     /// Number of stored checkpoints.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.lock().len()
+        lock(&self.map).len()
     }
 
     /// Whether no checkpoint is stored.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        lock(&self.map).is_empty()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Checkpoint>> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Runs `f` on the checkpoint map while `lease` is current; the lease map
+    /// stays locked meanwhile, so the check and the write are one step.
+    fn fenced<T>(
+        &self,
+        run_id: &str,
+        lease: &Lease,
+        f: impl FnOnce(&mut HashMap<String, Checkpoint>) -> T,
+    ) -> Result<T> {
+        let leases = lock(&self.leases);
+        let current = lease.run_id() == run_id
+            && leases
+                .get(run_id)
+                .is_some_and(|l| l.token == lease.token() && l.held_at(Instant::now()));
+        if !current {
+            return Err(Error::LeaseLost {
+                run_id: lease.run_id().to_owned(),
+                token: lease.token(),
+            });
+        }
+        Ok(f(&mut lock(&self.map)))
     }
 }
 
 #[async_trait::async_trait]
 impl CheckpointStore for InMemoryStore {
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        self.lock().insert(checkpoint.run_id.clone(), checkpoint);
+        lock(&self.map).insert(checkpoint.run_id.clone(), checkpoint);
         Ok(())
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        Ok(self.lock().get(run_id).cloned())
+        Ok(lock(&self.map).get(run_id).cloned())
     }
 
     async fn delete(&self, run_id: &str) -> Result<()> {
-        self.lock().remove(run_id);
+        lock(&self.map).remove(run_id);
         Ok(())
     }
 
     async fn exists(&self, run_id: &str) -> Result<bool> {
-        Ok(self.lock().contains_key(run_id))
+        Ok(lock(&self.map).contains_key(run_id))
+    }
+
+    async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        let now = Instant::now();
+        let mut leases = lock(&self.leases);
+        let state = leases.entry(run_id.to_owned()).or_insert(LeaseState {
+            token: 0,
+            expires: None,
+        });
+        if state.held_at(now) {
+            return Err(Error::RunIdInUse {
+                run_id: run_id.to_owned(),
+            });
+        }
+        state.token += 1;
+        state.expires = Some(now + ttl);
+        Ok(Lease::new(run_id, state.token))
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        let now = Instant::now();
+        let mut leases = lock(&self.leases);
+        match leases.get_mut(lease.run_id()) {
+            Some(state) if state.token == lease.token() && state.held_at(now) => {
+                state.expires = Some(now + ttl);
+                Ok(())
+            }
+            _ => Err(Error::LeaseLost {
+                run_id: lease.run_id().to_owned(),
+                token: lease.token(),
+            }),
+        }
+    }
+
+    async fn release_lease(&self, lease: Lease) -> Result<()> {
+        if let Some(state) = lock(&self.leases).get_mut(lease.run_id()) {
+            if state.token == lease.token() {
+                state.expires = None;
+            }
+        }
+        Ok(())
+    }
+
+    async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
+        let run_id = checkpoint.run_id.clone();
+        self.fenced(&run_id, lease, |map| {
+            map.insert(checkpoint.run_id.clone(), checkpoint);
+        })
+    }
+
+    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
+        self.fenced(run_id, lease, |map| {
+            map.remove(run_id);
+        })
     }
 }

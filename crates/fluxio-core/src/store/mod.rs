@@ -3,9 +3,23 @@
 //! A store implements exactly four required methods: [`save`](CheckpointStore::save),
 //! [`load`](CheckpointStore::load), [`delete`](CheckpointStore::delete) and
 //! [`exists`](CheckpointStore::exists). Run ownership (who may execute a run
-//! id right now) is a set of *provided* methods with an in-process default, so
-//! a four-method store works unchanged; a shared store (Redis, Postgres)
-//! overrides them to make ownership hold across processes.
+//! id right now) is five *provided* methods with an in-process default, so a
+//! four-method store works unchanged in one process; a shared store (Redis,
+//! Postgres) overrides them to make ownership hold across processes:
+//!
+//! - [`acquire_lease`](CheckpointStore::acquire_lease) once per run: exactly
+//!   one winner, a fencing token that grows with every acquisition;
+//! - [`renew_lease`](CheckpointStore::renew_lease) on a timer while the run is
+//!   alive (every third of the lease's time-to-live), never per stage;
+//! - [`save_fenced`](CheckpointStore::save_fenced) /
+//!   [`delete_fenced`](CheckpointStore::delete_fenced) for every checkpoint
+//!   write: refused with [`Error::LeaseLost`](crate::Error::LeaseLost) once
+//!   the lease expired or was taken over, so a paused worker that wakes up
+//!   cannot overwrite the new owner's checkpoint;
+//! - [`release_lease`](CheckpointStore::release_lease) once at the end.
+//!
+//! A run whose worker died keeps its lease until it expires; then any
+//! worker can resume it.
 //!
 //! # Implementing a custom store
 //!
@@ -40,6 +54,8 @@
 //! ```
 
 mod checkpoint;
+#[cfg(feature = "test-util")]
+pub mod conformance;
 mod lease;
 mod memory;
 
@@ -50,6 +66,7 @@ use std::time::Duration;
 pub(crate) use checkpoint::now_ms;
 pub use checkpoint::{Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, RunStatus};
 pub use lease::Lease;
+pub(crate) use lease::Ownership;
 pub use memory::InMemoryStore;
 
 use crate::error::Result;
@@ -80,31 +97,64 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// Whether a checkpoint is stored for `run_id`.
     async fn exists(&self, run_id: &str) -> Result<bool>;
 
-    /// Takes ownership of `run_id` for a run, for at most `ttl` unless renewed.
+    /// Takes ownership of `run_id` for a run, for `ttl` unless renewed.
+    ///
+    /// Exactly one of any number of concurrent callers wins. The lease's
+    /// [`token`](Lease::token) is a fencing token: it is greater than the
+    /// token of every earlier lease on the same run id.
     ///
     /// The default is an in-process lock table keyed by this store's address
-    /// and the run id: race-free between tasks and threads of one process,
-    /// but not across processes. A store shared between processes overrides
-    /// this (and the two methods below) with a lease kept in the store.
+    /// and the run id: race-free between the tasks and threads of one
+    /// process, but not across processes, and it never expires. A store that
+    /// several processes share overrides the five ownership methods with a
+    /// lease kept in the store.
     ///
     /// # Errors
-    /// [`Error::RunIdInUse`](crate::Error::RunIdInUse) when another run holds it.
+    /// [`Error::RunIdInUse`](crate::Error::RunIdInUse) when another run holds
+    /// an unexpired lease on `run_id`.
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
         let _ = ttl;
         lease::acquire_local(self as *const Self as *const () as usize, run_id)
     }
 
-    /// Extends `lease` by `ttl`. The in-process default never expires, so it
-    /// does nothing.
+    /// Extends `lease` to `ttl` from now.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when the lease expired
+    /// or another lease replaced it. The default never expires.
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
         let _ = (lease, ttl);
         Ok(())
     }
 
-    /// Gives `lease` up, so the run id can be taken at once.
+    /// Gives `lease` up, so the run id can be taken at once. Releasing a
+    /// lease that was lost is not an error (it changes nothing).
     async fn release_lease(&self, lease: Lease) -> Result<()> {
         drop(lease);
         Ok(())
+    }
+
+    /// [`save`](Self::save), but only while `lease` is the run's current,
+    /// unexpired lease, atomically with that check.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when it is not; the
+    /// stored checkpoint is then left as it was. The default (in-process
+    /// leases, which cannot be lost) saves unconditionally.
+    async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
+        let _ = lease;
+        self.save(checkpoint).await
+    }
+
+    /// [`delete`](Self::delete), but only while `lease` is the run's current,
+    /// unexpired lease.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) as for
+    /// [`save_fenced`](Self::save_fenced).
+    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
+        let _ = lease;
+        self.delete(run_id).await
     }
 }
 
@@ -130,5 +180,11 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     async fn release_lease(&self, lease: Lease) -> Result<()> {
         (**self).release_lease(lease).await
+    }
+    async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
+        (**self).save_fenced(checkpoint, lease).await
+    }
+    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
+        (**self).delete_fenced(run_id, lease).await
     }
 }

@@ -1,0 +1,622 @@
+//! The conformance suite every checkpoint store passes (feature `test-util`).
+//!
+//! Each check is a plain `async fn` over a [`Harness`] and panics when the
+//! store misbehaves. [`store_conformance_tests!`](crate::store_conformance_tests)
+//! turns all of them into one `#[test]` each, run twice: through the
+//! concrete store type and through `Arc<dyn CheckpointStore>`.
+//!
+//! ```
+//! use fluxio_core::store::InMemoryStore;
+//! use fluxio_core::store::conformance::SharedMemory;
+//!
+//! async fn harness() -> Option<SharedMemory> {
+//!     Some(SharedMemory::default())
+//! }
+//!
+//! fluxio_core::store_conformance_tests!(harness);
+//! # fn main() {}
+//! ```
+//!
+//! Checks that involve leases use real time (time-to-lives of a few hundred
+//! milliseconds), because shared stores expire leases on their own clocks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use super::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
+use crate::context::Context;
+use crate::error::Error;
+
+/// Makes stores for the checks.
+#[async_trait::async_trait]
+pub trait Harness: Send + Sync + 'static {
+    /// The store under test.
+    type Store: CheckpointStore;
+
+    /// A store over namespace `ns` (a key prefix, a schema, ...). Two calls
+    /// with the same `ns` must give two handles on the same data, as two
+    /// processes would have; different namespaces never see each other's
+    /// data. `ns` is made of `[a-z0-9_]`, at most 40 characters.
+    async fn store(&self, ns: &str) -> Self::Store;
+
+    /// Stores `bytes` as the raw payload of `run_id` in `ns`, bypassing the
+    /// encoder, and returns `true`; or returns `false` for a store that keeps
+    /// values rather than bytes (the corrupt-payload check then does not apply).
+    async fn write_raw(&self, ns: &str, run_id: &str, bytes: &[u8]) -> bool {
+        let _ = (ns, run_id, bytes);
+        false
+    }
+}
+
+/// Wraps a harness so its stores are used as `Arc<dyn CheckpointStore>`.
+#[derive(Debug)]
+pub struct DynHarness<H>(pub H);
+
+#[async_trait::async_trait]
+impl<H: Harness> Harness for DynHarness<H> {
+    type Store = Arc<dyn CheckpointStore>;
+
+    async fn store(&self, ns: &str) -> Self::Store {
+        Arc::new(self.0.store(ns).await)
+    }
+
+    async fn write_raw(&self, ns: &str, run_id: &str, bytes: &[u8]) -> bool {
+        self.0.write_raw(ns, run_id, bytes).await
+    }
+}
+
+/// The harness of [`InMemoryStore`]: one shared store per namespace.
+#[derive(Debug, Default)]
+pub struct SharedMemory(Mutex<HashMap<String, Arc<InMemoryStore>>>);
+
+#[async_trait::async_trait]
+impl Harness for SharedMemory {
+    type Store = Arc<InMemoryStore>;
+
+    async fn store(&self, ns: &str) -> Self::Store {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(map.entry(ns.to_owned()).or_default())
+    }
+}
+
+/// Runs `f` on a multi-threaded tokio runtime (what the generated tests use).
+///
+/// # Panics
+/// When the runtime cannot be built.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    #[allow(clippy::expect_used)]
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the conformance checks");
+    rt.block_on(f)
+}
+
+/// For harness constructors: when the server is unreachable, fail if the `CI`
+/// environment variable is set, otherwise print a loud `SKIPPED` line and
+/// return `None`.
+///
+/// # Panics
+/// When `CI` is set.
+pub fn skip_unless_ci<T>(server: &str, error: &dyn std::fmt::Display) -> Option<T> {
+    if std::env::var_os("CI").is_some() {
+        panic!(
+            "{server} is unreachable and CI is set, so the tests fail instead of skipping: {error}"
+        );
+    }
+    eprintln!("SKIPPED: {server} is unreachable ({error}); start it to run these tests");
+    None
+}
+
+/// A unique namespace for one check: `fx_<check>_<pid>_<n>`.
+#[must_use]
+pub fn namespace(check: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let check: String = check
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(16)
+        .collect();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "fx_{check}_{}_{}_{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn checkpoint(run_id: &str, ip: u32, ctx: &Context) -> Checkpoint {
+    Checkpoint {
+        run_id: run_id.to_owned(),
+        version: "0123456789ab".to_owned(),
+        ip,
+        step: format!("step-{ip}"),
+        context: ctx.snapshot(),
+        status: RunStatus::Running,
+        error: false,
+        error_message: None,
+        created_at_ms: 1_700_000_000_000,
+        updated_at_ms: 1_700_000_000_000 + u64::from(ip),
+    }
+}
+
+#[allow(clippy::expect_used)]
+fn every_value_type() -> Context {
+    let nested: BTreeMap<String, BTreeMap<u32, Vec<String>>> = [(
+        "outer".to_owned(),
+        [(7u32, vec!["ü".to_owned(), String::new()])]
+            .into_iter()
+            .collect(),
+    )]
+    .into_iter()
+    .collect();
+    Context::new()
+        .set("u64_max", u64::MAX)
+        .and_then(|c| c.set("i64_min", i64::MIN))
+        .and_then(|c| c.set("i128_min", i128::MIN))
+        .and_then(|c| c.set("nan", f64::NAN))
+        .and_then(|c| c.set("inf", f64::INFINITY))
+        .and_then(|c| c.set("neg_inf", f64::NEG_INFINITY))
+        .and_then(|c| c.set("neg_zero", -0.0f64))
+        .and_then(|c| c.set("f64", 0.1 + 0.2))
+        .map(|c| c.set_value("bytes", crate::Value::Bytes(vec![0, 1, 255, 0])))
+        .and_then(|c| c.set("nested", nested))
+        .and_then(|c| c.set("ключ 🔑 :/ space", "значение"))
+        .and_then(|c| c.set("none", Option::<u8>::None))
+        .expect("every test value serializes")
+}
+
+const RUN_IDS: &[&str] = &[
+    "plain",
+    "with:colon",
+    "with/slash",
+    "with space",
+    "ユニコード 🦀",
+    "a:b/c d:",
+];
+
+/// Every value type and awkward run ids survive save and load unchanged.
+pub async fn round_trip_of_every_value_type<H: Harness>(h: &H) {
+    let store = h.store(&namespace("roundtrip")).await;
+    let ctx = every_value_type();
+    for run_id in RUN_IDS {
+        let cp = checkpoint(run_id, 3, &ctx);
+        store.save(cp.clone()).await.expect("save");
+        let back = store.load(run_id).await.expect("load").expect("saved");
+        assert_eq!(back, cp, "round trip of run `{run_id}`");
+        let f: f64 = back
+            .context
+            .to_context()
+            .get("nan")
+            .expect("nan reads back");
+        assert!(f.is_nan());
+        let z: f64 = back
+            .context
+            .to_context()
+            .get("neg_zero")
+            .expect("reads back");
+        assert!(z.is_sign_negative(), "-0.0 keeps its sign");
+    }
+}
+
+/// A second save replaces the first.
+pub async fn save_overwrites<H: Harness>(h: &H) {
+    let store = h.store(&namespace("overwrite")).await;
+    let ctx = Context::new();
+    store.save(checkpoint("r", 1, &ctx)).await.expect("save");
+    let mut second = checkpoint("r", 2, &ctx);
+    second.status = RunStatus::Failed;
+    second.error = true;
+    second.error_message = Some("boom".to_owned());
+    store.save(second.clone()).await.expect("save");
+    assert_eq!(store.load("r").await.expect("load"), Some(second));
+}
+
+/// Loading an id that was never saved is `None`, not an error.
+pub async fn load_of_a_missing_id_is_none<H: Harness>(h: &H) {
+    let store = h.store(&namespace("missing")).await;
+    assert!(store.load("never-saved").await.expect("load").is_none());
+    assert!(!store.exists("never-saved").await.expect("exists"));
+}
+
+/// Deleting twice, or deleting what was never saved, is fine.
+pub async fn delete_is_idempotent<H: Harness>(h: &H) {
+    let store = h.store(&namespace("delete")).await;
+    store
+        .delete("never-saved")
+        .await
+        .expect("delete of a missing id");
+    store
+        .save(checkpoint("r", 1, &Context::new()))
+        .await
+        .expect("save");
+    store.delete("r").await.expect("delete");
+    store.delete("r").await.expect("second delete");
+    assert!(store.load("r").await.expect("load").is_none());
+}
+
+/// `exists` follows save and delete.
+pub async fn exists_follows_save_and_delete<H: Harness>(h: &H) {
+    let store = h.store(&namespace("exists")).await;
+    assert!(!store.exists("r").await.expect("exists"));
+    store
+        .save(checkpoint("r", 1, &Context::new()))
+        .await
+        .expect("save");
+    assert!(store.exists("r").await.expect("exists"));
+    store.delete("r").await.expect("delete");
+    assert!(!store.exists("r").await.expect("exists"));
+}
+
+/// Two namespaces (key prefixes, schemas) never see each other's data or leases.
+pub async fn namespaces_are_isolated<H: Harness>(h: &H) {
+    let (a, b) = (
+        h.store(&namespace("iso_a")).await,
+        h.store(&namespace("iso_b")).await,
+    );
+    a.save(checkpoint("shared-id", 1, &Context::new()))
+        .await
+        .expect("save");
+    assert!(b.load("shared-id").await.expect("load").is_none());
+    assert!(!b.exists("shared-id").await.expect("exists"));
+    b.delete("shared-id").await.expect("delete");
+    assert!(
+        a.exists("shared-id").await.expect("exists"),
+        "b's delete did not touch a"
+    );
+    let _held = a
+        .acquire_lease("shared-id", Duration::from_secs(30))
+        .await
+        .expect("acquire in a");
+    b.acquire_lease("shared-id", Duration::from_secs(30))
+        .await
+        .expect("b's lease is independent");
+}
+
+/// A 10 MB context round-trips.
+pub async fn ten_megabyte_context<H: Harness>(h: &H) {
+    let store = h.store(&namespace("large")).await;
+    let blob: Vec<u8> = (0..10 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let ctx = Context::new().set_value("blob", crate::Value::Bytes(blob));
+    let cp = checkpoint("large", 1, &ctx);
+    store.save(cp.clone()).await.expect("save 10 MB");
+    assert_eq!(store.load("large").await.expect("load"), Some(cp));
+}
+
+/// 100 concurrent saves to distinct ids all land.
+pub async fn hundred_concurrent_saves<H: Harness>(h: &H) {
+    let store = Arc::new(h.store(&namespace("concurrent")).await);
+    let saves = (0..100u32).map(|i| {
+        let store = Arc::clone(&store);
+        async move {
+            let ctx = Context::new().set("i", i).expect("serializes");
+            store.save(checkpoint(&format!("run-{i}"), i, &ctx)).await
+        }
+    });
+    for r in futures::future::join_all(saves).await {
+        r.expect("concurrent save");
+    }
+    for i in 0..100u32 {
+        let cp = store
+            .load(&format!("run-{i}"))
+            .await
+            .expect("load")
+            .expect("saved");
+        assert_eq!(
+            (cp.ip, cp.context.to_context().get::<u32>("i").expect("i")),
+            (i, i)
+        );
+    }
+}
+
+/// Among 32 concurrent acquires from 4 store handles, exactly one wins.
+pub async fn lease_is_exclusive_under_concurrent_acquires<H: Harness>(h: &H) {
+    let ns = namespace("exclusive");
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(Arc::new(h.store(&ns).await));
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(32));
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let (store, barrier) = (Arc::clone(&stores[i % 4]), Arc::clone(&barrier));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .acquire_lease("contested", Duration::from_secs(30))
+                    .await
+            })
+        })
+        .collect();
+    let (mut won, mut in_use) = (0, 0);
+    for t in tasks {
+        match t.await.expect("no panic") {
+            Ok(_) => won += 1,
+            Err(Error::RunIdInUse { run_id }) => {
+                assert_eq!(run_id, "contested");
+                in_use += 1;
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    assert_eq!((won, in_use), (1, 31));
+}
+
+/// Renewing keeps a lease past its first time-to-live.
+pub async fn renewal_keeps_the_lease<H: Harness>(h: &H) {
+    let ns = namespace("renew");
+    let (owner, other) = (h.store(&ns).await, h.store(&ns).await);
+    let ttl = Duration::from_millis(600);
+    let lease = owner.acquire_lease("r", ttl).await.expect("acquire");
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        owner
+            .renew_lease(&lease, ttl)
+            .await
+            .expect("renew while held");
+    }
+    assert!(
+        matches!(
+            other.acquire_lease("r", ttl).await,
+            Err(Error::RunIdInUse { .. })
+        ),
+        "still held after 800 ms"
+    );
+    owner
+        .save_fenced(checkpoint("r", 1, &Context::new()), &lease)
+        .await
+        .expect("fenced save while held");
+}
+
+/// An expired lease can be taken over, with a greater token.
+pub async fn expired_lease_is_taken_over_with_a_greater_token<H: Harness>(h: &H) {
+    let ns = namespace("expiry");
+    let (dead, next) = (h.store(&ns).await, h.store(&ns).await);
+    let first = dead
+        .acquire_lease("r", Duration::from_millis(300))
+        .await
+        .expect("acquire");
+    assert!(matches!(
+        next.acquire_lease("r", Duration::from_secs(30)).await,
+        Err(Error::RunIdInUse { .. })
+    ));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let second = next
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("takeover after expiry");
+    assert!(
+        second.token() > first.token(),
+        "tokens grow: {} then {}",
+        first.token(),
+        second.token()
+    );
+}
+
+/// A worker whose lease was taken over cannot write: its save, delete and
+/// renew fail with `LeaseLost` and the new owner's checkpoint is intact.
+pub async fn stale_token_is_fenced<H: Harness>(h: &H) {
+    let ns = namespace("fencing");
+    let (zombie, owner) = (h.store(&ns).await, h.store(&ns).await);
+    let ctx = Context::new();
+    let old = zombie
+        .acquire_lease("r", Duration::from_millis(300))
+        .await
+        .expect("acquire");
+    zombie
+        .save_fenced(checkpoint("r", 1, &ctx), &old)
+        .await
+        .expect("save while held");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let new = owner
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("takeover");
+    let theirs = checkpoint("r", 2, &ctx.set("owner", "new").expect("serializes"));
+    owner
+        .save_fenced(theirs.clone(), &new)
+        .await
+        .expect("new owner saves");
+
+    let lost = |r: crate::Result<()>, what: &str| match r {
+        Err(Error::LeaseLost { run_id, token }) => {
+            assert_eq!((run_id.as_str(), token), ("r", old.token()), "{what}")
+        }
+        other => panic!("{what}: expected LeaseLost, got {other:?}"),
+    };
+    lost(
+        zombie.save_fenced(checkpoint("r", 9, &ctx), &old).await,
+        "stale save",
+    );
+    lost(zombie.delete_fenced("r", &old).await, "stale delete");
+    lost(
+        zombie.renew_lease(&old, Duration::from_secs(30)).await,
+        "stale renew",
+    );
+    assert_eq!(
+        owner.load("r").await.expect("load"),
+        Some(theirs),
+        "the new owner's checkpoint is intact"
+    );
+}
+
+/// An expired lease (no takeover yet) no longer fences writes in.
+pub async fn expired_lease_refuses_writes<H: Harness>(h: &H) {
+    let store = h.store(&namespace("expired")).await;
+    let lease = store
+        .acquire_lease("r", Duration::from_millis(200))
+        .await
+        .expect("acquire");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(matches!(
+        store
+            .save_fenced(checkpoint("r", 1, &Context::new()), &lease)
+            .await,
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(store.load("r").await.expect("load").is_none());
+}
+
+/// Release frees the run id at once; releasing a lost lease frees nothing.
+pub async fn release_frees_at_once_and_only_its_own_lease<H: Harness>(h: &H) {
+    let ns = namespace("release");
+    let (a, b) = (h.store(&ns).await, h.store(&ns).await);
+    let first = a
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    a.release_lease(first).await.expect("release");
+    let second = b
+        .acquire_lease("r", Duration::from_millis(300))
+        .await
+        .expect("free at once");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let third = a
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("takeover");
+    b.release_lease(second)
+        .await
+        .expect("releasing a lost lease is not an error");
+    assert!(
+        matches!(
+            b.acquire_lease("r", Duration::from_secs(30)).await,
+            Err(Error::RunIdInUse { .. })
+        ),
+        "the stale release did not free the new owner's lease"
+    );
+    a.save_fenced(checkpoint("r", 1, &Context::new()), &third)
+        .await
+        .expect("the owner still writes");
+}
+
+/// Fenced writes with a valid lease behave like plain ones.
+pub async fn fenced_writes_with_the_current_lease<H: Harness>(h: &H) {
+    let store = h.store(&namespace("fenced_ok")).await;
+    let lease = store
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    let cp = checkpoint("r", 4, &every_value_type());
+    store.save_fenced(cp.clone(), &lease).await.expect("save");
+    assert_eq!(store.load("r").await.expect("load"), Some(cp));
+    store.delete_fenced("r", &lease).await.expect("delete");
+    assert!(!store.exists("r").await.expect("exists"));
+    let other = store
+        .acquire_lease("other-run", Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    assert!(
+        matches!(
+            store
+                .save_fenced(checkpoint("r", 5, &Context::new()), &other)
+                .await,
+            Err(Error::LeaseLost { .. })
+        ),
+        "a lease on another run id does not fence this one"
+    );
+}
+
+/// A corrupt, truncated or foreign payload is a typed error naming the run
+/// id, and the bytes stay in place.
+pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
+    let ns = namespace("corrupt");
+    let store = h.store(&ns).await;
+    let good = checkpoint("bad:run", 1, &every_value_type())
+        .to_bytes()
+        .expect("encode");
+    let mut flipped = good.clone();
+    if let Some(last) = flipped.last_mut() {
+        *last ^= 0x40;
+    }
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("garbage", b"{\"not\": \"a checkpoint\"}".to_vec()),
+        ("truncated", good[..good.len() / 2].to_vec()),
+        ("bit flip", flipped),
+        ("empty", Vec::new()),
+    ];
+    for (what, bytes) in cases {
+        if !h.write_raw(&ns, "bad:run", &bytes).await {
+            return; // a store of values, not bytes
+        }
+        for _ in 0..2 {
+            match store.load("bad:run").await {
+                Err(Error::CorruptCheckpoint { run_id, .. }) => {
+                    assert_eq!(run_id, "bad:run", "{what}")
+                }
+                other => panic!("{what}: expected CorruptCheckpoint, got {other:?}"),
+            }
+        }
+        assert!(
+            store.exists("bad:run").await.expect("exists"),
+            "{what}: the bytes are left in place"
+        );
+    }
+}
+
+/// Generates one `#[test]` per conformance check, for the concrete store and
+/// through `Arc<dyn CheckpointStore>`.
+///
+/// `$make` is an `async fn() -> Option<impl Harness>`; `None` skips (see
+/// [`skip_unless_ci`](crate::store::conformance::skip_unless_ci)).
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:path) => {
+        mod conformance_concrete {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__store_conformance_each!($make, |h| h);
+        }
+        mod conformance_dyn {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__store_conformance_each!($make, $crate::store::conformance::DynHarness);
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_conformance_each {
+    ($make:path, $wrap:expr) => {
+        $crate::__store_conformance_each!(@each $make, $wrap,
+            round_trip_of_every_value_type,
+            save_overwrites,
+            load_of_a_missing_id_is_none,
+            delete_is_idempotent,
+            exists_follows_save_and_delete,
+            namespaces_are_isolated,
+            ten_megabyte_context,
+            hundred_concurrent_saves,
+            lease_is_exclusive_under_concurrent_acquires,
+            renewal_keeps_the_lease,
+            expired_lease_is_taken_over_with_a_greater_token,
+            stale_token_is_fenced,
+            expired_lease_refuses_writes,
+            release_frees_at_once_and_only_its_own_lease,
+            fenced_writes_with_the_current_lease,
+            corrupt_payload_is_a_typed_error,
+        );
+    };
+    (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                $crate::store::conformance::block_on(async {
+                    let Some(harness) = $make().await else { return };
+                    #[allow(clippy::redundant_closure_call)]
+                    let harness = ($wrap)(harness);
+                    $crate::store::conformance::$check(&harness).await;
+                });
+            }
+        )+
+    };
+}
