@@ -1,0 +1,163 @@
+//! The embedded migrations and the runner that applies them to one
+//! schema and table.
+//!
+//! sqlx 0.8's `Migrator` keeps its bookkeeping in an unqualified
+//! `_sqlx_migrations` table that it finds through `search_path`, and 0.8 has
+//! no way to rename it. In the default schema, `public`, that table would be
+//! the application's own (its versions would clash with ours), and two stores
+//! with different table names in one schema would clash with each other. So
+//! the files are embedded with `sqlx::migrate!` (versions, descriptions,
+//! SHA-384 checksums at compile time) and applied here, with bookkeeping in
+//! `"<schema>"._fluxio_migrations`, keyed by table name and version.
+
+use sqlx::migrate::{Migration, Migrator};
+use sqlx::{Executor, PgPool};
+
+use crate::error::PostgresStoreError;
+use crate::names::Names;
+
+/// The migrations under `crates/fluxio-postgres/migrations/`, embedded at
+/// compile time. Their SQL is a template over `{checkpoints}` and `{leases}`.
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// The first key of the transaction-level advisory lock the runner takes
+/// (`"flux"`); the second is `hashtext(schema)`.
+const LOCK_CLASS: i32 = 0x666c_7578;
+
+/// Errors of the runner: sqlx's, or a changed migration.
+#[derive(Debug)]
+pub(crate) enum MigrateError {
+    Sql(sqlx::Error),
+    Store(PostgresStoreError),
+}
+
+impl From<sqlx::Error> for MigrateError {
+    fn from(e: sqlx::Error) -> Self {
+        MigrateError::Sql(e)
+    }
+}
+
+/// The SQL of `migration` for these names.
+pub(crate) fn render(migration: &Migration, names: &Names) -> String {
+    migration
+        .sql
+        .replace("{checkpoints}", &names.checkpoints_qualified())
+        .replace("{leases}", &names.leases_qualified())
+}
+
+/// Applies the pending migrations in one transaction, under a
+/// transaction-level advisory lock per schema: concurrent first connections
+/// wait for each other instead of racing on `CREATE SCHEMA` / `CREATE TABLE`,
+/// and a dropped future or a lost connection rolls everything back and frees
+/// the lock. Returns how many migrations it applied.
+pub(crate) async fn run(pool: &PgPool, names: &Names) -> Result<usize, MigrateError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+        .bind(LOCK_CLASS)
+        .bind(&names.schema)
+        .execute(&mut *tx)
+        .await?;
+
+    // Checked first: `CREATE SCHEMA IF NOT EXISTS` needs the CREATE privilege
+    // on the database even when the schema exists.
+    let schema_exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+            .bind(&names.schema)
+            .fetch_one(&mut *tx)
+            .await?;
+    if !schema_exists {
+        let create = format!("CREATE SCHEMA {}", names.schema_quoted());
+        tx.execute(create.as_str()).await?;
+    }
+    let bookkeeping = names.migrations_qualified();
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
+            table_name   TEXT        NOT NULL,
+            version      BIGINT      NOT NULL,
+            description  TEXT        NOT NULL,
+            checksum     BYTEA       NOT NULL,
+            installed_on TIMESTAMPTZ NOT NULL DEFAULT now(),
+            PRIMARY KEY (table_name, version)
+        )"
+    );
+    tx.execute(create.as_str()).await?;
+
+    let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(&format!(
+        "SELECT version, checksum FROM {bookkeeping} WHERE table_name = $1"
+    ))
+    .bind(&names.table)
+    .fetch_all(&mut *tx)
+    .await?;
+
+    let mut count = 0;
+    for migration in MIGRATOR.iter() {
+        if migration.migration_type.is_down_migration() {
+            continue;
+        }
+        match applied.iter().find(|(v, _)| *v == migration.version) {
+            Some((_, checksum)) if checksum.as_slice() == &*migration.checksum => {}
+            Some(_) => {
+                return Err(MigrateError::Store(PostgresStoreError::MigrationChanged {
+                    schema: names.schema.clone(),
+                    table: names.table.clone(),
+                    version: migration.version,
+                    description: migration.description.to_string(),
+                }));
+            }
+            None => {
+                // Several statements: sent unprepared (simple query protocol).
+                let sql = render(migration, names);
+                tx.execute(sql.as_str()).await?;
+                sqlx::query(&format!(
+                    "INSERT INTO {bookkeeping} (table_name, version, description, checksum) \
+                     VALUES ($1, $2, $3, $4)"
+                ))
+                .bind(&names.table)
+                .bind(migration.version)
+                .bind(&*migration.description)
+                .bind(&*migration.checksum)
+                .execute(&mut *tx)
+                .await?;
+                tracing::info!(
+                    schema = %names.schema,
+                    table = %names.table,
+                    version = migration.version,
+                    description = %migration.description,
+                    "applied migration"
+                );
+                count += 1;
+            }
+        }
+    }
+    // Versions recorded but unknown to this build were applied by a newer
+    // fluxio-postgres: migrations only ever add, so this build keeps working
+    // (a rolling upgrade runs old and new workers side by side).
+    for (version, _) in &applied {
+        if !MIGRATOR.iter().any(|m| m.version == *version) {
+            tracing::debug!(
+                schema = %names.schema,
+                table = %names.table,
+                version,
+                "the schema has a migration newer than this build"
+            );
+        }
+    }
+    tx.commit().await?;
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_leave_no_placeholder() {
+        let names = Names::new("s", "t").expect("valid");
+        assert!(MIGRATOR.iter().count() >= 1);
+        for m in MIGRATOR.iter() {
+            let sql = render(m, &names);
+            assert!(!sql.contains("{checkpoints}") && !sql.contains("{leases}"));
+            assert!(sql.contains("\"s\".\"t\"") && sql.contains("\"s\".\"t_leases\""));
+        }
+    }
+}

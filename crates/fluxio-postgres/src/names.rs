@@ -1,0 +1,318 @@
+//! Identifier validation, quoting, URL redaction and the SQL of the store.
+
+use crate::error::PostgresStoreError;
+
+/// Longest identifier PostgreSQL keeps without truncating it (`NAMEDATALEN - 1`).
+const MAX_IDENTIFIER: usize = 63;
+/// Suffix of the lease table's name.
+const LEASES_SUFFIX: &str = "_leases";
+
+/// Checks `value` against `^[a-z_][a-z0-9_]{0,62}$`.
+pub(crate) fn validate_identifier(
+    setting: &'static str,
+    value: &str,
+) -> Result<(), PostgresStoreError> {
+    let invalid = |reason: &str| PostgresStoreError::InvalidSetting {
+        setting,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let mut chars = value.chars();
+    match chars.next() {
+        None => return Err(invalid("it is empty")),
+        Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
+            return Err(invalid(
+                "it must match ^[a-z_][a-z0-9_]{0,62}$ (start with a lowercase ASCII letter or `_`)",
+            ));
+        }
+        Some(_) => {}
+    }
+    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        return Err(invalid(
+            "it must match ^[a-z_][a-z0-9_]{0,62}$ (lowercase ASCII letters, digits and `_` only)",
+        ));
+    }
+    if value.len() > MAX_IDENTIFIER {
+        return Err(invalid(
+            "it must match ^[a-z_][a-z0-9_]{0,62}$ (at most 63 characters)",
+        ));
+    }
+    Ok(())
+}
+
+/// The validated names of one store's schema and tables.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub(crate) schema: String,
+    pub(crate) table: String,
+}
+
+impl Names {
+    /// Validates the schema and table names.
+    pub(crate) fn new(schema: &str, table: &str) -> Result<Self, PostgresStoreError> {
+        validate_identifier("schema", schema)?;
+        validate_identifier("table", table)?;
+        if schema.starts_with("pg_") {
+            return Err(PostgresStoreError::InvalidSetting {
+                setting: "schema",
+                value: schema.to_owned(),
+                reason: "schema names starting with `pg_` are reserved by PostgreSQL".to_owned(),
+            });
+        }
+        if table.len() + LEASES_SUFFIX.len() > MAX_IDENTIFIER {
+            return Err(PostgresStoreError::InvalidSetting {
+                setting: "table",
+                value: table.to_owned(),
+                reason: format!(
+                    "at most {} characters, so that the lease table `<table>{LEASES_SUFFIX}` fits in 63",
+                    MAX_IDENTIFIER - LEASES_SUFFIX.len()
+                ),
+            });
+        }
+        Ok(Names {
+            schema: schema.to_owned(),
+            table: table.to_owned(),
+        })
+    }
+
+    pub(crate) fn leases_table(&self) -> String {
+        format!("{}{LEASES_SUFFIX}", self.table)
+    }
+
+    pub(crate) fn schema_quoted(&self) -> String {
+        quote(&self.schema)
+    }
+
+    /// `"schema"."table"`.
+    pub(crate) fn checkpoints_qualified(&self) -> String {
+        format!("{}.{}", quote(&self.schema), quote(&self.table))
+    }
+
+    /// `"schema"."table_leases"`.
+    pub(crate) fn leases_qualified(&self) -> String {
+        format!("{}.{}", quote(&self.schema), quote(&self.leases_table()))
+    }
+
+    /// `"schema"."_fluxio_migrations"`.
+    pub(crate) fn migrations_qualified(&self) -> String {
+        format!("{}.{}", quote(&self.schema), quote("_fluxio_migrations"))
+    }
+}
+
+/// A double-quoted SQL identifier. The names are validated before they get
+/// here; doubling quotes keeps this safe on its own too.
+pub(crate) fn quote(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+/// `url` with the password (in the user info or a `password=` parameter)
+/// replaced by `***`: what Debug, logs and errors show.
+pub(crate) fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rfind('@') {
+        Some(at) => {
+            let (userinfo, host) = authority.split_at(at);
+            match userinfo.find(':') {
+                Some(colon) => format!("{}:***{host}", &userinfo[..colon]),
+                None => authority.to_owned(),
+            }
+        }
+        None => authority.to_owned(),
+    };
+    let tail = match tail.find('?') {
+        Some(q) => {
+            let (path, query) = tail.split_at(q + 1);
+            let (query, fragment) = match query.find('#') {
+                Some(h) => query.split_at(h),
+                None => (query, ""),
+            };
+            let params: Vec<String> = query
+                .split('&')
+                .map(|kv| {
+                    let key = kv.split('=').next().unwrap_or_default();
+                    if key.eq_ignore_ascii_case("password") {
+                        format!("{key}=***")
+                    } else {
+                        kv.to_owned()
+                    }
+                })
+                .collect();
+            format!("{path}{}{fragment}", params.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}{authority}{tail}")
+}
+
+/// The statements of one store, built once from its validated, quoted names.
+/// Values are always bind parameters.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub(crate) save: String,
+    pub(crate) save_fenced: String,
+    pub(crate) load: String,
+    pub(crate) exists: String,
+    pub(crate) delete: String,
+    pub(crate) delete_fenced: String,
+    pub(crate) acquire: String,
+    pub(crate) renew: String,
+    pub(crate) release: String,
+    pub(crate) purge: String,
+}
+
+/// The columns a save writes, in bind order `$1..$9`.
+const COLUMNS: &str =
+    "run_id, payload, version, ip, step, status, error_message, created_at, updated_at, expires_at";
+/// `$1..$9` as the values of [`COLUMNS`]: `$8` is the run's start in seconds
+/// since the epoch, `$9` the retention in seconds (NULL: never expires).
+const VALUES: &str = "$1::text, $2::bytea, $3::text, $4::bigint, $5::text, $6::text, $7::text, \
+     to_timestamp($8::float8), clock_timestamp(), \
+     clock_timestamp() + make_interval(secs => $9::float8)";
+const UPSERT: &str = "ON CONFLICT (run_id) DO UPDATE SET \
+     payload = EXCLUDED.payload, version = EXCLUDED.version, ip = EXCLUDED.ip, \
+     step = EXCLUDED.step, status = EXCLUDED.status, error_message = EXCLUDED.error_message, \
+     created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, \
+     expires_at = EXCLUDED.expires_at";
+/// A row that is not expired (database clock).
+const VISIBLE: &str = "(expires_at IS NULL OR expires_at > clock_timestamp())";
+
+impl Sql {
+    pub(crate) fn new(names: &Names) -> Self {
+        let cp = names.checkpoints_qualified();
+        let leases = names.leases_qualified();
+        // The current, unexpired lease of run `$1` with token `$tok`, locked
+        // FOR SHARE until the statement's transaction ends: a takeover must
+        // UPDATE that row (acquire), which conflicts with the share lock, so
+        // it waits for the fenced write to commit; a fenced write that comes
+        // second waits for the takeover and then re-checks the new row
+        // version (READ COMMITTED re-evaluation), whose token differs.
+        let current_lease = |tok: &str| {
+            format!(
+                "SELECT 1 FROM {leases} AS l WHERE l.run_id = $1 AND l.token = {tok} \
+                 AND l.expires_at > clock_timestamp() FOR SHARE"
+            )
+        };
+        Sql {
+            save: format!("INSERT INTO {cp} AS c ({COLUMNS}) VALUES ({VALUES}) {UPSERT}"),
+            // One statement: the upsert happens only when the lease row
+            // exists, carries this token, is unexpired, and is share-locked.
+            save_fenced: format!(
+                "INSERT INTO {cp} AS c ({COLUMNS}) SELECT {VALUES} WHERE EXISTS ({}) {UPSERT}",
+                current_lease("$10::bigint")
+            ),
+            load: format!("SELECT payload FROM {cp} WHERE run_id = $1 AND {VISIBLE}"),
+            exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})"),
+            delete: format!("DELETE FROM {cp} WHERE run_id = $1"),
+            // One statement; it says whether the lease held, so a missing
+            // checkpoint (nothing to delete) is told apart from a lost lease.
+            delete_fenced: format!(
+                "WITH lease AS MATERIALIZED ({}), \
+                 deleted AS (DELETE FROM {cp} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM lease)) \
+                 SELECT EXISTS (SELECT 1 FROM lease)",
+                current_lease("$2::bigint")
+            ),
+            // Insert the first lease, or take over a released or expired
+            // one; the token comes from the column's identity sequence, so
+            // it is greater than every earlier token. No row: held by another.
+            acquire: format!(
+                "INSERT INTO {leases} AS l (run_id, expires_at) \
+                 VALUES ($1::text, clock_timestamp() + make_interval(secs => $2::float8)) \
+                 ON CONFLICT (run_id) DO UPDATE \
+                 SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at \
+                 WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp() \
+                 RETURNING l.token"
+            ),
+            renew: format!(
+                "UPDATE {leases} SET expires_at = clock_timestamp() + make_interval(secs => $3::float8) \
+                 WHERE run_id = $1 AND token = $2 AND expires_at > clock_timestamp()"
+            ),
+            release: format!(
+                "UPDATE {leases} SET expires_at = NULL WHERE run_id = $1 AND token = $2"
+            ),
+            // Lease rows that are released or expired go too: tokens come
+            // from a sequence, so a re-created row still gets a greater token.
+            purge: format!(
+                "WITH dead_leases AS (DELETE FROM {leases} \
+                 WHERE expires_at IS NULL OR expires_at <= clock_timestamp()) \
+                 DELETE FROM {cp} WHERE expires_at <= clock_timestamp()"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers() {
+        for ok in ["public", "_x", "fluxio_checkpoints", "a1", &"a".repeat(63)] {
+            assert!(validate_identifier("schema", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "drop table",
+            "a;b",
+            "A",
+            "1a",
+            "a-b",
+            "é",
+            "a\"b",
+            &"a".repeat(64),
+        ] {
+            let err = validate_identifier("schema", bad)
+                .expect_err(bad)
+                .to_string();
+            assert!(err.starts_with("invalid schema "), "{err}");
+        }
+    }
+
+    #[test]
+    fn derived_names_fit() {
+        assert!(Names::new("public", &"t".repeat(56)).is_ok());
+        let err = Names::new("public", &"t".repeat(57)).expect_err("too long");
+        assert!(err.to_string().contains("invalid table"), "{err}");
+        let err = Names::new("pg_temp", "t").expect_err("reserved");
+        assert!(err.to_string().contains("invalid schema"), "{err}");
+    }
+
+    #[test]
+    fn redaction() {
+        let cases = [
+            (
+                "postgres://u:secret@h:5432/db",
+                "postgres://u:***@h:5432/db",
+            ),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("postgres://h/db", "postgres://h/db"),
+            (
+                "postgres://u:p%40ss@h/db?sslmode=require",
+                "postgres://u:***@h/db?sslmode=require",
+            ),
+            ("postgres://u:a@b@h", "postgres://u:***@h"),
+            (
+                "postgresql://h/db?user=u&password=secret&x=1",
+                "postgresql://h/db?user=u&password=***&x=1",
+            ),
+            (
+                "postgres://u:secret@h?password=x#frag",
+                "postgres://u:***@h?password=***#frag",
+            ),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact_url(url), want);
+        }
+    }
+
+    #[test]
+    fn statements_quote_the_names() {
+        let sql = Sql::new(&Names::new("s1", "t1").expect("valid"));
+        assert!(sql.save.starts_with("INSERT INTO \"s1\".\"t1\" AS c"));
+        assert!(sql.acquire.contains("\"s1\".\"t1_leases\""));
+    }
+}

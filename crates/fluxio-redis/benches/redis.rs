@@ -1,0 +1,327 @@
+//! The cost of checkpoints in Redis.
+//!
+//! `cargo bench -p fluxio-redis -- --warm-up-time 1 --measurement-time 5`,
+//! with Redis at `FLUXIO_REDIS_URL` (default `redis://127.0.0.1:6379`);
+//! skipped with a message when it is unreachable.
+//!
+//! - `per_checkpoint/*`: one checkpoint of a ~1 KB context.
+//!   `raw_set` is `SET key <to_bytes()> EX ttl` of bytes encoded beforehand,
+//!   through a redis-rs `ConnectionManager` like the store's;
+//!   `raw_set_encoding` encodes first (`to_bytes()` then the same `SET`);
+//!   `save` and `save_fenced` are the store's. The target is
+//!   `save_fenced / raw_set <= 1.3`.
+//! - `pipeline_10_stages/runs_N`: N concurrent durable runs (distinct run
+//!   ids) of a pipeline of ten no-op stages on the store; the throughput is in
+//!   runs per second. Each run writes the checkpoints counted in the summary
+//!   printed at the end (plus its lease: acquire and release).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use fluxio::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
+use fluxio::{Context, Pipeline, StageResult, pipeline, stage};
+use fluxio_redis::RedisStore;
+
+#[stage]
+async fn noop(ctx: Context) -> StageResult {
+    Ok(ctx)
+}
+
+const CONCURRENCY: [usize; 3] = [1, 16, 64];
+const TTL: Duration = Duration::from_secs(120);
+
+fn context_1kb() -> Context {
+    (0..10).fold(Context::new(), |c, i| {
+        c.set(format!("key-{i}"), "x".repeat(90))
+            .expect("a string serializes")
+    })
+}
+
+fn checkpoint(run_id: &str) -> Checkpoint {
+    Checkpoint {
+        run_id: run_id.to_owned(),
+        version: "0123456789ab".to_owned(),
+        ip: 3,
+        step: "step-3".to_owned(),
+        context: context_1kb().snapshot(),
+        status: RunStatus::Running,
+        error: false,
+        error_message: None,
+        created_at_ms: 1_700_000_000_000,
+        updated_at_ms: 1_700_000_000_000,
+    }
+}
+
+/// Runs `f` `iters` times on `rt`, timing the loop only.
+fn timed<F, Fut>(rt: &tokio::runtime::Runtime, iters: u64, mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    rt.block_on(async {
+        let start = Instant::now();
+        for _ in 0..iters {
+            f().await;
+        }
+        start.elapsed()
+    })
+}
+
+fn per_checkpoint(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    store: &RedisStore,
+) -> String {
+    let cp = checkpoint("fenced");
+    let bytes = cp.to_bytes().expect("encode");
+    println!("per_checkpoint: the checkpoint is {} bytes", bytes.len());
+    let raw_key = format!("{}:raw", store.key_prefix());
+    let ttl_s = TTL.as_secs();
+    let raw = rt.block_on(async {
+        let client = redis::Client::open(url).expect("a valid URL");
+        redis::aio::ConnectionManager::new(client)
+            .await
+            .expect("connect")
+    });
+    let lease = rt
+        .block_on(store.acquire_lease("fenced", Duration::from_secs(600)))
+        .expect("acquire");
+
+    let mut g = c.benchmark_group("per_checkpoint");
+    g.bench_function("raw_set", |b| {
+        b.iter_custom(|iters| {
+            timed(rt, iters, || {
+                let mut conn = raw.clone();
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(&raw_key)
+                    .arg(black_box(bytes.clone()))
+                    .arg("EX")
+                    .arg(ttl_s);
+                async move { cmd.query_async::<()>(&mut conn).await.expect("SET") }
+            })
+        });
+    });
+    g.bench_function("raw_set_encoding", |b| {
+        b.iter_custom(|iters| {
+            timed(rt, iters, || {
+                let mut conn = raw.clone();
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(&raw_key)
+                    .arg(black_box(&cp).to_bytes().expect("encode"))
+                    .arg("EX")
+                    .arg(ttl_s);
+                async move { cmd.query_async::<()>(&mut conn).await.expect("SET") }
+            })
+        });
+    });
+    g.bench_function("save", |b| {
+        b.iter_custom(|iters| {
+            timed(rt, iters, || async {
+                store.save(black_box(cp.clone())).await.expect("save");
+            })
+        });
+    });
+    g.bench_function("save_fenced", |b| {
+        b.iter_custom(|iters| {
+            timed(rt, iters, || async {
+                store
+                    .save_fenced(black_box(cp.clone()), &lease)
+                    .await
+                    .expect("save_fenced");
+            })
+        });
+    });
+    g.finish();
+
+    // The same two, interleaved in rounds (alternating which goes first), so
+    // that load from other processes hits both alike: the ratio to report.
+    let (mut raw_time, mut fenced_time, mut n) = (Duration::ZERO, Duration::ZERO, 0u32);
+    rt.block_on(async {
+        for round in 0..40 {
+            for first in [round % 2 == 0, round % 2 == 1] {
+                let start = Instant::now();
+                for _ in 0..50 {
+                    if first {
+                        let mut conn = raw.clone();
+                        redis::cmd("SET")
+                            .arg(&raw_key)
+                            .arg(bytes.clone())
+                            .arg("EX")
+                            .arg(ttl_s)
+                            .query_async::<()>(&mut conn)
+                            .await
+                            .expect("SET");
+                    } else {
+                        store
+                            .save_fenced(cp.clone(), &lease)
+                            .await
+                            .expect("save_fenced");
+                    }
+                }
+                if first {
+                    raw_time += start.elapsed();
+                } else {
+                    fenced_time += start.elapsed();
+                }
+            }
+            n += 50;
+        }
+    });
+    rt.block_on(store.release_lease(lease)).expect("release");
+    let (raw_us, fenced_us) = (
+        raw_time.as_secs_f64() * 1e6 / f64::from(n),
+        fenced_time.as_secs_f64() * 1e6 / f64::from(n),
+    );
+    format!(
+        "per checkpoint ({} bytes), interleaved, {n} of each: raw SET {raw_us:.1} µs, \
+         save_fenced {fenced_us:.1} µs, ratio {:.2}",
+        bytes.len(),
+        fenced_us / raw_us
+    )
+}
+
+/// Counts the checkpoint writes of one run.
+#[derive(Debug)]
+struct Counting(RedisStore, AtomicU64);
+
+#[async_trait::async_trait]
+impl CheckpointStore for Counting {
+    async fn save(&self, cp: Checkpoint) -> fluxio::Result<()> {
+        self.1.fetch_add(1, Ordering::Relaxed);
+        self.0.save(cp).await
+    }
+    async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
+        self.0.load(run_id).await
+    }
+    async fn delete(&self, run_id: &str) -> fluxio::Result<()> {
+        self.0.delete(run_id).await
+    }
+    async fn exists(&self, run_id: &str) -> fluxio::Result<bool> {
+        self.0.exists(run_id).await
+    }
+    async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> fluxio::Result<Lease> {
+        self.0.acquire_lease(run_id, ttl).await
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> fluxio::Result<()> {
+        self.0.renew_lease(lease, ttl).await
+    }
+    async fn release_lease(&self, lease: Lease) -> fluxio::Result<()> {
+        self.0.release_lease(lease).await
+    }
+    async fn save_fenced(&self, cp: Checkpoint, lease: &Lease) -> fluxio::Result<()> {
+        self.1.fetch_add(1, Ordering::Relaxed);
+        self.0.save_fenced(cp, lease).await
+    }
+    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> fluxio::Result<()> {
+        self.0.delete_fenced(run_id, lease).await
+    }
+}
+
+fn ten_noops() -> fluxio::PipelineBuilder {
+    pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
+}
+
+async fn run_batch(p: &Pipeline, ids: &[String], input: &Context) {
+    let runs = ids.iter().map(|id| p.invoke(id, input.clone()));
+    for r in futures::future::join_all(runs).await {
+        r.expect("the run completes");
+    }
+}
+
+fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &RedisStore) -> u64 {
+    let input = Context::new().set("order", 42u64).expect("serializes");
+    // checkpoint writes per run, counted once
+    let counting = Arc::new(Counting(store.clone(), AtomicU64::new(0)));
+    let p = ten_noops()
+        .store_arc(Arc::clone(&counting) as Arc<dyn CheckpointStore>)
+        .build()
+        .expect("valid");
+    rt.block_on(p.invoke("count", input.clone())).expect("runs");
+    let per_run = counting.1.load(Ordering::Relaxed);
+
+    let p = ten_noops().store(store.clone()).build().expect("valid");
+    let mut g = c.benchmark_group("pipeline_10_stages");
+    for n in CONCURRENCY {
+        let ids: Vec<String> = (0..n).map(|i| format!("run-{n}-{i}")).collect();
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_with_input(BenchmarkId::new("runs", n), &n, |b, _| {
+            b.iter_custom(|iters| timed(rt, iters, || run_batch(&p, &ids, &input)));
+        });
+    }
+    g.finish();
+    per_run
+}
+
+/// A fixed-length measurement for the summary: runs and checkpoints per second.
+fn summary(rt: &tokio::runtime::Runtime, store: &RedisStore, per_checkpoint: &str, per_run: u64) {
+    println!("\nsummary:\n  {per_checkpoint}");
+    let p = ten_noops().store(store.clone()).build().expect("valid");
+    let input = Context::new().set("order", 42u64).expect("serializes");
+    println!("  pipelines of 10 no-op stages: {per_run} checkpoint writes per run");
+    for n in CONCURRENCY {
+        let ids: Vec<String> = (0..n).map(|i| format!("sum-{n}-{i}")).collect();
+        let (mut runs, start) = (0u64, Instant::now());
+        while start.elapsed() < Duration::from_secs(3) {
+            rt.block_on(run_batch(&p, &ids, &input));
+            runs += n as u64;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "  {n:>2} concurrent: {:>8.0} runs/s, {:>9.0} checkpoints/s",
+            runs as f64 / secs,
+            (runs * per_run) as f64 / secs
+        );
+    }
+}
+
+async fn cleanup(url: &str, prefix: &str) -> redis::RedisResult<()> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await?;
+    if !keys.is_empty() {
+        redis::cmd("DEL")
+            .arg(keys)
+            .query_async::<()>(&mut conn)
+            .await?;
+    }
+    Ok(())
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let url =
+        std::env::var("FLUXIO_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let prefix = format!("fx_bench_{}", std::process::id());
+    let store = match rt.block_on(
+        RedisStore::builder(&url)
+            .key_prefix(&prefix)
+            .ttl(TTL)
+            .connect(),
+    ) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("SKIPPED: redis is unreachable ({e}); start it to run these benchmarks");
+            return;
+        }
+    };
+    let mut c = Criterion::default().configure_from_args();
+    let per_checkpoint = per_checkpoint(&mut c, &rt, &url, &store);
+    let per_run = throughput(&mut c, &rt, &store);
+    c.final_summary();
+    summary(&rt, &store, &per_checkpoint, per_run);
+    if let Err(e) = rt.block_on(cleanup(&url, &prefix)) {
+        eprintln!("could not delete the benchmark's keys (they expire in {TTL:?}): {e}");
+    }
+}

@@ -1,0 +1,184 @@
+//! The source of every [`Error::Store`](fluxio_core::Error::Store) this crate returns.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::redact::Redacted;
+
+/// Why a [`RedisStore`](crate::RedisStore) call failed.
+///
+/// Returned as the `source` of [`Error::Store`](fluxio_core::Error::Store)
+/// with backend `"redis"`; downcast to it for details. Its `Display` names
+/// the operation, the key and the URL with the password replaced by `***`,
+/// and its source is the redis-rs error, when there is one. Neither ever
+/// contains the URL's password.
+///
+/// ```
+/// use fluxio_redis::RedisStoreError;
+///
+/// fn is_redis_timeout(err: &fluxio_core::Error) -> bool {
+///     match err {
+///         fluxio_core::Error::Store { source, .. } => source
+///             .downcast_ref::<RedisStoreError>()
+///             .is_some_and(RedisStoreError::is_timeout),
+///         _ => false,
+///     }
+/// }
+/// # let _ = is_redis_timeout;
+/// ```
+#[derive(Debug)]
+pub struct RedisStoreError {
+    operation: &'static str,
+    key: Option<String>,
+    url: String,
+    cause: Cause,
+}
+
+#[derive(Debug)]
+enum Cause {
+    Redis(redis::RedisError),
+    Timeout(Duration),
+    Setting {
+        setting: &'static str,
+        reason: String,
+    },
+}
+
+impl RedisStoreError {
+    pub(crate) fn redis(
+        operation: &'static str,
+        key: Option<String>,
+        url: &Redacted,
+        error: redis::RedisError,
+    ) -> Self {
+        // redis-rs never puts the password in its messages today; if a future
+        // version did, keep the kind and drop the text.
+        let error = if url.leaks(&format!("{error} {error:?}")) {
+            redis::RedisError::from((
+                error.kind(),
+                "redis error (its message contained the password and was redacted)",
+                url.scrub(&error.to_string()),
+            ))
+        } else {
+            error
+        };
+        RedisStoreError {
+            operation,
+            key,
+            url: url.url.clone(),
+            cause: Cause::Redis(error),
+        }
+    }
+
+    pub(crate) fn timeout(
+        operation: &'static str,
+        key: Option<String>,
+        url: &Redacted,
+        timeout: Duration,
+    ) -> Self {
+        RedisStoreError {
+            operation,
+            key,
+            url: url.url.clone(),
+            cause: Cause::Timeout(timeout),
+        }
+    }
+
+    pub(crate) fn setting(
+        setting: &'static str,
+        reason: impl Into<String>,
+        url: &Redacted,
+    ) -> Self {
+        RedisStoreError {
+            operation: "configure",
+            key: None,
+            url: url.url.clone(),
+            cause: Cause::Setting {
+                setting,
+                reason: reason.into(),
+            },
+        }
+    }
+
+    /// The store operation that failed: `"save"`, `"load"`, `"acquire_lease"`,
+    /// `"connect"`, `"configure"`, ...
+    #[must_use]
+    pub fn operation(&self) -> &'static str {
+        self.operation
+    }
+
+    /// The Redis key the operation acted on, if any.
+    #[must_use]
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The server's URL, with the password replaced by `***`.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether no reply came within the store's command timeout. The
+    /// operation may or may not have been applied (each is atomic: all or
+    /// nothing).
+    #[must_use]
+    pub fn is_timeout(&self) -> bool {
+        match &self.cause {
+            Cause::Timeout(_) => true,
+            Cause::Redis(e) => e.is_timeout(),
+            Cause::Setting { .. } => false,
+        }
+    }
+
+    /// The setting that was rejected, for a configuration error.
+    #[must_use]
+    pub fn setting_name(&self) -> Option<&'static str> {
+        match &self.cause {
+            Cause::Setting { setting, .. } => Some(setting),
+            _ => None,
+        }
+    }
+
+    /// The redis-rs error, when the client or the server reported one.
+    #[must_use]
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match &self.cause {
+            Cause::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for RedisStoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Cause::Setting { setting, reason } = &self.cause {
+            return write!(f, "invalid setting `{setting}` for {}: {reason}", self.url);
+        }
+        f.write_str(self.operation)?;
+        if let Some(key) = &self.key {
+            write!(f, " `{key}`")?;
+        }
+        write!(f, " on {}: ", self.url)?;
+        match &self.cause {
+            Cause::Redis(e) => write!(f, "{e}"),
+            Cause::Timeout(t) => write!(f, "no reply within the command timeout ({t:?})"),
+            Cause::Setting { .. } => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for RedisStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.cause {
+            Cause::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<RedisStoreError> for fluxio_core::Error {
+    fn from(e: RedisStoreError) -> Self {
+        fluxio_core::Error::store(crate::BACKEND, e)
+    }
+}

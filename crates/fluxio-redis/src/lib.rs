@@ -1,0 +1,125 @@
+//! # fluxio-redis: a Redis checkpoint store for fluxio
+//!
+//! [`RedisStore`] keeps the checkpoints of durable pipelines in Redis, so a
+//! run that failed or whose process died is resumed by any process that
+//! connects to the same server, and two processes never execute the same run
+//! id at once (leases with fencing tokens, kept in Redis).
+//!
+//! ```no_run
+//! use fluxio::{Context, StageResult, ctx, pipeline, stage};
+//! use fluxio_redis::RedisStore;
+//!
+//! #[stage]
+//! async fn charge(ctx: Context) -> StageResult {
+//!     let cents: u64 = ctx.get("cents")?;
+//!     Ok(ctx.set("charged", cents)?)
+//! }
+//!
+//! #[stage]
+//! async fn receipt(ctx: Context) -> StageResult {
+//!     Ok(ctx.set("receipt", "sent")?)
+//! }
+//!
+//! # #[tokio::main]
+//! # async fn main() -> fluxio::Result<()> {
+//! let pipeline = pipeline![charge, receipt]
+//!     .store(RedisStore::connect("redis://127.0.0.1:6379").await?)
+//!     .build()?;
+//!
+//! match pipeline.invoke("order-42", ctx! { "cents" => 1999u64 }?).await {
+//!     Ok(out) => println!("{}", out.get::<String>("receipt")?),
+//!     // later, in this process or another one: continue from the failed stage
+//!     Err(_) => {
+//!         pipeline.resume("order-42").await?;
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! [`RedisStore::builder`] sets the checkpoint time-to-live (default one
+//! day), the key prefix (default `fluxio:checkpoint`), the per-call timeout
+//! (default 10 s) and, for `rediss://` URLs, a private CA.
+//!
+//! ## Key layout
+//!
+//! For a run id `R` and the key prefix `P`:
+//!
+//! | key | type | content | expiry |
+//! |---|---|---|---|
+//! | `P:R` | string | exactly [`Checkpoint::to_bytes`](fluxio_core::store::Checkpoint::to_bytes) | the store's `ttl`, reset by every save |
+//! | `P.lease:R` | string | the fencing token of the current lease, in decimal | the lease's time-to-live, reset by every renewal |
+//! | `P.epoch:R` | integer | the last token handed out for `R` | the longer of `ttl` and the lease's, reset by every acquire and renewal |
+//!
+//! The lease and epoch keys have `.` after the prefix where a checkpoint key
+//! has `:`, so no run id's checkpoint can collide with them.
+//!
+//! ## What each call does
+//!
+//! Every call is one network round trip: a single command, or a Lua script
+//! run with `EVALSHA` (loaded at connect time; a server that lost the
+//! scripts, after a restart say, is sent them again once).
+//!
+//! - `save`: `SET P:R <bytes> PX <ttl>`; `load`: `GET`; `delete`: `DEL`;
+//!   `exists`: `EXISTS`.
+//! - `acquire_lease`: if `P.lease:R` exists, [`Error::RunIdInUse`](fluxio_core::Error::RunIdInUse);
+//!   else `INCR P.epoch:R` and `SET P.lease:R <token> PX <lease ttl>`, and
+//!   the lease carries that token. Tokens grow with every acquisition.
+//! - `renew_lease`: `PEXPIRE P.lease:R` if it still holds the token, else
+//!   [`Error::LeaseLost`](fluxio_core::Error::LeaseLost).
+//! - `release_lease`: `DEL P.lease:R` if it still holds the token (else nothing).
+//! - `save_fenced` / `delete_fenced`: the `SET` / `DEL` of `P:R` if
+//!   `P.lease:R` still holds the token, else `LeaseLost` and the checkpoint
+//!   untouched. Check and write are one script, so a worker whose lease
+//!   expired (paused, cut off) cannot overwrite the new owner's checkpoint.
+//!
+//! ## Guarantees, and their limits
+//!
+//! - Each call is atomic on the server; see [`RedisStore`]'s `# Cancel safety`.
+//! - Each call ends within the command timeout, with a result or an
+//!   [`Error::Store`](fluxio_core::Error::Store). After a timeout the store
+//!   replaces its connection (redis-rs keeps a connection that never
+//!   reported an error, so a half-open one would stay stuck), and it
+//!   reconnects on its own after the server restarts or the network heals.
+//! - Leases and fencing are exactly as safe as **one Redis instance**. With
+//!   replicas and failover (Sentinel, managed services), a promoted replica
+//!   may lack writes the old primary acknowledged: a lease (two owners at
+//!   once) or a checkpoint (a resume from an older stage). Checkpoints
+//!   survive a restart only with persistence on; for no loss of
+//!   acknowledged saves, use `appendonly yes` with `appendfsync always`.
+//! - Lease expiry is measured on the Redis server's clock.
+//! - **Redis Cluster is not supported**: the scripts touch two keys (lease
+//!   and epoch, or lease and checkpoint), and this store does not speak the
+//!   cluster protocol. A prefix that is a hash tag (`{fx}`: keys `{fx}:R`,
+//!   `{fx}.lease:R`) would put all of a prefix's keys in one slot, were a
+//!   cluster client ever added.
+//! - Checkpoints expire `ttl` after their last save, finished runs included:
+//!   choose a `ttl` longer than the longest time you may want to resume or
+//!   inspect a run.
+//!
+//! ## TLS
+//!
+//! `rediss://` URLs use rustls with the `ring` crypto provider (installed as
+//! rustls's process default when the application has not installed one)
+//! and Mozilla's root certificates, or the CA given to
+//! [`RedisStoreBuilder::tls_root_certificates`].
+//!
+//! ## Errors
+//!
+//! Every failure of Redis or of the connection is
+//! [`Error::Store`](fluxio_core::Error::Store) with backend `"redis"` and a
+//! [`RedisStoreError`] as source, naming the operation, the key and the URL
+//! with its password replaced by `***`. No `Debug`, `Display` or log line of
+//! this crate contains the password.
+
+mod config;
+mod error;
+mod redact;
+mod scripts;
+mod store;
+
+pub use config::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_TTL, RedisStoreBuilder};
+pub use error::RedisStoreError;
+pub use store::RedisStore;
+
+/// The `backend` of this crate's [`Error::Store`](fluxio_core::Error::Store).
+pub const BACKEND: &str = "redis";
