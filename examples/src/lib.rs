@@ -3,13 +3,17 @@
 //! and by this package's tests).
 
 pub mod checkout;
+pub mod two_process;
 
 /// Every example pipeline, by name, built with its default options.
 ///
 /// # Errors
 /// A build error of one of them (none is expected).
 pub fn pipelines() -> fluxio::Result<Vec<(&'static str, fluxio::Pipeline)>> {
-    Ok(vec![("checkout", checkout::pipeline().build()?)])
+    Ok(vec![
+        ("checkout", checkout::pipeline().build()?),
+        ("two_process", two_process::demo_pipeline().build()?),
+    ])
 }
 
 /// The lines of `pipeline-versions.txt` after its header: `<name> <version>`.

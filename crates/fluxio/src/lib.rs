@@ -100,5 +100,13 @@ pub use fluxio_core::{
 };
 pub use fluxio_macros::{pipeline, stage};
 
+#[cfg(feature = "redis")]
+#[doc(inline)]
+pub use fluxio_redis::RedisStore;
+
+#[cfg(feature = "postgres")]
+#[doc(inline)]
+pub use fluxio_postgres::PostgresStore;
+
 #[doc(hidden)]
 pub use fluxio_core::__private;

@@ -1,0 +1,75 @@
+//! A worker process for the multi-process tests.
+//!
+//! `fluxio-worker <redis|postgres> <url> <namespace> <run-id> <invoke|resume> <lease-ms> <ledger-path> <stage=ms|->`
+//!
+//! It connects, prints `ready`, waits for a line on stdin (so a test can
+//! start many workers at the same instant), runs the worker pipeline, and
+//! prints one outcome line: `ok <final context as JSON>`, `in_use`,
+//! `lease_lost` or `error <message>`, exiting with 0, 10, 11 or 1.
+
+use std::io::BufRead as _;
+use std::time::Duration;
+
+use fluxio::{Context, Error};
+use fluxio_tests::{StoreKind, WorkerSettings, configure, worker_pipeline};
+
+#[tokio::main]
+async fn main() {
+    let code = match run().await {
+        Ok(out) => {
+            println!(
+                "ok {}",
+                serde_json::to_string(&out.snapshot()).unwrap_or_default()
+            );
+            0
+        }
+        Err(Error::RunIdInUse { .. }) => {
+            println!("in_use");
+            10
+        }
+        Err(Error::LeaseLost { .. }) => {
+            println!("lease_lost");
+            11
+        }
+        Err(e) => {
+            println!("error {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn run() -> fluxio::Result<Context> {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = || Error::Build {
+        message: format!(
+            "usage: fluxio-worker <redis|postgres> <url> <ns> <run-id> <invoke|resume> <lease-ms> <ledger> <stage=ms|->; got {args:?}"
+        ),
+    };
+    if args.len() != 9 {
+        return Err(usage());
+    }
+    let kind = StoreKind::parse(&args[1]).ok_or_else(usage)?;
+    let lease_ms: u64 = args[6].parse().map_err(|_| usage())?;
+    let hold = match args[8].split_once('=') {
+        Some((stage, ms)) => Some((stage.to_owned(), ms.parse().map_err(|_| usage())?)),
+        None => None,
+    };
+    configure(WorkerSettings {
+        ledger: Some(args[7].clone()),
+        hold,
+    });
+    let store = kind.open(&args[2], &args[3]).await?;
+    let pipeline = worker_pipeline()
+        .store_arc(store)
+        .lease_ttl(Duration::from_millis(lease_ms))
+        .build()?;
+    println!("ready");
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    match args[5].as_str() {
+        "invoke" => pipeline.invoke(&args[4], Context::new()).await,
+        "resume" => pipeline.resume(&args[4]).await,
+        _ => Err(usage()),
+    }
+}
