@@ -625,3 +625,129 @@ async fn rule9_diff_compares_two_runs_key_by_key() {
         matches!(p.diff("d1", "missing").await, Err(Error::CheckpointNotFound { ref run_id }) if run_id == "missing")
     );
 }
+
+// Run ownership costs no store call per stage: acquire and release once per
+// run, renew on a timer, one fenced write per checkpoint.
+#[derive(Debug, Default)]
+struct Counting {
+    inner: InMemoryStore,
+    calls: std::sync::Mutex<Vec<&'static str>>,
+}
+
+impl Counting {
+    fn note(&self, call: &'static str) {
+        self.calls.lock().expect("not poisoned").push(call);
+    }
+}
+
+#[async_trait::async_trait]
+impl CheckpointStore for Counting {
+    async fn save(&self, checkpoint: Checkpoint) -> fluxio::Result<()> {
+        self.note("save");
+        self.inner.save(checkpoint).await
+    }
+    async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
+        self.note("load");
+        self.inner.load(run_id).await
+    }
+    async fn delete(&self, run_id: &str) -> fluxio::Result<()> {
+        self.note("delete");
+        self.inner.delete(run_id).await
+    }
+    async fn exists(&self, run_id: &str) -> fluxio::Result<bool> {
+        self.note("exists");
+        self.inner.exists(run_id).await
+    }
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        ttl: Duration,
+    ) -> fluxio::Result<fluxio::store::Lease> {
+        self.note("acquire");
+        self.inner.acquire_lease(run_id, ttl).await
+    }
+    async fn renew_lease(&self, lease: &fluxio::store::Lease, ttl: Duration) -> fluxio::Result<()> {
+        self.note("renew");
+        self.inner.renew_lease(lease, ttl).await
+    }
+    async fn release_lease(&self, lease: fluxio::store::Lease) -> fluxio::Result<()> {
+        self.note("release");
+        self.inner.release_lease(lease).await
+    }
+    async fn save_fenced(
+        &self,
+        checkpoint: Checkpoint,
+        lease: &fluxio::store::Lease,
+    ) -> fluxio::Result<()> {
+        self.note("save_fenced");
+        self.inner.save_fenced(checkpoint, lease).await
+    }
+    async fn delete_fenced(
+        &self,
+        run_id: &str,
+        lease: &fluxio::store::Lease,
+    ) -> fluxio::Result<()> {
+        self.note("delete_fenced");
+        self.inner.delete_fenced(run_id, lease).await
+    }
+}
+
+#[tokio::test]
+async fn rule6_ownership_adds_no_store_call_per_stage() {
+    let t = "rule6-calls";
+    let store = Arc::new(Counting::default());
+    let p = pipeline![a, b, c, a, b, c, a, b, c, a]
+        .store_arc(store.clone())
+        .build()
+        .expect("valid");
+    p.invoke("calls", input(t)).await.expect("runs");
+    let calls = store.calls.lock().expect("not poisoned").clone();
+    let count = |name: &str| calls.iter().filter(|c| **c == name).count();
+    assert_eq!(calls.first(), Some(&"acquire"));
+    assert_eq!(calls.last(), Some(&"release"));
+    assert_eq!(
+        (count("acquire"), count("release"), count("delete_fenced")),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        count("save_fenced"),
+        11,
+        "one checkpoint per stage plus the completed one"
+    );
+    assert_eq!(
+        (count("save"), count("delete"), count("renew")),
+        (0, 0, 0),
+        "no unfenced writes, no renewal in a short run"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn rule6_a_long_stage_keeps_its_lease_by_renewal() {
+    let t = "rule6-renew";
+    let store = Arc::new(Counting::default());
+    let p = pipeline![a, slow_but_ok]
+        .store_arc(store.clone())
+        .lease_ttl(Duration::from_secs(3))
+        .build()
+        .expect("valid");
+    p.invoke("renewed", input(t))
+        .await
+        .expect("the lease outlives the 10 s stage");
+    let renewals = store
+        .calls
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .filter(|c| **c == "renew")
+        .count();
+    assert!(
+        (8..=10).contains(&renewals),
+        "renewed every second (a third of the 3 s ttl) for 10 s: {renewals}"
+    );
+}
+
+#[stage]
+async fn slow_but_ok(ctx: Context) -> StageResult {
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    Ok(ctx)
+}
