@@ -88,6 +88,7 @@ fn checkpoint(ctx: &Context) -> Checkpoint {
         error_message: Some("stage `charge` failed: declined".into()),
         created_at_ms: 1,
         updated_at_ms: 2,
+        attempt: 3,
     }
 }
 

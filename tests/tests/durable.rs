@@ -751,3 +751,66 @@ async fn slow_but_ok(ctx: Context) -> StageResult {
     tokio::time::sleep(Duration::from_secs(10)).await;
     Ok(ctx)
 }
+
+// Idempotency keys: a stage knows its run, position and attempt.
+fn note_info(ctx: &Context) -> Result<(), fluxio::BoxError> {
+    let info = fluxio::StageInfo::current().ok_or("no stage info inside a pipeline")?;
+    let test: String = ctx.get("test")?;
+    common::record(
+        &test,
+        format!("info:{}:{}", info.stage, info.idempotency_key()),
+    );
+    Ok(())
+}
+
+#[stage]
+async fn knows_async(ctx: Context) -> StageResult {
+    note_info(&ctx)?;
+    common::step(ctx, "knows_async")
+}
+
+#[stage]
+fn knows_blocking(ctx: Context) -> StageResult {
+    note_info(&ctx)?;
+    common::step(ctx, "knows_blocking")
+}
+
+#[tokio::test]
+async fn stages_get_a_stable_idempotency_key_with_the_attempt() {
+    let t = "idempotency";
+    arm(t, "knows_async");
+    let p = pipeline![a, knows_async, knows_blocking]
+        .durable(true)
+        .build()
+        .expect("valid");
+    p.invoke("idem", input(t)).await.expect_err("armed");
+    assert_eq!(stored(&p, "idem").await.attempt, 1);
+    p.resume("idem").await.expect_err("still armed");
+    assert_eq!(
+        stored(&p, "idem").await.attempt,
+        2,
+        "the failure checkpoint records the attempt"
+    );
+    disarm(t, "knows_async");
+    p.resume("idem").await.expect("third attempt succeeds");
+    let infos: Vec<String> = journal(t)
+        .into_iter()
+        .filter(|e| e.starts_with("info:"))
+        .collect();
+    // knows_async is the second stage: CALL at ip 4 + 2
+    assert_eq!(
+        infos,
+        [
+            "info:knows_async:idem/6/1",
+            "info:knows_async:idem/6/2",
+            "info:knows_async:idem/6/3",
+            "info:knows_blocking:idem/10/1"
+        ]
+    );
+    assert!(
+        fluxio::StageInfo::current().is_none(),
+        "no info outside a stage"
+    );
+    let direct = knows_async(input(t)).await;
+    assert!(direct.is_err(), "called directly, there is no stage info");
+}

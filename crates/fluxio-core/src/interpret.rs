@@ -16,7 +16,7 @@ use futures::future::{BoxFuture, try_join_all};
 use crate::compile::{Event, Instr, Program};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::stage::Output;
+use crate::stage::{Output, STAGE_INFO, StageInfo};
 use crate::store::{Checkpoint, CheckpointStore, Lease, RunStatus, now_ms};
 
 /// What a durable run needs to write its checkpoints.
@@ -26,9 +26,13 @@ pub(crate) struct Durable<'a> {
     pub(crate) run_id: &'a str,
     pub(crate) version: &'a str,
     pub(crate) created_at_ms: u64,
+    /// Where a resume starts and the attempt stored there: the first
+    /// checkpoint at that ip is the next attempt of its stage.
+    pub(crate) resumed: Option<(usize, u32)>,
 }
 
 impl Durable<'_> {
+    #[allow(clippy::too_many_arguments)]
     fn checkpoint(
         &self,
         ip: usize,
@@ -36,6 +40,7 @@ impl Durable<'_> {
         ctx: &Context,
         status: RunStatus,
         error: Option<String>,
+        attempt: u32,
     ) -> Checkpoint {
         Checkpoint {
             run_id: self.run_id.to_owned(),
@@ -48,6 +53,7 @@ impl Durable<'_> {
             error_message: error,
             created_at_ms: self.created_at_ms,
             updated_at_ms: now_ms(),
+            attempt,
         }
     }
 }
@@ -57,6 +63,14 @@ struct Last {
     ip: usize,
     step: Arc<str>,
     ctx: Context,
+    attempt: u32,
+}
+
+/// What a stage call is told about its run (see [`StageInfo`]).
+#[derive(Clone)]
+struct Scope {
+    run_id: Arc<str>,
+    attempt: u32,
 }
 
 /// Why the top-level frame stopped early.
@@ -71,15 +85,23 @@ enum Halt {
 /// `durable` is given.
 pub(crate) async fn run(
     program: &Arc<Program>,
+    run_id: &str,
     ip: usize,
     ctx: Context,
     durable: Option<&Durable<'_>>,
 ) -> Result<Context> {
     let mut last: Option<Last> = None;
-    match top(program, ip, ctx, durable, &mut last).await {
+    match top(program, run_id, ip, ctx, durable, &mut last).await {
         Ok(done) => {
             if let Some(d) = durable {
-                let cp = d.checkpoint(program.instrs.len(), "", &done, RunStatus::Completed, None);
+                let cp = d.checkpoint(
+                    program.instrs.len(),
+                    "",
+                    &done,
+                    RunStatus::Completed,
+                    None,
+                    1,
+                );
                 d.store.save_fenced(cp, d.lease).await?;
             }
             Ok(done)
@@ -93,6 +115,7 @@ pub(crate) async fn run(
                     &last.ctx,
                     RunStatus::Failed,
                     Some(e.to_string()),
+                    last.attempt,
                 );
                 if let Err(store_err) = d.store.save_fenced(cp, d.lease).await {
                     tracing::error!(
@@ -110,16 +133,25 @@ pub(crate) async fn run(
 /// The top-level frame: like [`exec`], plus checkpoints.
 async fn top(
     program: &Arc<Program>,
+    run_id: &str,
     mut ip: usize,
     mut ctx: Context,
     durable: Option<&Durable<'_>>,
     last: &mut Option<Last>,
 ) -> std::result::Result<Context, Halt> {
     let mut route: Option<String> = None;
+    let mut scope = Scope {
+        run_id: Arc::from(run_id),
+        attempt: 1,
+    };
     while let Some(instr) = program.instrs.get(ip) {
         if let Instr::Checkpoint { step } = instr {
+            scope.attempt = match durable.and_then(|d| d.resumed) {
+                Some((at, attempt)) if at == ip => attempt.saturating_add(1),
+                _ => 1,
+            };
             if let Some(d) = durable {
-                let cp = d.checkpoint(ip, step, &ctx, RunStatus::Running, None);
+                let cp = d.checkpoint(ip, step, &ctx, RunStatus::Running, None, scope.attempt);
                 d.store
                     .save_fenced(cp, d.lease)
                     .await
@@ -129,11 +161,12 @@ async fn top(
                 ip,
                 step: step.clone(),
                 ctx: ctx.clone(),
+                attempt: scope.attempt,
             });
             ip += 1;
             continue;
         }
-        let (next, next_ctx) = step(program, ip, ctx, &mut route)
+        let (next, next_ctx) = step(program, ip, ctx, &mut route, &scope)
             .await
             .map_err(Halt::Failed)?;
         ip = next;
@@ -144,10 +177,11 @@ async fn top(
 
 /// Runs one frame from `ip` until the end of the program or `END_BRANCH`.
 /// Checkpoints are not written here (branches are covered by their block's).
-pub(crate) fn exec(
+fn exec(
     program: &Arc<Program>,
     mut ip: usize,
     mut ctx: Context,
+    scope: Scope,
 ) -> BoxFuture<'_, Result<Context>> {
     Box::pin(async move {
         let mut route: Option<String> = None;
@@ -155,7 +189,7 @@ pub(crate) fn exec(
             match instr {
                 Instr::EndBranch => return Ok(ctx),
                 Instr::Checkpoint { .. } => ip += 1,
-                _ => (ip, ctx) = step(program, ip, ctx, &mut route).await?,
+                _ => (ip, ctx) = step(program, ip, ctx, &mut route, &scope).await?,
             }
         }
         Ok(ctx)
@@ -169,6 +203,7 @@ async fn step(
     ip: usize,
     ctx: Context,
     route: &mut Option<String>,
+    scope: &Scope,
 ) -> Result<(usize, Context)> {
     match &program.instrs[ip] {
         Instr::Checkpoint { .. } | Instr::EndBranch | Instr::Join => Ok((ip + 1, ctx)),
@@ -185,7 +220,13 @@ async fn step(
             // A router returns a decision, not a context: keep the context
             // it started from (an O(1) clone) to apply the patch to.
             let start = stage.meta().router.then(|| ctx.clone());
-            let out = stage.call(ctx).await;
+            let info = StageInfo {
+                run_id: Arc::clone(&scope.run_id),
+                stage: stage.name(),
+                position: u32::try_from(ip).unwrap_or(u32::MAX),
+                attempt: scope.attempt,
+            };
+            let out = STAGE_INFO.scope(info, stage.call(ctx)).await;
             match (out?, start) {
                 (Output::Context(next), _) => Ok((ip + 1, next)),
                 (Output::Send(send), Some(start)) => {
@@ -211,8 +252,9 @@ async fn step(
                     let branch = ctx.fork(name.clone());
                     let start = *start;
                     let name = name.clone();
+                    let scope = scope.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = exec(&program, start, branch).await {
+                        if let Err(e) = exec(&program, start, branch, scope).await {
                             tracing::warn!(branch = &*name, error = %e, "fire-and-forget branch failed");
                         }
                     });
@@ -222,7 +264,7 @@ async fn step(
             let runs = branches
                 .iter()
                 .zip(names)
-                .map(|(start, name)| exec(program, *start, ctx.fork(name.clone())));
+                .map(|(start, name)| exec(program, *start, ctx.fork(name.clone()), scope.clone()));
             let results = try_join_all(runs).await?;
             let merged = Context::merge(&ctx, &results)?;
             Ok((join + 1, merged))

@@ -18,7 +18,7 @@ pub mod version;
 pub use context::{Context, Snapshot};
 pub use error::{BoxError, Error, Result};
 pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder};
-pub use stage::{Send, Stage, StageKind, StageMeta};
+pub use stage::{Send, Stage, StageInfo, StageKind, StageMeta};
 pub use store::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
 pub use value::Value;
 

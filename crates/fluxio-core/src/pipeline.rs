@@ -205,14 +205,16 @@ impl Pipeline {
         let span = tracing::info_span!("fluxio.run", run_id, version = %self.inner.version);
         async move {
             let Some(store) = &self.inner.store else {
-                return interpret::run(&self.inner.program, 0, input.clear_written(), None).await;
+                return interpret::run(&self.inner.program, run_id, 0, input.clear_written(), None)
+                    .await;
             };
             let owner = Ownership::acquire(store, run_id, self.inner.lease_ttl).await?;
             let result = async {
                 store.delete_fenced(run_id, owner.lease()).await?;
-                let durable = self.durable(store.as_ref(), owner.lease(), run_id, now_ms());
+                let durable = self.durable(store.as_ref(), owner.lease(), run_id, now_ms(), None);
                 interpret::run(
                     &self.inner.program,
+                    run_id,
                     0,
                     input.clear_written(),
                     Some(&durable),
@@ -297,9 +299,19 @@ impl Pipeline {
                     ),
                 });
             }
-            let durable = self.durable(store.as_ref(), owner.lease(), run_id, cp.created_at_ms);
+            // a retry of the stage the checkpoint points at is its next attempt
+            let resumed =
+                (cp.status != RunStatus::Completed).then_some((cp.ip as usize, cp.attempt));
+            let durable = self.durable(
+                store.as_ref(),
+                owner.lease(),
+                run_id,
+                cp.created_at_ms,
+                resumed,
+            );
             interpret::run(
                 &self.inner.program,
+                run_id,
                 ip,
                 cp.context.to_context(),
                 Some(&durable),
@@ -400,6 +412,7 @@ impl Pipeline {
         lease: &'a Lease,
         run_id: &'a str,
         created_at_ms: u64,
+        resumed: Option<(usize, u32)>,
     ) -> Durable<'a> {
         Durable {
             store,
@@ -407,6 +420,7 @@ impl Pipeline {
             run_id,
             version: &self.inner.version,
             created_at_ms,
+            resumed,
         }
     }
 

@@ -266,11 +266,74 @@ impl<T, E> StageReturn for std::result::Result<T, E> {
     type Ok = T;
 }
 
+/// What a running stage can learn about its call: the run, its position in
+/// the program, and which attempt this is.
+///
+/// [`StageInfo::current`] returns it inside a stage called by a pipeline
+/// (async or blocking), and `None` elsewhere, e.g. when a test calls the
+/// function directly.
+///
+/// Use [`idempotency_key`](StageInfo::idempotency_key) to make side effects
+/// idempotent: a stage's body runs at least once (a crash after a side effect
+/// but before the next checkpoint re-runs the stage on resume), and the key
+/// tells the outside world which run, stage and attempt a call belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageInfo {
+    /// The run id.
+    pub run_id: Arc<str>,
+    /// The stage's name.
+    pub stage: &'static str,
+    /// The stage's position: the ip of its `CALL` instruction, stable for a
+    /// given pipeline version.
+    pub position: u32,
+    /// 1 on the first run of the stage, one more on every resume that
+    /// retries it (after a failure or a crash). Stages in a parallel block
+    /// share the block's attempt.
+    pub attempt: u32,
+}
+
+tokio::task_local! {
+    pub(crate) static STAGE_INFO: StageInfo;
+}
+
+thread_local! {
+    static BLOCKING_INFO: std::cell::RefCell<Option<StageInfo>> = const { std::cell::RefCell::new(None) };
+}
+
+impl StageInfo {
+    /// The info of the stage running on this task or blocking thread.
+    ///
+    /// ```
+    /// assert!(fluxio_core::StageInfo::current().is_none());
+    /// ```
+    #[must_use]
+    pub fn current() -> Option<StageInfo> {
+        STAGE_INFO
+            .try_with(Clone::clone)
+            .ok()
+            .or_else(|| BLOCKING_INFO.with(|b| b.borrow().clone()))
+    }
+
+    /// `"{run_id}/{position}/{attempt}"`: the same for the same attempt of the
+    /// same stage of the same run, different otherwise.
+    #[must_use]
+    pub fn idempotency_key(&self) -> String {
+        format!("{}/{}/{}", self.run_id, self.position, self.attempt)
+    }
+}
+
 /// Runs a blocking stage body on tokio's blocking pool.
 pub(crate) fn run_blocking<F>(f: F) -> StageFuture
 where
     F: FnOnce() -> Result<Output, BoxError> + std::marker::Send + 'static,
 {
+    let info = StageInfo::current();
+    let f = move || {
+        BLOCKING_INFO.with(|b| *b.borrow_mut() = info);
+        let out = f();
+        BLOCKING_INFO.with(|b| *b.borrow_mut() = None);
+        out
+    };
     Box::pin(async move {
         match tokio::task::spawn_blocking(f).await {
             Ok(r) => r,

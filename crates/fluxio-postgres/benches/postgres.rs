@@ -56,6 +56,7 @@ fn checkpoint(run_id: &str, ctx: &Context) -> Checkpoint {
         error_message: None,
         created_at_ms: 1_700_000_000_000,
         updated_at_ms: 1_700_000_000_000,
+        attempt: 1,
     }
 }
 

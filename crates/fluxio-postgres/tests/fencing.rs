@@ -22,6 +22,7 @@ fn checkpoint(ip: u32) -> Checkpoint {
         error_message: None,
         created_at_ms: 1_700_000_000_000,
         updated_at_ms: 1_700_000_000_000,
+        attempt: 1,
     }
 }
 

@@ -211,6 +211,7 @@ async fn a_server_that_never_answers_times_out_with_a_store_error() {
         error_message: None,
         created_at_ms: 0,
         updated_at_ms: 0,
+        attempt: 1,
     };
     let started = Instant::now();
     assert_store_error_in_time("load", store.load("r").await.map(drop), started, timeout);

@@ -52,6 +52,7 @@ fn checkpoint(run_id: &str) -> Checkpoint {
         error_message: None,
         created_at_ms: 1_700_000_000_000,
         updated_at_ms: 1_700_000_000_000,
+        attempt: 1,
     }
 }
 

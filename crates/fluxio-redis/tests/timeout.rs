@@ -29,6 +29,7 @@ fn checkpoint(run_id: &str) -> Checkpoint {
         error_message: None,
         created_at_ms: 0,
         updated_at_ms: 0,
+        attempt: 1,
     }
 }
 

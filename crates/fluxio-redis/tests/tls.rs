@@ -200,6 +200,7 @@ async fn rediss_verifies_the_server_and_works() {
         error_message: None,
         created_at_ms: 0,
         updated_at_ms: 0,
+        attempt: 1,
     };
     let lease = store
         .acquire_lease("r", Duration::from_secs(5))

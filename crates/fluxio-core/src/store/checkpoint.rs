@@ -59,6 +59,9 @@ pub struct Checkpoint {
     pub created_at_ms: u64,
     /// When this checkpoint was written, in milliseconds since the Unix epoch.
     pub updated_at_ms: u64,
+    /// Which attempt of the stage at `ip` this is: 1 on the first run, one
+    /// more on every resume that retries it (after a failure or a crash).
+    pub attempt: u32,
 }
 
 /// The first four bytes of every encoded checkpoint.

@@ -143,6 +143,7 @@ fn checkpoint(run_id: &str, ip: u32, ctx: &Context) -> Checkpoint {
         error_message: None,
         created_at_ms: 1_700_000_000_000,
         updated_at_ms: 1_700_000_000_000 + u64::from(ip),
+        attempt: ip % 3 + 1,
     }
 }
 
