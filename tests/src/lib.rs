@@ -130,3 +130,99 @@ async fn s3(ctx: Context) -> StageResult {
 pub fn worker_pipeline() -> PipelineBuilder {
     pipeline![s1, s2, s3]
 }
+
+// ---- the crash-test pipeline ------------------------------------------------
+
+/// Appends `run_id stage attempt pid` to the ledger, one line per attempt.
+fn crash_ledger(stage: &str) -> StageResult<u32> {
+    let info = fluxio::StageInfo::current().ok_or("crash stages run inside a pipeline")?;
+    if let Some(path) = &SETTINGS.get_or_init(WorkerSettings::default).ledger {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        writeln!(
+            f,
+            "{} {stage} {} {}",
+            info.run_id,
+            info.attempt,
+            std::process::id()
+        )?;
+    }
+    Ok(info.attempt)
+}
+
+async fn crash_step(ctx: Context, stage: &str, key: &str, value: u64) -> StageResult {
+    let attempt = crash_ledger(stage)?;
+    if ctx.get_opt::<String>("fail_first_attempt_of").as_deref() == Some(stage) && attempt == 1 {
+        return Err(format!("{stage} fails on its first attempt").into());
+    }
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    let base: u64 = ctx.get_opt("seed").unwrap_or(7);
+    Ok(ctx.set(key, base.wrapping_mul(1_000_003).wrapping_add(value))?)
+}
+
+#[stage]
+async fn c1(ctx: Context) -> StageResult {
+    crash_step(ctx, "c1", "c1", 1).await
+}
+
+#[stage(reads = [], writes = ["c2a"])]
+async fn c2a(ctx: Context) -> StageResult {
+    crash_step(ctx, "c2a", "c2a", 2).await
+}
+
+#[stage(reads = [], writes = ["c2b"])]
+fn c2b(ctx: Context) -> StageResult {
+    // a blocking stage in the parallel block
+    crash_ledger("c2b")?;
+    std::thread::sleep(Duration::from_millis(15));
+    let base: u64 = ctx.get_opt("seed").unwrap_or(7);
+    Ok(ctx.set("c2b", base ^ 0x5a)?)
+}
+
+#[stage]
+async fn pick(ctx: Context) -> StageResult<fluxio::Send> {
+    crash_ledger("pick")?;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let route: String = ctx.get_opt("route").unwrap_or_else(|| "x".to_owned());
+    Ok(fluxio::Send::to(route).with("picked", true)?)
+}
+
+#[stage]
+async fn c3x(ctx: Context) -> StageResult {
+    crash_step(ctx, "c3x", "c3", 3).await
+}
+
+#[stage]
+async fn c3y(ctx: Context) -> StageResult {
+    crash_step(ctx, "c3y", "c3", 33).await
+}
+
+#[stage]
+async fn c4(ctx: Context) -> StageResult {
+    crash_step(ctx, "c4", "c4", 4).await
+}
+
+#[stage]
+async fn c5(ctx: Context) -> StageResult {
+    crash_step(ctx, "c5", "c5", 5).await
+}
+
+/// The crash-test pipeline: a stage, a parallel block (async and blocking
+/// branches), a router with a routing block, and a last stage. Every stage
+/// appends `run_id stage attempt pid` to the ledger.
+pub fn crash_pipeline() -> PipelineBuilder {
+    pipeline![c1, parallel![c2a, c2b], pick => { "x" => [c3x, c4], "y" => c3y }, c5]
+}
+
+/// The durable steps of [`crash_pipeline`] along route `x`, in order: each
+/// is a set of stages covered by one checkpoint.
+pub const CRASH_STEPS_X: &[&[&str]] = &[
+    &["c1"],
+    &["c2a", "c2b"],
+    &["pick"],
+    &["c3x"],
+    &["c4"],
+    &["c5"],
+];
