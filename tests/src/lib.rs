@@ -90,14 +90,21 @@ pub fn configure(settings: WorkerSettings) {
     let _ = SETTINGS.set(settings);
 }
 
+/// Appends `line` and a newline with ONE `write(2)` on a file opened with
+/// `O_APPEND`: a process killed mid-write can never leave half a line that the
+/// next process's line would run into.
+fn append_line(path: &str, line: &str) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    f.write_all(format!("{line}\n").as_bytes())
+}
+
 async fn run_stage(ctx: Context, stage: &str, value: u64) -> StageResult {
     let settings = SETTINGS.get_or_init(WorkerSettings::default);
     if let Some(path) = &settings.ledger {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        writeln!(f, "{stage} {}", std::process::id())?;
+        append_line(path, &format!("{stage} {}", std::process::id()))?;
     }
     println!("in {stage}");
     if let Some((held, ms)) = &settings.hold {
@@ -137,16 +144,14 @@ pub fn worker_pipeline() -> PipelineBuilder {
 fn crash_ledger(stage: &str) -> StageResult<u32> {
     let info = fluxio::StageInfo::current().ok_or("crash stages run inside a pipeline")?;
     if let Some(path) = &SETTINGS.get_or_init(WorkerSettings::default).ledger {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        writeln!(
-            f,
-            "{} {stage} {} {}",
-            info.run_id,
-            info.attempt,
-            std::process::id()
+        append_line(
+            path,
+            &format!(
+                "{} {stage} {} {}",
+                info.run_id,
+                info.attempt,
+                std::process::id()
+            ),
         )?;
     }
     Ok(info.attempt)
