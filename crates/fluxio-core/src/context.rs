@@ -403,7 +403,7 @@ impl<C> bincode::Decode<C> for Snapshot {
         let len = u64::decode(d)?;
         let mut map = OrdMap::new();
         for _ in 0..len {
-            let k = String::decode(d)?;
+            let k = crate::value::decode_string(d)?;
             let v = Value::decode(d)?;
             if map.insert(k, v).is_some() {
                 return Err(bincode::error::DecodeError::Other(

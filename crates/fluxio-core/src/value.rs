@@ -72,8 +72,12 @@ pub const MAX_DEPTH: usize = 128;
 /// input; containers grow beyond it only as elements are actually decoded.
 const PREALLOC_LIMIT: usize = 256;
 
-/// Size of the chunks in which byte buffers are read while decoding.
+/// Largest step by which a byte buffer grows while decoding, when the reader
+/// cannot show whether the claimed bytes are there.
 const BYTE_CHUNK: usize = 64 * 1024;
+
+/// Smallest such step.
+const FIRST_CHUNK: usize = 256;
 
 /// Private newtype-struct name used by `impl Serialize for Value` so that
 /// [`to_value`] can rebuild a [`Value::Enum`] exactly. Every other serializer
@@ -1334,6 +1338,124 @@ impl<'de> de::Deserialize<'de> for Value {
 }
 
 // ---------------------------------------------------------------------------
+// Owned Value -> serde (moves, for the checkpoint decoder)
+// ---------------------------------------------------------------------------
+
+/// A deserializer that hands an owned [`Value`] over without copying:
+/// strings and byte buffers are moved (`visit_string`, `visit_byte_buf`),
+/// only containers are rebuilt. `Value::deserialize(OwnedValue(v))` is `v`.
+///
+/// The checkpoint decoder uses it to build a [`Snapshot`](crate::Snapshot)
+/// from decoded entries through `Snapshot`'s `Deserialize` (the one way to
+/// build it in one pass, without a copy-on-write clone per key).
+#[derive(Debug)]
+pub(crate) struct OwnedValue(pub(crate) Value);
+
+impl<'de> de::IntoDeserializer<'de, ValueError> for OwnedValue {
+    type Deserializer = Self;
+
+    fn into_deserializer(self) -> Self {
+        self
+    }
+}
+
+impl<'de> de::Deserializer<'de> for OwnedValue {
+    type Error = ValueError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
+        use serde::de::value::{MapDeserializer, SeqDeserializer};
+        match self.0 {
+            Value::Unit => visitor.visit_unit(),
+            Value::Bool(v) => visitor.visit_bool(v),
+            Value::I64(v) => visitor.visit_i64(v),
+            Value::U64(v) => visitor.visit_u64(v),
+            Value::I128(v) => visitor.visit_i128(v),
+            Value::U128(v) => visitor.visit_u128(v),
+            Value::F64(v) => visitor.visit_f64(v),
+            Value::Char(v) => visitor.visit_char(v),
+            Value::String(v) => visitor.visit_string(v),
+            Value::Bytes(v) => visitor.visit_byte_buf(v),
+            Value::None => visitor.visit_none(),
+            Value::Some(v) => visitor.visit_some(OwnedValue(*v)),
+            Value::Seq(items) => {
+                let mut seq = SeqDeserializer::new(items.into_iter().map(OwnedValue));
+                let value = visitor.visit_seq(&mut seq)?;
+                seq.end()?;
+                Ok(value)
+            }
+            Value::Map(map) => {
+                let entries = map.into_iter().map(|(k, v)| (OwnedValue(k), OwnedValue(v)));
+                let mut map = MapDeserializer::new(entries);
+                let value = visitor.visit_map(&mut map)?;
+                map.end()?;
+                Ok(value)
+            }
+            Value::Enum { variant, value } => visitor.visit_enum(OwnedEnum(variant, *value)),
+        }
+    }
+
+    fn is_human_readable(&self) -> bool {
+        false
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map struct enum identifier ignored_any
+    }
+}
+
+/// `Value::Enum` as an enum, for [`OwnedValue`].
+struct OwnedEnum(String, Value);
+
+impl<'de> EnumAccess<'de> for OwnedEnum {
+    type Error = ValueError;
+    type Variant = OwnedValue;
+
+    fn variant_seed<V: DeserializeSeed<'de>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, OwnedValue), ValueError> {
+        let variant = seed.deserialize(de::value::StringDeserializer::<ValueError>::new(self.0))?;
+        Ok((variant, OwnedValue(self.1)))
+    }
+}
+
+impl<'de> VariantAccess<'de> for OwnedValue {
+    type Error = ValueError;
+
+    fn unit_variant(self) -> Result<(), ValueError> {
+        match self.0 {
+            Value::Unit => Ok(()),
+            other => Err(de::Error::invalid_type(other.unexpected(), &"unit variant")),
+        }
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(
+        self,
+        seed: T,
+    ) -> Result<T::Value, ValueError> {
+        seed.deserialize(self)
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, ValueError> {
+        de::Deserializer::deserialize_any(self, visitor)
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, ValueError> {
+        de::Deserializer::deserialize_any(self, visitor)
+    }
+}
+
+// ---------------------------------------------------------------------------
 // bincode (native)
 // ---------------------------------------------------------------------------
 
@@ -1402,25 +1524,38 @@ fn decode_len<D: Decoder>(decoder: &mut D) -> Result<usize, DecodeError> {
     usize::try_from(len).map_err(|_| DecodeError::OutsideUsizeRange(len))
 }
 
-/// Decodes a length-prefixed byte buffer like bincode's `Vec<u8>`, but grows
-/// the buffer with the bytes actually read instead of allocating the claimed
-/// length up front.
+/// Decodes a length-prefixed byte buffer like bincode's `Vec<u8>` (same wire
+/// format), but never allocates the claimed length up front: bincode's own
+/// `Vec<u8>` and `String` decoders allocate whatever length the input claims
+/// (up to the configured limit, 1 GiB for checkpoints) before reading a byte.
+///
+/// When the reader can show the bytes (a slice), they are copied only if
+/// they are all there. Otherwise (an `io::Read`, or a claim beyond the
+/// input) the buffer grows in steps as large as what was read so far
+/// (between [`FIRST_CHUNK`] and [`BYTE_CHUNK`]), so a false claim fails
+/// after allocating at most about twice the bytes the input held.
 fn decode_bytes<D: Decoder>(decoder: &mut D) -> Result<Vec<u8>, DecodeError> {
     let len = decode_len(decoder)?;
     decoder.claim_container_read::<u8>(len)?;
-    let mut bytes = Vec::with_capacity(len.min(BYTE_CHUNK));
-    let mut remaining = len;
-    while remaining > 0 {
-        let chunk = remaining.min(BYTE_CHUNK);
+    if let Some(available) = decoder.reader().peek_read(len) {
+        let bytes = available.to_vec();
+        decoder.reader().consume(len);
+        return Ok(bytes);
+    }
+    let mut bytes = Vec::new();
+    while bytes.len() < len {
         let start = bytes.len();
-        bytes.resize(start + chunk, 0);
+        let step = (len - start).min(start.clamp(FIRST_CHUNK, BYTE_CHUNK));
+        bytes.resize(start + step, 0);
         decoder.reader().read(&mut bytes[start..])?;
-        remaining -= chunk;
     }
     Ok(bytes)
 }
 
-fn decode_string<D: Decoder>(decoder: &mut D) -> Result<String, DecodeError> {
+/// Decodes a `String` in bincode's wire format (length + UTF-8 bytes) without
+/// trusting the claimed length; see [`decode_bytes`]. Used for every string
+/// of a checkpoint, not only those inside values.
+pub(crate) fn decode_string<D: Decoder>(decoder: &mut D) -> Result<String, DecodeError> {
     String::from_utf8(decode_bytes(decoder)?).map_err(|e| DecodeError::Utf8 {
         inner: e.utf8_error(),
     })
@@ -2434,6 +2569,67 @@ mod tests {
         assert!(matches!(res, Err(DecodeError::LimitExceeded)));
         let res: Result<(Value, usize), _> = bincode::decode_from_slice(&huge(tag::SEQ), limited);
         assert!(matches!(res, Err(DecodeError::LimitExceeded)));
+    }
+
+    #[test]
+    fn owned_value_deserializes_to_itself() {
+        let nan = Value::F64(f64::from_bits(0x7ff8_dead_beef_0001));
+        for value in [
+            every_kind(),
+            nan,
+            Value::I128(i128::MIN),
+            Value::I64(i64::MIN),
+            Value::U64(u64::MAX),
+            Value::Some(Box::new(every_kind())),
+            enum_value("Deep", Value::Seq(vec![every_kind(), Value::None])),
+        ] {
+            let back = Value::deserialize(OwnedValue(value.clone())).expect("deserializes");
+            assert_eq!(back, value);
+        }
+        // Strings and byte buffers are moved, not copied.
+        let bytes = vec![7u8; 1 << 16];
+        let ptr = bytes.as_ptr();
+        match Value::deserialize(OwnedValue(Value::Bytes(bytes))) {
+            Ok(Value::Bytes(back)) => assert_eq!(back.as_ptr(), ptr),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn byte_buffers_decode_from_readers_that_cannot_peek() {
+        // `io::Read` sources cannot show whether the claimed bytes are there:
+        // buffers grow step by step, across the step sizes.
+        let sizes = [
+            0,
+            1,
+            FIRST_CHUNK - 1,
+            FIRST_CHUNK,
+            FIRST_CHUNK + 1,
+            3 * FIRST_CHUNK + 7,
+            BYTE_CHUNK,
+            BYTE_CHUNK + 1,
+            5 * BYTE_CHUNK / 2,
+        ];
+        for size in sizes {
+            let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            let text = "ü".repeat(size / 2) + &"x".repeat(size % 2);
+            for value in [Value::Bytes(bytes.clone()), Value::String(text.clone())] {
+                let encoded = encode(&value);
+                let back: Value =
+                    bincode::decode_from_std_read(&mut &encoded[..], config::standard())
+                        .expect("decodes from a reader");
+                assert_eq!(back, value, "size {size}");
+                assert_eq!(decode(&encoded).expect("decodes from a slice"), value);
+            }
+        }
+        // A claim beyond the input fails from a reader too.
+        let mut claim = vec![tag::BYTES, 252];
+        claim.extend(((1u32 << 30) - 1).to_le_bytes());
+        claim.extend([1, 2, 3]);
+        let res: Result<Value, _> =
+            bincode::decode_from_std_read(&mut &claim[..], config::standard());
+        assert!(res.is_err());
+        assert!(decode(&claim).is_err());
     }
 
     /// Tiny deterministic xorshift64 RNG.

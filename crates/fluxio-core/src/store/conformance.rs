@@ -526,8 +526,10 @@ pub async fn fenced_writes_with_the_current_lease<H: Harness>(h: &H) {
     );
 }
 
-/// A corrupt, truncated or foreign payload is a typed error naming the run
-/// id, and the bytes stay in place.
+/// A corrupt, truncated or foreign payload, one in another format version,
+/// and one with a valid header (right checksum) over garbage or over a claim
+/// of a 1 GiB string, is a typed error naming the run id (and, for another
+/// format, both version numbers), and the bytes stay in place.
 pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
     let ns = namespace("corrupt");
     let store = h.store(&ns).await;
@@ -538,20 +540,76 @@ pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
     if let Some(last) = flipped.last_mut() {
         *last ^= 0x40;
     }
-    let cases: [(&str, Vec<u8>); 4] = [
-        ("garbage", b"{\"not\": \"a checkpoint\"}".to_vec()),
-        ("truncated", good[..good.len() / 2].to_vec()),
-        ("bit flip", flipped),
-        ("empty", Vec::new()),
+    // A correct header (magic, version, CRC, length) over `payload`.
+    let framed = |format: u16, payload: &[u8]| {
+        let mut bytes = good[..4].to_vec();
+        bytes.extend_from_slice(&format.to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(payload);
+        bytes
+    };
+    let other_format = |format: u16| {
+        let mut bytes = good.clone();
+        bytes[4..6].copy_from_slice(&format.to_le_bytes());
+        bytes
+    };
+    // The run id's length prefix claims 1 GiB - 1 bytes (bincode varint: 0xfc + u32).
+    let mut huge = vec![0xfc];
+    huge.extend_from_slice(&((1u32 << 30) - 1).to_le_bytes());
+    huge.extend_from_slice(b"bad:run");
+    let current = super::FORMAT_VERSION;
+    let cases: Vec<(String, Vec<u8>, Option<u16>)> = vec![
+        (
+            "garbage".into(),
+            b"{\"not\": \"a checkpoint\"}".to_vec(),
+            None,
+        ),
+        ("truncated".into(), good[..good.len() / 2].to_vec(), None),
+        ("bit flip".into(), flipped, None),
+        ("empty".into(), Vec::new(), None),
+        (
+            format!("older format {}", current.wrapping_sub(1)),
+            other_format(current.wrapping_sub(1)),
+            Some(current.wrapping_sub(1)),
+        ),
+        (
+            format!("newer format {}", current + 1),
+            other_format(current + 1),
+            Some(current + 1),
+        ),
+        (
+            "newer format u16::MAX".into(),
+            other_format(u16::MAX),
+            Some(u16::MAX),
+        ),
+        (
+            "valid header, garbage payload".into(),
+            framed(current, b"\xff\xfe\xfd garbage with a correct CRC \x00\x80"),
+            None,
+        ),
+        (
+            "valid header, 1 GiB string claimed".into(),
+            framed(current, &huge),
+            None,
+        ),
     ];
-    for (what, bytes) in cases {
+    for (what, bytes, format) in cases {
         if !h.write_raw(&ns, "bad:run", &bytes).await {
             return; // a store of values, not bytes
         }
         for _ in 0..2 {
             match store.load("bad:run").await {
-                Err(Error::CorruptCheckpoint { run_id, .. }) => {
-                    assert_eq!(run_id, "bad:run", "{what}")
+                Err(Error::CorruptCheckpoint { run_id, reason }) => {
+                    assert_eq!(run_id, "bad:run", "{what}");
+                    if let Some(format) = format {
+                        for version in [format, current] {
+                            assert!(
+                                reason.contains(&format!("format {version}")),
+                                "{what}: the reason should name format {version}: {reason}"
+                            );
+                        }
+                    }
                 }
                 other => panic!("{what}: expected CorruptCheckpoint, got {other:?}"),
             }

@@ -1,0 +1,320 @@
+//! Golden checkpoint files: the binary format, pinned.
+//!
+//! Every file under `tests/fixtures/checkpoints/` decodes to exactly the
+//! [`Checkpoint`] built here, and encoding that checkpoint gives the file's
+//! bytes again. A change to the encoding (of the header, of a field, of a
+//! [`Value`] tag) therefore fails this test; see the README.md in that folder
+//! for what to do then.
+//!
+//! `FLUXIO_BLESS=1 cargo test -p fluxio-tests --test golden_checkpoints`
+//! (re)writes the files from the checkpoints below instead of comparing.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use fluxio_core::store::{Checkpoint, FORMAT_VERSION, MAGIC};
+use fluxio_core::{Context, Error, RunStatus, Value};
+
+/// The run id every golden checkpoint is stored under.
+const RUN_ID: &str = "golden:run/ü 🦀";
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/checkpoints")
+}
+
+fn bless() -> bool {
+    std::env::var_os("FLUXIO_BLESS").is_some_and(|v| v == "1")
+}
+
+fn context(entries: Vec<(&str, Value)>) -> Context {
+    entries.into_iter().collect()
+}
+
+fn string(s: &str) -> Value {
+    Value::String(s.to_owned())
+}
+
+fn map(entries: Vec<(Value, Value)>) -> Value {
+    Value::Map(entries.into_iter().collect::<BTreeMap<_, _>>())
+}
+
+/// A run about to execute its second stage, first attempt.
+fn running() -> Checkpoint {
+    Checkpoint {
+        run_id: RUN_ID.to_owned(),
+        version: "0123456789abcdef".to_owned(),
+        ip: 3,
+        step: "enrich".to_owned(),
+        context: context(vec![
+            ("user_id", Value::U64(42)),
+            ("name", string("Ada")),
+            ("score", Value::F64(0.5)),
+        ])
+        .snapshot(),
+        status: RunStatus::Running,
+        error: false,
+        error_message: None,
+        created_at_ms: 1_700_000_000_000,
+        updated_at_ms: 1_700_000_000_250,
+        attempt: 1,
+    }
+}
+
+/// A run whose stage failed on its third attempt.
+fn failed() -> Checkpoint {
+    Checkpoint {
+        run_id: RUN_ID.to_owned(),
+        version: "fedcba9876543210".to_owned(),
+        ip: 7,
+        step: "charge".to_owned(),
+        context: context(vec![
+            ("amount_cents", Value::I64(-1_999)),
+            ("currency", string("EUR")),
+            ("retries", Value::Seq(vec![Value::U64(1), Value::U64(2)])),
+        ])
+        .snapshot(),
+        status: RunStatus::Failed,
+        error: true,
+        error_message: Some(
+            "stage `charge` failed: card declined (Zahlung abgelehnt 💳)".to_owned(),
+        ),
+        created_at_ms: 1_700_000_000_000,
+        updated_at_ms: 1_700_000_123_456,
+        attempt: 3,
+    }
+}
+
+/// Every `Value` variant, extreme numbers, NaN bits, bytes and unicode keys.
+fn every_value() -> Context {
+    let nested = map(vec![
+        (
+            string("outer"),
+            map(vec![(
+                Value::U64(7),
+                Value::Seq(vec![string("ü"), string("")]),
+            )]),
+        ),
+        (Value::I64(-1), Value::Bool(false)),
+        (Value::Unit, Value::None),
+    ]);
+    context(vec![
+        ("unit", Value::Unit),
+        ("true", Value::Bool(true)),
+        ("false", Value::Bool(false)),
+        ("i64_min", Value::I64(i64::MIN)),
+        ("i64_max", Value::I64(i64::MAX)),
+        ("u64_max", Value::U64(u64::MAX)),
+        ("u64_zero", Value::U64(0)),
+        ("i128_min", Value::I128(i128::MIN)),
+        ("u128_max", Value::U128(u128::MAX)),
+        ("nan", Value::F64(f64::NAN)),
+        (
+            "nan_payload",
+            Value::F64(f64::from_bits(0xfff4_0000_dead_beef)),
+        ),
+        ("inf", Value::F64(f64::INFINITY)),
+        ("neg_inf", Value::F64(f64::NEG_INFINITY)),
+        ("neg_zero", Value::F64(-0.0)),
+        ("f64", Value::F64(0.1 + 0.2)),
+        ("char", Value::Char('🦀')),
+        ("string", string("значение, 東京, Zürich")),
+        ("empty_string", string("")),
+        ("bytes", Value::Bytes(vec![0, 1, 127, 128, 254, 255, 0])),
+        ("empty_bytes", Value::Bytes(Vec::new())),
+        ("none", Value::None),
+        ("some_none", Value::Some(Box::new(Value::None))),
+        (
+            "some_some",
+            Value::Some(Box::new(Value::Some(Box::new(Value::U64(1))))),
+        ),
+        (
+            "seq",
+            Value::Seq(vec![Value::Unit, Value::I64(-1), string("x")]),
+        ),
+        ("empty_seq", Value::Seq(Vec::new())),
+        ("nested_map", nested),
+        ("empty_map", map(Vec::new())),
+        (
+            "enum_unit",
+            Value::Enum {
+                variant: "Free".to_owned(),
+                value: Box::new(Value::Unit),
+            },
+        ),
+        (
+            "enum_struct",
+            Value::Enum {
+                variant: "Paid".to_owned(),
+                value: Box::new(map(vec![(string("seats"), Value::U64(3))])),
+            },
+        ),
+        (
+            "enum_tuple",
+            Value::Enum {
+                variant: "Custom".to_owned(),
+                value: Box::new(Value::Seq(vec![string("x"), Value::U64(255)])),
+            },
+        ),
+        ("ключ 🔑 :/ space", string("unicode key")),
+        ("", string("empty key")),
+    ])
+}
+
+/// A finished run: `ip` is the program's length and `step` is empty.
+fn completed() -> Checkpoint {
+    Checkpoint {
+        run_id: RUN_ID.to_owned(),
+        version: "00000000000000ff".to_owned(),
+        ip: 12,
+        step: String::new(),
+        context: every_value().snapshot(),
+        status: RunStatus::Completed,
+        error: false,
+        error_message: None,
+        created_at_ms: 0,
+        updated_at_ms: u64::MAX,
+        attempt: u32::MAX,
+    }
+}
+
+/// The smallest checkpoint: empty context, empty strings.
+fn empty() -> Checkpoint {
+    Checkpoint {
+        run_id: RUN_ID.to_owned(),
+        version: String::new(),
+        ip: 0,
+        step: String::new(),
+        context: Context::new().snapshot(),
+        status: RunStatus::Running,
+        error: false,
+        error_message: None,
+        created_at_ms: 0,
+        updated_at_ms: 0,
+        attempt: 1,
+    }
+}
+
+/// File name and the checkpoint it must hold.
+fn goldens() -> Vec<(&'static str, Checkpoint)> {
+    vec![
+        ("v1_running.bin", running()),
+        ("v1_failed.bin", failed()),
+        ("v1_completed_every_value.bin", completed()),
+        ("v1_empty.bin", empty()),
+    ]
+}
+
+#[test]
+fn golden_files_decode_to_the_expected_checkpoints_and_re_encode_identically() {
+    let dir = dir();
+    if bless() {
+        std::fs::create_dir_all(&dir).expect("create the fixtures folder");
+    }
+    for (name, expected) in goldens() {
+        let path = dir.join(name);
+        let encoded = expected.to_bytes().expect("the golden checkpoint encodes");
+        if bless() {
+            std::fs::write(&path, &encoded).expect("write the golden file");
+            eprintln!("blessed {} ({} bytes)", path.display(), encoded.len());
+            continue;
+        }
+        let stored = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read {} ({e}); run with FLUXIO_BLESS=1 to write it",
+                path.display()
+            )
+        });
+        assert_eq!(&stored[..4], &MAGIC, "{name}: magic");
+        assert_eq!(
+            u16::from_le_bytes([stored[4], stored[5]]),
+            FORMAT_VERSION,
+            "{name}: format version"
+        );
+        let decoded = Checkpoint::from_bytes(RUN_ID, &stored)
+            .unwrap_or_else(|e| panic!("{name} no longer decodes: {e}"));
+        assert_eq!(decoded, expected, "{name} decodes to another checkpoint");
+        assert_eq!(
+            decoded.to_bytes().expect("re-encode"),
+            stored,
+            "{name}: re-encoding the decoded checkpoint changed the bytes"
+        );
+        assert!(
+            encoded == stored,
+            "{name}: the encoding of the expected checkpoint changed \
+             ({} bytes now, {} in the file); a format change needs new fixtures, \
+             see tests/fixtures/checkpoints/README.md",
+            encoded.len(),
+            stored.len()
+        );
+    }
+}
+
+#[test]
+fn golden_values_survive_exactly() {
+    if bless() {
+        return;
+    }
+    let stored = std::fs::read(dir().join("v1_completed_every_value.bin"))
+        .expect("run with FLUXIO_BLESS=1 to write the fixtures");
+    let cp = Checkpoint::from_bytes(RUN_ID, &stored).expect("decodes");
+    let ctx = cp.context.to_context();
+    assert_eq!(ctx.get::<u64>("u64_max").expect("u64"), u64::MAX);
+    assert_eq!(ctx.get::<i64>("i64_min").expect("i64"), i64::MIN);
+    assert_eq!(ctx.get::<u128>("u128_max").expect("u128"), u128::MAX);
+    assert!(ctx.get::<f64>("nan").expect("nan").is_nan());
+    assert!(
+        matches!(ctx.value("nan_payload"), Some(Value::F64(f)) if f.to_bits() == 0xfff4_0000_dead_beef)
+    );
+    assert!(ctx.get::<f64>("neg_zero").expect("-0").is_sign_negative());
+    assert!(
+        matches!(ctx.value("bytes"), Some(Value::Bytes(b)) if b == &[0, 1, 127, 128, 254, 255, 0])
+    );
+    assert_eq!(ctx.get::<char>("char").expect("char"), '🦀');
+    assert_eq!(
+        ctx.get::<String>("ключ 🔑 :/ space").expect("unicode key"),
+        "unicode key"
+    );
+    assert_eq!(cp.updated_at_ms, u64::MAX);
+    assert_eq!(cp.attempt, u32::MAX);
+}
+
+#[test]
+fn golden_files_are_typed_errors_under_another_run_id() {
+    if bless() {
+        return;
+    }
+    for (name, _) in goldens() {
+        let stored = std::fs::read(dir().join(name)).expect("fixture exists");
+        match Checkpoint::from_bytes("another-run", &stored) {
+            Err(Error::CorruptCheckpoint { run_id, reason }) => {
+                assert_eq!(run_id, "another-run", "{name}");
+                assert!(reason.contains(RUN_ID), "{name}: {reason}");
+            }
+            other => panic!("{name}: expected CorruptCheckpoint, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn every_fixture_file_is_checked() {
+    if bless() {
+        return;
+    }
+    let known: Vec<&str> = goldens().into_iter().map(|(name, _)| name).collect();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir()).expect("the fixtures folder exists") {
+        let name = entry.expect("dir entry").file_name();
+        let name = name.to_string_lossy().into_owned();
+        if name.ends_with(".bin") {
+            found.push(name);
+        }
+    }
+    found.sort();
+    for name in &found {
+        assert!(
+            known.contains(&name.as_str()),
+            "{name} is in tests/fixtures/checkpoints but not checked by this test"
+        );
+    }
+    assert_eq!(found.len(), known.len(), "fixture files missing: {found:?}");
+}
