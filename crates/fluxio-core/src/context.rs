@@ -41,7 +41,9 @@ use crate::value::{Value, from_value, to_value};
 /// ```
 #[derive(Clone, Default)]
 pub struct Context {
-    data: OrdMap<String, Value>,
+    /// Values behind `Arc`: copying a tree node on update copies pointers,
+    /// never the values themselves.
+    data: OrdMap<String, Arc<Value>>,
     written: OrdSet<String>,
     branch: Option<Arc<str>>,
 }
@@ -74,7 +76,7 @@ impl Context {
         let key = key.into();
         let mut next = self.clone();
         next.written.insert(key.clone());
-        next.data.insert(key, value);
+        next.data.insert(key, Arc::new(value));
         next
     }
 
@@ -124,13 +126,13 @@ impl Context {
     /// Permissive read: `None` when the key is absent or holds another type.
     #[must_use]
     pub fn get_opt<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
-        self.data.get(key).and_then(|v| from_value(v).ok())
+        self.data.get(key).and_then(|v| from_value(v.as_ref()).ok())
     }
 
     /// The stored [`Value`] under `key`.
     #[must_use]
     pub fn value(&self, key: &str) -> Option<&Value> {
-        self.data.get(key)
+        self.data.get(key).map(AsRef::as_ref)
     }
 
     /// Whether `key` is present.
@@ -153,7 +155,7 @@ impl Context {
 
     /// Keys and values in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.data.iter().map(|(k, v)| (k.as_str(), v))
+        self.data.iter().map(|(k, v)| (k.as_str(), v.as_ref()))
     }
 
     /// Keys in order.
@@ -330,18 +332,18 @@ impl<K: Into<String>> FromIterator<(K, Value)> for Context {
 /// It serializes as a map from key to [`Value`], and has its own lossless
 /// bincode encoding (used by [`Checkpoint::to_bytes`](crate::store::Checkpoint::to_bytes)).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Snapshot(OrdMap<String, Value>);
+pub struct Snapshot(OrdMap<String, Arc<Value>>);
 
 impl Snapshot {
     /// Keys and values in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v))
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_ref()))
     }
 
     /// The value under `key`.
     #[must_use]
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.0.get(key)
+        self.0.get(key).map(AsRef::as_ref)
     }
 
     /// Number of keys.
@@ -371,14 +373,14 @@ impl fmt::Debug for Snapshot {
 
 impl Serialize for Snapshot {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter())
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v.as_ref())))
     }
 }
 
 impl<'de> Deserialize<'de> for Snapshot {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let map = std::collections::BTreeMap::<String, Value>::deserialize(d)?;
-        Ok(Snapshot(map.into_iter().collect()))
+        Ok(Snapshot(map.into_iter().map(|(k, v)| (k, Arc::new(v))).collect()))
     }
 }
 
@@ -405,7 +407,7 @@ impl<C> bincode::Decode<C> for Snapshot {
         for _ in 0..len {
             let k = crate::value::decode_string(d)?;
             let v = Value::decode(d)?;
-            if map.insert(k, v).is_some() {
+            if map.insert(k, Arc::new(v)).is_some() {
                 return Err(bincode::error::DecodeError::Other(
                     "duplicate key in context snapshot",
                 ));
