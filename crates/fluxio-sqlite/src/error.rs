@@ -1,0 +1,55 @@
+//! The errors of this crate that are not sqlx's.
+
+use std::time::Duration;
+
+/// What went wrong in the store itself, rather than in sqlx or SQLite.
+///
+/// It always arrives as the `source` of [`fluxio_core::Error::Store`] with
+/// `backend: "sqlite"`; downcast the source to tell the cases apart. Errors
+/// of sqlx and SQLite (a busy database past the busy timeout, a full disk, a
+/// file that cannot be opened) are the source themselves (a
+/// [`sqlx::Error`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqliteStoreError {
+    /// A setting of the builder was rejected before the file was touched.
+    #[error("invalid {setting} {value:?}: {reason}")]
+    InvalidSetting {
+        /// The setting, e.g. `"table"` or `"path"`.
+        setting: &'static str,
+        /// The rejected value.
+        value: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// A store call did not finish within the store's timeout.
+    #[error("{operation} timed out after {timeout:?}")]
+    Timeout {
+        /// The operation, e.g. `"save"` or `"open"`.
+        operation: &'static str,
+        /// The configured timeout.
+        timeout: Duration,
+    },
+
+    /// The database could not be switched to write-ahead logging, which the
+    /// store needs (readers next to a writer, one fsync per commit). SQLite
+    /// refuses WAL on some network filesystems, among others.
+    #[error("the database stayed in journal mode {mode:?}: the store needs WAL")]
+    NotWal {
+        /// The journal mode SQLite reported.
+        mode: String,
+    },
+
+    /// A migration embedded in this build differs from the one recorded as
+    /// applied: a migration file was edited after it was released.
+    #[error("migration {version} ({description}) of table `{table}` differs from the one applied")]
+    MigrationChanged {
+        /// The checkpoint table.
+        table: String,
+        /// The migration's version.
+        version: i64,
+        /// The migration's description.
+        description: String,
+    },
+}

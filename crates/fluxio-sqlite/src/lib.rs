@@ -1,0 +1,178 @@
+//! An SQLite [`CheckpointStore`](fluxio_core::store::CheckpointStore) for
+//! fluxio's durable pipelines: embedded, file-backed, no server to run.
+//!
+//! ```no_run
+//! use fluxio::{Context, StageResult, ctx, pipeline, stage};
+//! use fluxio_sqlite::SqliteStore;
+//!
+//! #[stage]
+//! async fn charge(ctx: Context) -> StageResult {
+//!     Ok(ctx.set("charged", true)?)
+//! }
+//!
+//! # #[tokio::main]
+//! # async fn main() -> fluxio::Result<()> {
+//! // Creates the file and the tables on first use (embedded migrations).
+//! let store = SqliteStore::open("fluxio.db").await?;
+//! let pipeline = pipeline![charge].store(store.clone()).build()?;
+//! pipeline.invoke("order-42", ctx! { "amount" => 4200u64 }?).await?;
+//!
+//! // After a crash, this process or another one on the same host, with its
+//! // own store on the same file, resumes the run from its last checkpoint:
+//! pipeline.resume("order-42").await?;
+//!
+//! // Periodically: reclaim completed runs past retention.
+//! let purged = store.purge_expired().await?;
+//! # let _ = purged;
+//! # Ok(()) }
+//! ```
+//!
+//! [`SqliteStore::builder`] sets the table (default `fluxio_checkpoints`),
+//! the retention of completed runs, the timeout of every call, SQLite's busy
+//! timeout and `synchronous` setting, and the number of connections.
+//!
+//! # Where it fits
+//!
+//! - **One process, or several processes on one host** sharing the file: yes.
+//!   Leases, fencing and migrations hold across processes (SQLite's file
+//!   locks), so a second process can resume a run whose process crashed.
+//!   Every process needs write access to the file and to its directory
+//!   (SQLite keeps `<file>-wal` and `<file>-shm` beside it).
+//! - **Several hosts**: no. Not even through a shared network filesystem
+//!   (NFS, SMB, most cloud file shares): their locks and `fsync` are not
+//!   what SQLite needs, and write-ahead logging needs shared memory that only
+//!   processes of one host have. Use `fluxio-postgres` or `fluxio-redis`.
+//!
+//! # Durability
+//!
+//! The file is in write-ahead-logging mode (WAL; switched on when the store
+//! opens it, and kept in the file).
+//!
+//! - A crash of the process (a panic, `kill -9`, an abort): every save that
+//!   returned is in the file, whatever [`Synchronous`] says.
+//! - A power loss or an operating-system crash: with
+//!   [`Synchronous::Full`], the default, every save that returned survives
+//!   (SQLite syncs the log at every commit), provided the filesystem and the
+//!   disk honour `fsync` (a local disk with a journaling filesystem does;
+//!   some virtual disks with write caching do not). With
+//!   [`Synchronous::Normal`] the last commits may be rolled back (the run
+//!   resumes from an earlier checkpoint and re-runs stages), in exchange for
+//!   one `fsync` less per save. The database is never corrupted either way.
+//! - Network filesystems: not supported (see above).
+//!
+//! # Schema
+//!
+//! Two tables (the name is validated as `^[a-z_][a-z0-9_]{0,62}$` and
+//! double-quoted in SQL; values are always bind parameters). Times are
+//! milliseconds since the Unix epoch; `datetime(updated_at / 1000.0,
+//! 'unixepoch')` shows one.
+//!
+//! ```sql
+//! CREATE TABLE "<table>" (
+//!     run_id        TEXT    NOT NULL PRIMARY KEY,
+//!     payload       BLOB    NOT NULL,  -- exactly Checkpoint::to_bytes()
+//!     version       TEXT    NOT NULL,  -- the rest mirror the payload,
+//!     ip            INTEGER NOT NULL,  -- for operators; never read back
+//!     step          TEXT    NOT NULL,
+//!     status        TEXT    NOT NULL,  -- running | failed | completed
+//!     error_message TEXT,
+//!     created_at    INTEGER NOT NULL,  -- the run's start (the writer's clock)
+//!     updated_at    INTEGER NOT NULL,  -- last write (SQLite's clock)
+//!     expires_at    INTEGER            -- completed runs only
+//! ) STRICT;
+//! CREATE TABLE "<table>_leases" (
+//!     run_id     TEXT    NOT NULL PRIMARY KEY,
+//!     token      INTEGER NOT NULL,     -- fencing token, unique
+//!     expires_at INTEGER               -- NULL: released
+//! ) STRICT;
+//! ```
+//!
+//! The SQL lives in `migrations/` as templates over the table names, is
+//! embedded with `sqlx::migrate!`, and is applied by
+//! [`open`](SqliteStoreBuilder::open) in one `BEGIN IMMEDIATE` transaction,
+//! which takes the file's write lock first: processes that open a fresh
+//! file at the same time queue instead of racing. The applied versions are
+//! recorded in `_fluxio_migrations` by table name, so several stores (tables)
+//! can share a file without touching an application's own
+//! `_sqlx_migrations`. An edited migration is refused
+//! ([`SqliteStoreError::MigrationChanged`]); versions newer than the build
+//! are tolerated (migrations only add).
+//!
+//! # Leases and fencing
+//!
+//! Ownership of a run id is a row of the lease table with a fencing token and
+//! an expiry, changed by single conditional statements:
+//!
+//! - acquire inserts the row, or takes over a released or expired one, with a
+//!   token one greater than the greatest in the table, and returns the token
+//!   (nothing returned: [`Error::RunIdInUse`](fluxio_core::Error::RunIdInUse));
+//!   purging never deletes the row with the greatest token, so tokens of a
+//!   run id grow with every acquisition, even across purges;
+//! - renew and release match the run id and the token;
+//! - `save_fenced` / `delete_fenced` write only while the row holds this token
+//!   and is unexpired, in the same statement
+//!   ([`Error::LeaseLost`](fluxio_core::Error::LeaseLost) otherwise, the
+//!   checkpoint untouched).
+//!
+//! SQLite lets one connection, of all processes, write to a file at a time,
+//! and a writing statement takes that lock before it reads, from the newest
+//! committed state. So the check of the lease and the write are one step: a
+//! takeover commits entirely before a fenced write (which then sees the new
+//! token and writes nothing) or entirely after it. No write of a previous
+//! owner lands after the new owner took over.
+//!
+//! # Clock
+//!
+//! Expiry is judged by SQLite's clock, `unixepoch('now', 'subsec')`, read
+//! inside each statement (once per statement, after it has the write lock);
+//! clients never send a time. A time taken by the client before the call
+//! could be stale by the time the statement runs (queued behind other
+//! writes, waiting up to the busy timeout, or a paused process), and the
+//! store would then renew or write through a lease that had already expired.
+//! Every process on the host reads the same system clock, so their leases
+//! compare correctly; a step of the wall clock (a manual change, NTP
+//! stepping) lengthens or shortens leases held at that moment, as it does
+//! for the PostgreSQL store.
+//!
+//! # Retention
+//!
+//! A completed run's checkpoint gets `expires_at = now + retention` (default
+//! 7 days, [`None`] keeps it forever); running and failed runs never expire.
+//! From then on `load` and `exists` treat the row as absent, and
+//! [`purge_expired`](SqliteStore::purge_expired) deletes it.
+//!
+//! # Errors
+//!
+//! Every failure of sqlx or SQLite is
+//! [`Error::Store`](fluxio_core::Error::Store) with `backend: "sqlite"` and
+//! the [`sqlx::Error`] as source (a write that waited longer than the
+//! [busy timeout](SqliteStoreBuilder::busy_timeout) for another connection's
+//! write is SQLite's "database is locked"); failures of the store itself (an
+//! invalid setting, a timeout, a changed migration) have a
+//! [`SqliteStoreError`] as source. Lost leases are
+//! [`Error::LeaseLost`](fluxio_core::Error::LeaseLost), contested run ids
+//! [`Error::RunIdInUse`](fluxio_core::Error::RunIdInUse), undecodable
+//! payloads [`Error::CorruptCheckpoint`](fluxio_core::Error::CorruptCheckpoint)
+//! (the bytes stay in place). Every call is bounded by the store's
+//! [timeout](SqliteStoreBuilder::timeout) (default 10 s), waiting for a
+//! connection and for the write lock included: it never hangs.
+//!
+//! # Cancel safety
+//!
+//! Each call writes with one statement, a transaction of its own
+//! (`purge_expired` and the migrations: one transaction of several).
+//! Dropping its future leaves the file before or after that transaction,
+//! never half-way; a statement already handed to SQLite may still complete
+//! (sqlx runs it on the connection's own thread), and a transaction left
+//! open is rolled back before the connection is used again.
+
+mod error;
+mod migrate;
+mod names;
+mod store;
+
+pub use error::SqliteStoreError;
+pub use store::{
+    BACKEND, DEFAULT_BUSY_TIMEOUT, DEFAULT_COMPLETED_RETENTION, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_TABLE, DEFAULT_TIMEOUT, SqliteStore, SqliteStoreBuilder, Synchronous,
+};

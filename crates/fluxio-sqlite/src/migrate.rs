@@ -1,0 +1,192 @@
+//! Preparing a file: write-ahead logging, then the embedded migrations.
+//!
+//! The migration files are embedded with `sqlx::migrate!` (versions,
+//! descriptions, checksums at compile time) but applied here rather than by
+//! sqlx's `Migrator`, whose bookkeeping table `_sqlx_migrations` has a fixed
+//! name: the application may keep its own migrations in the same file, and
+//! several stores (tables) may share one file. Ours is `_fluxio_migrations`,
+//! keyed by table name and version.
+
+use std::time::Duration;
+
+use sqlx::migrate::{Migration, Migrator};
+use sqlx::{Executor, SqlitePool};
+
+use crate::error::SqliteStoreError;
+use crate::names::{MIGRATIONS_TABLE, Names, quote};
+
+/// The migrations under `crates/fluxio-sqlite/migrations/`, embedded at
+/// compile time. Their SQL is a template over the names of [`render`].
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// SQLite's primary result codes for a database that another connection
+/// holds locked.
+const SQLITE_BUSY: i64 = 5;
+const SQLITE_LOCKED: i64 = 6;
+
+/// Errors of preparing a file: sqlx's, or the store's own.
+#[derive(Debug)]
+pub(crate) enum MigrateError {
+    Sql(sqlx::Error),
+    Store(SqliteStoreError),
+}
+
+impl From<sqlx::Error> for MigrateError {
+    fn from(e: sqlx::Error) -> Self {
+        MigrateError::Sql(e)
+    }
+}
+
+/// The SQL of `migration` for these names.
+pub(crate) fn render(migration: &Migration, names: &Names) -> String {
+    migration
+        .sql
+        .replace("{checkpoints_expires_at}", &names.checkpoints_expires_at())
+        .replace("{leases_token}", &names.leases_token())
+        .replace("{checkpoints}", &names.checkpoints())
+        .replace("{leases}", &names.leases())
+}
+
+/// Whether `e` is SQLite's "database is locked" (`SQLITE_BUSY`) or "table is
+/// locked" (`SQLITE_LOCKED`), with any extended code.
+pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .and_then(|code| code.parse::<i64>().ok())
+            .is_some_and(|code| matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED)),
+        _ => false,
+    }
+}
+
+/// Switches the file to write-ahead logging, unless it is already.
+///
+/// The mode is stored in the file, so only the first connection to a fresh
+/// file changes it; every connection after that opens it in WAL mode. The
+/// switch needs the file to itself, and SQLite fails it at once with
+/// `SQLITE_BUSY` instead of waiting through the busy timeout when other
+/// connections (other processes opening the same fresh file) hold it: so it
+/// is retried here, with a short backoff, until the caller's timeout.
+pub(crate) async fn ensure_wal(pool: &SqlitePool) -> Result<(), MigrateError> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match sqlx::query_scalar::<_, String>("PRAGMA journal_mode = WAL")
+            .fetch_one(pool)
+            .await
+        {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(mode) => return Err(MigrateError::Store(SqliteStoreError::NotWal { mode })),
+            Err(e) if is_busy(&e) => {
+                tracing::debug!(error = %e, "the file is busy; retrying the switch to WAL");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Applies the pending migrations in one `BEGIN IMMEDIATE` transaction: it
+/// takes the file's write lock before reading the bookkeeping, so processes
+/// opening a fresh file together queue (through the busy timeout) instead of
+/// racing on `CREATE TABLE`, and the second one finds the migrations applied.
+/// A dropped future or a failure rolls everything back. Returns how many
+/// migrations it applied.
+pub(crate) async fn run(pool: &SqlitePool, names: &Names) -> Result<usize, MigrateError> {
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let bookkeeping = quote(MIGRATIONS_TABLE);
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
+            table_name   TEXT    NOT NULL,
+            version      INTEGER NOT NULL,
+            description  TEXT    NOT NULL,
+            checksum     BLOB    NOT NULL,
+            installed_on INTEGER NOT NULL,  -- milliseconds since the Unix epoch
+            PRIMARY KEY (table_name, version)
+        ) STRICT"
+    );
+    tx.execute(create.as_str()).await?;
+
+    let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(&format!(
+        "SELECT version, checksum FROM {bookkeeping} WHERE table_name = ?1"
+    ))
+    .bind(&names.table)
+    .fetch_all(&mut *tx)
+    .await?;
+
+    let mut count = 0;
+    for migration in MIGRATOR.iter() {
+        if migration.migration_type.is_down_migration() {
+            continue;
+        }
+        match applied.iter().find(|(v, _)| *v == migration.version) {
+            Some((_, checksum)) if checksum.as_slice() == &*migration.checksum => {}
+            Some(_) => {
+                return Err(MigrateError::Store(SqliteStoreError::MigrationChanged {
+                    table: names.table.clone(),
+                    version: migration.version,
+                    description: migration.description.to_string(),
+                }));
+            }
+            None => {
+                // Several statements: run one after the other by sqlx.
+                let sql = render(migration, names);
+                tx.execute(sql.as_str()).await?;
+                sqlx::query(&format!(
+                    "INSERT INTO {bookkeeping} (table_name, version, description, checksum, installed_on) \
+                     VALUES (?1, ?2, ?3, ?4, CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER))"
+                ))
+                .bind(&names.table)
+                .bind(migration.version)
+                .bind(&*migration.description)
+                .bind(&*migration.checksum)
+                .execute(&mut *tx)
+                .await?;
+                tracing::info!(
+                    table = %names.table,
+                    version = migration.version,
+                    description = %migration.description,
+                    "applied migration"
+                );
+                count += 1;
+            }
+        }
+    }
+    // Versions recorded but unknown to this build were applied by a newer
+    // fluxio-sqlite: migrations only ever add, so this build keeps working
+    // (old and new processes can share the file during an upgrade).
+    for (version, _) in &applied {
+        if !MIGRATOR.iter().any(|m| m.version == *version) {
+            tracing::debug!(
+                table = %names.table,
+                version,
+                "the file has a migration newer than this build"
+            );
+        }
+    }
+    tx.commit().await?;
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_leave_no_placeholder() {
+        let names = Names::new("t").expect("valid");
+        assert!(MIGRATOR.iter().count() >= 1);
+        for m in MIGRATOR.iter() {
+            let sql = render(m, &names);
+            assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");
+            for name in [
+                "\"t\"",
+                "\"t_leases\"",
+                "\"t_expires_at\"",
+                "\"t_leases_token\"",
+            ] {
+                assert!(sql.contains(name), "{name} in {sql}");
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Validation of the settings that reach SQL or the file system, quoting,
+//! and the SQL of the store.
+
+use std::path::Path;
+
+use crate::error::SqliteStoreError;
+
+/// Longest table name accepted (as in fluxio-postgres, so a name valid for
+/// one store is valid for the other).
+const MAX_IDENTIFIER: usize = 63;
+/// The bookkeeping table of the migrations, shared by all stores of a file.
+pub(crate) const MIGRATIONS_TABLE: &str = "_fluxio_migrations";
+
+/// Checks `value` against `^[a-z_][a-z0-9_]{0,62}$`.
+pub(crate) fn validate_identifier(
+    setting: &'static str,
+    value: &str,
+) -> Result<(), SqliteStoreError> {
+    let invalid = |reason: &str| SqliteStoreError::InvalidSetting {
+        setting,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let mut chars = value.chars();
+    match chars.next() {
+        None => return Err(invalid("it is empty")),
+        Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
+            return Err(invalid(
+                "it must match ^[a-z_][a-z0-9_]{0,62}$ (start with a lowercase ASCII letter or `_`)",
+            ));
+        }
+        Some(_) => {}
+    }
+    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        return Err(invalid(
+            "it must match ^[a-z_][a-z0-9_]{0,62}$ (lowercase ASCII letters, digits and `_` only)",
+        ));
+    }
+    if value.len() > MAX_IDENTIFIER {
+        return Err(invalid(
+            "it must match ^[a-z_][a-z0-9_]{0,62}$ (at most 63 characters)",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that `path` names a file: UTF-8 (sqlx passes it to SQLite as a C
+/// string), not empty, not an in-memory database (each pooled connection
+/// would get its own, empty one) and not a `file:` URI (SQLite would read
+/// its query parameters as options).
+pub(crate) fn validate_path(path: &Path) -> Result<(), SqliteStoreError> {
+    let invalid = |reason: &str| SqliteStoreError::InvalidSetting {
+        setting: "path",
+        value: path.display().to_string(),
+        reason: reason.to_owned(),
+    };
+    let Some(s) = path.to_str() else {
+        return Err(invalid("it must be valid UTF-8"));
+    };
+    if s.is_empty() {
+        return Err(invalid("it is empty"));
+    }
+    if s == ":memory:" || s.starts_with("file:") {
+        return Err(invalid(
+            "it must be the path of a file (not `:memory:` nor a `file:` URI): \
+             the store's connections and other processes share it",
+        ));
+    }
+    if s.contains('\0') {
+        return Err(invalid("it contains a NUL byte"));
+    }
+    Ok(())
+}
+
+/// The validated name of one store's checkpoint table, and the names made
+/// from it.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub(crate) table: String,
+}
+
+impl Names {
+    /// Validates the table name.
+    pub(crate) fn new(table: &str) -> Result<Self, SqliteStoreError> {
+        validate_identifier("table", table)?;
+        if table.starts_with("sqlite_") || table == MIGRATIONS_TABLE {
+            return Err(SqliteStoreError::InvalidSetting {
+                setting: "table",
+                value: table.to_owned(),
+                reason: format!(
+                    "names starting with `sqlite_` are SQLite's, and `{MIGRATIONS_TABLE}` is the store's own"
+                ),
+            });
+        }
+        Ok(Names {
+            table: table.to_owned(),
+        })
+    }
+
+    /// `"<table>"`.
+    pub(crate) fn checkpoints(&self) -> String {
+        quote(&self.table)
+    }
+
+    /// `"<table>_leases"`.
+    pub(crate) fn leases(&self) -> String {
+        quote(&format!("{}_leases", self.table))
+    }
+
+    /// The index on the checkpoints' `expires_at`.
+    pub(crate) fn checkpoints_expires_at(&self) -> String {
+        quote(&format!("{}_expires_at", self.table))
+    }
+
+    /// The unique index on the leases' `token`.
+    pub(crate) fn leases_token(&self) -> String {
+        quote(&format!("{}_leases_token", self.table))
+    }
+}
+
+/// A double-quoted SQL identifier. The names are validated before they get
+/// here; doubling quotes keeps this safe on its own too.
+pub(crate) fn quote(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+/// SQLite's clock in milliseconds since the Unix epoch, read once per
+/// statement execution, after the statement has its locks (see "Clock" in
+/// the crate documentation). `'subsec'` needs SQLite 3.42 (as `STRICT`
+/// tables need 3.37 and `RETURNING` 3.35); sqlx's `sqlite` feature compiles
+/// in its bundled copy, 3.46, whatever the system has.
+const NOW: &str = "CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER)";
+
+/// The statements of one store, built once from its validated, quoted names.
+/// Values are always bind parameters.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub(crate) save: String,
+    pub(crate) save_fenced: String,
+    pub(crate) load: String,
+    pub(crate) exists: String,
+    pub(crate) delete: String,
+    pub(crate) delete_fenced: String,
+    pub(crate) lease_held: String,
+    pub(crate) acquire: String,
+    pub(crate) renew: String,
+    pub(crate) release: String,
+    pub(crate) purge_leases: String,
+    pub(crate) purge_checkpoints: String,
+}
+
+/// The columns a save writes; `?1..?9` are bound by `bind_save`: `?8` is the
+/// run's start in milliseconds, `?9` the retention in milliseconds (NULL:
+/// never expires).
+const COLUMNS: &str =
+    "run_id, payload, version, ip, step, status, error_message, created_at, updated_at, expires_at";
+
+impl Sql {
+    pub(crate) fn new(names: &Names) -> Self {
+        let cp = names.checkpoints();
+        let leases = names.leases();
+        let values = format!("?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NOW}, {NOW} + ?9");
+        let upsert = "ON CONFLICT (run_id) DO UPDATE SET \
+             payload = excluded.payload, version = excluded.version, ip = excluded.ip, \
+             step = excluded.step, status = excluded.status, \
+             error_message = excluded.error_message, created_at = excluded.created_at, \
+             updated_at = excluded.updated_at, expires_at = excluded.expires_at";
+        let visible = format!("(expires_at IS NULL OR expires_at > {NOW})");
+        // The current, unexpired lease of run `?1` with token `tok`.
+        let current_lease = |tok: &str| {
+            format!(
+                "SELECT 1 FROM {leases} AS l \
+                 WHERE l.run_id = ?1 AND l.token = {tok} AND l.expires_at > {NOW}"
+            )
+        };
+        // Why a fenced write cannot land after a takeover: SQLite lets one
+        // connection of all processes write to the file at a time (the WAL
+        // write lock), and a statement that writes takes that lock before it
+        // reads anything, from the newest committed state. So each of these
+        // statements checks the lease and writes as one indivisible step: a
+        // takeover (the acquire statement, which changes the token) commits
+        // either entirely before it, and the check sees the new token and
+        // writes nothing, or entirely after it.
+        Sql {
+            save: format!("INSERT INTO {cp} ({COLUMNS}) VALUES ({values}) {upsert}"),
+            // `WHERE` on the SELECT also keeps SQLite's parser from reading
+            // `ON CONFLICT` as a join constraint.
+            save_fenced: format!(
+                "INSERT INTO {cp} ({COLUMNS}) SELECT {values} WHERE EXISTS ({}) {upsert}",
+                current_lease("?10")
+            ),
+            load: format!("SELECT payload FROM {cp} WHERE run_id = ?1 AND {visible}"),
+            exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})"),
+            delete: format!("DELETE FROM {cp} WHERE run_id = ?1"),
+            delete_fenced: format!(
+                "DELETE FROM {cp} WHERE run_id = ?1 AND EXISTS ({})",
+                current_lease("?2")
+            ),
+            lease_held: format!("SELECT EXISTS ({})", current_lease("?2")),
+            // Insert the first lease, or take over a released or expired
+            // one, with a token one greater than any in the table (read under
+            // the write lock, so no two acquisitions draw the same one). No
+            // row returned: held by another.
+            acquire: format!(
+                "INSERT INTO {leases} AS l (run_id, token, expires_at) \
+                 VALUES (?1, (SELECT coalesce(max(token), 0) + 1 FROM {leases}), {NOW} + ?2) \
+                 ON CONFLICT (run_id) DO UPDATE \
+                 SET token = excluded.token, expires_at = excluded.expires_at \
+                 WHERE l.expires_at IS NULL OR l.expires_at <= {NOW} \
+                 RETURNING token"
+            ),
+            renew: format!(
+                "UPDATE {leases} SET expires_at = {NOW} + ?3 \
+                 WHERE run_id = ?1 AND token = ?2 AND expires_at > {NOW}"
+            ),
+            release: format!(
+                "UPDATE {leases} SET expires_at = NULL WHERE run_id = ?1 AND token = ?2"
+            ),
+            // Released and expired lease rows go, except the one holding the
+            // greatest token: it keeps max(token), and so every later token,
+            // above every earlier one.
+            purge_leases: format!(
+                "DELETE FROM {leases} WHERE (expires_at IS NULL OR expires_at <= {NOW}) \
+                 AND token < (SELECT max(token) FROM {leases})"
+            ),
+            purge_checkpoints: format!("DELETE FROM {cp} WHERE expires_at <= {NOW}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers() {
+        for ok in ["fluxio_checkpoints", "_x", "a1", &"a".repeat(63)] {
+            assert!(Names::new(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "drop table",
+            "a;b",
+            "A",
+            "1a",
+            "a-b",
+            "é",
+            "a\"b",
+            &"a".repeat(64),
+            "sqlite_master",
+            "_fluxio_migrations",
+        ] {
+            let err = Names::new(bad).expect_err(bad).to_string();
+            assert!(err.starts_with("invalid table "), "{err}");
+        }
+    }
+
+    #[test]
+    fn paths() {
+        for ok in ["fluxio.db", "/tmp/x/y.sqlite", "./file:x.db", "a b.db"] {
+            assert!(validate_path(Path::new(ok)).is_ok(), "{ok}");
+        }
+        for bad in ["", ":memory:", "file:x.db?mode=memory", "a\0b"] {
+            let err = validate_path(Path::new(bad)).expect_err(bad).to_string();
+            assert!(err.starts_with("invalid path "), "{err}");
+        }
+    }
+
+    #[test]
+    fn statements_quote_the_names() {
+        let sql = Sql::new(&Names::new("t1").expect("valid"));
+        assert!(sql.save.starts_with("INSERT INTO \"t1\" ("));
+        assert!(sql.acquire.starts_with("INSERT INTO \"t1_leases\" AS l"));
+        assert!(sql.purge_leases.contains("\"t1_leases\""));
+    }
+}
