@@ -15,6 +15,8 @@ pub enum StoreKind {
     Redis,
     /// `PostgresStore`; the namespace is the schema.
     Postgres,
+    /// `SqliteStore`; the "url" is a directory, the namespace names the file in it.
+    Sqlite,
 }
 
 impl StoreKind {
@@ -24,6 +26,7 @@ impl StoreKind {
         match s {
             "redis" => Some(StoreKind::Redis),
             "postgres" => Some(StoreKind::Postgres),
+            "sqlite" => Some(StoreKind::Sqlite),
             _ => None,
         }
     }
@@ -34,6 +37,7 @@ impl StoreKind {
         match self {
             StoreKind::Redis => "redis",
             StoreKind::Postgres => "postgres",
+            StoreKind::Sqlite => "sqlite",
         }
     }
 
@@ -46,6 +50,11 @@ impl StoreKind {
                 "FLUXIO_POSTGRES_URL",
                 "postgres://postgres@127.0.0.1:5432/test",
             ),
+            StoreKind::Sqlite => {
+                let dir = std::env::temp_dir().join("fluxio-tests-sqlite");
+                let _ = std::fs::create_dir_all(&dir);
+                return dir.to_string_lossy().into_owned();
+            }
         };
         std::env::var(var).unwrap_or_else(|_| default.to_owned())
     }
@@ -60,6 +69,10 @@ impl StoreKind {
                 fluxio::RedisStore::builder(url)
                     .key_prefix(ns)
                     .connect()
+                    .await?,
+            ),
+            StoreKind::Sqlite => Arc::new(
+                fluxio::SqliteStore::open(std::path::Path::new(url).join(format!("{ns}.db")))
                     .await?,
             ),
             StoreKind::Postgres => Arc::new(

@@ -409,3 +409,8 @@ fn crash_harness_on_redis() {
 fn crash_harness_on_postgres() {
     harness(StoreKind::Postgres);
 }
+
+#[test]
+fn crash_harness_on_sqlite() {
+    harness(StoreKind::Sqlite);
+}

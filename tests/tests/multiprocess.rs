@@ -1,5 +1,6 @@
 //! Run ownership across real OS processes, against the real Redis and
-//! Postgres servers (`FLUXIO_REDIS_URL`, `FLUXIO_POSTGRES_URL`).
+//! Postgres servers (`FLUXIO_REDIS_URL`, `FLUXIO_POSTGRES_URL`) and a SQLite
+//! file shared by the processes.
 //!
 //! - 8 processes start the same run id at the same instant: exactly one runs
 //!   it, 7 get run-id-in-use; repeated `FLUXIO_MP_ITERATIONS` times (50).
@@ -366,4 +367,19 @@ fn redis_a_killed_owner_is_taken_over_after_the_lease() {
 #[test]
 fn postgres_a_killed_owner_is_taken_over_after_the_lease() {
     killed_owner_is_taken_over(StoreKind::Postgres);
+}
+
+#[test]
+fn sqlite_exactly_one_of_eight_processes_runs_a_run_id() {
+    exactly_one_of_eight(StoreKind::Sqlite);
+}
+
+#[test]
+fn sqlite_a_frozen_owner_is_fenced_out() {
+    zombie_is_fenced(StoreKind::Sqlite);
+}
+
+#[test]
+fn sqlite_a_killed_owner_is_taken_over_after_the_lease() {
+    killed_owner_is_taken_over(StoreKind::Sqlite);
 }

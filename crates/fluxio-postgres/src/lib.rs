@@ -82,6 +82,8 @@
 //!
 //! - Every method is one SQL statement, atomic on its own: `save` is one
 //!   upsert, so a concurrent `load` sees the old or the new checkpoint.
+//!   After a connection failure it may be sent once more (see
+//!   [Connection failures](#connection-failures)).
 //! - Leases are rows with an epoch token and conditional updates (not
 //!   advisory locks, which carry no token and misbehave behind connection
 //!   poolers), on the database's clock only: acquire inserts or takes over a
@@ -94,6 +96,33 @@
 //!   write in progress to commit, and a fenced write that comes second sees
 //!   the new token and writes nothing. So no write of a previous owner lands
 //!   after the new owner took over.
+//!
+//! # Connection failures
+//!
+//! A pooled connection can die between two calls: terminated by an
+//! administrator (`pg_terminate_backend`), a server restart, a network
+//! reset. The pool pings a connection before handing it out only when it
+//! sat idle for a second or more (a busy pool skips that round trip), so a
+//! connection that died sooner fails the next statement sent on it. The
+//! store therefore decides per call:
+//!
+//! - `save`, `load`, `delete`, `exists`, `renew_lease`, `release_lease`,
+//!   `save_fenced`, `delete_fenced` and `migrate` are idempotent, check the
+//!   lease's token, or (migrate) are one transaction that checks what is
+//!   applied: running them twice does no harm. When one fails on the
+//!   connection (the server ended the session: SQLSTATE `57P01`, `57P02`,
+//!   `57P03`; a connection exception, class `08`; or an I/O error), it runs
+//!   once more, within the same timeout, on a connection that first answered
+//!   a ping.
+//! - `acquire_lease` is never sent twice: if a first attempt committed and
+//!   only its reply was lost, a second would find that lease and report
+//!   `RunIdInUse` (and nothing in the lease row could tell it that the lease
+//!   is its own). So it always runs on a connection that first answered a
+//!   ping; pooled connections that do not are closed and the next one
+//!   tried (up to `max_connections + 1`), which proves the statement was not
+//!   sent. A failure after the statement was sent is returned.
+//!   [`purge_expired`](PostgresStore::purge_expired) does the same, so that
+//!   its count is exact.
 //!
 //! # Errors
 //!
@@ -113,10 +142,10 @@
 //!
 //! # Cancel safety
 //!
-//! Each call sends one statement (a migration: one transaction). Dropping its
-//! future leaves the data before or after that statement, never half-way;
-//! when it is dropped after the statement was sent, the server may still
-//! complete it.
+//! Each call sends one statement (a migration: one transaction), a second
+//! time only after the connection failed. Dropping its future leaves the
+//! data before or after that statement, never half-way; when it is dropped
+//! after the statement was sent, the server may still complete it.
 
 mod error;
 mod migrate;

@@ -11,7 +11,7 @@
 //! `"<schema>"._fluxio_migrations`, keyed by table name and version.
 
 use sqlx::migrate::{Migration, Migrator};
-use sqlx::{Executor, PgPool};
+use sqlx::{Connection as _, Executor, PgConnection};
 
 use crate::error::PostgresStoreError;
 use crate::names::Names;
@@ -50,8 +50,8 @@ pub(crate) fn render(migration: &Migration, names: &Names) -> String {
 /// wait for each other instead of racing on `CREATE SCHEMA` / `CREATE TABLE`,
 /// and a dropped future or a lost connection rolls everything back and frees
 /// the lock. Returns how many migrations it applied.
-pub(crate) async fn run(pool: &PgPool, names: &Names) -> Result<usize, MigrateError> {
-    let mut tx = pool.begin().await?;
+pub(crate) async fn run(conn: &mut PgConnection, names: &Names) -> Result<usize, MigrateError> {
+    let mut tx = conn.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
         .bind(LOCK_CLASS)
         .bind(&names.schema)

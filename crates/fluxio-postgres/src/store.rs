@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
 use fluxio_core::{Error, Result};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Connection as _, Postgres};
 
 use crate::error::PostgresStoreError;
 use crate::migrate::{self, MigrateError};
@@ -30,8 +32,26 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 
 /// A pooled connection idle for this long is pinged before it is handed out
 /// (a busy pool skips the extra round trip; a pool that sat through a server
-/// restart still drops its dead connections).
+/// restart still drops its dead connections). A connection that died less
+/// than this after its last use fails its next statement, which
+/// [`Retry`] covers.
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+
+/// How a call survives a pooled connection that died (terminated by an
+/// administrator, a server restart, a reset) since its last use.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// For statements that may run twice (idempotent, or checking the
+    /// lease's token): on a pooled connection, as fast as it comes; after a
+    /// [connection failure](is_connection_error) once more, on a
+    /// [checked](PostgresStore::checked_connection) connection.
+    Once,
+    /// For statements whose repeat would answer differently (acquire: the
+    /// second attempt would find the first one's lease; purge: its count):
+    /// only on a [checked](PostgresStore::checked_connection) connection, so
+    /// a dead one is found before the statement is sent, and never twice.
+    Never,
+}
 
 fn sql_error(e: sqlx::Error) -> Error {
     Error::store(BACKEND, e)
@@ -133,9 +153,11 @@ impl PostgresStore {
     /// [`PostgresStoreError::MigrationChanged`] or a timeout.
     pub async fn migrate(&self) -> Result<()> {
         let inner = &self.inner;
+        // One transaction, which a retry repeats only if it did not commit, or
+        // finds done.
         let applied = self
-            .timed("migrate", async {
-                Ok::<_, Failure>(migrate::run(&inner.pool, &inner.names).await?)
+            .call("migrate", Retry::Once, |mut conn| async move {
+                Ok::<_, Failure>(migrate::run(&mut conn, &inner.names).await?)
             })
             .await?;
         tracing::debug!(
@@ -162,11 +184,75 @@ impl PostgresStore {
     /// [`Error::Store`].
     pub async fn purge_expired(&self) -> Result<u64> {
         let inner = &self.inner;
-        self.timed("purge_expired", async {
-            let done = sqlx::query(&inner.sql.purge).execute(&inner.pool).await?;
+        // Never twice: a repeat would count only what the first one left.
+        self.call("purge_expired", Retry::Never, |mut conn| async move {
+            let done = sqlx::query(&inner.sql.purge).execute(&mut *conn).await?;
             Ok::<_, Failure>(done.rows_affected())
         })
         .await
+    }
+
+    /// Runs `attempt` on a pooled connection within the store's timeout,
+    /// retried as `retry` says.
+    async fn call<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        retry: Retry,
+        mut attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut(PoolConnection<Postgres>) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Failure>>,
+    {
+        self.timed(operation, async {
+            let conn = match retry {
+                Retry::Once => self.inner.pool.acquire().await?,
+                Retry::Never => self.checked_connection(operation).await?,
+            };
+            match attempt(conn).await {
+                Err(e) if retry == Retry::Once && e.is_connection_error() => {
+                    tracing::debug!(
+                        operation,
+                        error = %e,
+                        "the connection failed; running the statement again on a checked one"
+                    );
+                    let conn = self.checked_connection(operation).await?;
+                    attempt(conn).await
+                }
+                result => result,
+            }
+        })
+        .await
+    }
+
+    /// A pooled connection that answered a ping (a `Sync` message: one round
+    /// trip, no statement). One that does not is closed and the next one
+    /// tried: each failure takes a dead connection out of the pool, after
+    /// which the pool opens new ones; after `max_connections + 1` failures,
+    /// the last error. A failure here proves that no statement was sent.
+    async fn checked_connection(
+        &self,
+        operation: &'static str,
+    ) -> std::result::Result<PoolConnection<Postgres>, Failure> {
+        let pool = &self.inner.pool;
+        let tries = pool.options().get_max_connections().saturating_add(1);
+        let mut failed = 0;
+        loop {
+            let mut conn = pool.acquire().await?;
+            match conn.ping().await {
+                Ok(()) => return Ok(conn),
+                Err(e) => {
+                    // Closed at once, without a goodbye to a dead server; its
+                    // pool slot is free for a new connection.
+                    drop(conn.detach());
+                    failed += 1;
+                    if failed >= tries {
+                        return Err(e.into());
+                    }
+                    tracing::debug!(operation, error = %e, "dropped a dead pooled connection");
+                }
+            }
+        }
     }
 
     /// Runs `fut` within the store's timeout.
@@ -194,7 +280,7 @@ impl PostgresStore {
         &self,
         sql: &'q str,
         checkpoint: &'q Checkpoint,
-        payload: Vec<u8>,
+        payload: &'q [u8],
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
         let retention = match checkpoint.status {
             RunStatus::Completed => self.inner.completed_retention.map(|d| d.as_secs_f64()),
@@ -240,6 +326,40 @@ impl From<Error> for Failure {
     }
 }
 
+impl Failure {
+    fn is_connection_error(&self) -> bool {
+        match self {
+            Failure::Sql(e) | Failure::Migrate(MigrateError::Sql(e)) => is_connection_error(e),
+            Failure::Migrate(MigrateError::Store(_)) | Failure::Fluxio(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Sql(e) | Failure::Migrate(MigrateError::Sql(e)) => e.fmt(f),
+            Failure::Migrate(MigrateError::Store(e)) => e.fmt(f),
+            Failure::Fluxio(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Whether `e` says the connection failed rather than the statement: the
+/// server ended the session (`57P01` admin shutdown, e.g.
+/// `pg_terminate_backend`; `57P02` crash shutdown; `57P03` cannot connect
+/// now), a connection exception (class `08`), or an I/O error. The
+/// statement may still have run when the failure came after it was sent.
+fn is_connection_error(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| matches!(&*c, "57P01" | "57P02" | "57P03") || c.starts_with("08")),
+        _ => false,
+    }
+}
+
 fn status_name(status: RunStatus) -> &'static str {
     match status {
         RunStatus::Running => "running",
@@ -266,10 +386,10 @@ impl CheckpointStore for PostgresStore {
     /// One upsert.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
         let payload = checkpoint.to_bytes()?;
-        let inner = &self.inner;
-        self.timed("save", async {
-            self.bind_save(&inner.sql.save, &checkpoint, payload)
-                .execute(&inner.pool)
+        let (inner, checkpoint, payload) = (&self.inner, &checkpoint, &payload[..]);
+        self.call("save", Retry::Once, |mut conn| async move {
+            self.bind_save(&inner.sql.save, checkpoint, payload)
+                .execute(&mut *conn)
                 .await?;
             Ok::<_, Failure>(())
         })
@@ -279,10 +399,10 @@ impl CheckpointStore for PostgresStore {
     /// Expired rows (completed runs past their retention) read as absent.
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
         let inner = &self.inner;
-        self.timed("load", async {
+        self.call("load", Retry::Once, |mut conn| async move {
             let payload: Option<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
                 .bind(run_id)
-                .fetch_optional(&inner.pool)
+                .fetch_optional(&mut *conn)
                 .await?;
             Ok::<_, Failure>(
                 payload
@@ -295,10 +415,10 @@ impl CheckpointStore for PostgresStore {
 
     async fn delete(&self, run_id: &str) -> Result<()> {
         let inner = &self.inner;
-        self.timed("delete", async {
+        self.call("delete", Retry::Once, |mut conn| async move {
             sqlx::query(&inner.sql.delete)
                 .bind(run_id)
-                .execute(&inner.pool)
+                .execute(&mut *conn)
                 .await?;
             Ok::<_, Failure>(())
         })
@@ -308,24 +428,26 @@ impl CheckpointStore for PostgresStore {
     /// Expired rows read as absent.
     async fn exists(&self, run_id: &str) -> Result<bool> {
         let inner = &self.inner;
-        self.timed("exists", async {
+        self.call("exists", Retry::Once, |mut conn| async move {
             let exists: bool = sqlx::query_scalar(&inner.sql.exists)
                 .bind(run_id)
-                .fetch_one(&inner.pool)
+                .fetch_one(&mut *conn)
                 .await?;
             Ok::<_, Failure>(exists)
         })
         .await
     }
 
-    /// One conditional upsert of the lease row (database clock).
+    /// One conditional upsert of the lease row (database clock), on a
+    /// connection pinged first, and never sent twice: a second attempt after
+    /// a first that committed would find that lease and report `RunIdInUse`.
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
         let inner = &self.inner;
-        self.timed("acquire_lease", async {
+        self.call("acquire_lease", Retry::Never, |mut conn| async move {
             let token: Option<i64> = sqlx::query_scalar(&inner.sql.acquire)
                 .bind(run_id)
                 .bind(ttl_secs(ttl))
-                .fetch_optional(&inner.pool)
+                .fetch_optional(&mut *conn)
                 .await?;
             match token.map(u64::try_from) {
                 Some(Ok(token)) => Ok(Lease::new(run_id, token)),
@@ -343,12 +465,12 @@ impl CheckpointStore for PostgresStore {
             return Err(lease_lost(lease));
         };
         let inner = &self.inner;
-        self.timed("renew_lease", async {
+        self.call("renew_lease", Retry::Once, |mut conn| async move {
             let done = sqlx::query(&inner.sql.renew)
                 .bind(lease.run_id())
                 .bind(token)
                 .bind(ttl_secs(ttl))
-                .execute(&inner.pool)
+                .execute(&mut *conn)
                 .await?;
             if done.rows_affected() == 1 {
                 Ok(())
@@ -364,11 +486,12 @@ impl CheckpointStore for PostgresStore {
             return Ok(());
         };
         let inner = &self.inner;
-        self.timed("release_lease", async {
+        let lease = &lease;
+        self.call("release_lease", Retry::Once, |mut conn| async move {
             sqlx::query(&inner.sql.release)
                 .bind(lease.run_id())
                 .bind(token)
-                .execute(&inner.pool)
+                .execute(&mut *conn)
                 .await?;
             Ok::<_, Failure>(())
         })
@@ -383,12 +506,12 @@ impl CheckpointStore for PostgresStore {
             _ => return Err(lease_lost(lease)),
         };
         let payload = checkpoint.to_bytes()?;
-        let inner = &self.inner;
-        self.timed("save_fenced", async {
+        let (inner, checkpoint, payload) = (&self.inner, &checkpoint, &payload[..]);
+        self.call("save_fenced", Retry::Once, |mut conn| async move {
             let done = self
-                .bind_save(&inner.sql.save_fenced, &checkpoint, payload)
+                .bind_save(&inner.sql.save_fenced, checkpoint, payload)
                 .bind(token)
-                .execute(&inner.pool)
+                .execute(&mut *conn)
                 .await?;
             if done.rows_affected() == 1 {
                 Ok(())
@@ -406,11 +529,11 @@ impl CheckpointStore for PostgresStore {
             _ => return Err(lease_lost(lease)),
         };
         let inner = &self.inner;
-        self.timed("delete_fenced", async {
+        self.call("delete_fenced", Retry::Once, |mut conn| async move {
             let held: bool = sqlx::query_scalar(&inner.sql.delete_fenced)
                 .bind(run_id)
                 .bind(token)
-                .fetch_one(&inner.pool)
+                .fetch_one(&mut *conn)
                 .await?;
             if held {
                 Ok(())
@@ -597,5 +720,68 @@ impl PostgresStoreBuilder {
                 redacted_url,
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+
+    /// A server error with a SQLSTATE.
+    #[derive(Debug)]
+    struct Sqlstate(&'static str);
+
+    impl fmt::Display for Sqlstate {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "SQLSTATE {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Sqlstate {}
+
+    impl sqlx::error::DatabaseError for Sqlstate {
+        fn message(&self) -> &str {
+            self.0
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn db(code: &'static str) -> sqlx::Error {
+        sqlx::Error::Database(Box::new(Sqlstate(code)))
+    }
+
+    #[test]
+    fn connection_errors_are_told_from_statement_errors() {
+        for code in ["57P01", "57P02", "57P03", "08000", "08006", "08P01"] {
+            assert!(is_connection_error(&db(code)), "{code}");
+        }
+        // query_canceled (statement_timeout), serialization, unique violation
+        for code in ["57014", "40001", "23505", "42P01"] {
+            assert!(!is_connection_error(&db(code)), "{code}");
+        }
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(is_connection_error(&sqlx::Error::Io(io)));
+        assert!(!is_connection_error(&sqlx::Error::PoolTimedOut));
+        assert!(!is_connection_error(&sqlx::Error::PoolClosed));
+        assert!(!is_connection_error(&sqlx::Error::RowNotFound));
+        let failure = Failure::Migrate(MigrateError::Sql(db("57P01")));
+        assert!(failure.is_connection_error());
+        assert!(!Failure::Fluxio(Error::RunIdInUse { run_id: "r".into() }).is_connection_error());
     }
 }

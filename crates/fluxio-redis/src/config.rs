@@ -96,9 +96,10 @@ impl RedisStoreBuilder {
     }
 
     /// How long one store call may take, connecting included (default
-    /// [`DEFAULT_COMMAND_TIMEOUT`], ten seconds). A call that gets no reply
-    /// in time fails with [`Error::Store`](fluxio_core::Error::Store) and
-    /// the store opens a new connection for the next call. Not zero.
+    /// [`DEFAULT_COMMAND_TIMEOUT`], ten seconds), and its one repeat after a
+    /// dropped connection included. A call that gets no reply in time fails
+    /// with [`Error::Store`](fluxio_core::Error::Store) and the store opens a
+    /// new connection for the next call. Not zero.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self

@@ -49,21 +49,31 @@
 //! | `P:R` | string | exactly [`Checkpoint::to_bytes`](fluxio_core::store::Checkpoint::to_bytes) | the store's `ttl`, reset by every save |
 //! | `P.lease:R` | string | the fencing token of the current lease, in decimal | the lease's time-to-live, reset by every renewal |
 //! | `P.epoch:R` | integer | the last token handed out for `R` | the longer of `ttl` and the lease's, reset by every acquire and renewal |
+//! | `P.nonce:R` | string | the nonce of the `acquire_lease` call in progress that took the lease | the lease's time-to-live; deleted when that call returns |
 //!
-//! The lease and epoch keys have `.` after the prefix where a checkpoint key
-//! has `:`, so no run id's checkpoint can collide with them.
+//! The lease, epoch and nonce keys have `.` after the prefix where a
+//! checkpoint key has `:`, so no run id's checkpoint can collide with them.
+//! The nonce key exists only while an `acquire_lease` call is under way (or,
+//! if that call was cut off, until it expires with the lease).
 //!
 //! ## What each call does
 //!
-//! Every call is one network round trip: a single command, or a Lua script
-//! run with `EVALSHA` (loaded at connect time; a server that lost the
-//! scripts, after a restart say, is sent them again once).
+//! Every call is one network round trip (`acquire_lease`: two): a single
+//! command, or a Lua script run with `EVALSHA` (loaded at connect time; a
+//! server that lost the scripts, after a restart say, is sent them again
+//! once). A call whose connection dropped is sent once more; see
+//! [Reconnecting](#reconnecting).
 //!
 //! - `save`: `SET P:R <bytes> PX <ttl>`; `load`: `GET`; `delete`: `DEL`;
 //!   `exists`: `EXISTS`.
 //! - `acquire_lease`: if `P.lease:R` exists, [`Error::RunIdInUse`](fluxio_core::Error::RunIdInUse);
-//!   else `INCR P.epoch:R` and `SET P.lease:R <token> PX <lease ttl>`, and
-//!   the lease carries that token. Tokens grow with every acquisition.
+//!   else `INCR P.epoch:R`, `SET P.lease:R <token> PX <lease ttl>` and
+//!   `SET P.nonce:R <nonce> PX <lease ttl>` (a random nonce per call), and
+//!   the lease carries that token. Tokens grow with every acquisition. A
+//!   lease whose `P.nonce:R` is this call's was taken by this call's first
+//!   attempt (see [Reconnecting](#reconnecting)): its token is returned and
+//!   its expiry reset. A second round trip then deletes `P.nonce:R` if it is
+//!   still this call's.
 //! - `renew_lease`: `PEXPIRE P.lease:R` if it still holds the token, else
 //!   [`Error::LeaseLost`](fluxio_core::Error::LeaseLost).
 //! - `release_lease`: `DEL P.lease:R` if it still holds the token (else nothing).
@@ -72,6 +82,27 @@
 //!   untouched. Check and write are one script, so a worker whose lease
 //!   expired (paused, cut off) cannot overwrite the new owner's checkpoint.
 //!
+//! ## Reconnecting
+//!
+//! Clones of a store share one connection (redis-rs's `ConnectionManager`),
+//! which learns that the connection died (the server restarted, the
+//! connection was reset or killed) only when a call fails on it; it then
+//! opens a new one for the next call. So a call that fails on the
+//! connection, rather than with an error reply of the server, is sent once
+//! more, on the new connection and within the same command timeout: it
+//! succeeds if the server is back. That is safe for every call:
+//!
+//! - `save`, `load`, `delete`, `exists` and `release_lease` are idempotent;
+//! - `renew_lease`, `save_fenced` and `delete_fenced` check the lease's token
+//!   first, so a repeat after a first attempt that was applied does the same
+//!   again (or reports `LeaseLost` only if the lease really was lost);
+//! - `acquire_lease` stores its call's nonce next to the lease it takes, so
+//!   a repeat recognizes a lease taken by its own first attempt and returns
+//!   that lease instead of `RunIdInUse`.
+//!
+//! A call that times out is not sent again (the time is used up): it fails,
+//! and the store replaces the connection for the next call.
+//!
 //! ## Guarantees, and their limits
 //!
 //! - Each call is atomic on the server; see [`RedisStore`]'s `# Cancel safety`.
@@ -79,7 +110,8 @@
 //!   [`Error::Store`](fluxio_core::Error::Store). After a timeout the store
 //!   replaces its connection (redis-rs keeps a connection that never
 //!   reported an error, so a half-open one would stay stuck), and it
-//!   reconnects on its own after the server restarts or the network heals.
+//!   reconnects on its own after the server restarts or the network heals:
+//!   the first call after that succeeds (see [Reconnecting](#reconnecting)).
 //! - Leases and fencing are exactly as safe as **one Redis instance**. With
 //!   replicas and failover (Sentinel, managed services), a promoted replica
 //!   may lack writes the old primary acknowledged: a lease (two owners at
@@ -87,11 +119,11 @@
 //!   survive a restart only with persistence on; for no loss of
 //!   acknowledged saves, use `appendonly yes` with `appendfsync always`.
 //! - Lease expiry is measured on the Redis server's clock.
-//! - **Redis Cluster is not supported**: the scripts touch two keys (lease
-//!   and epoch, or lease and checkpoint), and this store does not speak the
-//!   cluster protocol. A prefix that is a hash tag (`{fx}`: keys `{fx}:R`,
-//!   `{fx}.lease:R`) would put all of a prefix's keys in one slot, were a
-//!   cluster client ever added.
+//! - **Redis Cluster is not supported**: the scripts touch several keys
+//!   (lease, epoch and nonce, or lease and checkpoint), and this store does
+//!   not speak the cluster protocol. A prefix that is a hash tag (`{fx}`:
+//!   keys `{fx}:R`, `{fx}.lease:R`) would put all of a prefix's keys in one
+//!   slot, were a cluster client ever added.
 //! - Checkpoints expire `ttl` after their last save, finished runs included:
 //!   choose a `ttl` longer than the longest time you may want to resume or
 //!   inspect a run.

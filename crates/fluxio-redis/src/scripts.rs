@@ -6,15 +6,28 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `KEYS`: lease, epoch. `ARGV`: lease ttl (ms), epoch ttl (ms).
-/// Returns the new token, or 0 when the lease is held.
+/// `KEYS`: lease, epoch, nonce. `ARGV`: lease ttl (ms), epoch ttl (ms), the
+/// calling `acquire_lease`'s nonce. Returns the new token, or 0 when the
+/// lease is held.
+///
+/// A new lease stores the nonce next to it (same expiry). A lease that
+/// carries this nonce was set by an earlier attempt of this very call (sent
+/// again after its reply was lost on a dropped connection): its token is
+/// returned and its expiry reset, as if this attempt had taken it.
 pub(crate) const ACQUIRE: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0
+local held = redis.call('GET', KEYS[1])
+if held then
+  if redis.call('GET', KEYS[3]) ~= ARGV[3] then
+    return 0
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return tonumber(held)
 end
 local token = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[1])
 return token
 ";
 
@@ -29,7 +42,9 @@ redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
 ";
 
-/// `KEYS`: lease. `ARGV`: token. Deletes the lease only if it is `token`'s.
+/// `KEYS`: a key. `ARGV`: a value. Deletes the key only if it holds the
+/// value: the lease only if it is `token`'s (`release_lease`), the acquire
+/// nonce only if it is still the calling `acquire_lease`'s.
 pub(crate) const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])

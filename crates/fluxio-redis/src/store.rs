@@ -1,14 +1,18 @@
 //! [`RedisStore`]: the connection, the commands, and the trait implementation.
 
+use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fluxio_core::store::{Checkpoint, CheckpointStore, Lease};
 use fluxio_core::{Error, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisResult};
+use redis::{Client, ErrorKind, RedisError, RedisResult};
+use tokio::time::Instant;
 
 use crate::config::{RedisStoreBuilder, px};
 use crate::error::RedisStoreError;
@@ -25,7 +29,10 @@ use crate::scripts;
 ///
 /// Every method is one round trip: one command, or one Lua script run with
 /// `EVALSHA` (the scripts are loaded when connecting; a server that lost them
-/// gets them again, once, through redis-rs's `Script`). See the
+/// gets them again, once, through redis-rs's `Script`); `acquire_lease`
+/// adds a second one to delete its nonce. A call that fails because the
+/// connection dropped (a server restart, a reset) is sent once more on a new
+/// connection, within the same command timeout. See the
 /// [crate documentation](crate) for the key layout and the guarantees.
 ///
 /// # Errors
@@ -35,12 +42,13 @@ use crate::scripts;
 /// timeout; besides the errors the [`CheckpointStore`] method documents.
 ///
 /// # Cancel safety
-/// Each method sends a single command or script, which the server applies
+/// Each method sends a single command or script (at most twice, the second
+/// time only after the connection dropped), which the server applies
 /// atomically: dropping the future (or a timeout) leaves the data as it was
 /// before or after the operation, never half-way. Whether a dropped or
 /// timed-out write was applied is unknown until the next read. A dropped
-/// `acquire_lease` may leave a lease nobody holds: it expires after its
-/// time-to-live.
+/// `acquire_lease` may leave a lease nobody holds, and its nonce: both
+/// expire after the lease's time-to-live.
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
@@ -216,6 +224,18 @@ impl RedisStore {
         format!("{}.epoch:{run_id}", self.inner.key_prefix)
     }
 
+    /// The key holding the nonce of the `acquire_lease` call that took the
+    /// current lease on `run_id`, while that call may still be sent again:
+    /// `{prefix}.nonce:{run_id}`.
+    fn nonce_key(&self, run_id: &str) -> String {
+        format!("{}.nonce:{run_id}", self.inner.key_prefix)
+    }
+
+    /// The deadline of a call starting now: the command timeout from now.
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.inner.command_timeout
+    }
+
     /// The current connection and its generation.
     fn connection(&self) -> (u64, ConnectionManager) {
         let conn = self
@@ -262,63 +282,90 @@ impl RedisStore {
         }
     }
 
-    /// Runs `call` (made on the connection of `generation`) under the command
-    /// timeout, mapping its errors.
-    async fn exec<T: Send>(
+    /// Runs `attempt` on the current connection until `deadline`, mapping its
+    /// errors; once more (on the connection redis-rs reopens meanwhile) when
+    /// the first attempt failed on the connection rather than on the server.
+    ///
+    /// Only for operations that may be sent twice: every method's command or
+    /// script is idempotent, checks the lease's token, or (acquire) carries
+    /// a nonce that makes a repeat return the first attempt's lease.
+    async fn exec<T, F, Fut>(
         &self,
         operation: &'static str,
         key: &str,
-        generation: u64,
-        call: impl Future<Output = RedisResult<T>> + Send,
-    ) -> Result<T, RedisStoreError> {
-        let timeout = self.inner.command_timeout;
-        match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => {
-                if e.is_timeout() {
+        deadline: Instant,
+        mut attempt: F,
+    ) -> Result<T, RedisStoreError>
+    where
+        T: Send,
+        F: FnMut(ConnectionManager) -> Fut + Send,
+        Fut: Future<Output = RedisResult<T>> + Send,
+    {
+        let mut retried = false;
+        loop {
+            let (generation, conn) = self.connection();
+            let error = match tokio::time::timeout_at(deadline, attempt(conn)).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => e,
+                Err(_) => {
                     self.replace_connection(generation);
+                    return Err(RedisStoreError::timeout(
+                        operation,
+                        Some(key.to_owned()),
+                        &self.inner.url,
+                        self.inner.command_timeout,
+                    ));
                 }
-                Err(RedisStoreError::redis(
-                    operation,
-                    Some(key.to_owned()),
-                    &self.inner.url,
-                    e,
-                ))
-            }
-            Err(_) => {
+            };
+            if error.is_timeout() {
                 self.replace_connection(generation);
-                Err(RedisStoreError::timeout(
+            } else if !retried && is_connection_error(&error) {
+                // redis-rs learns that a connection died from the call that
+                // failed on it, and reconnects for the next one: that is this.
+                retried = true;
+                tracing::debug!(
+                    url = %self.inner.url.url,
                     operation,
-                    Some(key.to_owned()),
-                    &self.inner.url,
-                    timeout,
-                ))
+                    error = %self.inner.url.scrub(&error.to_string()),
+                    "redis connection failed; sending the call again"
+                );
+                continue;
             }
+            return Err(RedisStoreError::redis(
+                operation,
+                Some(key.to_owned()),
+                &self.inner.url,
+                error,
+            ));
         }
     }
 
-    /// Runs one command.
+    /// Runs one command (see [`exec`](Self::exec)).
     async fn query<T: redis::FromRedisValue + Send>(
         &self,
         operation: &'static str,
         key: &str,
-        cmd: redis::Cmd,
+        deadline: Instant,
+        cmd: &redis::Cmd,
     ) -> Result<T, RedisStoreError> {
-        let (generation, mut conn) = self.connection();
-        let call = async move { cmd.query_async(&mut conn).await };
-        self.exec(operation, key, generation, call).await
+        self.exec(operation, key, deadline, move |mut conn| async move {
+            cmd.query_async(&mut conn).await
+        })
+        .await
     }
 
-    /// Runs one script.
+    /// Runs one script (see [`exec`](Self::exec)).
     async fn invoke<T: redis::FromRedisValue + Send>(
         &self,
         operation: &'static str,
         key: &str,
-        script: redis::ScriptInvocation<'static>,
+        deadline: Instant,
+        script: &redis::ScriptInvocation<'static>,
     ) -> Result<T, RedisStoreError> {
-        let (generation, mut conn) = self.connection();
-        let call = async move { script.invoke_async(&mut conn).await };
-        self.exec(operation, key, generation, call).await
+        self.exec(operation, key, deadline, move |mut conn| async move {
+            script.invoke_async(&mut conn).await
+        })
+        .await
     }
 
     /// The epoch's time-to-live: it outlives the checkpoint and every lease
@@ -333,6 +380,38 @@ fn lease_lost(lease: &Lease) -> Error {
         run_id: lease.run_id().to_owned(),
         token: lease.token(),
     }
+}
+
+/// Whether `e` is a failure of the connection (dropped, reset, an I/O
+/// error, a reply that cannot be parsed): the next call goes to a new
+/// connection. Not an error reply of the server, and not a timeout (which
+/// used up the call's time).
+fn is_connection_error(e: &RedisError) -> bool {
+    if e.is_timeout() || matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) {
+        return false;
+    }
+    e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error()
+}
+
+/// A fresh nonce for one `acquire_lease` call: 128 bits in hex, from
+/// SipHash keyed by the standard library's per-process random keys over a
+/// process-wide counter, the clock and the process id. Unique across calls
+/// and processes (a collision needs two equal 128-bit hashes).
+fn nonce() -> String {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let half = |lane: u8| {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u8(lane);
+        h.write_u64(call);
+        h.write_u128(now);
+        h.write_u32(std::process::id());
+        h.finish()
+    };
+    format!("{:016x}{:016x}", half(0), half(1))
 }
 
 fn is_tls(url: &str) -> bool {
@@ -357,7 +436,9 @@ impl CheckpointStore for RedisStore {
         let key = self.checkpoint_key(&checkpoint.run_id);
         let mut cmd = redis::cmd("SET");
         cmd.arg(&key).arg(bytes).arg("PX").arg(self.inner.ttl_ms);
-        Ok(self.query::<()>(op::SAVE, &key, cmd).await?)
+        Ok(self
+            .query::<()>(op::SAVE, &key, self.deadline(), &cmd)
+            .await?)
     }
 
     /// One `GET`; the bytes are decoded with [`Checkpoint::from_bytes`], so
@@ -366,7 +447,7 @@ impl CheckpointStore for RedisStore {
         let key = self.checkpoint_key(run_id);
         let mut cmd = redis::cmd("GET");
         cmd.arg(&key);
-        let bytes: Option<Vec<u8>> = self.query(op::LOAD, &key, cmd).await?;
+        let bytes: Option<Vec<u8>> = self.query(op::LOAD, &key, self.deadline(), &cmd).await?;
         bytes
             .map(|b| Checkpoint::from_bytes(run_id, &b))
             .transpose()
@@ -377,7 +458,9 @@ impl CheckpointStore for RedisStore {
         let key = self.checkpoint_key(run_id);
         let mut cmd = redis::cmd("DEL");
         cmd.arg(&key);
-        Ok(self.query::<()>(op::DELETE, &key, cmd).await?)
+        Ok(self
+            .query::<()>(op::DELETE, &key, self.deadline(), &cmd)
+            .await?)
     }
 
     /// One `EXISTS`.
@@ -385,26 +468,50 @@ impl CheckpointStore for RedisStore {
         let key = self.checkpoint_key(run_id);
         let mut cmd = redis::cmd("EXISTS");
         cmd.arg(&key);
-        let n: u64 = self.query(op::EXISTS, &key, cmd).await?;
+        let n: u64 = self.query(op::EXISTS, &key, self.deadline(), &cmd).await?;
         Ok(n > 0)
     }
 
-    /// One script: when `{prefix}.lease:{run_id}` exists, `RunIdInUse`;
-    /// otherwise `INCR {prefix}.epoch:{run_id}` (refreshing its expiry) and
-    /// `SET` the lease to the new token with `PX ttl`.
+    /// One script: when `{prefix}.lease:{run_id}` exists, `RunIdInUse`
+    /// (unless it carries this call's nonce: see below); otherwise
+    /// `INCR {prefix}.epoch:{run_id}` (refreshing its expiry) and `SET` the
+    /// lease to the new token with `PX ttl`, and `{prefix}.nonce:{run_id}` to
+    /// this call's nonce with the same expiry. Then a second round trip
+    /// deletes the nonce (if still this call's).
+    ///
+    /// The nonce makes sending the script again exact: when the first
+    /// attempt took the lease but its reply was lost with the connection, the
+    /// repeat finds the lease with this call's nonce and returns its token
+    /// (instead of `RunIdInUse` against itself).
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
         let (lease_key, lease_ms) = (self.lease_key(run_id), px(ttl));
+        let (nonce_key, nonce) = (self.nonce_key(run_id), nonce());
+        let deadline = self.deadline();
         let mut script = scripts::ACQUIRE_SCRIPT.prepare_invoke();
         script
             .key(&lease_key)
             .key(self.epoch_key(run_id))
+            .key(&nonce_key)
             .arg(lease_ms)
-            .arg(self.epoch_px(lease_ms));
-        let token: u64 = self.invoke(op::ACQUIRE, &lease_key, script).await?;
+            .arg(self.epoch_px(lease_ms))
+            .arg(&nonce);
+        let token: u64 = self
+            .invoke(op::ACQUIRE, &lease_key, deadline, &script)
+            .await?;
         if token == 0 {
             return Err(Error::RunIdInUse {
                 run_id: run_id.to_owned(),
             });
+        }
+        // The nonce is needed only while this call may send the script again.
+        // Failing to delete it changes nothing: it expires with the lease.
+        let mut forget = scripts::RELEASE_SCRIPT.prepare_invoke();
+        forget.key(&nonce_key).arg(&nonce);
+        if let Err(e) = self
+            .invoke::<()>(op::ACQUIRE, &nonce_key, deadline, &forget)
+            .await
+        {
+            tracing::debug!(error = %e, "could not delete the acquire nonce; it expires with the lease");
         }
         Ok(Lease::new(run_id, token))
     }
@@ -419,7 +526,9 @@ impl CheckpointStore for RedisStore {
             .arg(lease.token())
             .arg(lease_ms)
             .arg(self.epoch_px(lease_ms));
-        let renewed: u8 = self.invoke(op::RENEW, &lease_key, script).await?;
+        let renewed: u8 = self
+            .invoke(op::RENEW, &lease_key, self.deadline(), &script)
+            .await?;
         if renewed == 1 {
             Ok(())
         } else {
@@ -432,7 +541,9 @@ impl CheckpointStore for RedisStore {
         let lease_key = self.lease_key(lease.run_id());
         let mut script = scripts::RELEASE_SCRIPT.prepare_invoke();
         script.key(&lease_key).arg(lease.token());
-        Ok(self.invoke::<()>(op::RELEASE, &lease_key, script).await?)
+        Ok(self
+            .invoke::<()>(op::RELEASE, &lease_key, self.deadline(), &script)
+            .await?)
     }
 
     /// One script: if the lease holds this token, the `SET` of
@@ -451,7 +562,9 @@ impl CheckpointStore for RedisStore {
             .arg(lease.token())
             .arg(bytes)
             .arg(self.inner.ttl_ms);
-        let saved: u8 = self.invoke(op::SAVE_FENCED, &key, script).await?;
+        let saved: u8 = self
+            .invoke(op::SAVE_FENCED, &key, self.deadline(), &script)
+            .await?;
         if saved == 1 {
             Ok(())
         } else {
@@ -471,11 +584,229 @@ impl CheckpointStore for RedisStore {
             .key(self.lease_key(run_id))
             .key(&key)
             .arg(lease.token());
-        let deleted: u8 = self.invoke(op::DELETE_FENCED, &key, script).await?;
+        let deleted: u8 = self
+            .invoke(op::DELETE_FENCED, &key, self.deadline(), &script)
+            .await?;
         if deleted == 1 {
             Ok(())
         } else {
             Err(lease_lost(lease))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::sync::atomic::AtomicBool;
+
+    use fluxio_core::store::RunStatus;
+    use fluxio_core::store::conformance::{namespace, skip_unless_ci};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    fn server_url() -> String {
+        std::env::var("FLUXIO_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+    }
+
+    /// A TCP proxy to the Redis server that, once armed, forwards the next
+    /// command but cuts the connection when its reply comes: a call applied
+    /// by the server whose reply is lost.
+    struct LoseNextReply {
+        addr: std::net::SocketAddr,
+        armed: Arc<AtomicBool>,
+    }
+
+    impl LoseNextReply {
+        /// To `upstream`, `host:port`.
+        async fn start(upstream: &str) -> io::Result<Self> {
+            let upstream = upstream.to_owned();
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            let addr = listener.local_addr()?;
+            let armed = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&armed);
+            tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let Ok(server) = TcpStream::connect(&upstream).await else {
+                        continue;
+                    };
+                    let (mut client_read, mut client_write) = client.into_split();
+                    let (mut server_read, mut server_write) = server.into_split();
+                    tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+                    });
+                    let flag = Arc::clone(&flag);
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = match server_read.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            if flag.swap(false, Ordering::SeqCst) {
+                                // drops the client's side: it reads EOF
+                                return;
+                            }
+                            if client_write.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            });
+            Ok(LoseNextReply { addr, armed })
+        }
+
+        fn url(&self) -> String {
+            format!("redis://{}", self.addr)
+        }
+
+        fn arm(&self) {
+            self.armed.store(true, Ordering::SeqCst);
+        }
+
+        fn fired(&self) -> bool {
+            !self.armed.load(Ordering::SeqCst)
+        }
+    }
+
+    async fn get(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(conn)
+            .await
+            .expect("GET")
+    }
+
+    /// `acquire_lease` whose first attempt took the lease but lost its reply
+    /// with the connection: the repeat returns that lease (not `RunIdInUse`),
+    /// and so do fenced writes whose reply was lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_whose_reply_was_lost_is_repeated_exactly() {
+        let url = server_url();
+        let raw = async {
+            redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await
+        };
+        let mut raw = match raw.await {
+            Ok(c) => c,
+            Err(e) => {
+                return skip_unless_ci::<()>("redis", &e).unwrap_or_default();
+            }
+        };
+        // The proxy forwards plain TCP: no TLS, password or database number.
+        let plain = url
+            .strip_prefix("redis://")
+            .map(|a| a.trim_end_matches('/'))
+            .filter(|a| !a.contains(['@', '/', '?']));
+        let Some(upstream) = plain else {
+            eprintln!("skipped: {url} is not a plain redis://host:port");
+            return;
+        };
+        let proxy = LoseNextReply::start(upstream).await.expect("a proxy");
+        let prefix = namespace("lost_reply");
+        let store = RedisStore::builder(proxy.url())
+            .key_prefix(&prefix)
+            .command_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connects through the proxy");
+        let run = "r";
+
+        proxy.arm();
+        let lease = store
+            .acquire_lease(run, Duration::from_secs(30))
+            .await
+            .expect("the repeat returns the lease its first attempt took");
+        assert!(proxy.fired(), "the first reply was cut");
+        let token = lease.token().to_string();
+        assert_eq!(
+            get(&mut raw, &store.lease_key(run)).await,
+            Some(token.clone())
+        );
+        assert_eq!(
+            get(&mut raw, &store.epoch_key(run)).await,
+            Some(token),
+            "one token drawn: the repeat took no second lease"
+        );
+        assert_eq!(get(&mut raw, &store.nonce_key(run)).await, None);
+        assert!(matches!(
+            store.acquire_lease(run, Duration::from_secs(30)).await,
+            Err(Error::RunIdInUse { .. })
+        ));
+
+        let cp = Checkpoint {
+            run_id: run.to_owned(),
+            version: "0123456789ab".to_owned(),
+            ip: 1,
+            step: "step-1".to_owned(),
+            context: fluxio_core::Context::new().snapshot(),
+            status: RunStatus::Running,
+            error: false,
+            error_message: None,
+            created_at_ms: 1_700_000_000_000,
+            updated_at_ms: 1_700_000_000_000,
+            attempt: 1,
+        };
+        proxy.arm();
+        store
+            .save_fenced(cp.clone(), &lease)
+            .await
+            .expect("a fenced save whose reply was lost is repeated");
+        assert!(proxy.fired());
+        assert_eq!(store.load(run).await.expect("load"), Some(cp));
+
+        proxy.arm();
+        store
+            .delete_fenced(run, &lease)
+            .await
+            .expect("a fenced delete whose reply was lost is repeated");
+        proxy.arm();
+        store.release_lease(lease).await.expect("release");
+        assert!(!store.exists(run).await.expect("exists"));
+
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut raw)
+            .await
+            .expect("KEYS");
+        keys.sort();
+        assert_eq!(keys, vec![store.epoch_key(run)]);
+        let _: () = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut raw)
+            .await
+            .expect("DEL");
+    }
+
+    #[test]
+    fn connection_errors_are_told_from_replies_and_timeouts() {
+        let io = |kind| RedisError::from(io::Error::from(kind));
+        assert!(is_connection_error(&io(io::ErrorKind::BrokenPipe)));
+        assert!(is_connection_error(&io(io::ErrorKind::ConnectionReset)));
+        assert!(is_connection_error(&io(io::ErrorKind::UnexpectedEof)));
+        assert!(!is_connection_error(&io(io::ErrorKind::TimedOut)));
+        let reply = RedisError::from((
+            ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "ERR",
+        ));
+        assert!(!is_connection_error(&reply));
+        let noscript = RedisError::from((
+            ErrorKind::Server(redis::ServerErrorKind::NoScript),
+            "NOSCRIPT",
+        ));
+        assert!(!is_connection_error(&noscript));
+        let parse = RedisError::from((ErrorKind::Parse, "bad reply"));
+        assert!(is_connection_error(&parse));
+    }
+
+    #[test]
+    fn nonces_differ() {
+        let n: std::collections::HashSet<String> = (0..10_000).map(|_| nonce()).collect();
+        assert_eq!(n.len(), 10_000);
+        assert!(n.iter().all(|s| s.len() == 32));
     }
 }

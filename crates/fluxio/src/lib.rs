@@ -108,5 +108,9 @@ pub use fluxio_redis::RedisStore;
 #[doc(inline)]
 pub use fluxio_postgres::PostgresStore;
 
+#[cfg(feature = "sqlite")]
+#[doc(inline)]
+pub use fluxio_sqlite::SqliteStore;
+
 #[doc(hidden)]
 pub use fluxio_core::__private;
