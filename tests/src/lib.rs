@@ -1,6 +1,8 @@
 //! Shared code of the end-to-end tests: the pipeline the worker process runs,
 //! and opening a store by kind. The tests themselves live in `tests/`.
 
+pub mod process;
+
 use std::io::Write as _;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -18,15 +18,13 @@
 //! `FLUXIO_CRASH_ITERATIONS` (default 20 per store) sets the number of runs.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use fluxio::store::CheckpointStore;
 use fluxio_core::store::conformance::{namespace, skip_unless_ci};
+use fluxio_tests::process::{OUTCOMES, Worker};
 use fluxio_tests::{CRASH_STEPS_X, StoreKind};
 
 const LEASE_MS: u64 = 250;
@@ -47,92 +45,12 @@ impl Rng {
     }
 }
 
-struct Worker {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
-
-impl Worker {
-    fn spawn(
-        kind: StoreKind,
-        url: &str,
-        ns: &str,
-        run_id: &str,
-        mode: &str,
-        ledger: &Path,
-    ) -> Worker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fluxio-crash-worker"))
-            .args([kind.name(), url, ns, run_id, mode, &LEASE_MS.to_string()])
-            .arg(ledger)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the crash worker starts");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        Worker {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    fn wait_ready(&self) -> Result<(), String> {
-        loop {
-            match self.lines.recv_timeout(Duration::from_secs(60)) {
-                Ok(l) if l == "ready" => return Ok(()),
-                Ok(l) if l.starts_with("error") => return Err(l),
-                Ok(_) => {}
-                Err(e) => return Err(format!("no `ready`: {e}")),
-            }
-        }
-    }
-
-    fn go(&mut self) {
-        if let Some(stdin) = self.stdin.as_mut() {
-            let _ = stdin.write_all(b"go\n");
-            let _ = stdin.flush();
-        }
-    }
-
-    /// The outcome line if the worker finishes within `within`, else `None`.
-    fn outcome_within(&self, within: Duration) -> Option<String> {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l)
-                    if ["ok", "in_use", "lease_lost", "error"]
-                        .iter()
-                        .any(|p| l.starts_with(p)) =>
-                {
-                    return Some(l);
-                }
-                Ok(_) => {}
-                Err(_) => return None,
-            }
-        }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.kill();
-    }
+fn spawn(kind: StoreKind, url: &str, ns: &str, run_id: &str, mode: &str, ledger: &Path) -> Worker {
+    let (lease, ledger) = (LEASE_MS.to_string(), ledger.to_string_lossy());
+    Worker::spawn(
+        env!("CARGO_BIN_EXE_fluxio-crash-worker"),
+        [kind.name(), url, ns, run_id, mode, &lease, &ledger],
+    )
 }
 
 #[derive(Debug, Clone)]
@@ -336,12 +254,12 @@ fn run_to_completion(
             started.elapsed() < Duration::from_secs(120),
             "{ctx}: the run did not complete in 120 s: {processes:?}"
         );
-        let mut worker = Worker::spawn(kind, url, ns, run_id, mode, ledger);
-        if let Err(e) = worker.wait_ready() {
+        let mut worker = spawn(kind, url, ns, run_id, mode, ledger);
+        if let Err(e) = worker.ready() {
             panic!("{ctx}: worker failed to start: {e}");
         }
         worker.go();
-        let pid = worker.child.id();
+        let pid = worker.pid();
         // the pipeline takes ~100 ms; kill somewhere in [0, 100) ms
         let delay = if kill {
             Some(Duration::from_millis(rng.below(100)))
@@ -349,8 +267,8 @@ fn run_to_completion(
             None
         };
         let outcome = match delay {
-            Some(d) => worker.outcome_within(d),
-            None => worker.outcome_within(Duration::from_secs(60)),
+            Some(d) => worker.next_of(OUTCOMES, d),
+            None => worker.next_of(OUTCOMES, Duration::from_secs(60)),
         };
         match outcome {
             None => {

@@ -12,23 +12,13 @@
 //!
 //! Without a server these tests skip loudly, unless `CI` is set.
 
-use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
 use fluxio::RunStatus;
 use fluxio_core::store::conformance::{namespace, skip_unless_ci};
 use fluxio_tests::StoreKind;
-
-const LINE_TIMEOUT: Duration = Duration::from_secs(60);
-
-struct Worker {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
+use fluxio_tests::process::Worker;
 
 struct Run<'a> {
     kind: StoreKind,
@@ -39,93 +29,27 @@ struct Run<'a> {
 
 impl Run<'_> {
     fn spawn(&self, run_id: &str, mode: &str, lease_ms: u64, hold: &str) -> Worker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fluxio-worker"))
-            .args([
+        let lease = lease_ms.to_string();
+        let ledger = self.ledger.to_string_lossy();
+        Worker::spawn(
+            env!("CARGO_BIN_EXE_fluxio-worker"),
+            [
                 self.kind.name(),
                 self.url,
                 self.ns,
                 run_id,
                 mode,
-                &lease_ms.to_string(),
-            ])
-            .arg(self.ledger)
-            .arg(hold)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the worker binary starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        Worker {
-            child,
-            stdin,
-            lines,
-        }
+                &lease,
+                &ledger,
+                hold,
+            ],
+        )
     }
 }
 
-impl Worker {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The next line starting with one of `prefixes`, skipping others.
-    fn expect(&self, prefixes: &[&str]) -> String {
-        loop {
-            let line = self.lines.recv_timeout(LINE_TIMEOUT).unwrap_or_else(|e| {
-                panic!(
-                    "worker {} printed none of {prefixes:?} in {LINE_TIMEOUT:?}: {e}",
-                    self.child.id()
-                )
-            });
-            if prefixes.iter().any(|p| line.starts_with(p)) {
-                return line;
-            }
-        }
-    }
-
-    fn ready(&self) {
-        self.expect(&["ready", "error"])
-            .strip_prefix("ready")
-            .map_or_else(
-                || panic!("worker {} failed before it was ready", self.child.id()),
-                |_| (),
-            );
-    }
-
-    fn go(&mut self) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin.write_all(b"go\n").expect("the worker reads stdin");
-        stdin.flush().expect("flush");
-    }
-
-    fn outcome(mut self) -> String {
-        let line = self.expect(&["ok", "in_use", "lease_lost", "error"]);
-        let _ = self.child.wait();
-        line
-    }
-
-    fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([sig, &self.pid().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {sig} {}", self.pid());
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+fn ready(w: &Worker) {
+    if let Err(e) = w.ready() {
+        panic!("worker {} failed before it was ready: {e}", w.pid());
     }
 }
 
@@ -194,7 +118,7 @@ fn exactly_one_of_eight(kind: StoreKind) {
         let mut workers: Vec<Worker> = (0..8)
             .map(|_| run.spawn(&run_id, "invoke", 10_000, "s1=200"))
             .collect();
-        workers.iter().for_each(Worker::ready);
+        workers.iter().for_each(ready);
         workers.iter_mut().for_each(Worker::go);
         let outcomes: Vec<String> = workers.into_iter().map(Worker::outcome).collect();
         let ok = outcomes.iter().filter(|o| o.starts_with("ok")).count();
@@ -235,14 +159,14 @@ fn zombie_is_fenced(kind: StoreKind) {
 
     // the owner: 1 s lease, freezes inside s2
     let mut owner = run.spawn("zombie", "invoke", 1_000, "s2=1500");
-    owner.ready();
+    ready(&owner);
     owner.go();
     owner.expect(&["in s2"]);
     owner.signal("-STOP");
     std::thread::sleep(Duration::from_millis(2_500)); // well past the lease
 
     let mut next = run.spawn("zombie", "resume", 10_000, "-");
-    next.ready();
+    ready(&next);
     next.go();
     let (next_pid, next_outcome) = (next.pid(), next.outcome());
     assert!(
@@ -292,7 +216,7 @@ fn killed_owner_is_taken_over(kind: StoreKind) {
     };
 
     let mut owner = run.spawn("victim", "invoke", 3_000, "s2=60000");
-    owner.ready();
+    ready(&owner);
     owner.go();
     owner.expect(&["in s2"]);
     let owner_pid = owner.pid();
@@ -301,19 +225,19 @@ fn killed_owner_is_taken_over(kind: StoreKind) {
 
     // the dead owner's lease has not lapsed yet
     let mut early = run.spawn("victim", "resume", 3_000, "-");
-    early.ready();
+    ready(&early);
     early.go();
     assert_eq!(early.outcome(), "in_use");
 
     std::thread::sleep(Duration::from_millis(3_500));
     let mut next = run.spawn("victim", "resume", 3_000, "-");
-    next.ready();
+    ready(&next);
     next.go();
     let next_pid = next.pid();
     let resumed = next.outcome();
 
     let mut reference = run.spawn("reference", "invoke", 3_000, "-");
-    reference.ready();
+    ready(&reference);
     reference.go();
     let uninterrupted = reference.outcome();
     assert!(uninterrupted.starts_with("ok "), "{uninterrupted}");

@@ -1,0 +1,139 @@
+//! A worker process driven line by line over its stdin and stdout, for the
+//! multi-process tests and the crash harness.
+
+use std::ffi::OsStr;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+/// The outcome lines a worker prints when it stops.
+pub const OUTCOMES: &[&str] = &["ok", "in_use", "lease_lost", "error"];
+
+/// A running worker process. Killed (SIGKILL) and reaped when dropped.
+#[derive(Debug)]
+pub struct Worker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl Worker {
+    /// Starts `program` with `args`; its stdout is read line by line on a thread.
+    ///
+    /// # Panics
+    /// When the program cannot be started.
+    pub fn spawn<I, S>(program: &str, args: I) -> Worker
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+        let (tx, lines) = mpsc::channel();
+        if let Some(stdout) = child.stdout.take() {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let stdin = child.stdin.take();
+        Worker {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// The process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next line starting with one of `prefixes` within `within`,
+    /// skipping other lines; `None` on timeout or when the process closed stdout.
+    #[must_use]
+    pub fn next_of(&self, prefixes: &[&str], within: Duration) -> Option<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if prefixes.iter().any(|p| line.starts_with(p)) => return Some(line),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Like [`next_of`](Self::next_of) with a 60 s limit; returns the line.
+    ///
+    /// # Panics
+    /// When no such line comes.
+    pub fn expect(&self, prefixes: &[&str]) -> String {
+        self.next_of(prefixes, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("worker {} printed none of {prefixes:?} in 60 s", self.pid()))
+    }
+
+    /// Waits for `ready`.
+    ///
+    /// # Errors
+    /// The worker's `error ...` line, or a timeout.
+    pub fn ready(&self) -> Result<(), String> {
+        match self.next_of(&["ready", "error"], Duration::from_secs(60)) {
+            Some(line) if line == "ready" => Ok(()),
+            Some(line) => Err(line),
+            None => Err(format!("worker {} never printed `ready`", self.pid())),
+        }
+    }
+
+    /// Tells a ready worker to start.
+    pub fn go(&mut self) {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = stdin.write_all(b"go\n");
+            let _ = stdin.flush();
+        }
+    }
+
+    /// Waits for the outcome line and the process's exit.
+    #[must_use]
+    pub fn outcome(mut self) -> String {
+        let line = self.expect(OUTCOMES);
+        let _ = self.child.wait();
+        line
+    }
+
+    /// Sends `sig` (e.g. `-STOP`, `-CONT`, `-KILL`) with kill(1).
+    ///
+    /// # Panics
+    /// When kill fails.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "kill {sig} {}",
+            self.pid()
+        );
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
