@@ -110,6 +110,9 @@ pub struct Program {
     /// For each stage name, the top-level `CHECKPOINT` a replay from it starts at
     /// (the stage's own, or its parallel block's).
     pub steps: BTreeMap<&'static str, usize>,
+    /// The middleware chain of each stage (by index), outermost first; empty
+    /// when no middleware is configured.
+    pub(crate) middleware: Vec<crate::middleware::Chain>,
 }
 
 impl Program {
@@ -133,6 +136,7 @@ impl Program {
             instrs: c.instrs,
             stages: c.stages,
             steps: c.steps,
+            middleware: Vec::new(),
         })
     }
 

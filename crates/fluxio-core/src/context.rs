@@ -380,7 +380,9 @@ impl Serialize for Snapshot {
 impl<'de> Deserialize<'de> for Snapshot {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let map = std::collections::BTreeMap::<String, Value>::deserialize(d)?;
-        Ok(Snapshot(map.into_iter().map(|(k, v)| (k, Arc::new(v))).collect()))
+        Ok(Snapshot(
+            map.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
+        ))
     }
 }
 

@@ -16,6 +16,7 @@ use futures::future::{BoxFuture, try_join_all};
 use crate::compile::{Event, Instr, Program};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::middleware::Next;
 use crate::stage::{Output, STAGE_INFO, StageInfo};
 use crate::store::{Checkpoint, CheckpointStore, Lease, RunStatus, now_ms};
 
@@ -215,8 +216,8 @@ async fn step(
             }
             Ok((ip + 1, ctx))
         }
-        Instr::Call { stage } => {
-            let stage = &program.stages[*stage];
+        Instr::Call { stage: index } => {
+            let stage = &program.stages[*index];
             // A router returns a decision, not a context: keep the context
             // it started from (an O(1) clone) to apply the patch to.
             let start = stage.meta().router.then(|| ctx.clone());
@@ -226,7 +227,14 @@ async fn step(
                 position: u32::try_from(ip).unwrap_or(u32::MAX),
                 attempt: scope.attempt,
             };
-            let out = STAGE_INFO.scope(info, stage.call(ctx)).await;
+            let out = match program.middleware.get(*index) {
+                Some(chain) if !chain.is_empty() => {
+                    STAGE_INFO
+                        .scope(info, Next::new(stage, chain).run(ctx))
+                        .await
+                }
+                _ => STAGE_INFO.scope(info, stage.call(ctx)).await,
+            };
             match (out?, start) {
                 (Output::Context(next), _) => Ok((ip + 1, next)),
                 (Output::Send(send), Some(start)) => {

@@ -9,6 +9,7 @@ pub mod compile;
 pub mod context;
 pub mod error;
 mod interpret;
+pub mod middleware;
 pub mod pipeline;
 pub mod stage;
 pub mod store;

@@ -10,6 +10,7 @@ use crate::compile::{Node, Program};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable};
+use crate::middleware::Middleware;
 use crate::stage::Output;
 use crate::store::{
     Checkpoint, CheckpointStore, InMemoryStore, Lease, Ownership, RunStatus, now_ms,
@@ -33,6 +34,8 @@ pub struct PipelineBuilder {
     durable: bool,
     auto_parallel: bool,
     lease_ttl: Duration,
+    middleware: Vec<Arc<dyn Middleware>>,
+    stage_middleware: Vec<(String, Arc<dyn Middleware>)>,
 }
 
 impl PipelineBuilder {
@@ -47,6 +50,8 @@ impl PipelineBuilder {
             durable: false,
             auto_parallel: true,
             lease_ttl: Duration::from_secs(30),
+            middleware: Vec::new(),
+            stage_middleware: Vec::new(),
         }
     }
 
@@ -84,12 +89,67 @@ impl PipelineBuilder {
         self
     }
 
+    /// Wraps every stage call in `middleware`. Several calls nest: the first
+    /// one added is the outermost.
+    ///
+    /// ```
+    /// # fn demo(p: fluxio_core::PipelineBuilder) -> fluxio_core::Result<fluxio_core::Pipeline> {
+    /// use std::time::Duration;
+    /// use fluxio_core::middleware::{Retry, Timeout};
+    /// p.middleware(Retry::new(3)).middleware(Timeout(Duration::from_secs(5))).build()
+    /// # }
+    /// ```
+    pub fn middleware(mut self, middleware: impl Middleware) -> Self {
+        self.middleware.push(Arc::new(middleware));
+        self
+    }
+
+    /// Wraps the calls of the stage named `stage` in `middleware`, inside the
+    /// pipeline-wide middleware. `build` fails when no stage has that name.
+    pub fn stage_middleware(
+        mut self,
+        stage: impl Into<String>,
+        middleware: impl Middleware,
+    ) -> Self {
+        self.stage_middleware
+            .push((stage.into(), Arc::new(middleware)));
+        self
+    }
+
     /// Compiles the pipeline.
     ///
     /// # Errors
-    /// [`Error::Build`] when the shape is invalid (see [`Program::compile`]).
+    /// [`Error::Build`] when the shape is invalid (see [`Program::compile`]),
+    /// or stage middleware names a stage the pipeline does not have.
     pub fn build(self) -> Result<Pipeline> {
-        let program = Program::compile(&self.root, self.auto_parallel)?;
+        let mut program = Program::compile(&self.root, self.auto_parallel)?;
+        for (name, _) in &self.stage_middleware {
+            if program.stage(name).is_none() {
+                return Err(Error::build(format!(
+                    "middleware for unknown stage `{name}`; stages: {}",
+                    program.stage_names().join(", ")
+                )));
+            }
+        }
+        if !self.middleware.is_empty() || !self.stage_middleware.is_empty() {
+            program.middleware = program
+                .stages
+                .iter()
+                .map(|stage| {
+                    let own = self
+                        .stage_middleware
+                        .iter()
+                        .filter(|(n, _)| n == stage.name())
+                        .map(|(_, m)| Arc::clone(m));
+                    self.middleware
+                        .iter()
+                        .cloned()
+                        .chain(own)
+                        .collect::<Vec<_>>()
+                        .into()
+                })
+                .collect();
+        }
         let digest = if self.auto_parallel {
             self.digest_auto
         } else {
@@ -356,19 +416,25 @@ impl Pipeline {
         self.require_store()?.load(run_id).await
     }
 
-    /// Runs the stage called `name` alone on `ctx` (no checkpoints). A router
-    /// returns `ctx` with its patch applied.
+    /// Runs the stage called `name` alone on `ctx`, through its middleware (no
+    /// checkpoints). A router returns `ctx` with its patch applied.
     ///
     /// # Errors
     /// [`Error::UnknownStep`], or the stage's failure.
     pub async fn run_step(&self, name: &str, ctx: Context) -> Result<Context> {
-        let Some(stage) = self.inner.program.stage(name) else {
+        let program = &self.inner.program;
+        let Some(index) = program.stages.iter().position(|s| s.name() == name) else {
             return Err(Error::UnknownStep {
                 step: name.to_owned(),
-                available: self.inner.program.stage_names(),
+                available: program.stage_names(),
             });
         };
-        match stage.call(ctx.clone()).await? {
+        let stage = &program.stages[index];
+        let chain = program.middleware.get(index).map_or(&[][..], |c| &c[..]);
+        match crate::middleware::Next::new(stage, chain)
+            .run(ctx.clone())
+            .await?
+        {
             Output::Context(c) => Ok(c),
             Output::Send(send) => Ok(send
                 .patch

@@ -5,6 +5,9 @@
 //! - `per_stage/*`: ten no-op stages run by the interpreter (not durable)
 //!   against a hand-written chain of the same ten async calls. The overhead
 //!   per stage is `(pipeline - hand_written) / 10`.
+//! - `per_stage/pipeline_10_one_middleware`: the same with one pass-through
+//!   middleware on every stage (a pipeline without middleware calls stages
+//!   directly, so an empty chain costs nothing).
 //! - `durable/*`: the same ten stages, durable on an `InMemoryStore`, with a
 //!   1 KB and a 1 MB context: a checkpoint is O(1) in the context's size, so
 //!   the two should be close.
@@ -12,11 +15,24 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_main};
-use fluxio::{Context, InMemoryStore, StageResult, pipeline, stage};
+use fluxio::middleware::{Middleware, Next};
+use fluxio::stage::Output;
+use fluxio::{Context, InMemoryStore, Stage, StageResult, pipeline, stage};
 
 #[stage]
 async fn noop(ctx: Context) -> StageResult {
     Ok(ctx)
+}
+
+/// A middleware that only calls the rest of the chain.
+#[derive(Debug)]
+struct PassThrough;
+
+#[async_trait::async_trait]
+impl Middleware for PassThrough {
+    async fn call(&self, _stage: &Stage, ctx: Context, next: Next<'_>) -> fluxio::Result<Output> {
+        next.run(ctx).await
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -50,6 +66,22 @@ fn per_stage(c: &mut Criterion) {
                     ctx = noop(ctx).await.expect("no-op");
                 }
                 black_box(ctx)
+            })
+        });
+    });
+    let with_mw = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
+        .middleware(PassThrough)
+        .build()
+        .expect("valid");
+    g.bench_function("pipeline_10_one_middleware", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(
+                    with_mw
+                        .invoke("bench", black_box(input.clone()))
+                        .await
+                        .expect("runs"),
+                )
             })
         });
     });
