@@ -238,7 +238,7 @@ fn decode_opt_string<D: Decoder>(decoder: &mut D) -> Result<Option<String>, Deco
 
 /// Reads exactly what the derived `Encode` writes, field by field, but
 /// without bincode's `String` decoder, which allocates the claimed length
-/// before reading (see [`decode_string`]).
+/// before reading (see `value::decode_string`).
 impl<C> Decode<C> for Checkpoint {
     fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
         Ok(Checkpoint {
