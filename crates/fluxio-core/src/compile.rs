@@ -113,6 +113,8 @@ pub struct Program {
     /// The middleware chain of each stage (by index), outermost first; empty
     /// when no middleware is configured.
     pub(crate) middleware: Vec<crate::middleware::Chain>,
+    /// The callbacks, in the order they were added.
+    pub(crate) callbacks: Vec<std::sync::Arc<dyn crate::callback::Callback>>,
 }
 
 impl Program {
@@ -137,6 +139,7 @@ impl Program {
             stages: c.stages,
             steps: c.steps,
             middleware: Vec::new(),
+            callbacks: Vec::new(),
         })
     }
 

@@ -10,9 +10,11 @@
 //! checkpoint when it finishes.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::future::{BoxFuture, try_join_all};
 
+use crate::callback::{StepEvent, emit};
 use crate::compile::{Event, Instr, Program};
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -67,6 +69,15 @@ struct Last {
     attempt: u32,
 }
 
+/// State of one frame between instructions.
+#[derive(Default)]
+struct Frame {
+    /// The route the last router chose, for the `ROUTE` after it.
+    route: Option<String>,
+    /// When the current stage's `EMIT step_start` ran (only with callbacks).
+    step_started: Option<Instant>,
+}
+
 /// What a stage call is told about its run (see [`StageInfo`]).
 #[derive(Clone)]
 struct Scope {
@@ -91,6 +102,48 @@ pub(crate) async fn run(
     ctx: Context,
     durable: Option<&Durable<'_>>,
 ) -> Result<Context> {
+    let cbs = &program.callbacks;
+    let started = Instant::now();
+    if !cbs.is_empty() {
+        let version = durable.map_or("", |d| d.version);
+        emit(cbs, "pipeline_start", |c| {
+            c.on_pipeline_start(run_id, version)
+        });
+    }
+    let result = run_checkpointed(program, run_id, ip, ctx, durable).await;
+    if !cbs.is_empty() {
+        if let Err(e) = &result {
+            emit(cbs, "error", |c| c.on_error(run_id, e));
+        }
+        let took = started.elapsed();
+        emit(cbs, "pipeline_end", |c| {
+            c.on_pipeline_end(run_id, took, result.as_ref().err())
+        });
+    }
+    result
+}
+
+/// Saves `cp` fenced, telling the callbacks how long the store took.
+async fn save(program: &Program, d: &Durable<'_>, cp: Checkpoint) -> Result<()> {
+    if program.callbacks.is_empty() {
+        return d.store.save_fenced(cp, d.lease).await;
+    }
+    let (ip, status, started) = (cp.ip as usize, cp.status, Instant::now());
+    d.store.save_fenced(cp, d.lease).await?;
+    let latency = started.elapsed();
+    emit(&program.callbacks, "checkpoint", |c| {
+        c.on_checkpoint(d.run_id, ip, status, latency)
+    });
+    Ok(())
+}
+
+async fn run_checkpointed(
+    program: &Arc<Program>,
+    run_id: &str,
+    ip: usize,
+    ctx: Context,
+    durable: Option<&Durable<'_>>,
+) -> Result<Context> {
     let mut last: Option<Last> = None;
     match top(program, run_id, ip, ctx, durable, &mut last).await {
         Ok(done) => {
@@ -103,7 +156,7 @@ pub(crate) async fn run(
                     None,
                     1,
                 );
-                d.store.save_fenced(cp, d.lease).await?;
+                save(program, d, cp).await?;
             }
             Ok(done)
         }
@@ -118,7 +171,7 @@ pub(crate) async fn run(
                     Some(e.to_string()),
                     last.attempt,
                 );
-                if let Err(store_err) = d.store.save_fenced(cp, d.lease).await {
+                if let Err(store_err) = save(program, d, cp).await {
                     tracing::error!(
                         run_id = d.run_id,
                         error = %store_err,
@@ -140,7 +193,7 @@ async fn top(
     durable: Option<&Durable<'_>>,
     last: &mut Option<Last>,
 ) -> std::result::Result<Context, Halt> {
-    let mut route: Option<String> = None;
+    let mut frame = Frame::default();
     let mut scope = Scope {
         run_id: Arc::from(run_id),
         attempt: 1,
@@ -153,10 +206,7 @@ async fn top(
             };
             if let Some(d) = durable {
                 let cp = d.checkpoint(ip, step, &ctx, RunStatus::Running, None, scope.attempt);
-                d.store
-                    .save_fenced(cp, d.lease)
-                    .await
-                    .map_err(Halt::Store)?;
+                save(program, d, cp).await.map_err(Halt::Store)?;
             }
             *last = Some(Last {
                 ip,
@@ -167,7 +217,7 @@ async fn top(
             ip += 1;
             continue;
         }
-        let (next, next_ctx) = step(program, ip, ctx, &mut route, &scope)
+        let (next, next_ctx) = step(program, ip, ctx, &mut frame, &scope)
             .await
             .map_err(Halt::Failed)?;
         ip = next;
@@ -185,12 +235,12 @@ fn exec(
     scope: Scope,
 ) -> BoxFuture<'_, Result<Context>> {
     Box::pin(async move {
-        let mut route: Option<String> = None;
+        let mut frame = Frame::default();
         while let Some(instr) = program.instrs.get(ip) {
             match instr {
                 Instr::EndBranch => return Ok(ctx),
                 Instr::Checkpoint { .. } => ip += 1,
-                _ => (ip, ctx) = step(program, ip, ctx, &mut route, &scope).await?,
+                _ => (ip, ctx) = step(program, ip, ctx, &mut frame, &scope).await?,
             }
         }
         Ok(ctx)
@@ -203,7 +253,7 @@ async fn step(
     program: &Arc<Program>,
     ip: usize,
     ctx: Context,
-    route: &mut Option<String>,
+    frame: &mut Frame,
     scope: &Scope,
 ) -> Result<(usize, Context)> {
     match &program.instrs[ip] {
@@ -213,6 +263,35 @@ async fn step(
             match event {
                 Event::StepStart => tracing::debug!(stage = name, ip, "step_start"),
                 Event::StepEnd => tracing::debug!(stage = name, ip, "step_end"),
+            }
+            let cbs = &program.callbacks;
+            if !cbs.is_empty() {
+                // EMIT step_start is right before the stage's CALL, step_end right after
+                let call_ip = if *event == Event::StepStart {
+                    ip + 1
+                } else {
+                    ip.saturating_sub(1)
+                };
+                let ev = StepEvent {
+                    run_id: &scope.run_id,
+                    stage: name,
+                    ip: call_ip,
+                    attempt: scope.attempt,
+                };
+                match event {
+                    Event::StepStart => {
+                        frame.step_started = Some(Instant::now());
+                        emit(cbs, "step_start", |c| c.on_step_start(&ev));
+                    }
+                    Event::StepEnd => {
+                        let took = frame
+                            .step_started
+                            .take()
+                            .map(|t| t.elapsed())
+                            .unwrap_or_default();
+                        emit(cbs, "step_end", |c| c.on_step_end(&ev, took, None));
+                    }
+                }
             }
             Ok((ip + 1, ctx))
         }
@@ -235,11 +314,33 @@ async fn step(
                 }
                 _ => STAGE_INFO.scope(info, stage.call(ctx)).await,
             };
-            match (out?, start) {
+            let out = match out {
+                Ok(out) => out,
+                Err(e) => {
+                    // close the step: a failed or timed-out stage still ends
+                    let cbs = &program.callbacks;
+                    if !cbs.is_empty() {
+                        let took = frame
+                            .step_started
+                            .take()
+                            .map(|t| t.elapsed())
+                            .unwrap_or_default();
+                        let ev = StepEvent {
+                            run_id: &scope.run_id,
+                            stage: stage.name(),
+                            ip,
+                            attempt: scope.attempt,
+                        };
+                        emit(cbs, "step_end", |c| c.on_step_end(&ev, took, Some(&e)));
+                    }
+                    return Err(e);
+                }
+            };
+            match (out, start) {
                 (Output::Context(next), _) => Ok((ip + 1, next)),
                 (Output::Send(send), Some(start)) => {
                     let (chosen, next) = send.apply(start);
-                    *route = Some(chosen);
+                    frame.route = Some(chosen);
                     Ok((ip + 1, next))
                 }
                 (Output::Send(_), None) => Err(Error::build(format!(
@@ -256,6 +357,9 @@ async fn step(
         } => {
             if *detached {
                 for (start, name) in branches.iter().zip(names) {
+                    emit(&program.callbacks, "branch", |c| {
+                        c.on_branch(&scope.run_id, name)
+                    });
                     let program = Arc::clone(program);
                     let branch = ctx.fork(name.clone());
                     let start = *start;
@@ -269,6 +373,11 @@ async fn step(
                 }
                 return Ok((join + 1, ctx));
             }
+            for name in names {
+                emit(&program.callbacks, "branch", |c| {
+                    c.on_branch(&scope.run_id, name)
+                });
+            }
             let runs = branches
                 .iter()
                 .zip(names)
@@ -279,12 +388,15 @@ async fn step(
         }
         Instr::Route { router, routes } => {
             let router = program.stages[*router].name();
-            let Some(chosen) = route.take() else {
+            let Some(chosen) = frame.route.take() else {
                 return Err(Error::build(format!("router `{router}` produced no route")));
             };
             match routes.iter().find(|(k, _)| **k == *chosen) {
                 Some((_, target)) => {
                     tracing::debug!(router, route = %chosen, "route");
+                    emit(&program.callbacks, "route", |c| {
+                        c.on_route(&scope.run_id, router, &chosen)
+                    });
                     Ok((*target, ctx))
                 }
                 None => Err(Error::UnknownRoute {

@@ -5,6 +5,7 @@
 //! with the `#[stage]` and `pipeline!` macros; see its documentation for a
 //! tour. This crate is what backend crates (`fluxio-redis`, ...) build on.
 
+pub mod callback;
 pub mod compile;
 pub mod context;
 pub mod error;

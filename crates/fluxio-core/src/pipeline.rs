@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tracing::Instrument as _;
 
+use crate::callback::Callback;
 use crate::compile::{Node, Program};
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -36,6 +37,7 @@ pub struct PipelineBuilder {
     lease_ttl: Duration,
     middleware: Vec<Arc<dyn Middleware>>,
     stage_middleware: Vec<(String, Arc<dyn Middleware>)>,
+    callbacks: Vec<Arc<dyn Callback>>,
 }
 
 impl PipelineBuilder {
@@ -52,6 +54,7 @@ impl PipelineBuilder {
             lease_ttl: Duration::from_secs(30),
             middleware: Vec::new(),
             stage_middleware: Vec::new(),
+            callbacks: Vec::new(),
         }
     }
 
@@ -116,6 +119,12 @@ impl PipelineBuilder {
         self
     }
 
+    /// Adds a callback that observes every run (see [`Callback`]).
+    pub fn callback(mut self, callback: impl Callback) -> Self {
+        self.callbacks.push(Arc::new(callback));
+        self
+    }
+
     /// Compiles the pipeline.
     ///
     /// # Errors
@@ -123,6 +132,7 @@ impl PipelineBuilder {
     /// or stage middleware names a stage the pipeline does not have.
     pub fn build(self) -> Result<Pipeline> {
         let mut program = Program::compile(&self.root, self.auto_parallel)?;
+        program.callbacks = self.callbacks;
         for (name, _) in &self.stage_middleware {
             if program.stage(name).is_none() {
                 return Err(Error::build(format!(

@@ -8,6 +8,8 @@
 //! - `per_stage/pipeline_10_one_middleware`: the same with one pass-through
 //!   middleware on every stage (a pipeline without middleware calls stages
 //!   directly, so an empty chain costs nothing).
+//! - `per_stage/pipeline_10_one_callback`: the same with one callback whose
+//!   methods do nothing.
 //! - `durable/*`: the same ten stages, durable on an `InMemoryStore`, with a
 //!   1 KB and a 1 MB context: a checkpoint is O(1) in the context's size, so
 //!   the two should be close.
@@ -34,6 +36,12 @@ impl Middleware for PassThrough {
         next.run(ctx).await
     }
 }
+
+/// A callback that keeps every default (no-op) method.
+#[derive(Debug)]
+struct NoOp;
+
+impl fluxio::callback::Callback for NoOp {}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -78,6 +86,22 @@ fn per_stage(c: &mut Criterion) {
             rt.block_on(async {
                 black_box(
                     with_mw
+                        .invoke("bench", black_box(input.clone()))
+                        .await
+                        .expect("runs"),
+                )
+            })
+        });
+    });
+    let with_cb = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
+        .callback(NoOp)
+        .build()
+        .expect("valid");
+    g.bench_function("pipeline_10_one_callback", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(
+                    with_cb
                         .invoke("bench", black_box(input.clone()))
                         .await
                         .expect("runs"),

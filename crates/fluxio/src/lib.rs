@@ -96,8 +96,8 @@
 pub use fluxio_core::{
     BoxError, Checkpoint, CheckpointStore, Context, Diff, DiffEntry, Error, InMemoryStore,
     Pipeline, PipelineBuilder, Result, RunStatus, Send, Snapshot, Stage, StageInfo, StageKind,
-    StageMeta, StageResult, Value, compile, context, ctx, error, middleware, stage, store, value,
-    version,
+    StageMeta, StageResult, Value, callback, compile, context, ctx, error, middleware, stage,
+    store, value, version,
 };
 pub use fluxio_macros::{pipeline, stage};
 
