@@ -214,3 +214,59 @@ async fn a_panicking_or_failing_callback_never_fails_the_run_or_replaces_the_err
         "the stage's error is kept: {err}"
     );
 }
+
+// ---- tracing ------------------------------------------------------------------
+
+/// Records the spans opened, with their fields, as `name{field=value,...}`.
+#[derive(Clone, Default)]
+struct Spans(Arc<Mutex<Vec<String>>>);
+
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!("{}={value:?},", field.name()));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = Fields(String::new());
+        attrs.record(&mut fields);
+        self.0.lock().expect("not poisoned").push(format!(
+            "{}{{{}}}",
+            attrs.metadata().name(),
+            fields.0
+        ));
+    }
+}
+
+#[test]
+fn runs_and_stages_open_spans_with_run_id_stage_attempt_ip_and_version() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    let p = pipeline![a, b].durable(true).build().expect("valid");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(p.invoke("traced", Context::new()))
+            .expect("runs");
+    });
+    let version = p.version();
+    assert_eq!(
+        *spans.0.lock().expect("not poisoned"),
+        [
+            format!("fluxio.run{{run_id=\"traced\",version={version},}}"),
+            "fluxio.stage{run_id=\"traced\",stage=\"a\",ip=2,attempt=1,}".to_owned(),
+            "fluxio.stage{run_id=\"traced\",stage=\"b\",ip=6,attempt=1,}".to_owned(),
+        ]
+    );
+}

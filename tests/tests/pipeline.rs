@@ -485,3 +485,97 @@ fn the_function_stays_callable() {
     let out = c(input("callable")).expect("a plain call works");
     assert_eq!(out.get::<Vec<String>>("path").expect("set"), ["c"]);
 }
+
+// ---- schema checks ------------------------------------------------------------
+
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct NeedsUser {
+    user_id: u64,
+    tags: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct MakesGreeting {
+    greeting: String,
+}
+
+#[stage(input = NeedsUser, output = MakesGreeting)]
+async fn greet(ctx: Context) -> StageResult {
+    let id: u64 = ctx.get("user_id")?;
+    if ctx.get_opt::<bool>("forget") == Some(true) {
+        return Ok(ctx);
+    }
+    Ok(ctx.set("greeting", format!("hello {id}"))?)
+}
+
+#[tokio::test]
+async fn schema_checks_pass_with_extra_keys_and_name_the_failing_field() {
+    let p = pipeline![greet].durable(true).build().expect("valid");
+    assert!(
+        p.explain().contains("VALIDATE    input greet")
+            && p.explain().contains("VALIDATE    output greet")
+    );
+    let ok = ctx! { "user_id" => 7u64, "tags" => vec!["a"], "unrelated" => 1 }.expect("ok");
+    assert_eq!(
+        p.invoke("schema-ok", ok)
+            .await
+            .expect("valid input")
+            .get::<String>("greeting")
+            .expect("set"),
+        "hello 7"
+    );
+
+    let missing = ctx! { "user_id" => 7u64 }.expect("ok");
+    let err = p
+        .invoke("schema-missing", missing)
+        .await
+        .expect_err("tags missing");
+    assert!(
+        matches!(&err, Error::Validation { stage, message } if stage == "greet" && message == "input: missing field `tags`"),
+        "{err}"
+    );
+    let cp = p
+        .checkpoint("schema-missing")
+        .await
+        .expect("ok")
+        .expect("stored");
+    assert!(
+        cp.error,
+        "a validation failure leaves an error checkpoint like any failure"
+    );
+
+    let mistyped = ctx! { "user_id" => "seven", "tags" => Vec::<String>::new() }.expect("ok");
+    let err = p
+        .invoke("schema-type", mistyped)
+        .await
+        .expect_err("wrong type");
+    assert!(
+        matches!(&err, Error::Validation { message, .. } if message.starts_with("input: user_id: invalid type")),
+        "{err}"
+    );
+
+    let forgets = ctx! { "user_id" => 1u64, "tags" => vec!["x"], "forget" => true }.expect("ok");
+    let err = p
+        .invoke("schema-output", forgets)
+        .await
+        .expect_err("no greeting");
+    assert!(
+        matches!(&err, Error::Validation { message, .. } if message == "output: missing field `greeting`"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn schema_checks_run_inside_parallel_branches() {
+    let p = pipeline![parallel![greet, left]].build().expect("valid");
+    let err = p
+        .invoke("schema-branch", ctx! { "user_id" => 1u64 }.expect("ok"))
+        .await
+        .expect_err("tags missing");
+    assert!(
+        matches!(&err, Error::Validation { stage, .. } if stage == "greet"),
+        "{err}"
+    );
+}

@@ -6,7 +6,7 @@
 //! A stage in the top-level sequence (or in a routing body of it) compiles to
 //!
 //! ```text
-//! CHECKPOINT -> EMIT step_start -> CALL -> EMIT step_end
+//! CHECKPOINT -> EMIT step_start -> [VALIDATE input] -> CALL -> [VALIDATE output] -> EMIT step_end
 //! ```
 //!
 //! so a resume at the `CHECKPOINT` replays the whole stage, events included.
@@ -65,6 +65,13 @@ pub enum Instr {
         event: Event,
         /// The stage (an index into the program's stages).
         stage: usize,
+    },
+    /// Check the context against a stage's declared input or output type.
+    Validate {
+        /// The stage (an index into the program's stages).
+        stage: usize,
+        /// `false`: its `input` (before the call); `true`: its `output` (after).
+        output: bool,
     },
     /// Call a stage.
     Call {
@@ -212,6 +219,10 @@ impl fmt::Display for Program {
                     writeln!(f, "ROUTE       by {}: {}", name(router), table.join(", "))?;
                 }
                 Instr::Jump { to } => writeln!(f, "JUMP        {to}")?,
+                Instr::Validate { stage, output } => {
+                    let which = if *output { "output" } else { "input" };
+                    writeln!(f, "VALIDATE    {which} {}", name(stage))?;
+                }
             }
         }
         Ok(())
@@ -361,7 +372,19 @@ impl Compiler {
             event: Event::StepStart,
             stage: idx,
         });
+        if s.meta().input.is_some() {
+            self.push(Instr::Validate {
+                stage: idx,
+                output: false,
+            });
+        }
         self.push(Instr::Call { stage: idx });
+        if s.meta().output.is_some() {
+            self.push(Instr::Validate {
+                stage: idx,
+                output: true,
+            });
+        }
         self.push(Instr::Emit {
             event: Event::StepEnd,
             stage: idx,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::{BoxFuture, try_join_all};
+use tracing::Instrument as _;
 
 use crate::callback::{StepEvent, emit};
 use crate::compile::{Event, Instr, Program};
@@ -247,6 +248,33 @@ fn exec(
     })
 }
 
+/// Closes a step that failed (in its call or its validation): a failed or
+/// timed-out stage still ends, so callbacks can close what they opened.
+fn end_failed_step(
+    program: &Program,
+    frame: &mut Frame,
+    scope: &Scope,
+    stage: &str,
+    ip: usize,
+    e: &Error,
+) {
+    let cbs = &program.callbacks;
+    if !cbs.is_empty() {
+        let took = frame
+            .step_started
+            .take()
+            .map(|t| t.elapsed())
+            .unwrap_or_default();
+        let ev = StepEvent {
+            run_id: &scope.run_id,
+            stage,
+            ip,
+            attempt: scope.attempt,
+        };
+        emit(cbs, "step_end", |c| c.on_step_end(&ev, took, Some(e)));
+    }
+}
+
 /// Executes the instruction at `ip` (anything but `CHECKPOINT` and
 /// `END_BRANCH`) and returns the next `ip` and context.
 async fn step(
@@ -266,12 +294,14 @@ async fn step(
             }
             let cbs = &program.callbacks;
             if !cbs.is_empty() {
-                // EMIT step_start is right before the stage's CALL, step_end right after
+                // the stage's CALL is at most two instructions away (a VALIDATE may sit between)
+                let is_call = |i: &usize| matches!(program.instrs.get(*i), Some(Instr::Call { stage: s }) if s == stage);
                 let call_ip = if *event == Event::StepStart {
-                    ip + 1
+                    (ip + 1..=ip + 2).find(is_call)
                 } else {
-                    ip.saturating_sub(1)
-                };
+                    (ip.saturating_sub(2)..ip).rev().find(is_call)
+                }
+                .unwrap_or(ip);
                 let ev = StepEvent {
                     run_id: &scope.run_id,
                     stage: name,
@@ -295,6 +325,23 @@ async fn step(
             }
             Ok((ip + 1, ctx))
         }
+        Instr::Validate { stage, output } => {
+            let stage = &program.stages[*stage];
+            let meta = stage.meta();
+            let check = if *output { meta.output } else { meta.input };
+            match check.map_or(Ok(()), |validate| validate(&ctx)) {
+                Ok(()) => Ok((ip + 1, ctx)),
+                Err(message) => {
+                    let which = if *output { "output" } else { "input" };
+                    let e = Error::Validation {
+                        stage: stage.name().to_owned(),
+                        message: format!("{which}: {message}"),
+                    };
+                    end_failed_step(program, frame, scope, stage.name(), ip, &e);
+                    Err(e)
+                }
+            }
+        }
         Instr::Call { stage: index } => {
             let stage = &program.stages[*index];
             // A router returns a decision, not a context: keep the context
@@ -306,13 +353,26 @@ async fn step(
                 position: u32::try_from(ip).unwrap_or(u32::MAX),
                 attempt: scope.attempt,
             };
+            let span = tracing::info_span!(
+                "fluxio.stage",
+                run_id = &*scope.run_id,
+                stage = stage.name(),
+                ip,
+                attempt = scope.attempt
+            );
             let out = match program.middleware.get(*index) {
                 Some(chain) if !chain.is_empty() => {
                     STAGE_INFO
                         .scope(info, Next::new(stage, chain).run(ctx))
+                        .instrument(span)
                         .await
                 }
-                _ => STAGE_INFO.scope(info, stage.call(ctx)).await,
+                _ => {
+                    STAGE_INFO
+                        .scope(info, stage.call(ctx))
+                        .instrument(span)
+                        .await
+                }
             };
             let out = match out {
                 Ok(out) => out,
@@ -365,11 +425,19 @@ async fn step(
                     let start = *start;
                     let name = name.clone();
                     let scope = scope.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = exec(&program, start, branch, scope).await {
-                            tracing::warn!(branch = &*name, error = %e, "fire-and-forget branch failed");
+                    let span = tracing::info_span!(
+                        "fluxio.branch",
+                        branch = &*name,
+                        fire_and_forget = true
+                    );
+                    tokio::spawn(
+                        async move {
+                            if let Err(e) = exec(&program, start, branch, scope).await {
+                                tracing::warn!(branch = &*name, error = %e, "fire-and-forget branch failed");
+                            }
                         }
-                    });
+                        .instrument(span),
+                    );
                 }
                 return Ok((join + 1, ctx));
             }

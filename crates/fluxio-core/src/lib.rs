@@ -36,6 +36,7 @@ pub mod __private {
     pub use crate::pipeline::PipelineBuilder;
     pub use crate::stage::{
         Output, Stage, StageDef, StageFuture, StageKind, StageMeta, StageOutput, StageReturn,
+        validate,
     };
     pub use crate::version::VersionHasher;
     pub use crate::{BoxError, Context};

@@ -46,6 +46,52 @@ pub struct StageMeta {
     pub writes: Option<&'static [&'static str]>,
     /// Its timeout (`timeout = "5s"`).
     pub timeout: Option<Duration>,
+    /// Checks the context before the call (`input = T`): `Err` names the
+    /// missing or mistyped field.
+    pub input: Option<Validator>,
+    /// Checks the context after the call (`output = U`).
+    pub output: Option<Validator>,
+}
+
+/// Checks that a context holds the fields of a type; the error names the
+/// first missing or mistyped field.
+pub type Validator = fn(&Context) -> std::result::Result<(), String>;
+
+/// Whether `ctx` has the fields of `T` (extra keys are ignored): `T` is
+/// deserialized from the context as if it were a map of its keys. The error
+/// names the missing or mistyped field.
+///
+/// ```
+/// #[derive(serde::Deserialize)]
+/// struct Needs { user_id: u64 }
+///
+/// # fn main() -> fluxio_core::Result<()> {
+/// let ok = fluxio_core::ctx! { "user_id" => 7u64, "extra" => true }?;
+/// assert!(fluxio_core::stage::validate::<Needs>(&ok).is_ok());
+/// let wrong = fluxio_core::ctx! { "user_id" => "seven" }?;
+/// let err = fluxio_core::stage::validate::<Needs>(&wrong).unwrap_err();
+/// assert!(err.starts_with("user_id: invalid type"), "{err}");
+/// let missing = fluxio_core::stage::validate::<Needs>(&fluxio_core::Context::new()).unwrap_err();
+/// assert_eq!(missing, "missing field `user_id`");
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// The first missing or mistyped field, with its path.
+pub fn validate<T: serde::de::DeserializeOwned>(ctx: &Context) -> std::result::Result<(), String> {
+    let map = serde::de::value::MapDeserializer::<_, crate::value::ValueError>::new(ctx.iter());
+    match serde_path_to_error::deserialize::<_, T>(map) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            Err(if path == "." {
+                inner
+            } else {
+                format!("{path}: {inner}")
+            })
+        }
+    }
 }
 
 /// A boxed stage future.

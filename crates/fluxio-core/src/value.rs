@@ -1642,6 +1642,14 @@ bincode::impl_borrow_decode!(Value);
 // Tests
 // ---------------------------------------------------------------------------
 
+impl<'de> serde::de::IntoDeserializer<'de, ValueError> for &'de Value {
+    type Deserializer = Self;
+
+    fn into_deserializer(self) -> Self {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

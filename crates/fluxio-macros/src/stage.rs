@@ -15,6 +15,8 @@ struct Options {
     reads: Option<Vec<LitStr>>,
     writes: Option<Vec<LitStr>>,
     timeout_ms: Option<u64>,
+    input: Option<syn::Type>,
+    output: Option<syn::Type>,
     krate: syn::Path,
 }
 
@@ -65,6 +67,16 @@ fn string_list(expr: &Expr, option: &str) -> syn::Result<Vec<LitStr>> {
             )),
         })
         .collect()
+}
+
+/// `input = SomeType` / `output = SomeType`: a type that deserializes from the context.
+fn schema_type(expr: &Expr) -> syn::Result<syn::Type> {
+    syn::parse2::<syn::Type>(expr.to_token_stream()).map_err(|_| {
+        syn::Error::new_spanned(
+            expr,
+            "`input` and `output` take a type that implements `Deserialize`",
+        )
+    })
 }
 
 fn lit_str(expr: &Expr, option: &str) -> syn::Result<LitStr> {
@@ -118,6 +130,8 @@ fn parse_options(args: TokenStream) -> syn::Result<Options> {
         reads: None,
         writes: None,
         timeout_ms: None,
+        input: None,
+        output: None,
         krate: syn::parse_quote!(::fluxio),
     };
     let mut errors: Option<syn::Error> = None;
@@ -127,7 +141,7 @@ fn parse_options(args: TokenStream) -> syn::Result<Options> {
                 &mut errors,
                 syn::Error::new_spanned(
                     &meta,
-                    "expected `option = value`: name, reads, writes, timeout or crate",
+                    "expected `option = value`: name, reads, writes, timeout, input, output or crate",
                 ),
             );
             continue;
@@ -144,13 +158,15 @@ fn parse_options(args: TokenStream) -> syn::Result<Options> {
             "timeout" => lit_str(&nv.value, "timeout")
                 .and_then(|s| parse_duration(&s))
                 .map(|ms| opts.timeout_ms = Some(ms)),
+            "input" => schema_type(&nv.value).map(|t| opts.input = Some(t)),
+            "output" => schema_type(&nv.value).map(|t| opts.output = Some(t)),
             "crate" => lit_str(&nv.value, "crate")
                 .and_then(|s| s.parse::<syn::Path>())
                 .map(|p| opts.krate = p),
             _ => Err(syn::Error::new_spanned(
                 &nv.path,
                 format!(
-                    "unknown stage option `{}`; expected one of: name, reads, writes, timeout, crate",
+                    "unknown stage option `{}`; expected one of: name, reads, writes, timeout, input, output, crate",
                     nv.path.to_token_stream()
                 ),
             )),
@@ -296,6 +312,11 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     } else {
         quote_spanned!(arg.span()=> #p::blocking_stage(move || #ident(ctx)))
     };
+    let schema = |t: &Option<syn::Type>| match t {
+        None => quote!(::core::option::Option::None),
+        Some(t) => quote_spanned!(t.span()=> ::core::option::Option::Some(#p::validate::<#t>)),
+    };
+    let (input, output) = (schema(&opts.input), schema(&opts.output));
     let kind = if is_async {
         quote!(#p::StageKind::Async)
     } else {
@@ -329,6 +350,8 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
                             reads: #reads,
                             writes: #writes,
                             timeout: #timeout,
+                            input: #input,
+                            output: #output,
                         },
                         #call_fn,
                     )
