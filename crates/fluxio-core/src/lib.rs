@@ -14,6 +14,7 @@ pub mod middleware;
 pub mod pipeline;
 pub mod stage;
 pub mod store;
+pub mod stream;
 pub mod value;
 pub mod version;
 
@@ -22,6 +23,7 @@ pub use error::{BoxError, Error, Result};
 pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder};
 pub use stage::{Send, Stage, StageInfo, StageKind, StageMeta};
 pub use store::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
+pub use stream::{Chunk, EmitError, Emitter, RunStream, StreamEvent};
 pub use value::Value;
 
 /// What a stage returns: `Result<Context, BoxError>` by default, or
@@ -64,6 +66,17 @@ pub mod __private {
         E: Into<BoxError>,
     {
         crate::stage::run_blocking(move || f().map(StageOutput::into_output).map_err(Into::into))
+    }
+
+    /// Runs a stream stage's body with the current run's emitter, then
+    /// stores its chunks under `<stage>_stream_result`.
+    pub fn stream_stage<F, Fut, E>(stage: &'static str, ctx: Context, f: F) -> StageFuture
+    where
+        F: FnOnce(Context, crate::stream::Emitter) -> Fut,
+        Fut: std::future::Future<Output = Result<Context, E>> + std::marker::Send + 'static,
+        E: Into<BoxError>,
+    {
+        crate::stream::run_stream(stage, ctx, f)
     }
 
     /// `const` check emitted by `pipeline!` for a routing block's router.

@@ -1,4 +1,4 @@
-//! Built pipelines: invoke, resume, replay, diff, run_step, explain.
+//! Built pipelines: invoke, stream, resume, replay, diff, run_step, explain.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use crate::stage::Output;
 use crate::store::{
     Checkpoint, CheckpointStore, InMemoryStore, Lease, Ownership, RunStatus, now_ms,
 };
+use crate::stream::{DEFAULT_STREAM_BUFFER, RunStream, STREAM_TX, StreamEvent};
 use crate::value::Value;
 use crate::version::short_hex;
 
@@ -35,6 +36,7 @@ pub struct PipelineBuilder {
     durable: bool,
     auto_parallel: bool,
     lease_ttl: Duration,
+    stream_buffer: usize,
     middleware: Vec<Arc<dyn Middleware>>,
     stage_middleware: Vec<(String, Arc<dyn Middleware>)>,
     callbacks: Vec<Arc<dyn Callback>>,
@@ -52,6 +54,7 @@ impl PipelineBuilder {
             durable: false,
             auto_parallel: true,
             lease_ttl: Duration::from_secs(30),
+            stream_buffer: DEFAULT_STREAM_BUFFER,
             middleware: Vec::new(),
             stage_middleware: Vec::new(),
             callbacks: Vec::new(),
@@ -89,6 +92,14 @@ impl PipelineBuilder {
     /// stores whose leases expire (the in-process default never expires).
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
+        self
+    }
+
+    /// How many chunks [`Pipeline::stream`] buffers before a stream stage's
+    /// [`Emitter::emit`](crate::Emitter::emit) waits for the consumer
+    /// (default [`DEFAULT_STREAM_BUFFER`]; 0 counts as 1).
+    pub fn stream_buffer(mut self, chunks: usize) -> Self {
+        self.stream_buffer = chunks.max(1);
         self
     }
 
@@ -177,6 +188,7 @@ impl PipelineBuilder {
                 auto_parallel: self.auto_parallel,
                 store,
                 lease_ttl: self.lease_ttl,
+                stream_buffer: self.stream_buffer,
             }),
         })
     }
@@ -197,6 +209,7 @@ struct Inner {
     auto_parallel: bool,
     store: Option<Arc<dyn CheckpointStore>>,
     lease_ttl: Duration,
+    stream_buffer: usize,
 }
 
 impl fmt::Debug for Pipeline {
@@ -297,6 +310,35 @@ impl Pipeline {
         }
         .instrument(span)
         .await
+    }
+
+    /// Runs the pipeline on `input` as a fresh run, like
+    /// [`invoke`](Self::invoke), on a task of its own, and streams the chunks
+    /// of its stream stages (see [`crate::stream`]) as they are emitted.
+    ///
+    /// The stream yields [`StreamEvent::Chunk`]s in emission order, then
+    /// [`StreamEvent::Done`] with the final context, or one `Err` (any error
+    /// of `invoke`) when the run fails, then ends. Chunks pass through a
+    /// bounded buffer ([`PipelineBuilder::stream_buffer`]): a stage emitting
+    /// into a full buffer waits, so a slow consumer slows the stage.
+    ///
+    /// A durable run owns `run_id` for the whole stream. Dropping the stream
+    /// cancels the run (its task is aborted; the last checkpoint stays and
+    /// the lease is released in the background, as for a dropped `invoke`).
+    /// A resume re-runs an interrupted stream stage from its start: chunks
+    /// emitted before a crash or failure are emitted again.
+    ///
+    /// Must be called inside a tokio runtime (it spawns the run).
+    pub fn stream(&self, run_id: &str, input: Context) -> RunStream {
+        let pipeline = self.clone();
+        let run_id = run_id.to_owned();
+        RunStream::spawn(self.inner.stream_buffer, move |tx| async move {
+            let result = STREAM_TX
+                .scope(tx.clone(), pipeline.invoke(&run_id, input))
+                .await;
+            // the receiver may be gone: nothing left to tell
+            let _ = tx.send(result.map(StreamEvent::Done)).await;
+        })
     }
 
     /// Continues the run `run_id` from its stored checkpoint, with the stored

@@ -27,6 +27,10 @@ pub enum StageKind {
     Async,
     /// A plain `fn`: runs on tokio's blocking pool, never on an async worker thread.
     Blocking,
+    /// An `async fn` that also takes an [`Emitter`](crate::stream::Emitter)
+    /// and emits chunks while it runs (see [`crate::stream`]). Retry and the
+    /// cache never apply to it.
+    Stream,
 }
 
 /// What `#[stage]` knows about a stage at compile time.

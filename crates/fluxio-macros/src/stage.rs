@@ -181,9 +181,16 @@ fn parse_options(args: TokenStream) -> syn::Result<Options> {
     }
 }
 
-const SIGNATURE: &str = "a stage is `async fn name(ctx: Context) -> Result<Context, E>` (or a plain `fn`, or `-> Result<fluxio::Send, E>` for a router)";
+const SIGNATURE: &str = "a stage is `async fn name(ctx: Context) -> Result<Context, E>` (or a plain `fn`, or `-> Result<fluxio::Send, E>` for a router, or `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>` for a stream stage)";
 
-fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type)> {
+/// Whether `ty` names the emitter (`Emitter`, `fluxio::Emitter`, ...).
+fn is_emitter(ty: &syn::Type) -> bool {
+    matches!(ty, syn::Type::Path(p) if p.qself.is_none()
+        && p.path.segments.last().is_some_and(|s| s.ident == "Emitter" && s.arguments.is_empty()))
+}
+
+/// The context argument, the return type, and whether it is a stream stage.
+fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type, bool)> {
     let sig = &func.sig;
     let mut errors: Option<syn::Error> = None;
     if let Some(c) = &sig.constness {
@@ -216,20 +223,21 @@ fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type)> {
             syn::Error::new_spanned(v, "a stage cannot be variadic"),
         );
     }
+    let typed = |arg: &FnArg, errors: &mut Option<syn::Error>| match arg {
+        FnArg::Receiver(r) => {
+            combine(
+                errors,
+                syn::Error::new_spanned(
+                    r,
+                    "a stage is a free function, not a method: take `ctx: Context`",
+                ),
+            );
+            None
+        }
+        typed @ FnArg::Typed(_) => Some(typed.clone()),
+    };
     let arg = match sig.inputs.len() {
-        1 => match &sig.inputs[0] {
-            FnArg::Receiver(r) => {
-                combine(
-                    &mut errors,
-                    syn::Error::new_spanned(
-                        r,
-                        "a stage is a free function, not a method: take `ctx: Context`",
-                    ),
-                );
-                None
-            }
-            typed @ FnArg::Typed(_) => Some(typed.clone()),
-        },
+        1 | 2 => typed(&sig.inputs[0], &mut errors),
         0 => {
             combine(
                 &mut errors,
@@ -244,13 +252,39 @@ fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type)> {
             combine(
                 &mut errors,
                 syn::Error::new_spanned(
-                    &sig.inputs[1],
-                    format!("a stage takes exactly one argument, the context: {SIGNATURE}"),
+                    &sig.inputs[2],
+                    format!(
+                        "a stage takes the context, and a stream stage also an `Emitter`, nothing more: {SIGNATURE}"
+                    ),
                 ),
             );
             None
         }
     };
+    let stream = sig.inputs.len() == 2;
+    if let Some(second) = sig.inputs.get(1) {
+        match typed(second, &mut errors) {
+            Some(FnArg::Typed(pat)) if !is_emitter(&pat.ty) => combine(
+                &mut errors,
+                syn::Error::new_spanned(
+                    &pat.ty,
+                    format!(
+                        "the second argument of a stage must be `fluxio::Emitter` (a stream stage): {SIGNATURE}"
+                    ),
+                ),
+            ),
+            _ => {}
+        }
+        if sig.asyncness.is_none() {
+            combine(
+                &mut errors,
+                syn::Error::new_spanned(
+                    sig.fn_token,
+                    "a stream stage (one taking an `Emitter`) must be an `async fn`",
+                ),
+            );
+        }
+    }
     let ret = match &sig.output {
         ReturnType::Type(_, ty) => Some((**ty).clone()),
         ReturnType::Default => {
@@ -265,7 +299,7 @@ fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type)> {
         }
     };
     match (errors, arg, ret) {
-        (None, Some(a), Some(r)) => Ok((a, r)),
+        (None, Some(a), Some(r)) => Ok((a, r, stream)),
         (Some(e), _, _) => Err(e),
         _ => Err(syn::Error::new(Span::call_site(), SIGNATURE)),
     }
@@ -274,7 +308,7 @@ fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type)> {
 fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     let opts_result = parse_options(args.clone());
     let sig_result = check_signature(func);
-    let (opts, (arg, ret)) = match (opts_result, sig_result) {
+    let (opts, (arg, ret, stream)) = match (opts_result, sig_result) {
         (Ok(o), Ok(s)) => (o, s),
         (Err(mut a), Err(b)) => {
             a.combine(b);
@@ -307,7 +341,9 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     };
     let is_async = func.sig.asyncness.is_some();
     let call_fn = format_ident!("__fluxio_call");
-    let body = if is_async {
+    let body = if stream {
+        quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, #ident))
+    } else if is_async {
         quote_spanned!(arg.span()=> #p::async_stage(#ident(ctx)))
     } else {
         quote_spanned!(arg.span()=> #p::blocking_stage(move || #ident(ctx)))
@@ -317,7 +353,9 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
         Some(t) => quote_spanned!(t.span()=> ::core::option::Option::Some(#p::validate::<#t>)),
     };
     let (input, output) = (schema(&opts.input), schema(&opts.output));
-    let kind = if is_async {
+    let kind = if stream {
+        quote!(#p::StageKind::Stream)
+    } else if is_async {
         quote!(#p::StageKind::Async)
     } else {
         quote!(#p::StageKind::Blocking)

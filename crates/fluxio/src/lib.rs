@@ -58,7 +58,9 @@
 //!
 //! On `async fn name(ctx: Context) -> Result<Context, E>` (runs on the async
 //! runtime), on a plain `fn` with the same signature (runs on tokio's blocking
-//! pool), or returning `Result<fluxio::Send, E>` (a router). `E` is any
+//! pool), returning `Result<fluxio::Send, E>` (a router), or on
+//! `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>`
+//! (a stream stage: see [`stream`] and [`Pipeline::stream`]). `E` is any
 //! `std::error::Error + Send + Sync + 'static`; [`StageResult`] is
 //! `Result<Context, BoxError>`. Options:
 //!
@@ -94,10 +96,10 @@
 //! checks, one run per run id at a time, and a completed checkpoint at the end.
 
 pub use fluxio_core::{
-    BoxError, Checkpoint, CheckpointStore, Context, Diff, DiffEntry, Error, InMemoryStore,
-    Pipeline, PipelineBuilder, Result, RunStatus, Send, Snapshot, Stage, StageInfo, StageKind,
-    StageMeta, StageResult, Value, callback, compile, context, ctx, error, middleware, stage,
-    store, value, version,
+    BoxError, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError, Emitter,
+    Error, InMemoryStore, Pipeline, PipelineBuilder, Result, RunStatus, RunStream, Send, Snapshot,
+    Stage, StageInfo, StageKind, StageMeta, StageResult, StreamEvent, Value, callback, compile,
+    context, ctx, error, middleware, stage, store, stream, value, version,
 };
 pub use fluxio_macros::{pipeline, stage};
 

@@ -8,7 +8,10 @@
 //! middleware is called directly, at no cost.
 //!
 //! Built in: [`Retry`] (fixed, exponential or jittered backoff, with a
-//! predicate choosing which errors retry) and [`Timeout`].
+//! predicate choosing which errors retry; never for stream stages),
+//! [`Timeout`], [`Cache`] (its own [`CacheStore`], never for stream stages),
+//! [`CircuitBreaker`] (closed, open, half-open with exactly one probe) and
+//! [`RateLimit`] (waits, never errors).
 //!
 //! [`PipelineBuilder::middleware`]: crate::PipelineBuilder::middleware
 //! [`PipelineBuilder::stage_middleware`]: crate::PipelineBuilder::stage_middleware
@@ -128,6 +131,8 @@ type RetryIf = Arc<dyn Fn(&Error) -> bool + Send + Sync>;
 /// ([`Error::Stage`], [`Error::StagePanic`], [`Error::StageTimeout`]) —
 /// never fluxio's control errors (run id in use, lease lost, store, merge
 /// conflict, ...). The last error is returned when every attempt failed.
+/// Stream stages ([`StageKind::Stream`](crate::StageKind::Stream)) are
+/// called once, never retried: a retry would repeat their chunks.
 ///
 /// Delays come from the `backon` crate.
 ///
@@ -239,6 +244,9 @@ impl Retry {
 #[async_trait::async_trait]
 impl Middleware for Retry {
     async fn call(&self, stage: &Stage, ctx: Context, next: Next<'_>) -> Result<Output> {
+        if stage.meta().kind == crate::stage::StageKind::Stream {
+            return next.run(ctx).await; // a retry would repeat the chunks already emitted
+        }
         let mut delays = self.delays();
         let mut attempt = 1u32;
         loop {
@@ -276,3 +284,11 @@ impl Middleware for Timeout {
         }
     }
 }
+
+mod breaker;
+mod cache;
+mod rate_limit;
+
+pub use breaker::{CircuitBreaker, CircuitState};
+pub use cache::{CACHE_DOMAIN, Cache, CacheEntry, CacheKey, CacheStore, MemoryCacheStore};
+pub use rate_limit::RateLimit;

@@ -21,4 +21,16 @@ async fn generic<T>(ctx: Context) -> StageResult {
     Ok(ctx)
 }
 
+#[stage]
+fn sync_stream(ctx: Context, out: fluxio::Emitter) -> StageResult {
+    let _ = out;
+    Ok(ctx)
+}
+
+#[stage]
+async fn three_args(ctx: Context, out: fluxio::Emitter, extra: u8) -> StageResult {
+    let _ = (out, extra);
+    Ok(ctx)
+}
+
 fn main() {}
