@@ -15,6 +15,7 @@ pub mod pipeline;
 pub mod stage;
 pub mod store;
 pub mod stream;
+pub mod testing;
 pub mod value;
 pub mod version;
 

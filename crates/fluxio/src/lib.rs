@@ -99,7 +99,7 @@ pub use fluxio_core::{
     BoxError, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError, Emitter,
     Error, InMemoryStore, Pipeline, PipelineBuilder, Result, RunStatus, RunStream, Send, Snapshot,
     Stage, StageInfo, StageKind, StageMeta, StageResult, StreamEvent, Value, callback, compile,
-    context, ctx, error, middleware, stage, store, stream, value, version,
+    context, ctx, error, middleware, stage, store, stream, testing, value, version,
 };
 pub use fluxio_macros::{pipeline, stage};
 

@@ -1,0 +1,129 @@
+//! A test kit: run one stage alone, through middleware, and check what it did.
+//! (Runnable versions of this example are in the repository's
+//! `tests/tests/testing_kit.rs`; `#[stage]` is not available inside this crate.)
+//!
+//! ```text
+//! use fluxio::testing::StageTest;
+//! use fluxio::{ctx, stage, Context, StageResult};
+//!
+//! #[stage]
+//! async fn greet(ctx: Context) -> StageResult {
+//!     let name: String = ctx.get("name")?;
+//!     Ok(ctx.set("greeting", format!("hello, {name}"))?)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> fluxio::Result<()> {
+//! let run = StageTest::of::<greet>().run(ctx! { "name" => "Ada" }?).await?;
+//! run.assert_wrote(&["greeting"]);
+//! assert_eq!(run.context.get::<String>("greeting")?, "hello, Ada");
+//! # Ok(()) }
+//! ```
+//!
+//! (`pipeline.run_step(name, ctx)` runs one stage of a built pipeline, with
+//! the pipeline's middleware, the same way.)
+
+use std::sync::Arc;
+
+use crate::context::Context;
+use crate::error::Result;
+use crate::middleware::{Middleware, Next};
+use crate::stage::{Output, Stage, StageDef};
+use crate::stream::result_key;
+use crate::value::Value;
+
+/// One stage under test, with the middleware to run it through.
+#[derive(Debug, Clone)]
+pub struct StageTest {
+    stage: Stage,
+    middleware: Vec<Arc<dyn Middleware>>,
+}
+
+/// What one call of a stage did.
+#[derive(Debug, Clone)]
+pub struct StageRun {
+    /// The context the stage returned (for a router: the input with its patch applied).
+    pub context: Context,
+    /// The route a router chose.
+    pub route: Option<String>,
+    /// The chunks a stream stage emitted, in order.
+    pub chunks: Vec<Value>,
+    /// The keys the stage wrote (set, updated or removed), in order; for a
+    /// stream stage this includes `<stage>_stream_result`.
+    pub written: Vec<String>,
+}
+
+impl StageTest {
+    /// The stage `S` (a function marked `#[stage]`): `StageTest::of::<greet>()`.
+    #[must_use]
+    pub fn of<S: StageDef>() -> Self {
+        Self::new(S::stage())
+    }
+
+    /// A stage in its runtime form.
+    #[must_use]
+    pub fn new(stage: Stage) -> Self {
+        StageTest {
+            stage,
+            middleware: Vec::new(),
+        }
+    }
+
+    /// Adds middleware; the first added is the outermost.
+    #[must_use]
+    pub fn middleware(mut self, middleware: impl Middleware) -> Self {
+        self.middleware.push(Arc::new(middleware));
+        self
+    }
+
+    /// Calls the stage once on `ctx` through the middleware.
+    ///
+    /// # Errors
+    /// The stage's failure (or a middleware's), as a pipeline would return it.
+    pub async fn run(&self, ctx: Context) -> Result<StageRun> {
+        let input = ctx.clear_written();
+        let (context, route) = match Next::new(&self.stage, &self.middleware)
+            .run(input.clone())
+            .await?
+        {
+            Output::Context(c) => (c, None),
+            Output::Send(send) => {
+                let route = send.route.clone();
+                let c = send
+                    .patch
+                    .into_iter()
+                    .fold(input, |c, (k, v)| c.set_value(k, v));
+                (c, Some(route))
+            }
+        };
+        let chunks = match context.value(&result_key(self.stage.name())) {
+            Some(Value::Seq(items)) => items.clone(),
+            _ => Vec::new(),
+        };
+        let written = context.written().map(str::to_owned).collect();
+        Ok(StageRun {
+            context,
+            route,
+            chunks,
+            written,
+        })
+    }
+}
+
+impl StageRun {
+    /// Asserts that the stage wrote exactly `keys` (in any order).
+    ///
+    /// # Panics
+    /// When it wrote other keys, or not all of them; the message lists both.
+    #[track_caller]
+    pub fn assert_wrote(&self, keys: &[&str]) {
+        let mut expected: Vec<&str> = keys.to_vec();
+        expected.sort_unstable();
+        expected.dedup();
+        let actual: Vec<&str> = self.written.iter().map(String::as_str).collect();
+        assert!(
+            actual == expected,
+            "the stage wrote {actual:?}, expected exactly {expected:?}"
+        );
+    }
+}
