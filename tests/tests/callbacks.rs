@@ -57,6 +57,9 @@ impl Callback for Recorder {
     fn on_error(&self, _run_id: &str, error: &Error) -> CallbackResult {
         self.push(format!("error {error}"))
     }
+    fn on_stream_chunk(&self, run_id: &str, stage: &str, chunk: &fluxio::Value) -> CallbackResult {
+        self.push(format!("chunk {run_id} {stage} {chunk}"))
+    }
     fn on_checkpoint(
         &self,
         _run_id: &str,
@@ -268,5 +271,32 @@ fn runs_and_stages_open_spans_with_run_id_stage_attempt_ip_and_version() {
             "fluxio.stage{run_id=\"traced\",stage=\"a\",ip=2,attempt=1,}".to_owned(),
             "fluxio.stage{run_id=\"traced\",stage=\"b\",ip=6,attempt=1,}".to_owned(),
         ]
+    );
+}
+
+#[stage]
+async fn words(ctx: Context, out: fluxio::Emitter) -> StageResult {
+    for w in ["x", "y"] {
+        out.emit(w).await?;
+    }
+    Ok(ctx)
+}
+
+#[tokio::test]
+async fn stream_chunks_reach_the_callbacks() {
+    let rec = Recorder::default();
+    let p = pipeline![words]
+        .callback(rec.clone())
+        .build()
+        .expect("valid");
+    p.invoke("chunks", Context::new()).await.expect("runs");
+    let chunks: Vec<String> = rec
+        .lines()
+        .into_iter()
+        .filter(|l| l.starts_with("chunk"))
+        .collect();
+    assert_eq!(
+        chunks,
+        ["chunk chunks words \"x\"", "chunk chunks words \"y\""]
     );
 }

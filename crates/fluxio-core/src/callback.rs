@@ -88,6 +88,10 @@ pub trait Callback: fmt::Debug + Send + Sync + 'static {
     fn on_error(&self, run_id: &str, error: &Error) -> CallbackResult {
         Ok(())
     }
+    /// A stream stage emitted `chunk`.
+    fn on_stream_chunk(&self, run_id: &str, stage: &str, chunk: &crate::Value) -> CallbackResult {
+        Ok(())
+    }
     /// A checkpoint at `ip` with `status` was saved; the store took `latency`.
     fn on_checkpoint(
         &self,
@@ -98,6 +102,17 @@ pub trait Callback: fmt::Debug + Send + Sync + 'static {
     ) -> CallbackResult {
         Ok(())
     }
+}
+
+/// The callbacks of a run, for a stream stage's emitter.
+#[derive(Clone, Debug)]
+pub(crate) struct ChunkSink {
+    pub(crate) callbacks: Arc<[Arc<dyn Callback>]>,
+    pub(crate) run_id: Arc<str>,
+}
+
+tokio::task_local! {
+    pub(crate) static CHUNK_SINK: ChunkSink;
 }
 
 /// Calls `f` on every callback, isolating errors and panics.

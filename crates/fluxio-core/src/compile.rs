@@ -121,7 +121,7 @@ pub struct Program {
     /// when no middleware is configured.
     pub(crate) middleware: Vec<crate::middleware::Chain>,
     /// The callbacks, in the order they were added.
-    pub(crate) callbacks: Vec<std::sync::Arc<dyn crate::callback::Callback>>,
+    pub(crate) callbacks: std::sync::Arc<[std::sync::Arc<dyn crate::callback::Callback>]>,
 }
 
 impl Program {
@@ -146,7 +146,7 @@ impl Program {
             stages: c.stages,
             steps: c.steps,
             middleware: Vec::new(),
-            callbacks: Vec::new(),
+            callbacks: std::sync::Arc::from(Vec::new()),
         })
     }
 

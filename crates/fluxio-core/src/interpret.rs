@@ -15,12 +15,12 @@ use std::time::Instant;
 use futures::future::{BoxFuture, try_join_all};
 use tracing::Instrument as _;
 
-use crate::callback::{StepEvent, emit};
+use crate::callback::{CHUNK_SINK, ChunkSink, StepEvent, emit};
 use crate::compile::{Event, Instr, Program};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::middleware::Next;
-use crate::stage::{Output, STAGE_INFO, StageInfo};
+use crate::stage::{Output, STAGE_INFO, StageInfo, StageKind};
 use crate::store::{Checkpoint, CheckpointStore, Lease, RunStatus, now_ms};
 
 /// What a durable run needs to write its checkpoints.
@@ -360,19 +360,21 @@ async fn step(
                 ip,
                 attempt = scope.attempt
             );
-            let out = match program.middleware.get(*index) {
-                Some(chain) if !chain.is_empty() => {
-                    STAGE_INFO
-                        .scope(info, Next::new(stage, chain).run(ctx))
-                        .instrument(span)
-                        .await
+            let call = async {
+                match program.middleware.get(*index) {
+                    Some(chain) if !chain.is_empty() => Next::new(stage, chain).run(ctx).await,
+                    _ => stage.call(ctx).await,
                 }
-                _ => {
-                    STAGE_INFO
-                        .scope(info, stage.call(ctx))
-                        .instrument(span)
-                        .await
-                }
+            };
+            let call = STAGE_INFO.scope(info, call).instrument(span);
+            let out = if stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty() {
+                let sink = ChunkSink {
+                    callbacks: Arc::clone(&program.callbacks),
+                    run_id: Arc::clone(&scope.run_id),
+                };
+                CHUNK_SINK.scope(sink, call).await
+            } else {
+                call.await
             };
             let out = match out {
                 Ok(out) => out,

@@ -143,7 +143,7 @@ impl PipelineBuilder {
     /// or stage middleware names a stage the pipeline does not have.
     pub fn build(self) -> Result<Pipeline> {
         let mut program = Program::compile(&self.root, self.auto_parallel)?;
-        program.callbacks = self.callbacks;
+        program.callbacks = self.callbacks.into();
         for (name, _) in &self.stage_middleware {
             if program.stage(name).is_none() {
                 return Err(Error::build(format!(

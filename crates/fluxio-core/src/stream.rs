@@ -94,6 +94,7 @@ impl std::error::Error for EmitError {}
 pub struct Emitter {
     stage: &'static str,
     tx: Option<Sender>,
+    sink: Option<crate::callback::ChunkSink>,
     collected: Arc<Mutex<Vec<Value>>>,
 }
 
@@ -115,6 +116,7 @@ impl Emitter {
         Emitter {
             stage,
             tx: None,
+            sink: None,
             collected: Arc::default(),
         }
     }
@@ -123,6 +125,7 @@ impl Emitter {
     fn current(stage: &'static str) -> Self {
         Emitter {
             tx: STREAM_TX.try_with(Clone::clone).ok(),
+            sink: crate::callback::CHUNK_SINK.try_with(Clone::clone).ok(),
             ..Emitter::collecting(stage)
         }
     }
@@ -137,6 +140,11 @@ impl Emitter {
     /// (`?`) to end the stage.
     pub async fn emit<T: Serialize>(&self, value: T) -> std::result::Result<(), EmitError> {
         let value = to_value(&value).map_err(|e| EmitError::Serialize(e.to_string()))?;
+        if let Some(sink) = &self.sink {
+            crate::callback::emit(&sink.callbacks, "stream_chunk", |c| {
+                c.on_stream_chunk(&sink.run_id, self.stage, &value)
+            });
+        }
         if let Some(tx) = &self.tx {
             let chunk = Chunk {
                 stage: self.stage,
