@@ -3,41 +3,23 @@
 use crate::error::PostgresStoreError;
 
 /// Longest identifier PostgreSQL keeps without truncating it (`NAMEDATALEN - 1`).
-const MAX_IDENTIFIER: usize = 63;
+const MAX_IDENTIFIER: usize = fluxio_core::store::MAX_SQL_IDENTIFIER;
 /// Suffix of the lease table's name.
 const LEASES_SUFFIX: &str = "_leases";
 
-/// Checks `value` against `^[a-z_][a-z0-9_]{0,62}$`.
+/// Checks `value` against `^[a-z_][a-z0-9_]{0,62}$` (see
+/// [`fluxio_core::store::check_sql_identifier`]).
 pub(crate) fn validate_identifier(
     setting: &'static str,
     value: &str,
 ) -> Result<(), PostgresStoreError> {
-    let invalid = |reason: &str| PostgresStoreError::InvalidSetting {
-        setting,
-        value: value.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let mut chars = value.chars();
-    match chars.next() {
-        None => return Err(invalid("it is empty")),
-        Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
-            return Err(invalid(
-                "it must match ^[a-z_][a-z0-9_]{0,62}$ (start with a lowercase ASCII letter or `_`)",
-            ));
+    fluxio_core::store::check_sql_identifier(value).map_err(|reason| {
+        PostgresStoreError::InvalidSetting {
+            setting,
+            value: value.to_owned(),
+            reason: reason.to_owned(),
         }
-        Some(_) => {}
-    }
-    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
-        return Err(invalid(
-            "it must match ^[a-z_][a-z0-9_]{0,62}$ (lowercase ASCII letters, digits and `_` only)",
-        ));
-    }
-    if value.len() > MAX_IDENTIFIER {
-        return Err(invalid(
-            "it must match ^[a-z_][a-z0-9_]{0,62}$ (at most 63 characters)",
-        ));
-    }
-    Ok(())
+    })
 }
 
 /// The validated names of one store's schema and tables.

@@ -5,43 +5,22 @@ use std::path::Path;
 
 use crate::error::SqliteStoreError;
 
-/// Longest table name accepted (as in fluxio-postgres, so a name valid for
-/// one store is valid for the other).
-const MAX_IDENTIFIER: usize = 63;
 /// The bookkeeping table of the migrations, shared by all stores of a file.
 pub(crate) const MIGRATIONS_TABLE: &str = "_fluxio_migrations";
 
-/// Checks `value` against `^[a-z_][a-z0-9_]{0,62}$`.
+/// Checks `value` against `^[a-z_][a-z0-9_]{0,62}$` (see
+/// [`fluxio_core::store::check_sql_identifier`]).
 pub(crate) fn validate_identifier(
     setting: &'static str,
     value: &str,
 ) -> Result<(), SqliteStoreError> {
-    let invalid = |reason: &str| SqliteStoreError::InvalidSetting {
-        setting,
-        value: value.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let mut chars = value.chars();
-    match chars.next() {
-        None => return Err(invalid("it is empty")),
-        Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
-            return Err(invalid(
-                "it must match ^[a-z_][a-z0-9_]{0,62}$ (start with a lowercase ASCII letter or `_`)",
-            ));
+    fluxio_core::store::check_sql_identifier(value).map_err(|reason| {
+        SqliteStoreError::InvalidSetting {
+            setting,
+            value: value.to_owned(),
+            reason: reason.to_owned(),
         }
-        Some(_) => {}
-    }
-    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
-        return Err(invalid(
-            "it must match ^[a-z_][a-z0-9_]{0,62}$ (lowercase ASCII letters, digits and `_` only)",
-        ));
-    }
-    if value.len() > MAX_IDENTIFIER {
-        return Err(invalid(
-            "it must match ^[a-z_][a-z0-9_]{0,62}$ (at most 63 characters)",
-        ));
-    }
-    Ok(())
+    })
 }
 
 /// Checks that `path` names a file: UTF-8 (sqlx passes it to SQLite as a C
