@@ -60,12 +60,12 @@ pub async fn charge_card(ctx: Context) -> StageResult {
 
 /// Picks the shipping route the order asked for.
 #[stage]
-pub async fn shipping(ctx: Context) -> StageResult<fluxio::Send> {
+pub async fn shipping(ctx: Context) -> StageResult<fluxio::Route> {
     log("shipping");
     let speed: String = ctx
         .get_opt("shipping")
         .unwrap_or_else(|| "standard".to_owned());
-    Ok(fluxio::Send::to(speed).with("carrier", "acme")?)
+    Ok(fluxio::Route::to(speed).with("carrier", "acme")?)
 }
 
 /// Books an express courier.

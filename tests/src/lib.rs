@@ -202,11 +202,11 @@ fn c2b(ctx: Context) -> StageResult {
 }
 
 #[stage]
-async fn pick(ctx: Context) -> StageResult<fluxio::Send> {
+async fn pick(ctx: Context) -> StageResult<fluxio::Route> {
     crash_ledger("pick")?;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let route: String = ctx.get_opt("route").unwrap_or_else(|| "x".to_owned());
-    Ok(fluxio::Send::to(route).with("picked", true)?)
+    Ok(fluxio::Route::to(route).with("picked", true)?)
 }
 
 #[stage]

@@ -83,9 +83,9 @@ async fn b(ctx: Context) -> StageResult {
 }
 
 #[stage]
-async fn router(ctx: Context) -> StageResult<fluxio::Send> {
+async fn router(ctx: Context) -> StageResult<fluxio::Route> {
     let to: String = ctx.get("to")?;
-    Ok(fluxio::Send::to(to))
+    Ok(fluxio::Route::to(to))
 }
 
 #[stage]

@@ -275,12 +275,12 @@ async fn errors_are_never_cached() {
 }
 
 #[stage]
-async fn pick(ctx: Context) -> StageResult<fluxio::Send> {
+async fn pick(ctx: Context) -> StageResult<fluxio::Route> {
     let test: String = ctx.get("test")?;
     bump(&format!("{test}-pick"));
     let n: u32 = ctx.get("n")?;
     let route = if n % 2 == 0 { "even" } else { "odd" };
-    Ok(fluxio::Send::to(route).with("picked", n)?)
+    Ok(fluxio::Route::to(route).with("picked", n)?)
 }
 
 #[stage]

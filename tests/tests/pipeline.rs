@@ -183,9 +183,9 @@ async fn fire_and_forget_branches_run_but_never_merge_or_fail_the_run() {
 // ---- routing ------------------------------------------------------------------
 
 #[stage]
-async fn router(ctx: Context) -> StageResult<fluxio::Send> {
+async fn router(ctx: Context) -> StageResult<fluxio::Route> {
     let tier: String = ctx.get("tier")?;
-    Ok(fluxio::Send::to(tier).with("routed", true)?)
+    Ok(fluxio::Route::to(tier).with("routed", true)?)
 }
 
 #[stage]
@@ -200,9 +200,9 @@ async fn standard(ctx: Context) -> StageResult {
 }
 
 #[stage]
-async fn inner_router(ctx: Context) -> StageResult<fluxio::Send> {
+async fn inner_router(ctx: Context) -> StageResult<fluxio::Route> {
     let region: String = ctx.get("region")?;
-    Ok(fluxio::Send::to(region))
+    Ok(fluxio::Route::to(region))
 }
 
 #[stage]
@@ -366,8 +366,8 @@ async fn auto_parallel_folds_independent_declared_stages_only() {
 }
 
 #[stage(reads = [], writes = ["tier"])]
-async fn declared_router(_ctx: Context) -> StageResult<fluxio::Send> {
-    Ok(fluxio::Send::to("x").with("tier", "x")?)
+async fn declared_router(_ctx: Context) -> StageResult<fluxio::Route> {
+    Ok(fluxio::Route::to("x").with("tier", "x")?)
 }
 
 #[test]

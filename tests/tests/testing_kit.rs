@@ -87,9 +87,9 @@ async fn a_stream_stage_s_chunks_are_collected() {
 }
 
 #[stage]
-async fn pick(ctx: Context) -> StageResult<fluxio::Send> {
+async fn pick(ctx: Context) -> StageResult<fluxio::Route> {
     let vip: bool = ctx.get("vip")?;
-    Ok(fluxio::Send::to(if vip { "vip" } else { "plain" }).with("priority", u8::from(vip))?)
+    Ok(fluxio::Route::to(if vip { "vip" } else { "plain" }).with("priority", u8::from(vip))?)
 }
 
 #[tokio::test]

@@ -307,13 +307,13 @@ impl Compiler {
             match &nodes[i] {
                 Node::Route { .. } => {
                     return Err(Error::build(
-                        "a routing block must directly follow a router stage (one returning `Send`)",
+                        "a routing block must directly follow a router stage (one returning `Route`)",
                     ));
                 }
                 Node::Stage(s) if s.meta().router => {
                     let Some(Node::Route { routes }) = nodes.get(i + 1) else {
                         return Err(Error::build(format!(
-                            "router `{}` returns `Send` but no routing block follows it",
+                            "router `{}` returns `Route` but no routing block follows it",
                             s.name()
                         )));
                     };

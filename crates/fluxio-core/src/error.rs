@@ -205,6 +205,46 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// A setting is out of range or malformed (a duration, a size, a
+    /// schema name); names the setting and what it accepts.
+    #[error("invalid setting `{setting}`: {message}")]
+    InvalidSetting {
+        /// The setting, e.g. `"lease_ttl"`, `"cool_down"`.
+        setting: &'static str,
+        /// What is wrong and what is accepted.
+        message: String,
+    },
+
+    /// A context value is larger than a checkpoint may hold: refused when it
+    /// is set, so no checkpoint is ever written that cannot be read back.
+    #[error("context key `{key}` holds a value of {size} bytes or elements; the limit is {limit}")]
+    ValueTooLarge {
+        /// The key being written.
+        key: String,
+        /// The value's size (encoded bytes, or elements of one sequence).
+        size: u64,
+        /// The limit it exceeds.
+        limit: u64,
+    },
+
+    /// A context value nests deeper than a checkpoint may hold: refused when
+    /// it is set, on every store alike.
+    #[error("context key `{key}` holds a value nested deeper than {limit} levels")]
+    ValueTooDeep {
+        /// The key being written.
+        key: String,
+        /// The deepest nesting allowed.
+        limit: u32,
+    },
+
+    /// A durable run was started outside a tokio runtime (it needs one for
+    /// its lease renewal timer).
+    #[error("{operation} needs a tokio runtime: call it from within `#[tokio::main]` or a `Runtime::block_on`")]
+    NoRuntime {
+        /// What was called, e.g. `"invoke of run `order-1`"`.
+        operation: String,
+    },
+
     /// A stored checkpoint could not be decoded: truncated, corrupted, or
     /// written by another format. The stored bytes are left in place.
     #[error("corrupt checkpoint for run `{run_id}`: {reason}")]

@@ -400,13 +400,13 @@ async fn step(
             };
             match (out, start) {
                 (Output::Context(next), _) => Ok((ip + 1, next)),
-                (Output::Send(send), Some(start)) => {
+                (Output::Route(send), Some(start)) => {
                     let (chosen, next) = send.apply(start);
                     frame.route = Some(chosen);
                     Ok((ip + 1, next))
                 }
-                (Output::Send(_), None) => Err(Error::build(format!(
-                    "stage `{}` returned `Send` but is not declared a router",
+                (Output::Route(_), None) => Err(Error::build(format!(
+                    "stage `{}` returned a `Route` but is not declared a router",
                     stage.name()
                 ))),
             }

@@ -22,13 +22,13 @@ pub mod version;
 pub use context::{Context, Snapshot};
 pub use error::{BoxError, Error, Result};
 pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder};
-pub use stage::{Send, Stage, StageInfo, StageKind, StageMeta};
+pub use stage::{Route, Stage, StageInfo, StageKind, StageMeta};
 pub use store::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
 pub use stream::{Chunk, EmitError, Emitter, RunStream, StreamEvent};
 pub use value::Value;
 
 /// What a stage returns: `Result<Context, BoxError>` by default, or
-/// `StageResult<fluxio::Send>` for a router.
+/// `StageResult<fluxio::Route>` for a router.
 pub type StageResult<T = Context> = std::result::Result<T, BoxError>;
 
 /// Support for the code `#[stage]` and `pipeline!` generate. Not a stable API:

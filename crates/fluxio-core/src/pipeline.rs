@@ -488,7 +488,7 @@ impl Pipeline {
             .await?
         {
             Output::Context(c) => Ok(c),
-            Output::Send(send) => Ok(send
+            Output::Route(send) => Ok(send
                 .patch
                 .into_iter()
                 .fold(ctx, |c, (k, v)| c.set_value(k, v))),

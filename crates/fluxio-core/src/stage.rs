@@ -42,7 +42,7 @@ pub struct StageMeta {
     pub hash: [u8; 32],
     /// How it runs.
     pub kind: StageKind,
-    /// Whether it returns a routing decision ([`Send`]) instead of a context.
+    /// Whether it returns a routing decision ([`Route`]) instead of a context.
     pub router: bool,
     /// Keys it declares it reads (`reads = [...]`), `None` when undeclared.
     pub reads: Option<&'static [&'static str]>,
@@ -108,35 +108,35 @@ pub enum Output {
     /// The new context.
     Context(Context),
     /// A routing decision.
-    Send(Send),
+    Route(Route),
 }
 
 /// A router's decision: which route of the routing block to take, and a patch
 /// of keys to set on the context first.
 ///
-/// (Named after the reference runtime's `Send`; write `fluxio::Send` to keep
-/// it apart from the `Send` marker trait.)
+/// (The reference runtime calls this `Send`; fluxio names it `Route` so that
+/// `use fluxio::*` never shadows the `Send` marker trait.)
 ///
 /// ```
 /// # fn main() -> fluxio_core::Result<()> {
-/// let decision = fluxio_core::Send::to("premium").with("discount", 0.2)?;
+/// let decision = fluxio_core::Route::to("premium").with("discount", 0.2)?;
 /// assert_eq!(decision.route, "premium");
 /// assert_eq!(decision.patch.len(), 1);
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug, PartialEq)]
-pub struct Send {
+pub struct Route {
     /// The route to take.
     pub route: String,
     /// Keys to set on the context before the route's body runs.
     pub patch: Vec<(String, Value)>,
 }
 
-impl Send {
+impl Route {
     /// A decision for `route` with an empty patch.
     #[must_use]
     pub fn to(route: impl Into<String>) -> Self {
-        Send {
+        Route {
             route: route.into(),
             patch: Vec::new(),
         }
@@ -272,15 +272,15 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + std::marker::Send)) -
 pub trait StageDef {
     /// sha256 of the stage's normalized tokens.
     const HASH: [u8; 32];
-    /// Whether the stage returns a [`Send`].
+    /// Whether the stage returns a [`Route`].
     const ROUTER: bool;
     /// The runtime form of the stage.
     fn stage() -> Stage;
 }
 
-/// The types a stage may return in its `Ok`: [`Context`] or [`Send`].
+/// The types a stage may return in its `Ok`: [`Context`] or [`Route`].
 #[diagnostic::on_unimplemented(
-    message = "a stage must return `Result<Context, E>` or `Result<fluxio::Send, E>`, not `Result<{Self}, E>`"
+    message = "a stage must return `Result<Context, E>` or `Result<fluxio::Route, E>`, not `Result<{Self}, E>`"
 )]
 pub trait StageOutput {
     /// Whether this output makes the stage a router.
@@ -296,16 +296,16 @@ impl StageOutput for Context {
     }
 }
 
-impl StageOutput for Send {
+impl StageOutput for Route {
     const ROUTER: bool = true;
     fn into_output(self) -> Output {
-        Output::Send(self)
+        Output::Route(self)
     }
 }
 
 /// The return type of a stage function: `Result<T, E>` (or an alias of it).
 #[diagnostic::on_unimplemented(
-    message = "a stage must return `Result<Context, E>` or `Result<fluxio::Send, E>`, not `{Self}`"
+    message = "a stage must return `Result<Context, E>` or `Result<fluxio::Route, E>`, not `{Self}`"
 )]
 pub trait StageReturn {
     /// The `Ok` type.

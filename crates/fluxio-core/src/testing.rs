@@ -87,7 +87,7 @@ impl StageTest {
             .await?
         {
             Output::Context(c) => (c, None),
-            Output::Send(send) => {
+            Output::Route(send) => {
                 let route = send.route.clone();
                 let c = send
                     .patch

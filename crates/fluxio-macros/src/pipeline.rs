@@ -189,14 +189,14 @@ impl Emit {
             (
                 quote_spanned!(path.span()=> <#path as #p::StageDef>::ROUTER),
                 format!(
-                    "stage `{shown}` is used as a router but returns `Context`: a router returns `fluxio::Send`"
+                    "stage `{shown}` is used as a router but returns `Context`: a router returns `fluxio::Route`"
                 ),
             )
         } else {
             (
                 quote_spanned!(path.span()=> !<#path as #p::StageDef>::ROUTER),
                 format!(
-                    "stage `{shown}` returns `fluxio::Send`: follow it with a routing block `{shown} => {{ \"route\" => [...] }}`"
+                    "stage `{shown}` returns `fluxio::Route`: follow it with a routing block `{shown} => {{ \"route\" => [...] }}`"
                 ),
             )
         };

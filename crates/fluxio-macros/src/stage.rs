@@ -181,7 +181,7 @@ fn parse_options(args: TokenStream) -> syn::Result<Options> {
     }
 }
 
-const SIGNATURE: &str = "a stage is `async fn name(ctx: Context) -> Result<Context, E>` (or a plain `fn`, or `-> Result<fluxio::Send, E>` for a router, or `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>` for a stream stage)";
+const SIGNATURE: &str = "a stage is `async fn name(ctx: Context) -> Result<Context, E>` (or a plain `fn`, or `-> Result<fluxio::Route, E>` for a router, or `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>` for a stream stage)";
 
 /// Whether `ty` names the emitter (`Emitter`, `fluxio::Emitter`, ...).
 fn is_emitter(ty: &syn::Type) -> bool {

@@ -23,10 +23,10 @@
 //! }
 //!
 //! #[stage]
-//! async fn tier(ctx: Context) -> StageResult<fluxio::Send> {
+//! async fn tier(ctx: Context) -> StageResult<fluxio::Route> {
 //!     let id: u64 = ctx.get("user_id")?;
 //!     let route = if id > 100 { "premium" } else { "standard" };
-//!     Ok(fluxio::Send::to(route).with("tier", route)?)
+//!     Ok(fluxio::Route::to(route).with("tier", route)?)
 //! }
 //!
 //! #[stage]
@@ -58,7 +58,7 @@
 //!
 //! On `async fn name(ctx: Context) -> Result<Context, E>` (runs on the async
 //! runtime), on a plain `fn` with the same signature (runs on tokio's blocking
-//! pool), returning `Result<fluxio::Send, E>` (a router), or on
+//! pool), returning `Result<fluxio::Route, E>` (a router), or on
 //! `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>`
 //! (a stream stage: see [`stream`] and [`Pipeline::stream`]). `E` is any
 //! `std::error::Error + Send + Sync + 'static`; [`StageResult`] is
@@ -97,7 +97,7 @@
 
 pub use fluxio_core::{
     BoxError, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError, Emitter,
-    Error, InMemoryStore, Pipeline, PipelineBuilder, Result, RunStatus, RunStream, Send, Snapshot,
+    Error, InMemoryStore, Pipeline, PipelineBuilder, Result, RunStatus, RunStream, Route, Snapshot,
     Stage, StageInfo, StageKind, StageMeta, StageResult, StreamEvent, Value, callback, compile,
     context, ctx, error, middleware, stage, store, stream, testing, value, version,
 };

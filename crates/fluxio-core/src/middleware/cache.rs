@@ -36,7 +36,7 @@ pub const CACHE_DOMAIN: &[u8] = b"fluxio/cache/v1";
 ///   one. For this the stage is called on its context with an empty written
 ///   set (same data, same branch name), so it sees only its own writes in
 ///   [`Context::written`]; the result is the input with those writes applied.
-/// - a router's decision ([`Send`](crate::Send)): route and patch, replayed
+/// - a router's decision ([`Route`](crate::Route)): route and patch, replayed
 ///   as they were.
 ///
 /// Only [`StageKind::Async`] and [`StageKind::Blocking`] stages are cached;
@@ -130,7 +130,7 @@ impl Middleware for Cache {
             Output::Context(out) => {
                 CacheEntry(Cached::Writes(Context::merge(&Context::new(), &[out])?))
             }
-            Output::Send(send) => CacheEntry(Cached::Route(send)),
+            Output::Route(send) => CacheEntry(Cached::Route(send)),
         };
         let out = entry.apply(ctx)?;
         if let Err(e) = self.store.put(key, entry, self.ttl).await {
@@ -333,7 +333,7 @@ enum Cached {
     /// written set, present when set, absent when removed.
     Writes(Context),
     /// A router's decision.
-    Route(crate::Send),
+    Route(crate::Route),
 }
 
 impl PartialEq for Cached {
@@ -368,7 +368,7 @@ impl CacheEntry {
 
     /// A router's decision.
     #[must_use]
-    pub fn route(send: crate::Send) -> Self {
+    pub fn route(send: crate::Route) -> Self {
         CacheEntry(Cached::Route(send))
     }
 
@@ -382,7 +382,7 @@ impl CacheEntry {
             Cached::Writes(writes) => {
                 Context::merge(&ctx, std::slice::from_ref(writes)).map(Output::Context)
             }
-            Cached::Route(send) => Ok(Output::Send(send.clone())),
+            Cached::Route(send) => Ok(Output::Route(send.clone())),
         }
     }
 
@@ -455,7 +455,7 @@ impl<C> Decode<C> for CacheEntry {
                 Ok(CacheEntry(Cached::Writes(writes)))
             }
             ROUTE => {
-                let mut send = crate::Send::to(crate::value::decode_string(d)?);
+                let mut send = crate::Route::to(crate::value::decode_string(d)?);
                 let len = u64::decode(d)?;
                 for _ in 0..len {
                     let key = crate::value::decode_string(d)?;
@@ -705,7 +705,7 @@ mod tests {
             .map(|c| c.remove("gone"))
             .expect("serializable");
         let writes = CacheEntry::writes(&out);
-        let send = crate::Send::to("premium")
+        let send = crate::Route::to("premium")
             .with("discount", 0.2)
             .expect("serializable");
         for entry in [
@@ -735,7 +735,7 @@ mod tests {
                 assert!(!after.contains_key("gone"));
                 assert!(after.was_written("gone") && after.was_written("kept"));
             }
-            Output::Send(_) => panic!("writes give a context"),
+            Output::Route(_) => panic!("writes give a context"),
         }
         assert!(CacheEntry::from_bytes(&[9]).is_err());
     }

@@ -71,6 +71,39 @@ pub use memory::InMemoryStore;
 
 use crate::error::Result;
 
+/// The shortest lease time-to-live a run or a store accepts (1 ms).
+pub const MIN_LEASE_TTL: Duration = Duration::from_millis(1);
+
+/// The longest lease time-to-live a run or a store accepts (365 days): far
+/// past any real stage, and small enough for every store's clock arithmetic
+/// (`Instant`, Postgres timestamps, Redis `PX`) to stay in range.
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Checks a lease time-to-live against [`MIN_LEASE_TTL`]..=[`MAX_LEASE_TTL`].
+/// `PipelineBuilder::build` and every built-in store's `acquire_lease` and
+/// `renew_lease` call it, so an out-of-range ttl has one outcome everywhere.
+///
+/// ```
+/// use std::time::Duration;
+/// use fluxio_core::store::check_lease_ttl;
+///
+/// assert!(check_lease_ttl(Duration::from_secs(30)).is_ok());
+/// assert!(check_lease_ttl(Duration::ZERO).is_err());
+/// assert!(check_lease_ttl(Duration::MAX).is_err());
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming `lease_ttl`.
+pub fn check_lease_ttl(ttl: Duration) -> Result<()> {
+    if (MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&ttl) {
+        return Ok(());
+    }
+    Err(crate::Error::InvalidSetting {
+        setting: "lease_ttl",
+        message: format!("{ttl:?} is out of range: a lease lasts from 1ms to 365 days"),
+    })
+}
+
 /// The longest identifier the SQL stores accept (PostgreSQL's `NAMEDATALEN - 1`).
 pub const MAX_SQL_IDENTIFIER: usize = 63;
 

@@ -6,8 +6,8 @@ async fn a(ctx: Context) -> StageResult {
 }
 
 #[stage]
-async fn r(_ctx: Context) -> StageResult<fluxio::Send> {
-    Ok(fluxio::Send::to("x"))
+async fn r(_ctx: Context) -> StageResult<fluxio::Route> {
+    Ok(fluxio::Route::to("x"))
 }
 
 fn main() {

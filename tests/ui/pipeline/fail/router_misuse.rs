@@ -6,8 +6,8 @@ async fn not_a_router(ctx: Context) -> StageResult {
 }
 
 #[stage]
-async fn router(_ctx: Context) -> StageResult<fluxio::Send> {
-    Ok(fluxio::Send::to("x"))
+async fn router(_ctx: Context) -> StageResult<fluxio::Route> {
+    Ok(fluxio::Route::to("x"))
 }
 
 fn main() {

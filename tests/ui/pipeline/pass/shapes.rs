@@ -11,8 +11,8 @@ fn b(ctx: Context) -> StageResult {
 }
 
 #[stage]
-async fn r(_ctx: Context) -> StageResult<fluxio::Send> {
-    Ok(fluxio::Send::to("x"))
+async fn r(_ctx: Context) -> StageResult<fluxio::Route> {
+    Ok(fluxio::Route::to("x"))
 }
 
 mod nested {

@@ -30,8 +30,8 @@ fn second(ctx: renamed::Context) -> Result<renamed::Context> {
 }
 
 #[renamed::stage(crate = "renamed")]
-async fn route(_ctx: renamed::Context) -> Result<renamed::Send> {
-    Ok(renamed::Send::to("x"))
+async fn route(_ctx: renamed::Context) -> Result<renamed::Route> {
+    Ok(renamed::Route::to("x"))
 }
 
 fn main() {
