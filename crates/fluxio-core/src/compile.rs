@@ -131,8 +131,9 @@ impl Program {
     /// # Errors
     /// [`Error::Build`] for a routing block without a router before it, a
     /// router without a routing block after it, an empty or duplicate route,
-    /// an empty parallel block, or two parallel branches declaring the same
-    /// write.
+    /// an empty parallel block, two parallel branches declaring the same
+    /// write, or two different stages with the same name (the same stage may
+    /// appear several times).
     pub fn compile(root: &[Node], auto_parallel: bool) -> Result<Program> {
         let mut c = Compiler {
             instrs: Vec::new(),
@@ -141,6 +142,7 @@ impl Program {
             auto_parallel,
         };
         c.seq(root, None)?;
+        check_unique_names(&c.stages)?;
         Ok(Program {
             instrs: c.instrs,
             stages: c.stages,
@@ -237,6 +239,32 @@ struct Compiler {
 }
 
 /// A stage that may be folded: not a router, and both reads and writes declared.
+/// Names identify stages in checkpoints, `replay`, `stage_middleware` and
+/// errors, so two different stages (different code) may not share one. The
+/// same stage may appear more than once.
+fn check_unique_names(stages: &[Stage]) -> Result<()> {
+    let mut first: BTreeMap<&str, (usize, [u8; 32])> = BTreeMap::new();
+    for (i, s) in stages.iter().enumerate() {
+        match first.get(s.name()) {
+            None => {
+                first.insert(s.name(), (i, s.meta().hash));
+            }
+            Some((j, hash)) if *hash != s.meta().hash => {
+                return Err(Error::build(format!(
+                    "two different stages are named `{}`: stage {} and stage {} of the pipeline \
+                     (counted in order of appearance); give one of them another name with \
+                     `#[stage(name = \"...\")]`",
+                    s.name(),
+                    j + 1,
+                    i + 1
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 fn foldable(node: &Node) -> Option<&Stage> {
     match node {
         Node::Stage(s)

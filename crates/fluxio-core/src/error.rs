@@ -177,7 +177,7 @@ pub enum Error {
     },
 
     /// A stage returned an error; `source` is that error, unchanged.
-    #[error("stage `{stage}` failed: {source}")]
+    #[error("stage `{stage}` failed: {}", display_or_debug(&**source))]
     Stage {
         /// The stage.
         stage: String,
@@ -196,7 +196,7 @@ pub enum Error {
     },
 
     /// The checkpoint store failed.
-    #[error("checkpoint store ({backend}) failed: {source}")]
+    #[error("checkpoint store ({backend}) failed: {}", display_or_debug(&**source))]
     Store {
         /// The backend, e.g. `"memory"`, `"redis"`.
         backend: &'static str,
@@ -256,6 +256,17 @@ pub enum Error {
     },
 }
 
+/// An error's `Display`, or its `Debug` when the `Display` is empty (an
+/// error type with an empty message still says something).
+fn display_or_debug(e: &(dyn std::error::Error + 'static)) -> String {
+    let shown = e.to_string();
+    if shown.trim().is_empty() {
+        format!("{e:?}")
+    } else {
+        shown
+    }
+}
+
 fn quoted(items: &[String]) -> String {
     let parts: Vec<String> = items.iter().map(|s| format!("`{s}`")).collect();
     parts.join(", ")
@@ -284,6 +295,43 @@ impl Error {
             Error::UnknownRoute { router, .. } => Some(router),
             _ => None,
         }
+    }
+
+    /// The message with its whole cause chain: this error's `Display`, then
+    /// `": cause"` for every source in turn that the message does not already
+    /// show (an empty `Display` falls back to `Debug`). A failure checkpoint
+    /// stores this as its `error_message`.
+    ///
+    /// ```
+    /// use fluxio_core::Error;
+    ///
+    /// #[derive(Debug, thiserror::Error)]
+    /// #[error("connection refused")]
+    /// struct Refused;
+    ///
+    /// #[derive(Debug, thiserror::Error)]
+    /// #[error("payment gateway unreachable")]
+    /// struct Unreachable(#[source] Refused);
+    ///
+    /// let err = Error::Stage { stage: "charge".into(), source: Box::new(Unreachable(Refused)) };
+    /// assert_eq!(
+    ///     err.message_with_causes(),
+    ///     "stage `charge` failed: payment gateway unreachable: connection refused"
+    /// );
+    /// ```
+    #[must_use]
+    pub fn message_with_causes(&self) -> String {
+        let mut message = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            let shown = display_or_debug(c);
+            if !message.contains(&shown) {
+                message.push_str(": ");
+                message.push_str(&shown);
+            }
+            cause = c.source();
+        }
+        message
     }
 
     /// Wraps a backend error as [`Error::Store`].

@@ -169,7 +169,7 @@ async fn run_checkpointed(
                     &last.step,
                     &last.ctx,
                     RunStatus::Failed,
-                    Some(e.to_string()),
+                    Some(e.message_with_causes()),
                     last.attempt,
                 );
                 if let Err(store_err) = save(program, d, cp).await {
@@ -362,7 +362,7 @@ async fn step(
             );
             let call = async {
                 match program.middleware.get(*index) {
-                    Some(chain) if !chain.is_empty() => Next::new(stage, chain).run(ctx).await,
+                    Some(chain) if !chain.is_empty() => Next::new(stage, chain).run_caught(ctx).await,
                     _ => stage.call(ctx).await,
                 }
             };

@@ -21,7 +21,10 @@ use crate::value::Value;
 use crate::version::short_hex;
 
 /// The longest run id accepted, in bytes.
-pub const MAX_RUN_ID_LEN: usize = 512;
+pub const MAX_RUN_ID_LEN: usize = crate::store::MAX_RUN_ID_LEN;
+
+/// The most chunks [`PipelineBuilder::stream_buffer`] accepts (1,048,576).
+pub const MAX_STREAM_BUFFER: usize = 1 << 20;
 
 /// What `pipeline!` returns: set the options, then [`build`](PipelineBuilder::build).
 ///
@@ -90,6 +93,9 @@ impl PipelineBuilder {
 
     /// How long a run's ownership of its run id lasts without renewal, for
     /// stores whose leases expire (the in-process default never expires).
+    /// From [`MIN_LEASE_TTL`](crate::store::MIN_LEASE_TTL) (1 ms) to
+    /// [`MAX_LEASE_TTL`](crate::store::MAX_LEASE_TTL) (365 days): `build`
+    /// refuses anything else with [`Error::InvalidSetting`].
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
         self
@@ -97,7 +103,8 @@ impl PipelineBuilder {
 
     /// How many chunks [`Pipeline::stream`] buffers before a stream stage's
     /// [`Emitter::emit`](crate::Emitter::emit) waits for the consumer
-    /// (default [`DEFAULT_STREAM_BUFFER`]; 0 counts as 1).
+    /// (default [`DEFAULT_STREAM_BUFFER`]; 0 counts as 1; `build` refuses
+    /// more than [`MAX_STREAM_BUFFER`] with [`Error::InvalidSetting`]).
     pub fn stream_buffer(mut self, chunks: usize) -> Self {
         self.stream_buffer = chunks.max(1);
         self
@@ -140,8 +147,20 @@ impl PipelineBuilder {
     ///
     /// # Errors
     /// [`Error::Build`] when the shape is invalid (see [`Program::compile`]),
-    /// or stage middleware names a stage the pipeline does not have.
+    /// or stage middleware names a stage the pipeline does not have;
+    /// [`Error::InvalidSetting`] for a lease time-to-live or stream buffer
+    /// out of range.
     pub fn build(self) -> Result<Pipeline> {
+        crate::store::check_lease_ttl(self.lease_ttl)?;
+        if self.stream_buffer > MAX_STREAM_BUFFER {
+            return Err(Error::InvalidSetting {
+                setting: "stream_buffer",
+                message: format!(
+                    "{} chunks is more than the most a stream buffers, {MAX_STREAM_BUFFER}",
+                    self.stream_buffer
+                ),
+            });
+        }
         let mut program = Program::compile(&self.root, self.auto_parallel)?;
         program.callbacks = self.callbacks.into();
         for (name, _) in &self.stage_middleware {
@@ -222,20 +241,17 @@ impl fmt::Debug for Pipeline {
     }
 }
 
-fn check_run_id(run_id: &str) -> Result<()> {
-    let reason = if run_id.is_empty() {
-        "it is empty"
-    } else if run_id.len() > MAX_RUN_ID_LEN {
-        "it is longer than 512 bytes"
-    } else if run_id.chars().any(char::is_control) {
-        "it contains control characters"
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidRunId {
-        run_id: run_id.chars().take(64).collect(),
-        reason,
-    })
+use crate::store::check_run_id;
+
+/// A durable run needs a tokio runtime (its lease is renewed by a timer
+/// task): say so with a typed error instead of panicking inside the lease code.
+fn check_runtime(what: &str, run_id: &str) -> Result<()> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Error::NoRuntime {
+            operation: format!("{what} of run `{run_id}`"),
+        }),
+    }
 }
 
 impl Pipeline {
@@ -291,6 +307,7 @@ impl Pipeline {
                 return interpret::run(&self.inner.program, run_id, 0, input.clear_written(), None)
                     .await;
             };
+            check_runtime("invoke", run_id)?;
             let owner = Ownership::acquire(store, run_id, self.inner.lease_ttl).await?;
             let result = async {
                 store.delete_fenced(run_id, owner.lease()).await?;
@@ -381,6 +398,7 @@ impl Pipeline {
     async fn continue_run(&self, run_id: &str, replay: Option<Option<usize>>) -> Result<Context> {
         check_run_id(run_id)?;
         let store = self.require_store()?;
+        check_runtime(if replay.is_some() { "replay" } else { "resume" }, run_id)?;
         let span =
             tracing::info_span!("fluxio.run", run_id, version = %self.inner.version, resume = true);
         self.continue_locked(store, run_id, replay)
@@ -438,8 +456,11 @@ impl Pipeline {
     /// Compares the stored contexts of two runs key by key.
     ///
     /// # Errors
-    /// [`Error::CheckpointNotFound`] naming the run that has no checkpoint.
+    /// [`Error::CheckpointNotFound`] naming the run that has no checkpoint;
+    /// [`Error::InvalidRunId`] naming a malformed run id.
     pub async fn diff(&self, run_a: &str, run_b: &str) -> Result<Diff> {
+        check_run_id(run_a)?;
+        check_run_id(run_b)?;
         let store = self.require_store()?;
         let load = |id: &str| {
             let store = Arc::clone(store);
@@ -463,9 +484,21 @@ impl Pipeline {
     /// The stored checkpoint of `run_id`, if any.
     ///
     /// # Errors
-    /// [`Error::Store`] and [`Error::CorruptCheckpoint`] from the store.
+    /// [`Error::Store`] and [`Error::CorruptCheckpoint`] from the store;
+    /// [`Error::InvalidRunId`] for a malformed run id.
     pub async fn checkpoint(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+        check_run_id(run_id)?;
         self.require_store()?.load(run_id).await
+    }
+
+    /// Whether a checkpoint is stored for `run_id`.
+    ///
+    /// # Errors
+    /// [`Error::Store`] from the store; [`Error::InvalidRunId`] for a
+    /// malformed run id.
+    pub async fn exists(&self, run_id: &str) -> Result<bool> {
+        check_run_id(run_id)?;
+        self.require_store()?.exists(run_id).await
     }
 
     /// Runs the stage called `name` alone on `ctx`, through its middleware (no
@@ -484,7 +517,7 @@ impl Pipeline {
         let stage = &program.stages[index];
         let chain = program.middleware.get(index).map_or(&[][..], |c| &c[..]);
         match crate::middleware::Next::new(stage, chain)
-            .run(ctx.clone())
+            .run_caught(ctx.clone())
             .await?
         {
             Output::Context(c) => Ok(c),

@@ -130,10 +130,11 @@ impl CircuitBreaker {
         }
     }
 
-    /// How long an open circuit stays open before a probe (default 30 s).
+    /// How long an open circuit stays open before a probe (default 30 s; at
+    /// most [`MAX_WAIT`](super::MAX_WAIT), longer is clamped to it).
     #[must_use]
     pub fn cool_down(mut self, cool_down: Duration) -> Self {
-        self.cool_down = cool_down;
+        self.cool_down = cool_down.min(super::MAX_WAIT);
         self
     }
 
@@ -206,7 +207,7 @@ impl CircuitBreaker {
                 let failures = failures.saturating_add(1);
                 if failures >= self.threshold {
                     tracing::warn!(stage, failures, cool_down = ?self.cool_down, "circuit open");
-                    reopen(circuit, Instant::now() + self.cool_down);
+                    reopen(circuit, super::after(Instant::now(), self.cool_down));
                 } else {
                     circuit.phase = Phase::Closed { failures };
                 }
@@ -217,7 +218,7 @@ impl CircuitBreaker {
             }
             (Phase::HalfOpen, true, Outcome::Failure) => {
                 tracing::warn!(stage, cool_down = ?self.cool_down, "circuit open again: the probe failed");
-                reopen(circuit, Instant::now() + self.cool_down);
+                reopen(circuit, super::after(Instant::now(), self.cool_down));
             }
             // Undecided probe: open with the cool-down over, so the next call probes.
             (Phase::HalfOpen, true, Outcome::Neutral) => reopen(circuit, Instant::now()),

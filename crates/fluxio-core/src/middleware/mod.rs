@@ -27,6 +27,17 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::stage::{Output, Stage};
 
+/// The longest wait a built-in middleware keeps: a circuit breaker's
+/// cool-down and a rate limit's interval are clamped to it (365 days), so
+/// `Duration::MAX` means "as long as possible" and never overflows a clock.
+pub const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// `base + wait`, with `wait` clamped to [`MAX_WAIT`]: never panics.
+pub(crate) fn after(base: tokio::time::Instant, wait: Duration) -> tokio::time::Instant {
+    let wait = wait.min(MAX_WAIT);
+    base.checked_add(wait).unwrap_or(base)
+}
+
 /// A stage's middleware, outermost first.
 pub(crate) type Chain = Arc<[Arc<dyn Middleware>]>;
 
@@ -95,6 +106,25 @@ impl<'a> Next<'a> {
                     chain: rest,
                 },
             ),
+        }
+    }
+
+    /// [`run`](Self::run) for the interpreter: a panic in a middleware (or
+    /// the stage) becomes [`Error::StagePanic`] naming the stage, like a
+    /// panicking stage, so the run writes its failure checkpoint and releases
+    /// its lease instead of unwinding into the caller.
+    pub(crate) async fn run_caught(self, ctx: Context) -> Result<Output> {
+        use futures::FutureExt as _;
+        let chain = std::panic::AssertUnwindSafe(async move { self.run(ctx).await });
+        match chain.catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => Err(Error::StagePanic {
+                stage: self.stage.name().to_owned(),
+                message: format!(
+                    "a middleware panicked: {}",
+                    crate::stage::panic_message(&*panic)
+                ),
+            }),
         }
     }
 

@@ -60,10 +60,12 @@ impl fmt::Debug for RateLimit {
 
 impl RateLimit {
     /// `calls` calls every `per` (0 calls is taken as 1), no burst, per stage.
+    /// The interval between calls is at most [`MAX_WAIT`](super::MAX_WAIT):
+    /// a longer one is clamped to it.
     #[must_use]
     pub fn new(calls: u32, per: Duration) -> Self {
         RateLimit {
-            interval: per / calls.max(1),
+            interval: (per / calls.max(1)).min(super::MAX_WAIT),
             burst: 1,
             shared: false,
             next_free: Arc::default(),
@@ -108,7 +110,7 @@ impl RateLimit {
         let tat = next_free.get(key).copied().unwrap_or(now).max(now);
         // Up to `burst - 1` intervals ahead of the theoretical time may go now.
         let at = tat.checked_sub(tolerance).map_or(now, |t| t.max(now));
-        next_free.insert(key, tat + self.interval);
+        next_free.insert(key, super::after(tat, self.interval));
         at
     }
 }

@@ -1,5 +1,6 @@
 //! Run ownership.
 
+use std::any::TypeId;
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -141,7 +142,10 @@ async fn renew(store: Arc<dyn CheckpointStore>, lease: Lease, ttl: Duration) {
     }
 }
 
-type Key = (usize, String);
+/// The in-process table is keyed by the store's type and the run id: clones
+/// of one store (an `Arc` inside, the usual shape) live at different
+/// addresses but share their checkpoints, so an address would not do.
+type Key = (TypeId, String);
 
 fn table() -> &'static Mutex<HashSet<Key>> {
     static TABLE: OnceLock<Mutex<HashSet<Key>>> = OnceLock::new();
@@ -161,7 +165,7 @@ impl Drop for LocalLease {
     }
 }
 
-pub(crate) fn acquire_local(store: usize, run_id: &str) -> Result<Lease> {
+pub(crate) fn acquire_local(store: TypeId, run_id: &str) -> Result<Lease> {
     static TOKENS: AtomicU64 = AtomicU64::new(1);
     let key = (store, run_id.to_owned());
     let inserted = table()

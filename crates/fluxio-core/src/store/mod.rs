@@ -104,6 +104,48 @@ pub fn check_lease_ttl(ttl: Duration) -> Result<()> {
     })
 }
 
+/// The longest run id accepted, in bytes.
+pub const MAX_RUN_ID_LEN: usize = 512;
+
+/// Checks a run id: not empty, at most [`MAX_RUN_ID_LEN`] bytes, no control
+/// characters (so no NUL, which Postgres text cannot hold). Every `Pipeline`
+/// method that takes a run id calls it, and so do the built-in stores, so a
+/// bad id is the same typed error everywhere. The error shows at most the
+/// first 64 characters of the id.
+///
+/// ```
+/// use fluxio_core::store::check_run_id;
+///
+/// assert!(check_run_id("order-42").is_ok());
+/// assert!(check_run_id("").is_err());
+/// assert!(check_run_id("a\0b").is_err());
+/// let long = "x".repeat(10_000);
+/// let err = check_run_id(&long).unwrap_err().to_string();
+/// assert!(err.len() < 200, "{err}");
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidRunId`](crate::Error::InvalidRunId) saying why.
+pub fn check_run_id(run_id: &str) -> Result<()> {
+    let reason = if run_id.is_empty() {
+        "it is empty"
+    } else if run_id.len() > MAX_RUN_ID_LEN {
+        "it is longer than 512 bytes"
+    } else if run_id.chars().any(char::is_control) {
+        "it contains control characters"
+    } else {
+        return Ok(());
+    };
+    let mut shown: String = run_id.chars().take(64).collect();
+    if shown.len() < run_id.len() {
+        shown.push_str("...");
+    }
+    Err(crate::Error::InvalidRunId {
+        run_id: shown,
+        reason,
+    })
+}
+
 /// The longest identifier the SQL stores accept (PostgreSQL's `NAMEDATALEN - 1`).
 pub const MAX_SQL_IDENTIFIER: usize = 63;
 
@@ -174,18 +216,22 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// [`token`](Lease::token) is a fencing token: it is greater than the
     /// token of every earlier lease on the same run id.
     ///
-    /// The default is an in-process lock table keyed by this store's address
+    /// The default is an in-process lock table keyed by this store's *type*
     /// and the run id: race-free between the tasks and threads of one
-    /// process, but not across processes, and it never expires. A store that
-    /// several processes share overrides the five ownership methods with a
-    /// lease kept in the store.
+    /// process however the store is cloned or shared (clones of a store are
+    /// one store), but not across processes, and it never expires. Two
+    /// unrelated stores of the same type in one process therefore exclude
+    /// each other's run ids too. A store that several processes share
+    /// overrides the five ownership methods with a lease kept in the store.
     ///
     /// # Errors
     /// [`Error::RunIdInUse`](crate::Error::RunIdInUse) when another run holds
-    /// an unexpired lease on `run_id`.
+    /// an unexpired lease on `run_id`;
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) when `ttl` is
+    /// outside [`MIN_LEASE_TTL`]..=[`MAX_LEASE_TTL`].
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
-        let _ = ttl;
-        lease::acquire_local(self as *const Self as *const () as usize, run_id)
+        check_lease_ttl(ttl)?;
+        lease::acquire_local(std::any::TypeId::of::<Self>(), run_id)
     }
 
     /// Extends `lease` to `ttl` from now.
@@ -194,8 +240,8 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) when the lease expired
     /// or another lease replaced it. The default never expires.
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
-        let _ = (lease, ttl);
-        Ok(())
+        let _ = lease;
+        check_lease_ttl(ttl)
     }
 
     /// Gives `lease` up, so the run id can be taken at once. Releasing a

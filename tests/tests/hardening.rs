@@ -1,0 +1,351 @@
+//! Issue 8 (hardening), the core's part: each test failed before its fix.
+//! Tests of a SEMANTICS.md rule are named after it.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{a, b, input};
+use fluxio::middleware::{CircuitBreaker, Middleware, Next, RateLimit};
+use fluxio::stage::Output;
+use fluxio::store::{Checkpoint, CheckpointStore};
+use fluxio::{Context, Error, RunStatus, Stage, StageResult, pipeline, stage};
+use tokio::sync::Notify;
+
+/// The usual shape of a custom store: four methods, state behind an `Arc`,
+/// `Clone`. Stores bytes, like a real backend.
+#[derive(Debug, Clone, Default)]
+struct Shared(Arc<Mutex<HashMap<String, Vec<u8>>>>);
+
+#[async_trait::async_trait]
+impl CheckpointStore for Shared {
+    async fn save(&self, cp: Checkpoint) -> fluxio::Result<()> {
+        let bytes = cp.to_bytes()?;
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .insert(cp.run_id.clone(), bytes);
+        Ok(())
+    }
+    async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
+        let bytes = self.0.lock().expect("not poisoned").get(run_id).cloned();
+        bytes.map(|b| Checkpoint::from_bytes(run_id, &b)).transpose()
+    }
+    async fn delete(&self, run_id: &str) -> fluxio::Result<()> {
+        self.0.lock().expect("not poisoned").remove(run_id);
+        Ok(())
+    }
+    async fn exists(&self, run_id: &str) -> fluxio::Result<bool> {
+        Ok(self.0.lock().expect("not poisoned").contains_key(run_id))
+    }
+}
+
+static CLONE_GATE: Notify = Notify::const_new();
+static CLONE_ENTERED: AtomicUsize = AtomicUsize::new(0);
+
+#[stage]
+async fn parked(ctx: Context) -> StageResult {
+    CLONE_ENTERED.fetch_add(1, Ordering::SeqCst);
+    CLONE_GATE.notified().await;
+    Ok(ctx)
+}
+
+// Rule 6 for a four-method store however it is cloned: before the fix the
+// in-process lock was keyed by the store's address, and both runs were `Ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule6_clones_of_a_four_method_store_still_run_one_run_per_run_id() {
+    let store = Shared::default();
+    let first = pipeline![parked].store(store.clone()).build().expect("valid");
+    let second = pipeline![parked].store(store.clone()).build().expect("valid");
+    let running = tokio::spawn(async move { first.invoke("cloned", Context::new()).await });
+    while CLONE_ENTERED.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // before the fix the second run entered `parked` too (and waited there)
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        second.invoke("cloned", Context::new()),
+    )
+    .await
+    .expect("the second run is refused at once, not parked in the stage")
+    .expect_err("the run id is held through the other clone");
+    assert!(
+        matches!(err, Error::RunIdInUse { ref run_id } if run_id == "cloned"),
+        "{err}"
+    );
+    assert_eq!(
+        CLONE_ENTERED.load(Ordering::SeqCst),
+        1,
+        "the second run ran no stage"
+    );
+    CLONE_GATE.notify_one();
+    running
+        .await
+        .expect("no panic")
+        .expect("the first run finishes");
+    // and the id is free again for either clone
+    assert!(second.exists("cloned").await.expect("store works"));
+}
+
+mod other {
+    use fluxio::{Context, StageResult, stage};
+
+    #[stage(name = "a")]
+    pub(super) async fn not_a(ctx: Context) -> StageResult {
+        Ok(ctx.set("other", true)?)
+    }
+}
+
+#[test]
+fn two_different_stages_with_one_name_are_refused_naming_both_positions() {
+    let err = pipeline![a, b, other::not_a]
+        .build()
+        .expect_err("ambiguous names");
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Build { .. }), "{msg}");
+    assert!(msg.contains("`a`"), "{msg}");
+    assert!(msg.contains("stage 1 and stage 3"), "{msg}");
+    // the same stage twice is fine
+    pipeline![a, b, a].build().expect("one stage used twice");
+}
+
+#[test]
+fn extreme_lease_ttls_are_refused_at_build_naming_the_setting() {
+    for ttl in [
+        Duration::ZERO,
+        Duration::MAX,
+        Duration::from_secs(u64::MAX),
+        fluxio::store::MAX_LEASE_TTL + Duration::from_nanos(1),
+    ] {
+        let err = pipeline![a]
+            .durable(true)
+            .lease_ttl(ttl)
+            .build()
+            .expect_err("out of range");
+        assert!(
+            matches!(err, Error::InvalidSetting { setting: "lease_ttl", .. }),
+            "{ttl:?}: {err}"
+        );
+        assert!(err.to_string().contains("lease_ttl"), "{err}");
+    }
+    for ttl in [fluxio::store::MIN_LEASE_TTL, fluxio::store::MAX_LEASE_TTL] {
+        pipeline![a]
+            .durable(true)
+            .lease_ttl(ttl)
+            .build()
+            .expect("in range");
+    }
+}
+
+#[tokio::test]
+async fn the_longest_lease_runs_on_the_in_memory_store() {
+    let p = pipeline![a, b]
+        .durable(true)
+        .lease_ttl(fluxio::store::MAX_LEASE_TTL)
+        .build()
+        .expect("in range");
+    let out = p
+        .invoke("long-lease", input("long-lease"))
+        .await
+        .expect("runs");
+    assert_eq!(out.get::<Vec<String>>("path").expect("path"), ["a", "b"]);
+}
+
+#[test]
+fn a_huge_stream_buffer_is_refused_at_build() {
+    let err = pipeline![a]
+        .stream_buffer(usize::MAX)
+        .build()
+        .expect_err("too big");
+    assert!(
+        matches!(
+            err,
+            Error::InvalidSetting {
+                setting: "stream_buffer",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("down")]
+struct Down;
+
+#[stage]
+async fn always_fails(_ctx: Context) -> StageResult {
+    Err(Box::new(Down))
+}
+
+// Before the fix: `Instant + Duration::MAX` panicked inside the middleware.
+#[tokio::test(start_paused = true)]
+async fn longest_cool_down_and_rate_limit_interval_do_not_panic() {
+    let p = pipeline![always_fails]
+        .middleware(CircuitBreaker::new(1).cool_down(Duration::MAX))
+        .build()
+        .expect("valid");
+    let first = p.invoke("cb", Context::new()).await.expect_err("fails");
+    assert!(matches!(first, Error::Stage { .. }), "{first}");
+    let second = p.invoke("cb", Context::new()).await.expect_err("open");
+    assert!(matches!(second, Error::CircuitOpen { .. }), "{second}");
+
+    let p = pipeline![a]
+        .middleware(RateLimit::new(1, Duration::MAX))
+        .build()
+        .expect("valid");
+    let started = tokio::time::Instant::now();
+    for i in 0..3 {
+        p.invoke("rl", input(&format!("rl-{i}")))
+            .await
+            .expect("the limit waits, never fails");
+    }
+    // the paused clock jumped over two clamped intervals
+    assert!(started.elapsed() >= 2 * fluxio::middleware::MAX_WAIT);
+}
+
+#[derive(Debug)]
+struct Panics;
+
+#[async_trait::async_trait]
+impl Middleware for Panics {
+    async fn call(&self, stage: &Stage, ctx: Context, next: Next<'_>) -> fluxio::Result<Output> {
+        if stage.name() == "b" {
+            panic!("middleware bug");
+        }
+        next.run(ctx).await
+    }
+}
+
+// Before the fix the panic unwound into the caller and no failure checkpoint
+// was written.
+#[tokio::test]
+async fn a_panicking_middleware_fails_the_run_like_a_panicking_stage() {
+    let store = Shared::default();
+    let p = pipeline![a, b]
+        .store(store.clone())
+        .middleware(Panics)
+        .build()
+        .expect("valid");
+    let err = p
+        .invoke("mw-panic", input("mw-panic"))
+        .await
+        .expect_err("the middleware panics");
+    match &err {
+        Error::StagePanic { stage, message } => {
+            assert_eq!(stage, "b");
+            assert!(message.contains("middleware bug"), "{message}");
+        }
+        other => panic!("expected StagePanic, got {other}"),
+    }
+    let cp = p
+        .checkpoint("mw-panic")
+        .await
+        .expect("store works")
+        .expect("a failure checkpoint");
+    assert_eq!(cp.status, RunStatus::Failed);
+    assert_eq!(cp.step, "b");
+    // the lease was released: the same pipeline without the faulty
+    // middleware (middleware is not part of the version) resumes at once
+    let fixed = pipeline![a, b].store(store).build().expect("valid");
+    let out = fixed.resume("mw-panic").await.expect("resumes at `b`");
+    assert_eq!(out.get::<Vec<String>>("path").expect("path"), ["a", "b"]);
+}
+
+// Before the fix a NUL byte reached the store (a raw Postgres encoding error)
+// and `diff` echoed a 10,000-character id in full.
+#[tokio::test]
+async fn read_apis_check_run_ids_like_invoke() {
+    let p = pipeline![a].store(Shared::default()).build().expect("valid");
+    let long = "x".repeat(10_000);
+    for bad in ["nul\0byte", "", long.as_str()] {
+        let errs = [
+            p.checkpoint(bad).await.map(|_| ()).expect_err("checkpoint"),
+            p.exists(bad).await.map(|_| ()).expect_err("exists"),
+            p.diff(bad, "ok").await.map(|_| ()).expect_err("diff a"),
+            p.diff("ok", bad).await.map(|_| ()).expect_err("diff b"),
+            p.replay(bad, None).await.map(|_| ()).expect_err("replay"),
+            p.resume(bad).await.map(|_| ()).expect_err("resume"),
+        ];
+        for err in errs {
+            assert!(matches!(err, Error::InvalidRunId { .. }), "{err}");
+            assert!(err.to_string().len() < 200, "{err}");
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("connection refused")]
+struct Refused;
+
+#[derive(Debug, thiserror::Error)]
+#[error("payment gateway unreachable")]
+struct Unreachable(#[source] Refused);
+
+#[derive(Debug, thiserror::Error)]
+#[error("")]
+struct Silent {
+    code: u32,
+}
+
+#[stage]
+async fn gateway(_ctx: Context) -> StageResult {
+    Err(Box::new(Unreachable(Refused)))
+}
+
+#[stage]
+async fn silent(_ctx: Context) -> StageResult {
+    Err(Box::new(Silent { code: 503 }))
+}
+
+// Before the fix the stored message was `stage `gateway` failed: payment
+// gateway unreachable` (no cause) and `stage `silent` failed: ` (nothing).
+#[tokio::test]
+async fn failure_checkpoints_store_the_whole_cause_chain() {
+    let p = pipeline![gateway]
+        .store(Shared::default())
+        .build()
+        .expect("valid");
+    let err = p.invoke("chain", Context::new()).await.expect_err("fails");
+    assert!(err.stage_error::<Unreachable>().is_some());
+    let cp = p
+        .checkpoint("chain")
+        .await
+        .expect("store works")
+        .expect("stored");
+    assert_eq!(
+        cp.error_message.as_deref(),
+        Some("stage `gateway` failed: payment gateway unreachable: connection refused")
+    );
+
+    let p = pipeline![silent]
+        .store(Shared::default())
+        .build()
+        .expect("valid");
+    let err = p.invoke("silent", Context::new()).await.expect_err("fails");
+    assert!(err.to_string().contains("Silent { code: 503 }"), "{err}");
+    let cp = p
+        .checkpoint("silent")
+        .await
+        .expect("store works")
+        .expect("stored");
+    let stored = cp.error_message.expect("a message");
+    assert!(stored.contains("Silent { code: 503 }"), "{stored}");
+}
+
+// Before the fix the lease code panicked (`tokio::spawn` outside a runtime).
+#[test]
+fn a_durable_invoke_outside_a_tokio_runtime_is_a_typed_error() {
+    let p = pipeline![a].durable(true).build().expect("valid");
+    let err = futures::executor::block_on(p.invoke("no-rt", input("no-rt")))
+        .expect_err("needs a runtime");
+    assert!(
+        matches!(err, Error::NoRuntime { ref operation } if operation.contains("no-rt")),
+        "{err}"
+    );
+    let err = futures::executor::block_on(p.resume("no-rt")).expect_err("needs a runtime");
+    assert!(matches!(err, Error::NoRuntime { .. }), "{err}");
+}
