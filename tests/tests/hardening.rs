@@ -32,7 +32,9 @@ impl CheckpointStore for Shared {
     }
     async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
         let bytes = self.0.lock().expect("not poisoned").get(run_id).cloned();
-        bytes.map(|b| Checkpoint::from_bytes(run_id, &b)).transpose()
+        bytes
+            .map(|b| Checkpoint::from_bytes(run_id, &b))
+            .transpose()
     }
     async fn delete(&self, run_id: &str) -> fluxio::Result<()> {
         self.0.lock().expect("not poisoned").remove(run_id);
@@ -58,8 +60,14 @@ async fn parked(ctx: Context) -> StageResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule6_clones_of_a_four_method_store_still_run_one_run_per_run_id() {
     let store = Shared::default();
-    let first = pipeline![parked].store(store.clone()).build().expect("valid");
-    let second = pipeline![parked].store(store.clone()).build().expect("valid");
+    let first = pipeline![parked]
+        .store(store.clone())
+        .build()
+        .expect("valid");
+    let second = pipeline![parked]
+        .store(store.clone())
+        .build()
+        .expect("valid");
     let running = tokio::spawn(async move { first.invoke("cloned", Context::new()).await });
     while CLONE_ENTERED.load(Ordering::SeqCst) == 0 {
         tokio::task::yield_now().await;
@@ -126,7 +134,13 @@ fn extreme_lease_ttls_are_refused_at_build_naming_the_setting() {
             .build()
             .expect_err("out of range");
         assert!(
-            matches!(err, Error::InvalidSetting { setting: "lease_ttl", .. }),
+            matches!(
+                err,
+                Error::InvalidSetting {
+                    setting: "lease_ttl",
+                    ..
+                }
+            ),
             "{ttl:?}: {err}"
         );
         assert!(err.to_string().contains("lease_ttl"), "{err}");
@@ -259,7 +273,10 @@ async fn a_panicking_middleware_fails_the_run_like_a_panicking_stage() {
 // and `diff` echoed a 10,000-character id in full.
 #[tokio::test]
 async fn read_apis_check_run_ids_like_invoke() {
-    let p = pipeline![a].store(Shared::default()).build().expect("valid");
+    let p = pipeline![a]
+        .store(Shared::default())
+        .build()
+        .expect("valid");
     let long = "x".repeat(10_000);
     for bad in ["nul\0byte", "", long.as_str()] {
         let errs = [
@@ -348,4 +365,80 @@ fn a_durable_invoke_outside_a_tokio_runtime_is_a_typed_error() {
     );
     let err = futures::executor::block_on(p.resume("no-rt")).expect_err("needs a runtime");
     assert!(matches!(err, Error::NoRuntime { .. }), "{err}");
+}
+
+static FLAKY_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+#[stage]
+async fn flaky(ctx: Context) -> StageResult {
+    if FLAKY_CALLS.fetch_add(1, Ordering::SeqCst) % 40 < 39 {
+        return Err(Box::new(Down));
+    }
+    Ok(ctx)
+}
+
+// Extreme backoffs: huge, NaN and negative factors, u32::MAX attempts.
+#[tokio::test(start_paused = true)]
+async fn extreme_retry_backoffs_neither_panic_nor_overflow() {
+    use fluxio::middleware::{Backoff, Retry};
+    let backoffs = [
+        Backoff::Fixed(Duration::MAX),
+        Backoff::Exponential {
+            initial: Duration::MAX,
+            factor: f32::MAX,
+            max: Duration::MAX,
+        },
+        Backoff::Exponential {
+            initial: Duration::from_millis(1),
+            factor: f32::NAN,
+            max: Duration::MAX,
+        },
+        Backoff::Exponential {
+            initial: Duration::from_millis(1),
+            factor: -3.0,
+            max: Duration::ZERO,
+        },
+        Backoff::Exponential {
+            initial: Duration::from_secs(1),
+            factor: 1e30,
+            max: Duration::MAX,
+        },
+    ];
+    for (i, backoff) in backoffs.into_iter().enumerate() {
+        for jitter in [false, true] {
+            FLAKY_CALLS.store(0, Ordering::SeqCst);
+            let p = pipeline![flaky]
+                .middleware(Retry::new(u32::MAX).backoff(backoff).jitter(jitter))
+                .build()
+                .expect("valid");
+            p.invoke(&format!("retry-{i}"), Context::new())
+                .await
+                .expect("the 40th attempt succeeds");
+            assert_eq!(FLAKY_CALLS.load(Ordering::SeqCst), 40);
+        }
+    }
+}
+
+// Before the fix `stream` panicked in `tokio::spawn`.
+#[test]
+fn a_stream_outside_a_tokio_runtime_yields_a_typed_error() {
+    let p = pipeline![a].durable(true).build().expect("valid");
+    let mut stream = p.stream("no-rt-stream", input("no-rt-stream"));
+    let first = futures::executor::block_on(stream.recv()).expect("one item");
+    assert!(
+        matches!(first, Err(Error::NoRuntime { ref operation }) if operation.contains("no-rt-stream")),
+        "{first:?}"
+    );
+    assert!(futures::executor::block_on(stream.recv()).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_longest_timeouts_do_not_panic() {
+    let p = pipeline![a]
+        .middleware(fluxio::middleware::Timeout(Duration::MAX))
+        .build()
+        .expect("valid");
+    p.invoke("timeout-max", input("timeout-max"))
+        .await
+        .expect("never times out");
 }

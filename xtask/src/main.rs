@@ -250,6 +250,9 @@ fn ci() -> Result<()> {
     Cargo::new(&["doc", "--workspace", "--no-deps"])
         .envs(&[("RUSTDOCFLAGS", "-D warnings")])
         .run()?;
+    Cargo::new(&["doc", "-p", "fluxio", "--all-features", "--no-deps"])
+        .envs(&[("RUSTDOCFLAGS", "-D warnings")])
+        .run()?;
     codegen(true)?;
     if Cargo::new(&["deny", "--version"]).probe() {
         Cargo::new(&["deny", "check", "licenses", "bans", "sources"]).run()?;

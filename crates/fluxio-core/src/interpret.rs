@@ -362,7 +362,9 @@ async fn step(
             );
             let call = async {
                 match program.middleware.get(*index) {
-                    Some(chain) if !chain.is_empty() => Next::new(stage, chain).run_caught(ctx).await,
+                    Some(chain) if !chain.is_empty() => {
+                        Next::new(stage, chain).run_caught(ctx).await
+                    }
                     _ => stage.call(ctx).await,
                 }
             };

@@ -345,13 +345,14 @@ impl Pipeline {
     /// A resume re-runs an interrupted stream stage from its start: chunks
     /// emitted before a crash or failure are emitted again.
     ///
-    /// Must be called inside a tokio runtime (it spawns the run).
+    /// The run is spawned on the current tokio runtime; called outside one,
+    /// the stream yields one `Err(`[`Error::NoRuntime`]`)`.
     pub fn stream(&self, run_id: &str, input: Context) -> RunStream {
         let pipeline = self.clone();
-        let run_id = run_id.to_owned();
-        RunStream::spawn(self.inner.stream_buffer, move |tx| async move {
+        let id = run_id.to_owned();
+        RunStream::spawn(self.inner.stream_buffer, run_id, move |tx| async move {
             let result = STREAM_TX
-                .scope(tx.clone(), pipeline.invoke(&run_id, input))
+                .scope(tx.clone(), pipeline.invoke(&id, input))
                 .await;
             // the receiver may be gone: nothing left to tell
             let _ = tx.send(result.map(StreamEvent::Done)).await;

@@ -211,25 +211,41 @@ where
 #[must_use = "a stream does nothing unless polled, and dropping it cancels the run"]
 pub struct RunStream {
     rx: mpsc::Receiver<Result<StreamEvent>>,
-    task: tokio::task::JoinHandle<()>,
+    /// `None` when there was no runtime to spawn on (the stream then holds
+    /// one `Err(Error::NoRuntime)`).
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl fmt::Debug for RunStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RunStream")
-            .field("finished", &self.task.is_finished())
+            .field(
+                "finished",
+                &self.task.as_ref().is_none_or(|t| t.is_finished()),
+            )
             .finish_non_exhaustive()
     }
 }
 
 impl RunStream {
     /// Spawns `run` (a whole run) bound to a new stream with `buffer` slots.
-    pub(crate) fn spawn<F>(buffer: usize, run: impl FnOnce(Sender) -> F) -> Self
+    /// Outside a tokio runtime the stream yields one
+    /// `Err(Error::NoRuntime)` naming `run_id` instead.
+    pub(crate) fn spawn<F>(buffer: usize, run_id: &str, run: impl FnOnce(Sender) -> F) -> Self
     where
         F: Future<Output = ()> + std::marker::Send + 'static,
     {
         let (tx, rx) = mpsc::channel(buffer.max(1));
-        let task = tokio::spawn(run(tx));
+        let task = match tokio::runtime::Handle::try_current() {
+            Ok(rt) => Some(rt.spawn(run(tx))),
+            Err(_) => {
+                // a fresh channel has room for one item
+                let _ = tx.try_send(Err(crate::Error::NoRuntime {
+                    operation: format!("stream of run `{run_id}`"),
+                }));
+                None
+            }
+        };
         RunStream { rx, task }
     }
 
@@ -250,6 +266,8 @@ impl futures::Stream for RunStream {
 
 impl Drop for RunStream {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }

@@ -97,7 +97,7 @@
 
 pub use fluxio_core::{
     BoxError, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError, Emitter,
-    Error, InMemoryStore, Pipeline, PipelineBuilder, Result, RunStatus, RunStream, Route, Snapshot,
+    Error, InMemoryStore, Pipeline, PipelineBuilder, Result, Route, RunStatus, RunStream, Snapshot,
     Stage, StageInfo, StageKind, StageMeta, StageResult, StreamEvent, Value, callback, compile,
     context, ctx, error, middleware, stage, store, stream, testing, value, version,
 };

@@ -135,7 +135,9 @@ impl<'a> Next<'a> {
     }
 }
 
-/// How long a [`Retry`] waits between attempts.
+/// How long a [`Retry`] waits between attempts. Delays are clamped to
+/// [`MAX_WAIT`] and an exponential factor to 1..=1000 (NaN counts as 1), so
+/// no setting can overflow a clock.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Backoff {
@@ -240,7 +242,26 @@ impl Retry {
 
     fn delays(&self) -> Box<dyn Iterator<Item = Duration> + Send> {
         let times = self.attempts.saturating_sub(1) as usize;
-        match self.backoff {
+        // Keep every input in a range where no duration arithmetic (ours,
+        // backon's, the jitter's) can overflow: delays at most MAX_WAIT, a
+        // factor from 1 to 1,000 (NaN counts as 1).
+        let backoff = match self.backoff {
+            Backoff::Fixed(d) => Backoff::Fixed(d.min(MAX_WAIT)),
+            Backoff::Exponential {
+                initial,
+                factor,
+                max,
+            } => Backoff::Exponential {
+                initial: initial.min(MAX_WAIT),
+                factor: if factor.is_nan() {
+                    1.0
+                } else {
+                    factor.clamp(1.0, 1000.0)
+                },
+                max: max.min(MAX_WAIT),
+            },
+        };
+        match backoff {
             Backoff::Fixed(d) => {
                 let b = backon::ConstantBuilder::default()
                     .with_delay(d)
