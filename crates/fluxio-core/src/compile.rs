@@ -65,6 +65,8 @@ pub enum Instr {
         event: Event,
         /// The stage (an index into the program's stages).
         stage: usize,
+        /// The ip of the stage's `CALL`: events name the call they belong to.
+        call: usize,
     },
     /// Check the context against a stage's declared input or output type.
     Validate {
@@ -187,10 +189,12 @@ impl fmt::Display for Program {
                 Instr::Emit {
                     event: Event::StepStart,
                     stage,
+                    ..
                 } => writeln!(f, "EMIT        step_start {}", name(stage))?,
                 Instr::Emit {
                     event: Event::StepEnd,
                     stage,
+                    ..
                 } => writeln!(f, "EMIT        step_end {}", name(stage))?,
                 Instr::Call { stage } => {
                     let s = &self.stages[*stage];
@@ -396,9 +400,12 @@ impl Compiler {
         self.steps.entry(s.name()).or_insert(cp);
         let idx = self.stages.len();
         self.stages.push(s.clone());
+        // EMIT, [VALIDATE], CALL: the call's ip is known before it is pushed
+        let call = self.instrs.len() + 1 + usize::from(s.meta().input.is_some());
         self.push(Instr::Emit {
             event: Event::StepStart,
             stage: idx,
+            call,
         });
         if s.meta().input.is_some() {
             self.push(Instr::Validate {
@@ -406,7 +413,8 @@ impl Compiler {
                 output: false,
             });
         }
-        self.push(Instr::Call { stage: idx });
+        let at = self.push(Instr::Call { stage: idx });
+        debug_assert_eq!(at, call);
         if s.meta().output.is_some() {
             self.push(Instr::Validate {
                 stage: idx,
@@ -416,6 +424,7 @@ impl Compiler {
         self.push(Instr::Emit {
             event: Event::StepEnd,
             stage: idx,
+            call,
         });
         idx
     }

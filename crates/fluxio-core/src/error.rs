@@ -256,6 +256,14 @@ pub enum Error {
         /// What was wrong with it.
         reason: String,
     },
+
+    /// A fluxio bug: the interpreter met a state the compiler or `#[stage]`
+    /// should have made impossible. Please report it.
+    #[error("internal error (a bug in fluxio, please report it): {message}")]
+    Internal {
+        /// What was inconsistent.
+        message: String,
+    },
 }
 
 /// An error's `Display`, or its `Debug` when the `Display` is empty (an

@@ -2,12 +2,13 @@
 //!
 //! [`exec`] runs one frame (the top-level program, or one branch of a
 //! parallel block) from an instruction pointer until the end of the program
-//! or the frame's `END_BRANCH`. Parallel branches are frames of their own,
-//! run concurrently by the `FORK` that starts them.
+//! or the frame's `END_BRANCH`, calling one function per instruction
+//! (`emit_step`, `validate`, `call`, `fork`, `route`). Parallel branches are
+//! frames of their own, run concurrently by the `FORK` that starts them.
 //!
-//! Durable runs ([`Durable`]) save a checkpoint at every `CHECKPOINT` of the
-//! top-level frame, a failure checkpoint when the frame fails, and a completed
-//! checkpoint when it finishes.
+//! The top-level frame carries a checkpoint hook ([`Top`]): durable runs
+//! ([`Durable`]) save a checkpoint at every `CHECKPOINT`, a failure checkpoint
+//! when the frame fails, and a completed checkpoint when it finishes.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -70,6 +71,43 @@ struct Last {
     attempt: u32,
 }
 
+/// What the top-level frame adds to a branch frame: its checkpoints.
+struct Top<'a> {
+    durable: Option<&'a Durable<'a>>,
+    /// The last checkpoint passed, where a failure checkpoint points.
+    last: Option<Last>,
+}
+
+impl Top<'_> {
+    /// The checkpoint hook, run at every top-level `CHECKPOINT`: fixes the
+    /// attempt of what runs next, saves a checkpoint (durable runs) and
+    /// remembers it as the place a failure points at.
+    async fn checkpoint(
+        &mut self,
+        program: &Program,
+        ip: usize,
+        step: &Arc<str>,
+        ctx: &Context,
+        scope: &mut Scope,
+    ) -> Result<()> {
+        scope.attempt = match self.durable.and_then(|d| d.resumed) {
+            Some((at, attempt)) if at == ip => attempt.saturating_add(1),
+            _ => 1,
+        };
+        if let Some(d) = self.durable {
+            let cp = d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
+            save(program, d, cp).await?;
+        }
+        self.last = Some(Last {
+            ip,
+            step: Arc::clone(step),
+            ctx: ctx.clone(),
+            attempt: scope.attempt,
+        });
+        Ok(())
+    }
+}
+
 /// State of one frame between instructions.
 #[derive(Default)]
 struct Frame {
@@ -86,12 +124,18 @@ struct Scope {
     attempt: u32,
 }
 
-/// Why the top-level frame stopped early.
+/// Why a frame stopped early.
 enum Halt {
-    /// A stage or the machinery failed after checkpoint `Last` (if any).
+    /// A stage or the machinery failed after the last checkpoint (if any).
     Failed(Error),
     /// Saving a checkpoint failed: the store is in trouble, write nothing more.
     Store(Error),
+}
+
+impl From<Error> for Halt {
+    fn from(e: Error) -> Self {
+        Halt::Failed(e)
+    }
 }
 
 /// Runs the whole program from `ip` (a resume point) with `ctx`, durably when
@@ -145,25 +189,26 @@ async fn run_checkpointed(
     ctx: Context,
     durable: Option<&Durable<'_>>,
 ) -> Result<Context> {
-    let mut last: Option<Last> = None;
-    match top(program, run_id, ip, ctx, durable, &mut last).await {
+    let mut top = Top {
+        durable,
+        last: None,
+    };
+    let scope = Scope {
+        run_id: Arc::from(run_id),
+        attempt: 1,
+    };
+    match exec(program, ip, ctx, scope, Some(&mut top)).await {
         Ok(done) => {
             if let Some(d) = durable {
-                let cp = d.checkpoint(
-                    program.instrs.len(),
-                    "",
-                    &done,
-                    RunStatus::Completed,
-                    None,
-                    1,
-                );
+                let end = program.instrs.len();
+                let cp = d.checkpoint(end, "", &done, RunStatus::Completed, None, 1);
                 save(program, d, cp).await?;
             }
             Ok(done)
         }
         Err(Halt::Store(e)) => Err(e),
         Err(Halt::Failed(e)) => {
-            if let (Some(d), Some(last)) = (durable, last) {
+            if let (Some(d), Some(last)) = (durable, top.last) {
                 let cp = d.checkpoint(
                     last.ip,
                     &last.step,
@@ -185,67 +230,113 @@ async fn run_checkpointed(
     }
 }
 
-/// The top-level frame: like [`exec`], plus checkpoints.
-async fn top(
+/// The one interpreter loop: runs a frame from `ip` until the end of the
+/// program or the frame's `END_BRANCH`. `top` is the checkpoint hook of the
+/// top-level frame; branch frames have none (a parallel block is covered by
+/// its own checkpoint), and the compiler puts no `CHECKPOINT` in them.
+async fn exec(
     program: &Arc<Program>,
-    run_id: &str,
     mut ip: usize,
     mut ctx: Context,
-    durable: Option<&Durable<'_>>,
-    last: &mut Option<Last>,
+    mut scope: Scope,
+    mut top: Option<&mut Top<'_>>,
 ) -> std::result::Result<Context, Halt> {
     let mut frame = Frame::default();
-    let mut scope = Scope {
-        run_id: Arc::from(run_id),
-        attempt: 1,
-    };
     while let Some(instr) = program.instrs.get(ip) {
-        if let Instr::Checkpoint { step } = instr {
-            scope.attempt = match durable.and_then(|d| d.resumed) {
-                Some((at, attempt)) if at == ip => attempt.saturating_add(1),
-                _ => 1,
-            };
-            if let Some(d) = durable {
-                let cp = d.checkpoint(ip, step, &ctx, RunStatus::Running, None, scope.attempt);
-                save(program, d, cp).await.map_err(Halt::Store)?;
+        ip = match instr {
+            Instr::Checkpoint { step } => {
+                if let Some(top) = top.as_deref_mut() {
+                    top.checkpoint(program, ip, step, &ctx, &mut scope)
+                        .await
+                        .map_err(Halt::Store)?;
+                }
+                ip + 1
             }
-            *last = Some(Last {
-                ip,
-                step: step.clone(),
-                ctx: ctx.clone(),
-                attempt: scope.attempt,
-            });
-            ip += 1;
-            continue;
-        }
-        let (next, next_ctx) = step(program, ip, ctx, &mut frame, &scope)
-            .await
-            .map_err(Halt::Failed)?;
-        ip = next;
-        ctx = next_ctx;
+            Instr::Emit { event, stage, call } => {
+                emit_step(program, &mut frame, &scope, *event, *stage, *call);
+                ip + 1
+            }
+            Instr::Validate { stage, output } => {
+                validate(program, &mut frame, &scope, ip, *stage, *output, &ctx)?;
+                ip + 1
+            }
+            Instr::Call { stage } => {
+                ctx = call(program, &mut frame, &scope, ip, *stage, ctx).await?;
+                ip + 1
+            }
+            Instr::Fork {
+                branches,
+                names,
+                join,
+                detached,
+            } => {
+                ctx = fork(program, &scope, branches, names, *detached, ctx).await?;
+                join + 1
+            }
+            Instr::EndBranch => return Ok(ctx),
+            Instr::Join => ip + 1,
+            Instr::Route { router, routes } => route(program, &mut frame, &scope, *router, routes)?,
+            Instr::Jump { to } => *to,
+        };
     }
     Ok(ctx)
 }
 
-/// Runs one frame from `ip` until the end of the program or `END_BRANCH`.
-/// Checkpoints are not written here (branches are covered by their block's).
-fn exec(
+/// A branch of a parallel block: a frame of its own, boxed (a branch may
+/// hold another parallel block).
+fn branch(
     program: &Arc<Program>,
-    mut ip: usize,
-    mut ctx: Context,
+    ip: usize,
+    ctx: Context,
     scope: Scope,
 ) -> BoxFuture<'_, Result<Context>> {
     Box::pin(async move {
-        let mut frame = Frame::default();
-        while let Some(instr) = program.instrs.get(ip) {
-            match instr {
-                Instr::EndBranch => return Ok(ctx),
-                Instr::Checkpoint { .. } => ip += 1,
-                _ => (ip, ctx) = step(program, ip, ctx, &mut frame, &scope).await?,
-            }
-        }
-        Ok(ctx)
+        exec(program, ip, ctx, scope, None)
+            .await
+            .map_err(|halt| match halt {
+                Halt::Failed(e) | Halt::Store(e) => e,
+            })
     })
+}
+
+/// `EMIT`: step events for the tracing log and the callbacks.
+fn emit_step(
+    program: &Program,
+    frame: &mut Frame,
+    scope: &Scope,
+    event: Event,
+    stage: usize,
+    call: usize,
+) {
+    let name = program.stages[stage].name();
+    match event {
+        Event::StepStart => tracing::debug!(stage = name, ip = call, "step_start"),
+        Event::StepEnd => tracing::debug!(stage = name, ip = call, "step_end"),
+    }
+    let cbs = &program.callbacks;
+    if cbs.is_empty() {
+        return;
+    }
+    let ev = StepEvent {
+        run_id: &scope.run_id,
+        stage: name,
+        ip: call,
+        attempt: scope.attempt,
+    };
+    match event {
+        Event::StepStart => {
+            frame.step_started = Some(Instant::now());
+            emit(cbs, "step_start", |c| c.on_step_start(&ev));
+        }
+        Event::StepEnd => {
+            let took = frame
+                .step_started
+                .take()
+                .map(|t| t.elapsed())
+                .unwrap_or_default();
+            emit(cbs, "step_end", |c| c.on_step_end(&ev, took, None));
+        }
+    }
 }
 
 /// Closes a step that failed (in its call or its validation): a failed or
@@ -275,209 +366,159 @@ fn end_failed_step(
     }
 }
 
-/// Executes the instruction at `ip` (anything but `CHECKPOINT` and
-/// `END_BRANCH`) and returns the next `ip` and context.
-async fn step(
-    program: &Arc<Program>,
-    ip: usize,
-    ctx: Context,
+/// `VALIDATE`: checks the context against the stage's declared input or
+/// output type.
+fn validate(
+    program: &Program,
     frame: &mut Frame,
     scope: &Scope,
-) -> Result<(usize, Context)> {
-    match &program.instrs[ip] {
-        Instr::Checkpoint { .. } | Instr::EndBranch | Instr::Join => Ok((ip + 1, ctx)),
-        Instr::Emit { event, stage } => {
-            let name = program.stages[*stage].name();
-            match event {
-                Event::StepStart => tracing::debug!(stage = name, ip, "step_start"),
-                Event::StepEnd => tracing::debug!(stage = name, ip, "step_end"),
-            }
-            let cbs = &program.callbacks;
-            if !cbs.is_empty() {
-                // the stage's CALL is at most two instructions away (a VALIDATE may sit between)
-                let is_call = |i: &usize| matches!(program.instrs.get(*i), Some(Instr::Call { stage: s }) if s == stage);
-                let call_ip = if *event == Event::StepStart {
-                    (ip + 1..=ip + 2).find(is_call)
-                } else {
-                    (ip.saturating_sub(2)..ip).rev().find(is_call)
-                }
-                .unwrap_or(ip);
-                let ev = StepEvent {
-                    run_id: &scope.run_id,
-                    stage: name,
-                    ip: call_ip,
-                    attempt: scope.attempt,
-                };
-                match event {
-                    Event::StepStart => {
-                        frame.step_started = Some(Instant::now());
-                        emit(cbs, "step_start", |c| c.on_step_start(&ev));
-                    }
-                    Event::StepEnd => {
-                        let took = frame
-                            .step_started
-                            .take()
-                            .map(|t| t.elapsed())
-                            .unwrap_or_default();
-                        emit(cbs, "step_end", |c| c.on_step_end(&ev, took, None));
-                    }
-                }
-            }
-            Ok((ip + 1, ctx))
+    ip: usize,
+    stage: usize,
+    output: bool,
+    ctx: &Context,
+) -> Result<()> {
+    let stage = &program.stages[stage];
+    let meta = stage.meta();
+    let check = if output { meta.output } else { meta.input };
+    let Err(message) = check.map_or(Ok(()), |validate| validate(ctx)) else {
+        return Ok(());
+    };
+    let which = if output { "output" } else { "input" };
+    let e = Error::Validation {
+        stage: stage.name().to_owned(),
+        message: format!("{which}: {message}"),
+    };
+    end_failed_step(program, frame, scope, stage.name(), ip, &e);
+    Err(e)
+}
+
+/// `CALL`: runs the stage inside its span and `StageInfo`, through its
+/// middleware, and returns the next context (a router's patch applied, its
+/// route kept for the `ROUTE` after it).
+async fn call(
+    program: &Arc<Program>,
+    frame: &mut Frame,
+    scope: &Scope,
+    ip: usize,
+    index: usize,
+    ctx: Context,
+) -> Result<Context> {
+    let stage = &program.stages[index];
+    // A router returns a decision, not a context: keep the context it
+    // started from (an O(1) clone) to apply the patch to.
+    let start = stage.meta().router.then(|| ctx.clone());
+    let info = StageInfo {
+        run_id: Arc::clone(&scope.run_id),
+        stage: stage.name(),
+        position: u32::try_from(ip).unwrap_or(u32::MAX),
+        attempt: scope.attempt,
+    };
+    let span = tracing::info_span!(
+        "fluxio.stage",
+        run_id = &*scope.run_id,
+        stage = stage.name(),
+        ip,
+        attempt = scope.attempt
+    );
+    let chain = program.middleware.get(index).filter(|c| !c.is_empty());
+    let run = async {
+        match chain {
+            Some(chain) => Next::new(stage, chain).run_caught(ctx).await,
+            None => stage.call(ctx).await,
         }
-        Instr::Validate { stage, output } => {
-            let stage = &program.stages[*stage];
-            let meta = stage.meta();
-            let check = if *output { meta.output } else { meta.input };
-            match check.map_or(Ok(()), |validate| validate(&ctx)) {
-                Ok(()) => Ok((ip + 1, ctx)),
-                Err(message) => {
-                    let which = if *output { "output" } else { "input" };
-                    let e = Error::Validation {
-                        stage: stage.name().to_owned(),
-                        message: format!("{which}: {message}"),
-                    };
-                    end_failed_step(program, frame, scope, stage.name(), ip, &e);
-                    Err(e)
-                }
-            }
+    };
+    let run = STAGE_INFO.scope(info, run).instrument(span);
+    let out = if stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty() {
+        let sink = ChunkSink {
+            callbacks: Arc::clone(&program.callbacks),
+            run_id: Arc::clone(&scope.run_id),
+        };
+        CHUNK_SINK.scope(sink, run).await
+    } else {
+        run.await
+    };
+    let out = out.inspect_err(|e| end_failed_step(program, frame, scope, stage.name(), ip, e))?;
+    match (out, start) {
+        (Output::Context(next), _) => Ok(next),
+        (Output::Route(decision), Some(start)) => {
+            let (chosen, next) = decision.apply(start);
+            frame.route = Some(chosen);
+            Ok(next)
         }
-        Instr::Call { stage: index } => {
-            let stage = &program.stages[*index];
-            // A router returns a decision, not a context: keep the context
-            // it started from (an O(1) clone) to apply the patch to.
-            let start = stage.meta().router.then(|| ctx.clone());
-            let info = StageInfo {
-                run_id: Arc::clone(&scope.run_id),
-                stage: stage.name(),
-                position: u32::try_from(ip).unwrap_or(u32::MAX),
-                attempt: scope.attempt,
-            };
-            let span = tracing::info_span!(
-                "fluxio.stage",
-                run_id = &*scope.run_id,
-                stage = stage.name(),
-                ip,
-                attempt = scope.attempt
-            );
-            let call = async {
-                match program.middleware.get(*index) {
-                    Some(chain) if !chain.is_empty() => {
-                        Next::new(stage, chain).run_caught(ctx).await
-                    }
-                    _ => stage.call(ctx).await,
-                }
-            };
-            let call = STAGE_INFO.scope(info, call).instrument(span);
-            let out = if stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty() {
-                let sink = ChunkSink {
-                    callbacks: Arc::clone(&program.callbacks),
-                    run_id: Arc::clone(&scope.run_id),
-                };
-                CHUNK_SINK.scope(sink, call).await
-            } else {
-                call.await
-            };
-            let out = match out {
-                Ok(out) => out,
-                Err(e) => {
-                    // close the step: a failed or timed-out stage still ends
-                    let cbs = &program.callbacks;
-                    if !cbs.is_empty() {
-                        let took = frame
-                            .step_started
-                            .take()
-                            .map(|t| t.elapsed())
-                            .unwrap_or_default();
-                        let ev = StepEvent {
-                            run_id: &scope.run_id,
-                            stage: stage.name(),
-                            ip,
-                            attempt: scope.attempt,
-                        };
-                        emit(cbs, "step_end", |c| c.on_step_end(&ev, took, Some(&e)));
-                    }
-                    return Err(e);
-                }
-            };
-            match (out, start) {
-                (Output::Context(next), _) => Ok((ip + 1, next)),
-                (Output::Route(send), Some(start)) => {
-                    let (chosen, next) = send.apply(start);
-                    frame.route = Some(chosen);
-                    Ok((ip + 1, next))
-                }
-                (Output::Route(_), None) => Err(Error::build(format!(
-                    "stage `{}` returned a `Route` but is not declared a router",
-                    stage.name()
-                ))),
-            }
-        }
-        Instr::Fork {
-            branches,
-            names,
-            join,
-            detached,
-        } => {
-            if *detached {
-                for (start, name) in branches.iter().zip(names) {
-                    emit(&program.callbacks, "branch", |c| {
-                        c.on_branch(&scope.run_id, name)
-                    });
-                    let program = Arc::clone(program);
-                    let branch = ctx.fork(name.clone());
-                    let start = *start;
-                    let name = name.clone();
-                    let scope = scope.clone();
-                    let span = tracing::info_span!(
-                        "fluxio.branch",
-                        branch = &*name,
-                        fire_and_forget = true
-                    );
-                    tokio::spawn(
-                        async move {
-                            if let Err(e) = exec(&program, start, branch, scope).await {
-                                tracing::warn!(branch = &*name, error = %e, "fire-and-forget branch failed");
-                            }
-                        }
-                        .instrument(span),
-                    );
-                }
-                return Ok((join + 1, ctx));
-            }
-            for name in names {
-                emit(&program.callbacks, "branch", |c| {
-                    c.on_branch(&scope.run_id, name)
-                });
-            }
-            let runs = branches
-                .iter()
-                .zip(names)
-                .map(|(start, name)| exec(program, *start, ctx.fork(name.clone()), scope.clone()));
-            let results = try_join_all(runs).await?;
-            let merged = Context::merge(&ctx, &results)?;
-            Ok((join + 1, merged))
-        }
-        Instr::Route { router, routes } => {
-            let router = program.stages[*router].name();
-            let Some(chosen) = frame.route.take() else {
-                return Err(Error::build(format!("router `{router}` produced no route")));
-            };
-            match routes.iter().find(|(k, _)| **k == *chosen) {
-                Some((_, target)) => {
-                    tracing::debug!(router, route = %chosen, "route");
-                    emit(&program.callbacks, "route", |c| {
-                        c.on_route(&scope.run_id, router, &chosen)
-                    });
-                    Ok((*target, ctx))
-                }
-                None => Err(Error::UnknownRoute {
-                    router: router.to_owned(),
-                    route: chosen,
-                    available: routes.iter().map(|(k, _)| k.to_string()).collect(),
-                }),
-            }
-        }
-        Instr::Jump { to } => Ok((*to, ctx)),
+        (Output::Route(_), None) => Err(Error::Internal {
+            message: format!(
+                "stage `{}` returned a `Route` but its `StageMeta` does not declare it a router",
+                stage.name()
+            ),
+        }),
     }
+}
+
+/// `FORK`: runs the branches of a parallel block from forks of `ctx` and
+/// merges them; a fire-and-forget block spawns them and goes on with `ctx`.
+async fn fork(
+    program: &Arc<Program>,
+    scope: &Scope,
+    branches: &[usize],
+    names: &[Arc<str>],
+    detached: bool,
+    ctx: Context,
+) -> Result<Context> {
+    for name in names {
+        emit(&program.callbacks, "branch", |c| {
+            c.on_branch(&scope.run_id, name)
+        });
+    }
+    if detached {
+        for (start, name) in branches.iter().zip(names) {
+            let program = Arc::clone(program);
+            let (start, name, scope) = (*start, name.clone(), scope.clone());
+            let forked = ctx.fork(name.clone());
+            let span =
+                tracing::info_span!("fluxio.branch", branch = &*name, fire_and_forget = true);
+            tokio::spawn(
+                async move {
+                    if let Err(e) = branch(&program, start, forked, scope).await {
+                        tracing::warn!(branch = &*name, error = %e, "fire-and-forget branch failed");
+                    }
+                }
+                .instrument(span),
+            );
+        }
+        return Ok(ctx);
+    }
+    let runs = branches
+        .iter()
+        .zip(names)
+        .map(|(start, name)| branch(program, *start, ctx.fork(name.clone()), scope.clone()));
+    let results = try_join_all(runs).await?;
+    Context::merge(&ctx, &results)
+}
+
+/// `ROUTE`: the first instruction of the body the router chose.
+fn route(
+    program: &Program,
+    frame: &mut Frame,
+    scope: &Scope,
+    router: usize,
+    routes: &[(Arc<str>, usize)],
+) -> Result<usize> {
+    let router = program.stages[router].name();
+    let Some(chosen) = frame.route.take() else {
+        return Err(Error::Internal {
+            message: format!("`ROUTE` after router `{router}` found no route chosen"),
+        });
+    };
+    let Some((_, target)) = routes.iter().find(|(k, _)| **k == *chosen) else {
+        return Err(Error::UnknownRoute {
+            router: router.to_owned(),
+            route: chosen,
+            available: routes.iter().map(|(k, _)| k.to_string()).collect(),
+        });
+    };
+    tracing::debug!(router, route = %chosen, "route");
+    emit(&program.callbacks, "route", |c| {
+        c.on_route(&scope.run_id, router, &chosen)
+    });
+    Ok(*target)
 }

@@ -243,6 +243,16 @@ impl fmt::Debug for Pipeline {
 
 use crate::store::check_run_id;
 
+/// How a run continues from its stored checkpoint.
+#[derive(Clone, Copy, Debug)]
+enum Continue {
+    /// From the checkpoint; a completed run returns its final context.
+    Resume,
+    /// From the top-level checkpoint `from` (a step's; runs again even when
+    /// the run completed), or, without a step, like `Resume`.
+    Replay { from: Option<usize> },
+}
+
 /// A durable run needs a tokio runtime (its lease is renewed by a timer
 /// task): say so with a typed error instead of panicking inside the lease code.
 fn check_runtime(what: &str, run_id: &str) -> Result<()> {
@@ -369,7 +379,7 @@ impl Pipeline {
     /// version (nothing runs, the checkpoint is untouched); the errors of
     /// [`invoke`](Self::invoke).
     pub async fn resume(&self, run_id: &str) -> Result<Context> {
-        self.continue_run(run_id, None).await
+        self.continue_run(run_id, Continue::Resume).await
     }
 
     /// Re-runs `run_id` from its stored checkpoint, or from the stage named
@@ -392,17 +402,21 @@ impl Pipeline {
                 }
             },
         };
-        self.continue_run(run_id, Some(ip)).await
+        self.continue_run(run_id, Continue::Replay { from: ip })
+            .await
     }
 
-    /// `replay`: `Some(ip)`; resume: `None`.
-    async fn continue_run(&self, run_id: &str, replay: Option<Option<usize>>) -> Result<Context> {
+    async fn continue_run(&self, run_id: &str, how: Continue) -> Result<Context> {
         check_run_id(run_id)?;
         let store = self.require_store()?;
-        check_runtime(if replay.is_some() { "replay" } else { "resume" }, run_id)?;
+        let what = match how {
+            Continue::Resume => "resume",
+            Continue::Replay { .. } => "replay",
+        };
+        check_runtime(what, run_id)?;
         let span =
             tracing::info_span!("fluxio.run", run_id, version = %self.inner.version, resume = true);
-        self.continue_locked(store, run_id, replay)
+        self.continue_locked(store, run_id, how)
             .instrument(span)
             .await
     }
@@ -411,15 +425,19 @@ impl Pipeline {
         &self,
         store: &Arc<dyn CheckpointStore>,
         run_id: &str,
-        replay: Option<Option<usize>>,
+        how: Continue,
     ) -> Result<Context> {
         let owner = Ownership::acquire(store, run_id, self.inner.lease_ttl).await?;
         let result = async {
             let cp = self.load_checked(store.as_ref(), run_id).await?;
-            let ip = match replay.flatten() {
-                Some(ip) => ip,
-                None if cp.status == RunStatus::Completed => return Ok(cp.context.to_context()),
-                None => cp.ip as usize,
+            let ip = match how {
+                Continue::Replay { from: Some(ip) } => ip,
+                Continue::Resume | Continue::Replay { from: None }
+                    if cp.status == RunStatus::Completed =>
+                {
+                    return Ok(cp.context.to_context());
+                }
+                Continue::Resume | Continue::Replay { from: None } => cp.ip as usize,
             };
             if !self.inner.program.is_resume_point(ip) {
                 return Err(Error::CorruptCheckpoint {
