@@ -442,3 +442,24 @@ async fn the_longest_timeouts_do_not_panic() {
         .await
         .expect("never times out");
 }
+
+#[stage]
+fn panics_on_the_pool(_ctx: Context) -> StageResult {
+    panic!("blocking stage bug");
+}
+
+// Issue 9's trip-wire: before the fix a blocking stage that panicked left its
+// `StageInfo` on the pool thread, and the next closure on that thread saw it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_panicking_blocking_stage_leaves_no_stage_info_on_its_thread() {
+    let p = pipeline![panics_on_the_pool].build().expect("valid");
+    let err = p.invoke("stale", Context::new()).await.expect_err("panics");
+    assert!(matches!(err, Error::StagePanic { .. }), "{err}");
+    // the blocking pool reuses its idle thread for the next closures
+    for _ in 0..8 {
+        let seen = tokio::task::spawn_blocking(fluxio::StageInfo::current)
+            .await
+            .expect("no panic");
+        assert_eq!(seen, None);
+    }
+}

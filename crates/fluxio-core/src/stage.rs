@@ -377,12 +377,20 @@ pub(crate) fn run_blocking<F>(f: F) -> StageFuture
 where
     F: FnOnce() -> Result<Output, BoxError> + std::marker::Send + 'static,
 {
+    /// Clears the thread's `StageInfo` when the body ends, by returning or
+    /// by panicking: pool threads are reused, and a stale `StageInfo` would
+    /// be reported to whatever runs on the thread next.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            BLOCKING_INFO.with(|b| *b.borrow_mut() = None);
+        }
+    }
     let info = StageInfo::current();
     let f = move || {
         BLOCKING_INFO.with(|b| *b.borrow_mut() = info);
-        let out = f();
-        BLOCKING_INFO.with(|b| *b.borrow_mut() = None);
-        out
+        let _reset = Reset;
+        f()
     };
     Box::pin(async move {
         match tokio::task::spawn_blocking(f).await {
