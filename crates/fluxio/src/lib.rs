@@ -117,3 +117,8 @@ pub use fluxio_sqlite::SqliteStore;
 
 #[doc(hidden)]
 pub use fluxio_core::__private;
+
+/// The README's examples, compiled and run as doctests, so the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
