@@ -1,4 +1,4 @@
-//! SEMANTICS.md section 4: callbacks.
+//! docs/CONTRACT.md section 4: callbacks.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The context (SEMANTICS.md section 1) and the checkpoint encoding (rule 8).
+//! The context (docs/CONTRACT.md section 1) and the checkpoint encoding (rule 8).
 
 use std::collections::{BTreeMap, HashMap};
 

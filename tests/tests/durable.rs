@@ -1,4 +1,4 @@
-//! SEMANTICS.md section 2: durable execution, rule by rule, on `InMemoryStore`.
+//! docs/CONTRACT.md section 2: durable execution, rule by rule, on `InMemoryStore`.
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! Issue 8 (hardening), the core's part: each test failed before its fix.
-//! Tests of a SEMANTICS.md rule are named after it.
+//! Tests of a docs/CONTRACT.md rule are named after it.
 
 mod common;
 

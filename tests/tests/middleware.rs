@@ -1,4 +1,4 @@
-//! SEMANTICS.md section 4, first slice: the middleware chain, retry and timeout.
+//! docs/CONTRACT.md section 4, first slice: the middleware chain, retry and timeout.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};

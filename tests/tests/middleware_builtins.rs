@@ -1,4 +1,4 @@
-//! SEMANTICS.md section 4, built-in middleware: cache, circuit breaker and
+//! docs/CONTRACT.md section 4, built-in middleware: cache, circuit breaker and
 //! rate limit.
 
 use std::collections::HashMap;

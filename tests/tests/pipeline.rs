@@ -1,4 +1,4 @@
-//! SEMANTICS.md section 1: stages, parallel blocks, routing, auto-parallelism,
+//! docs/CONTRACT.md section 1: stages, parallel blocks, routing, auto-parallelism,
 //! the version, explain and run_step.
 
 mod common;

@@ -1,4 +1,4 @@
-//! SEMANTICS.md section 4: streaming stages, `Pipeline::stream`, backpressure,
+//! docs/CONTRACT.md section 4: streaming stages, `Pipeline::stream`, backpressure,
 //! cancellation on drop, `<stage>_stream_result`, durability and retry.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
