@@ -463,3 +463,40 @@ async fn a_panicking_blocking_stage_leaves_no_stage_info_on_its_thread() {
         assert_eq!(seen, None);
     }
 }
+
+#[stage(timeout = "1s")]
+async fn with_timeout(ctx: Context) -> StageResult {
+    Ok(ctx)
+}
+
+// Found by reading the code for docs/CONTRACT.md: a non-durable run with a
+// stage timeout panicked in `tokio::time::timeout` outside a runtime.
+#[test]
+fn a_plain_invoke_outside_a_tokio_runtime_is_a_typed_error_too() {
+    let p = pipeline![with_timeout].build().expect("valid");
+    let err = futures::executor::block_on(p.invoke("no-rt-plain", Context::new()))
+        .expect_err("needs a runtime");
+    assert!(matches!(err, Error::NoRuntime { .. }), "{err}");
+}
+
+#[derive(Debug, Default, Clone)]
+struct Versions(Arc<Mutex<Vec<String>>>);
+
+impl fluxio::callback::Callback for Versions {
+    fn on_pipeline_start(&self, _run_id: &str, version: &str) -> fluxio::callback::CallbackResult {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .push(version.to_owned());
+        Ok(())
+    }
+}
+
+// Callbacks got an empty version for pipelines that are not durable.
+#[tokio::test]
+async fn callbacks_get_the_version_of_every_pipeline() {
+    let seen = Versions::default();
+    let p = pipeline![a].callback(seen.clone()).build().expect("valid");
+    p.invoke("v", input("v")).await.expect("runs");
+    assert_eq!(*seen.0.lock().expect("not poisoned"), [p.version()]);
+}

@@ -124,6 +124,8 @@ pub struct Program {
     pub(crate) middleware: Vec<crate::middleware::Chain>,
     /// The callbacks, in the order they were added.
     pub(crate) callbacks: std::sync::Arc<[std::sync::Arc<dyn crate::callback::Callback>]>,
+    /// The pipeline's version (set by `PipelineBuilder::build`), for callbacks.
+    pub(crate) version: Arc<str>,
 }
 
 impl Program {
@@ -151,6 +153,7 @@ impl Program {
             steps: c.steps,
             middleware: Vec::new(),
             callbacks: std::sync::Arc::from(Vec::new()),
+            version: Arc::from(""),
         })
     }
 
@@ -242,7 +245,6 @@ struct Compiler {
     auto_parallel: bool,
 }
 
-/// A stage that may be folded: not a router, and both reads and writes declared.
 /// Names identify stages in checkpoints, `replay`, `stage_middleware` and
 /// errors, so two different stages (different code) may not share one. The
 /// same stage may appear more than once.
@@ -269,6 +271,7 @@ fn check_unique_names(stages: &[Stage]) -> Result<()> {
     Ok(())
 }
 
+/// A stage that may be folded: not a router, and both reads and writes declared.
 fn foldable(node: &Node) -> Option<&Stage> {
     match node {
         Node::Stage(s)

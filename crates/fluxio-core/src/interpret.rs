@@ -150,9 +150,8 @@ pub(crate) async fn run(
     let cbs = &program.callbacks;
     let started = Instant::now();
     if !cbs.is_empty() {
-        let version = durable.map_or("", |d| d.version);
         emit(cbs, "pipeline_start", |c| {
-            c.on_pipeline_start(run_id, version)
+            c.on_pipeline_start(run_id, &program.version)
         });
     }
     let result = run_checkpointed(program, run_id, ip, ctx, durable).await;

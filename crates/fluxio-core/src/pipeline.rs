@@ -200,6 +200,7 @@ impl PipelineBuilder {
             (true, Some(s)) => Some(s),
             (true, None) => Some(Arc::new(InMemoryStore::new()) as Arc<dyn CheckpointStore>),
         };
+        program.version = Arc::from(short_hex(&digest));
         Ok(Pipeline {
             inner: Arc::new(Inner {
                 program: Arc::new(program),
@@ -313,11 +314,13 @@ impl Pipeline {
         check_run_id(run_id)?;
         let span = tracing::info_span!("fluxio.run", run_id, version = %self.inner.version);
         async move {
+            // stage timeouts, blocking stages and fire-and-forget branches
+            // need tokio's timer and pools, durable runs its lease renewal
+            check_runtime("invoke", run_id)?;
             let Some(store) = &self.inner.store else {
                 return interpret::run(&self.inner.program, run_id, 0, input.clear_written(), None)
                     .await;
             };
-            check_runtime("invoke", run_id)?;
             let owner = Ownership::acquire(store, run_id, self.inner.lease_ttl).await?;
             let result = async {
                 store.delete_fenced(run_id, owner.lease()).await?;
