@@ -254,6 +254,19 @@ pub enum Error {
         /// What was wrong with it.
         reason: String,
     },
+
+    /// A checkpoint is larger than the checkpoint decoder reads back
+    /// ([`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD)), though each of its
+    /// values fits: refused when it is saved, never written.
+    #[error("checkpoint of run `{run_id}` takes {size} bytes; the limit is {limit}")]
+    CheckpointTooLarge {
+        /// The run id.
+        run_id: String,
+        /// The checkpoint's size, as the decoder counts it.
+        size: u64,
+        /// The limit it exceeds.
+        limit: u64,
+    },
 }
 
 fn quoted(items: &[String]) -> String {
