@@ -72,10 +72,15 @@ fn a_value_nested_past_max_depth_is_refused_at_set_naming_the_key() {
     let ctx = Context::new();
     assert_too_deep(ctx.set("deep", nested(MAX_DEPTH + 1)), "deep");
     assert_too_deep(ctx! { "ok" => 1, "deep" => nested(MAX_DEPTH + 1) }, "deep");
-    assert_too_deep(ctx.update::<Value, _>("deep", |_| nested(MAX_DEPTH + 1)), "deep");
+    assert_too_deep(
+        ctx.update::<Value, _>("deep", |_| nested(MAX_DEPTH + 1)),
+        "deep",
+    );
 
     // Exactly at the limit: accepted, and it survives a byte checkpoint.
-    let ok = ctx.set("deep", nested(MAX_DEPTH)).expect("MAX_DEPTH is allowed");
+    let ok = ctx
+        .set("deep", nested(MAX_DEPTH))
+        .expect("MAX_DEPTH is allowed");
     let cp = checkpoint("r", &ok);
     let back = Checkpoint::from_bytes("r", &cp.to_bytes().expect("encodes")).expect("decodes");
     assert_eq!(back, cp);
@@ -140,7 +145,9 @@ async fn a_deep_value_fails_the_same_way_on_the_memory_store_and_a_byte_store() 
     let mut outcomes = Vec::new();
     for (name, store) in stores {
         let p = deep_pipeline(store.clone());
-        let input = Context::new().set("depth", MAX_DEPTH + 1).expect("a number");
+        let input = Context::new()
+            .set("depth", MAX_DEPTH + 1)
+            .expect("a number");
         let err = p
             .invoke("deep-1", input)
             .await
@@ -153,16 +160,27 @@ async fn a_deep_value_fails_the_same_way_on_the_memory_store_and_a_byte_store() 
             _ => panic!("{name}: expected stage `deepen` failing with ValueTooDeep, got {err:?}"),
         }
         assert_eq!(err.stage(), Some("deepen"), "{name}");
-        let cp = p.checkpoint("deep-1").await.expect("store works").expect("saved");
+        let cp = p
+            .checkpoint("deep-1")
+            .await
+            .expect("store works")
+            .expect("saved");
         assert_eq!(cp.status, RunStatus::Failed, "{name}");
         assert_eq!(cp.step, "deepen", "{name}");
         outcomes.push((err.to_string(), cp.context.to_context()));
 
         // At the limit, the run completes and its checkpoint reads back.
         let input = Context::new().set("depth", MAX_DEPTH).expect("a number");
-        let out = p.invoke("deep-2", input).await.expect("MAX_DEPTH is allowed");
+        let out = p
+            .invoke("deep-2", input)
+            .await
+            .expect("MAX_DEPTH is allowed");
         assert_eq!(out.value("deep"), Some(&nested(MAX_DEPTH)), "{name}");
-        let cp = p.checkpoint("deep-2").await.expect("readable").expect("saved");
+        let cp = p
+            .checkpoint("deep-2")
+            .await
+            .expect("readable")
+            .expect("saved");
         assert_eq!(cp.status, RunStatus::Completed, "{name}");
         assert_eq!(cp.context.to_context(), out, "{name}");
     }
@@ -185,7 +203,10 @@ fn a_byte_vector_of_2_pow_25_elements_is_refused_at_set_naming_key_and_size() {
             assert_eq!(*size, 1 << 25, "the size is the element count");
             assert!(*limit < 1 << 25, "limit {limit}");
             let message = e.to_string();
-            assert!(message.contains("`blob`") && message.contains("33554432"), "{message}");
+            assert!(
+                message.contains("`blob`") && message.contains("33554432"),
+                "{message}"
+            );
         }
         other => panic!("expected ValueTooLarge, got {:?}", other.map(|c| c.len())),
     }
@@ -236,7 +257,10 @@ fn a_checkpoint_over_the_payload_limit_is_refused_when_saved_naming_the_run() {
             assert!(*size > *limit && *size < 2 * *limit, "{size}");
             assert!(e.to_string().contains("`too-big`"), "{e}");
         }
-        other => panic!("expected CheckpointTooLarge, got {:?}", other.map(|b| b.len())),
+        other => panic!(
+            "expected CheckpointTooLarge, got {:?}",
+            other.map(|b| b.len())
+        ),
     }
 }
 
