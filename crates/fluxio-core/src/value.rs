@@ -51,7 +51,7 @@
 //! * **depth**: at most [`MAX_DEPTH`] (128) levels of `Some`, sequences, maps
 //!   and enums (a struct is a map, so a field of a struct is one level down);
 //! * **size**: the decoder reads at most
-//!   [`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD) (1 GiB) per checkpoint, and it
+//!   [`MAX_PAYLOAD`] (1 GiB) per checkpoint, and it
 //!   budgets what it builds, not just the bytes it reads: every element of a
 //!   sequence costs `size_of::<Value>()` (32) bytes of that budget, every map
 //!   entry twice that, a string or byte buffer its length plus 8, an integer
@@ -1762,8 +1762,8 @@ impl Footprint {
 
     /// A string or byte buffer of `len` bytes.
     pub(crate) fn string(len: usize) -> Self {
-        let len = len as u64;
-        Self::item(8 + len, varint_len(len.into()) + len)
+        let (claim, encoded) = string_parts(len);
+        Self::item(claim, encoded)
     }
 
     /// `self`, then `next`.
@@ -1824,43 +1824,84 @@ fn footprint_at(value: &Value, depth: usize) -> Result<Footprint, TooDeep> {
     if depth > MAX_DEPTH {
         return Err(TooDeep);
     }
+    if let Some(fp) = scalar_footprint(value) {
+        return Ok(fp);
+    }
+    // Every child is one level down: a scalar child needs no further check.
+    let child = |v: &Value| match scalar_footprint(v) {
+        Some(fp) if depth < MAX_DEPTH => Ok(fp),
+        _ => footprint_at(v, depth + 1),
+    };
     let mut fp = Footprint::item(1, 1); // the tag
     match value {
-        Value::Unit | Value::None => {}
-        Value::Bool(_) => fp.then(Footprint::item(1, 1)),
-        Value::I64(v) => fp.then(Footprint::int(8, zigzag((*v).into()))),
-        Value::U64(v) => fp.then(Footprint::int(8, (*v).into())),
-        Value::I128(v) => fp.then(Footprint::int(16, zigzag(*v))),
-        Value::U128(v) => fp.then(Footprint::int(16, *v)),
-        Value::F64(_) => fp.then(Footprint::item(8, 8)),
-        Value::Char(c) => {
-            let width = c.len_utf8() as u64;
-            fp.then(Footprint::item(width, width));
-        }
-        Value::String(v) => fp.then(Footprint::string(v.len())),
-        Value::Bytes(v) => fp.then(Footprint::string(v.len())),
-        Value::Some(v) => fp.then(footprint_at(v, depth + 1)?),
+        Value::Some(v) => fp.then(child(v)?),
         Value::Seq(items) => {
             fp.then(container(items.len(), SEQ_SLOT));
             for item in items {
                 fp.net -= SEQ_SLOT as u64;
-                fp.then(footprint_at(item, depth + 1)?);
+                match scalar_footprint(item) {
+                    // The common case (a `Vec<u8>`, say) without the recursion.
+                    Some(c) if depth < MAX_DEPTH => {
+                        fp.net += c.net;
+                        fp.peak = fp.peak.max(fp.net);
+                        fp.encoded += c.encoded;
+                    }
+                    _ => fp.then(footprint_at(item, depth + 1)?),
+                }
             }
         }
         Value::Map(map) => {
             fp.then(container(map.len(), MAP_SLOT));
             for (key, value) in map {
                 fp.net -= MAP_SLOT as u64;
-                fp.then(footprint_at(key, depth + 1)?);
-                fp.then(footprint_at(value, depth + 1)?);
+                fp.then(child(key)?);
+                fp.then(child(value)?);
             }
         }
         Value::Enum { variant, value } => {
             fp.then(Footprint::string(variant.len()));
-            fp.then(footprint_at(value, depth + 1)?);
+            fp.then(child(value)?);
         }
+        // Returned by `scalar_footprint` above.
+        Value::Unit
+        | Value::None
+        | Value::Bool(_)
+        | Value::I64(_)
+        | Value::U64(_)
+        | Value::I128(_)
+        | Value::U128(_)
+        | Value::F64(_)
+        | Value::Char(_)
+        | Value::String(_)
+        | Value::Bytes(_) => {}
     }
     Ok(fp)
+}
+
+/// The footprint of a value without children, tag included; `None` for
+/// `Some`, sequences, maps and enums.
+#[inline]
+fn scalar_footprint(value: &Value) -> Option<Footprint> {
+    let (claim, encoded) = match value {
+        Value::Unit | Value::None => (0, 0),
+        Value::Bool(_) => (1, 1),
+        Value::I64(v) => (8, varint_len(zigzag((*v).into()))),
+        Value::U64(v) => (8, varint_len((*v).into())),
+        Value::I128(v) => (16, varint_len(zigzag(*v))),
+        Value::U128(v) => (16, varint_len(*v)),
+        Value::F64(_) => (8, 8),
+        Value::Char(c) => (c.len_utf8() as u64, c.len_utf8() as u64),
+        Value::String(v) => string_parts(v.len()),
+        Value::Bytes(v) => string_parts(v.len()),
+        Value::Some(_) | Value::Seq(_) | Value::Map(_) | Value::Enum { .. } => return None,
+    };
+    Some(Footprint::item(1 + claim, 1 + encoded))
+}
+
+/// What a string or byte buffer of `len` bytes is charged, and its length.
+fn string_parts(len: usize) -> (u64, u64) {
+    let len = len as u64;
+    (8 + len, varint_len(len.into()) + len)
 }
 
 /// The footprint of `key` and `value` as one entry of a checkpoint's context.
@@ -1915,7 +1956,7 @@ fn check_entry(key: &str, value: &Value, limit: u64) -> crate::Result<()> {
 /// # Errors
 /// [`Error::ValueTooDeep`] when `value` nests deeper than [`MAX_DEPTH`];
 /// [`Error::ValueTooLarge`] when the key and value alone take more than
-/// [`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD) of a checkpoint's decoding
+/// [`MAX_PAYLOAD`] of a checkpoint's decoding
 /// budget (`size` and `limit` in bytes). Both name `key`.
 pub fn check_context_value(key: &str, value: &Value) -> crate::Result<()> {
     check_entry(key, value, MAX_PAYLOAD_U64)
@@ -1927,7 +1968,7 @@ pub fn check_context_value(key: &str, value: &Value) -> crate::Result<()> {
 ///
 /// A sequence or map whose length alone is past what any checkpoint can hold
 /// (more than about 2<sup>25</sup> elements of a sequence), and a string or
-/// byte buffer longer than [`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD), is
+/// byte buffer longer than [`MAX_PAYLOAD`], is
 /// refused before any of it is converted.
 ///
 /// # Errors
