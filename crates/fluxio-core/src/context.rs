@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::value::{Value, from_value, to_value};
+use crate::value::{Value, from_value, to_context_value};
 
 /// The state a pipeline passes from stage to stage.
 ///
@@ -57,20 +57,38 @@ impl Context {
 
     /// A new context with `key` set to `value`.
     ///
+    /// The value must fit in a checkpoint, on every store alike (see
+    /// [the limits](crate::value#limits)): at most
+    /// [`MAX_DEPTH`](crate::value::MAX_DEPTH) (128) levels deep, and within
+    /// the checkpoint decoder's [`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD)
+    /// (1 GiB) budget, in which a sequence element costs 32 bytes: a plain
+    /// `Vec<u8>` holds at most about 2<sup>25</sup> bytes, a `serde_bytes`
+    /// buffer about 1 GiB.
+    ///
+    /// ```
+    /// use fluxio_core::{Context, Error};
+    /// let err = Context::new().set("blob", vec![0u8; 1 << 25]).unwrap_err();
+    /// assert!(matches!(err, Error::ValueTooLarge { ref key, size, .. }
+    ///     if key == "blob" && size == 1 << 25));
+    /// ```
+    ///
     /// # Errors
-    /// [`Error::Serialize`] when `value`'s `Serialize` impl fails.
+    /// [`Error::Serialize`] when `value`'s `Serialize` impl fails;
+    /// [`Error::ValueTooDeep`] when it nests deeper than `MAX_DEPTH`;
+    /// [`Error::ValueTooLarge`] when it is too large for a checkpoint (see
+    /// [`to_context_value`] for its `size`). All name `key`.
     pub fn set<T: Serialize>(&self, key: impl Into<String>, value: T) -> Result<Context> {
         let key = key.into();
-        match to_value(&value) {
-            Ok(v) => Ok(self.set_value(key, v)),
-            Err(e) => Err(Error::Serialize {
-                key,
-                message: e.to_string(),
-            }),
-        }
+        let v = to_context_value(&key, &value)?;
+        Ok(self.set_value(key, v))
     }
 
     /// A new context with `key` set to an already converted [`Value`].
+    ///
+    /// Unlike [`set`](Context::set), this does not check the value against
+    /// [the limits](crate::value#limits) (use
+    /// [`check_context_value`](crate::value::check_context_value) for that);
+    /// a value past them is refused when a checkpoint holding it is saved.
     #[must_use]
     pub fn set_value(&self, key: impl Into<String>, value: Value) -> Context {
         let key = key.into();
@@ -95,7 +113,9 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::WrongType`] when the current value is not a `T`;
-    /// [`Error::Serialize`] when the new value cannot be stored.
+    /// [`Error::Serialize`], [`Error::ValueTooDeep`] or
+    /// [`Error::ValueTooLarge`] when the new value cannot be stored (as
+    /// [`set`](Context::set)).
     pub fn update<T, F>(&self, key: &str, f: F) -> Result<Context>
     where
         T: Serialize + DeserializeOwned,
@@ -422,7 +442,7 @@ impl<C> bincode::Decode<C> for Snapshot {
 bincode::impl_borrow_decode!(Snapshot);
 
 /// Builds a [`Context`] from `key => value` pairs; evaluates to
-/// `Result<Context>` (a value whose `Serialize` impl fails is an error).
+/// `Result<Context>` (a value [`Context::set`] refuses is an error).
 ///
 /// ```
 /// # fn main() -> fluxio_core::Result<()> {

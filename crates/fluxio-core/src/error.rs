@@ -264,6 +264,19 @@ pub enum Error {
         /// What was inconsistent.
         message: String,
     },
+
+    /// A checkpoint is larger than the checkpoint decoder reads back
+    /// ([`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD)), though each of its
+    /// values fits: refused when it is saved, never written.
+    #[error("checkpoint of run `{run_id}` takes {size} bytes; the limit is {limit}")]
+    CheckpointTooLarge {
+        /// The run id.
+        run_id: String,
+        /// The checkpoint's size, as the decoder counts it.
+        size: u64,
+        /// The limit it exceeds.
+        limit: u64,
+    },
 }
 
 /// An error's `Display`, or its `Debug` when the `Display` is empty (an

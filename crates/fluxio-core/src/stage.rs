@@ -145,13 +145,12 @@ impl Route {
     /// Adds `key = value` to the patch.
     ///
     /// # Errors
-    /// [`Error::Serialize`] when the value cannot be converted.
+    /// [`Error::Serialize`] when the value cannot be converted;
+    /// [`Error::ValueTooDeep`] / [`Error::ValueTooLarge`] for a value no
+    /// checkpoint could hold, as for [`Context::set`].
     pub fn with<T: Serialize>(mut self, key: impl Into<String>, value: T) -> Result<Self> {
         let key = key.into();
-        let v = to_value(&value).map_err(|e| Error::Serialize {
-            key: key.clone(),
-            message: e.to_string(),
-        })?;
+        let v = crate::value::to_context_value(&key, &value)?;
         self.patch.push((key, v));
         Ok(self)
     }

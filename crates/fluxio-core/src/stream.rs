@@ -194,9 +194,12 @@ where
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        Ok(Output::Context(
-            ctx.set_value(result_key(stage), Value::Seq(chunks)),
-        ))
+        // each chunk was checked when emitted; the list around them adds a
+        // level and sums their sizes, so check the whole value once more
+        let key = result_key(stage);
+        let value = Value::Seq(chunks);
+        crate::value::check_context_value(&key, &value)?;
+        Ok(Output::Context(ctx.set_value(key, value)))
     })
 }
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::Snapshot;
 use crate::error::{Error, Result};
-use crate::value::{OwnedValue, Value, ValueError, decode_string};
+use crate::value::{Footprint, OwnedValue, Value, ValueError, decode_string, entry_footprint};
 
 /// Where a run stands.
 #[derive(
@@ -77,7 +77,10 @@ pub struct Checkpoint {
 pub const MAGIC: [u8; 4] = *b"FXCP";
 /// The format version this build writes (and the newest it reads).
 pub const FORMAT_VERSION: u16 = 1;
-/// The largest checkpoint payload this build decodes (1 GiB).
+/// The largest checkpoint payload this build decodes (1 GiB), and the
+/// decoder's budget for what it builds from it (see
+/// [the limits](crate::value#limits)); [`Checkpoint::to_bytes`] refuses a
+/// checkpoint past either.
 pub const MAX_PAYLOAD: usize = 1 << 30;
 const HEADER: usize = 4 + 2 + 4 + 8;
 
@@ -98,14 +101,22 @@ impl Checkpoint {
     /// | 8 | payload length |
     /// | n | payload: the checkpoint in bincode 2's `standard` configuration, context values as [`Value`](crate::Value) |
     ///
+    /// It encodes only what [`Checkpoint::from_bytes`] decodes: the checks of
+    /// [`Checkpoint::check`] come first.
+    ///
     /// # Errors
-    /// [`Error::CorruptCheckpoint`] when the payload exceeds [`MAX_PAYLOAD`].
+    /// As [`Checkpoint::check`].
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let payload =
-            bincode::encode_to_vec(self, config()).map_err(|e| Error::CorruptCheckpoint {
+        let size = self.check()?;
+        let payload = bincode::encode_to_vec(self, config()).map_err(|e| self.encode_error(e))?;
+        if payload.len() > MAX_PAYLOAD {
+            // `check` counts the payload's length exactly; this is a backstop.
+            return Err(Error::CheckpointTooLarge {
                 run_id: self.run_id.clone(),
-                reason: format!("cannot encode: {e}"),
-            })?;
+                size: size.max(payload.len() as u64),
+                limit: MAX_PAYLOAD as u64,
+            });
+        }
         let mut out = Vec::with_capacity(HEADER + payload.len());
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -113,6 +124,98 @@ impl Checkpoint {
         out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
         out.extend_from_slice(&payload);
         Ok(out)
+    }
+
+    /// Checks that [`Checkpoint::from_bytes`] would read this checkpoint back
+    /// once encoded, without encoding it, and returns its size: the larger of
+    /// its payload's length and what the decoder budgets for reading it (see
+    /// [the limits](crate::value#limits)). [`Checkpoint::to_bytes`] calls it;
+    /// a store that keeps checkpoints as values may call it to refuse what a
+    /// byte store refuses.
+    ///
+    /// ```
+    /// use fluxio_core::store::{Checkpoint, RunStatus};
+    /// use fluxio_core::{Context, Error, Value};
+    ///
+    /// let ctx = Context::new().set_value("blob", Value::Bytes(vec![0; 1 << 30]));
+    /// let cp = Checkpoint {
+    ///     run_id: "r".into(), version: "v1".into(), ip: 0, step: "a".into(),
+    ///     context: ctx.snapshot(), status: RunStatus::Running, error: false,
+    ///     error_message: None, created_at_ms: 0, updated_at_ms: 0, attempt: 1,
+    /// };
+    /// assert!(matches!(cp.check(), Err(Error::ValueTooLarge { ref key, .. }) if key == "blob"));
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ValueTooDeep`] naming the key of a value nested deeper than
+    /// [`MAX_DEPTH`](crate::value::MAX_DEPTH); [`Error::ValueTooLarge`]
+    /// naming the key of a value that alone exceeds [`MAX_PAYLOAD`];
+    /// [`Error::CheckpointTooLarge`] when the whole checkpoint does.
+    pub fn check(&self) -> Result<u64> {
+        let size = self.footprint()?.size();
+        if size > MAX_PAYLOAD as u64 {
+            return Err(Error::CheckpointTooLarge {
+                run_id: self.run_id.clone(),
+                size,
+                limit: MAX_PAYLOAD as u64,
+            });
+        }
+        Ok(size)
+    }
+
+    /// What decoding this checkpoint costs (see [`Footprint`]), refusing a
+    /// value too deep or alone too large as [`Checkpoint::check`] does.
+    fn footprint(&self) -> Result<Footprint> {
+        let string = |s: &str| Footprint::string(s.len());
+        let mut fp = string(&self.run_id);
+        fp.then(string(&self.version));
+        fp.then(Footprint::int(4, self.ip.into()));
+        fp.then(string(&self.step));
+        fp.then(Footprint::int(8, (self.context.len() as u64).into()));
+        for (key, value) in self.context.iter() {
+            let entry = entry_footprint(key, value)?;
+            if entry.size() > MAX_PAYLOAD as u64 {
+                return Err(Error::ValueTooLarge {
+                    key: key.to_owned(),
+                    size: entry.size(),
+                    limit: MAX_PAYLOAD as u64,
+                });
+            }
+            fp.then(entry);
+        }
+        let status = match self.status {
+            RunStatus::Running => 0u32,
+            RunStatus::Failed => 1,
+            RunStatus::Completed => 2,
+        };
+        fp.then(Footprint::int(4, status.into()));
+        fp.then(Footprint::item(1, 1)); // error
+        fp.then(Footprint::item(1, 1)); // the option's tag
+        if let Some(message) = &self.error_message {
+            fp.then(string(message));
+        }
+        fp.then(Footprint::int(8, self.created_at_ms.into()));
+        fp.then(Footprint::int(8, self.updated_at_ms.into()));
+        fp.then(Footprint::int(4, self.attempt.into()));
+        Ok(fp)
+    }
+
+    /// An encoding failure after [`Checkpoint::check`] passed (none is known):
+    /// a typed error naming the key whose value failed, when one does.
+    #[cold]
+    fn encode_error(&self, e: bincode::error::EncodeError) -> Error {
+        let failing = self
+            .context
+            .iter()
+            .find(|(_, v)| bincode::encode_to_vec(v, config()).is_err());
+        let key = failing.map_or_else(
+            || format!("(checkpoint of run `{}`)", self.run_id),
+            |(k, _)| k.to_owned(),
+        );
+        Error::Serialize {
+            key,
+            message: format!("cannot encode: {e}"),
+        }
     }
 
     /// Decodes bytes written by [`Checkpoint::to_bytes`], stored under `run_id`.
@@ -263,4 +366,94 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Context;
+
+    fn checkpoint(i: u64, ctx: &Context) -> Checkpoint {
+        Checkpoint {
+            run_id: "r".repeat(1 + (i % 300) as usize),
+            version: "0123456789ab".into(),
+            ip: (i * 77_777) as u32,
+            step: "ü".repeat((i % 5) as usize),
+            context: ctx.snapshot(),
+            status: [RunStatus::Running, RunStatus::Failed, RunStatus::Completed][(i % 3) as usize],
+            error: i % 2 == 0,
+            error_message: (i % 2 == 0).then(|| "e".repeat((i % 400) as usize)),
+            created_at_ms: i << (i % 60),
+            updated_at_ms: u64::MAX - i,
+            attempt: (i % 70_000) as u32,
+        }
+    }
+
+    fn context(i: u64) -> Context {
+        let mut ctx = Context::new();
+        for k in 0..i % 6 {
+            let key = format!("key-{k}");
+            let n = ((i * 31 + k * 7) % 40) as usize;
+            let value = match (i + k) % 5 {
+                0 => Value::Seq(vec![Value::I64(-(n as i64) << 40); n]),
+                1 => Value::Bytes(vec![3; n * 9]),
+                2 => Value::Map(
+                    (0..n as u64)
+                        .map(|j| (Value::U128(u128::from(j) << 70), Value::Char('ß')))
+                        .collect(),
+                ),
+                3 => Value::Some(Box::new(Value::String("ø".repeat(n)))),
+                _ => Value::Enum {
+                    variant: "V".into(),
+                    value: Box::new(Value::Seq(vec![Value::F64(1.5); n])),
+                },
+            };
+            ctx = ctx.set_value(key, value);
+        }
+        ctx
+    }
+
+    fn decodes_within<const L: usize>(payload: &[u8]) -> bool {
+        bincode::decode_from_slice::<Checkpoint, _>(
+            payload,
+            bincode::config::standard().with_limit::<L>(),
+        )
+        .is_ok()
+    }
+
+    #[test]
+    fn check_counts_the_payload_and_the_decoders_budget_exactly() {
+        let mut within_2048 = [0, 0];
+        for i in 0..600 {
+            let cp = checkpoint(i, &context(i));
+            let fp = cp.footprint().expect("within the limits");
+            let payload = bincode::encode_to_vec(&cp, config()).expect("encodes");
+            assert_eq!(fp.encoded, payload.len() as u64, "checkpoint {i}");
+            for (limit, ok) in [
+                (256, decodes_within::<256>(&payload)),
+                (1024, decodes_within::<1024>(&payload)),
+                (2048, decodes_within::<2048>(&payload)),
+                (4096, decodes_within::<4096>(&payload)),
+                (8192, decodes_within::<8192>(&payload)),
+            ] {
+                assert_eq!(
+                    ok,
+                    fp.peak <= limit,
+                    "checkpoint {i}, limit {limit}, peak {}",
+                    fp.peak
+                );
+            }
+            within_2048[usize::from(fp.peak <= 2048)] += 1;
+            assert_eq!(cp.check().expect("small"), fp.size());
+            let bytes = cp.to_bytes().expect("encodes");
+            assert_eq!(
+                Checkpoint::from_bytes(&cp.run_id, &bytes).expect("decodes"),
+                cp
+            );
+        }
+        assert!(
+            within_2048[0] > 50 && within_2048[1] > 50,
+            "{within_2048:?}"
+        );
+    }
 }
