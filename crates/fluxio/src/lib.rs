@@ -97,9 +97,9 @@
 
 pub use fluxio_core::{
     BoxError, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError, Emitter,
-    Error, InMemoryStore, Pipeline, PipelineBuilder, Result, RunStatus, RunStream, Route, Snapshot,
-    Stage, StageInfo, StageKind, StageMeta, StageResult, StreamEvent, Value, callback, compile,
-    context, ctx, error, middleware, stage, store, stream, testing, value, version,
+    Error, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result, Route, RunStatus, RunStream,
+    Snapshot, Stage, StageInfo, StageKind, StageMeta, StageResult, StreamEvent, Value, callback,
+    compile, context, ctx, error, middleware, stage, store, stream, testing, value, version,
 };
 pub use fluxio_macros::{pipeline, stage};
 
