@@ -239,9 +239,7 @@ pub enum Error {
 
     /// A durable run was started outside a tokio runtime (it needs one for
     /// its lease renewal timer).
-    #[error(
-        "{operation} needs a tokio runtime: call it from within `#[tokio::main]` or a `Runtime::block_on`"
-    )]
+    #[error("{operation} needs a tokio runtime: call it from within `#[tokio::main]` or a `Runtime::block_on`")]
     NoRuntime {
         /// What was called, e.g. `"invoke of run `order-1`"`.
         operation: String,
