@@ -92,11 +92,6 @@ pub mod __private {
         })
     }
 
-    /// The requirement of a resource argument, for [`StageMeta::resources`].
-    pub fn resource_req<R: FromResources>() -> ResourceReq {
-        R::requirement()
-    }
-
     /// A call whose resource is missing (`Stage::call` checks first, so
     /// this is only reached by a stage called with other resources).
     pub fn missing_resource(stage: &'static str, req: ResourceReq) -> StageFuture {
@@ -105,6 +100,35 @@ pub mod __private {
             req.type_name
         ));
         Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
+    }
+
+    /// The stage of `pipeline!`'s stand-in for a name that is not a stage:
+    /// never called, since such a pipeline fails to compile.
+    pub fn not_a_stage() -> Stage {
+        Stage::new(
+            StageMeta {
+                name: "<not a stage>",
+                hash: [0; 32],
+                kind: StageKind::Async,
+                router: false,
+                reads: None,
+                writes: None,
+                timeout: None,
+                input: None,
+                output: None,
+                resources: &[],
+            },
+            |_, _| {
+                let err = crate::Error::build("`pipeline!` was given a name that is not a stage");
+                Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
+            },
+        )
+    }
+
+    /// `const` check emitted by `pipeline!` for each stage: fails to compile
+    /// with `message` for a name that is not a stage.
+    pub const fn assert_stage(is_stage: bool, message: &'static str) {
+        assert!(is_stage, "{}", message);
     }
 
     /// `const` check emitted by `pipeline!` for a routing block's router.

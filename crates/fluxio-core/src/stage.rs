@@ -314,6 +314,9 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + std::marker::Send)) -
     note = "mark the function with `#[fluxio::stage]`; `pipeline!` takes stage functions, `parallel![...]` and routing blocks"
 )]
 pub trait StageDef {
+    /// Whether this is a stage: `false` only for the stand-in `pipeline!`
+    /// uses for a name that is not one (it then fails to compile, saying so).
+    const IS_STAGE: bool = true;
     /// sha256 of the stage's normalized tokens.
     const HASH: [u8; 32];
     /// Whether the stage returns a [`Route`].

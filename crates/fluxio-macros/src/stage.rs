@@ -403,14 +403,14 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
             let #id = match <#ty as #p::FromResources>::from_resources(__fluxio_resources) {
                 #p::Option::Some(r) => r,
                 #p::Option::None => {
-                    return #p::missing_resource(#name, #p::resource_req::<#ty>());
+                    return #p::missing_resource(#name, <#ty as #p::FromResources>::requirement());
                 }
             };
         }
     });
     let req_list = resources
         .iter()
-        .map(|ty| quote_spanned!(ty.span()=> #p::resource_req::<#ty>));
+        .map(|ty| quote_spanned!(ty.span()=> <#ty as #p::FromResources>::requirement));
     let body = if stream {
         quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, move |ctx, out| #ident(ctx, out #(, #ids)*), __fluxio_error))
     } else if is_async {
