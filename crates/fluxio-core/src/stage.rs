@@ -703,7 +703,7 @@ impl Error {
 }
 
 /// How `#[stage]` turns a stage's error into a [`BoxError`], chosen by the
-/// error's type at compile time (autoref specialization on [`ErrorKindOf`]):
+/// error's type at compile time (autoref specialization on `ErrorKindOf`):
 /// a `std::error::Error` is boxed as itself, a [`BoxError`] is kept, an
 /// error that only derefs to one (`anyhow::Error`) is kept whole, anything
 /// else goes through `Into<BoxError>`. Not a stable API.

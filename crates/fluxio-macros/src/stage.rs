@@ -411,7 +411,9 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     let req_list = resources
         .iter()
         .map(|ty| quote_spanned!(ty.span()=> <#ty as #p::FromResources>::requirement));
-    let body = if stream {
+    let body = if stream && ids.is_empty() {
+        quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, #ident, __fluxio_error))
+    } else if stream {
         quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, move |ctx, out| #ident(ctx, out #(, #ids)*), __fluxio_error))
     } else if is_async {
         quote_spanned!(arg.span()=> #p::async_stage(#ident(ctx #(, #ids)*), __fluxio_error))
