@@ -25,12 +25,12 @@ async fn s(ctx: Context, out: Emitter, pool: Resource<Pool>) -> StageResult {
 }
 
 #[stage]
-async fn anyhow_stage(ctx: Context) -> Result<Context, Box<dyn std::error::Error + Send + Sync>> {
+async fn boxed_error_stage(ctx: Context) -> Result<Context, Box<dyn std::error::Error + Send + Sync>> {
     Ok(ctx)
 }
 
 fn main() {
-    let p = pipeline![a, b, r => { "x" => s }, anyhow_stage]
+    let p = pipeline![a, b, r => { "x" => s }, boxed_error_stage]
         .resource(Pool(1))
         .resource(Client)
         .build();
