@@ -22,7 +22,7 @@ pub mod version;
 pub use context::{Context, Snapshot};
 pub use error::{BoxError, Error, Result};
 pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder};
-pub use stage::{Route, Stage, StageInfo, StageKind, StageMeta};
+pub use stage::{Resource, Route, Stage, StageInfo, StageKind, StageMeta};
 pub use store::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
 pub use stream::{Chunk, EmitError, Emitter, RunStream, StreamEvent};
 pub use value::Value;
@@ -37,47 +37,98 @@ pub type StageResult<T = Context> = std::result::Result<T, BoxError>;
 pub mod __private {
     pub use crate::compile::Node;
     pub use crate::pipeline::PipelineBuilder;
+    pub use crate::stage::error_kind::{BoxKind, ErrorKindOf, IntoKind, OpaqueKind, StdKind};
     pub use crate::stage::{
-        Output, Stage, StageDef, StageFuture, StageKind, StageMeta, StageOutput, StageReturn,
-        validate,
+        FromResources, Output, ResourceReq, Resources, Stage, StageDef, StageFuture, StageKind,
+        StageMeta, StageOutput, StageReturn, validate,
     };
     pub use crate::version::VersionHasher;
     pub use crate::{BoxError, Context};
     pub use std::boxed::Box;
+    pub use std::option::Option;
     pub use std::result::Result;
     pub use std::string::String;
     pub use std::time::Duration;
     pub use std::vec::Vec;
 
-    /// Wraps an async stage's future.
-    pub fn async_stage<T, E, F>(fut: F) -> StageFuture
+    /// Wraps an async stage's future; `err` converts its error.
+    pub fn async_stage<T, E, F>(fut: F, err: fn(E) -> BoxError) -> StageFuture
     where
         F: std::future::Future<Output = Result<T, E>> + std::marker::Send + 'static,
         T: StageOutput,
-        E: Into<BoxError>,
+        E: 'static,
     {
-        Box::pin(async move { fut.await.map(StageOutput::into_output).map_err(Into::into) })
+        Box::pin(async move { fut.await.map(StageOutput::into_output).map_err(err) })
     }
 
-    /// Runs a blocking stage's body on tokio's blocking pool.
-    pub fn blocking_stage<T, E, F>(f: F) -> StageFuture
+    /// Runs a blocking stage's body on tokio's blocking pool; `err` converts
+    /// its error.
+    pub fn blocking_stage<T, E, F>(f: F, err: fn(E) -> BoxError) -> StageFuture
     where
         F: FnOnce() -> Result<T, E> + std::marker::Send + 'static,
         T: StageOutput,
-        E: Into<BoxError>,
+        E: 'static,
     {
-        crate::stage::run_blocking(move || f().map(StageOutput::into_output).map_err(Into::into))
+        crate::stage::run_blocking(move || f().map(StageOutput::into_output).map_err(err))
     }
 
     /// Runs a stream stage's body with the current run's emitter, then
-    /// stores its chunks under `<stage>_stream_result`.
-    pub fn stream_stage<F, Fut, E>(stage: &'static str, ctx: Context, f: F) -> StageFuture
+    /// stores its chunks under `<stage>_stream_result`; `err` converts its
+    /// error.
+    pub fn stream_stage<F, Fut, E>(
+        stage: &'static str,
+        ctx: Context,
+        f: F,
+        err: fn(E) -> BoxError,
+    ) -> StageFuture
     where
         F: FnOnce(Context, crate::stream::Emitter) -> Fut,
         Fut: std::future::Future<Output = Result<Context, E>> + std::marker::Send + 'static,
-        E: Into<BoxError>,
+        E: 'static,
     {
-        crate::stream::run_stream(stage, ctx, f)
+        crate::stream::run_stream(stage, ctx, move |ctx, out| {
+            let fut = f(ctx, out);
+            async move { fut.await.map_err(err) }
+        })
+    }
+
+    /// A call whose resource is missing (`Stage::call` checks first, so
+    /// this is only reached by a stage called with other resources).
+    pub fn missing_resource(stage: &'static str, req: ResourceReq) -> StageFuture {
+        let err = crate::Error::build(format!(
+            "stage `{stage}` takes a `Resource<{}>` that is not registered: register it with `.resource(value)` on the pipeline builder",
+            req.type_name
+        ));
+        Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
+    }
+
+    /// The stage of `pipeline!`'s stand-in for a name that is not a stage:
+    /// never called, since such a pipeline fails to compile.
+    pub fn not_a_stage() -> Stage {
+        Stage::new(
+            StageMeta {
+                name: "<not a stage>",
+                hash: [0; 32],
+                kind: StageKind::Async,
+                router: false,
+                reads: None,
+                writes: None,
+                timeout: None,
+                input: None,
+                output: None,
+                resources: &[],
+            },
+            |_, _| {
+                let err = crate::Error::build("`pipeline!` was given a name that is not a stage");
+                Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
+            },
+        )
+    }
+
+    /// `const` check emitted by `pipeline!` for each stage: fails to compile
+    /// with `message` for a name that is not a stage.
+    pub const fn assert_stage(is_stage: bool, message: &'static str) {
+        assert!(is_stage, "{}", message);
     }
 
     /// `const` check emitted by `pipeline!` for a routing block's router.

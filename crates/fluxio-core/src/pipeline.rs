@@ -12,7 +12,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable};
 use crate::middleware::Middleware;
-use crate::stage::Output;
+use crate::stage::{Output, Resources};
 use crate::store::{
     Checkpoint, CheckpointStore, InMemoryStore, Lease, Ownership, RunStatus, now_ms,
 };
@@ -43,6 +43,7 @@ pub struct PipelineBuilder {
     middleware: Vec<Arc<dyn Middleware>>,
     stage_middleware: Vec<(String, Arc<dyn Middleware>)>,
     callbacks: Vec<Arc<dyn Callback>>,
+    resources: Resources,
 }
 
 impl PipelineBuilder {
@@ -61,7 +62,25 @@ impl PipelineBuilder {
             middleware: Vec::new(),
             stage_middleware: Vec::new(),
             callbacks: Vec::new(),
+            resources: Resources::default(),
         }
+    }
+
+    /// Registers `value` as the shared resource of type `T`, for the stages
+    /// that take a [`Resource<T>`](crate::Resource) argument (registering a
+    /// type again replaces the value). Every stage and every run share the
+    /// one value; resources are part of neither the version nor the
+    /// checkpoints. `build` fails when a stage takes a type not registered.
+    ///
+    /// ```
+    /// # fn demo(p: fluxio_core::PipelineBuilder) -> fluxio_core::Result<fluxio_core::Pipeline> {
+    /// struct Config { currency: &'static str }
+    /// p.resource(Config { currency: "EUR" }).build()
+    /// # }
+    /// ```
+    pub fn resource<T: std::marker::Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.resources.insert(value);
+        self
     }
 
     /// Makes the pipeline durable, keeping checkpoints in `store`.
@@ -147,9 +166,10 @@ impl PipelineBuilder {
     ///
     /// # Errors
     /// [`Error::Build`] when the shape is invalid (see [`Program::compile`]),
-    /// or stage middleware names a stage the pipeline does not have;
-    /// [`Error::InvalidSetting`] for a lease time-to-live or stream buffer
-    /// out of range.
+    /// stage middleware names a stage the pipeline does not have, or a stage
+    /// takes a resource type that is not registered (naming the stage and
+    /// the type); [`Error::InvalidSetting`] for a lease time-to-live or
+    /// stream buffer out of range.
     pub fn build(self) -> Result<Pipeline> {
         crate::store::check_lease_ttl(self.lease_ttl)?;
         if self.stream_buffer > MAX_STREAM_BUFFER {
@@ -163,6 +183,16 @@ impl PipelineBuilder {
         }
         let mut program = Program::compile(&self.root, self.auto_parallel)?;
         program.callbacks = self.callbacks.into();
+        let resources = Arc::new(self.resources);
+        for stage in &mut program.stages {
+            if let Some(req) = stage.missing_resource(&resources) {
+                return Err(stage.missing_resource_error(
+                    &req,
+                    &format!("register one with `.resource(value)` before `.build()` (registered: {resources:?})"),
+                ));
+            }
+            *stage = stage.clone().with_resources(Arc::clone(&resources));
+        }
         for (name, _) in &self.stage_middleware {
             if program.stage(name).is_none() {
                 return Err(Error::build(format!(

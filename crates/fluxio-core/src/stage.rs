@@ -5,8 +5,11 @@
 //! type of the same name that implements [`StageDef`], which is what
 //! `pipeline!` refers to.
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::ops::Deref;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use serde::Serialize;
 
 use crate::context::Context;
 use crate::error::{BoxError, Error, Result};
-use crate::value::{Value, to_value};
+use crate::value::Value;
 
 /// How a stage runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -55,6 +58,9 @@ pub struct StageMeta {
     pub input: Option<Validator>,
     /// Checks the context after the call (`output = U`).
     pub output: Option<Validator>,
+    /// The resources it takes (its [`Resource<T>`] arguments), in argument
+    /// order: `build()` refuses a pipeline that does not register them.
+    pub resources: &'static [fn() -> ResourceReq],
 }
 
 /// Checks that a context holds the fields of a type; the error names the
@@ -169,8 +175,13 @@ impl Route {
 #[derive(Clone)]
 pub struct Stage {
     meta: Arc<StageMeta>,
-    call: fn(Context) -> StageFuture,
+    call: CallFn,
+    resources: Arc<Resources>,
 }
+
+/// What `#[stage]` emits to start a call: the context and the resources the
+/// pipeline registered.
+pub type CallFn = fn(Context, &Resources) -> StageFuture;
 
 impl fmt::Debug for Stage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -182,13 +193,40 @@ impl fmt::Debug for Stage {
 }
 
 impl Stage {
-    /// A stage from its metadata and call function (what `#[stage]` emits).
+    /// A stage from its metadata and call function (what `#[stage]` emits),
+    /// with no resources attached yet (the pipeline builder and
+    /// [`StageTest`](crate::testing::StageTest) attach theirs).
     #[must_use]
-    pub fn new(meta: StageMeta, call: fn(Context) -> StageFuture) -> Self {
+    pub fn new(meta: StageMeta, call: CallFn) -> Self {
         Stage {
             meta: Arc::new(meta),
             call,
+            resources: Arc::default(),
         }
+    }
+
+    /// The stage with `resources` attached: its calls get them.
+    pub(crate) fn with_resources(mut self, resources: Arc<Resources>) -> Self {
+        self.resources = resources;
+        self
+    }
+
+    /// The first resource the stage takes that `resources` lacks.
+    #[must_use]
+    pub fn missing_resource(&self, resources: &Resources) -> Option<ResourceReq> {
+        self.meta
+            .resources
+            .iter()
+            .map(|req| req())
+            .find(|req| !resources.contains(req.type_id))
+    }
+
+    /// [`Error::Build`] naming the stage, the missing type and `fix` (how to supply it).
+    pub(crate) fn missing_resource_error(&self, req: &ResourceReq, fix: &str) -> Error {
+        Error::build(format!(
+            "stage `{}` takes a `Resource<{}>` that is not registered: {fix}",
+            self.meta.name, req.type_name
+        ))
     }
 
     /// The stage's name.
@@ -210,7 +248,13 @@ impl Stage {
     /// # Errors
     /// As above.
     pub async fn call(&self, ctx: Context) -> Result<Output> {
-        let fut = AssertUnwindSafe((self.call)(ctx)).catch_unwind();
+        if let Some(req) = self.missing_resource(&self.resources) {
+            return Err(self.missing_resource_error(
+                &req,
+                "register it with `.resource(value)` on the pipeline builder",
+            ));
+        }
+        let fut = AssertUnwindSafe((self.call)(ctx, &self.resources)).catch_unwind();
         let outcome = match self.meta.timeout {
             None => fut.await,
             Some(t) => match tokio::time::timeout(t, fut).await {
@@ -269,6 +313,9 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + std::marker::Send)) -
     note = "mark the function with `#[fluxio::stage]`; `pipeline!` takes stage functions, `parallel![...]` and routing blocks"
 )]
 pub trait StageDef {
+    /// Whether this is a stage: `false` only for the stand-in `pipeline!`
+    /// uses for a name that is not one (it then fails to compile, saying so).
+    const IS_STAGE: bool = true;
     /// sha256 of the stage's normalized tokens.
     const HASH: [u8; 32];
     /// Whether the stage returns a [`Route`].
@@ -309,10 +356,13 @@ impl StageOutput for Route {
 pub trait StageReturn {
     /// The `Ok` type.
     type Ok;
+    /// The error type.
+    type Err;
 }
 
 impl<T, E> StageReturn for std::result::Result<T, E> {
     type Ok = T;
+    type Err = E;
 }
 
 /// What a running stage can learn about its call: the run, its position in
@@ -407,4 +457,359 @@ where
             }
         }
     })
+}
+
+/// A shared value a stage takes as an argument: a database pool, an HTTP
+/// client, a configuration. Register it on the pipeline builder with
+/// [`PipelineBuilder::resource`](crate::PipelineBuilder::resource) (or on a
+/// [`StageTest`](crate::testing::StageTest) with its `resource`), and take it
+/// in a stage as `name: Resource<T>` after the context (and after the
+/// `Emitter` of a stream stage):
+///
+/// ```text
+/// #[stage]
+/// async fn charge(ctx: Context, db: Resource<PgPool>) -> StageResult { ... }
+///
+/// let pipeline = pipeline![charge].resource(pool).build()?;
+/// ```
+///
+/// A `Resource<T>` is an `Arc<T>`: cloning it is cheap, every stage and
+/// every run of a pipeline share the one registered value, and it
+/// dereferences to `T`. Resources are neither part of the pipeline's version
+/// nor of its checkpoints: a resumed run gets the resources of the pipeline
+/// that resumes it. `build()` refuses a pipeline whose stages take a resource
+/// type it does not register, naming the stage and the type.
+pub struct Resource<T: ?Sized>(Arc<T>);
+
+impl<T> Resource<T> {
+    /// Wraps `value`.
+    ///
+    /// ```
+    /// let r = fluxio_core::Resource::new(String::from("db"));
+    /// assert_eq!(r.len(), 2);
+    /// ```
+    #[must_use]
+    pub fn new(value: T) -> Self {
+        Resource(Arc::new(value))
+    }
+}
+
+impl<T: ?Sized> Resource<T> {
+    /// A resource that shares an existing `Arc`.
+    #[must_use]
+    pub fn from_arc(value: Arc<T>) -> Self {
+        Resource(value)
+    }
+
+    /// The shared value.
+    #[must_use]
+    pub fn as_arc(&self) -> &Arc<T> {
+        &self.0
+    }
+
+    /// The shared value, owned.
+    #[must_use]
+    pub fn into_arc(self) -> Arc<T> {
+        self.0
+    }
+}
+
+impl<T: ?Sized> Clone for Resource<T> {
+    fn clone(&self) -> Self {
+        Resource(Arc::clone(&self.0))
+    }
+}
+
+impl<T: ?Sized> Deref for Resource<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: ?Sized> AsRef<T> for Resource<T> {
+    fn as_ref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for Resource<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Resource").field(&&*self.0).finish()
+    }
+}
+
+/// A resource type a stage takes: what `build()` checks is registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResourceReq {
+    /// The type's id.
+    pub type_id: TypeId,
+    /// The type's name, for messages.
+    pub type_name: &'static str,
+}
+
+impl ResourceReq {
+    /// The requirement for a resource of type `T`.
+    #[must_use]
+    pub fn of<T: ?Sized + 'static>() -> Self {
+        ResourceReq {
+            type_id: TypeId::of::<T>(),
+            type_name: std::any::type_name::<T>(),
+        }
+    }
+}
+
+/// The resources registered on a pipeline (or a
+/// [`StageTest`](crate::testing::StageTest)): one value per type.
+#[derive(Clone, Default)]
+pub struct Resources {
+    map: HashMap<TypeId, (&'static str, Arc<dyn Any + std::marker::Send + Sync>)>,
+}
+
+impl Resources {
+    /// Registers `value` as the resource of type `T`, replacing an earlier one.
+    pub fn insert<T: std::marker::Send + Sync + 'static>(&mut self, value: T) {
+        self.map.insert(
+            TypeId::of::<T>(),
+            (std::any::type_name::<T>(), Arc::new(value)),
+        );
+    }
+
+    /// The resource of type `T`, if registered.
+    ///
+    /// ```
+    /// let mut r = fluxio_core::stage::Resources::default();
+    /// r.insert(7u32);
+    /// assert_eq!(r.get::<u32>().map(|v| *v), Some(7));
+    /// assert!(r.get::<u64>().is_none());
+    /// ```
+    #[must_use]
+    pub fn get<T: std::marker::Send + Sync + 'static>(&self) -> Option<Resource<T>> {
+        let (_, any) = self.map.get(&TypeId::of::<T>())?;
+        Arc::clone(any).downcast::<T>().ok().map(Resource)
+    }
+
+    /// Whether a resource of the type `type_id` is registered.
+    #[must_use]
+    pub fn contains(&self, type_id: TypeId) -> bool {
+        self.map.contains_key(&type_id)
+    }
+
+    /// Whether none is registered.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+impl fmt::Debug for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&str> = self.map.values().map(|(n, _)| *n).collect();
+        names.sort_unstable();
+        f.debug_set().entries(names).finish()
+    }
+}
+
+/// The types a stage may take after its context (and the `Emitter` of a
+/// stream stage): [`Resource<T>`].
+#[diagnostic::on_unimplemented(
+    message = "a stage cannot take an argument of type `{Self}`",
+    label = "not a stage argument",
+    note = "a stage takes `ctx: Context` first, then `out: fluxio::Emitter` if it is a stream stage, then shared resources as `name: fluxio::Resource<T>` (register them with `.resource(value)` on the pipeline builder)"
+)]
+pub trait FromResources: Sized {
+    /// The resource type it needs.
+    fn requirement() -> ResourceReq;
+    /// Takes it from the registered resources.
+    fn from_resources(resources: &Resources) -> Option<Self>;
+}
+
+impl<T: std::marker::Send + Sync + 'static> FromResources for Resource<T> {
+    fn requirement() -> ResourceReq {
+        ResourceReq::of::<T>()
+    }
+    fn from_resources(resources: &Resources) -> Option<Self> {
+        resources.get::<T>()
+    }
+}
+
+/// A stage error that is not a `std::error::Error` itself but derefs to one
+/// (`anyhow::Error`): kept whole, so that
+/// [`Error::stage_error`](crate::Error::stage_error) returns it, displayed
+/// as itself, with its chain as the `source` chain.
+pub(crate) struct OpaqueStageError(Box<dyn ErasedError>);
+
+trait ErasedError: std::marker::Send + Sync + 'static {
+    fn as_any(&self) -> &dyn Any;
+    fn as_error(&self) -> &(dyn std::error::Error + std::marker::Send + Sync + 'static);
+    fn display(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+    fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+}
+
+impl<E> ErasedError for E
+where
+    E: AsRef<dyn std::error::Error + std::marker::Send + Sync + 'static>
+        + fmt::Display
+        + fmt::Debug
+        + std::marker::Send
+        + Sync
+        + 'static,
+{
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_error(&self) -> &(dyn std::error::Error + std::marker::Send + Sync + 'static) {
+        self.as_ref()
+    }
+    fn display(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+    fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl fmt::Display for OpaqueStageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.display(f)
+    }
+}
+
+impl fmt::Debug for OpaqueStageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.debug(f)
+    }
+}
+
+impl std::error::Error for OpaqueStageError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.as_error().source()
+    }
+}
+
+impl Error {
+    /// The stage's own error as `E`, for a stage whose error type is not a
+    /// `std::error::Error` but derefs to one: `anyhow::Error`. (For error
+    /// types that are, use [`stage_error`](Error::stage_error).)
+    ///
+    /// A stage returning `anyhow::Result<Context>` fails with an
+    /// [`Error::Stage`] that keeps the `anyhow::Error` whole: it displays as
+    /// the anyhow error, its [`source`](std::error::Error::source) chain
+    /// continues into anyhow's chain, and this method returns it, so
+    /// `err.stage_error_any::<anyhow::Error>()` gives `downcast_ref`,
+    /// `root_cause` and `chain`.
+    #[must_use]
+    pub fn stage_error_any<E: Any>(&self) -> Option<&E> {
+        match self {
+            Error::Stage { source, .. } => source
+                .downcast_ref::<OpaqueStageError>()
+                .and_then(|o| o.0.as_any().downcast_ref::<E>()),
+            _ => None,
+        }
+    }
+}
+
+/// How `#[stage]` turns a stage's error into a [`BoxError`], chosen by the
+/// error's type at compile time (autoref specialization on `ErrorKindOf`):
+/// a `std::error::Error` is boxed as itself, a [`BoxError`] is kept, an
+/// error that only derefs to one (`anyhow::Error`) is kept whole, anything
+/// else goes through `Into<BoxError>`. Not a stable API.
+#[doc(hidden)]
+pub mod error_kind {
+    use super::{BoxError, OpaqueStageError};
+    use std::fmt;
+
+    /// Wraps a reference to the error for method resolution.
+    #[derive(Debug)]
+    pub struct ErrorKindOf<'a, E>(pub &'a E);
+
+    /// An error type: boxed as itself.
+    #[derive(Debug)]
+    pub struct StdTag;
+    /// Already a [`BoxError`].
+    #[derive(Debug)]
+    pub struct BoxTag;
+    /// Derefs to an error (`anyhow::Error`): kept whole.
+    #[derive(Debug)]
+    pub struct OpaqueTag;
+    /// Anything else that converts into a [`BoxError`].
+    #[derive(Debug)]
+    pub struct IntoTag;
+
+    /// Level 1.
+    pub trait StdKind {
+        /// The tag.
+        fn fluxio_error_kind(&self) -> StdTag {
+            StdTag
+        }
+    }
+    impl<E: std::error::Error + Send + Sync + 'static> StdKind for &&ErrorKindOf<'_, E> {}
+
+    /// Level 1.
+    pub trait BoxKind {
+        /// The tag.
+        fn fluxio_error_kind(&self) -> BoxTag {
+            BoxTag
+        }
+    }
+    impl BoxKind for &&ErrorKindOf<'_, BoxError> {}
+
+    /// Level 2.
+    pub trait OpaqueKind {
+        /// The tag.
+        fn fluxio_error_kind(&self) -> OpaqueTag {
+            OpaqueTag
+        }
+    }
+    impl<E> OpaqueKind for &ErrorKindOf<'_, E> where
+        E: AsRef<dyn std::error::Error + Send + Sync + 'static>
+            + fmt::Display
+            + fmt::Debug
+            + Send
+            + Sync
+            + 'static
+    {
+    }
+
+    /// Level 3.
+    pub trait IntoKind {
+        /// The tag.
+        fn fluxio_error_kind(&self) -> IntoTag {
+            IntoTag
+        }
+    }
+    impl<E> IntoKind for ErrorKindOf<'_, E> {}
+
+    impl StdTag {
+        /// Boxes the error as itself.
+        pub fn convert<E: std::error::Error + Send + Sync + 'static>(self, e: E) -> BoxError {
+            Box::new(e)
+        }
+    }
+    impl BoxTag {
+        /// Keeps the box.
+        pub fn convert(self, e: BoxError) -> BoxError {
+            e
+        }
+    }
+    impl OpaqueTag {
+        /// Keeps the error whole.
+        pub fn convert<E>(self, e: E) -> BoxError
+        where
+            E: AsRef<dyn std::error::Error + Send + Sync + 'static>
+                + fmt::Display
+                + fmt::Debug
+                + Send
+                + Sync
+                + 'static,
+        {
+            Box::new(OpaqueStageError(Box::new(e)))
+        }
+    }
+    impl IntoTag {
+        /// Converts with `Into`.
+        pub fn convert<E: Into<BoxError>>(self, e: E) -> BoxError {
+            e.into()
+        }
+    }
 }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use crate::context::Context;
 use crate::error::Result;
 use crate::middleware::{Middleware, Next};
-use crate::stage::{Output, Stage, StageDef};
+use crate::stage::{Output, Resources, Stage, StageDef};
 use crate::stream::result_key;
 use crate::value::Value;
 
@@ -37,6 +37,7 @@ use crate::value::Value;
 pub struct StageTest {
     stage: Stage,
     middleware: Vec<Arc<dyn Middleware>>,
+    resources: Resources,
 }
 
 /// What one call of a stage did.
@@ -66,7 +67,16 @@ impl StageTest {
         StageTest {
             stage,
             middleware: Vec::new(),
+            resources: Resources::default(),
         }
+    }
+
+    /// Supplies `value` as the resource of type `T` for a stage taking a
+    /// [`Resource<T>`](crate::Resource) (a mock pool, a fake client).
+    #[must_use]
+    pub fn resource<T: std::marker::Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.resources.insert(value);
+        self
     }
 
     /// Adds middleware; the first added is the outermost.
@@ -79,10 +89,22 @@ impl StageTest {
     /// Calls the stage once on `ctx` through the middleware.
     ///
     /// # Errors
-    /// The stage's failure (or a middleware's), as a pipeline would return it.
+    /// The stage's failure (or a middleware's), as a pipeline would return
+    /// it; [`Error::Build`](crate::Error::Build) naming the stage and the
+    /// type when the stage takes a resource not supplied with
+    /// [`resource`](Self::resource).
     pub async fn run(&self, ctx: Context) -> Result<StageRun> {
+        if let Some(req) = self.stage.missing_resource(&self.resources) {
+            return Err(self
+                .stage
+                .missing_resource_error(&req, "supply it with `StageTest::resource(value)`"));
+        }
+        let stage = self
+            .stage
+            .clone()
+            .with_resources(Arc::new(self.resources.clone()));
         let input = ctx.clear_written();
-        let (context, route) = match Next::new(&self.stage, &self.middleware)
+        let (context, route) = match Next::new(&stage, &self.middleware)
             .run(input.clone())
             .await?
         {
@@ -96,7 +118,7 @@ impl StageTest {
                 (c, Some(route))
             }
         };
-        let chunks = match context.value(&result_key(self.stage.name())) {
+        let chunks = match context.value(&result_key(stage.name())) {
             Some(Value::Seq(items)) => items.clone(),
             _ => Vec::new(),
         };

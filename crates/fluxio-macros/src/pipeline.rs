@@ -15,7 +15,7 @@
 //! ```
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned};
 use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned as _;
 use syn::{LitStr, Token, braced, bracketed};
@@ -46,13 +46,8 @@ impl Parse for Input {
             krate = input.parse()?;
             input.parse::<Token![;]>()?;
         }
+        // `pipeline![]` is a pipeline that returns its input unchanged
         let seq = parse_seq(input)?;
-        if seq.is_empty() {
-            return Err(syn::Error::new(
-                Span::call_site(),
-                "a pipeline needs at least one stage",
-            ));
-        }
         Ok(Input { krate, seq })
     }
 }
@@ -118,7 +113,31 @@ fn parse_item(input: ParseStream<'_>, seq: &mut Vec<Item>) -> syn::Result<()> {
             return no_routing_after(input, "a parallel block");
         }
     }
-    let path: syn::Path = input.parse()?;
+    if input.peek(Token![|])
+        || input.peek(Token![||])
+        || input.peek(Token![async])
+        || input.peek(Token![move])
+        || input.peek(Token![static])
+    {
+        let message = "a closure cannot be a stage: write a function marked `#[fluxio::stage]`, e.g. `#[stage] async fn name(ctx: Context) -> StageResult { ... }`, and put its name here";
+        return Err(match input.parse::<syn::ExprClosure>() {
+            Ok(closure) => syn::Error::new_spanned(closure, message),
+            Err(_) => syn::Error::new(input.span(), message),
+        });
+    }
+    let path: syn::Path = input.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "expected a stage (the name of a function marked `#[fluxio::stage]`), `parallel![...]`, `fire_and_forget![...]`, a nested `[...]`, or a router with its routing block `router => { \"route\" => ... }`",
+        )
+    })?;
+    if input.peek(syn::token::Paren) {
+        let shown = quote!(#path).to_string().replace(' ', "");
+        return Err(syn::Error::new(
+            input.span(),
+            format!("a stage is named, not called: write `{shown}`, not `{shown}(...)`"),
+        ));
+    }
     if !input.peek(Token![=>]) {
         seq.push(Item::Stage(path));
         return Ok(());
@@ -179,22 +198,40 @@ fn no_routing_after(input: ParseStream<'_>, what: &str) -> syn::Result<()> {
 struct Emit {
     p: TokenStream,
     asserts: Vec<TokenStream>,
+    /// Each stage path, and the name it is looked up by (see `expand_input`).
+    lookups: Vec<(syn::Path, syn::Ident)>,
 }
 
 impl Emit {
-    fn stage_checks(&mut self, path: &syn::Path, router: bool) {
+    /// The name `path` is looked up by: an alias of it when it has a type
+    /// (a `#[stage]` function), a fallback that fails with "not a stage"
+    /// otherwise.
+    fn lookup(&mut self, path: &syn::Path) -> syn::Ident {
+        let alias = format_ident!("__fluxio_stage_{}", self.lookups.len(), span = path.span());
+        self.lookups.push((path.clone(), alias.clone()));
+        alias
+    }
+
+    fn stage_checks(&mut self, path: &syn::Path, alias: &syn::Ident, router: bool) {
         let p = &self.p;
         let shown = quote!(#path).to_string().replace(' ', "");
+        let is_stage = quote_spanned!(path.span()=> <#alias as #p::StageDef>::IS_STAGE);
+        let msg = format!(
+            "`{shown}` is not a fluxio stage: mark the function with `#[fluxio::stage]` (`pipeline!` takes stage functions, `parallel![...]`, `fire_and_forget![...]` and routing blocks)"
+        );
+        let check = respan(quote!(#p::assert_stage(#is_stage, #msg)), path.span());
+        self.asserts
+            .push(quote_spanned!(path.span()=> const _: () = #check;));
         let (cond, msg) = if router {
             (
-                quote_spanned!(path.span()=> <#path as #p::StageDef>::ROUTER),
+                quote_spanned!(path.span()=> !#is_stage || <#alias as #p::StageDef>::ROUTER),
                 format!(
                     "stage `{shown}` is used as a router but returns `Context`: a router returns `fluxio::Route`"
                 ),
             )
         } else {
             (
-                quote_spanned!(path.span()=> !<#path as #p::StageDef>::ROUTER),
+                quote_spanned!(path.span()=> !#is_stage || !<#alias as #p::StageDef>::ROUTER),
                 format!(
                     "stage `{shown}` returns `fluxio::Route`: follow it with a routing block `{shown} => {{ \"route\" => [...] }}`"
                 ),
@@ -213,10 +250,11 @@ impl Emit {
         for item in items {
             match item {
                 Item::Stage(path) => {
-                    self.stage_checks(path, false);
-                    nodes.push(quote_spanned!(path.span()=> #p::Node::Stage(<#path as #p::StageDef>::stage())));
+                    let alias = self.lookup(path);
+                    self.stage_checks(path, &alias, false);
+                    nodes.push(quote_spanned!(path.span()=> #p::Node::Stage(<#alias as #p::StageDef>::stage())));
                     hash.extend(
-                        quote_spanned!(path.span()=> .stage(&<#path as #p::StageDef>::HASH)),
+                        quote_spanned!(path.span()=> .stage(&<#alias as #p::StageDef>::HASH)),
                     );
                 }
                 Item::Parallel { detached, branches } => {
@@ -232,10 +270,11 @@ impl Emit {
                     nodes.push(quote!(#p::Node::Parallel { branches: ::std::vec![#(#bs),*], detached: #detached }));
                 }
                 Item::Routed { router, routes } => {
-                    self.stage_checks(router, true);
-                    nodes.push(quote_spanned!(router.span()=> #p::Node::Stage(<#router as #p::StageDef>::stage())));
+                    let alias = self.lookup(router);
+                    self.stage_checks(router, &alias, true);
+                    nodes.push(quote_spanned!(router.span()=> #p::Node::Stage(<#alias as #p::StageDef>::stage())));
                     hash.extend(
-                        quote_spanned!(router.span()=> .stage(&<#router as #p::StageDef>::HASH)),
+                        quote_spanned!(router.span()=> .stage(&<#alias as #p::StageDef>::HASH)),
                     );
                     let n = u32::try_from(routes.len()).unwrap_or(u32::MAX);
                     hash.extend(quote!(.tag(b'R').count(#n)));
@@ -284,21 +323,54 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
+/// The expansion. Stages are looked up by alias, so that a function without
+/// `#[stage]` gets fluxio's message instead of "expected type, found
+/// function": an outer block glob-imports a fallback type per stage (which
+/// fails the `IS_STAGE` check with "not a fluxio stage"), and an inner block
+/// imports the user's path under the same name. An import shadows a glob, in
+/// the namespaces the path has: a `#[stage]` function has a type (the hidden
+/// struct), so its alias names it; a plain function has only a value, so the
+/// type lookup falls through to the fallback.
 fn expand_input(input: Input) -> TokenStream {
     let krate = &input.krate;
     let mut emit = Emit {
         p: quote!(#krate::__private),
         asserts: Vec::new(),
+        lookups: Vec::new(),
     };
     let (nodes, hash) = emit.seq(&input.seq);
     let p = &emit.p;
     let asserts = &emit.asserts;
+    let aliases: Vec<&syn::Ident> = emit.lookups.iter().map(|(_, a)| a).collect();
+    let imports = emit.lookups.iter().map(
+        |(path, alias)| quote_spanned!(path.span()=> #[allow(unused_imports)] use #path as #alias;),
+    );
     quote! {{
-        const __FLUXIO_SHAPE: #p::VersionHasher = #p::VersionHasher::pipeline() #hash;
-        const __FLUXIO_PLAIN: [u8; 32] = __FLUXIO_SHAPE.tag(b'N').finalize();
-        const __FLUXIO_AUTO: [u8; 32] = __FLUXIO_SHAPE.tag(b'A').finalize();
-        #(#asserts)*
-        #p::PipelineBuilder::__new(#nodes, __FLUXIO_PLAIN, __FLUXIO_AUTO)
+        #[allow(non_camel_case_types, unreachable_pub, missing_debug_implementations)]
+        mod __fluxio_fallback {
+            #(pub struct #aliases;)*
+        }
+        #(
+            #[diagnostic::do_not_recommend]
+            impl #p::StageDef for __fluxio_fallback::#aliases {
+                const IS_STAGE: bool = false;
+                const HASH: [u8; 32] = [0; 32];
+                const ROUTER: bool = false;
+                fn stage() -> #p::Stage {
+                    #p::not_a_stage()
+                }
+            }
+        )*
+        #[allow(unused_imports)]
+        use __fluxio_fallback::*;
+        {
+            #(#imports)*
+            const __FLUXIO_SHAPE: #p::VersionHasher = #p::VersionHasher::pipeline() #hash;
+            const __FLUXIO_PLAIN: [u8; 32] = __FLUXIO_SHAPE.tag(b'N').finalize();
+            const __FLUXIO_AUTO: [u8; 32] = __FLUXIO_SHAPE.tag(b'A').finalize();
+            #(#asserts)*
+            #p::PipelineBuilder::__new(#nodes, __FLUXIO_PLAIN, __FLUXIO_AUTO)
+        }
     }}
 }
 
@@ -329,8 +401,10 @@ mod tests {
     }
 
     #[test]
-    fn empty_pipeline_is_a_compile_error() {
-        assert!(err("").contains("at least one stage"));
+    fn empty_pipeline_is_accepted() {
+        let out = err("");
+        assert!(!out.contains("compile_error"), "{out}");
+        assert!(out.contains("PipelineBuilder :: __new"), "{out}");
     }
 
     #[test]

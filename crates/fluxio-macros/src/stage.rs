@@ -181,16 +181,57 @@ fn parse_options(args: TokenStream) -> syn::Result<Options> {
     }
 }
 
-const SIGNATURE: &str = "a stage is `async fn name(ctx: Context) -> Result<Context, E>` (or a plain `fn`, or `-> Result<fluxio::Route, E>` for a router, or `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>` for a stream stage)";
+const SIGNATURE: &str = "a stage is `async fn name(ctx: Context) -> Result<Context, E>` (or a plain `fn`, or `-> Result<fluxio::Route, E>` for a router, or `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>` for a stream stage), then any resources it takes, as `db: fluxio::Resource<T>`";
+
+/// Whether `ty` is a path whose last segment is `name` (`Emitter`,
+/// `fluxio::Emitter`, ...); `generic`: with or without arguments.
+fn last_segment_is(ty: &syn::Type, name: &str, generic: bool) -> bool {
+    matches!(ty, syn::Type::Path(p) if p.qself.is_none()
+        && p.path.segments.last().is_some_and(|s| s.ident == name && (generic || s.arguments.is_empty())))
+}
 
 /// Whether `ty` names the emitter (`Emitter`, `fluxio::Emitter`, ...).
 fn is_emitter(ty: &syn::Type) -> bool {
-    matches!(ty, syn::Type::Path(p) if p.qself.is_none()
-        && p.path.segments.last().is_some_and(|s| s.ident == "Emitter" && s.arguments.is_empty()))
+    last_segment_is(ty, "Emitter", false)
 }
 
-/// The context argument, the return type, and whether it is a stream stage.
-fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type, bool)> {
+/// What `check_signature` found.
+struct Signature {
+    /// The context argument.
+    ctx: FnArg,
+    /// The return type.
+    ret: syn::Type,
+    /// Whether the second argument is the `Emitter`.
+    stream: bool,
+    /// The types of the resource arguments, in order.
+    resources: Vec<syn::Type>,
+}
+
+/// Checks the context argument: by value, first.
+fn check_context(pat: &syn::PatType, errors: &mut Option<syn::Error>) {
+    let ty = &*pat.ty;
+    if let syn::Type::Reference(r) = ty {
+        combine(
+            errors,
+            syn::Error::new_spanned(
+                r,
+                "a stage takes its context by value and returns the new one: write `ctx: Context`, not a reference",
+            ),
+        );
+    } else if is_emitter(ty) || last_segment_is(ty, "Resource", true) {
+        combine(
+            errors,
+            syn::Error::new_spanned(
+                ty,
+                format!("the context comes first: `fn name(ctx: Context, ...)`; {SIGNATURE}"),
+            ),
+        );
+    }
+}
+
+/// The context argument, the return type, whether it is a stream stage and
+/// its resource arguments.
+fn check_signature(func: &ItemFn) -> syn::Result<Signature> {
     let sig = &func.sig;
     let mut errors: Option<syn::Error> = None;
     if let Some(c) = &sig.constness {
@@ -234,11 +275,18 @@ fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type, bool)> {
             );
             None
         }
-        typed @ FnArg::Typed(_) => Some(typed.clone()),
+        FnArg::Typed(pat) => Some(pat.clone()),
     };
-    let arg = match sig.inputs.len() {
-        1 | 2 => typed(&sig.inputs[0], &mut errors),
-        0 => {
+    let mut inputs = sig.inputs.iter();
+    let ctx = match inputs.next() {
+        Some(first) => {
+            let pat = typed(first, &mut errors);
+            if let Some(pat) = &pat {
+                check_context(pat, &mut errors);
+            }
+            pat.map(FnArg::Typed)
+        }
+        None => {
             combine(
                 &mut errors,
                 syn::Error::new(
@@ -248,42 +296,35 @@ fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type, bool)> {
             );
             None
         }
-        _ => {
-            combine(
-                &mut errors,
-                syn::Error::new_spanned(
-                    &sig.inputs[2],
-                    format!(
-                        "a stage takes the context, and a stream stage also an `Emitter`, nothing more: {SIGNATURE}"
-                    ),
-                ),
-            );
-            None
-        }
     };
-    let stream = sig.inputs.len() == 2;
-    if let Some(second) = sig.inputs.get(1) {
-        match typed(second, &mut errors) {
-            Some(FnArg::Typed(pat)) if !is_emitter(&pat.ty) => combine(
+    let mut stream = false;
+    let mut resources = Vec::new();
+    for (i, arg) in inputs.enumerate() {
+        let Some(pat) = typed(arg, &mut errors) else {
+            continue;
+        };
+        if !is_emitter(&pat.ty) {
+            resources.push((*pat.ty).clone());
+        } else if i == 0 {
+            stream = true;
+        } else {
+            combine(
                 &mut errors,
                 syn::Error::new_spanned(
                     &pat.ty,
-                    format!(
-                        "the second argument of a stage must be `fluxio::Emitter` (a stream stage): {SIGNATURE}"
-                    ),
-                ),
-            ),
-            _ => {}
-        }
-        if sig.asyncness.is_none() {
-            combine(
-                &mut errors,
-                syn::Error::new_spanned(
-                    sig.fn_token,
-                    "a stream stage (one taking an `Emitter`) must be an `async fn`",
+                    "the `Emitter` of a stream stage comes right after the context: `async fn name(ctx: Context, out: fluxio::Emitter, ...)`",
                 ),
             );
         }
+    }
+    if stream && sig.asyncness.is_none() {
+        combine(
+            &mut errors,
+            syn::Error::new_spanned(
+                sig.fn_token,
+                "a stream stage (one taking an `Emitter`) must be an `async fn`",
+            ),
+        );
     }
     let ret = match &sig.output {
         ReturnType::Type(_, ty) => Some((**ty).clone()),
@@ -298,8 +339,13 @@ fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type, bool)> {
             None
         }
     };
-    match (errors, arg, ret) {
-        (None, Some(a), Some(r)) => Ok((a, r, stream)),
+    match (errors, ctx, ret) {
+        (None, Some(ctx), Some(ret)) => Ok(Signature {
+            ctx,
+            ret,
+            stream,
+            resources,
+        }),
         (Some(e), _, _) => Err(e),
         _ => Err(syn::Error::new(Span::call_site(), SIGNATURE)),
     }
@@ -308,7 +354,15 @@ fn check_signature(func: &ItemFn) -> syn::Result<(FnArg, syn::Type, bool)> {
 fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     let opts_result = parse_options(args.clone());
     let sig_result = check_signature(func);
-    let (opts, (arg, ret, stream)) = match (opts_result, sig_result) {
+    let (
+        opts,
+        Signature {
+            ctx: arg,
+            ret,
+            stream,
+            resources,
+        },
+    ) = match (opts_result, sig_result) {
         (Ok(o), Ok(s)) => (o, s),
         (Err(mut a), Err(b)) => {
             a.combine(b);
@@ -341,12 +395,37 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     };
     let is_async = func.sig.asyncness.is_some();
     let call_fn = format_ident!("__fluxio_call");
-    let body = if stream {
-        quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, #ident))
+    let ids: Vec<syn::Ident> = (0..resources.len())
+        .map(|i| format_ident!("__fluxio_resource_{}", i))
+        .collect();
+    let extract = resources.iter().zip(&ids).map(|(ty, id)| {
+        quote_spanned! {ty.span()=>
+            let #id = match <#ty as #p::FromResources>::from_resources(__fluxio_resources) {
+                #p::Option::Some(r) => r,
+                #p::Option::None => {
+                    return #p::missing_resource(#name, <#ty as #p::FromResources>::requirement());
+                }
+            };
+        }
+    });
+    let req_list = resources
+        .iter()
+        .map(|ty| quote_spanned!(ty.span()=> <#ty as #p::FromResources>::requirement));
+    let body = if stream && ids.is_empty() {
+        quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, #ident, __fluxio_error))
+    } else if stream {
+        quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, move |ctx, out| #ident(ctx, out #(, #ids)*), __fluxio_error))
     } else if is_async {
-        quote_spanned!(arg.span()=> #p::async_stage(#ident(ctx)))
+        quote_spanned!(arg.span()=> #p::async_stage(#ident(ctx #(, #ids)*), __fluxio_error))
     } else {
-        quote_spanned!(arg.span()=> #p::blocking_stage(move || #ident(ctx)))
+        quote_spanned!(arg.span()=> #p::blocking_stage(move || #ident(ctx #(, #ids)*), __fluxio_error))
+    };
+    let error_fn = quote_spanned! {ret.span()=>
+        fn __fluxio_error(e: <#ret as #p::StageReturn>::Err) -> #p::BoxError {
+            #[allow(unused_imports)]
+            use #p::{BoxKind as _, IntoKind as _, OpaqueKind as _, StdKind as _};
+            (&&&#p::ErrorKindOf(&e)).fluxio_error_kind().convert(e)
+        }
     };
     let schema = |t: &Option<syn::Type>| match t {
         None => quote!(::core::option::Option::None),
@@ -376,9 +455,15 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
                 const HASH: [u8; 32] = [#(#hash),*];
                 const ROUTER: bool = #router;
                 fn stage() -> #p::Stage {
-                    fn #call_fn(ctx: #p::Context) -> #p::StageFuture {
+                    fn #call_fn(
+                        ctx: #p::Context,
+                        __fluxio_resources: &#p::Resources,
+                    ) -> #p::StageFuture {
+                        #error_fn
+                        #(#extract)*
                         #body
                     }
+                    const __FLUXIO_RESOURCES: &[fn() -> #p::ResourceReq] = &[#(#req_list),*];
                     #p::Stage::new(
                         #p::StageMeta {
                             name: #name,
@@ -390,6 +475,7 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
                             timeout: #timeout,
                             input: #input,
                             output: #output,
+                            resources: __FLUXIO_RESOURCES,
                         },
                         #call_fn,
                     )

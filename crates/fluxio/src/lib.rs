@@ -61,8 +61,49 @@
 //! pool), returning `Result<fluxio::Route, E>` (a router), or on
 //! `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>`
 //! (a stream stage: see [`stream`] and [`Pipeline::stream`]). `E` is any
-//! `std::error::Error + Send + Sync + 'static`; [`StageResult`] is
-//! `Result<Context, BoxError>`. Options:
+//! `std::error::Error + Send + Sync + 'static` (the caller gets it back with
+//! [`Error::stage_error`]), `Box<dyn Error + Send + Sync>` ([`BoxError`];
+//! `stage_error` downcasts to the boxed type) or `anyhow::Error` (kept whole:
+//! [`Error::stage_error_any::<anyhow::Error>()`](Error::stage_error_any) returns
+//! it, for anyhow's `downcast_ref`, `root_cause` and `chain`; the error's
+//! `source` chain continues into anyhow's). [`StageResult`] is
+//! `Result<Context, BoxError>`.
+//!
+//! After the context (and a stream stage's `Emitter`), a stage takes any
+//! number of **resources**: shared values such as a database pool or an HTTP
+//! client, as `name: Resource<T>` arguments. Register each type once with
+//! [`PipelineBuilder::resource`]; every stage and every run share the one
+//! value ([`Resource`] is a cheap-clone `Arc<T>` that derefs to `T`).
+//! `build()` refuses a pipeline whose stages take a type it does not
+//! register, naming the stage and the type. Resources are part of neither
+//! the version (only the stage's code is) nor the checkpoints: a resumed run
+//! gets the resources of the pipeline that resumes it.
+//! [`testing::StageTest::resource`] supplies them to a stage under test.
+//!
+//! ```
+//! use fluxio::{ctx, pipeline, stage, Context, Resource, StageResult};
+//!
+//! struct Prices { vat: f64 }
+//!
+//! #[stage]
+//! async fn total(ctx: Context, prices: Resource<Prices>) -> StageResult {
+//!     let net: f64 = ctx.get("net")?;
+//!     Ok(ctx.set("total", net * (1.0 + prices.vat))?)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> fluxio::Result<()> {
+//! let pipeline = pipeline![total].resource(Prices { vat: 0.25 }).build()?;
+//! let out = pipeline.invoke("order-1", ctx! { "net" => 100.0 }?).await?;
+//! assert_eq!(out.get::<f64>("total")?, 125.0);
+//!
+//! // forgetting `.resource(...)` is a build error naming the stage and the type
+//! let err = pipeline![total].build().expect_err("`Prices` is not registered");
+//! assert!(err.to_string().contains("stage `total` takes a `Resource<"));
+//! # Ok(()) }
+//! ```
+//!
+//! Options:
 //!
 //! | option | meaning |
 //! |---|---|
@@ -86,7 +127,9 @@
 //! by its routing block, `router => { "x" => [a, b], "y" => c }` (a body is a
 //! stage, a list, or a nested `pipeline![...]`). It returns a
 //! [`PipelineBuilder`]; `.store(...)` makes the pipeline durable,
-//! `.auto_parallel(false)` switches folding off, `.build()` compiles it.
+//! `.auto_parallel(false)` switches folding off, `.resource(value)` registers
+//! a resource, `.build()` compiles it. `pipeline![]` (no stages) is valid: it
+//! returns its input unchanged, durable or not, and has a version of its own.
 //!
 //! ## Durable execution
 //!
@@ -97,9 +140,9 @@
 
 pub use fluxio_core::{
     BoxError, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError, Emitter,
-    Error, InMemoryStore, Pipeline, PipelineBuilder, Result, Route, RunStatus, RunStream, Snapshot,
-    Stage, StageInfo, StageKind, StageMeta, StageResult, StreamEvent, Value, callback, compile,
-    context, ctx, error, middleware, stage, store, stream, testing, value, version,
+    Error, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result, Route, RunStatus, RunStream,
+    Snapshot, Stage, StageInfo, StageKind, StageMeta, StageResult, StreamEvent, Value, callback,
+    compile, context, ctx, error, middleware, stage, store, stream, testing, value, version,
 };
 pub use fluxio_macros::{pipeline, stage};
 

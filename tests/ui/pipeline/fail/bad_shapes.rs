@@ -14,5 +14,6 @@ fn main() {
     let _ = pipeline![r => { "x" => [] }];
     let _ = pipeline![parallel![a, a] => { "x" => a }];
     let _ = pipeline![r => { "x" => a, "x" => a }];
-    let _ = pipeline![];
+    let _ = pipeline![a()];
+    let _ = pipeline![a, 42];
 }

@@ -30,4 +30,6 @@ fn main() {
     let _ = pipeline![a, parallel![b, [a, b], parallel![a, b]], fire_and_forget![nested::c]];
     let _ = pipeline![r => { "x" => a, "y" => [a, b], "z" => pipeline![b, r => { "x" => a }] }, nested::c];
     let _ = pipeline![parallel![r => { "x" => a }, b]];
+    // an empty pipeline returns its input unchanged
+    let _ = pipeline![];
 }
