@@ -7,9 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fluxio::middleware::{
-    Cache, CacheKey, CircuitBreaker, CircuitState, MemoryCacheStore, Middleware, Next, RateLimit,
+    Cache, CacheEntry, CacheKey, CircuitBreaker, CircuitState, MemoryCacheStore, Middleware, Next,
+    RateLimit,
 };
 use fluxio::stage::{Output, StageDef};
+use fluxio::value::Value;
 use fluxio::{Context, Error, Pipeline, Stage, StageResult, ctx, pipeline, stage};
 use tokio::time::Instant;
 
@@ -173,6 +175,41 @@ async fn different_contexts_get_different_keys() {
     }
     assert_eq!(calls("keys-doubler"), 2);
     assert_eq!(store.len(), 2);
+}
+
+#[test]
+fn cache_keys_and_entries_fail_with_fluxio_errors_that_keep_their_cause() {
+    // A value nested past MAX_DEPTH cannot be encoded: no key, no bytes.
+    let deep = (0..=fluxio::value::MAX_DEPTH).fold(Value::Unit, |v, _| Value::Some(Box::new(v)));
+    let ctx = Context::new().set_value("deep", deep);
+    let stage = <doubler as StageDef>::stage();
+    for (result, what) in [
+        (
+            CacheKey::new(&stage, &ctx).map(|_| ()),
+            "hash the context for a cache key",
+        ),
+        (
+            CacheEntry::writes(&ctx).to_bytes().map(|_| ()),
+            "encode a cache entry",
+        ),
+        (
+            CacheEntry::from_bytes(&[9]).map(|_| ()),
+            "decode a cache entry",
+        ),
+    ] {
+        let err = result.expect_err(what);
+        let message = err.to_string();
+        assert!(
+            matches!(&err, Error::Encoding { what: w, .. } if *w == what),
+            "{err:?}"
+        );
+        assert!(
+            message.starts_with(&format!("cannot {what}: ")),
+            "{message}"
+        );
+        let cause = std::error::Error::source(&err).expect("the encoder's error is kept");
+        assert!(message.ends_with(&cause.to_string()), "{message}");
+    }
 }
 
 #[stage]

@@ -277,6 +277,29 @@ pub enum Error {
         /// The limit it exceeds.
         limit: u64,
     },
+
+    /// A value could not be put into or read back from one of fluxio's
+    /// byte encodings outside a checkpoint (a cache key's digest, a cache
+    /// entry's bytes). `source` is the encoder's own error.
+    #[error("cannot {what}: {source}")]
+    Encoding {
+        /// What was being done, e.g. `"decode a cache entry"`.
+        what: &'static str,
+        /// The encoder's or decoder's error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// An operation that reads or writes checkpoints (resume, replay, diff,
+    /// checkpoint, exists) was called on a pipeline built without a store.
+    #[error(
+        "`{operation}` needs a durable pipeline and this one is not durable: \
+         build it with `.store(...)` or `.durable(true)`"
+    )]
+    NotDurable {
+        /// The [`Pipeline`](crate::Pipeline) method called, e.g. `"resume"`.
+        operation: &'static str,
+    },
 }
 
 /// An error's `Display`, or its `Debug` when the `Display` is empty (an

@@ -407,6 +407,7 @@ impl Pipeline {
     /// anything.
     ///
     /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store;
     /// [`Error::CheckpointNotFound`] when nothing is stored for `run_id`;
     /// [`Error::CheckpointVersion`] when the checkpoint was written by another
     /// version (nothing runs, the checkpoint is untouched); the errors of
@@ -441,11 +442,11 @@ impl Pipeline {
 
     async fn continue_run(&self, run_id: &str, how: Continue) -> Result<Context> {
         check_run_id(run_id)?;
-        let store = self.require_store()?;
         let what = match how {
             Continue::Resume => "resume",
             Continue::Replay { .. } => "replay",
         };
+        let store = self.require_store(what)?;
         check_runtime(what, run_id)?;
         let span =
             tracing::info_span!("fluxio.run", run_id, version = %self.inner.version, resume = true);
@@ -508,12 +509,13 @@ impl Pipeline {
     /// Compares the stored contexts of two runs key by key.
     ///
     /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store;
     /// [`Error::CheckpointNotFound`] naming the run that has no checkpoint;
     /// [`Error::InvalidRunId`] naming a malformed run id.
     pub async fn diff(&self, run_a: &str, run_b: &str) -> Result<Diff> {
         check_run_id(run_a)?;
         check_run_id(run_b)?;
-        let store = self.require_store()?;
+        let store = self.require_store("diff")?;
         let load = |id: &str| {
             let store = Arc::clone(store);
             let id = id.to_owned();
@@ -536,21 +538,23 @@ impl Pipeline {
     /// The stored checkpoint of `run_id`, if any.
     ///
     /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store;
     /// [`Error::Store`] and [`Error::CorruptCheckpoint`] from the store;
     /// [`Error::InvalidRunId`] for a malformed run id.
     pub async fn checkpoint(&self, run_id: &str) -> Result<Option<Checkpoint>> {
         check_run_id(run_id)?;
-        self.require_store()?.load(run_id).await
+        self.require_store("checkpoint")?.load(run_id).await
     }
 
     /// Whether a checkpoint is stored for `run_id`.
     ///
     /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store;
     /// [`Error::Store`] from the store; [`Error::InvalidRunId`] for a
     /// malformed run id.
     pub async fn exists(&self, run_id: &str) -> Result<bool> {
         check_run_id(run_id)?;
-        self.require_store()?.exists(run_id).await
+        self.require_store("exists")?.exists(run_id).await
     }
 
     /// Runs the stage called `name` alone on `ctx`, through its middleware (no
@@ -601,12 +605,13 @@ impl Pipeline {
         )
     }
 
-    fn require_store(&self) -> Result<&Arc<dyn CheckpointStore>> {
-        self.inner.store.as_ref().ok_or_else(|| {
-            Error::build(
-                "this pipeline is not durable: build it with `.store(...)` or `.durable(true)`",
-            )
-        })
+    /// The checkpoint store, or [`Error::NotDurable`] naming `operation`
+    /// (the public method that needs it).
+    fn require_store(&self, operation: &'static str) -> Result<&Arc<dyn CheckpointStore>> {
+        self.inner
+            .store
+            .as_ref()
+            .ok_or(Error::NotDurable { operation })
     }
 
     fn durable<'a>(
