@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
+use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus, check_lease_ttl};
 use fluxio_core::{Error, Result};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -442,6 +442,7 @@ impl CheckpointStore for PostgresStore {
     /// connection pinged first, and never sent twice: a second attempt after
     /// a first that committed would find that lease and report `RunIdInUse`.
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        check_lease_ttl(ttl)?;
         let inner = &self.inner;
         self.call("acquire_lease", Retry::Never, |mut conn| async move {
             let token: Option<i64> = sqlx::query_scalar(&inner.sql.acquire)
@@ -461,6 +462,7 @@ impl CheckpointStore for PostgresStore {
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        check_lease_ttl(ttl)?;
         let Ok(token) = i64::try_from(lease.token()) else {
             return Err(lease_lost(lease));
         };

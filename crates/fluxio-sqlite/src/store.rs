@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
+use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus, check_lease_ttl};
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
@@ -340,6 +340,7 @@ impl CheckpointStore for SqliteStore {
 
     /// One conditional upsert of the lease row (SQLite's clock).
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        check_lease_ttl(ttl)?;
         let inner = &self.inner;
         self.timed("acquire_lease", async {
             // `fetch_all`, not `fetch_optional`: it steps the statement to
@@ -363,6 +364,7 @@ impl CheckpointStore for SqliteStore {
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        check_lease_ttl(ttl)?;
         let Ok(token) = i64::try_from(lease.token()) else {
             return Err(lease_lost(lease));
         };

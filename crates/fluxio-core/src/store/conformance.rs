@@ -621,6 +621,72 @@ pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
     }
 }
 
+/// A lease time-to-live outside [`MIN_LEASE_TTL`](super::MIN_LEASE_TTL)..=
+/// [`MAX_LEASE_TTL`](super::MAX_LEASE_TTL) (zero, `Duration::MAX`,
+/// `u64::MAX` seconds) is `InvalidSetting` naming `lease_ttl`, on acquire and
+/// on renew, and never panics; both ends of the range are accepted.
+pub async fn lease_ttl_out_of_range_is_invalid_setting<H: Harness>(h: &H) {
+    use super::{MAX_LEASE_TTL, MIN_LEASE_TTL};
+    let ns = namespace("lease_ttl");
+    let store = h.store(&ns).await;
+    let bad = [
+        ("zero", Duration::ZERO),
+        ("Duration::MAX", Duration::MAX),
+        ("u64::MAX seconds", Duration::from_secs(u64::MAX)),
+        (
+            "one day over the maximum",
+            MAX_LEASE_TTL + Duration::from_secs(86_400),
+        ),
+    ];
+    let invalid = |r: crate::Result<()>, what: &str| match r {
+        Err(Error::InvalidSetting { setting, .. }) => {
+            assert_eq!(setting, "lease_ttl", "{what}");
+        }
+        other => {
+            panic!("{what}: expected InvalidSetting {{ setting: \"lease_ttl\" }}, got {other:?}")
+        }
+    };
+    for (what, ttl) in bad {
+        invalid(
+            store.acquire_lease("bad-ttl", ttl).await.map(drop),
+            &format!("acquire with {what}"),
+        );
+    }
+    // Nothing was taken by the refused acquires.
+    let short = store
+        .acquire_lease("bad-ttl", MIN_LEASE_TTL)
+        .await
+        .expect("MIN_LEASE_TTL is accepted");
+    drop(short);
+    let long = store
+        .acquire_lease("max-ttl", MAX_LEASE_TTL)
+        .await
+        .expect("MAX_LEASE_TTL is accepted");
+    for (what, ttl) in bad {
+        invalid(
+            store.renew_lease(&long, ttl).await,
+            &format!("renew with {what}"),
+        );
+    }
+    store
+        .renew_lease(&long, MAX_LEASE_TTL)
+        .await
+        .expect("renew with MAX_LEASE_TTL");
+    let other = h.store(&ns).await;
+    assert!(
+        matches!(
+            other.acquire_lease("max-ttl", MAX_LEASE_TTL).await,
+            Err(Error::RunIdInUse { .. })
+        ),
+        "a lease of MAX_LEASE_TTL is held"
+    );
+    store
+        .save_fenced(checkpoint("max-ttl", 1, &Context::new()), &long)
+        .await
+        .expect("fenced save under a MAX_LEASE_TTL lease");
+    store.release_lease(long).await.expect("release");
+}
+
 /// Generates one `#[test]` per conformance check, for the concrete store and
 /// through `Arc<dyn CheckpointStore>`.
 ///
@@ -663,6 +729,7 @@ macro_rules! __store_conformance_each {
             release_frees_at_once_and_only_its_own_lease,
             fenced_writes_with_the_current_lease,
             corrupt_payload_is_a_typed_error,
+            lease_ttl_out_of_range_is_invalid_setting,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
