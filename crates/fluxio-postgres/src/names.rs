@@ -34,11 +34,13 @@ impl Names {
     pub(crate) fn new(schema: &str, table: &str) -> Result<Self, PostgresStoreError> {
         validate_identifier("schema", schema)?;
         validate_identifier("table", table)?;
-        if schema.starts_with("pg_") {
+        if schema.starts_with("pg_") || schema == "information_schema" {
             return Err(PostgresStoreError::InvalidSetting {
                 setting: "schema",
                 value: schema.to_owned(),
-                reason: "schema names starting with `pg_` are reserved by PostgreSQL".to_owned(),
+                reason: "`information_schema` and schema names starting with `pg_` are reserved \
+                         by PostgreSQL for its system catalogs"
+                    .to_owned(),
             });
         }
         if table.len() + LEASES_SUFFIX.len() > MAX_IDENTIFIER {

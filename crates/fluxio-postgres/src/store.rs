@@ -657,7 +657,8 @@ impl PostgresStoreBuilder {
     }
 
     /// The schema of the tables (default `public`); created if missing.
-    /// Must match `^[a-z_][a-z0-9_]{0,62}$` and not start with `pg_`.
+    /// Must match `^[a-z_][a-z0-9_]{0,62}$`, and not be a system schema of
+    /// PostgreSQL (`information_schema`, `pg_*`).
     #[must_use]
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
@@ -722,7 +723,9 @@ impl PostgresStoreBuilder {
     /// exist already.
     ///
     /// # Errors
-    /// [`Error::Store`] for an invalid setting or URL.
+    /// [`Error::Store`] for an invalid setting or URL;
+    /// [`Error::NoRuntime`] when called outside a tokio runtime (for a store
+    /// built from a URL: its pool needs one).
     pub fn connect_lazy(self) -> Result<PostgresStore> {
         let names = Names::new(&self.schema, &self.table).map_err(own_error)?;
         if self.timeout.is_zero() {
@@ -742,6 +745,12 @@ impl PostgresStoreBuilder {
         let (pool, url) = match self.source {
             Source::Pool(pool) => (pool, None),
             Source::Url(url) => {
+                // sqlx's pool starts a task: without a runtime it would panic.
+                if tokio::runtime::Handle::try_current().is_err() {
+                    return Err(Error::NoRuntime {
+                        operation: "PostgresStoreBuilder::connect_lazy".to_owned(),
+                    });
+                }
                 let redacted = Redacted::new(&url);
                 let options = PgConnectOptions::from_str(&url)
                     .map_err(|e| scrubbed_sql_error(Some(&redacted), e))?
