@@ -122,8 +122,10 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`Error::Store`] when the path is invalid, the file cannot be opened
-    /// or created (a missing directory, no permission), or preparing it fails
-    /// within the [timeout](SqliteStoreBuilder::timeout).
+    /// or created (a missing directory, no permission:
+    /// [`SqliteStoreError::Open`]) or written
+    /// ([`SqliteStoreError::NotWritable`]), or preparing it fails within the
+    /// [timeout](SqliteStoreBuilder::timeout). The errors name the file.
     pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
         Self::builder(path.as_ref()).open().await
     }
@@ -232,6 +234,43 @@ async fn timed<T>(
         }),
         Err(_elapsed) => Err(own_error(SqliteStoreError::Timeout { operation, timeout })),
     }
+}
+
+/// SQLite's error while opening `path`: [`SqliteStoreError::NotWritable`]
+/// for a read-only database (`SQLITE_READONLY` and its extended codes),
+/// [`SqliteStoreError::Open`] otherwise; both name the file.
+fn open_error(path: &Path, source: sqlx::Error) -> SqliteStoreError {
+    let read_only = source
+        .as_database_error()
+        .and_then(|e| e.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == SQLITE_READONLY);
+    if read_only {
+        SqliteStoreError::NotWritable {
+            path: path.to_owned(),
+            source,
+        }
+    } else {
+        SqliteStoreError::Open {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// SQLite's primary result code for a write to a read-only database.
+const SQLITE_READONLY: i32 = 8;
+
+/// Tries a write and rolls it back: a database that opens but cannot be
+/// written (a read-only file or filesystem, which root's permissions do not
+/// help with) fails here rather than at a run's first checkpoint. Migrations
+/// do not show it once the tables exist: they then write nothing.
+async fn check_writable(writer: &SqlitePool) -> std::result::Result<(), sqlx::Error> {
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::query("CREATE TABLE \"_fluxio_write_check\" (x)")
+        .execute(&mut *tx)
+        .await?;
+    tx.rollback().await
 }
 
 /// What the body of a store call fails with; [`timed`] maps it to fluxio's
@@ -568,8 +607,10 @@ impl SqliteStoreBuilder {
     /// # Errors
     /// [`Error::Store`]: an invalid setting
     /// ([`SqliteStoreError::InvalidSetting`], naming the setting and the
-    /// value), a file that cannot be opened or created, a file that cannot
-    /// use WAL ([`SqliteStoreError::NotWal`]), a failed or changed migration
+    /// value), a file that cannot be opened or created
+    /// ([`SqliteStoreError::Open`]) or written
+    /// ([`SqliteStoreError::NotWritable`], checked by trying a write that is
+    /// rolled back), a file that cannot use WAL ([`SqliteStoreError::NotWal`]), a failed or changed migration
     /// ([`SqliteStoreError::MigrationChanged`]), a timeout.
     pub async fn open(self) -> Result<SqliteStore> {
         let names = Names::new(&self.table).map_err(own_error)?;
@@ -627,9 +668,21 @@ impl SqliteStoreBuilder {
             pool(self.max_connections - 1, options.pragma("query_only", "ON"))
         };
 
+        let path = &self.path;
+        let opening = |e: MigrateError| match e {
+            MigrateError::Sql(source) => Failure::Fluxio(own_error(open_error(path, source))),
+            other => Failure::Migrate(other),
+        };
         let applied = timed(self.timeout, "open", async {
-            migrate::ensure_wal(&writer).await?;
-            Ok::<_, Failure>(migrate::run(&writer, &names).await?)
+            migrate::ensure_wal(&writer).await.map_err(opening)?;
+            let applied = migrate::run(&writer, &names).await.map_err(opening)?;
+            check_writable(&writer).await.map_err(|source| {
+                Failure::Fluxio(own_error(SqliteStoreError::NotWritable {
+                    path: path.clone(),
+                    source,
+                }))
+            })?;
+            Ok::<_, Failure>(applied)
         })
         .await?;
         tracing::debug!(

@@ -93,14 +93,21 @@ async fn other_settings_are_validated() {
     assert_eq!(invalid_setting(&err).0, "busy_timeout");
     assert!(!file.exists());
 
-    // A directory that does not exist: SQLite's error, as a store error.
+    // A directory that does not exist: a store error naming the file, with
+    // SQLite's error as its source.
     let err = SqliteStore::open(dir.path().join("missing").join("x.db"))
         .await
         .expect_err("no directory");
     match err {
         Error::Store { backend, source } => {
             assert_eq!(backend, "sqlite");
-            assert!(source.downcast_ref::<sqlx::Error>().is_some(), "{source:?}");
+            match source.downcast_ref::<SqliteStoreError>() {
+                Some(SqliteStoreError::Open { path, source }) => {
+                    assert!(path.ends_with("missing/x.db"), "{path:?}");
+                    assert!(matches!(source, sqlx::Error::Database(_)), "{source:?}");
+                }
+                other => panic!("expected Open, got {other:?}"),
+            }
         }
         other => panic!("expected Error::Store, got {other:?}"),
     }
