@@ -118,7 +118,8 @@ impl fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     /// Opens the store in the SQLite file at `path` with the default
-    /// settings, creating the file and the tables if needed.
+    /// settings, creating the file and the tables if needed. Named
+    /// `connect`, like the Redis and Postgres stores' constructors.
     ///
     /// # Errors
     /// [`Error::Store`] when the path is invalid, the file cannot be opened
@@ -126,8 +127,8 @@ impl SqliteStore {
     /// [`SqliteStoreError::Open`]) or written
     /// ([`SqliteStoreError::NotWritable`]), or preparing it fails within the
     /// [timeout](SqliteStoreBuilder::timeout). The errors name the file.
-    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
-        Self::builder(path.as_ref()).open().await
+    pub async fn connect(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        Self::builder(path.as_ref()).connect().await
     }
 
     /// A builder for the store in the SQLite file at `path`.
@@ -513,7 +514,7 @@ impl CheckpointStore for SqliteStore {
 ///     .busy_timeout(Duration::from_secs(2))
 ///     .synchronous(Synchronous::Full)
 ///     .max_connections(4)
-///     .open()
+///     .connect()
 ///     .await?;
 /// # Ok(()) }
 /// ```
@@ -612,7 +613,7 @@ impl SqliteStoreBuilder {
     /// ([`SqliteStoreError::NotWritable`], checked by trying a write that is
     /// rolled back), a file that cannot use WAL ([`SqliteStoreError::NotWal`]), a failed or changed migration
     /// ([`SqliteStoreError::MigrationChanged`]), a timeout.
-    pub async fn open(self) -> Result<SqliteStore> {
+    pub async fn connect(self) -> Result<SqliteStore> {
         let names = Names::new(&self.table).map_err(own_error)?;
         validate_path(&self.path).map_err(own_error)?;
         let invalid = |setting: &'static str, value: String, reason: &str| {

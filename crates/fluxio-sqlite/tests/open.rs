@@ -39,7 +39,7 @@ fn own(err: &Error) -> &SqliteStoreError {
 async fn a_file_in_a_missing_directory_is_named_in_the_error() {
     let dir = common::TempDir::new("missing_dir");
     let file = dir.path().join("no-such-directory").join("orders.db");
-    let err = SqliteStore::open(&file).await.expect_err("no directory");
+    let err = SqliteStore::connect(&file).await.expect_err("no directory");
     let message = err.to_string();
     assert!(
         message.contains(&file.display().to_string()),
@@ -62,7 +62,7 @@ async fn a_file_in_a_missing_directory_is_named_in_the_error() {
 async fn read_only_database(dir: &common::TempDir) -> std::path::PathBuf {
     let file = dir.db("read_only");
     {
-        let store = SqliteStore::open(&file).await.expect("create");
+        let store = SqliteStore::connect(&file).await.expect("create");
         store
             .save(common::checkpoint("r", 1, RunStatus::Running))
             .await
@@ -100,7 +100,7 @@ async fn a_database_that_cannot_be_written_is_refused_at_open() {
     assert!(write.is_err(), "the database is read-only");
     raw.close().await.expect("close");
 
-    let err = SqliteStore::open(&file)
+    let err = SqliteStore::connect(&file)
         .await
         .expect_err("a read-only database is refused at open");
     let message = err.to_string();
