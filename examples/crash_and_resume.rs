@@ -76,7 +76,7 @@ fn input() -> fluxio::Result<Context> {
 
 /// `--worker <db> <run-id> <invoke|resume>`: one worker process.
 async fn worker(db: &Path, run_id: &str, mode: &str) -> anyhow::Result<()> {
-    let store = SqliteStore::open(db).await?;
+    let store = SqliteStore::connect(db).await?;
     let p = report_pipeline().store(store).lease_ttl(LEASE).build()?;
     let out = match mode {
         "invoke" => p.invoke(run_id, input()?).await?,
@@ -129,7 +129,7 @@ async fn main() -> anyhow::Result<()> {
     let status = first.wait()?;
     println!("    -> worker 1 killed ({status})\n");
 
-    let store = SqliteStore::open(&db).await?;
+    let store = SqliteStore::connect(&db).await?;
     let cp = fluxio::CheckpointStore::load(&store, run_id)
         .await?
         .ok_or_else(|| anyhow::anyhow!("no checkpoint"))?;

@@ -74,7 +74,7 @@ impl StoreKind {
                     .await?,
             ),
             StoreKind::Sqlite => Arc::new(
-                fluxio::SqliteStore::open(std::path::Path::new(url).join(format!("{ns}.db")))
+                fluxio::SqliteStore::connect(std::path::Path::new(url).join(format!("{ns}.db")))
                     .await?,
             ),
             StoreKind::Postgres => Arc::new(

@@ -46,4 +46,28 @@ pub enum PostgresStoreError {
         /// The migration's description.
         description: String,
     },
+
+    /// The server could not be reached (or refused the connection) when
+    /// [`connect`](crate::PostgresStoreBuilder::connect) opened its first
+    /// connection. `url` has the password replaced by `***`; the source is
+    /// the [`sqlx::Error`] (for a refused connection, an I/O error).
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        /// The server's URL, with the password replaced by `***`.
+        url: String,
+        /// Why: the [`sqlx::Error`], or a [`PostgresStoreError::Scrubbed`]
+        /// when its message quoted the password.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// An error of sqlx or PostgreSQL whose message quoted the URL's
+    /// password (or a part of a malformed URL that may be one, such as a
+    /// misplaced user info read as the database name): its message with
+    /// that part replaced by `***`, instead of the error itself.
+    #[error("{message}")]
+    Scrubbed {
+        /// The error's message, scrubbed.
+        message: String,
+    },
 }

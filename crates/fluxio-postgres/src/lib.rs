@@ -150,6 +150,7 @@
 mod error;
 mod migrate;
 mod names;
+mod redact;
 mod store;
 
 pub use error::PostgresStoreError;

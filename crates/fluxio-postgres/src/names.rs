@@ -1,4 +1,4 @@
-//! Identifier validation, quoting, URL redaction and the SQL of the store.
+//! Identifier validation, quoting and the SQL of the store.
 
 use crate::error::PostgresStoreError;
 
@@ -34,11 +34,13 @@ impl Names {
     pub(crate) fn new(schema: &str, table: &str) -> Result<Self, PostgresStoreError> {
         validate_identifier("schema", schema)?;
         validate_identifier("table", table)?;
-        if schema.starts_with("pg_") {
+        if schema.starts_with("pg_") || schema == "information_schema" {
             return Err(PostgresStoreError::InvalidSetting {
                 setting: "schema",
                 value: schema.to_owned(),
-                reason: "schema names starting with `pg_` are reserved by PostgreSQL".to_owned(),
+                reason: "`information_schema` and schema names starting with `pg_` are reserved \
+                         by PostgreSQL for its system catalogs"
+                    .to_owned(),
             });
         }
         if table.len() + LEASES_SUFFIX.len() > MAX_IDENTIFIER {
@@ -85,50 +87,6 @@ impl Names {
 /// here; doubling quotes keeps this safe on its own too.
 pub(crate) fn quote(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
-}
-
-/// `url` with the password (in the user info or a `password=` parameter)
-/// replaced by `***`: what Debug, logs and errors show.
-pub(crate) fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.find("://") {
-        Some(i) => url.split_at(i + 3),
-        None => ("", url),
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rfind('@') {
-        Some(at) => {
-            let (userinfo, host) = authority.split_at(at);
-            match userinfo.find(':') {
-                Some(colon) => format!("{}:***{host}", &userinfo[..colon]),
-                None => authority.to_owned(),
-            }
-        }
-        None => authority.to_owned(),
-    };
-    let tail = match tail.find('?') {
-        Some(q) => {
-            let (path, query) = tail.split_at(q + 1);
-            let (query, fragment) = match query.find('#') {
-                Some(h) => query.split_at(h),
-                None => (query, ""),
-            };
-            let params: Vec<String> = query
-                .split('&')
-                .map(|kv| {
-                    let key = kv.split('=').next().unwrap_or_default();
-                    if key.eq_ignore_ascii_case("password") {
-                        format!("{key}=***")
-                    } else {
-                        kv.to_owned()
-                    }
-                })
-                .collect();
-            format!("{path}{}{fragment}", params.join("&"))
-        }
-        None => tail.to_owned(),
-    };
-    format!("{scheme}{authority}{tail}")
 }
 
 /// The statements of one store, built once from its validated, quoted names.
@@ -261,34 +219,6 @@ mod tests {
         assert!(err.to_string().contains("invalid table"), "{err}");
         let err = Names::new("pg_temp", "t").expect_err("reserved");
         assert!(err.to_string().contains("invalid schema"), "{err}");
-    }
-
-    #[test]
-    fn redaction() {
-        let cases = [
-            (
-                "postgres://u:secret@h:5432/db",
-                "postgres://u:***@h:5432/db",
-            ),
-            ("postgres://u@h/db", "postgres://u@h/db"),
-            ("postgres://h/db", "postgres://h/db"),
-            (
-                "postgres://u:p%40ss@h/db?sslmode=require",
-                "postgres://u:***@h/db?sslmode=require",
-            ),
-            ("postgres://u:a@b@h", "postgres://u:***@h"),
-            (
-                "postgresql://h/db?user=u&password=secret&x=1",
-                "postgresql://h/db?user=u&password=***&x=1",
-            ),
-            (
-                "postgres://u:secret@h?password=x#frag",
-                "postgres://u:***@h?password=***#frag",
-            ),
-        ];
-        for (url, want) in cases {
-            assert_eq!(redact_url(url), want);
-        }
     }
 
     #[test]

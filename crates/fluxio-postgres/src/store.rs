@@ -6,15 +6,16 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
+use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus, check_lease_ttl};
 use fluxio_core::{Error, Result};
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection as _, Postgres};
 
 use crate::error::PostgresStoreError;
 use crate::migrate::{self, MigrateError};
-use crate::names::{Names, Sql, redact_url};
+use crate::names::{Names, Sql};
+use crate::redact::Redacted;
 
 /// The `backend` of every [`Error::Store`] this crate returns.
 pub const BACKEND: &str = "postgres";
@@ -53,12 +54,31 @@ enum Retry {
     Never,
 }
 
-fn sql_error(e: sqlx::Error) -> Error {
+fn own_error(e: PostgresStoreError) -> Error {
     Error::store(BACKEND, e)
 }
 
-fn own_error(e: PostgresStoreError) -> Error {
-    Error::store(BACKEND, e)
+/// `e` as the source of an [`Error::Store`], or, when its message quotes
+/// the password of `url` (a server quoting a database name that is really a
+/// misplaced user info), a [`PostgresStoreError::Scrubbed`] in its place.
+fn scrubbed_sql_error(url: Option<&Redacted>, e: sqlx::Error) -> Error {
+    Error::store(BACKEND, scrubbed(url, e))
+}
+
+fn scrubbed(url: Option<&Redacted>, e: sqlx::Error) -> Box<dyn std::error::Error + Send + Sync> {
+    match url {
+        Some(url) if url.leaks(&format!("{e} {e:?}")) => Box::new(PostgresStoreError::Scrubbed {
+            message: url.scrub(&e.to_string()),
+        }),
+        _ => Box::new(e),
+    }
+}
+
+impl Inner {
+    /// The URL as messages show it.
+    fn shown_url(&self) -> &str {
+        self.url.as_ref().map_or("<given pool>", |u| u.url.as_str())
+    }
 }
 
 /// A [`CheckpointStore`] in PostgreSQL, on a sqlx [`PgPool`].
@@ -78,17 +98,14 @@ struct Inner {
     timeout: Duration,
     completed_retention: Option<Duration>,
     /// The URL with its password replaced by `***`; `None` for a given pool.
-    redacted_url: Option<String>,
+    url: Option<Redacted>,
 }
 
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &self.inner;
         f.debug_struct("PostgresStore")
-            .field(
-                "url",
-                &inner.redacted_url.as_deref().unwrap_or("<given pool>"),
-            )
+            .field("url", &inner.shown_url())
             .field("schema", &inner.names.schema)
             .field("table", &inner.names.table)
             .field("timeout", &inner.timeout)
@@ -161,13 +178,42 @@ impl PostgresStore {
             })
             .await?;
         tracing::debug!(
-            url = inner.redacted_url.as_deref().unwrap_or("<given pool>"),
+            url = inner.shown_url(),
             schema = %inner.names.schema,
             table = %inner.names.table,
             applied,
             "checkpoint tables are up to date"
         );
         Ok(())
+    }
+
+    /// Opens one connection outside the pool and closes it: a server that
+    /// refuses or cannot be reached is reported at once, with its I/O error,
+    /// rather than as the pool's timeout after retrying for the whole
+    /// [timeout](PostgresStoreBuilder::timeout). Only for stores built from
+    /// a URL.
+    async fn first_connection(&self) -> Result<()> {
+        let inner = &self.inner;
+        let Some(url) = &inner.url else {
+            return Ok(());
+        };
+        let options = inner.pool.connect_options();
+        match tokio::time::timeout(inner.timeout, PgConnection::connect_with(&options)).await {
+            Ok(Ok(conn)) => {
+                if let Err(e) = conn.close().await {
+                    tracing::debug!(error = %e, "closing the first connection failed");
+                }
+                Ok(())
+            }
+            Ok(Err(e)) => Err(own_error(PostgresStoreError::Connect {
+                url: url.url.clone(),
+                source: scrubbed(Some(url), e),
+            })),
+            Err(_elapsed) => Err(own_error(PostgresStoreError::Timeout {
+                operation: "connect",
+                timeout: inner.timeout,
+            })),
+        }
     }
 
     /// Deletes the checkpoints of completed runs whose retention has passed
@@ -264,7 +310,9 @@ impl PostgresStore {
         match tokio::time::timeout(self.inner.timeout, fut).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(match e {
-                Failure::Sql(e) | Failure::Migrate(MigrateError::Sql(e)) => sql_error(e),
+                Failure::Sql(e) | Failure::Migrate(MigrateError::Sql(e)) => {
+                    scrubbed_sql_error(self.inner.url.as_ref(), e)
+                }
                 Failure::Migrate(MigrateError::Store(e)) => own_error(e),
                 Failure::Fluxio(e) => e,
             }),
@@ -442,6 +490,7 @@ impl CheckpointStore for PostgresStore {
     /// connection pinged first, and never sent twice: a second attempt after
     /// a first that committed would find that lease and report `RunIdInUse`.
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        check_lease_ttl(ttl)?;
         let inner = &self.inner;
         self.call("acquire_lease", Retry::Never, |mut conn| async move {
             let token: Option<i64> = sqlx::query_scalar(&inner.sql.acquire)
@@ -461,6 +510,7 @@ impl CheckpointStore for PostgresStore {
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        check_lease_ttl(ttl)?;
         let Ok(token) = i64::try_from(lease.token()) else {
             return Err(lease_lost(lease));
         };
@@ -580,7 +630,7 @@ pub struct PostgresStoreBuilder {
 impl fmt::Debug for PostgresStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let url = match &self.source {
-            Source::Url(url) => redact_url(url),
+            Source::Url(url) => Redacted::new(url).url,
             Source::Pool(_) => "<given pool>".to_owned(),
         };
         f.debug_struct("PostgresStoreBuilder")
@@ -607,7 +657,8 @@ impl PostgresStoreBuilder {
     }
 
     /// The schema of the tables (default `public`); created if missing.
-    /// Must match `^[a-z_][a-z0-9_]{0,62}$` and not start with `pg_`.
+    /// Must match `^[a-z_][a-z0-9_]{0,62}$`, and not be a system schema of
+    /// PostgreSQL (`information_schema`, `pg_*`).
     #[must_use]
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
@@ -655,10 +706,13 @@ impl PostgresStoreBuilder {
     /// # Errors
     /// [`Error::Store`]: an invalid setting
     /// ([`PostgresStoreError::InvalidSetting`], naming the setting and the
-    /// value), an invalid URL, a server that cannot be reached within the
-    /// timeout, a failed migration.
+    /// value), an invalid URL, a server that refuses or cannot be reached
+    /// ([`PostgresStoreError::Connect`], at once, with the I/O error as its
+    /// source) or does not answer within the timeout, a failed migration.
+    /// No message shows the URL's password.
     pub async fn connect(self) -> Result<PostgresStore> {
         let store = self.connect_lazy()?;
+        store.first_connection().await?;
         store.migrate().await?;
         Ok(store)
     }
@@ -669,7 +723,9 @@ impl PostgresStoreBuilder {
     /// exist already.
     ///
     /// # Errors
-    /// [`Error::Store`] for an invalid setting or URL.
+    /// [`Error::Store`] for an invalid setting or URL;
+    /// [`Error::NoRuntime`] when called outside a tokio runtime (for a store
+    /// built from a URL: its pool needs one).
     pub fn connect_lazy(self) -> Result<PostgresStore> {
         let names = Names::new(&self.schema, &self.table).map_err(own_error)?;
         if self.timeout.is_zero() {
@@ -686,11 +742,18 @@ impl PostgresStoreBuilder {
                 reason: "it must be at least 1".to_owned(),
             }));
         }
-        let (pool, redacted_url) = match self.source {
+        let (pool, url) = match self.source {
             Source::Pool(pool) => (pool, None),
             Source::Url(url) => {
+                // sqlx's pool starts a task: without a runtime it would panic.
+                if tokio::runtime::Handle::try_current().is_err() {
+                    return Err(Error::NoRuntime {
+                        operation: "PostgresStoreBuilder::connect_lazy".to_owned(),
+                    });
+                }
+                let redacted = Redacted::new(&url);
                 let options = PgConnectOptions::from_str(&url)
-                    .map_err(sql_error)?
+                    .map_err(|e| scrubbed_sql_error(Some(&redacted), e))?
                     // The server gives up on a statement when the client does.
                     .options([("statement_timeout", self.timeout.as_millis().max(1))]);
                 let pool = PgPoolOptions::new()
@@ -706,7 +769,7 @@ impl PostgresStoreBuilder {
                         })
                     })
                     .connect_lazy_with(options);
-                (pool, Some(redact_url(&url)))
+                (pool, Some(redacted))
             }
         };
         let sql = Sql::new(&names);
@@ -717,7 +780,7 @@ impl PostgresStoreBuilder {
                 sql,
                 timeout: self.timeout,
                 completed_retention: self.completed_retention,
-                redacted_url,
+                url,
             }),
         })
     }

@@ -87,6 +87,46 @@ async fn identifiers_are_validated_naming_the_setting_and_the_value() {
 }
 
 #[tokio::test]
+async fn system_schemas_are_refused_by_name() {
+    for reserved in [
+        "information_schema",
+        "pg_catalog",
+        "pg_toast",
+        "pg_temp",
+        "pg_temp_3",
+        "pg_anything",
+    ] {
+        let err = PostgresStore::builder("postgres://h/db")
+            .schema(reserved)
+            .connect_lazy()
+            .expect_err(reserved);
+        assert_eq!(invalid_setting(&err), ("schema", reserved.to_owned()));
+        let message = err.to_string();
+        assert!(
+            message.contains(reserved) && message.contains("reserved"),
+            "{message}"
+        );
+    }
+    for ok in ["information", "pgx", "pg", "my_information_schema"] {
+        PostgresStore::builder("postgres://h/db")
+            .schema(ok)
+            .connect_lazy()
+            .expect(ok);
+    }
+}
+
+#[test]
+fn connect_lazy_outside_a_runtime_is_an_error_not_a_panic() {
+    let err = PostgresStore::builder("postgres://h/db")
+        .connect_lazy()
+        .expect_err("sqlx's pool needs a tokio runtime");
+    assert!(
+        matches!(&err, Error::NoRuntime { operation } if operation.contains("connect_lazy")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
 async fn the_password_never_shows() {
     let url = format!("postgres://postgres:{SECRET}@127.0.0.1:5432/test?password={SECRET}");
 

@@ -15,57 +15,13 @@ const MASK: &str = "***";
 impl Redacted {
     pub(crate) fn new(url: &str) -> Self {
         let mut secrets = Vec::new();
-        let (scheme, rest) = match url.find("://") {
-            Some(i) => url.split_at(i + 3),
-            None => ("", url),
-        };
-        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(authority_end);
-        let mut out = String::with_capacity(url.len());
-        out.push_str(scheme);
-        match authority.rfind('@') {
-            Some(at) => {
-                let (userinfo, host) = authority.split_at(at);
-                match userinfo.split_once(':') {
-                    Some((user, password)) => {
-                        secrets.push(password.to_owned());
-                        out.push_str(user);
-                        out.push(':');
-                        out.push_str(MASK);
-                    }
-                    None => out.push_str(userinfo),
-                }
-                out.push_str(host);
-            }
-            None => out.push_str(authority),
-        }
-        let (path, fragment) = match tail.find('#') {
-            Some(i) => tail.split_at(i),
-            None => (tail, ""),
-        };
-        match path.split_once('?') {
-            Some((path, query)) => {
-                out.push_str(path);
-                out.push('?');
-                let pairs: Vec<String> = query
-                    .split('&')
-                    .map(|pair| match pair.split_once('=') {
-                        Some((k, v))
-                            if k.eq_ignore_ascii_case("pass")
-                                || k.eq_ignore_ascii_case("password") =>
-                        {
-                            secrets.push(v.to_owned());
-                            format!("{k}={MASK}")
-                        }
-                        _ => pair.to_owned(),
-                    })
-                    .collect();
-                out.push_str(&pairs.join("&"));
-            }
-            None => out.push_str(path),
-        }
-        out.push_str(fragment);
-
+        let out = redact(url, &mut secrets);
+        // A client reads a path as a name without its leading `/`.
+        let trimmed: Vec<String> = secrets
+            .iter()
+            .map(|s| s.trim_start_matches('/').to_owned())
+            .collect();
+        secrets.extend(trimmed);
         let decoded: Vec<String> = secrets.iter().map(|s| percent_decode(s)).collect();
         secrets.extend(decoded);
         secrets.retain(|s| !s.is_empty());
@@ -88,6 +44,113 @@ impl Redacted {
             .into_iter()
             .fold(text.to_owned(), |t, s| t.replace(s.as_str(), MASK))
     }
+}
+
+/// What a message may show of `url`, pushing what it hides onto `secrets`.
+///
+/// Only a URL that parses is shown, rebuilt from its parts: the password,
+/// a user name without a password (it may be a password missing its `:`), a
+/// path or query value holding `@` or `:` (a misplaced user info), a
+/// `pass`/`password` parameter and the fragment become `***`. Of a URL that
+/// does not parse, where no parser can say which part is the password, only
+/// the scheme is shown.
+fn redact(url: &str, secrets: &mut Vec<String>) -> String {
+    let parsed = match url::Url::parse(url) {
+        Ok(parsed) if !parsed.cannot_be_a_base() => parsed,
+        unusable => {
+            secrets.push(url.to_owned());
+            // `scheme:user:password@host`: a client may still read the rest
+            // as a path (a database name), which a server may quote back.
+            if let Ok(opaque) = unusable {
+                secrets.push(opaque.path().to_owned());
+            }
+            return match scheme(url) {
+                Some(scheme) => format!("{scheme}:{HIDDEN}"),
+                None => HIDDEN.to_owned(),
+            };
+        }
+    };
+    let mut out = format!("{}://", parsed.scheme());
+    match parsed.password() {
+        Some(password) => {
+            secrets.push(password.to_owned());
+            out.push_str(parsed.username());
+            out.push(':');
+            out.push_str(MASK);
+            out.push('@');
+        }
+        // A user info without `:` may be a password whose `:` was left out.
+        None if !parsed.username().is_empty() => {
+            secrets.push(parsed.username().to_owned());
+            out.push_str(MASK);
+            out.push('@');
+        }
+        None => {}
+    }
+    out.push_str(parsed.host_str().unwrap_or_default());
+    if let Some(port) = parsed.port() {
+        out.push_str(&format!(":{port}"));
+    }
+    let path = parsed.path();
+    if suspicious(path) {
+        secrets.push(path.to_owned());
+        out.push('/');
+        out.push_str(MASK);
+    } else {
+        out.push_str(path);
+    }
+    if let Some(query) = parsed.query() {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, v))
+                    if k.eq_ignore_ascii_case("pass")
+                        || k.eq_ignore_ascii_case("password")
+                        || suspicious(v) =>
+                {
+                    secrets.push(v.to_owned());
+                    format!("{k}={MASK}")
+                }
+                None if suspicious(pair) => {
+                    secrets.push(pair.to_owned());
+                    MASK.to_owned()
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
+    }
+    if let Some(fragment) = parsed.fragment() {
+        if suspicious(fragment) {
+            secrets.push(fragment.to_owned());
+        }
+        out.push('#');
+        out.push_str(MASK);
+    }
+    out
+}
+
+/// Shown instead of a URL that does not parse.
+const HIDDEN: &str = "<a url that does not parse, not shown>";
+
+/// Whether a path or query part looks like a misplaced user info.
+fn suspicious(part: &str) -> bool {
+    part.contains(['@', ':'])
+        || part.contains("%40")
+        || part.contains("%3A")
+        || part.contains("%3a")
+}
+
+/// The scheme of `url`, if it starts with a well-formed one
+/// (`[A-Za-z][A-Za-z0-9+.-]*:`).
+fn scheme(url: &str) -> Option<&str> {
+    let (scheme, _) = url.split_once(':')?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some(scheme)
 }
 
 fn percent_decode(s: &str) -> String {
@@ -123,7 +186,7 @@ mod tests {
                 "redis://user:***@host:6379/0",
             ),
             ("rediss://:secret@host", "rediss://:***@host"),
-            ("redis://user@host", "redis://user@host"),
+            ("redis://user@host", "redis://***@host"),
             ("redis://host:6379", "redis://host:6379"),
             (
                 "redis://u:p%40ss@h/1?protocol=resp3",
@@ -134,6 +197,16 @@ mod tests {
                 "redis+unix:///tmp/r.sock?db=1&pass=***",
             ),
             ("redis://u:a@b@host", "redis://u:***@host"),
+            (
+                "redis//:hunter2@127.0.0.1:6379",
+                "<a url that does not parse, not shown>",
+            ),
+            ("redis:///:hunter2@127.0.0.1:6379", "redis:///***"),
+            (
+                "redis://:hunter2@host:99999",
+                "redis:<a url that does not parse, not shown>",
+            ),
+            ("redis://h/0?x=a@b#frag", "redis://h/0?x=***#***"),
         ];
         for (url, want) in cases {
             assert_eq!(Redacted::new(url).url, want, "{url}");

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease};
+use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, MAX_LEASE_TTL, check_lease_ttl};
 use fluxio_core::{Error, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ErrorKind, RedisError, RedisResult};
@@ -231,9 +231,13 @@ impl RedisStore {
         format!("{}.nonce:{run_id}", self.inner.key_prefix)
     }
 
-    /// The deadline of a call starting now: the command timeout from now.
+    /// The deadline of a call starting now: the command timeout from now
+    /// (a timeout past the clock's range, like `Duration::MAX`, is a year).
     fn deadline(&self) -> Instant {
-        Instant::now() + self.inner.command_timeout
+        let now = Instant::now();
+        now.checked_add(self.inner.command_timeout)
+            .or_else(|| now.checked_add(MAX_LEASE_TTL))
+            .unwrap_or(now)
     }
 
     /// The current connection and its generation.
@@ -484,6 +488,7 @@ impl CheckpointStore for RedisStore {
     /// repeat finds the lease with this call's nonce and returns its token
     /// (instead of `RunIdInUse` against itself).
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        check_lease_ttl(ttl)?;
         let (lease_key, lease_ms) = (self.lease_key(run_id), px(ttl));
         let (nonce_key, nonce) = (self.nonce_key(run_id), nonce());
         let deadline = self.deadline();
@@ -518,6 +523,7 @@ impl CheckpointStore for RedisStore {
 
     /// One script: `PEXPIRE` the lease if it still holds this token.
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        check_lease_ttl(ttl)?;
         let (lease_key, lease_ms) = (self.lease_key(lease.run_id()), px(ttl));
         let mut script = scripts::RENEW_SCRIPT.prepare_invoke();
         script

@@ -307,3 +307,19 @@ async fn unreachable_server_is_a_store_error() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_command_timeout_past_the_clocks_range_does_not_panic() {
+    if common::raw().await.is_none() {
+        return;
+    }
+    let store = RedisStore::builder(common::url())
+        .key_prefix(common::prefix("huge_timeout"))
+        .command_timeout(Duration::MAX)
+        .connect()
+        .await
+        .expect("connect");
+    store.save(checkpoint("r", 1)).await.expect("save");
+    assert!(store.exists("r").await.expect("exists"));
+    store.delete("r").await.expect("delete");
+}

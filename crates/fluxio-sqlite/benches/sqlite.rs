@@ -203,13 +203,13 @@ fn main() {
     let file = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("fluxio-sqlite-bench-{}.db", std::process::id()));
     let store = rt
-        .block_on(SqliteStore::open(&file))
+        .block_on(SqliteStore::connect(&file))
         .expect("open the bench file");
     let normal = rt
         .block_on(
             SqliteStore::builder(&file)
                 .synchronous(Synchronous::Normal)
-                .open(),
+                .connect(),
         )
         .expect("open the bench file");
 

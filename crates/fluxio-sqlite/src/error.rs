@@ -1,14 +1,16 @@
 //! The errors of this crate that are not sqlx's.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// What went wrong in the store itself, rather than in sqlx or SQLite.
 ///
 /// It always arrives as the `source` of [`fluxio_core::Error::Store`] with
 /// `backend: "sqlite"`; downcast the source to tell the cases apart. Errors
-/// of sqlx and SQLite (a busy database past the busy timeout, a full disk, a
-/// file that cannot be opened) are the source themselves (a
-/// [`sqlx::Error`]).
+/// of sqlx and SQLite after opening (a busy database past the busy timeout, a
+/// full disk) are the source themselves (a [`sqlx::Error`]); at open they
+/// are wrapped in [`Open`](Self::Open) or [`NotWritable`](Self::NotWritable),
+/// which name the file.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqliteStoreError {
@@ -51,5 +53,29 @@ pub enum SqliteStoreError {
         version: i64,
         /// The migration's description.
         description: String,
+    },
+
+    /// The database file could not be opened or prepared (a missing
+    /// directory, a path that is not a database, no permission); the source
+    /// is the [`sqlx::Error`].
+    #[error("cannot open the database {}: {source}", path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// SQLite's error.
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// The database opens but cannot be written (a read-only file or
+    /// filesystem, a file SQLite treats as read-only): refused at open, since
+    /// every run would fail at its first checkpoint.
+    #[error("the database {} cannot be written: {source}", path.display())]
+    NotWritable {
+        /// The file.
+        path: PathBuf,
+        /// SQLite's error for the write that was tried.
+        #[source]
+        source: sqlx::Error,
     },
 }

@@ -13,7 +13,7 @@
 //! # #[tokio::main]
 //! # async fn main() -> fluxio::Result<()> {
 //! // Creates the file and the tables on first use (embedded migrations).
-//! let store = SqliteStore::open("fluxio.db").await?;
+//! let store = SqliteStore::connect("fluxio.db").await?;
 //! let pipeline = pipeline![charge].store(store.clone()).build()?;
 //! pipeline.invoke("order-42", ctx! { "amount" => 4200u64 }?).await?;
 //!
@@ -89,7 +89,7 @@
 //!
 //! The SQL lives in `migrations/` as templates over the table names, is
 //! embedded with `sqlx::migrate!`, and is applied by
-//! [`open`](SqliteStoreBuilder::open) in one `BEGIN IMMEDIATE` transaction,
+//! [`connect`](SqliteStoreBuilder::connect) in one `BEGIN IMMEDIATE` transaction,
 //! which takes the file's write lock first: processes that open a fresh
 //! file at the same time queue instead of racing. The applied versions are
 //! recorded in `_fluxio_migrations` by table name, so several stores (tables)

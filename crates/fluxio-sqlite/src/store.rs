@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
+use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus, check_lease_ttl};
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
@@ -118,14 +118,17 @@ impl fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     /// Opens the store in the SQLite file at `path` with the default
-    /// settings, creating the file and the tables if needed.
+    /// settings, creating the file and the tables if needed. Named
+    /// `connect`, like the Redis and Postgres stores' constructors.
     ///
     /// # Errors
     /// [`Error::Store`] when the path is invalid, the file cannot be opened
-    /// or created (a missing directory, no permission), or preparing it fails
-    /// within the [timeout](SqliteStoreBuilder::timeout).
-    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
-        Self::builder(path.as_ref()).open().await
+    /// or created (a missing directory, no permission:
+    /// [`SqliteStoreError::Open`]) or written
+    /// ([`SqliteStoreError::NotWritable`]), or preparing it fails within the
+    /// [timeout](SqliteStoreBuilder::timeout). The errors name the file.
+    pub async fn connect(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        Self::builder(path.as_ref()).connect().await
     }
 
     /// A builder for the store in the SQLite file at `path`.
@@ -234,6 +237,43 @@ async fn timed<T>(
     }
 }
 
+/// SQLite's error while opening `path`: [`SqliteStoreError::NotWritable`]
+/// for a read-only database (`SQLITE_READONLY` and its extended codes),
+/// [`SqliteStoreError::Open`] otherwise; both name the file.
+fn open_error(path: &Path, source: sqlx::Error) -> SqliteStoreError {
+    let read_only = source
+        .as_database_error()
+        .and_then(|e| e.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == SQLITE_READONLY);
+    if read_only {
+        SqliteStoreError::NotWritable {
+            path: path.to_owned(),
+            source,
+        }
+    } else {
+        SqliteStoreError::Open {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// SQLite's primary result code for a write to a read-only database.
+const SQLITE_READONLY: i32 = 8;
+
+/// Tries a write and rolls it back: a database that opens but cannot be
+/// written (a read-only file or filesystem, which root's permissions do not
+/// help with) fails here rather than at a run's first checkpoint. Migrations
+/// do not show it once the tables exist: they then write nothing.
+async fn check_writable(writer: &SqlitePool) -> std::result::Result<(), sqlx::Error> {
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::query("CREATE TABLE \"_fluxio_write_check\" (x)")
+        .execute(&mut *tx)
+        .await?;
+    tx.rollback().await
+}
+
 /// What the body of a store call fails with; [`timed`] maps it to fluxio's
 /// [`Error`].
 enum Failure {
@@ -340,6 +380,7 @@ impl CheckpointStore for SqliteStore {
 
     /// One conditional upsert of the lease row (SQLite's clock).
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        check_lease_ttl(ttl)?;
         let inner = &self.inner;
         self.timed("acquire_lease", async {
             // `fetch_all`, not `fetch_optional`: it steps the statement to
@@ -363,6 +404,7 @@ impl CheckpointStore for SqliteStore {
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        check_lease_ttl(ttl)?;
         let Ok(token) = i64::try_from(lease.token()) else {
             return Err(lease_lost(lease));
         };
@@ -472,7 +514,7 @@ impl CheckpointStore for SqliteStore {
 ///     .busy_timeout(Duration::from_secs(2))
 ///     .synchronous(Synchronous::Full)
 ///     .max_connections(4)
-///     .open()
+///     .connect()
 ///     .await?;
 /// # Ok(()) }
 /// ```
@@ -566,10 +608,12 @@ impl SqliteStoreBuilder {
     /// # Errors
     /// [`Error::Store`]: an invalid setting
     /// ([`SqliteStoreError::InvalidSetting`], naming the setting and the
-    /// value), a file that cannot be opened or created, a file that cannot
-    /// use WAL ([`SqliteStoreError::NotWal`]), a failed or changed migration
+    /// value), a file that cannot be opened or created
+    /// ([`SqliteStoreError::Open`]) or written
+    /// ([`SqliteStoreError::NotWritable`], checked by trying a write that is
+    /// rolled back), a file that cannot use WAL ([`SqliteStoreError::NotWal`]), a failed or changed migration
     /// ([`SqliteStoreError::MigrationChanged`]), a timeout.
-    pub async fn open(self) -> Result<SqliteStore> {
+    pub async fn connect(self) -> Result<SqliteStore> {
         let names = Names::new(&self.table).map_err(own_error)?;
         validate_path(&self.path).map_err(own_error)?;
         let invalid = |setting: &'static str, value: String, reason: &str| {
@@ -625,9 +669,21 @@ impl SqliteStoreBuilder {
             pool(self.max_connections - 1, options.pragma("query_only", "ON"))
         };
 
+        let path = &self.path;
+        let opening = |e: MigrateError| match e {
+            MigrateError::Sql(source) => Failure::Fluxio(own_error(open_error(path, source))),
+            other => Failure::Migrate(other),
+        };
         let applied = timed(self.timeout, "open", async {
-            migrate::ensure_wal(&writer).await?;
-            Ok::<_, Failure>(migrate::run(&writer, &names).await?)
+            migrate::ensure_wal(&writer).await.map_err(opening)?;
+            let applied = migrate::run(&writer, &names).await.map_err(opening)?;
+            check_writable(&writer).await.map_err(|source| {
+                Failure::Fluxio(own_error(SqliteStoreError::NotWritable {
+                    path: path.clone(),
+                    source,
+                }))
+            })?;
+            Ok::<_, Failure>(applied)
         })
         .await?;
         tracing::debug!(

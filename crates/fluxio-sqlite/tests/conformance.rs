@@ -36,7 +36,7 @@ impl Harness for SqliteHarness {
         // Every handle opens (and migrates) again: that must be idempotent.
         SqliteStore::builder(self.file(ns))
             .max_connections(2)
-            .open()
+            .connect()
             .await
             .expect("a store on the namespace's file")
     }

@@ -18,8 +18,8 @@ async fn stale_writes_never_land_after_a_takeover() {
     for round in 0..3 {
         let dir = common::TempDir::new(&format!("takeover{round}"));
         let file = dir.db("x");
-        let zombie = Arc::new(SqliteStore::open(&file).await.expect("open"));
-        let owner = SqliteStore::open(&file).await.expect("open");
+        let zombie = Arc::new(SqliteStore::connect(&file).await.expect("open"));
+        let owner = SqliteStore::connect(&file).await.expect("open");
         let old = Arc::new(
             zombie
                 .acquire_lease("r", Duration::from_millis(150))
@@ -79,7 +79,7 @@ async fn expiry_is_judged_after_waiting_for_the_write_lock() {
     // its full time-to-live from then, not from when the call was made.
     let dir = common::TempDir::new("clock");
     let file = dir.db("x");
-    let store = SqliteStore::open(&file).await.expect("open");
+    let store = SqliteStore::connect(&file).await.expect("open");
     let mut other = common::raw_connection(&file).await;
     sqlx::query("BEGIN IMMEDIATE")
         .execute(&mut other)

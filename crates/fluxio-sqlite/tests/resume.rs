@@ -84,7 +84,9 @@ async fn a_failed_run_resumes_from_the_failed_stage_on_another_store() -> anyhow
     let file = dir.db("orders");
 
     GATEWAY_DOWN.store(true, Ordering::SeqCst);
-    let first = checkout().store(SqliteStore::open(&file).await?).build()?;
+    let first = checkout()
+        .store(SqliteStore::connect(&file).await?)
+        .build()?;
     let input = ctx! { "items" => vec![1999u64, 2201] }?;
     let err = first
         .invoke("order-42", input)
@@ -96,7 +98,7 @@ async fn a_failed_run_resumes_from_the_failed_stage_on_another_store() -> anyhow
 
     // A second store on the same file: connections of its own, as another
     // process would have.
-    let other = SqliteStore::open(&file).await?;
+    let other = SqliteStore::connect(&file).await?;
     let second = checkout().store(other.clone()).build()?;
     let cp = second
         .checkpoint("order-42")
@@ -142,7 +144,7 @@ async fn helper_child_process_crashes_in_charge() -> anyhow::Result<()> {
         return Ok(());
     };
     let pipeline = checkout()
-        .store(SqliteStore::open(&file).await?)
+        .store(SqliteStore::connect(&file).await?)
         .lease_ttl(Duration::from_millis(500))
         .build()?;
     pipeline
@@ -171,7 +173,7 @@ async fn a_crashed_process_is_resumed_by_another() -> anyhow::Result<()> {
     }
     assert!(!status.success(), "{status}\n{output}");
 
-    let store = SqliteStore::open(&file).await?;
+    let store = SqliteStore::connect(&file).await?;
     let pipeline = checkout().store(store).build()?;
     let cp = pipeline
         .checkpoint("order-7")

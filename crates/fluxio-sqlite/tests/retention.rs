@@ -22,12 +22,12 @@ async fn completed_runs_expire_and_are_purged_failed_and_running_ones_stay() {
     let file = dir.db("x");
     let store = SqliteStore::builder(&file)
         .completed_retention(Some(Duration::from_secs(1)))
-        .open()
+        .connect()
         .await
         .expect("open");
     let forever = SqliteStore::builder(&file)
         .completed_retention(None)
-        .open()
+        .connect()
         .await
         .expect("open");
 
@@ -82,7 +82,7 @@ async fn completed_runs_expire_and_are_purged_failed_and_running_ones_stay() {
 async fn purging_dead_leases_keeps_tokens_growing() {
     let dir = common::TempDir::new("purge_leases");
     let file = dir.db("x");
-    let store = SqliteStore::open(&file).await.expect("open");
+    let store = SqliteStore::connect(&file).await.expect("open");
     let ttl = Duration::from_secs(30);
 
     let first = store.acquire_lease("r", ttl).await.expect("acquire");

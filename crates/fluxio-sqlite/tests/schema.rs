@@ -35,7 +35,10 @@ async fn eight_concurrent_first_opens_of_one_fresh_file_all_succeed() {
             let (file, barrier) = (file.clone(), barrier.clone());
             tasks.spawn(async move {
                 barrier.wait().await;
-                SqliteStore::builder(file).max_connections(2).open().await
+                SqliteStore::builder(file)
+                    .max_connections(2)
+                    .connect()
+                    .await
             });
         }
         let mut stores = Vec::new();
@@ -67,7 +70,7 @@ async fn helper_child_process_opens_the_shared_file() {
     common::sleep_until_unix_ms(start.parse().expect("a start time")).await;
     let store = SqliteStore::builder(&file)
         .max_connections(2)
-        .open()
+        .connect()
         .await
         .expect("the child opens the file");
     let run_id = format!("child-{}", std::process::id());
@@ -135,12 +138,12 @@ async fn two_tables_in_one_file_are_independent() {
     let file = dir.db("shared");
     let a = SqliteStore::builder(&file)
         .table("a")
-        .open()
+        .connect()
         .await
         .expect("a");
     let b = SqliteStore::builder(&file)
         .table("b")
-        .open()
+        .connect()
         .await
         .expect("b");
     a.save(common::checkpoint("r", 1, RunStatus::Running))
@@ -170,11 +173,11 @@ async fn two_tables_in_one_file_are_independent() {
 async fn reopening_changes_nothing_and_an_edited_migration_is_refused() {
     let dir = common::TempDir::new("edited");
     let file = dir.db("x");
-    let store = SqliteStore::open(&file).await.expect("open");
+    let store = SqliteStore::connect(&file).await.expect("open");
     let cp = common::checkpoint("r", 1, RunStatus::Running);
     store.save(cp.clone()).await.expect("save");
     drop(store);
-    let again = SqliteStore::open(&file).await.expect("reopen");
+    let again = SqliteStore::connect(&file).await.expect("reopen");
     assert_eq!(again.load("r").await.expect("load"), Some(cp));
     assert_eq!(
         count(&file, "SELECT count(*) FROM _fluxio_migrations").await,
@@ -186,7 +189,7 @@ async fn reopening_changes_nothing_and_an_edited_migration_is_refused() {
         .execute(&mut conn)
         .await
         .expect("tamper");
-    match SqliteStore::open(&file).await {
+    match SqliteStore::connect(&file).await {
         Err(Error::Store { source, .. }) => match source.downcast_ref::<SqliteStoreError>() {
             Some(SqliteStoreError::MigrationChanged { version, table, .. }) => {
                 assert_eq!((*version, table.as_str()), (1, "fluxio_checkpoints"));
@@ -201,7 +204,7 @@ async fn reopening_changes_nothing_and_an_edited_migration_is_refused() {
 async fn operator_columns_mirror_the_payload() {
     let dir = common::TempDir::new("columns");
     let file = dir.db("x");
-    let store = SqliteStore::open(&file).await.expect("open");
+    let store = SqliteStore::connect(&file).await.expect("open");
     let mut cp = common::checkpoint("r", 1, RunStatus::Failed);
     cp.step = "charge".to_owned();
     cp.error_message = Some("boom".to_owned());
@@ -288,7 +291,7 @@ async fn opening_a_fresh_file_waits_for_a_foreign_writer_to_finish() {
     let started = std::time::Instant::now();
     let store = SqliteStore::builder(&file)
         .timeout(Duration::from_secs(5))
-        .open()
+        .connect()
         .await
         .expect("open once the foreign write is done");
     assert!(started.elapsed() >= Duration::from_millis(250));

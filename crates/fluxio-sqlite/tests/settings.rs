@@ -43,7 +43,7 @@ async fn the_table_name_is_validated_naming_the_setting_and_the_value() {
     ] {
         let err = SqliteStore::builder(&file)
             .table(bad)
-            .open()
+            .connect()
             .await
             .expect_err(bad);
         assert_eq!(invalid_setting(&err), ("table", bad.to_owned()));
@@ -58,7 +58,7 @@ async fn the_table_name_is_validated_naming_the_setting_and_the_value() {
     for ok in ["_a", "a_1", "checkpoints", &"a".repeat(63)] {
         let store = SqliteStore::builder(&file)
             .table(ok)
-            .open()
+            .connect()
             .await
             .expect(ok);
         assert_eq!(store.table(), ok);
@@ -69,38 +69,45 @@ async fn the_table_name_is_validated_naming_the_setting_and_the_value() {
 async fn other_settings_are_validated() {
     let dir = common::TempDir::new("settings");
     for bad in ["", ":memory:", "file:x.db?mode=memory"] {
-        let err = SqliteStore::open(bad).await.expect_err(bad);
+        let err = SqliteStore::connect(bad).await.expect_err(bad);
         assert_eq!(invalid_setting(&err), ("path", bad.to_owned()));
     }
     let file = dir.db("x");
     let err = SqliteStore::builder(&file)
         .timeout(Duration::ZERO)
-        .open()
+        .connect()
         .await
         .expect_err("zero timeout");
     assert_eq!(invalid_setting(&err).0, "timeout");
     let err = SqliteStore::builder(&file)
         .max_connections(0)
-        .open()
+        .connect()
         .await
         .expect_err("no connections");
     assert_eq!(invalid_setting(&err).0, "max_connections");
     let err = SqliteStore::builder(&file)
         .busy_timeout(Duration::from_secs(60 * 24 * 60 * 60))
-        .open()
+        .connect()
         .await
         .expect_err("60 days");
     assert_eq!(invalid_setting(&err).0, "busy_timeout");
     assert!(!file.exists());
 
-    // A directory that does not exist: SQLite's error, as a store error.
-    let err = SqliteStore::open(dir.path().join("missing").join("x.db"))
+    // A directory that does not exist: a store error naming the file, with
+    // SQLite's error as its source.
+    let err = SqliteStore::connect(dir.path().join("missing").join("x.db"))
         .await
         .expect_err("no directory");
     match err {
         Error::Store { backend, source } => {
             assert_eq!(backend, "sqlite");
-            assert!(source.downcast_ref::<sqlx::Error>().is_some(), "{source:?}");
+            match source.downcast_ref::<SqliteStoreError>() {
+                Some(SqliteStoreError::Open { path, source }) => {
+                    assert!(path.ends_with("missing/x.db"), "{path:?}");
+                    assert!(matches!(source, sqlx::Error::Database(_)), "{source:?}");
+                }
+                other => panic!("expected Open, got {other:?}"),
+            }
         }
         other => panic!("expected Error::Store, got {other:?}"),
     }
@@ -120,7 +127,7 @@ where
 async fn wal_synchronous_and_busy_timeout_are_really_set() {
     let dir = common::TempDir::new("pragmas");
     let file = dir.db("x");
-    let store = SqliteStore::open(&file).await.expect("open");
+    let store = SqliteStore::connect(&file).await.expect("open");
     assert_eq!(store.path(), file.as_path());
     assert_eq!(pragma::<String>(&store, "journal_mode").await, "wal");
     // 2 is FULL, 1 NORMAL.
@@ -142,7 +149,7 @@ async fn wal_synchronous_and_busy_timeout_are_really_set() {
     let normal = SqliteStore::builder(&file)
         .synchronous(Synchronous::Normal)
         .busy_timeout(Duration::from_millis(1234))
-        .open()
+        .connect()
         .await
         .expect("open");
     assert_eq!(pragma::<i64>(&normal, "synchronous").await, 1);
@@ -189,7 +196,7 @@ async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store
     // The busy timeout (5 s) outlasts the store's timeout: the timeout wins.
     let store = SqliteStore::builder(&file)
         .timeout(timeout)
-        .open()
+        .connect()
         .await
         .expect("open");
     let cp = common::checkpoint("r", 1, RunStatus::Running);
@@ -245,7 +252,7 @@ async fn a_write_blocked_past_the_busy_timeout_fails_with_sqlites_error() {
     let busy = Duration::from_millis(200);
     let store = SqliteStore::builder(&file)
         .busy_timeout(busy)
-        .open()
+        .connect()
         .await
         .expect("open");
     let mut other = hold_the_write_lock(&file).await;

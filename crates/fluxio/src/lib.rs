@@ -146,17 +146,21 @@ pub use fluxio_core::{
 };
 pub use fluxio_macros::{pipeline, stage};
 
+// The store crates: every public type at the root, inlined, so each has a
+// page here and `fluxio::X` names it (the stores, their builders, their
+// error types, their settings). Their constants (`DEFAULT_*`, `BACKEND`)
+// stay in the store crates: the names are the same in each.
 #[cfg(feature = "redis")]
 #[doc(inline)]
-pub use fluxio_redis::RedisStore;
+pub use fluxio_redis::{RedisStore, RedisStoreBuilder, RedisStoreError};
 
 #[cfg(feature = "postgres")]
 #[doc(inline)]
-pub use fluxio_postgres::PostgresStore;
+pub use fluxio_postgres::{PostgresStore, PostgresStoreBuilder, PostgresStoreError};
 
 #[cfg(feature = "sqlite")]
 #[doc(inline)]
-pub use fluxio_sqlite::SqliteStore;
+pub use fluxio_sqlite::{SqliteStore, SqliteStoreBuilder, SqliteStoreError, Synchronous};
 
 #[doc(hidden)]
 pub use fluxio_core::__private;

@@ -621,6 +621,225 @@ pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
     }
 }
 
+/// A lease time-to-live outside [`MIN_LEASE_TTL`](super::MIN_LEASE_TTL)..=
+/// [`MAX_LEASE_TTL`](super::MAX_LEASE_TTL) (zero, `Duration::MAX`,
+/// `u64::MAX` seconds) is `InvalidSetting` naming `lease_ttl`, on acquire and
+/// on renew, and never panics; both ends of the range are accepted.
+pub async fn lease_ttl_out_of_range_is_invalid_setting<H: Harness>(h: &H) {
+    use super::{MAX_LEASE_TTL, MIN_LEASE_TTL};
+    let ns = namespace("lease_ttl");
+    let store = h.store(&ns).await;
+    let bad = [
+        ("zero", Duration::ZERO),
+        ("Duration::MAX", Duration::MAX),
+        ("u64::MAX seconds", Duration::from_secs(u64::MAX)),
+        (
+            "one day over the maximum",
+            MAX_LEASE_TTL + Duration::from_secs(86_400),
+        ),
+    ];
+    let invalid = |r: crate::Result<()>, what: &str| match r {
+        Err(Error::InvalidSetting { setting, .. }) => {
+            assert_eq!(setting, "lease_ttl", "{what}");
+        }
+        other => {
+            panic!("{what}: expected InvalidSetting {{ setting: \"lease_ttl\" }}, got {other:?}")
+        }
+    };
+    for (what, ttl) in bad {
+        invalid(
+            store.acquire_lease("bad-ttl", ttl).await.map(drop),
+            &format!("acquire with {what}"),
+        );
+    }
+    // Nothing was taken by the refused acquires.
+    let short = store
+        .acquire_lease("bad-ttl", MIN_LEASE_TTL)
+        .await
+        .expect("MIN_LEASE_TTL is accepted");
+    drop(short);
+    let long = store
+        .acquire_lease("max-ttl", MAX_LEASE_TTL)
+        .await
+        .expect("MAX_LEASE_TTL is accepted");
+    for (what, ttl) in bad {
+        invalid(
+            store.renew_lease(&long, ttl).await,
+            &format!("renew with {what}"),
+        );
+    }
+    store
+        .renew_lease(&long, MAX_LEASE_TTL)
+        .await
+        .expect("renew with MAX_LEASE_TTL");
+    let other = h.store(&ns).await;
+    assert!(
+        matches!(
+            other.acquire_lease("max-ttl", MAX_LEASE_TTL).await,
+            Err(Error::RunIdInUse { .. })
+        ),
+        "a lease of MAX_LEASE_TTL is held"
+    );
+    store
+        .save_fenced(checkpoint("max-ttl", 1, &Context::new()), &long)
+        .await
+        .expect("fenced save under a MAX_LEASE_TTL lease");
+    store.release_lease(long).await.expect("release");
+}
+
+/// Malformed (and some well-formed) URLs of a store's server, every one of
+/// them holding `password`, for checking that no error message, `Debug` or
+/// `Display` shows it: missing and extra slashes, bad schemes and ports, `@`
+/// in odd places, percent escapes, unicode, whitespace, the truncations of a
+/// valid URL, and one-character deletions and insertions into it.
+///
+/// `scheme` is e.g. `"redis"`, `host_port` e.g. `"127.0.0.1:6379"` and `path`
+/// e.g. `"/0"`. The first URL returned is the valid one.
+///
+/// ```
+/// let urls = fluxio_core::store::conformance::urls_with_password(
+///     "redis", "127.0.0.1:6379", "/0", "hunter2",
+/// );
+/// assert_eq!(urls[0], "redis://user:hunter2@127.0.0.1:6379/0");
+/// assert!(urls.iter().all(|u| u.contains("hunter2")));
+/// assert!(urls.contains(&"redis//:hunter2@127.0.0.1:6379/0".to_owned()));
+/// ```
+#[must_use]
+pub fn urls_with_password(
+    scheme: &str,
+    host_port: &str,
+    path: &str,
+    password: &str,
+) -> Vec<String> {
+    let pw = password;
+    let valid = format!("{scheme}://user:{pw}@{host_port}{path}");
+    let mut urls = vec![valid.clone()];
+    for sep in [
+        "", ":", ":/", "//", "/", ":///", "::", "::/", ":////", ":\\\\", " :// ", "://\t", ":/\\/",
+        ":/ /", "://:", "://@",
+    ] {
+        for userinfo in [format!(":{pw}"), format!("user:{pw}")] {
+            urls.push(format!("{scheme}{sep}{userinfo}@{host_port}{path}"));
+        }
+    }
+    let upper = scheme.to_ascii_uppercase();
+    for bad_scheme in [
+        String::new(),
+        "http".to_owned(),
+        "HTTP".to_owned(),
+        "file".to_owned(),
+        format!("{scheme}s"),
+        upper,
+        format!("{scheme} "),
+        format!(" {scheme}"),
+        format!("1{scheme}"),
+        format!("{scheme}+tcp"),
+        format!("{scheme}:"),
+        format!("{scheme}🦀"),
+        format!("ü{scheme}"),
+        format!("{scheme}%3A"),
+    ] {
+        urls.push(format!("{bad_scheme}://user:{pw}@{host_port}{path}"));
+        urls.push(format!("{bad_scheme}:user:{pw}@{host_port}{path}"));
+    }
+    for userinfo in [
+        format!(":{pw}@@"),
+        format!(":{pw}@user@"),
+        format!("@:{pw}@"),
+        format!("user@:{pw}@"),
+        format!(":{pw}"),
+        format!(":{pw}:"),
+        format!("user:{pw}:extra@"),
+        format!(":{pw}%40"),
+        format!(":{pw}%@"),
+        format!(":{pw}%4@"),
+        format!(":{pw}%zz@"),
+        format!("user:{pw}@@@"),
+        format!("user:{pw} @"),
+        format!("user :{pw}@"),
+        format!(" user:{pw}@"),
+        format!("user:{pw}\n@"),
+        format!("us€r:{pw}@"),
+        format!("user:{pw}/@"),
+        format!("user:{pw}?@"),
+        format!("user:{pw}#@"),
+        format!("user%3A{pw}@"),
+        format!("user:{pw}%3A@"),
+        format!("{pw}:@"),
+        format!("{pw}@"),
+        format!("user{pw}@"),
+        format!("[user:{pw}]@"),
+    ] {
+        urls.push(format!("{scheme}://{userinfo}{host_port}{path}"));
+    }
+    for tail in [
+        format!("/:{pw}@x"),
+        format!("{path}/user:{pw}@x"),
+        format!("{path}?password={pw}"),
+        format!("{path}?PASS={pw}&x=1"),
+        format!("{path}?x=:{pw}@"),
+        format!("{path}?sslmode=:{pw}@"),
+        format!("{path}?sslmode=user:{pw}"),
+        format!("{path}?:{pw}@"),
+        format!("{path}#:{pw}@"),
+        format!("@:{pw}"),
+        format!("@:{pw}@"),
+        format!(":{pw}@"),
+    ] {
+        urls.push(format!("{scheme}://{host_port}{tail}"));
+    }
+    let host = host_port.rsplit_once(':').map_or(host_port, |(h, _)| h);
+    for bad_host in [
+        format!("{host}:"),
+        format!("{host}:99999"),
+        format!("{host}:-1"),
+        format!("{host}:abc"),
+        format!("{host_port}:1"),
+        format!("{host}:６３７９"),
+        "[::1".to_owned(),
+        "::1:1".to_owned(),
+        "[::1]:x".to_owned(),
+        "hôst:1".to_owned(),
+        "%zz:1".to_owned(),
+        "%2Ftmp%2Fsock".to_owned(),
+        "h st:1".to_owned(),
+        String::new(),
+        " ".to_owned(),
+        "🦀".to_owned(),
+    ] {
+        urls.push(format!("{scheme}://user:{pw}@{bad_host}{path}"));
+        urls.push(format!("{scheme}://:{pw}@{bad_host}{path}"));
+    }
+    for (before, after) in [
+        (" ", ""),
+        ("", "\n"),
+        ("\t", "\t"),
+        ("", " x"),
+        ("<", ">"),
+        ("\"", "\""),
+    ] {
+        urls.push(format!("{before}{valid}{after}"));
+    }
+    let boundaries: Vec<usize> = valid
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([valid.len()])
+        .collect();
+    for &i in &boundaries {
+        urls.push(valid[..i].to_owned());
+        for insert in ["/", "@", ":", "%", " ", "//", "\\"] {
+            urls.push(format!("{}{insert}{}", &valid[..i], &valid[i..]));
+        }
+    }
+    for pair in boundaries.windows(2) {
+        urls.push(format!("{}{}", &valid[..pair[0]], &valid[pair[1]..]));
+    }
+    urls.retain(|u| u.contains(pw));
+    let mut seen = std::collections::HashSet::new();
+    urls.retain(|u| seen.insert(u.clone()));
+    urls
+}
+
 /// Generates one `#[test]` per conformance check, for the concrete store and
 /// through `Arc<dyn CheckpointStore>`.
 ///
@@ -663,6 +882,7 @@ macro_rules! __store_conformance_each {
             release_frees_at_once_and_only_its_own_lease,
             fenced_writes_with_the_current_lease,
             corrupt_payload_is_a_typed_error,
+            lease_ttl_out_of_range_is_invalid_setting,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

@@ -57,6 +57,15 @@ impl LeaseState {
     }
 }
 
+/// `now + ttl`, without the overflow panic of `Instant + Duration`: a ttl
+/// past the clock's range (only possible for a caller that skipped
+/// [`check_lease_ttl`](super::check_lease_ttl)) means "never expires".
+fn expiry(now: Instant, ttl: Duration) -> Instant {
+    now.checked_add(ttl)
+        .or_else(|| now.checked_add(super::MAX_LEASE_TTL))
+        .unwrap_or(now)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -124,7 +133,9 @@ impl CheckpointStore for InMemoryStore {
     }
 
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        super::check_lease_ttl(ttl)?;
         let now = Instant::now();
+        let expires = expiry(now, ttl);
         let mut leases = lock(&self.leases);
         let state = leases.entry(run_id.to_owned()).or_insert(LeaseState {
             token: 0,
@@ -136,16 +147,18 @@ impl CheckpointStore for InMemoryStore {
             });
         }
         state.token += 1;
-        state.expires = Some(now + ttl);
+        state.expires = Some(expires);
         Ok(Lease::new(run_id, state.token))
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        super::check_lease_ttl(ttl)?;
         let now = Instant::now();
+        let expires = expiry(now, ttl);
         let mut leases = lock(&self.leases);
         match leases.get_mut(lease.run_id()) {
             Some(state) if state.token == lease.token() && state.held_at(now) => {
-                state.expires = Some(now + ttl);
+                state.expires = Some(expires);
                 Ok(())
             }
             _ => Err(Error::LeaseLost {

@@ -1,0 +1,39 @@
+//! Every public type of the store crates is reachable from the facade, so a
+//! user of `fluxio` (features `redis`, `postgres`, `sqlite`) can name the
+//! builders, the error types to downcast to, and the settings enums.
+
+use std::time::Duration;
+
+#[test]
+fn store_types_are_named_through_the_facade() {
+    // Builders and their settings, without connecting.
+    let redis: fluxio::RedisStoreBuilder = fluxio::RedisStore::builder("redis://127.0.0.1:6379")
+        .ttl(Duration::from_secs(60))
+        .key_prefix("facade");
+    assert!(format!("{redis:?}").contains("facade"));
+    let postgres: fluxio::PostgresStoreBuilder =
+        fluxio::PostgresStore::builder("postgres://127.0.0.1/test").schema("facade");
+    assert!(format!("{postgres:?}").contains("facade"));
+    let sqlite: fluxio::SqliteStoreBuilder =
+        fluxio::SqliteStore::builder("facade.db").synchronous(fluxio::Synchronous::Normal);
+    assert!(format!("{sqlite:?}").contains("Normal"));
+
+    // The error types a `fluxio::Error::Store` source is downcast to.
+    let err = fluxio::Error::store(
+        "postgres",
+        fluxio::PostgresStoreError::Timeout {
+            operation: "save",
+            timeout: Duration::from_secs(1),
+        },
+    );
+    let fluxio::Error::Store { source, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        source
+            .downcast_ref::<fluxio::PostgresStoreError>()
+            .is_some()
+    );
+    assert!(source.downcast_ref::<fluxio::SqliteStoreError>().is_none());
+    assert!(source.downcast_ref::<fluxio::RedisStoreError>().is_none());
+}
