@@ -433,6 +433,7 @@ fn ttl_secs(ttl: Duration) -> f64 {
 impl CheckpointStore for PostgresStore {
     /// One upsert.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
+        fluxio_core::store::check_run_id(&checkpoint.run_id)?;
         let payload = checkpoint.to_bytes()?;
         let (inner, checkpoint, payload) = (&self.inner, &checkpoint, &payload[..]);
         self.call("save", Retry::Once, |mut conn| async move {
@@ -446,6 +447,7 @@ impl CheckpointStore for PostgresStore {
 
     /// Expired rows (completed runs past their retention) read as absent.
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+        fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.call("load", Retry::Once, |mut conn| async move {
             let payload: Option<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
@@ -462,6 +464,7 @@ impl CheckpointStore for PostgresStore {
     }
 
     async fn delete(&self, run_id: &str) -> Result<()> {
+        fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.call("delete", Retry::Once, |mut conn| async move {
             sqlx::query(&inner.sql.delete)
@@ -475,6 +478,7 @@ impl CheckpointStore for PostgresStore {
 
     /// Expired rows read as absent.
     async fn exists(&self, run_id: &str) -> Result<bool> {
+        fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.call("exists", Retry::Once, |mut conn| async move {
             let exists: bool = sqlx::query_scalar(&inner.sql.exists)
@@ -490,6 +494,7 @@ impl CheckpointStore for PostgresStore {
     /// connection pinged first, and never sent twice: a second attempt after
     /// a first that committed would find that lease and report `RunIdInUse`.
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        fluxio_core::store::check_run_id(run_id)?;
         check_lease_ttl(ttl)?;
         let inner = &self.inner;
         self.call("acquire_lease", Retry::Never, |mut conn| async move {

@@ -314,6 +314,12 @@ async fn a_statement_that_blocks_times_out_and_the_store_recovers() {
     assert!(matches!(err, Error::Store { .. }), "{err:?}");
     assert!(took < timeout + Duration::from_millis(700), "took {took:?}");
 
+    // The client gave up after `timeout`; the server cancels the blocked
+    // statement itself when its `statement_timeout` (the same `timeout`)
+    // fires. Release the row only after that: released earlier, the
+    // abandoned acquire could still commit on the server and hold a lease
+    // nobody owns until its ttl ends (safe, but not what this test checks).
+    tokio::time::sleep(timeout).await;
     tx.rollback().await.expect("rollback");
     // The server cancelled the statement too (statement_timeout); the pool
     // is usable again.

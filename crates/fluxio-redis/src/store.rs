@@ -436,6 +436,7 @@ fn install_crypto_provider() {
 impl CheckpointStore for RedisStore {
     /// One `SET {prefix}:{run_id} <bytes> PX <ttl>`.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
+        fluxio_core::store::check_run_id(&checkpoint.run_id)?;
         let bytes = checkpoint.to_bytes()?;
         let key = self.checkpoint_key(&checkpoint.run_id);
         let mut cmd = redis::cmd("SET");
@@ -448,6 +449,7 @@ impl CheckpointStore for RedisStore {
     /// One `GET`; the bytes are decoded with [`Checkpoint::from_bytes`], so
     /// undecodable bytes are [`Error::CorruptCheckpoint`] and stay in place.
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+        fluxio_core::store::check_run_id(run_id)?;
         let key = self.checkpoint_key(run_id);
         let mut cmd = redis::cmd("GET");
         cmd.arg(&key);
@@ -459,6 +461,7 @@ impl CheckpointStore for RedisStore {
 
     /// One `DEL`.
     async fn delete(&self, run_id: &str) -> Result<()> {
+        fluxio_core::store::check_run_id(run_id)?;
         let key = self.checkpoint_key(run_id);
         let mut cmd = redis::cmd("DEL");
         cmd.arg(&key);
@@ -469,6 +472,7 @@ impl CheckpointStore for RedisStore {
 
     /// One `EXISTS`.
     async fn exists(&self, run_id: &str) -> Result<bool> {
+        fluxio_core::store::check_run_id(run_id)?;
         let key = self.checkpoint_key(run_id);
         let mut cmd = redis::cmd("EXISTS");
         cmd.arg(&key);
@@ -488,6 +492,7 @@ impl CheckpointStore for RedisStore {
     /// repeat finds the lease with this call's nonce and returns its token
     /// (instead of `RunIdInUse` against itself).
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        fluxio_core::store::check_run_id(run_id)?;
         check_lease_ttl(ttl)?;
         let (lease_key, lease_ms) = (self.lease_key(run_id), px(ttl));
         let (nonce_key, nonce) = (self.nonce_key(run_id), nonce());

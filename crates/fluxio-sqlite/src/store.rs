@@ -325,6 +325,7 @@ fn millis(d: Duration) -> i64 {
 impl CheckpointStore for SqliteStore {
     /// One upsert.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
+        fluxio_core::store::check_run_id(&checkpoint.run_id)?;
         let payload = checkpoint.to_bytes()?;
         let inner = &self.inner;
         self.timed("save", async {
@@ -338,6 +339,7 @@ impl CheckpointStore for SqliteStore {
 
     /// Expired rows (completed runs past their retention) read as absent.
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+        fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.timed("load", async {
             let payload: Option<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
@@ -354,6 +356,7 @@ impl CheckpointStore for SqliteStore {
     }
 
     async fn delete(&self, run_id: &str) -> Result<()> {
+        fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.timed("delete", async {
             sqlx::query(&inner.sql.delete)
@@ -367,6 +370,7 @@ impl CheckpointStore for SqliteStore {
 
     /// Expired rows read as absent.
     async fn exists(&self, run_id: &str) -> Result<bool> {
+        fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.timed("exists", async {
             let exists: bool = sqlx::query_scalar(&inner.sql.exists)
@@ -380,6 +384,7 @@ impl CheckpointStore for SqliteStore {
 
     /// One conditional upsert of the lease row (SQLite's clock).
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        fluxio_core::store::check_run_id(run_id)?;
         check_lease_ttl(ttl)?;
         let inner = &self.inner;
         self.timed("acquire_lease", async {

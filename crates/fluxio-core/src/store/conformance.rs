@@ -687,6 +687,41 @@ pub async fn lease_ttl_out_of_range_is_invalid_setting<H: Harness>(h: &H) {
     store.release_lease(long).await.expect("release");
 }
 
+/// A malformed run id (a NUL byte, empty, over 512 bytes) is
+/// `InvalidRunId` from every method that takes one, before the store is
+/// reached: never a backend error (Postgres text cannot hold a NUL), never
+/// stored.
+pub async fn malformed_run_ids_are_invalid_run_id<H: Harness>(h: &H) {
+    let ns = namespace("bad_ids");
+    let store = h.store(&ns).await;
+    let long = "x".repeat(super::MAX_RUN_ID_LEN + 1);
+    for bad in ["nul\0byte", "", long.as_str()] {
+        let what = format!("{:?}", bad.chars().take(12).collect::<String>());
+        let results = [
+            (
+                "save",
+                store.save(checkpoint(bad, 1, &Context::new())).await,
+            ),
+            ("load", store.load(bad).await.map(drop)),
+            ("exists", store.exists(bad).await.map(drop)),
+            ("delete", store.delete(bad).await),
+            (
+                "acquire_lease",
+                store
+                    .acquire_lease(bad, Duration::from_secs(30))
+                    .await
+                    .map(drop),
+            ),
+        ];
+        for (method, result) in results {
+            assert!(
+                matches!(result, Err(Error::InvalidRunId { .. })),
+                "{method} of {what}: expected InvalidRunId, got {result:?}"
+            );
+        }
+    }
+}
+
 /// Malformed (and some well-formed) URLs of a store's server, every one of
 /// them holding `password`, for checking that no error message, `Debug` or
 /// `Display` shows it: missing and extra slashes, bad schemes and ports, `@`
@@ -883,6 +918,7 @@ macro_rules! __store_conformance_each {
             fenced_writes_with_the_current_lease,
             corrupt_payload_is_a_typed_error,
             lease_ttl_out_of_range_is_invalid_setting,
+            malformed_run_ids_are_invalid_run_id,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

@@ -115,24 +115,29 @@ impl InMemoryStore {
 #[async_trait::async_trait]
 impl CheckpointStore for InMemoryStore {
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
+        crate::store::check_run_id(&checkpoint.run_id)?;
         lock(&self.map).insert(checkpoint.run_id.clone(), checkpoint);
         Ok(())
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+        crate::store::check_run_id(run_id)?;
         Ok(lock(&self.map).get(run_id).cloned())
     }
 
     async fn delete(&self, run_id: &str) -> Result<()> {
+        crate::store::check_run_id(run_id)?;
         lock(&self.map).remove(run_id);
         Ok(())
     }
 
     async fn exists(&self, run_id: &str) -> Result<bool> {
+        crate::store::check_run_id(run_id)?;
         Ok(lock(&self.map).contains_key(run_id))
     }
 
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        crate::store::check_run_id(run_id)?;
         super::check_lease_ttl(ttl)?;
         let now = Instant::now();
         let expires = expiry(now, ttl);
