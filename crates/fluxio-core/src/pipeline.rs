@@ -188,7 +188,10 @@ impl PipelineBuilder {
             if let Some(req) = stage.missing_resource(&resources) {
                 return Err(stage.missing_resource_error(
                     &req,
-                    &format!("register one with `.resource(value)` before `.build()` (registered: {resources:?})"),
+                    &format!(
+                        "register one with `.resource(value)` before `.build()` (registered: {})",
+                        resources.describe()
+                    ),
                 ));
             }
             *stage = stage.clone().with_resources(Arc::clone(&resources));

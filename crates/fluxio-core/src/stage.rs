@@ -602,11 +602,29 @@ impl Resources {
     }
 }
 
-impl fmt::Debug for Resources {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Resources {
+    /// The registered types' names, sorted.
+    fn type_names(&self) -> Vec<&'static str> {
         let mut names: Vec<&str> = self.map.values().map(|(n, _)| *n).collect();
         names.sort_unstable();
-        f.debug_set().entries(names).finish()
+        names
+    }
+
+    /// `"none"`, or the registered types' names quoted and comma-separated,
+    /// for error messages.
+    pub(crate) fn describe(&self) -> String {
+        let names = self.type_names();
+        if names.is_empty() {
+            return "none".to_owned();
+        }
+        let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+        quoted.join(", ")
+    }
+}
+
+impl fmt::Debug for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.type_names()).finish()
     }
 }
 
