@@ -500,3 +500,22 @@ async fn callbacks_get_the_version_of_every_pipeline() {
     p.invoke("v", input("v")).await.expect("runs");
     assert_eq!(*seen.0.lock().expect("not poisoned"), [p.version()]);
 }
+
+/// `use fluxio::*` brings in no name of the prelude: before the rename,
+/// `fluxio::Send` (the router's decision) shadowed the `Send` marker trait
+/// here and `T: Send` did not compile.
+mod glob_import {
+    #[allow(unused_imports)]
+    use fluxio::*;
+
+    fn needs_send_and_sync<T: Send + Sync>(_: &T) {}
+
+    #[test]
+    fn the_prelude_is_not_shadowed() {
+        let ctx = Context::new();
+        needs_send_and_sync(&ctx);
+        let decision: Route = Route::to("x");
+        let _: Option<Result<(), Error>> = Some(Ok(()));
+        assert_eq!(decision.route, "x");
+    }
+}
