@@ -135,6 +135,7 @@ fn parse_options(args: TokenStream) -> syn::Result<Options> {
         krate: syn::parse_quote!(::fluxio),
     };
     let mut errors: Option<syn::Error> = None;
+    let mut seen: Vec<String> = Vec::new();
     for meta in metas {
         let Meta::NameValue(nv) = &meta else {
             combine(
@@ -151,6 +152,17 @@ fn parse_options(args: TokenStream) -> syn::Result<Options> {
             .get_ident()
             .map(ToString::to_string)
             .unwrap_or_default();
+        if !key.is_empty() && seen.contains(&key) {
+            combine(
+                &mut errors,
+                syn::Error::new_spanned(
+                    &nv.path,
+                    format!("the stage option `{key}` is given twice: give each option once"),
+                ),
+            );
+            continue;
+        }
+        seen.push(key.clone());
         let result = match key.as_str() {
             "name" => lit_str(&nv.value, "name").map(|s| opts.name = Some(s)),
             "reads" => string_list(&nv.value, "reads").map(|v| opts.reads = Some(v)),
@@ -509,6 +521,31 @@ mod tests {
             out.contains("async fn a"),
             "the function is still emitted: {out}"
         );
+    }
+
+    #[test]
+    fn a_repeated_option_is_an_error_not_last_wins() {
+        let out = expand_ok(
+            quote!(name = "first", timeout = "1s", name = "second"),
+            quote!(
+                async fn a(ctx: Context) -> R {
+                    Ok(ctx)
+                }
+            ),
+        );
+        assert!(
+            out.contains("the stage option `name` is given twice"),
+            "{out}"
+        );
+        let ok = expand_ok(
+            quote!(name = "first", timeout = "1s"),
+            quote!(
+                async fn a(ctx: Context) -> R {
+                    Ok(ctx)
+                }
+            ),
+        );
+        assert!(!ok.contains("compile_error"), "{ok}");
     }
 
     #[test]
