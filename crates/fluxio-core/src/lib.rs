@@ -49,7 +49,18 @@ pub mod __private {
     pub use std::result::Result;
     pub use std::string::String;
     pub use std::time::Duration;
+    pub use std::vec;
     pub use std::vec::Vec;
+
+    /// The builder `pipeline!` returns: its nodes and the two compile-time
+    /// digests (auto-parallelism off and on).
+    pub fn pipeline_builder(
+        root: Vec<Node>,
+        digest_plain: [u8; 32],
+        digest_auto: [u8; 32],
+    ) -> PipelineBuilder {
+        PipelineBuilder::new(root, digest_plain, digest_auto)
+    }
 
     /// Wraps an async stage's future; `err` converts its error.
     pub fn async_stage<T, E, F>(fut: F, err: fn(E) -> BoxError) -> StageFuture

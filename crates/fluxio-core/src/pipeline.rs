@@ -47,9 +47,8 @@ pub struct PipelineBuilder {
 }
 
 impl PipelineBuilder {
-    /// Used by `pipeline!`; not a stable API.
-    #[doc(hidden)]
-    pub fn __new(root: Vec<Node>, digest_plain: [u8; 32], digest_auto: [u8; 32]) -> Self {
+    /// Used by `pipeline!` (through `__private::pipeline_builder`).
+    pub(crate) fn new(root: Vec<Node>, digest_plain: [u8; 32], digest_auto: [u8; 32]) -> Self {
         PipelineBuilder {
             root,
             digest_plain,

@@ -267,7 +267,7 @@ impl Emit {
                         bs.push(nodes);
                         hash.extend(h);
                     }
-                    nodes.push(quote!(#p::Node::Parallel { branches: ::std::vec![#(#bs),*], detached: #detached }));
+                    nodes.push(quote!(#p::Node::Parallel { branches: #p::vec![#(#bs),*], detached: #detached }));
                 }
                 Item::Routed { router, routes } => {
                     let alias = self.lookup(router);
@@ -285,12 +285,12 @@ impl Emit {
                         hash.extend(h);
                         rs.push(quote!((#p::String::from(#key), #nodes)));
                     }
-                    nodes.push(quote!(#p::Node::Route { routes: ::std::vec![#(#rs),*] }));
+                    nodes.push(quote!(#p::Node::Route { routes: #p::vec![#(#rs),*] }));
                 }
             }
         }
         hash.extend(quote!(.tag(b']')));
-        (quote!(::std::vec![#(#nodes),*]), hash)
+        (quote!(#p::vec![#(#nodes),*]), hash)
     }
 }
 
@@ -369,7 +369,7 @@ fn expand_input(input: Input) -> TokenStream {
             const __FLUXIO_PLAIN: [u8; 32] = __FLUXIO_SHAPE.tag(b'N').finalize();
             const __FLUXIO_AUTO: [u8; 32] = __FLUXIO_SHAPE.tag(b'A').finalize();
             #(#asserts)*
-            #p::PipelineBuilder::__new(#nodes, __FLUXIO_PLAIN, __FLUXIO_AUTO)
+            #p::pipeline_builder(#nodes, __FLUXIO_PLAIN, __FLUXIO_AUTO)
         }
     }}
 }
@@ -404,7 +404,7 @@ mod tests {
     fn empty_pipeline_is_accepted() {
         let out = err("");
         assert!(!out.contains("compile_error"), "{out}");
-        assert!(out.contains("PipelineBuilder :: __new"), "{out}");
+        assert!(out.contains("pipeline_builder"), "{out}");
     }
 
     #[test]

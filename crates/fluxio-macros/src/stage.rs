@@ -397,13 +397,13 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     let vis = &func.vis;
     let name = opts.name.map_or_else(|| ident.to_string(), |n| n.value());
     let list = |v: &Option<Vec<LitStr>>| match v {
-        None => quote!(::core::option::Option::None),
-        Some(keys) => quote!(::core::option::Option::Some(&[#(#keys),*])),
+        None => quote!(#p::Option::None),
+        Some(keys) => quote!(#p::Option::Some(&[#(#keys),*])),
     };
     let (reads, writes) = (list(&opts.reads), list(&opts.writes));
     let timeout = match opts.timeout_ms {
-        None => quote!(::core::option::Option::None),
-        Some(ms) => quote!(::core::option::Option::Some(#p::Duration::from_millis(#ms))),
+        None => quote!(#p::Option::None),
+        Some(ms) => quote!(#p::Option::Some(#p::Duration::from_millis(#ms))),
     };
     let is_async = func.sig.asyncness.is_some();
     let call_fn = format_ident!("__fluxio_call");
@@ -440,8 +440,8 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
         }
     };
     let schema = |t: &Option<syn::Type>| match t {
-        None => quote!(::core::option::Option::None),
-        Some(t) => quote_spanned!(t.span()=> ::core::option::Option::Some(#p::validate::<#t>)),
+        None => quote!(#p::Option::None),
+        Some(t) => quote_spanned!(t.span()=> #p::Option::Some(#p::validate::<#t>)),
     };
     let (input, output) = (schema(&opts.input), schema(&opts.output));
     let kind = if stream {

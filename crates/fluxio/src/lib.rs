@@ -142,7 +142,7 @@ pub use fluxio_core::{
     BoxError, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError, Emitter,
     Error, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result, Route, RunStatus, RunStream,
     Snapshot, Stage, StageInfo, StageKind, StageMeta, StageResult, StreamEvent, Value, callback,
-    compile, context, ctx, error, middleware, stage, store, stream, testing, value, version,
+    context, ctx, error, middleware, stage, store, stream, testing, value,
 };
 pub use fluxio_macros::{pipeline, stage};
 
@@ -161,6 +161,14 @@ pub use fluxio_postgres::{PostgresStore, PostgresStoreBuilder, PostgresStoreErro
 #[cfg(feature = "sqlite")]
 #[doc(inline)]
 pub use fluxio_sqlite::{SqliteStore, SqliteStoreBuilder, SqliteStoreError, Synchronous};
+
+/// The compiled form of a pipeline, as [`Pipeline::program`] and
+/// [`Pipeline::explain`] show it. (The version encoding and the nodes
+/// `pipeline!` builds are not part of the facade: generated code reaches them
+/// through a hidden path.)
+pub mod compile {
+    pub use fluxio_core::compile::{Event, Instr, Program};
+}
 
 #[doc(hidden)]
 pub use fluxio_core::__private;
