@@ -58,6 +58,7 @@ mod checkpoint;
 pub mod conformance;
 mod lease;
 mod memory;
+mod redact;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -68,6 +69,7 @@ pub use checkpoint::{Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, RunStatus};
 pub use lease::Lease;
 pub(crate) use lease::Ownership;
 pub use memory::InMemoryStore;
+pub use redact::RedactedUrl;
 
 use crate::error::Result;
 
