@@ -39,7 +39,7 @@ async fn main() -> anyhow::Result<()> {
         "    checkpoint: step `{}`, status {:?}, error = {}, context keys {:?}\n",
         cp.step,
         cp.status,
-        cp.error,
+        cp.is_failed(),
         cp.context.iter().map(|(k, _)| k).collect::<Vec<_>>()
     );
 

@@ -77,19 +77,13 @@ fn user() -> User {
 }
 
 fn checkpoint(ctx: &Context) -> Checkpoint {
-    Checkpoint {
-        run_id: "run:1/ü x".into(),
-        version: "0123456789ab".into(),
-        ip: 4,
-        step: "charge".into(),
-        context: ctx.snapshot(),
-        status: RunStatus::Failed,
-        error: true,
-        error_message: Some("stage `charge` failed: declined".into()),
-        created_at_ms: 1,
-        updated_at_ms: 2,
-        attempt: 3,
-    }
+    let mut cp = Checkpoint::new("run:1/ü x", "0123456789ab", 4, "charge", ctx.snapshot());
+    cp.status = RunStatus::Failed;
+    cp.error_message = Some("stage `charge` failed: declined".into());
+    cp.created_at_ms = 1;
+    cp.updated_at_ms = 2;
+    cp.attempt = 3;
+    cp
 }
 
 fn through_bytes(ctx: &Context) -> Context {

@@ -297,7 +297,10 @@ fn run_to_completion(
                     .block_on(store.load(run_id))
                     .expect("load")
                     .expect("a failure leaves a checkpoint");
-                assert!(cp.error, "{ctx}: the stage error left an error checkpoint");
+                assert!(
+                    cp.is_failed(),
+                    "{ctx}: the stage error left an error checkpoint"
+                );
                 assert_eq!(
                     (cp.step.as_str(), cp.attempt),
                     ("c4", 1),

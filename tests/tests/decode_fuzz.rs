@@ -284,19 +284,11 @@ struct Seed {
 }
 
 fn checkpoint(run_id: &str, ctx: Context) -> Checkpoint {
-    Checkpoint {
-        run_id: run_id.to_owned(),
-        version: "0123456789abcdef".to_owned(),
-        ip: 5,
-        step: "charge".to_owned(),
-        context: ctx.snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_999,
-        attempt: 2,
-    }
+    let mut cp = Checkpoint::new(run_id, "0123456789abcdef", 5, "charge", ctx.snapshot());
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_000_999;
+    cp.attempt = 2;
+    cp
 }
 
 fn s(v: &str) -> Value {
@@ -409,7 +401,6 @@ fn seeds() -> Vec<Seed> {
             .collect(),
     );
     failed.status = RunStatus::Failed;
-    failed.error = true;
     failed.error_message = Some("stage `charge` failed: card declined 💳".to_owned());
     failed.attempt = 3;
     let mut completed = checkpoint(
@@ -422,18 +413,12 @@ fn seeds() -> Vec<Seed> {
     completed.step = String::new();
     completed.updated_at_ms = u64::MAX;
     completed.attempt = u32::MAX;
-    let empty = Checkpoint {
-        run_id: String::new(),
-        version: String::new(),
-        ip: 0,
-        step: String::new(),
-        context: Context::new().snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        attempt: 0,
+    let empty = {
+        let mut cp = Checkpoint::new("", "", 0, "", Context::new().snapshot());
+        cp.created_at_ms = 0;
+        cp.updated_at_ms = 0;
+        cp.attempt = 0;
+        cp
     };
     [
         ("small", small),

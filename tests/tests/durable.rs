@@ -101,7 +101,7 @@ async fn rule2_failure_leaves_error_checkpoint_and_returns_the_stage_error() {
     assert_eq!(err.stage(), Some("b"));
 
     let cp = stored(&p, "r2").await;
-    assert!(cp.error);
+    assert!(cp.is_failed());
     assert_eq!(cp.status, RunStatus::Failed);
     assert_eq!(cp.step, "b");
     assert_eq!(
@@ -165,7 +165,7 @@ async fn rule2_panic_is_a_failure_with_an_error_checkpoint() {
             "{err}"
         );
         let cp = stored(&p, "r2p").await;
-        assert!(cp.error && cp.error_message.as_deref().is_some_and(|m| m.contains(msg)));
+        assert!(cp.is_failed() && cp.error_message.as_deref().is_some_and(|m| m.contains(msg)));
         // the run id is free again
         p.invoke("r2p", input(t))
             .await
@@ -198,7 +198,7 @@ async fn rule2_timeout_is_a_failure_and_resume_retries_it() {
         matches!(err, Error::StageTimeout { ref stage, timeout } if stage == "slow" && timeout == Duration::from_secs(1))
     );
     let cp = stored(&p, "r2t").await;
-    assert_eq!((cp.step.as_str(), cp.error), ("slow", true));
+    assert_eq!((cp.step.as_str(), cp.is_failed()), ("slow", true));
     let out = p.resume("r2t").await.expect("second attempt is fast");
     assert_eq!(path(&out), ["a", "c"]);
     assert_eq!(calls(t, "a"), 1);
@@ -468,7 +468,7 @@ async fn rule7_completed_run_resumes_to_its_final_context_without_running() {
     let out = p.invoke("r7", input(t)).await.expect("succeeds");
     let cp = stored(&p, "r7").await;
     assert_eq!(cp.status, RunStatus::Completed);
-    assert!(!cp.error);
+    assert!(!cp.is_failed());
     assert_eq!(cp.ip as usize, p.program().instrs.len());
     assert_eq!(cp.context.to_context(), out);
     let before = journal(t).len();

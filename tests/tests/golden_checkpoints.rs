@@ -40,48 +40,44 @@ fn map(entries: Vec<(Value, Value)>) -> Value {
 
 /// A run about to execute its second stage, first attempt.
 fn running() -> Checkpoint {
-    Checkpoint {
-        run_id: RUN_ID.to_owned(),
-        version: "0123456789abcdef".to_owned(),
-        ip: 3,
-        step: "enrich".to_owned(),
-        context: context(vec![
+    let mut cp = Checkpoint::new(
+        RUN_ID,
+        "0123456789abcdef",
+        3,
+        "enrich",
+        context(vec![
             ("user_id", Value::U64(42)),
             ("name", string("Ada")),
             ("score", Value::F64(0.5)),
         ])
         .snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_250,
-        attempt: 1,
-    }
+    );
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_000_250;
+    cp
 }
 
 /// A run whose stage failed on its third attempt.
 fn failed() -> Checkpoint {
-    Checkpoint {
-        run_id: RUN_ID.to_owned(),
-        version: "fedcba9876543210".to_owned(),
-        ip: 7,
-        step: "charge".to_owned(),
-        context: context(vec![
+    let mut cp = Checkpoint::new(
+        RUN_ID,
+        "fedcba9876543210",
+        7,
+        "charge",
+        context(vec![
             ("amount_cents", Value::I64(-1_999)),
             ("currency", string("EUR")),
             ("retries", Value::Seq(vec![Value::U64(1), Value::U64(2)])),
         ])
         .snapshot(),
-        status: RunStatus::Failed,
-        error: true,
-        error_message: Some(
-            "stage `charge` failed: card declined (Zahlung abgelehnt 💳)".to_owned(),
-        ),
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_123_456,
-        attempt: 3,
-    }
+    );
+    cp.status = RunStatus::Failed;
+    cp.error_message =
+        Some("stage `charge` failed: card declined (Zahlung abgelehnt 💳)".to_owned());
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_123_456;
+    cp.attempt = 3;
+    cp
 }
 
 /// Every `Value` variant, extreme numbers, NaN bits, bytes and unicode keys.
@@ -162,36 +158,20 @@ fn every_value() -> Context {
 
 /// A finished run: `ip` is the program's length and `step` is empty.
 fn completed() -> Checkpoint {
-    Checkpoint {
-        run_id: RUN_ID.to_owned(),
-        version: "00000000000000ff".to_owned(),
-        ip: 12,
-        step: String::new(),
-        context: every_value().snapshot(),
-        status: RunStatus::Completed,
-        error: false,
-        error_message: None,
-        created_at_ms: 0,
-        updated_at_ms: u64::MAX,
-        attempt: u32::MAX,
-    }
+    let mut cp = Checkpoint::new(RUN_ID, "00000000000000ff", 12, "", every_value().snapshot());
+    cp.status = RunStatus::Completed;
+    cp.created_at_ms = 0;
+    cp.updated_at_ms = u64::MAX;
+    cp.attempt = u32::MAX;
+    cp
 }
 
 /// The smallest checkpoint: empty context, empty strings.
 fn empty() -> Checkpoint {
-    Checkpoint {
-        run_id: RUN_ID.to_owned(),
-        version: String::new(),
-        ip: 0,
-        step: String::new(),
-        context: Context::new().snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        attempt: 1,
-    }
+    let mut cp = Checkpoint::new(RUN_ID, "", 0, "", Context::new().snapshot());
+    cp.created_at_ms = 0;
+    cp.updated_at_ms = 0;
+    cp
 }
 
 /// File name and the checkpoint it must hold.

@@ -226,7 +226,7 @@ async fn timeout_middleware_leaves_an_error_checkpoint_and_resume_succeeds() {
         matches!(err, Error::StageTimeout { ref stage, timeout } if stage == "sleepy" && timeout == Duration::from_secs(2))
     );
     let cp = p.checkpoint("t").await.expect("ok").expect("stored");
-    assert_eq!((cp.step.as_str(), cp.error), ("sleepy", true));
+    assert_eq!((cp.step.as_str(), cp.is_failed()), ("sleepy", true));
     let out = p.resume("t").await.expect("the second call is quick");
     assert!(out.get::<bool>("woke").expect("set"));
 }

@@ -124,7 +124,7 @@ async fn merge_conflict_names_the_keys_and_the_branches() {
     );
     // the failure checkpoint points at the parallel block
     let cp = p.checkpoint("conflict").await.expect("ok").expect("stored");
-    assert!(cp.error);
+    assert!(cp.is_failed());
     assert_eq!(cp.step, "parallel(left, also_left, writes_shared)");
 }
 
@@ -292,7 +292,7 @@ async fn unknown_route_lists_the_available_routes_and_leaves_an_error_checkpoint
         .await
         .expect("ok")
         .expect("stored");
-    assert_eq!((cp.step.as_str(), cp.error), ("router", true));
+    assert_eq!((cp.step.as_str(), cp.is_failed()), ("router", true));
 }
 
 #[tokio::test]
@@ -542,7 +542,7 @@ async fn schema_checks_pass_with_extra_keys_and_name_the_failing_field() {
         .expect("ok")
         .expect("stored");
     assert!(
-        cp.error,
+        cp.is_failed(),
         "a validation failure leaves an error checkpoint like any failure"
     );
 

@@ -299,17 +299,8 @@ async fn a_large_vector_fails_the_same_way_on_the_memory_store_and_a_byte_store(
 }
 
 fn checkpoint(run_id: &str, ctx: &Context) -> Checkpoint {
-    Checkpoint {
-        run_id: run_id.into(),
-        version: "0123456789ab".into(),
-        ip: 1,
-        step: "s".into(),
-        context: ctx.snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 1,
-        updated_at_ms: 2,
-        attempt: 1,
-    }
+    let mut cp = Checkpoint::new(run_id, "0123456789ab", 1, "s", ctx.snapshot());
+    cp.created_at_ms = 1;
+    cp.updated_at_ms = 2;
+    cp
 }

@@ -22,7 +22,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::middleware::Next;
 use crate::stage::{Output, STAGE_INFO, StageInfo, StageKind};
-use crate::store::{Checkpoint, CheckpointStore, Lease, RunStatus, now_ms};
+use crate::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
 
 /// What a durable run needs to write its checkpoints.
 pub(crate) struct Durable<'a> {
@@ -47,19 +47,13 @@ impl Durable<'_> {
         error: Option<String>,
         attempt: u32,
     ) -> Checkpoint {
-        Checkpoint {
-            run_id: self.run_id.to_owned(),
-            version: self.version.to_owned(),
-            ip: u32::try_from(ip).unwrap_or(u32::MAX),
-            step: step.to_owned(),
-            context: ctx.snapshot(),
-            status,
-            error: error.is_some(),
-            error_message: error,
-            created_at_ms: self.created_at_ms,
-            updated_at_ms: now_ms(),
-            attempt,
-        }
+        let ip = u32::try_from(ip).unwrap_or(u32::MAX);
+        let mut cp = Checkpoint::new(self.run_id, self.version, ip, step, ctx.snapshot());
+        cp.created_at_ms = self.created_at_ms;
+        cp.attempt = attempt;
+        cp.status = status;
+        cp.error_message = error;
+        cp
     }
 }
 

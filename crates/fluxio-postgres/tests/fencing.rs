@@ -8,22 +8,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fluxio_core::Error;
-use fluxio_core::store::{Checkpoint, CheckpointStore, RunStatus};
+use fluxio_core::store::{Checkpoint, CheckpointStore};
 
 fn checkpoint(ip: u32) -> Checkpoint {
-    Checkpoint {
-        run_id: "r".to_owned(),
-        version: "0123456789ab".to_owned(),
+    let mut cp = Checkpoint::new(
+        "r",
+        "0123456789ab",
         ip,
-        step: format!("step-{ip}"),
-        context: fluxio_core::Context::new().snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_000,
-        attempt: 1,
-    }
+        format!("step-{ip}"),
+        fluxio_core::Context::new().snapshot(),
+    );
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_000_000;
+    cp
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,19 +8,17 @@ use fluxio_core::store::{Checkpoint, CheckpointStore, RunStatus};
 use fluxio_postgres::PostgresStore;
 
 fn checkpoint(run_id: &str, status: RunStatus) -> Checkpoint {
-    Checkpoint {
-        run_id: run_id.to_owned(),
-        version: "0123456789ab".to_owned(),
-        ip: 3,
-        step: String::new(),
-        context: fluxio_core::Context::new().snapshot(),
-        status,
-        error: status == RunStatus::Failed,
-        error_message: None,
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_000,
-        attempt: 1,
-    }
+    let mut cp = Checkpoint::new(
+        run_id,
+        "0123456789ab",
+        3,
+        "",
+        fluxio_core::Context::new().snapshot(),
+    );
+    cp.status = status;
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_000_000;
+    cp
 }
 
 #[tokio::test]

@@ -10,19 +10,16 @@ use fluxio_core::store::{Checkpoint, CheckpointStore, RunStatus};
 use fluxio_postgres::{PostgresStore, PostgresStoreError};
 
 fn checkpoint(run_id: &str) -> Checkpoint {
-    Checkpoint {
-        run_id: run_id.to_owned(),
-        version: "0123456789ab".to_owned(),
-        ip: 1,
-        step: "one".to_owned(),
-        context: fluxio_core::Context::new().snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_001,
-        attempt: 1,
-    }
+    let mut cp = Checkpoint::new(
+        run_id,
+        "0123456789ab",
+        1,
+        "one",
+        fluxio_core::Context::new().snapshot(),
+    );
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_000_001;
+    cp
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -164,7 +161,6 @@ async fn operator_columns_mirror_the_payload() {
     let store = common::store(&url, &schema).await;
     let mut cp = checkpoint("r");
     cp.status = RunStatus::Failed;
-    cp.error = true;
     cp.error_message = Some("boom".to_owned());
     store.save(cp.clone()).await.expect("save");
     let row: (

@@ -240,18 +240,12 @@ async fn a_server_that_never_answers_times_out_with_a_store_error() {
         .timeout(timeout)
         .connect_lazy()
         .expect("lazy");
-    let cp = Checkpoint {
-        run_id: "r".to_owned(),
-        version: "v".to_owned(),
-        ip: 0,
-        step: "s".to_owned(),
-        context: fluxio_core::Context::new().snapshot(),
-        status: fluxio_core::RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        attempt: 1,
+    let cp = {
+        let mut cp = Checkpoint::new("r", "v", 0, "s", fluxio_core::Context::new().snapshot());
+        cp.status = fluxio_core::RunStatus::Running;
+        cp.created_at_ms = 0;
+        cp.updated_at_ms = 0;
+        cp
     };
     let started = Instant::now();
     assert_store_error_in_time("load", store.load("r").await.map(drop), started, timeout);

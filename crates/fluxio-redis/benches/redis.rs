@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use fluxio::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
+use fluxio::store::{Checkpoint, CheckpointStore, Lease};
 use fluxio::{Context, Pipeline, StageResult, pipeline, stage};
 use fluxio_redis::RedisStore;
 
@@ -41,19 +41,16 @@ fn context_1kb() -> Context {
 }
 
 fn checkpoint(run_id: &str) -> Checkpoint {
-    Checkpoint {
-        run_id: run_id.to_owned(),
-        version: "0123456789ab".to_owned(),
-        ip: 3,
-        step: "step-3".to_owned(),
-        context: context_1kb().snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_000,
-        attempt: 1,
-    }
+    let mut cp = Checkpoint::new(
+        run_id,
+        "0123456789ab",
+        3,
+        "step-3",
+        context_1kb().snapshot(),
+    );
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_000_000;
+    cp
 }
 
 /// Runs `f` `iters` times on `rt`, timing the loop only.

@@ -611,7 +611,6 @@ mod tests {
     use std::io;
     use std::sync::atomic::AtomicBool;
 
-    use fluxio_core::store::RunStatus;
     use fluxio_core::store::conformance::{namespace, skip_unless_ci};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::{TcpListener, TcpStream};
@@ -749,18 +748,17 @@ mod tests {
             Err(Error::RunIdInUse { .. })
         ));
 
-        let cp = Checkpoint {
-            run_id: run.to_owned(),
-            version: "0123456789ab".to_owned(),
-            ip: 1,
-            step: "step-1".to_owned(),
-            context: fluxio_core::Context::new().snapshot(),
-            status: RunStatus::Running,
-            error: false,
-            error_message: None,
-            created_at_ms: 1_700_000_000_000,
-            updated_at_ms: 1_700_000_000_000,
-            attempt: 1,
+        let cp = {
+            let mut cp = Checkpoint::new(
+                run,
+                "0123456789ab",
+                1,
+                "step-1",
+                fluxio_core::Context::new().snapshot(),
+            );
+            cp.created_at_ms = 1_700_000_000_000;
+            cp.updated_at_ms = 1_700_000_000_000;
+            cp
         };
         proxy.arm();
         store

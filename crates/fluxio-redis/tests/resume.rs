@@ -86,7 +86,7 @@ async fn a_failed_run_resumes_in_another_process() -> anyhow::Result<()> {
         .await?
         .expect("a failure leaves a checkpoint");
     assert_eq!(
-        (cp.step.as_str(), cp.status, cp.error),
+        (cp.step.as_str(), cp.status, cp.is_failed()),
         ("charge", RunStatus::Failed, true)
     );
     assert_eq!(

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, RunStatus};
+use fluxio_core::store::{Checkpoint, CheckpointStore};
 use fluxio_core::{Context, Error};
 use fluxio_redis::{RedisStore, RedisStoreError};
 
@@ -13,18 +13,17 @@ fn checkpoint(run_id: &str, ip: u32) -> Checkpoint {
     let ctx = Context::new()
         .set("payload", "x".repeat(100))
         .expect("a string serializes");
-    Checkpoint {
-        run_id: run_id.to_owned(),
-        version: "0123456789ab".to_owned(),
-        ip,
-        step: format!("step-{ip}"),
-        context: ctx.snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_000,
-        attempt: 1,
+    {
+        let mut cp = Checkpoint::new(
+            run_id,
+            "0123456789ab",
+            ip,
+            format!("step-{ip}"),
+            ctx.snapshot(),
+        );
+        cp.created_at_ms = 1_700_000_000_000;
+        cp.updated_at_ms = 1_700_000_000_000;
+        cp
     }
 }
 

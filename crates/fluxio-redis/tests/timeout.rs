@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
+use fluxio_core::store::{Checkpoint, CheckpointStore, Lease};
 use fluxio_core::{Context, Error};
 use fluxio_redis::{RedisStore, RedisStoreError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,19 +18,16 @@ const TIMEOUT: Duration = Duration::from_millis(300);
 const SLACK: Duration = Duration::from_millis(700);
 
 fn checkpoint(run_id: &str) -> Checkpoint {
-    Checkpoint {
-        run_id: run_id.to_owned(),
-        version: "0123456789ab".to_owned(),
-        ip: 1,
-        step: "step-1".to_owned(),
-        context: Context::new().snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        attempt: 1,
-    }
+    let mut cp = Checkpoint::new(
+        run_id,
+        "0123456789ab",
+        1,
+        "step-1",
+        Context::new().snapshot(),
+    );
+    cp.created_at_ms = 0;
+    cp.updated_at_ms = 0;
+    cp
 }
 
 fn assert_timeout<T: std::fmt::Debug>(

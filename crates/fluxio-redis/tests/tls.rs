@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, RunStatus};
+use fluxio_core::store::{Checkpoint, CheckpointStore};
 use fluxio_core::{Context, Error};
 use fluxio_redis::{RedisStore, RedisStoreError};
 
@@ -189,18 +189,17 @@ async fn rediss_verifies_the_server_and_works() {
         .connect()
         .await
         .expect("connect over TLS");
-    let cp = Checkpoint {
-        run_id: "r".to_owned(),
-        version: "0123456789ab".to_owned(),
-        ip: 1,
-        step: "step-1".to_owned(),
-        context: Context::new().set("k", "v").expect("serializes").snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        attempt: 1,
+    let cp = {
+        let mut cp = Checkpoint::new(
+            "r",
+            "0123456789ab",
+            1,
+            "step-1",
+            Context::new().set("k", "v").expect("serializes").snapshot(),
+        );
+        cp.created_at_ms = 0;
+        cp.updated_at_ms = 0;
+        cp
     };
     let lease = store
         .acquire_lease("r", Duration::from_secs(5))

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use fluxio::store::{Checkpoint, CheckpointStore, RunStatus};
+use fluxio::store::{Checkpoint, CheckpointStore};
 use fluxio::{Context, StageResult, pipeline, stage};
 use fluxio_sqlite::{SqliteStore, Synchronous};
 
@@ -46,19 +46,10 @@ fn context_of(bytes: usize) -> Context {
 }
 
 fn checkpoint(run_id: &str, ctx: &Context) -> Checkpoint {
-    Checkpoint {
-        run_id: run_id.to_owned(),
-        version: "0123456789ab".to_owned(),
-        ip: 3,
-        step: "step-3".to_owned(),
-        context: ctx.snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_000,
-        attempt: 1,
-    }
+    let mut cp = Checkpoint::new(run_id, "0123456789ab", 3, "step-3", ctx.snapshot());
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_000_000;
+    cp
 }
 
 fn per_checkpoint(

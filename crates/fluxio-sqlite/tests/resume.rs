@@ -105,7 +105,7 @@ async fn a_failed_run_resumes_from_the_failed_stage_on_another_store() -> anyhow
         .await?
         .expect("a failure leaves a checkpoint");
     assert_eq!(
-        (cp.step.as_str(), cp.status, cp.error),
+        (cp.step.as_str(), cp.status, cp.is_failed()),
         ("charge", RunStatus::Failed, true)
     );
 
@@ -180,7 +180,7 @@ async fn a_crashed_process_is_resumed_by_another() -> anyhow::Result<()> {
         .await?
         .expect("the checkpoint saved before `charge`");
     assert_eq!(
-        (cp.step.as_str(), cp.status, cp.error),
+        (cp.step.as_str(), cp.status, cp.is_failed()),
         ("charge", RunStatus::Running, false)
     );
 

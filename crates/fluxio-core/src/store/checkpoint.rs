@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bincode::de::{Decode, Decoder};
-use bincode::error::{AllowedEnumVariants, DecodeError};
+use bincode::enc::{Encode, Encoder};
+use bincode::error::{AllowedEnumVariants, DecodeError, EncodeError};
 use serde::de::value::MapDeserializer;
 use serde::{Deserialize, Serialize};
 
@@ -41,10 +42,28 @@ pub enum RunStatus {
 /// documented binary encoding, [`Checkpoint::to_bytes`], that byte-oriented
 /// stores persist.
 ///
-/// Its `bincode::Decode` is written by hand (the wire format is exactly the
-/// derived one): every string is read without trusting its claimed length,
-/// so corrupt bytes claiming a 1 GiB string fail without allocating it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, bincode::Encode)]
+/// A run says it failed one way: `status` is [`RunStatus::Failed`], and
+/// `error_message` says how. Build one with [`Checkpoint::new`] and, for the
+/// other states, [`Checkpoint::failed`] or [`Checkpoint::completed`]; the
+/// struct is `#[non_exhaustive]`, so new fields are not breaking changes.
+///
+/// ```
+/// use fluxio_core::store::{Checkpoint, RunStatus};
+/// use fluxio_core::Context;
+///
+/// let cp = Checkpoint::new("order-7", "0123456789ab", 3, "charge", Context::new().snapshot())
+///     .failed("card declined");
+/// assert_eq!(cp.status, RunStatus::Failed);
+/// assert!(cp.is_failed());
+/// assert_eq!(cp.error_message.as_deref(), Some("card declined"));
+/// ```
+///
+/// Its `bincode` encoding and decoding are written by hand (the wire format
+/// is the one the derived ones had): every string is read without trusting
+/// its claimed length, so corrupt bytes claiming a 1 GiB string fail without
+/// allocating it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Checkpoint {
     /// The run this checkpoint belongs to.
     pub run_id: String,
@@ -58,11 +77,10 @@ pub struct Checkpoint {
     pub step: String,
     /// The context the stage at `ip` starts from (the final context once completed).
     pub context: Snapshot,
-    /// Running, failed or completed.
+    /// Running, failed or completed: the one place a checkpoint says it
+    /// failed.
     pub status: RunStatus,
-    /// Whether the run failed at `ip`.
-    pub error: bool,
-    /// The failure's message, when `error` is set.
+    /// How the stage at `ip` failed, when `status` is [`RunStatus::Failed`].
     pub error_message: Option<String>,
     /// When the run started, in milliseconds since the Unix epoch.
     pub created_at_ms: u64,
@@ -89,6 +107,53 @@ fn config() -> impl bincode::config::Config {
 }
 
 impl Checkpoint {
+    /// A running checkpoint of `run_id` at `ip`, about to run `step` from
+    /// `context`: attempt 1, created and updated now.
+    #[must_use]
+    pub fn new(
+        run_id: impl Into<String>,
+        version: impl Into<String>,
+        ip: u32,
+        step: impl Into<String>,
+        context: Snapshot,
+    ) -> Self {
+        let now = now_ms();
+        Self {
+            run_id: run_id.into(),
+            version: version.into(),
+            ip,
+            step: step.into(),
+            context,
+            status: RunStatus::Running,
+            error_message: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+            attempt: 1,
+        }
+    }
+
+    /// The same checkpoint, saying that the stage at `ip` failed with `message`.
+    #[must_use]
+    pub fn failed(mut self, message: impl Into<String>) -> Self {
+        self.status = RunStatus::Failed;
+        self.error_message = Some(message.into());
+        self
+    }
+
+    /// The same checkpoint, saying that the run completed.
+    #[must_use]
+    pub fn completed(mut self) -> Self {
+        self.status = RunStatus::Completed;
+        self.error_message = None;
+        self
+    }
+
+    /// Whether the run failed at `ip` (`status` is [`RunStatus::Failed`]).
+    #[must_use]
+    pub fn is_failed(&self) -> bool {
+        self.status == RunStatus::Failed
+    }
+
     /// Encodes the checkpoint.
     ///
     /// Layout (all integers little endian):
@@ -134,15 +199,11 @@ impl Checkpoint {
     /// byte store refuses.
     ///
     /// ```
-    /// use fluxio_core::store::{Checkpoint, RunStatus};
+    /// use fluxio_core::store::Checkpoint;
     /// use fluxio_core::{Context, Error, Value};
     ///
     /// let ctx = Context::new().set_value("blob", Value::Bytes(vec![0; 1 << 30]));
-    /// let cp = Checkpoint {
-    ///     run_id: "r".into(), version: "v1".into(), ip: 0, step: "a".into(),
-    ///     context: ctx.snapshot(), status: RunStatus::Running, error: false,
-    ///     error_message: None, created_at_ms: 0, updated_at_ms: 0, attempt: 1,
-    /// };
+    /// let cp = Checkpoint::new("r", "v1", 0, "a", ctx.snapshot());
     /// assert!(matches!(cp.check(), Err(Error::ValueTooLarge { ref key, .. }) if key == "blob"));
     /// ```
     ///
@@ -339,19 +400,50 @@ fn decode_opt_string<D: Decoder>(decoder: &mut D) -> Result<Option<String>, Deco
     }
 }
 
-/// Reads exactly what the derived `Encode` writes, field by field, but
-/// without bincode's `String` decoder, which allocates the claimed length
-/// before reading (see `value::decode_string`).
+/// Format 1's payload, field by field: run id, version, ip, step, context,
+/// status, an `error` flag (written as `status == Failed`: format 1 says
+/// "failed" twice, this type once), the error message, both timestamps and
+/// the attempt.
+impl Encode for Checkpoint {
+    fn encode<E: Encoder>(&self, encoder: &mut E) -> std::result::Result<(), EncodeError> {
+        self.run_id.encode(encoder)?;
+        self.version.encode(encoder)?;
+        self.ip.encode(encoder)?;
+        self.step.encode(encoder)?;
+        self.context.encode(encoder)?;
+        self.status.encode(encoder)?;
+        self.is_failed().encode(encoder)?;
+        self.error_message.encode(encoder)?;
+        self.created_at_ms.encode(encoder)?;
+        self.updated_at_ms.encode(encoder)?;
+        self.attempt.encode(encoder)
+    }
+}
+
+/// Reads exactly what `Encode` writes, without bincode's `String` decoder,
+/// which allocates the claimed length before reading (see
+/// `value::decode_string`). An `error` flag that disagrees with the status
+/// is corrupt: no build of fluxio writes one.
 impl<C> Decode<C> for Checkpoint {
     fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
+        let run_id = decode_string(decoder)?;
+        let version = decode_string(decoder)?;
+        let ip = u32::decode(decoder)?;
+        let step = decode_string(decoder)?;
+        let context = decode_snapshot(decoder)?;
+        let status = RunStatus::decode(decoder)?;
+        if bool::decode(decoder)? != (status == RunStatus::Failed) {
+            return Err(DecodeError::Other(
+                "the error flag disagrees with the status",
+            ));
+        }
         Ok(Checkpoint {
-            run_id: decode_string(decoder)?,
-            version: decode_string(decoder)?,
-            ip: u32::decode(decoder)?,
-            step: decode_string(decoder)?,
-            context: decode_snapshot(decoder)?,
-            status: RunStatus::decode(decoder)?,
-            error: bool::decode(decoder)?,
+            run_id,
+            version,
+            ip,
+            step,
+            context,
+            status,
             error_message: decode_opt_string(decoder)?,
             created_at_ms: u64::decode(decoder)?,
             updated_at_ms: u64::decode(decoder)?,
@@ -381,7 +473,6 @@ mod tests {
             step: "ü".repeat((i % 5) as usize),
             context: ctx.snapshot(),
             status: [RunStatus::Running, RunStatus::Failed, RunStatus::Completed][(i % 3) as usize],
-            error: i % 2 == 0,
             error_message: (i % 2 == 0).then(|| "e".repeat((i % 400) as usize)),
             created_at_ms: i << (i % 60),
             updated_at_ms: u64::MAX - i,
@@ -419,6 +510,35 @@ mod tests {
             bincode::config::standard().with_limit::<L>(),
         )
         .is_ok()
+    }
+
+    #[test]
+    fn an_error_flag_that_disagrees_with_the_status_is_refused() {
+        let ctx = Context::new();
+        for (status, flag) in [(RunStatus::Running, true), (RunStatus::Failed, false)] {
+            let fields = (
+                "r",
+                "v",
+                1u32,
+                "s",
+                ctx.snapshot(),
+                status,
+                flag,
+                None::<String>,
+                0u64,
+                0u64,
+                1u32,
+            );
+            let payload = bincode::encode_to_vec(&fields, config()).expect("encode");
+            let err = bincode::decode_from_slice::<Checkpoint, _>(&payload, config())
+                .expect_err("a flag that disagrees is corrupt");
+            assert!(err.to_string().contains("error flag"), "{err}");
+        }
+        let agreeing = Checkpoint::new("r", "v", 1, "s", ctx.snapshot()).failed("boom");
+        let payload = bincode::encode_to_vec(&agreeing, config()).expect("encode");
+        let (back, _): (Checkpoint, usize) =
+            bincode::decode_from_slice(&payload, config()).expect("decode");
+        assert_eq!(back, agreeing);
     }
 
     #[test]

@@ -132,19 +132,17 @@ pub fn namespace(check: &str) -> String {
 }
 
 fn checkpoint(run_id: &str, ip: u32, ctx: &Context) -> Checkpoint {
-    Checkpoint {
-        run_id: run_id.to_owned(),
-        version: "0123456789ab".to_owned(),
+    let mut cp = Checkpoint::new(
+        run_id,
+        "0123456789ab",
         ip,
-        step: format!("step-{ip}"),
-        context: ctx.snapshot(),
-        status: RunStatus::Running,
-        error: false,
-        error_message: None,
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_000 + u64::from(ip),
-        attempt: ip % 3 + 1,
-    }
+        format!("step-{ip}"),
+        ctx.snapshot(),
+    );
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_000_000 + u64::from(ip);
+    cp.attempt = ip % 3 + 1;
+    cp
 }
 
 #[allow(clippy::expect_used)]
@@ -213,7 +211,6 @@ pub async fn save_overwrites<H: Harness>(h: &H) {
     store.save(checkpoint("r", 1, &ctx)).await.expect("save");
     let mut second = checkpoint("r", 2, &ctx);
     second.status = RunStatus::Failed;
-    second.error = true;
     second.error_message = Some("boom".to_owned());
     store.save(second.clone()).await.expect("save");
     assert_eq!(store.load("r").await.expect("load"), Some(second));

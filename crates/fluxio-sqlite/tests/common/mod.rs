@@ -53,19 +53,17 @@ pub async fn raw_connection(path: &Path) -> SqliteConnection {
 
 /// A checkpoint of run `run_id` at `ip`, with an empty context.
 pub fn checkpoint(run_id: &str, ip: u32, status: RunStatus) -> Checkpoint {
-    Checkpoint {
-        run_id: run_id.to_owned(),
-        version: "0123456789ab".to_owned(),
+    let mut cp = Checkpoint::new(
+        run_id,
+        "0123456789ab",
         ip,
-        step: format!("step-{ip}"),
-        context: fluxio_core::Context::new().snapshot(),
-        status,
-        error: status == RunStatus::Failed,
-        error_message: None,
-        created_at_ms: 1_700_000_000_000,
-        updated_at_ms: 1_700_000_000_000,
-        attempt: 1,
-    }
+        format!("step-{ip}"),
+        fluxio_core::Context::new().snapshot(),
+    );
+    cp.status = status;
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_000_000;
+    cp
 }
 
 /// Starts this test binary again, running only the test `name` (a helper
