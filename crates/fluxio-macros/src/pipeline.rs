@@ -242,11 +242,13 @@ impl Emit {
             .push(quote_spanned!(path.span()=> const _: () = #check;));
     }
 
-    /// The runtime nodes and the hasher calls for a sequence.
+    /// The runtime nodes and the hasher calls for a sequence: one call of a
+    /// `VersionHasher` method per node (`fluxio-core`'s `version` module owns
+    /// the encoding; nothing here knows its bytes).
     fn seq(&mut self, items: &[Item]) -> (TokenStream, TokenStream) {
         let p = self.p.clone();
         let mut nodes = Vec::new();
-        let mut hash = quote!(.tag(b'['));
+        let mut hash = quote!(.seq_start());
         for item in items {
             match item {
                 Item::Stage(path) => {
@@ -258,9 +260,13 @@ impl Emit {
                     );
                 }
                 Item::Parallel { detached, branches } => {
-                    let tag = if *detached { b'F' } else { b'P' };
+                    let block = if *detached {
+                        format_ident!("fire_and_forget")
+                    } else {
+                        format_ident!("parallel")
+                    };
                     let n = u32::try_from(branches.len()).unwrap_or(u32::MAX);
-                    hash.extend(quote!(.tag(#tag).count(#n)));
+                    hash.extend(quote!(.#block(#n)));
                     let mut bs = Vec::new();
                     for b in branches {
                         let (nodes, h) = self.seq(b);
@@ -277,11 +283,11 @@ impl Emit {
                         quote_spanned!(router.span()=> .stage(&<#alias as #p::StageDef>::HASH)),
                     );
                     let n = u32::try_from(routes.len()).unwrap_or(u32::MAX);
-                    hash.extend(quote!(.tag(b'R').count(#n)));
+                    hash.extend(quote!(.routes(#n)));
                     let mut rs = Vec::new();
                     for (key, body) in routes {
                         let (nodes, h) = self.seq(body);
-                        hash.extend(quote!(.part(#key.as_bytes())));
+                        hash.extend(quote!(.route_key(#key)));
                         hash.extend(h);
                         rs.push(quote!((#p::String::from(#key), #nodes)));
                     }
@@ -289,7 +295,7 @@ impl Emit {
                 }
             }
         }
-        hash.extend(quote!(.tag(b']')));
+        hash.extend(quote!(.seq_end()));
         (quote!(#p::vec![#(#nodes),*]), hash)
     }
 }
@@ -366,8 +372,8 @@ fn expand_input(input: Input) -> TokenStream {
         {
             #(#imports)*
             const __FLUXIO_SHAPE: #p::VersionHasher = #p::VersionHasher::pipeline() #hash;
-            const __FLUXIO_PLAIN: [u8; 32] = __FLUXIO_SHAPE.tag(b'N').finalize();
-            const __FLUXIO_AUTO: [u8; 32] = __FLUXIO_SHAPE.tag(b'A').finalize();
+            const __FLUXIO_PLAIN: [u8; 32] = __FLUXIO_SHAPE.finish(false);
+            const __FLUXIO_AUTO: [u8; 32] = __FLUXIO_SHAPE.finish(true);
             #(#asserts)*
             #p::pipeline_builder(#nodes, __FLUXIO_PLAIN, __FLUXIO_AUTO)
         }
@@ -412,6 +418,26 @@ mod tests {
         let flat = err("a, b, c");
         assert_eq!(flat, err("a, [b, c]"));
         assert_eq!(flat, err("a, pipeline![b, c]"));
+    }
+
+    #[test]
+    fn the_encoding_is_named_not_spelled() {
+        // the tag bytes live in fluxio-core's `version` module only
+        let out = err(r#"a, parallel![b, [c]], fire_and_forget![d], r => { "x" => e }"#);
+        assert!(!out.contains("b'"), "{out}");
+        assert!(!out.contains(". tag"), "{out}");
+        for call in [
+            "seq_start ()",
+            "seq_end ()",
+            "parallel (2u32)",
+            "fire_and_forget (1u32)",
+            "routes (1u32)",
+            "route_key (\"x\")",
+            "finish (false)",
+            "finish (true)",
+        ] {
+            assert!(out.contains(call), "missing `{call}` in {out}");
+        }
     }
 
     #[test]
