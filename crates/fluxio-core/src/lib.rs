@@ -38,6 +38,7 @@ pub mod __private {
     pub use crate::compile::Node;
     pub use crate::pipeline::PipelineBuilder;
     pub use crate::stage::error_kind::{BoxKind, ErrorKindOf, IntoKind, OpaqueKind, StdKind};
+    pub use crate::stage::used_as;
     pub use crate::stage::{
         FromResources, Output, ResourceReq, Resources, Stage, StageDef, StageFuture, StageKind,
         StageMeta, StageOutput, StageReturn, validate,
@@ -134,16 +135,5 @@ pub mod __private {
                 Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
             },
         )
-    }
-
-    /// `const` check emitted by `pipeline!` for each stage: fails to compile
-    /// with `message` for a name that is not a stage.
-    pub const fn assert_stage(is_stage: bool, message: &'static str) {
-        assert!(is_stage, "{}", message);
-    }
-
-    /// `const` check emitted by `pipeline!` for a routing block's router.
-    pub const fn assert_router(is_router: bool, message: &'static str) {
-        assert!(is_router, "{}", message);
     }
 }

@@ -464,6 +464,7 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
 
         const _: () = {
             impl #p::StageDef for #ident {
+                type ReturnsRoute = #p::used_as::ReturnsRoute<{ #router }>;
                 const HASH: [u8; 32] = [#(#hash),*];
                 const ROUTER: bool = #router;
                 fn stage() -> #p::Stage {
