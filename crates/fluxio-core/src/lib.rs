@@ -114,12 +114,13 @@ pub mod __private {
         Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
     }
 
-    /// The stage of `pipeline!`'s stand-in for a name that is not a stage:
-    /// never called, since such a pipeline fails to compile.
-    pub fn not_a_stage() -> Stage {
+    /// The stage of a stand-in: `pipeline!`'s for a name that is not a
+    /// stage, `#[stage]`'s for a function it refused. Never called, since
+    /// such a program fails to compile.
+    pub fn stand_in_stage() -> Stage {
         Stage::new(
             StageMeta {
-                name: "<not a stage>",
+                name: "<stand-in>",
                 hash: [0; 32],
                 kind: StageKind::Async,
                 router: false,
@@ -131,7 +132,8 @@ pub mod __private {
                 resources: &[],
             },
             |_, _| {
-                let err = crate::Error::build("`pipeline!` was given a name that is not a stage");
+                let err =
+                    crate::Error::build("a stand-in for a stage that did not compile was called");
                 Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
             },
         )

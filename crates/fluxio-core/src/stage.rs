@@ -349,11 +349,24 @@ pub mod used_as {
 
     /// The `ReturnsRoute` of `pipeline!`'s stand-in for a name that is not
     /// a stage (a function without `#[stage]`). It fits every place, so the
-    /// only error is the "not a stage" check `pipeline!` generates (its own
-    /// trait, implemented for every `ReturnsRoute`, whose message quotes the
-    /// path as the user wrote it).
+    /// only error is the "not a stage" check `pipeline!` generates: a trait
+    /// of its own per name, implemented for every [`IsStage`], whose message
+    /// quotes the path as the user wrote it.
     #[derive(Debug)]
     pub struct NotAStage;
+
+    /// The `ReturnsRoute` of a stage whose `#[stage]` failed (a bad option or
+    /// signature; the error is reported there). It is a stage and fits every
+    /// place, so a `pipeline!` naming it adds no error.
+    #[derive(Debug)]
+    pub struct Refused;
+
+    /// What a stage's `ReturnsRoute` is: [`ReturnsRoute`] or [`Refused`],
+    /// never [`NotAStage`].
+    pub trait IsStage {}
+
+    impl<const ROUTER: bool> IsStage for ReturnsRoute<ROUTER> {}
+    impl IsStage for Refused {}
 
     /// Implemented for a router, the stage before a routing block.
     #[diagnostic::on_unimplemented(
@@ -389,6 +402,7 @@ pub mod used_as {
 
     impl<const ROUTER: bool> Fits<ROUTER> for ReturnsRoute<ROUTER> {}
     impl<const ROUTER: bool> Fits<ROUTER> for NotAStage {}
+    impl<const ROUTER: bool> Fits<ROUTER> for Refused {}
 }
 
 /// The types a stage may return in its `Ok`: [`Context`] or [`Route`].

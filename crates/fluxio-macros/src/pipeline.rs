@@ -321,7 +321,7 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
 /// The fallback implements `StageDef` (so the rest of the expansion compiles
 /// and adds no error), with `ReturnsRoute = NotAStage`. What it fails is a
 /// trait generated per stage name, implemented for every real stage's
-/// `ReturnsRoute`, whose `on_unimplemented` message quotes the path as
+/// `ReturnsRoute` (`used_as::IsStage`), whose `on_unimplemented` message quotes the path as
 /// written: "`inner::refund` is not a fluxio stage". (A message naming a
 /// type instead would show a generated path whenever two fallbacks share a
 /// name.) A name with a type that is not a stage fails `StageDef` itself.
@@ -350,7 +350,7 @@ fn expand_input(input: Input) -> TokenStream {
                 const OK: () = ();
             }
             #[diagnostic::do_not_recommend]
-            impl<const ROUTER: bool> #is_stage for #p::used_as::ReturnsRoute<ROUTER> {}
+            impl<T: #p::used_as::IsStage> #is_stage for T {}
         }
     });
     let imports = emit.lookups.iter().map(|Lookup { path, alias, .. }| {
@@ -368,7 +368,7 @@ fn expand_input(input: Input) -> TokenStream {
                 const HASH: [u8; 32] = [0; 32];
                 const ROUTER: bool = false;
                 fn stage() -> #p::Stage {
-                    #p::not_a_stage()
+                    #p::stand_in_stage()
                 }
             }
         )*
