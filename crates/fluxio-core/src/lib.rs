@@ -114,28 +114,34 @@ pub mod __private {
         Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
     }
 
+    /// The metadata `#[stage]` starts from: a stage called `name` with hash
+    /// `hash`, async, not a router, with nothing declared, no timeout, no
+    /// checks and no resources. Generated code sets the fields it knows one
+    /// by one, so a field added to `StageMeta` (with its default here) needs
+    /// no change to it.
+    #[must_use]
+    pub const fn stage_meta(name: &'static str, hash: [u8; 32]) -> StageMeta {
+        StageMeta {
+            name,
+            hash,
+            kind: StageKind::Async,
+            router: false,
+            reads: None,
+            writes: None,
+            timeout: None,
+            input: None,
+            output: None,
+            resources: &[],
+        }
+    }
+
     /// The stage of a stand-in: `pipeline!`'s for a name that is not a
     /// stage, `#[stage]`'s for a function it refused. Never called, since
     /// such a program fails to compile.
     pub fn stand_in_stage() -> Stage {
-        Stage::new(
-            StageMeta {
-                name: "<stand-in>",
-                hash: [0; 32],
-                kind: StageKind::Async,
-                router: false,
-                reads: None,
-                writes: None,
-                timeout: None,
-                input: None,
-                output: None,
-                resources: &[],
-            },
-            |_, _| {
-                let err =
-                    crate::Error::build("a stand-in for a stage that did not compile was called");
-                Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
-            },
-        )
+        Stage::new(stage_meta("<stand-in>", [0; 32]), |_, _| {
+            let err = crate::Error::build("a stand-in for a stage that did not compile was called");
+            Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
+        })
     }
 }

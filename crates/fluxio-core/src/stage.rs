@@ -37,7 +37,12 @@ pub enum StageKind {
 }
 
 /// What `#[stage]` knows about a stage at compile time.
+///
+/// `#[non_exhaustive]`: only `#[stage]` builds one (through a hidden
+/// constructor, setting the fields it knows), so a field added later breaks
+/// neither generated code nor users, who read it.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct StageMeta {
     /// The stage's name (the function name unless `#[stage(name = "...")]`).
     pub name: &'static str,

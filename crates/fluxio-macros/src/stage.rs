@@ -535,21 +535,17 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
             #body
         }
         const __FLUXIO_RESOURCES: &[fn() -> #p::ResourceReq] = &[#(#req_list),*];
-        #p::Stage::new(
-            #p::StageMeta {
-                name: #name,
-                hash: <Self as #p::StageDef>::HASH,
-                kind: #kind,
-                router: <Self as #p::StageDef>::ROUTER,
-                reads: #reads,
-                writes: #writes,
-                timeout: #timeout,
-                input: #input,
-                output: #output,
-                resources: __FLUXIO_RESOURCES,
-            },
-            #call_fn,
-        )
+        // field by field from the defaults: `StageMeta` is non-exhaustive
+        let mut meta = #p::stage_meta(#name, <Self as #p::StageDef>::HASH);
+        meta.kind = #kind;
+        meta.router = <Self as #p::StageDef>::ROUTER;
+        meta.reads = #reads;
+        meta.writes = #writes;
+        meta.timeout = #timeout;
+        meta.input = #input;
+        meta.output = #output;
+        meta.resources = __FLUXIO_RESOURCES;
+        #p::Stage::new(meta, #call_fn)
     };
     let returns_route = quote!(#p::used_as::ReturnsRoute<{ #router }>);
     companion(func, &p, &returns_route, &router, hash, &stage)
@@ -671,6 +667,20 @@ mod tests {
         assert!(!out.contains("compile_error"), "{out}");
         assert!(out.contains("let n : u32 = ;"), "{out}");
         assert!(out.contains("used_as :: ReturnsRoute"), "{out}");
+    }
+
+    #[test]
+    fn stage_meta_is_built_from_the_hidden_constructor() {
+        let out = expand_ok(
+            quote!(name = "x", reads = ["a"], timeout = "1s"),
+            quote!(
+                async fn a(ctx: Context) -> R {
+                    Ok(ctx)
+                }
+            ),
+        );
+        assert!(!out.contains("StageMeta {"), "no struct literal: {out}");
+        assert!(out.contains("__private :: stage_meta (\"x\""), "{out}");
     }
 
     #[test]
