@@ -321,10 +321,11 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
 /// The fallback implements `StageDef` (so the rest of the expansion compiles
 /// and adds no error), with `ReturnsRoute = NotAStage`. What it fails is a
 /// trait generated per stage name, implemented for every real stage's
-/// `ReturnsRoute` (`used_as::IsStage`), whose `on_unimplemented` message quotes the path as
-/// written: "`inner::refund` is not a fluxio stage". (A message naming a
-/// type instead would show a generated path whenever two fallbacks share a
-/// name.) A name with a type that is not a stage fails `StageDef` itself.
+/// `ReturnsRoute` (`used_as::IsStage`), whose `on_unimplemented` message
+/// quotes the path as written: "`inner::refund` is not a fluxio stage". (A
+/// message naming a type instead would show a generated path whenever two
+/// fallbacks share a name.) A name with a type that is not a stage fails
+/// `StageDef` itself.
 fn expand_input(input: Input) -> TokenStream {
     let krate = &input.krate;
     let mut emit = Emit {
@@ -337,7 +338,12 @@ fn expand_input(input: Input) -> TokenStream {
     let checks = &emit.checks;
     let aliases: Vec<&syn::Ident> = emit.lookups.iter().map(|l| &l.alias).collect();
     let fallbacks = emit.lookups.iter().map(|Lookup { path, alias, is_stage }| {
-        let shown = quote!(#path).to_string().replace(' ', "");
+        // braces escaped: the message is a format string
+        let shown = quote!(#path)
+            .to_string()
+            .replace(' ', "")
+            .replace('{', "{{")
+            .replace('}', "}}");
         let message = format!("`{shown}` is not a fluxio stage");
         quote! {
             pub struct #alias;
