@@ -38,6 +38,7 @@ pub mod __private {
     pub use crate::compile::Node;
     pub use crate::pipeline::PipelineBuilder;
     pub use crate::stage::error_kind::{BoxKind, ErrorKindOf, IntoKind, OpaqueKind, StdKind};
+    pub use crate::stage::used_as;
     pub use crate::stage::{
         FromResources, Output, ResourceReq, Resources, Stage, StageDef, StageFuture, StageKind,
         StageMeta, StageOutput, StageReturn, validate,
@@ -113,37 +114,34 @@ pub mod __private {
         Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
     }
 
-    /// The stage of `pipeline!`'s stand-in for a name that is not a stage:
-    /// never called, since such a pipeline fails to compile.
-    pub fn not_a_stage() -> Stage {
-        Stage::new(
-            StageMeta {
-                name: "<not a stage>",
-                hash: [0; 32],
-                kind: StageKind::Async,
-                router: false,
-                reads: None,
-                writes: None,
-                timeout: None,
-                input: None,
-                output: None,
-                resources: &[],
-            },
-            |_, _| {
-                let err = crate::Error::build("`pipeline!` was given a name that is not a stage");
-                Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
-            },
-        )
+    /// The metadata `#[stage]` starts from: a stage called `name` with hash
+    /// `hash`, async, not a router, with nothing declared, no timeout, no
+    /// checks and no resources. Generated code sets the fields it knows one
+    /// by one, so a field added to `StageMeta` (with its default here) needs
+    /// no change to it.
+    #[must_use]
+    pub const fn stage_meta(name: &'static str, hash: [u8; 32]) -> StageMeta {
+        StageMeta {
+            name,
+            hash,
+            kind: StageKind::Async,
+            router: false,
+            reads: None,
+            writes: None,
+            timeout: None,
+            input: None,
+            output: None,
+            resources: &[],
+        }
     }
 
-    /// `const` check emitted by `pipeline!` for each stage: fails to compile
-    /// with `message` for a name that is not a stage.
-    pub const fn assert_stage(is_stage: bool, message: &'static str) {
-        assert!(is_stage, "{}", message);
-    }
-
-    /// `const` check emitted by `pipeline!` for a routing block's router.
-    pub const fn assert_router(is_router: bool, message: &'static str) {
-        assert!(is_router, "{}", message);
+    /// The stage of a stand-in: `pipeline!`'s for a name that is not a
+    /// stage, `#[stage]`'s for a function it refused. Never called, since
+    /// such a program fails to compile.
+    pub fn stand_in_stage() -> Stage {
+        Stage::new(stage_meta("<stand-in>", [0; 32]), |_, _| {
+            let err = crate::Error::build("a stand-in for a stage that did not compile was called");
+            Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
+        })
     }
 }

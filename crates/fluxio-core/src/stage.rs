@@ -37,7 +37,12 @@ pub enum StageKind {
 }
 
 /// What `#[stage]` knows about a stage at compile time.
+///
+/// `#[non_exhaustive]`: only `#[stage]` builds one (through a hidden
+/// constructor, setting the fields it knows), so a field added later breaks
+/// neither generated code nor users, who read it.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct StageMeta {
     /// The stage's name (the function name unless `#[stage(name = "...")]`).
     pub name: &'static str,
@@ -310,18 +315,99 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + std::marker::Send)) -
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a fluxio stage",
     label = "not a stage",
-    note = "mark the function with `#[fluxio::stage]`; `pipeline!` takes stage functions, `parallel![...]` and routing blocks"
+    note = "mark the function with `#[fluxio::stage]`; `pipeline!` takes stage functions, `parallel![...]`, `fire_and_forget![...]` and routing blocks"
 )]
 pub trait StageDef {
-    /// Whether this is a stage: `false` only for the stand-in `pipeline!`
-    /// uses for a name that is not one (it then fails to compile, saying so).
-    const IS_STAGE: bool = true;
+    /// `ReturnsRoute<ROUTER>` (hidden, in `__private::used_as`): whether the
+    /// stage is a router, as a type, so that `pipeline!` can check with a
+    /// trait bound that routers, and only routers, come before a routing
+    /// block.
+    type ReturnsRoute;
     /// sha256 of the stage's normalized tokens.
     const HASH: [u8; 32];
     /// Whether the stage returns a [`Route`].
     const ROUTER: bool;
     /// The runtime form of the stage.
     fn stage() -> Stage;
+}
+
+/// What `pipeline!` checks at each place a stage is named, on the stage's
+/// [`StageDef::ReturnsRoute`]: a router before a routing block
+/// ([`Router`](used_as::Router)), any other stage elsewhere
+/// ([`SequenceStage`](used_as::SequenceStage)).
+///
+/// Trait bounds, so that a misuse is a type error at the user's token with
+/// the message of `#[diagnostic::on_unimplemented]`; `S` is the stage (its
+/// hidden type, named after the function), so that the message can name it.
+/// Not a stable API: reached through `__private`.
+#[doc(hidden)]
+pub mod used_as {
+    /// The [`StageDef::ReturnsRoute`](super::StageDef::ReturnsRoute) of a
+    /// stage: `ROUTER` is whether it returns a [`Route`](super::Route).
+    ///
+    /// A const parameter rather than the `Ok` type itself, so that a stage
+    /// whose return type is wrong (already an error at the `#[stage]`) has
+    /// an erroneous `ReturnsRoute`, which rustc does not check again at each
+    /// `pipeline!` that names the stage.
+    #[derive(Debug)]
+    pub struct ReturnsRoute<const ROUTER: bool>;
+
+    /// The `ReturnsRoute` of `pipeline!`'s stand-in for a name that is not
+    /// a stage (a function without `#[stage]`). It fits every place, so the
+    /// only error is the "not a stage" check `pipeline!` generates: a trait
+    /// of its own per name, implemented for every [`IsStage`], whose message
+    /// quotes the path as the user wrote it.
+    #[derive(Debug)]
+    pub struct NotAStage;
+
+    /// The `ReturnsRoute` of a stage whose `#[stage]` failed (a bad option or
+    /// signature; the error is reported there). It is a stage and fits every
+    /// place, so a `pipeline!` naming it adds no error.
+    #[derive(Debug)]
+    pub struct Refused;
+
+    /// What a stage's `ReturnsRoute` is: [`ReturnsRoute`] or [`Refused`],
+    /// never [`NotAStage`].
+    pub trait IsStage {}
+
+    impl<const ROUTER: bool> IsStage for ReturnsRoute<ROUTER> {}
+    impl IsStage for Refused {}
+
+    /// Implemented for a router, the stage before a routing block.
+    #[diagnostic::on_unimplemented(
+        message = "stage `{S}` is used as a router but returns `Context`: a router returns `fluxio::Route`",
+        label = "not a router"
+    )]
+    pub trait Router<S> {
+        /// Named by the check.
+        const OK: () = ();
+    }
+
+    #[diagnostic::do_not_recommend]
+    impl<S, T: Fits<true>> Router<S> for T {}
+
+    /// Implemented for any other stage, the ones in a sequence.
+    #[diagnostic::on_unimplemented(
+        message = "stage `{S}` returns `fluxio::Route`: follow it with a routing block `{S} => {{ \"route\" => [...] }}`",
+        label = "a router needs a routing block"
+    )]
+    pub trait SequenceStage<S> {
+        /// Named by the check.
+        const OK: () = ();
+    }
+
+    #[diagnostic::do_not_recommend]
+    impl<S, T: Fits<false>> SequenceStage<S> for T {}
+
+    /// Fits before a routing block (`true`) or in a sequence (`false`):
+    /// what [`Router`] and [`SequenceStage`] hold for. A trait of its own,
+    /// behind their `do_not_recommend` blanket impls, so an error names the
+    /// place the stage was used in, never this trait or its impls.
+    pub trait Fits<const ROUTER: bool> {}
+
+    impl<const ROUTER: bool> Fits<ROUTER> for ReturnsRoute<ROUTER> {}
+    impl<const ROUTER: bool> Fits<ROUTER> for NotAStage {}
+    impl<const ROUTER: bool> Fits<ROUTER> for Refused {}
 }
 
 /// The types a stage may return in its `Ok`: [`Context`] or [`Route`].

@@ -1,36 +1,78 @@
-//! The pipeline version: a sha256 digest computed at compile time.
+//! The pipeline version: a SHA-256 digest computed at compile time.
 //!
-//! `pipeline!` expands to a `const` that feeds the canonical encoding of the
-//! pipeline's shape and the hashes of its stages (computed by `#[stage]`) into
-//! [`VersionHasher`]. Because every input is a compile-time constant, the
-//! digest is evaluated by the compiler: the same source gives the same version
-//! on every build, machine and compiler version.
+//! A pipeline's version rests on two encodings, each with exactly one
+//! implementation:
 //!
-//! # Canonical encoding (`fluxio/pipeline/v1`)
+//! - the **stage hash** (`fluxio/stage/v1`), computed by `#[stage]` while it
+//!   expands, with the `sha2` crate: `stage_hash` in `fluxio-macros/src/hash.rs`;
+//! - the **pipeline digest** (`fluxio/pipeline/v1`), computed here: the code
+//!   `pipeline!` generates calls the `const fn`s of [`VersionHasher`] in a
+//!   `const` item, one call per node, so the compiler evaluates the digest.
 //!
-//! The hasher is fed, in order:
+//! The macros crate does not depend on this crate (that would put tokio and
+//! imbl into the proc-macro build), so `pipeline!` cannot run this code itself;
+//! instead its output names [`VersionHasher`] through `fluxio::__private`.
+//! Either way, the tag bytes and the framing below are written in one place
+//! only: the macro never spells them. Because every input is a compile-time
+//! constant, the same source gives the same version on every build, machine
+//! and compiler version.
 //!
-//! 1. the domain tag `fluxio/pipeline/v1` (length-prefixed);
-//! 2. the shape, depth first, one tag byte per node:
-//!    - `b'S'` then the stage's 32-byte hash (see `fluxio-macros`, `fluxio/stage/v1`);
-//!    - `b'P'` (parallel) or `b'F'` (fire-and-forget parallel), the branch count
-//!      as u32 little endian, then each branch as a sequence;
-//!    - `b'R'` (routing block), the route count as u32 LE, then for each route the
-//!      key (length-prefixed UTF-8) and its body as a sequence;
-//!    - a sequence is `b'['`, its nodes, `b']'`.
-//! 3. the mode: `b'A'` when auto-parallelism is on, `b'N'` when it is off (it
-//!    changes the compiled program, so checkpoints of one mode must not resume
-//!    in the other).
+//! # Stage hash (`fluxio/stage/v1`)
 //!
-//! Length prefixes are u64 little endian. The version string is the first six
-//! bytes of the digest in lowercase hex (12 characters).
+//! SHA-256 over the length-prefixed domain tag `fluxio/stage/v1`, then four
+//! length-prefixed parts: the `#[stage(...)]` arguments, the function's other
+//! attributes, its signature and its body. Each part is its tokens, normalized
+//! so that what rustfmt changes does not count (doc comments dropped, trailing
+//! commas and commas after `{...}` dropped, a one-expression match-arm block
+//! counted as that expression), then encoded one by one: an identifier as
+//! `i`, its length and text; a punctuation character as `p` and the character
+//! (spacing ignored); a literal as `l`, its length and source text; a group as
+//! `g`, its delimiter (`(`, `[`, `{`, or `n` for none), its tokens and `e`.
+//! `fluxio-macros/src/hash.rs` has the details and the golden digest.
 //!
-//! This module is a small `const fn` implementation of SHA-256 (FIPS 180-4),
+//! # Pipeline digest (`fluxio/pipeline/v1`)
+//!
+//! SHA-256 over, in order:
+//!
+//! 1. the domain tag [`PIPELINE_DOMAIN`], length-prefixed ([`VersionHasher::pipeline`]);
+//! 2. the pipeline's top-level sequence. A *sequence* is `[`
+//!    ([`seq_start`](VersionHasher::seq_start)), its nodes in order, `]`
+//!    ([`seq_end`](VersionHasher::seq_end)); nested sequences (`[a, b]`,
+//!    `pipeline![...]`) are flattened into the enclosing one first. A *node* is
+//!    one of:
+//!    - a stage: `S` and the stage's 32-byte hash ([`stage`](VersionHasher::stage));
+//!    - a parallel block: `P` ([`parallel`](VersionHasher::parallel)) or, for
+//!      `fire_and_forget!`, `F` ([`fire_and_forget`](VersionHasher::fire_and_forget)),
+//!      the branch count as a u32 little endian, then each branch as a sequence;
+//!    - a routing block: first its router as a stage node, then `R` and the
+//!      route count as a u32 little endian ([`routes`](VersionHasher::routes)),
+//!      then for each route in source order its key, length-prefixed UTF-8
+//!      ([`route_key`](VersionHasher::route_key)), and its body as a sequence;
+//! 3. the mode ([`finish`](VersionHasher::finish)): `A` when auto-parallelism is
+//!    on, `N` when it is off (it changes the compiled program, so checkpoints
+//!    of one mode must not resume in the other).
+//!
+//! Tags are single ASCII bytes; length prefixes are u64 little endian. The
+//! version string is the first six bytes of the digest in lowercase hex (12
+//! characters, [`short_hex`]).
+//!
+//! The hasher is a small `const fn` implementation of SHA-256 (FIPS 180-4),
 //! because the `sha2` crate cannot run in a `const` context; the tests check it
-//! against `sha2` on many inputs.
+//! against `sha2` on many inputs, and pin the encoding's bytes.
 
 /// The domain tag that starts every pipeline digest.
 pub const PIPELINE_DOMAIN: &[u8] = b"fluxio/pipeline/v1";
+
+// The tag bytes of the pipeline encoding (see the module docs); fixed
+// forever, since changing one changes every pipeline's version.
+const SEQ_START: u8 = b'[';
+const SEQ_END: u8 = b']';
+const STAGE: u8 = b'S';
+const PARALLEL: u8 = b'P';
+const FIRE_AND_FORGET: u8 = b'F';
+const ROUTES: u8 = b'R';
+const MODE_AUTO: u8 = b'A';
+const MODE_PLAIN: u8 = b'N';
 
 const K: [u32; 64] = [
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -47,16 +89,36 @@ const H0: [u32; 8] = [
     0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
 ];
 
-/// A `const fn` SHA-256 hasher with the helpers of the canonical encoding.
+/// A `const fn` SHA-256 hasher, and the one writer of the pipeline encoding.
 ///
 /// Every method takes `self` by value and returns the updated hasher, so it
-/// can be chained inside a `const` item. This is what `pipeline!` expands to;
-/// it is public so the encoding can be reproduced and tested.
+/// can be chained inside a `const` item. The node methods
+/// ([`seq_start`](Self::seq_start), [`stage`](Self::stage),
+/// [`parallel`](Self::parallel), [`routes`](Self::routes), ...) and
+/// [`finish`](Self::finish) write the encoding of the module docs; `pipeline!`
+/// expands to a chain of them. [`update`](Self::update) and
+/// [`part`](Self::part) feed raw bytes, for digests of other encodings.
 ///
 /// ```
-/// use fluxio_core::version::VersionHasher;
-/// const DIGEST: [u8; 32] = VersionHasher::new().update(b"abc").finalize();
-/// assert_eq!(DIGEST[0], 0xba);
+/// use fluxio_core::version::{VersionHasher, short_hex};
+///
+/// // what `pipeline![a, parallel![b, c]]` computes, given its stages' hashes
+/// const fn shape(a: &[u8; 32], b: &[u8; 32], c: &[u8; 32]) -> VersionHasher {
+///     VersionHasher::pipeline()
+///         .seq_start()
+///         .stage(a)
+///         .parallel(2)
+///         .seq_start().stage(b).seq_end()
+///         .seq_start().stage(c).seq_end()
+///         .seq_end()
+/// }
+/// const AUTO: [u8; 32] = shape(&[1; 32], &[2; 32], &[3; 32]).finish(true);
+/// const PLAIN: [u8; 32] = shape(&[1; 32], &[2; 32], &[3; 32]).finish(false);
+/// assert_ne!(short_hex(&AUTO), short_hex(&PLAIN));
+///
+/// // and a plain SHA-256
+/// const ABC: [u8; 32] = VersionHasher::new().update(b"abc").finalize();
+/// assert_eq!(short_hex(&ABC), "ba7816bf8f01");
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct VersionHasher {
@@ -107,28 +169,74 @@ impl VersionHasher {
         self
     }
 
-    /// Feeds one tag byte.
-    #[must_use]
-    pub const fn tag(self, tag: u8) -> Self {
-        self.update(&[tag])
-    }
-
-    /// Feeds a u32 in little endian.
-    #[must_use]
-    pub const fn count(self, n: u32) -> Self {
-        self.update(&n.to_le_bytes())
-    }
-
     /// Feeds a length-prefixed byte string (u64 LE length, then the bytes).
     #[must_use]
     pub const fn part(self, data: &[u8]) -> Self {
         self.update(&(data.len() as u64).to_le_bytes()).update(data)
     }
 
-    /// Feeds a stage node: `b'S'` and the stage's hash.
+    /// Feeds one tag byte.
+    const fn tag(self, tag: u8) -> Self {
+        self.update(&[tag])
+    }
+
+    /// Feeds a u32 in little endian.
+    const fn count(self, n: u32) -> Self {
+        self.update(&n.to_le_bytes())
+    }
+
+    /// Starts a sequence: `[`.
+    #[must_use]
+    pub const fn seq_start(self) -> Self {
+        self.tag(SEQ_START)
+    }
+
+    /// Ends a sequence: `]`.
+    #[must_use]
+    pub const fn seq_end(self) -> Self {
+        self.tag(SEQ_END)
+    }
+
+    /// Feeds a stage node: `S` and the stage's hash.
     #[must_use]
     pub const fn stage(self, hash: &[u8; 32]) -> Self {
-        self.tag(b'S').update(hash)
+        self.tag(STAGE).update(hash)
+    }
+
+    /// Starts a `parallel![...]` block: `P` and its branch count; each
+    /// branch follows as a sequence.
+    #[must_use]
+    pub const fn parallel(self, branches: u32) -> Self {
+        self.tag(PARALLEL).count(branches)
+    }
+
+    /// Starts a `fire_and_forget![...]` block: `F` and its branch count; each
+    /// branch follows as a sequence.
+    #[must_use]
+    pub const fn fire_and_forget(self, branches: u32) -> Self {
+        self.tag(FIRE_AND_FORGET).count(branches)
+    }
+
+    /// Starts a routing block, after its router's [`stage`](Self::stage)
+    /// node: `R` and the number of routes; each route follows as its
+    /// [`route_key`](Self::route_key) and its body as a sequence.
+    #[must_use]
+    pub const fn routes(self, count: u32) -> Self {
+        self.tag(ROUTES).count(count)
+    }
+
+    /// Feeds a route's key, length-prefixed UTF-8.
+    #[must_use]
+    pub const fn route_key(self, key: &str) -> Self {
+        self.part(key.as_bytes())
+    }
+
+    /// Feeds the mode (`A` with auto-parallelism, `N` without) and returns
+    /// the digest: the last step of a pipeline's encoding.
+    #[must_use]
+    pub const fn finish(self, auto_parallel: bool) -> [u8; 32] {
+        self.tag(if auto_parallel { MODE_AUTO } else { MODE_PLAIN })
+            .finalize()
     }
 
     /// Finishes and returns the 32-byte digest.
@@ -288,15 +396,100 @@ mod tests {
     #[test]
     fn evaluates_in_const_context() {
         const D: [u8; 32] = VersionHasher::pipeline()
+            .seq_start()
             .stage(&[1; 32])
-            .tag(b'N')
-            .finalize();
+            .seq_end()
+            .finish(false);
         let mut manual = Vec::new();
         manual.extend_from_slice(&(PIPELINE_DOMAIN.len() as u64).to_le_bytes());
         manual.extend_from_slice(PIPELINE_DOMAIN);
+        manual.push(b'[');
         manual.push(b'S');
         manual.extend_from_slice(&[1; 32]);
+        manual.push(b']');
         manual.push(b'N');
         assert_eq!(D, reference(&manual));
+    }
+
+    /// The bytes of every node kind, written out by hand: changing any of
+    /// them changes every pipeline's version, so this must stay as it is.
+    #[test]
+    fn the_pipeline_encoding_is_pinned() {
+        // pipeline![a, parallel![b, [c, a]], fire_and_forget![b], r => { "x" => c, "yz" => [] }]
+        // (an empty route body cannot be written; the encoding allows it)
+        let (a, b, c, r) = ([0xa; 32], [0xb; 32], [0xc; 32], [0xd; 32]);
+        let shape = VersionHasher::pipeline()
+            .seq_start()
+            .stage(&a)
+            .parallel(2)
+            .seq_start()
+            .stage(&b)
+            .seq_end()
+            .seq_start()
+            .stage(&c)
+            .stage(&a)
+            .seq_end()
+            .fire_and_forget(1)
+            .seq_start()
+            .stage(&b)
+            .seq_end()
+            .stage(&r)
+            .routes(2)
+            .route_key("x")
+            .seq_start()
+            .stage(&c)
+            .seq_end()
+            .route_key("yz")
+            .seq_start()
+            .seq_end()
+            .seq_end();
+
+        let mut bytes = Vec::new();
+        let part = |bytes: &mut Vec<u8>, data: &[u8]| {
+            bytes.extend_from_slice(&(data.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(data);
+        };
+        let stage = |bytes: &mut Vec<u8>, hash: &[u8; 32]| {
+            bytes.push(b'S');
+            bytes.extend_from_slice(hash);
+        };
+        part(&mut bytes, b"fluxio/pipeline/v1");
+        bytes.push(b'[');
+        stage(&mut bytes, &a);
+        bytes.push(b'P');
+        bytes.extend_from_slice(&2u32.to_le_bytes());
+        bytes.push(b'[');
+        stage(&mut bytes, &b);
+        bytes.push(b']');
+        bytes.push(b'[');
+        stage(&mut bytes, &c);
+        stage(&mut bytes, &a);
+        bytes.push(b']');
+        bytes.push(b'F');
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.push(b'[');
+        stage(&mut bytes, &b);
+        bytes.push(b']');
+        stage(&mut bytes, &r);
+        bytes.push(b'R');
+        bytes.extend_from_slice(&2u32.to_le_bytes());
+        part(&mut bytes, b"x");
+        bytes.push(b'[');
+        stage(&mut bytes, &c);
+        bytes.push(b']');
+        part(&mut bytes, b"yz");
+        bytes.push(b'[');
+        bytes.push(b']');
+        bytes.push(b']');
+
+        let mut auto = bytes.clone();
+        auto.push(b'A');
+        let mut plain = bytes;
+        plain.push(b'N');
+        assert_eq!(shape.finish(true), reference(&auto));
+        assert_eq!(shape.finish(false), reference(&plain));
+        // (also checked with Python's hashlib)
+        assert_eq!(short_hex(&shape.finish(true)), "f2c3b6c7ef38");
+        assert_eq!(short_hex(&shape.finish(false)), "0183895dbb63");
     }
 }

@@ -197,70 +197,76 @@ fn no_routing_after(input: ParseStream<'_>, what: &str) -> syn::Result<()> {
 
 struct Emit {
     p: TokenStream,
-    asserts: Vec<TokenStream>,
-    /// Each stage path, and the name it is looked up by (see `expand_input`).
-    lookups: Vec<(syn::Path, syn::Ident)>,
+    /// `const` items that check each stage and its place (see `lookup`).
+    checks: Vec<TokenStream>,
+    /// Each place a stage is named.
+    lookups: Vec<Lookup>,
+}
+
+/// A stage named in the pipeline (see `expand_input`).
+struct Lookup {
+    /// The path as the user wrote it.
+    path: syn::Path,
+    /// The name it is looked up by: the stage's hidden type, or a fallback.
+    alias: syn::Ident,
+    /// The generated trait that fails for the fallback, saying "not a stage".
+    is_stage: syn::Ident,
 }
 
 impl Emit {
-    /// The name `path` is looked up by: an alias of it when it has a type
-    /// (a `#[stage]` function), a fallback that fails with "not a stage"
-    /// otherwise.
-    fn lookup(&mut self, path: &syn::Path) -> syn::Ident {
-        let alias = format_ident!("__fluxio_stage_{}", self.lookups.len(), span = path.span());
-        self.lookups.push((path.clone(), alias.clone()));
+    /// The name the stage at `path` is looked up by (see `expand_input`),
+    /// after checking that it is a stage and fits its place: a router before
+    /// a routing block (`router`), any other stage elsewhere. Each check
+    /// names a trait on the stage's `ReturnsRoute` in a `const`, so that a
+    /// misuse is a trait error at the user's token whose message (from
+    /// `#[diagnostic::on_unimplemented]`) names the stage.
+    fn lookup(&mut self, path: &syn::Path, router: bool) -> syn::Ident {
+        let p = &self.p;
+        let i = self.lookups.len();
+        let alias = format_ident!("__fluxio_stage_{}", i, span = path.span());
+        let is_stage = format_ident!("__fluxio_is_stage_{}", i, span = path.span());
+        let place = if router {
+            format_ident!("Router", span = path.span())
+        } else {
+            format_ident!("SequenceStage", span = path.span())
+        };
+        let returns = quote_spanned!(path.span()=> <#alias as #p::StageDef>::ReturnsRoute);
+        self.checks.push(quote_spanned! {path.span()=>
+            const _: () = <#returns as __fluxio_fallback::#is_stage>::OK;
+            const _: () = <#returns as #p::used_as::#place<#alias>>::OK;
+        });
+        self.lookups.push(Lookup {
+            path: path.clone(),
+            alias: alias.clone(),
+            is_stage,
+        });
         alias
     }
 
-    fn stage_checks(&mut self, path: &syn::Path, alias: &syn::Ident, router: bool) {
-        let p = &self.p;
-        let shown = quote!(#path).to_string().replace(' ', "");
-        let is_stage = quote_spanned!(path.span()=> <#alias as #p::StageDef>::IS_STAGE);
-        let msg = format!(
-            "`{shown}` is not a fluxio stage: mark the function with `#[fluxio::stage]` (`pipeline!` takes stage functions, `parallel![...]`, `fire_and_forget![...]` and routing blocks)"
-        );
-        let check = respan(quote!(#p::assert_stage(#is_stage, #msg)), path.span());
-        self.asserts
-            .push(quote_spanned!(path.span()=> const _: () = #check;));
-        let (cond, msg) = if router {
-            (
-                quote_spanned!(path.span()=> !#is_stage || <#alias as #p::StageDef>::ROUTER),
-                format!(
-                    "stage `{shown}` is used as a router but returns `Context`: a router returns `fluxio::Route`"
-                ),
-            )
-        } else {
-            (
-                quote_spanned!(path.span()=> !#is_stage || !<#alias as #p::StageDef>::ROUTER),
-                format!(
-                    "stage `{shown}` returns `fluxio::Route`: follow it with a routing block `{shown} => {{ \"route\" => [...] }}`"
-                ),
-            )
-        };
-        let check = respan(quote!(#p::assert_router(#cond, #msg)), path.span());
-        self.asserts
-            .push(quote_spanned!(path.span()=> const _: () = #check;));
-    }
-
-    /// The runtime nodes and the hasher calls for a sequence.
+    /// The runtime nodes and the hasher calls for a sequence: one call of a
+    /// `VersionHasher` method per node (`fluxio-core`'s `version` module owns
+    /// the encoding; nothing here knows its bytes).
     fn seq(&mut self, items: &[Item]) -> (TokenStream, TokenStream) {
         let p = self.p.clone();
         let mut nodes = Vec::new();
-        let mut hash = quote!(.tag(b'['));
+        let mut hash = quote!(.seq_start());
         for item in items {
             match item {
                 Item::Stage(path) => {
-                    let alias = self.lookup(path);
-                    self.stage_checks(path, &alias, false);
+                    let alias = self.lookup(path, false);
                     nodes.push(quote_spanned!(path.span()=> #p::Node::Stage(<#alias as #p::StageDef>::stage())));
                     hash.extend(
                         quote_spanned!(path.span()=> .stage(&<#alias as #p::StageDef>::HASH)),
                     );
                 }
                 Item::Parallel { detached, branches } => {
-                    let tag = if *detached { b'F' } else { b'P' };
+                    let block = if *detached {
+                        format_ident!("fire_and_forget")
+                    } else {
+                        format_ident!("parallel")
+                    };
                     let n = u32::try_from(branches.len()).unwrap_or(u32::MAX);
-                    hash.extend(quote!(.tag(#tag).count(#n)));
+                    hash.extend(quote!(.#block(#n)));
                     let mut bs = Vec::new();
                     for b in branches {
                         let (nodes, h) = self.seq(b);
@@ -270,18 +276,17 @@ impl Emit {
                     nodes.push(quote!(#p::Node::Parallel { branches: #p::vec![#(#bs),*], detached: #detached }));
                 }
                 Item::Routed { router, routes } => {
-                    let alias = self.lookup(router);
-                    self.stage_checks(router, &alias, true);
+                    let alias = self.lookup(router, true);
                     nodes.push(quote_spanned!(router.span()=> #p::Node::Stage(<#alias as #p::StageDef>::stage())));
                     hash.extend(
                         quote_spanned!(router.span()=> .stage(&<#alias as #p::StageDef>::HASH)),
                     );
                     let n = u32::try_from(routes.len()).unwrap_or(u32::MAX);
-                    hash.extend(quote!(.tag(b'R').count(#n)));
+                    hash.extend(quote!(.routes(#n)));
                     let mut rs = Vec::new();
                     for (key, body) in routes {
                         let (nodes, h) = self.seq(body);
-                        hash.extend(quote!(.part(#key.as_bytes())));
+                        hash.extend(quote!(.route_key(#key)));
                         hash.extend(h);
                         rs.push(quote!((#p::String::from(#key), #nodes)));
                     }
@@ -289,7 +294,7 @@ impl Emit {
                 }
             }
         }
-        hash.extend(quote!(.tag(b']')));
+        hash.extend(quote!(.seq_end()));
         (quote!(#p::vec![#(#nodes),*]), hash)
     }
 }
@@ -305,59 +310,71 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
     }
 }
 
-/// `tokens` with every span set to `span`, so a const-evaluation error points
-/// at the user's stage path instead of the whole macro call.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut t| {
-            if let proc_macro2::TokenTree::Group(g) = &t {
-                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
-                group.set_span(span);
-                t = proc_macro2::TokenTree::Group(group);
-            } else {
-                t.set_span(span);
-            }
-            t
-        })
-        .collect()
-}
-
 /// The expansion. Stages are looked up by alias, so that a function without
 /// `#[stage]` gets fluxio's message instead of "expected type, found
-/// function": an outer block glob-imports a fallback type per stage (which
-/// fails the `IS_STAGE` check with "not a fluxio stage"), and an inner block
-/// imports the user's path under the same name. An import shadows a glob, in
-/// the namespaces the path has: a `#[stage]` function has a type (the hidden
-/// struct), so its alias names it; a plain function has only a value, so the
-/// type lookup falls through to the fallback.
+/// function": an outer block glob-imports a fallback type per stage, and an
+/// inner block imports the user's path under the same name. An import
+/// shadows a glob, in the namespaces the path has: a `#[stage]` function has
+/// a type (the hidden struct), so its alias names it; a plain function has
+/// only a value, so the type lookup falls through to the fallback.
+///
+/// The fallback implements `StageDef` (so the rest of the expansion compiles
+/// and adds no error), with `ReturnsRoute = NotAStage`. What it fails is a
+/// trait generated per stage name, implemented for every real stage's
+/// `ReturnsRoute` (`used_as::IsStage`), whose `on_unimplemented` message
+/// quotes the path as written: "`inner::refund` is not a fluxio stage". (A
+/// message naming a type instead would show a generated path whenever two
+/// fallbacks share a name.) A name with a type that is not a stage fails
+/// `StageDef` itself.
 fn expand_input(input: Input) -> TokenStream {
     let krate = &input.krate;
     let mut emit = Emit {
         p: quote!(#krate::__private),
-        asserts: Vec::new(),
+        checks: Vec::new(),
         lookups: Vec::new(),
     };
     let (nodes, hash) = emit.seq(&input.seq);
     let p = &emit.p;
-    let asserts = &emit.asserts;
-    let aliases: Vec<&syn::Ident> = emit.lookups.iter().map(|(_, a)| a).collect();
-    let imports = emit.lookups.iter().map(
-        |(path, alias)| quote_spanned!(path.span()=> #[allow(unused_imports)] use #path as #alias;),
-    );
+    let checks = &emit.checks;
+    let aliases: Vec<&syn::Ident> = emit.lookups.iter().map(|l| &l.alias).collect();
+    let fallbacks = emit.lookups.iter().map(|Lookup { path, alias, is_stage }| {
+        // braces escaped: the message is a format string
+        let shown = quote!(#path)
+            .to_string()
+            .replace(' ', "")
+            .replace('{', "{{")
+            .replace('}', "}}");
+        let message = format!("`{shown}` is not a fluxio stage");
+        quote! {
+            pub struct #alias;
+            #[diagnostic::on_unimplemented(
+                message = #message,
+                label = "not a stage",
+                note = "mark the function with `#[fluxio::stage]`; `pipeline!` takes stage functions, `parallel![...]`, `fire_and_forget![...]` and routing blocks"
+            )]
+            pub trait #is_stage {
+                const OK: () = ();
+            }
+            #[diagnostic::do_not_recommend]
+            impl<T: #p::used_as::IsStage> #is_stage for T {}
+        }
+    });
+    let imports = emit.lookups.iter().map(|Lookup { path, alias, .. }| {
+        quote_spanned!(path.span()=> #[allow(unused_imports)] use #path as #alias;)
+    });
     quote! {{
-        #[allow(non_camel_case_types, unreachable_pub, missing_debug_implementations)]
+        #[allow(non_camel_case_types, non_snake_case, unreachable_pub, missing_debug_implementations, dead_code, unused_imports)]
         mod __fluxio_fallback {
-            #(pub struct #aliases;)*
+            #(#fallbacks)*
         }
         #(
             #[diagnostic::do_not_recommend]
             impl #p::StageDef for __fluxio_fallback::#aliases {
-                const IS_STAGE: bool = false;
+                type ReturnsRoute = #p::used_as::NotAStage;
                 const HASH: [u8; 32] = [0; 32];
                 const ROUTER: bool = false;
                 fn stage() -> #p::Stage {
-                    #p::not_a_stage()
+                    #p::stand_in_stage()
                 }
             }
         )*
@@ -366,9 +383,9 @@ fn expand_input(input: Input) -> TokenStream {
         {
             #(#imports)*
             const __FLUXIO_SHAPE: #p::VersionHasher = #p::VersionHasher::pipeline() #hash;
-            const __FLUXIO_PLAIN: [u8; 32] = __FLUXIO_SHAPE.tag(b'N').finalize();
-            const __FLUXIO_AUTO: [u8; 32] = __FLUXIO_SHAPE.tag(b'A').finalize();
-            #(#asserts)*
+            const __FLUXIO_PLAIN: [u8; 32] = __FLUXIO_SHAPE.finish(false);
+            const __FLUXIO_AUTO: [u8; 32] = __FLUXIO_SHAPE.finish(true);
+            #(#checks)*
             #p::pipeline_builder(#nodes, __FLUXIO_PLAIN, __FLUXIO_AUTO)
         }
     }}
@@ -412,6 +429,37 @@ mod tests {
         let flat = err("a, b, c");
         assert_eq!(flat, err("a, [b, c]"));
         assert_eq!(flat, err("a, pipeline![b, c]"));
+    }
+
+    #[test]
+    fn the_encoding_is_named_not_spelled() {
+        // the tag bytes live in fluxio-core's `version` module only
+        let out = err(r#"a, parallel![b, [c]], fire_and_forget![d], r => { "x" => e }"#);
+        assert!(!out.contains("b'"), "{out}");
+        assert!(!out.contains(". tag"), "{out}");
+        for call in [
+            "seq_start ()",
+            "seq_end ()",
+            "parallel (2u32)",
+            "fire_and_forget (1u32)",
+            "routes (1u32)",
+            "route_key (\"x\")",
+            "finish (false)",
+            "finish (true)",
+        ] {
+            assert!(out.contains(call), "missing `{call}` in {out}");
+        }
+    }
+
+    #[test]
+    fn a_name_is_checked_with_a_message_quoting_it() {
+        let out = err("inner::refund, r => { \"x\" => a }");
+        assert!(
+            out.contains("\"`inner::refund` is not a fluxio stage\""),
+            "{out}"
+        );
+        assert!(out.contains("SequenceStage"), "{out}");
+        assert!(out.contains("Router"), "{out}");
     }
 
     #[test]

@@ -3,9 +3,10 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::parse::Parser as _;
+use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned as _;
-use syn::{Expr, ExprLit, FnArg, ItemFn, Lit, LitStr, Meta, ReturnType, Token};
+use syn::{Attribute, Expr, ExprLit, FnArg, ItemFn, Lit, LitStr, Meta, ReturnType, Token};
 
 use crate::hash::stage_hash;
 
@@ -20,10 +21,19 @@ struct Options {
     krate: syn::Path,
 }
 
-/// Expands `#[stage(args)] item`; on error, the errors plus the user's
-/// function unchanged (so the IDE keeps working).
+/// Expands `#[stage(args)] item`.
+///
+/// A mistake gives one error, and the function is always emitted (so the IDE
+/// keeps working):
+///
+/// - a bad option or signature: the errors, the function, and the hidden
+///   type with defaults (`refused`), so that a `pipeline!` naming the stage
+///   adds no error of its own;
+/// - a body syn cannot parse: the function with its body as written, and
+///   the whole expansion; rustc reports the error in the body;
+/// - anything else syn cannot parse: the error and the tokens as written.
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
-    let func: ItemFn = match syn::parse2(item.clone()) {
+    let func = match StageFn::parse(item.clone()) {
         Ok(f) => f,
         Err(e) => {
             let mut out = e.to_compile_error();
@@ -31,13 +41,88 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             return out;
         }
     };
-    match expand_fn(args, &func) {
-        Ok(ts) => ts,
-        Err(e) => {
-            let mut out = e.to_compile_error();
-            out.extend(func.into_token_stream());
+    let (opts, opt_errors) = parse_options(args.clone());
+    let sig = check_signature(&func.sig);
+    let hash = stage_hash(&[
+        args,
+        func.attrs.iter().map(ToTokens::to_token_stream).collect(),
+        func.sig.to_token_stream(),
+        func.body.clone(),
+    ]);
+    match (opt_errors, sig) {
+        (None, Ok(sig)) => expand_fn(&func, &opts, &sig, &hash),
+        (opt_errors, sig) => {
+            let mut errors = opt_errors;
+            if let Err(e) = sig {
+                combine(&mut errors, e);
+            }
+            let mut out = errors.map(|e| e.to_compile_error()).unwrap_or_default();
+            out.extend(refused(&func, &opts, &hash));
             out
         }
+    }
+}
+
+/// The function `#[stage]` is on.
+struct StageFn {
+    /// Its attributes other than `#[stage]`, inner ones included.
+    attrs: Vec<Attribute>,
+    vis: syn::Visibility,
+    sig: syn::Signature,
+    /// The body's tokens as hashed: syn's `Block` when it parses (the stage
+    /// hash has always been taken over it), else the tokens as written.
+    body: TokenStream,
+    /// The function as emitted.
+    item: TokenStream,
+}
+
+impl StageFn {
+    /// Parses `item`; a body that syn cannot parse is kept as tokens
+    /// (rustc then reports the error in it, at the user's tokens), as
+    /// tracing-attributes does.
+    fn parse(item: TokenStream) -> syn::Result<Self> {
+        if let Ok(f) = syn::parse2::<ItemFn>(item.clone()) {
+            return Ok(StageFn {
+                body: f.block.to_token_stream(),
+                item: f.to_token_stream(),
+                attrs: f.attrs,
+                vis: f.vis,
+                sig: f.sig,
+            });
+        }
+        let RawBodyFn {
+            attrs,
+            vis,
+            sig,
+            body,
+        } = syn::parse2(item.clone())?;
+        Ok(StageFn {
+            attrs,
+            vis,
+            sig,
+            body,
+            item,
+        })
+    }
+}
+
+/// A function whose body is not parsed: attributes, visibility, signature,
+/// then the rest as tokens.
+struct RawBodyFn {
+    attrs: Vec<Attribute>,
+    vis: syn::Visibility,
+    sig: syn::Signature,
+    body: TokenStream,
+}
+
+impl Parse for RawBodyFn {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        Ok(RawBodyFn {
+            attrs: input.call(Attribute::parse_outer)?,
+            vis: input.parse()?,
+            sig: input.parse()?,
+            body: input.parse()?,
+        })
     }
 }
 
@@ -123,8 +208,10 @@ fn parse_duration(lit: &LitStr) -> syn::Result<u64> {
     Ok(ms)
 }
 
-fn parse_options(args: TokenStream) -> syn::Result<Options> {
-    let metas = Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args)?;
+/// The options, each one in error left at its default, and the errors, all
+/// of them (serde's `Ctxt`): a stage with a bad option is still emitted,
+/// with the options that are right (`crate` above all).
+fn parse_options(args: TokenStream) -> (Options, Option<syn::Error>) {
     let mut opts = Options {
         name: None,
         reads: None,
@@ -133,6 +220,10 @@ fn parse_options(args: TokenStream) -> syn::Result<Options> {
         input: None,
         output: None,
         krate: syn::parse_quote!(::fluxio),
+    };
+    let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args) {
+        Ok(metas) => metas,
+        Err(e) => return (opts, Some(e)),
     };
     let mut errors: Option<syn::Error> = None;
     let mut seen: Vec<String> = Vec::new();
@@ -187,10 +278,7 @@ fn parse_options(args: TokenStream) -> syn::Result<Options> {
             combine(&mut errors, e);
         }
     }
-    match errors {
-        Some(e) => Err(e),
-        None => Ok(opts),
-    }
+    (opts, errors)
 }
 
 const SIGNATURE: &str = "a stage is `async fn name(ctx: Context) -> Result<Context, E>` (or a plain `fn`, or `-> Result<fluxio::Route, E>` for a router, or `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>` for a stream stage), then any resources it takes, as `db: fluxio::Resource<T>`";
@@ -243,8 +331,7 @@ fn check_context(pat: &syn::PatType, errors: &mut Option<syn::Error>) {
 
 /// The context argument, the return type, whether it is a stream stage and
 /// its resource arguments.
-fn check_signature(func: &ItemFn) -> syn::Result<Signature> {
-    let sig = &func.sig;
+fn check_signature(sig: &syn::Signature) -> syn::Result<Signature> {
     let mut errors: Option<syn::Error> = None;
     if let Some(c) = &sig.constness {
         combine(
@@ -363,39 +450,22 @@ fn check_signature(func: &ItemFn) -> syn::Result<Signature> {
     }
 }
 
-fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
-    let opts_result = parse_options(args.clone());
-    let sig_result = check_signature(func);
-    let (
-        opts,
-        Signature {
-            ctx: arg,
-            ret,
-            stream,
-            resources,
-        },
-    ) = match (opts_result, sig_result) {
-        (Ok(o), Ok(s)) => (o, s),
-        (Err(mut a), Err(b)) => {
-            a.combine(b);
-            return Err(a);
-        }
-        (Err(e), _) | (_, Err(e)) => return Err(e),
-    };
-
-    let other_attrs: TokenStream = func.attrs.iter().map(ToTokens::to_token_stream).collect();
-    let hash = stage_hash(&[
-        args,
-        other_attrs,
-        func.sig.to_token_stream(),
-        func.block.to_token_stream(),
-    ]);
-
+/// The function, and its hidden type with what `pipeline!` needs.
+fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -> TokenStream {
+    let Signature {
+        ctx: arg,
+        ret,
+        stream,
+        resources,
+    } = sig;
+    let stream = *stream;
     let krate = &opts.krate;
     let p = quote!(#krate::__private);
     let ident = &func.sig.ident;
-    let vis = &func.vis;
-    let name = opts.name.map_or_else(|| ident.to_string(), |n| n.value());
+    let name = opts
+        .name
+        .as_ref()
+        .map_or_else(|| ident.to_string(), LitStr::value);
     let list = |v: &Option<Vec<LitStr>>| match v {
         None => quote!(#p::Option::None),
         Some(keys) => quote!(#p::Option::Some(&[#(#keys),*])),
@@ -455,8 +525,66 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     let router =
         quote_spanned!(ret_span=> <<#ret as #p::StageReturn>::Ok as #p::StageOutput>::ROUTER);
 
-    Ok(quote! {
-        #func
+    let stage = quote! {
+        fn #call_fn(
+            ctx: #p::Context,
+            __fluxio_resources: &#p::Resources,
+        ) -> #p::StageFuture {
+            #error_fn
+            #(#extract)*
+            #body
+        }
+        const __FLUXIO_RESOURCES: &[fn() -> #p::ResourceReq] = &[#(#req_list),*];
+        // field by field from the defaults: `StageMeta` is non-exhaustive
+        let mut meta = #p::stage_meta(#name, <Self as #p::StageDef>::HASH);
+        meta.kind = #kind;
+        meta.router = <Self as #p::StageDef>::ROUTER;
+        meta.reads = #reads;
+        meta.writes = #writes;
+        meta.timeout = #timeout;
+        meta.input = #input;
+        meta.output = #output;
+        meta.resources = __FLUXIO_RESOURCES;
+        #p::Stage::new(meta, #call_fn)
+    };
+    let returns_route = quote!(#p::used_as::ReturnsRoute<{ #router }>);
+    companion(func, &p, &returns_route, &router, hash, &stage)
+}
+
+/// The function, and its hidden type with defaults, for a stage `#[stage]`
+/// refused (its errors are reported beside it): the type fits every place
+/// of a `pipeline!`, so naming the stage there adds no error, and it is
+/// never run, since the program does not compile. Like tokio-macros'
+/// `DEFAULT_ERROR_CONFIG`.
+fn refused(func: &StageFn, opts: &Options, hash: &[u8; 32]) -> TokenStream {
+    let krate = &opts.krate;
+    let p = quote!(#krate::__private);
+    let returns_route = quote!(#p::used_as::Refused);
+    companion(
+        func,
+        &p,
+        &returns_route,
+        &quote!(false),
+        hash,
+        &quote!(#p::stand_in_stage()),
+    )
+}
+
+/// The function as emitted, then the hidden type of the same name that
+/// implements `StageDef`; `stage` is the body of `StageDef::stage`.
+fn companion(
+    func: &StageFn,
+    p: &TokenStream,
+    returns_route: &TokenStream,
+    router: &TokenStream,
+    hash: &[u8; 32],
+    stage: &TokenStream,
+) -> TokenStream {
+    let item = &func.item;
+    let vis = &func.vis;
+    let ident = &func.sig.ident;
+    quote! {
+        #item
 
         #[doc(hidden)]
         #[allow(non_camel_case_types, dead_code, unreachable_pub)]
@@ -464,37 +592,15 @@ fn expand_fn(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
 
         const _: () = {
             impl #p::StageDef for #ident {
+                type ReturnsRoute = #returns_route;
                 const HASH: [u8; 32] = [#(#hash),*];
                 const ROUTER: bool = #router;
                 fn stage() -> #p::Stage {
-                    fn #call_fn(
-                        ctx: #p::Context,
-                        __fluxio_resources: &#p::Resources,
-                    ) -> #p::StageFuture {
-                        #error_fn
-                        #(#extract)*
-                        #body
-                    }
-                    const __FLUXIO_RESOURCES: &[fn() -> #p::ResourceReq] = &[#(#req_list),*];
-                    #p::Stage::new(
-                        #p::StageMeta {
-                            name: #name,
-                            hash: <Self as #p::StageDef>::HASH,
-                            kind: #kind,
-                            router: <Self as #p::StageDef>::ROUTER,
-                            reads: #reads,
-                            writes: #writes,
-                            timeout: #timeout,
-                            input: #input,
-                            output: #output,
-                            resources: __FLUXIO_RESOURCES,
-                        },
-                        #call_fn,
-                    )
+                    #stage
                 }
             }
         };
-    })
+    }
 }
 
 #[cfg(test)]
@@ -521,6 +627,60 @@ mod tests {
             out.contains("async fn a"),
             "the function is still emitted: {out}"
         );
+    }
+
+    #[test]
+    fn a_refused_stage_still_has_its_hidden_type() {
+        for (args, item) in [
+            (
+                quote!(nme = "x"),
+                quote!(
+                    async fn a(ctx: Context) -> R {
+                        Ok(ctx)
+                    }
+                ),
+            ),
+            (
+                quote!(),
+                quote!(
+                    async fn a(ctx: &Context) -> R {
+                        Ok(ctx)
+                    }
+                ),
+            ),
+        ] {
+            let out = expand_ok(args, item);
+            assert!(out.contains("compile_error"), "{out}");
+            assert!(out.contains("struct a { }"), "{out}");
+            assert!(out.contains("used_as :: Refused"), "{out}");
+        }
+    }
+
+    #[test]
+    fn a_body_syn_cannot_parse_is_left_to_rustc() {
+        let out = expand_ok(
+            quote!(),
+            "async fn a(ctx: Context) -> R { let n: u32 = ; Ok(ctx) }"
+                .parse()
+                .unwrap_or_default(),
+        );
+        assert!(!out.contains("compile_error"), "{out}");
+        assert!(out.contains("let n : u32 = ;"), "{out}");
+        assert!(out.contains("used_as :: ReturnsRoute"), "{out}");
+    }
+
+    #[test]
+    fn stage_meta_is_built_from_the_hidden_constructor() {
+        let out = expand_ok(
+            quote!(name = "x", reads = ["a"], timeout = "1s"),
+            quote!(
+                async fn a(ctx: Context) -> R {
+                    Ok(ctx)
+                }
+            ),
+        );
+        assert!(!out.contains("StageMeta {"), "no struct literal: {out}");
+        assert!(out.contains("__private :: stage_meta (\"x\""), "{out}");
     }
 
     #[test]

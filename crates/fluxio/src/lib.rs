@@ -54,31 +54,18 @@
 //! # Ok(()) }
 //! ```
 //!
-//! ## `#[stage]`
+//! ## Stages
 //!
-//! On `async fn name(ctx: Context) -> Result<Context, E>` (runs on the async
-//! runtime), on a plain `fn` with the same signature (runs on tokio's blocking
-//! pool), returning `Result<fluxio::Route, E>` (a router), or on
-//! `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>`
-//! (a stream stage: see [`stream`] and [`Pipeline::stream`]). `E` is any
-//! `std::error::Error + Send + Sync + 'static` (the caller gets it back with
-//! [`Error::stage_error`]), `Box<dyn Error + Send + Sync>` ([`BoxError`];
-//! `stage_error` downcasts to the boxed type) or `anyhow::Error` (kept whole:
-//! [`Error::stage_error_any::<anyhow::Error>()`](Error::stage_error_any) returns
-//! it, for anyhow's `downcast_ref`, `root_cause` and `chain`; the error's
-//! `source` chain continues into anyhow's). [`StageResult`] is
-//! `Result<Context, BoxError>`.
+//! [`#[stage]`](macro@stage) marks an `async fn` (run on the async runtime),
+//! a plain `fn` (run on tokio's blocking pool), a router (returning a
+//! [`Route`]) or a stream stage (taking an [`Emitter`]); its documentation
+//! lists the signatures, the error types a stage may return and the options
+//! (`name`, `reads`, `writes`, `timeout`, `input`, `output`, `crate`).
 //!
-//! After the context (and a stream stage's `Emitter`), a stage takes any
-//! number of **resources**: shared values such as a database pool or an HTTP
-//! client, as `name: Resource<T>` arguments. Register each type once with
-//! [`PipelineBuilder::resource`]; every stage and every run share the one
-//! value ([`Resource`] is a cheap-clone `Arc<T>` that derefs to `T`).
-//! `build()` refuses a pipeline whose stages take a type it does not
-//! register, naming the stage and the type. Resources are part of neither
-//! the version (only the stage's code is) nor the checkpoints: a resumed run
-//! gets the resources of the pipeline that resumes it.
-//! [`testing::StageTest::resource`] supplies them to a stage under test.
+//! After the context, a stage takes any number of **resources**, shared
+//! values such as a database pool, as [`Resource<T>`](Resource) arguments,
+//! registered once with [`PipelineBuilder::resource`]
+//! ([`testing::StageTest::resource`] for a stage under test):
 //!
 //! ```
 //! use fluxio::{ctx, pipeline, stage, Context, Resource, StageResult};
@@ -103,33 +90,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Options:
+//! ## Pipelines
 //!
-//! | option | meaning |
-//! |---|---|
-//! | `name = "x"` | the stage's name in checkpoints, errors and `replay` (default: the function's name) |
-//! | `reads = ["a", "b"]` | keys it reads; with `writes`, lets auto-parallelism fold it |
-//! | `writes = ["c"]` | keys it writes; two parallel branches may not declare the same write |
-//! | `timeout = "5s"` | fail with [`Error::StageTimeout`] after `ms`, `s`, `m` or `h` |
-//! | `crate = "path"` | where the `fluxio` crate is, when renamed |
-//!
-//! The function stays callable as it was; `#[stage]` adds a hidden type of the
-//! same name that `pipeline!` refers to, and hashes the function's tokens
-//! (signature, attributes, body; not comments, doc comments or formatting)
-//! into the pipeline's version.
-//!
-//! ## `pipeline!`
-//!
-//! A comma-separated sequence of: a stage; `parallel![a, [b, c]]` (branches
-//! run concurrently from forks of the context and are merged; a merge
-//! conflict is an error); `fire_and_forget![a, b]` (branches run in the
-//! background, their errors are logged, nothing is merged); a router followed
-//! by its routing block, `router => { "x" => [a, b], "y" => c }` (a body is a
-//! stage, a list, or a nested `pipeline![...]`). It returns a
-//! [`PipelineBuilder`]; `.store(...)` makes the pipeline durable,
-//! `.auto_parallel(false)` switches folding off, `.resource(value)` registers
-//! a resource, `.build()` compiles it. `pipeline![]` (no stages) is valid: it
-//! returns its input unchanged, durable or not, and has a version of its own.
+//! [`pipeline!`] composes stages in sequence, in `parallel![...]` and
+//! `fire_and_forget![...]` blocks, and in routing blocks after a router
+//! (`router => { "x" => [a, b], "y" => c }`), as in the example above; its
+//! documentation has the syntax. It returns a [`PipelineBuilder`], which
+//! [`build`](PipelineBuilder::build)s the [`Pipeline`].
 //!
 //! ## Durable execution
 //!
