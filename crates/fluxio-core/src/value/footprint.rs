@@ -293,7 +293,7 @@ pub fn to_context_value<T: Serialize + ?Sized>(key: &str, value: &T) -> crate::R
         },
         None => Error::Serialize {
             key: key.to_owned(),
-            message: e.message,
+            source: Box::new(e),
         },
     })?;
     check_context_value(key, &v)?;
