@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::store::StoreErrorKind;
+
 /// A boxed error as returned by a stage: any `std::error::Error + Send + Sync + 'static`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -212,6 +214,10 @@ pub enum Error {
     Store {
         /// The backend, e.g. `"memory"`, `"redis"`.
         backend: &'static str,
+        /// Whether the store timed out, could not be reached, or failed
+        /// otherwise, as the backend classified its error (also
+        /// [`Error::store_error_kind`]).
+        kind: StoreErrorKind,
         /// The backend's error.
         #[source]
         source: BoxError,
@@ -399,11 +405,35 @@ impl Error {
         message
     }
 
-    /// Wraps a backend error as [`Error::Store`].
+    /// Wraps a backend error as [`Error::Store`] of kind
+    /// [`StoreErrorKind::Other`]. A store that can tell a timeout or a
+    /// connection failure uses [`Error::store_with_kind`].
     pub fn store(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Self::store_with_kind(backend, StoreErrorKind::Other, source)
+    }
+
+    /// Wraps a backend error as [`Error::Store`], saying whether it is a
+    /// timeout, a connection failure or another failure.
+    pub fn store_with_kind(
+        backend: &'static str,
+        kind: StoreErrorKind,
+        source: impl Into<BoxError>,
+    ) -> Self {
         Error::Store {
             backend,
+            kind,
             source: source.into(),
+        }
+    }
+
+    /// For an [`Error::Store`], whether the store timed out, could not be
+    /// reached, or failed otherwise (its `kind`), whatever the backend;
+    /// `None` for every other error.
+    #[must_use]
+    pub fn store_error_kind(&self) -> Option<StoreErrorKind> {
+        match self {
+            Error::Store { kind, .. } => Some(*kind),
+            _ => None,
         }
     }
 
