@@ -12,7 +12,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection as _, Postgres};
 
-use crate::error::PostgresStoreError;
+use crate::error::{PostgresStoreError, is_connection_error, sql_kind};
 use crate::migrate::{self, MigrateError};
 use crate::names::{Names, Sql};
 use crate::redact::Redacted;
@@ -55,14 +55,15 @@ enum Retry {
 }
 
 fn own_error(e: PostgresStoreError) -> Error {
-    Error::store(BACKEND, e)
+    Error::store_with_kind(BACKEND, e.kind(), e)
 }
 
-/// `e` as the source of an [`Error::Store`], or, when its message quotes
-/// the password of `url` (a server quoting a database name that is really a
-/// misplaced user info), a [`PostgresStoreError::Scrubbed`] in its place.
+/// `e` as the source of an [`Error::Store`] of `e`'s kind, or, when its
+/// message quotes the password of `url` (a server quoting a database name
+/// that is really a misplaced user info), a
+/// [`PostgresStoreError::Scrubbed`] in its place.
 fn scrubbed_sql_error(url: Option<&Redacted>, e: sqlx::Error) -> Error {
-    Error::store(BACKEND, scrubbed(url, e))
+    Error::store_with_kind(BACKEND, sql_kind(&e), scrubbed(url, e))
 }
 
 fn scrubbed(url: Option<&Redacted>, e: sqlx::Error) -> Box<dyn std::error::Error + Send + Sync> {
@@ -390,21 +391,6 @@ impl fmt::Display for Failure {
             Failure::Migrate(MigrateError::Store(e)) => e.fmt(f),
             Failure::Fluxio(e) => e.fmt(f),
         }
-    }
-}
-
-/// Whether `e` says the connection failed rather than the statement: the
-/// server ended the session (`57P01` admin shutdown, e.g.
-/// `pg_terminate_backend`; `57P02` crash shutdown; `57P03` cannot connect
-/// now), a connection exception (class `08`), or an I/O error. The
-/// statement may still have run when the failure came after it was sent.
-fn is_connection_error(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_) => true,
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|c| matches!(&*c, "57P01" | "57P02" | "57P03") || c.starts_with("08")),
-        _ => false,
     }
 }
 

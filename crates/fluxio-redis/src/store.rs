@@ -11,11 +11,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, MAX_LEASE_TTL, check_lease_ttl};
 use fluxio_core::{Error, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ErrorKind, RedisError, RedisResult};
+use redis::{Client, RedisResult};
 use tokio::time::Instant;
 
 use crate::config::{RedisStoreBuilder, px};
-use crate::error::RedisStoreError;
+use crate::error::{RedisStoreError, is_connection_error};
 use crate::redact::Redacted;
 use crate::scripts;
 
@@ -384,17 +384,6 @@ fn lease_lost(lease: &Lease) -> Error {
         run_id: lease.run_id().to_owned(),
         token: lease.token(),
     }
-}
-
-/// Whether `e` is a failure of the connection (dropped, reset, an I/O
-/// error, a reply that cannot be parsed): the next call goes to a new
-/// connection. Not an error reply of the server, and not a timeout (which
-/// used up the call's time).
-fn is_connection_error(e: &RedisError) -> bool {
-    if e.is_timeout() || matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) {
-        return false;
-    }
-    e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error()
 }
 
 /// A fresh nonce for one `acquire_lease` call: 128 bits in hex, from
@@ -791,27 +780,6 @@ mod tests {
             .query_async(&mut raw)
             .await
             .expect("DEL");
-    }
-
-    #[test]
-    fn connection_errors_are_told_from_replies_and_timeouts() {
-        let io = |kind| RedisError::from(io::Error::from(kind));
-        assert!(is_connection_error(&io(io::ErrorKind::BrokenPipe)));
-        assert!(is_connection_error(&io(io::ErrorKind::ConnectionReset)));
-        assert!(is_connection_error(&io(io::ErrorKind::UnexpectedEof)));
-        assert!(!is_connection_error(&io(io::ErrorKind::TimedOut)));
-        let reply = RedisError::from((
-            ErrorKind::Server(redis::ServerErrorKind::ResponseError),
-            "ERR",
-        ));
-        assert!(!is_connection_error(&reply));
-        let noscript = RedisError::from((
-            ErrorKind::Server(redis::ServerErrorKind::NoScript),
-            "NOSCRIPT",
-        ));
-        assert!(!is_connection_error(&noscript));
-        let parse = RedisError::from((ErrorKind::Parse, "bad reply"));
-        assert!(is_connection_error(&parse));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus, check_le
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
-use crate::error::SqliteStoreError;
+use crate::error::{SqliteStoreError, sql_kind};
 use crate::migrate::{self, MigrateError};
 use crate::names::{Names, Sql, validate_path};
 
@@ -34,11 +34,11 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;
 const MAX_MILLIS: i64 = 100 * 366 * 24 * 60 * 60 * 1000;
 
 fn sql_error(e: sqlx::Error) -> Error {
-    Error::store(BACKEND, e)
+    Error::store_with_kind(BACKEND, sql_kind(&e), e)
 }
 
 fn own_error(e: SqliteStoreError) -> Error {
-    Error::store(BACKEND, e)
+    Error::store_with_kind(BACKEND, e.kind(), e)
 }
 
 /// When SQLite makes a commit durable: its `PRAGMA synchronous`, in WAL
