@@ -1,12 +1,28 @@
-//! The source of every [`Error::Store`](fluxio_core::Error::Store) this crate returns.
+//! The source of every [`Error::Store`](fluxio_core::Error::Store) this crate returns,
+//! and what kind of failure (a timeout, a connection failure) each is.
 
 use std::fmt;
 use std::time::Duration;
 
-use fluxio_core::store::StoreErrorKind;
+use fluxio_core::store::{RedactedUrl, StoreErrorKind};
 use redis::{ErrorKind, RedisError};
 
-use crate::redact::Redacted;
+/// The `backend` of this crate's [`Error::Store`](fluxio_core::Error::Store).
+pub const BACKEND: &str = "redis";
+
+/// The operation names in errors.
+pub(crate) mod op {
+    pub(crate) const CONNECT: &str = "connect";
+    pub(crate) const SAVE: &str = "save";
+    pub(crate) const LOAD: &str = "load";
+    pub(crate) const DELETE: &str = "delete";
+    pub(crate) const EXISTS: &str = "exists";
+    pub(crate) const ACQUIRE: &str = "acquire_lease";
+    pub(crate) const RENEW: &str = "renew_lease";
+    pub(crate) const RELEASE: &str = "release_lease";
+    pub(crate) const SAVE_FENCED: &str = "save_fenced";
+    pub(crate) const DELETE_FENCED: &str = "delete_fenced";
+}
 
 /// Why a [`RedisStore`](crate::RedisStore) call failed.
 ///
@@ -51,7 +67,7 @@ impl RedisStoreError {
     pub(crate) fn redis(
         operation: &'static str,
         key: Option<String>,
-        url: &Redacted,
+        url: &RedactedUrl,
         error: redis::RedisError,
     ) -> Self {
         // redis-rs never puts the password in its messages today; if a future
@@ -76,7 +92,7 @@ impl RedisStoreError {
     pub(crate) fn timeout(
         operation: &'static str,
         key: Option<String>,
-        url: &Redacted,
+        url: &RedactedUrl,
         timeout: Duration,
     ) -> Self {
         RedisStoreError {
@@ -90,7 +106,7 @@ impl RedisStoreError {
     pub(crate) fn setting(
         setting: &'static str,
         reason: impl Into<String>,
-        url: &Redacted,
+        url: &RedactedUrl,
     ) -> Self {
         RedisStoreError {
             operation: "configure",
@@ -199,7 +215,7 @@ impl std::error::Error for RedisStoreError {
 
 impl From<RedisStoreError> for fluxio_core::Error {
     fn from(e: RedisStoreError) -> Self {
-        fluxio_core::Error::store_with_kind(crate::BACKEND, e.kind(), e)
+        fluxio_core::Error::store_with_kind(BACKEND, e.kind(), e)
     }
 }
 
