@@ -3,7 +3,11 @@
 
 use std::time::Duration;
 
+use fluxio_core::Error;
 use fluxio_core::store::StoreErrorKind;
+
+/// The `backend` of every [`Error::Store`] this crate returns.
+pub const BACKEND: &str = "postgres";
 
 /// What went wrong in the store itself, rather than in sqlx or PostgreSQL.
 ///
@@ -140,4 +144,9 @@ pub(crate) fn is_connection_error(e: &sqlx::Error) -> bool {
             .is_some_and(|c| matches!(&*c, "57P01" | "57P02" | "57P03") || c.starts_with("08")),
         _ => false,
     }
+}
+
+/// `e` as the source of an [`Error::Store`] of `e`'s kind.
+pub(crate) fn own_error(e: PostgresStoreError) -> Error {
+    Error::store_with_kind(BACKEND, e.kind(), e)
 }
