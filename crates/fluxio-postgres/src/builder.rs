@@ -156,9 +156,10 @@ impl PostgresStoreBuilder {
     /// exist already.
     ///
     /// # Errors
-    /// [`Error::Store`](fluxio_core::Error::Store) for an invalid setting or URL;
-    /// [`Error::NoRuntime`](fluxio_core::Error::NoRuntime) when called outside a tokio runtime (for a store
-    /// built from a URL: its pool needs one).
+    /// [`Error::Store`](fluxio_core::Error::Store) for an invalid setting or
+    /// URL; [`Error::NoRuntime`](fluxio_core::Error::NoRuntime) when called
+    /// outside a tokio runtime (for a store built from a URL: its pool needs
+    /// one).
     pub fn connect_lazy(self) -> Result<PostgresStore> {
         let names = Names::new(&self.schema, &self.table).map_err(own_error)?;
         if self.timeout.is_zero() {

@@ -4,7 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use fluxio_core::Error;
 use fluxio_core::store::StoreErrorKind;
+
+/// The `backend` of every [`Error::Store`] this crate returns.
+pub const BACKEND: &str = "sqlite";
 
 /// What went wrong in the store itself, rather than in sqlx or SQLite.
 ///
@@ -139,4 +143,14 @@ pub(crate) fn sql_kind(e: &sqlx::Error) -> StoreErrorKind {
         (sqlx::Error::Io(_), _) | (_, Some(SQLITE_CANTOPEN)) => StoreErrorKind::Connection,
         _ => StoreErrorKind::Other,
     }
+}
+
+/// `e` as the source of an [`Error::Store`] of `e`'s kind.
+pub(crate) fn sql_error(e: sqlx::Error) -> Error {
+    Error::store_with_kind(BACKEND, sql_kind(&e), e)
+}
+
+/// `e` as the source of an [`Error::Store`] of `e`'s kind.
+pub(crate) fn own_error(e: SqliteStoreError) -> Error {
+    Error::store_with_kind(BACKEND, e.kind(), e)
 }
