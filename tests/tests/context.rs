@@ -306,7 +306,9 @@ fn good_bytes() -> (String, Vec<u8>) {
 
 fn assert_corrupt(run_id: &str, bytes: &[u8], reason_part: &str) {
     match Checkpoint::from_bytes(run_id, bytes) {
-        Err(Error::CorruptCheckpoint { run_id: r, reason }) => {
+        Err(Error::CorruptCheckpoint {
+            run_id: r, reason, ..
+        }) => {
             assert_eq!(r, run_id);
             assert!(
                 reason.contains(reason_part),

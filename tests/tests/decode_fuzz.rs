@@ -782,7 +782,9 @@ fn check(
                 }
             }
         }
-        Err(Error::CorruptCheckpoint { run_id: r, reason }) => {
+        Err(Error::CorruptCheckpoint {
+            run_id: r, reason, ..
+        }) => {
             if r != run_id {
                 return Err(format!("CorruptCheckpoint names `{r}`, not `{run_id}`"));
             }
@@ -1042,7 +1044,7 @@ fn other_format_versions_name_both_versions() {
             frame(format, &seed.payload)[..6].to_vec(),
         ] {
             match Checkpoint::from_bytes(&seed.run_id, &bytes) {
-                Err(Error::CorruptCheckpoint { run_id, reason }) => {
+                Err(Error::CorruptCheckpoint { run_id, reason, .. }) => {
                     assert_eq!(run_id, seed.run_id);
                     assert!(
                         reason.contains(&format!("format {format}"))

@@ -266,7 +266,7 @@ fn golden_files_are_typed_errors_under_another_run_id() {
     for (name, _) in goldens() {
         let stored = std::fs::read(dir().join(name)).expect("fixture exists");
         match Checkpoint::from_bytes("another-run", &stored) {
-            Err(Error::CorruptCheckpoint { run_id, reason }) => {
+            Err(Error::CorruptCheckpoint { run_id, reason, .. }) => {
                 assert_eq!(run_id, "another-run", "{name}");
                 assert!(reason.contains(RUN_ID), "{name}: {reason}");
             }

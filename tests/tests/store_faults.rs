@@ -322,7 +322,9 @@ impl Scenario {
                     );
                     ok += 1;
                 }
-                Ok(Err(Error::Store { backend: b, source })) if b == backend => {
+                Ok(Err(Error::Store {
+                    backend: b, source, ..
+                })) if b == backend => {
                     eprintln!("{what}: run {i} failed after {took:?}: {source}");
                     store_errs += 1;
                     failed.push(i);
@@ -591,6 +593,7 @@ fn timed(rt: &Runtime, name: &str, call: impl std::future::Future<Output = fluxi
         Err(Error::Store {
             backend: "redis",
             source,
+            ..
         }) => eprintln!("sigstop: {name} failed after {took:?}: {source}"),
         other => panic!("{name} on a frozen redis: {other:?}"),
     }
@@ -826,6 +829,7 @@ fn redis_frozen_with_sigstop_fails_within_the_timeout_and_recovers() {
         Ok(Err(Error::Store {
             backend: "redis",
             source,
+            ..
         })) => {
             eprintln!("sigstop: the run failed {took:?} after the freeze: {source}")
         }

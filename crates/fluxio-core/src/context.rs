@@ -305,7 +305,7 @@ fn read<T: DeserializeOwned>(key: &str, v: &Value) -> Result<T> {
         key: key.to_owned(),
         expected: std::any::type_name::<T>(),
         found: v.kind(),
-        message: e.to_string(),
+        source: e,
     })
 }
 

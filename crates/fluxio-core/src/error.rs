@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::store::StoreErrorKind;
+
 /// A boxed error as returned by a stage: any `std::error::Error + Send + Sync + 'static`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -106,26 +108,35 @@ pub enum Error {
         expected: &'static str,
     },
 
-    /// A strict read found a value of another type under the key.
-    #[error("context key `{key}` holds {found}, expected {expected}: {message}")]
+    /// A strict read found a value of another type under the key. The
+    /// message names the key and both types; `source` says which field or
+    /// value did not fit.
+    #[error("context key `{key}` holds {found}, expected {expected}")]
     WrongType {
         /// The key that was read.
         key: String,
         /// The type the caller asked for.
         expected: &'static str,
-        /// The kind of value that is stored.
+        /// The kind of value that is stored ([`Value::kind`](crate::Value::kind)).
         found: &'static str,
-        /// The deserializer's message.
-        message: String,
+        /// The deserializer's error, e.g. `invalid type: string "x", expected u64`.
+        #[source]
+        source: crate::value::ValueError,
     },
 
-    /// A value could not be converted into a context value.
-    #[error("cannot store context key `{key}`: {message}")]
+    /// A value could not be converted into a context value (its `Serialize`
+    /// impl failed), or, when no other error says why, a context value of a
+    /// checkpoint could not be encoded.
+    #[error("cannot store context key `{key}`")]
     Serialize {
-        /// The key being written.
+        /// The key being written (for a checkpoint whose failing value is
+        /// not found, `(checkpoint of run `...`)`).
         key: String,
-        /// The serializer's message.
-        message: String,
+        /// The serializer's error: a [`ValueError`](crate::value::ValueError)
+        /// from the value's `Serialize` impl, or the checkpoint encoder's
+        /// error.
+        #[source]
+        source: BoxError,
     },
 
     /// A router returned a route the routing block does not have.
@@ -156,7 +167,10 @@ pub enum Error {
     Validation {
         /// The stage.
         stage: String,
-        /// The missing or mistyped field.
+        /// `input: ` or `output: `, then the missing or mistyped field with
+        /// its path, as the stage's [`Validator`](crate::stage::Validator)
+        /// reported it (a validator returns text, so there is no error to
+        /// keep as a source).
         message: String,
     },
 
@@ -200,6 +214,10 @@ pub enum Error {
     Store {
         /// The backend, e.g. `"memory"`, `"redis"`.
         backend: &'static str,
+        /// Whether the store timed out, could not be reached, or failed
+        /// otherwise, as the backend classified its error (also
+        /// [`Error::store_error_kind`]).
+        kind: StoreErrorKind,
         /// The backend's error.
         #[source]
         source: BoxError,
@@ -253,8 +271,15 @@ pub enum Error {
     CorruptCheckpoint {
         /// The run id the checkpoint was stored under.
         run_id: String,
-        /// What was wrong with it.
+        /// What was wrong with it, in fluxio's words: the header, the
+        /// checksum, the format version, the run id it belongs to, a limit
+        /// of fluxio's own decoder, or `cannot decode the payload` when the
+        /// decoder's error is the `source`.
         reason: String,
+        /// The payload decoder's error, when it refused the bytes (e.g. they
+        /// end early or hold an invalid tag); `None` when `reason` says it all.
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// A fluxio bug: the interpreter met a state the compiler or `#[stage]`
@@ -380,11 +405,35 @@ impl Error {
         message
     }
 
-    /// Wraps a backend error as [`Error::Store`].
+    /// Wraps a backend error as [`Error::Store`] of kind
+    /// [`StoreErrorKind::Other`]. A store that can tell a timeout or a
+    /// connection failure uses [`Error::store_with_kind`].
     pub fn store(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Self::store_with_kind(backend, StoreErrorKind::Other, source)
+    }
+
+    /// Wraps a backend error as [`Error::Store`], saying whether it is a
+    /// timeout, a connection failure or another failure.
+    pub fn store_with_kind(
+        backend: &'static str,
+        kind: StoreErrorKind,
+        source: impl Into<BoxError>,
+    ) -> Self {
         Error::Store {
             backend,
+            kind,
             source: source.into(),
+        }
+    }
+
+    /// For an [`Error::Store`], whether the store timed out, could not be
+    /// reached, or failed otherwise (its `kind`), whatever the backend;
+    /// `None` for every other error.
+    #[must_use]
+    pub fn store_error_kind(&self) -> Option<StoreErrorKind> {
+        match self {
+            Error::Store { kind, .. } => Some(*kind),
+            _ => None,
         }
     }
 
@@ -392,5 +441,94 @@ impl Error {
         Error::Build {
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use bincode::error::DecodeError;
+
+    use super::Error;
+    use crate::store::{Checkpoint, FORMAT_VERSION, MAGIC};
+    use crate::value::ValueError;
+
+    #[test]
+    fn wrong_type_keeps_the_deserializers_error_as_its_source() {
+        let ctx = crate::ctx! { "n" => "seven" }.expect("a string");
+        let err = ctx.get::<u64>("n").expect_err("not a u64");
+        assert!(matches!(err, Error::WrongType { ref key, .. } if key == "n"));
+        let source = err.source().and_then(|s| s.downcast_ref::<ValueError>());
+        let source = source.expect("the ValueError as source");
+        assert!(source.message.starts_with("invalid type"), "{source}");
+        assert_eq!(
+            err.to_string(),
+            "context key `n` holds string, expected u64"
+        );
+        assert_eq!(
+            err.message_with_causes(),
+            format!("context key `n` holds string, expected u64: {source}")
+        );
+    }
+
+    #[test]
+    fn serialize_keeps_the_serializers_error_as_its_source() {
+        struct Refuses;
+        impl serde::Serialize for Refuses {
+            fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+                Err(serde::ser::Error::custom("no way"))
+            }
+        }
+        let err = crate::Context::new()
+            .set("k", Refuses)
+            .expect_err("refused");
+        assert!(matches!(err, Error::Serialize { ref key, .. } if key == "k"));
+        let source = err.source().and_then(|s| s.downcast_ref::<ValueError>());
+        assert_eq!(source.map(ValueError::message), Some("no way"));
+        assert_eq!(err.to_string(), "cannot store context key `k`");
+        assert_eq!(
+            err.message_with_causes(),
+            "cannot store context key `k`: no way"
+        );
+    }
+
+    /// A checkpoint frame around `payload`, with a correct header.
+    fn frame(payload: &[u8]) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.extend(FORMAT_VERSION.to_le_bytes());
+        out.extend(crc32fast::hash(payload).to_le_bytes());
+        out.extend((payload.len() as u64).to_le_bytes());
+        out.extend(payload);
+        out
+    }
+
+    #[test]
+    fn corrupt_checkpoint_keeps_the_decoders_error_as_its_source() {
+        let err = Checkpoint::from_bytes("r", &frame(&[])).expect_err("no payload");
+        match &err {
+            Error::CorruptCheckpoint { run_id, reason, .. } => {
+                assert_eq!(
+                    (run_id.as_str(), reason.as_str()),
+                    ("r", "cannot decode the payload")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let source = err.source().and_then(|s| s.downcast_ref::<DecodeError>());
+        assert!(
+            matches!(source, Some(DecodeError::UnexpectedEnd { .. })),
+            "{source:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "corrupt checkpoint for run `r`: cannot decode the payload"
+        );
+        let chain = err.message_with_causes();
+        assert!(chain.starts_with("corrupt checkpoint for run `r`: cannot decode the payload: "));
+
+        // A reason with nothing underneath has no source.
+        let err = Checkpoint::from_bytes("r", b"junk").expect_err("too short");
+        assert!(matches!(err, Error::CorruptCheckpoint { source: None, .. }));
     }
 }

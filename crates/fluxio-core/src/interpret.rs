@@ -213,7 +213,7 @@ async fn run_checkpointed(
                 if let Err(store_err) = save(program, d, cp).await {
                     tracing::error!(
                         run_id = d.run_id,
-                        error = %store_err,
+                        error = %store_err.message_with_causes(),
                         "could not save the failure checkpoint; the previous checkpoint stays in place"
                     );
                 }
@@ -472,7 +472,7 @@ async fn fork(
             tokio::spawn(
                 async move {
                     if let Err(e) = branch(&program, start, forked, scope).await {
-                        tracing::warn!(branch = &*name, error = %e, "fire-and-forget branch failed");
+                        tracing::warn!(branch = &*name, error = %e.message_with_causes(), "fire-and-forget branch failed");
                     }
                 }
                 .instrument(span),

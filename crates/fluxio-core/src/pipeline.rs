@@ -482,6 +482,7 @@ impl Pipeline {
                         "ip {ip} is not a checkpoint of pipeline version {}",
                         self.inner.version
                     ),
+                    source: None,
                 });
             }
             // a retry of the stage the checkpoint points at is its next attempt

@@ -147,14 +147,16 @@
 //! data before or after that statement, never half-way; when it is dropped
 //! after the statement was sent, the server may still complete it.
 
+mod builder;
+mod connection;
 mod error;
 mod migrate;
 mod names;
-mod redact;
 mod store;
 
-pub use error::PostgresStoreError;
-pub use store::{
-    BACKEND, DEFAULT_COMPLETED_RETENTION, DEFAULT_MAX_CONNECTIONS, DEFAULT_SCHEMA, DEFAULT_TABLE,
-    DEFAULT_TIMEOUT, PostgresStore, PostgresStoreBuilder,
+pub use builder::{
+    DEFAULT_COMPLETED_RETENTION, DEFAULT_MAX_CONNECTIONS, DEFAULT_SCHEMA, DEFAULT_TABLE,
+    DEFAULT_TIMEOUT, PostgresStoreBuilder,
 };
+pub use error::{BACKEND, PostgresStoreError};
+pub use store::PostgresStore;

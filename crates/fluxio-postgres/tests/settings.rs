@@ -26,7 +26,9 @@ fn everything_about(err: &Error) -> String {
 
 fn invalid_setting(err: &Error) -> (&'static str, String) {
     match err {
-        Error::Store { backend, source } => {
+        Error::Store {
+            backend, source, ..
+        } => {
             assert_eq!(*backend, "postgres");
             match source.downcast_ref::<PostgresStoreError>() {
                 Some(PostgresStoreError::InvalidSetting { setting, value, .. }) => {

@@ -1,9 +1,28 @@
-//! The source of every [`Error::Store`](fluxio_core::Error::Store) this crate returns.
+//! The source of every [`Error::Store`](fluxio_core::Error::Store) this crate returns,
+//! and what kind of failure (a timeout, a connection failure) each is.
 
 use std::fmt;
 use std::time::Duration;
 
-use crate::redact::Redacted;
+use fluxio_core::store::{RedactedUrl, StoreErrorKind};
+use redis::{ErrorKind, RedisError};
+
+/// The `backend` of this crate's [`Error::Store`](fluxio_core::Error::Store).
+pub const BACKEND: &str = "redis";
+
+/// The operation names in errors.
+pub(crate) mod op {
+    pub(crate) const CONNECT: &str = "connect";
+    pub(crate) const SAVE: &str = "save";
+    pub(crate) const LOAD: &str = "load";
+    pub(crate) const DELETE: &str = "delete";
+    pub(crate) const EXISTS: &str = "exists";
+    pub(crate) const ACQUIRE: &str = "acquire_lease";
+    pub(crate) const RENEW: &str = "renew_lease";
+    pub(crate) const RELEASE: &str = "release_lease";
+    pub(crate) const SAVE_FENCED: &str = "save_fenced";
+    pub(crate) const DELETE_FENCED: &str = "delete_fenced";
+}
 
 /// Why a [`RedisStore`](crate::RedisStore) call failed.
 ///
@@ -48,7 +67,7 @@ impl RedisStoreError {
     pub(crate) fn redis(
         operation: &'static str,
         key: Option<String>,
-        url: &Redacted,
+        url: &RedactedUrl,
         error: redis::RedisError,
     ) -> Self {
         // redis-rs never puts the password in its messages today; if a future
@@ -73,7 +92,7 @@ impl RedisStoreError {
     pub(crate) fn timeout(
         operation: &'static str,
         key: Option<String>,
-        url: &Redacted,
+        url: &RedactedUrl,
         timeout: Duration,
     ) -> Self {
         RedisStoreError {
@@ -87,7 +106,7 @@ impl RedisStoreError {
     pub(crate) fn setting(
         setting: &'static str,
         reason: impl Into<String>,
-        url: &Redacted,
+        url: &RedactedUrl,
     ) -> Self {
         RedisStoreError {
             operation: "configure",
@@ -119,16 +138,33 @@ impl RedisStoreError {
         &self.url
     }
 
-    /// Whether no reply came within the store's command timeout. The
-    /// operation may or may not have been applied (each is atomic: all or
-    /// nothing).
+    /// Whether this is a timeout, a connection failure or another failure:
+    /// the `kind` of the [`Error::Store`](fluxio_core::Error::Store) it
+    /// arrives in.
+    #[must_use]
+    pub fn kind(&self) -> StoreErrorKind {
+        match &self.cause {
+            Cause::Timeout(_) => StoreErrorKind::Timeout,
+            Cause::Redis(e) if e.is_timeout() => StoreErrorKind::Timeout,
+            Cause::Redis(e) if is_connection_error(e) => StoreErrorKind::Connection,
+            Cause::Redis(_) | Cause::Setting { .. } => StoreErrorKind::Other,
+        }
+    }
+
+    /// Whether no reply came within the store's command timeout (or the
+    /// socket's). The operation may or may not have been applied (each is
+    /// atomic: all or nothing).
     #[must_use]
     pub fn is_timeout(&self) -> bool {
-        match &self.cause {
-            Cause::Timeout(_) => true,
-            Cause::Redis(e) => e.is_timeout(),
-            Cause::Setting { .. } => false,
-        }
+        self.kind().is_timeout()
+    }
+
+    /// Whether the server could not be reached or the connection to it
+    /// failed (refused, reset, dropped, an I/O error, a reply that cannot be
+    /// parsed); not an error reply of the server.
+    #[must_use]
+    pub fn is_connection(&self) -> bool {
+        self.kind().is_connection()
     }
 
     /// The setting that was rejected, for a configuration error.
@@ -179,6 +215,47 @@ impl std::error::Error for RedisStoreError {
 
 impl From<RedisStoreError> for fluxio_core::Error {
     fn from(e: RedisStoreError) -> Self {
-        fluxio_core::Error::store(crate::BACKEND, e)
+        fluxio_core::Error::store_with_kind(BACKEND, e.kind(), e)
+    }
+}
+
+/// Whether `e` is a failure of the connection (dropped, reset, an I/O
+/// error, a reply that cannot be parsed): the next call goes to a new
+/// connection. Not an error reply of the server, and not a timeout (which
+/// used up the call's time).
+pub(crate) fn is_connection_error(e: &RedisError) -> bool {
+    if e.is_timeout() || matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) {
+        return false;
+    }
+    e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use redis::{ErrorKind, RedisError};
+
+    use super::is_connection_error;
+
+    #[test]
+    fn connection_errors_are_told_from_replies_and_timeouts() {
+        let io = |kind| RedisError::from(io::Error::from(kind));
+        assert!(is_connection_error(&io(io::ErrorKind::BrokenPipe)));
+        assert!(is_connection_error(&io(io::ErrorKind::ConnectionReset)));
+        assert!(is_connection_error(&io(io::ErrorKind::UnexpectedEof)));
+        assert!(!is_connection_error(&io(io::ErrorKind::TimedOut)));
+        let reply = RedisError::from((
+            ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "ERR",
+        ));
+        assert!(!is_connection_error(&reply));
+        let noscript = RedisError::from((
+            ErrorKind::Server(redis::ServerErrorKind::NoScript),
+            "NOSCRIPT",
+        ));
+        assert!(!is_connection_error(&noscript));
+        let parse = RedisError::from((ErrorKind::Parse, "bad reply"));
+        assert!(is_connection_error(&parse));
     }
 }

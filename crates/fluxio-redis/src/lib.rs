@@ -143,15 +143,12 @@
 //! with its password replaced by `***`. No `Debug`, `Display` or log line of
 //! this crate contains the password.
 
-mod config;
+mod builder;
+mod connection;
 mod error;
-mod redact;
 mod scripts;
 mod store;
 
-pub use config::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_TTL, RedisStoreBuilder};
-pub use error::RedisStoreError;
+pub use builder::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_TTL, RedisStoreBuilder};
+pub use error::{BACKEND, RedisStoreError};
 pub use store::RedisStore;
-
-/// The `backend` of this crate's [`Error::Store`](fluxio_core::Error::Store).
-pub const BACKEND: &str = "redis";

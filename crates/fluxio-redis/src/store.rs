@@ -1,22 +1,21 @@
-//! [`RedisStore`]: the connection, the commands, and the trait implementation.
+//! [`RedisStore`]: its keys, and the trait implementation, a command or
+//! Lua script per method.
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, MAX_LEASE_TTL, check_lease_ttl};
+use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RedactedUrl, check_lease_ttl};
 use fluxio_core::{Error, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ErrorKind, RedisError, RedisResult};
-use tokio::time::Instant;
+use redis::Client;
+use redis::aio::ConnectionManagerConfig;
 
-use crate::config::{RedisStoreBuilder, px};
-use crate::error::RedisStoreError;
-use crate::redact::Redacted;
+use crate::builder::{RedisStoreBuilder, px};
+use crate::connection::Conn;
+use crate::error::op;
 use crate::scripts;
 
 /// A [`CheckpointStore`] in Redis: checkpoints, leases and fencing shared by
@@ -37,9 +36,10 @@ use crate::scripts;
 ///
 /// # Errors
 /// Every method fails with [`Error::Store`] (backend `"redis"`, source a
-/// [`RedisStoreError`] keeping the redis-rs error) when the server reports an
-/// error, the connection fails, or no reply comes within the command
-/// timeout; besides the errors the [`CheckpointStore`] method documents.
+/// [`RedisStoreError`](crate::RedisStoreError) keeping the redis-rs error)
+/// when the server reports an error, the connection fails, or no reply comes
+/// within the command timeout; besides the errors the [`CheckpointStore`]
+/// method documents.
 ///
 /// # Cancel safety
 /// Each method sends a single command or script (at most twice, the second
@@ -51,24 +51,18 @@ use crate::scripts;
 /// expire after the lease's time-to-live.
 #[derive(Clone)]
 pub struct RedisStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    url: Redacted,
-    key_prefix: String,
-    ttl: Duration,
-    ttl_ms: u64,
-    command_timeout: Duration,
-    client: Client,
-    manager_config: ConnectionManagerConfig,
-    conn: RwLock<Conn>,
-}
-
-/// The current connection, and how many times it was replaced.
-struct Conn {
-    generation: u64,
-    manager: ConnectionManager,
+pub(crate) struct Inner {
+    pub(crate) url: RedactedUrl,
+    pub(crate) key_prefix: String,
+    pub(crate) ttl: Duration,
+    pub(crate) ttl_ms: u64,
+    pub(crate) command_timeout: Duration,
+    pub(crate) client: Client,
+    pub(crate) manager_config: ConnectionManagerConfig,
+    pub(crate) conn: RwLock<Conn>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -80,20 +74,6 @@ impl fmt::Debug for RedisStore {
             .field("command_timeout", &self.inner.command_timeout)
             .finish()
     }
-}
-
-/// The operation names in errors.
-mod op {
-    pub(super) const CONNECT: &str = "connect";
-    pub(super) const SAVE: &str = "save";
-    pub(super) const LOAD: &str = "load";
-    pub(super) const DELETE: &str = "delete";
-    pub(super) const EXISTS: &str = "exists";
-    pub(super) const ACQUIRE: &str = "acquire_lease";
-    pub(super) const RENEW: &str = "renew_lease";
-    pub(super) const RELEASE: &str = "release_lease";
-    pub(super) const SAVE_FENCED: &str = "save_fenced";
-    pub(super) const DELETE_FENCED: &str = "delete_fenced";
 }
 
 impl RedisStore {
@@ -115,68 +95,6 @@ impl RedisStore {
     /// [`connect`](RedisStoreBuilder::connect).
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url)
-    }
-
-    pub(crate) async fn connect_with(
-        config: RedisStoreBuilder,
-        url: Redacted,
-        ttl_ms: u64,
-    ) -> Result<RedisStore, RedisStoreError> {
-        let timeout = config.command_timeout;
-        let failed = |e| RedisStoreError::redis(op::CONNECT, None, &url, e);
-        if is_tls(&config.url) {
-            install_crypto_provider();
-        }
-        let client = match config.tls_root_certificates {
-            Some(pem) => Client::build_with_tls(
-                config.url.as_str(),
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                },
-            ),
-            None => Client::open(config.url.as_str()),
-        }
-        .map_err(failed)?;
-        // Each attempt is bounded by the timeout; few, quick retries, so a
-        // server that is down is reported at once (with its real error) rather
-        // than after minutes of backoff. A later call retries again.
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(100))
-            .set_max_delay(Duration::from_secs(1));
-        let connecting = async {
-            let mut manager =
-                ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
-            let mut load = redis::pipe();
-            for src in scripts::ALL {
-                load.cmd("SCRIPT").arg("LOAD").arg(src);
-            }
-            load.query_async::<()>(&mut manager).await?;
-            Ok::<_, redis::RedisError>(manager)
-        };
-        let manager = match tokio::time::timeout(timeout, connecting).await {
-            Ok(manager) => manager.map_err(failed)?,
-            Err(_) => return Err(RedisStoreError::timeout(op::CONNECT, None, &url, timeout)),
-        };
-        tracing::debug!(url = %url.url, key_prefix = %config.key_prefix, "connected to redis");
-        Ok(RedisStore {
-            inner: Arc::new(Inner {
-                url,
-                key_prefix: config.key_prefix,
-                ttl: config.ttl,
-                ttl_ms,
-                command_timeout: timeout,
-                client,
-                manager_config,
-                conn: RwLock::new(Conn {
-                    generation: 0,
-                    manager,
-                }),
-            }),
-        })
     }
 
     /// The server's URL, with the password replaced by `***`.
@@ -231,147 +149,6 @@ impl RedisStore {
         format!("{}.nonce:{run_id}", self.inner.key_prefix)
     }
 
-    /// The deadline of a call starting now: the command timeout from now
-    /// (a timeout past the clock's range, like `Duration::MAX`, is a year).
-    fn deadline(&self) -> Instant {
-        let now = Instant::now();
-        now.checked_add(self.inner.command_timeout)
-            .or_else(|| now.checked_add(MAX_LEASE_TTL))
-            .unwrap_or(now)
-    }
-
-    /// The current connection and its generation.
-    fn connection(&self) -> (u64, ConnectionManager) {
-        let conn = self
-            .inner
-            .conn
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        (conn.generation, conn.manager.clone())
-    }
-
-    /// After a timeout: replaces the connection of `generation` (unless
-    /// another call already did) by a new one, made on the next call. The old
-    /// one may be dead without knowing it (a half-open TCP connection), and
-    /// redis-rs only replaces a connection that reported an error.
-    fn replace_connection(&self, generation: u64) {
-        let mut conn = self
-            .inner
-            .conn
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if conn.generation != generation {
-            return;
-        }
-        match ConnectionManager::new_lazy_with_config(
-            self.inner.client.clone(),
-            self.inner.manager_config.clone(),
-        ) {
-            Ok(manager) => {
-                conn.manager = manager;
-                conn.generation += 1;
-                tracing::warn!(
-                    url = %self.inner.url.url,
-                    timeout = ?self.inner.command_timeout,
-                    "redis did not reply in time; reconnecting"
-                );
-            }
-            Err(e) => {
-                tracing::warn!(
-                    url = %self.inner.url.url,
-                    error = %self.inner.url.scrub(&e.to_string()),
-                    "cannot reconnect to redis"
-                )
-            }
-        }
-    }
-
-    /// Runs `attempt` on the current connection until `deadline`, mapping its
-    /// errors; once more (on the connection redis-rs reopens meanwhile) when
-    /// the first attempt failed on the connection rather than on the server.
-    ///
-    /// Only for operations that may be sent twice: every method's command or
-    /// script is idempotent, checks the lease's token, or (acquire) carries
-    /// a nonce that makes a repeat return the first attempt's lease.
-    async fn exec<T, F, Fut>(
-        &self,
-        operation: &'static str,
-        key: &str,
-        deadline: Instant,
-        mut attempt: F,
-    ) -> Result<T, RedisStoreError>
-    where
-        T: Send,
-        F: FnMut(ConnectionManager) -> Fut + Send,
-        Fut: Future<Output = RedisResult<T>> + Send,
-    {
-        let mut retried = false;
-        loop {
-            let (generation, conn) = self.connection();
-            let error = match tokio::time::timeout_at(deadline, attempt(conn)).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => e,
-                Err(_) => {
-                    self.replace_connection(generation);
-                    return Err(RedisStoreError::timeout(
-                        operation,
-                        Some(key.to_owned()),
-                        &self.inner.url,
-                        self.inner.command_timeout,
-                    ));
-                }
-            };
-            if error.is_timeout() {
-                self.replace_connection(generation);
-            } else if !retried && is_connection_error(&error) {
-                // redis-rs learns that a connection died from the call that
-                // failed on it, and reconnects for the next one: that is this.
-                retried = true;
-                tracing::debug!(
-                    url = %self.inner.url.url,
-                    operation,
-                    error = %self.inner.url.scrub(&error.to_string()),
-                    "redis connection failed; sending the call again"
-                );
-                continue;
-            }
-            return Err(RedisStoreError::redis(
-                operation,
-                Some(key.to_owned()),
-                &self.inner.url,
-                error,
-            ));
-        }
-    }
-
-    /// Runs one command (see [`exec`](Self::exec)).
-    async fn query<T: redis::FromRedisValue + Send>(
-        &self,
-        operation: &'static str,
-        key: &str,
-        deadline: Instant,
-        cmd: &redis::Cmd,
-    ) -> Result<T, RedisStoreError> {
-        self.exec(operation, key, deadline, move |mut conn| async move {
-            cmd.query_async(&mut conn).await
-        })
-        .await
-    }
-
-    /// Runs one script (see [`exec`](Self::exec)).
-    async fn invoke<T: redis::FromRedisValue + Send>(
-        &self,
-        operation: &'static str,
-        key: &str,
-        deadline: Instant,
-        script: &redis::ScriptInvocation<'static>,
-    ) -> Result<T, RedisStoreError> {
-        self.exec(operation, key, deadline, move |mut conn| async move {
-            script.invoke_async(&mut conn).await
-        })
-        .await
-    }
-
     /// The epoch's time-to-live: it outlives the checkpoint and every lease
     /// drawn from it, so tokens keep growing while either may still be around.
     fn epoch_px(&self, lease_ms: u64) -> u64 {
@@ -384,17 +161,6 @@ fn lease_lost(lease: &Lease) -> Error {
         run_id: lease.run_id().to_owned(),
         token: lease.token(),
     }
-}
-
-/// Whether `e` is a failure of the connection (dropped, reset, an I/O
-/// error, a reply that cannot be parsed): the next call goes to a new
-/// connection. Not an error reply of the server, and not a timeout (which
-/// used up the call's time).
-fn is_connection_error(e: &RedisError) -> bool {
-    if e.is_timeout() || matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) {
-        return false;
-    }
-    e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error()
 }
 
 /// A fresh nonce for one `acquire_lease` call: 128 bits in hex, from
@@ -416,20 +182,6 @@ fn nonce() -> String {
         h.finish()
     };
     format!("{:016x}{:016x}", half(0), half(1))
-}
-
-fn is_tls(url: &str) -> bool {
-    url.get(..9)
-        .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
-}
-
-/// redis-rs builds rustls without a crypto provider; install ring's as the
-/// process default, unless the application installed one.
-fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Err: another thread installed one meanwhile, which is as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
 }
 
 #[async_trait::async_trait]
@@ -789,27 +541,6 @@ mod tests {
             .query_async(&mut raw)
             .await
             .expect("DEL");
-    }
-
-    #[test]
-    fn connection_errors_are_told_from_replies_and_timeouts() {
-        let io = |kind| RedisError::from(io::Error::from(kind));
-        assert!(is_connection_error(&io(io::ErrorKind::BrokenPipe)));
-        assert!(is_connection_error(&io(io::ErrorKind::ConnectionReset)));
-        assert!(is_connection_error(&io(io::ErrorKind::UnexpectedEof)));
-        assert!(!is_connection_error(&io(io::ErrorKind::TimedOut)));
-        let reply = RedisError::from((
-            ErrorKind::Server(redis::ServerErrorKind::ResponseError),
-            "ERR",
-        ));
-        assert!(!is_connection_error(&reply));
-        let noscript = RedisError::from((
-            ErrorKind::Server(redis::ServerErrorKind::NoScript),
-            "NOSCRIPT",
-        ));
-        assert!(!is_connection_error(&noscript));
-        let parse = RedisError::from((ErrorKind::Parse, "bad reply"));
-        assert!(is_connection_error(&parse));
     }
 
     #[test]

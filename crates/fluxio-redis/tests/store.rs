@@ -46,7 +46,9 @@ async fn pttl(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
 /// The source of an `Error::Store` from this crate.
 fn redis_source(err: &Error) -> &RedisStoreError {
     match err {
-        Error::Store { backend, source } => {
+        Error::Store {
+            backend, source, ..
+        } => {
             assert_eq!(*backend, "redis");
             source
                 .downcast_ref::<RedisStoreError>()

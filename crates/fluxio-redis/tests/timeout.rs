@@ -40,6 +40,7 @@ fn assert_timeout<T: std::fmt::Debug>(
         Err(Error::Store {
             backend: "redis",
             source,
+            ..
         }) => {
             let source = source
                 .downcast_ref::<RedisStoreError>()

@@ -1,7 +1,14 @@
-//! The errors of this crate that are not sqlx's.
+//! The errors of this crate that are not sqlx's, and what kind of failure
+//! (a timeout, a connection failure) each error is.
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+use fluxio_core::Error;
+use fluxio_core::store::StoreErrorKind;
+
+/// The `backend` of every [`Error::Store`] this crate returns.
+pub const BACKEND: &str = "sqlite";
 
 /// What went wrong in the store itself, rather than in sqlx or SQLite.
 ///
@@ -10,7 +17,10 @@ use std::time::Duration;
 /// of sqlx and SQLite after opening (a busy database past the busy timeout, a
 /// full disk) are the source themselves (a [`sqlx::Error`]); at open they
 /// are wrapped in [`Open`](Self::Open) or [`NotWritable`](Self::NotWritable),
-/// which name the file.
+/// which name the file. To ask whether any error of this store was a
+/// timeout or a connection failure, ask the [`fluxio_core::Error`]
+/// ([`store_error_kind`](fluxio_core::Error::store_error_kind)), which
+/// covers both.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqliteStoreError {
@@ -78,4 +88,69 @@ pub enum SqliteStoreError {
         #[source]
         source: sqlx::Error,
     },
+}
+
+impl SqliteStoreError {
+    /// Whether this is a timeout, a connection failure or another failure:
+    /// the `kind` of the [`Error::Store`](fluxio_core::Error::Store) it
+    /// arrives in.
+    #[must_use]
+    pub fn kind(&self) -> StoreErrorKind {
+        match self {
+            SqliteStoreError::Timeout { .. } => StoreErrorKind::Timeout,
+            SqliteStoreError::Open { .. } => StoreErrorKind::Connection,
+            SqliteStoreError::InvalidSetting { .. }
+            | SqliteStoreError::NotWal { .. }
+            | SqliteStoreError::MigrationChanged { .. }
+            | SqliteStoreError::NotWritable { .. } => StoreErrorKind::Other,
+        }
+    }
+
+    /// Whether the call did not finish within the store's
+    /// [timeout](crate::SqliteStoreBuilder::timeout)
+    /// ([`Timeout`](Self::Timeout)). A write may or may not have been
+    /// applied.
+    #[must_use]
+    pub fn is_timeout(&self) -> bool {
+        self.kind().is_timeout()
+    }
+
+    /// Whether the database file could not be opened ([`Open`](Self::Open)):
+    /// SQLite's equivalent of a server that cannot be reached.
+    #[must_use]
+    pub fn is_connection(&self) -> bool {
+        self.kind().is_connection()
+    }
+}
+
+/// SQLite's primary result code for a database locked by another
+/// connection past the busy timeout ("database is locked").
+const SQLITE_BUSY: i32 = 5;
+/// SQLite's primary result code for a file it cannot open.
+const SQLITE_CANTOPEN: i32 = 14;
+
+/// What kind of failure an error of sqlx is: SQLite's busy timeout or the
+/// wait for a pooled connection is a timeout; a file that cannot be opened
+/// (or an I/O error of the driver) a connection failure.
+pub(crate) fn sql_kind(e: &sqlx::Error) -> StoreErrorKind {
+    let primary_code = e
+        .as_database_error()
+        .and_then(|db| db.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .map(|code| code & 0xff);
+    match (e, primary_code) {
+        (sqlx::Error::PoolTimedOut, _) | (_, Some(SQLITE_BUSY)) => StoreErrorKind::Timeout,
+        (sqlx::Error::Io(_), _) | (_, Some(SQLITE_CANTOPEN)) => StoreErrorKind::Connection,
+        _ => StoreErrorKind::Other,
+    }
+}
+
+/// `e` as the source of an [`Error::Store`] of `e`'s kind.
+pub(crate) fn sql_error(e: sqlx::Error) -> Error {
+    Error::store_with_kind(BACKEND, sql_kind(&e), e)
+}
+
+/// `e` as the source of an [`Error::Store`] of `e`'s kind.
+pub(crate) fn own_error(e: SqliteStoreError) -> Error {
+    Error::store_with_kind(BACKEND, e.kind(), e)
 }

@@ -166,13 +166,16 @@
 //! (sqlx runs it on the connection's own thread), and a transaction left
 //! open is rolled back before the connection is used again.
 
+mod builder;
+mod connection;
 mod error;
 mod migrate;
 mod names;
 mod store;
 
-pub use error::SqliteStoreError;
-pub use store::{
-    BACKEND, DEFAULT_BUSY_TIMEOUT, DEFAULT_COMPLETED_RETENTION, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_TABLE, DEFAULT_TIMEOUT, SqliteStore, SqliteStoreBuilder, Synchronous,
+pub use builder::{
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_COMPLETED_RETENTION, DEFAULT_MAX_CONNECTIONS, DEFAULT_TABLE,
+    DEFAULT_TIMEOUT, SqliteStoreBuilder, Synchronous,
 };
+pub use error::{BACKEND, SqliteStoreError};
+pub use store::SqliteStore;

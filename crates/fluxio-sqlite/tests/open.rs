@@ -25,7 +25,9 @@ fn chain(err: &Error) -> String {
 
 fn own(err: &Error) -> &SqliteStoreError {
     match err {
-        Error::Store { backend, source } => {
+        Error::Store {
+            backend, source, ..
+        } => {
             assert_eq!(*backend, "sqlite");
             source
                 .downcast_ref::<SqliteStoreError>()

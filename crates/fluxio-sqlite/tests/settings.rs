@@ -11,7 +11,9 @@ use sqlx::Connection;
 
 fn invalid_setting(err: &Error) -> (&'static str, String) {
     match err {
-        Error::Store { backend, source } => {
+        Error::Store {
+            backend, source, ..
+        } => {
             assert_eq!(*backend, "sqlite");
             match source.downcast_ref::<SqliteStoreError>() {
                 Some(SqliteStoreError::InvalidSetting { setting, value, .. }) => {
@@ -99,7 +101,9 @@ async fn other_settings_are_validated() {
         .await
         .expect_err("no directory");
     match err {
-        Error::Store { backend, source } => {
+        Error::Store {
+            backend, source, ..
+        } => {
             assert_eq!(backend, "sqlite");
             match source.downcast_ref::<SqliteStoreError>() {
                 Some(SqliteStoreError::Open { path, source }) => {
@@ -172,6 +176,7 @@ fn assert_store_error_in_time(
         Err(Error::Store {
             backend: "sqlite",
             source,
+            ..
         }) => source,
         other => panic!("{what}: expected a store error, got {other:?}"),
     }
@@ -271,6 +276,7 @@ async fn a_write_blocked_past_the_busy_timeout_fails_with_sqlites_error() {
         Err(Error::Store {
             backend: "sqlite",
             source,
+            ..
         }) => {
             let sql = source
                 .downcast_ref::<sqlx::Error>()

@@ -174,7 +174,7 @@ impl Middleware for Retry {
                 Err(e) if (self.retry_if)(&e) => match delays.next() {
                     Some(delay) => {
                         attempt += 1;
-                        tracing::debug!(stage = stage.name(), attempt, ?delay, error = %e, "retrying the stage");
+                        tracing::debug!(stage = stage.name(), attempt, ?delay, error = %e.message_with_causes(), "retrying the stage");
                         tokio::time::sleep(delay).await;
                     }
                     None => return Err(e),

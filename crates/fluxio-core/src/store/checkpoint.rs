@@ -10,7 +10,7 @@ use serde::de::value::MapDeserializer;
 use serde::{Deserialize, Serialize};
 
 use crate::context::Snapshot;
-use crate::error::{Error, Result};
+use crate::error::{BoxError, Error, Result};
 use crate::value::{Footprint, OwnedValue, Value, ValueError, decode_string, entry_footprint};
 
 /// Where a run stands.
@@ -275,7 +275,7 @@ impl Checkpoint {
         );
         Error::Serialize {
             key,
-            message: format!("cannot encode: {e}"),
+            source: Box::new(e),
         }
     }
 
@@ -301,6 +301,7 @@ impl Checkpoint {
         let corrupt = |reason: String| Error::CorruptCheckpoint {
             run_id: run_id.to_owned(),
             reason,
+            source: None,
         };
         let magic = bytes.len() >= MAGIC.len() && bytes[..MAGIC.len()] == MAGIC;
         // The version first: another format may have another header.
@@ -353,8 +354,8 @@ impl Checkpoint {
         // are copied only once their bytes are known to be there, containers
         // pre-allocate at most a few hundred slots, and values nest at most
         // `MAX_DEPTH` deep (see `Decode for Checkpoint` and `crate::value`).
-        let (cp, used): (Checkpoint, usize) = bincode::decode_from_slice(payload, config())
-            .map_err(|e| corrupt(format!("cannot decode: {e}")))?;
+        let (cp, used): (Checkpoint, usize) =
+            bincode::decode_from_slice(payload, config()).map_err(|e| undecodable(run_id, e))?;
         if used != payload.len() {
             return Err(corrupt(format!("{} trailing bytes", payload.len() - used)));
         }
@@ -362,6 +363,27 @@ impl Checkpoint {
             return Err(corrupt(format!("it belongs to run `{}`", cp.run_id)));
         }
         Ok(cp)
+    }
+}
+
+/// [`Error::CorruptCheckpoint`] for a payload the decoder refused. A message
+/// fluxio's own decoders wrote (a value nested past `MAX_DEPTH`, a duplicate
+/// key) is the reason itself; an error of bincode's (the bytes end early, an
+/// invalid tag or UTF-8) is kept as the source.
+#[cold]
+fn undecodable(run_id: &str, e: DecodeError) -> Error {
+    let (reason, source) = match e {
+        DecodeError::OtherString(own) => (format!("cannot decode: {own}"), None),
+        DecodeError::Other(own) => (format!("cannot decode: {own}"), None),
+        e => (
+            "cannot decode the payload".to_owned(),
+            Some(Box::new(e) as BoxError),
+        ),
+    };
+    Error::CorruptCheckpoint {
+        run_id: run_id.to_owned(),
+        reason,
+        source,
     }
 }
 

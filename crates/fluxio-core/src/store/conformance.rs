@@ -597,7 +597,7 @@ pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
         }
         for _ in 0..2 {
             match store.load("bad:run").await {
-                Err(Error::CorruptCheckpoint { run_id, reason }) => {
+                Err(Error::CorruptCheckpoint { run_id, reason, .. }) => {
                     assert_eq!(run_id, "bad:run", "{what}");
                     if let Some(format) = format {
                         for version in [format, current] {

@@ -56,6 +56,7 @@
 mod checkpoint;
 #[cfg(feature = "test-util")]
 pub mod conformance;
+mod error_kind;
 mod lease;
 mod memory;
 mod redact;
@@ -66,6 +67,7 @@ use std::time::Duration;
 
 pub(crate) use checkpoint::now_ms;
 pub use checkpoint::{Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, RunStatus};
+pub use error_kind::StoreErrorKind;
 pub use lease::Lease;
 pub(crate) use lease::Ownership;
 pub use memory::InMemoryStore;

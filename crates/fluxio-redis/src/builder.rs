@@ -7,7 +7,7 @@ use fluxio_core::Result;
 
 use crate::RedisStore;
 use crate::error::RedisStoreError;
-use crate::redact::Redacted;
+use fluxio_core::store::RedactedUrl;
 
 /// How long a checkpoint is kept after its last save, unless set: one day.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(86_400);
@@ -52,7 +52,7 @@ pub struct RedisStoreBuilder {
 impl fmt::Debug for RedisStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStoreBuilder")
-            .field("url", &Redacted::new(&self.url).url)
+            .field("url", &RedactedUrl::new(&self.url).url)
             .field("ttl", &self.ttl)
             .field("key_prefix", &self.key_prefix)
             .field("command_timeout", &self.command_timeout)
@@ -123,13 +123,13 @@ impl RedisStoreBuilder {
     /// rejects, a server that cannot be reached or authenticated with, or no
     /// reply within the command timeout.
     pub async fn connect(self) -> Result<RedisStore> {
-        let url = Redacted::new(&self.url);
+        let url = RedactedUrl::new(&self.url);
         let ttl_ms = self.validate(&url)?;
         Ok(RedisStore::connect_with(self, url, ttl_ms).await?)
     }
 
     /// The checkpoint time-to-live in milliseconds, once every setting is valid.
-    fn validate(&self, url: &Redacted) -> Result<u64, RedisStoreError> {
+    fn validate(&self, url: &RedactedUrl) -> Result<u64, RedisStoreError> {
         let invalid = |setting, reason: &str| RedisStoreError::setting(setting, reason, url);
         if self.key_prefix.is_empty() {
             return Err(invalid("key_prefix", "must not be empty"));

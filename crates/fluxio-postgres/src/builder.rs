@@ -1,0 +1,198 @@
+//! [`PostgresStoreBuilder`]: the settings of a [`PostgresStore`], their
+//! defaults and their validation.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fluxio_core::Result;
+use fluxio_core::store::RedactedUrl;
+use sqlx::postgres::PgPool;
+
+use crate::connection::url_pool;
+use crate::error::{PostgresStoreError, own_error};
+use crate::names::{Names, Sql};
+use crate::store::{Inner, PostgresStore};
+
+/// The default schema.
+pub const DEFAULT_SCHEMA: &str = "public";
+/// The default checkpoint table; the lease table is `<table>_leases`.
+pub const DEFAULT_TABLE: &str = "fluxio_checkpoints";
+/// The default timeout of every store call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default retention of completed runs' checkpoints: 7 days.
+pub const DEFAULT_COMPLETED_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// The default pool size.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+
+/// Where the store's connections come from.
+pub(crate) enum Source {
+    /// A pool of the store's own, on this URL.
+    Url(String),
+    /// A pool given by the application.
+    Pool(PgPool),
+}
+
+/// Settings of a [`PostgresStore`]; made by [`PostgresStore::builder`] or
+/// [`PostgresStore::from_pool`].
+///
+/// ```no_run
+/// # async fn f() -> fluxio_core::Result<()> {
+/// use std::time::Duration;
+/// use fluxio_postgres::PostgresStore;
+///
+/// let store = PostgresStore::builder("postgres://app:secret@db.internal/app")
+///     .schema("orders")
+///     .table("checkpoints")
+///     .max_connections(20)
+///     .completed_retention(Some(Duration::from_secs(24 * 60 * 60)))
+///     .timeout(Duration::from_secs(5))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct PostgresStoreBuilder {
+    source: Source,
+    schema: String,
+    table: String,
+    max_connections: u32,
+    completed_retention: Option<Duration>,
+    timeout: Duration,
+}
+
+impl fmt::Debug for PostgresStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let url = match &self.source {
+            Source::Url(url) => RedactedUrl::new(url).url,
+            Source::Pool(_) => "<given pool>".to_owned(),
+        };
+        f.debug_struct("PostgresStoreBuilder")
+            .field("url", &url)
+            .field("schema", &self.schema)
+            .field("table", &self.table)
+            .field("max_connections", &self.max_connections)
+            .field("completed_retention", &self.completed_retention)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl PostgresStoreBuilder {
+    pub(crate) fn new(source: Source) -> Self {
+        PostgresStoreBuilder {
+            source,
+            schema: DEFAULT_SCHEMA.to_owned(),
+            table: DEFAULT_TABLE.to_owned(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            completed_retention: Some(DEFAULT_COMPLETED_RETENTION),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// The schema of the tables (default `public`); created if missing.
+    /// Must match `^[a-z_][a-z0-9_]{0,62}$`, and not be a system schema of
+    /// PostgreSQL (`information_schema`, `pg_*`).
+    #[must_use]
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The checkpoint table (default `fluxio_checkpoints`); the lease table
+    /// is `<table>_leases`. Must match `^[a-z_][a-z0-9_]{0,62}$` and be at
+    /// most 56 characters (so the lease table's name fits too).
+    #[must_use]
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// The pool's size (default 10). Ignored for [`PostgresStore::from_pool`].
+    #[must_use]
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// How long a completed run's checkpoint stays visible (default 7 days);
+    /// `None` keeps it forever. Running and failed runs never expire. The
+    /// retention is fixed when the completed checkpoint is written.
+    #[must_use]
+    pub fn completed_retention(mut self, retention: Option<Duration>) -> Self {
+        self.completed_retention = retention;
+        self
+    }
+
+    /// The most any store call may take (default 10 s), including waiting
+    /// for a pooled connection: the pool's acquire timeout, the server's
+    /// `statement_timeout` (set per connection, unless the pool was given),
+    /// and a client-side deadline on the whole call.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Builds the store and applies the pending migrations (creating the
+    /// schema and tables on first use).
+    ///
+    /// # Errors
+    /// [`Error::Store`](fluxio_core::Error::Store): an invalid setting
+    /// ([`PostgresStoreError::InvalidSetting`], naming the setting and the
+    /// value), an invalid URL, a server that refuses or cannot be reached
+    /// ([`PostgresStoreError::Connect`], at once, with the I/O error as its
+    /// source) or does not answer within the timeout, a failed migration.
+    /// No message shows the URL's password.
+    pub async fn connect(self) -> Result<PostgresStore> {
+        let store = self.connect_lazy()?;
+        store.first_connection().await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Builds the store without connecting or migrating: the first call
+    /// connects. For services that start before their database; call
+    /// [`PostgresStore::migrate`] before the first run unless the tables
+    /// exist already.
+    ///
+    /// # Errors
+    /// [`Error::Store`](fluxio_core::Error::Store) for an invalid setting or
+    /// URL; [`Error::NoRuntime`](fluxio_core::Error::NoRuntime) when called
+    /// outside a tokio runtime (for a store built from a URL: its pool needs
+    /// one).
+    pub fn connect_lazy(self) -> Result<PostgresStore> {
+        let names = Names::new(&self.schema, &self.table).map_err(own_error)?;
+        if self.timeout.is_zero() {
+            return Err(own_error(PostgresStoreError::InvalidSetting {
+                setting: "timeout",
+                value: format!("{:?}", self.timeout),
+                reason: "it must be greater than zero".to_owned(),
+            }));
+        }
+        if self.max_connections == 0 {
+            return Err(own_error(PostgresStoreError::InvalidSetting {
+                setting: "max_connections",
+                value: "0".to_owned(),
+                reason: "it must be at least 1".to_owned(),
+            }));
+        }
+        let (pool, url) = match self.source {
+            Source::Pool(pool) => (pool, None),
+            Source::Url(url) => {
+                let (pool, redacted) = url_pool(&url, self.max_connections, self.timeout)?;
+                (pool, Some(redacted))
+            }
+        };
+        let sql = Sql::new(&names);
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                pool,
+                names,
+                sql,
+                timeout: self.timeout,
+                completed_retention: self.completed_retention,
+                url,
+            }),
+        })
+    }
+}

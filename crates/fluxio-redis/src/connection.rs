@@ -1,0 +1,245 @@
+//! Connecting to Redis, and one call on the connection: within the command
+//! timeout, once more on a new connection after the first failed on a
+//! dropped one, and a new connection after a timeout. Errors show the URL
+//! only redacted.
+
+use std::future::Future;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use fluxio_core::store::{MAX_LEASE_TTL, RedactedUrl};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, RedisResult};
+use tokio::time::Instant;
+
+use crate::builder::RedisStoreBuilder;
+use crate::error::{RedisStoreError, is_connection_error, op};
+use crate::scripts;
+use crate::store::{Inner, RedisStore};
+
+/// The current connection, and how many times it was replaced.
+pub(crate) struct Conn {
+    pub(crate) generation: u64,
+    pub(crate) manager: ConnectionManager,
+}
+
+impl RedisStore {
+    /// Connects with the settings of `config` (validated: `url` is its URL,
+    /// redacted, and `ttl_ms` its time-to-live) and loads the Lua scripts.
+    pub(crate) async fn connect_with(
+        config: RedisStoreBuilder,
+        url: RedactedUrl,
+        ttl_ms: u64,
+    ) -> Result<RedisStore, RedisStoreError> {
+        let timeout = config.command_timeout;
+        let failed = |e| RedisStoreError::redis(op::CONNECT, None, &url, e);
+        if is_tls(&config.url) {
+            install_crypto_provider();
+        }
+        let client = match config.tls_root_certificates {
+            Some(pem) => Client::build_with_tls(
+                config.url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                },
+            ),
+            None => Client::open(config.url.as_str()),
+        }
+        .map_err(failed)?;
+        // Each attempt is bounded by the timeout; few, quick retries, so a
+        // server that is down is reported at once (with its real error) rather
+        // than after minutes of backoff. A later call retries again.
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(100))
+            .set_max_delay(Duration::from_secs(1));
+        let connecting = async {
+            let mut manager =
+                ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
+            let mut load = redis::pipe();
+            for src in scripts::ALL {
+                load.cmd("SCRIPT").arg("LOAD").arg(src);
+            }
+            load.query_async::<()>(&mut manager).await?;
+            Ok::<_, redis::RedisError>(manager)
+        };
+        let manager = match tokio::time::timeout(timeout, connecting).await {
+            Ok(manager) => manager.map_err(failed)?,
+            Err(_) => return Err(RedisStoreError::timeout(op::CONNECT, None, &url, timeout)),
+        };
+        tracing::debug!(url = %url.url, key_prefix = %config.key_prefix, "connected to redis");
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                url,
+                key_prefix: config.key_prefix,
+                ttl: config.ttl,
+                ttl_ms,
+                command_timeout: timeout,
+                client,
+                manager_config,
+                conn: RwLock::new(Conn {
+                    generation: 0,
+                    manager,
+                }),
+            }),
+        })
+    }
+
+    /// The deadline of a call starting now: the command timeout from now
+    /// (a timeout past the clock's range, like `Duration::MAX`, is a year).
+    pub(crate) fn deadline(&self) -> Instant {
+        let now = Instant::now();
+        now.checked_add(self.inner.command_timeout)
+            .or_else(|| now.checked_add(MAX_LEASE_TTL))
+            .unwrap_or(now)
+    }
+
+    /// The current connection and its generation.
+    fn connection(&self) -> (u64, ConnectionManager) {
+        let conn = self
+            .inner
+            .conn
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        (conn.generation, conn.manager.clone())
+    }
+
+    /// After a timeout: replaces the connection of `generation` (unless
+    /// another call already did) by a new one, made on the next call. The old
+    /// one may be dead without knowing it (a half-open TCP connection), and
+    /// redis-rs only replaces a connection that reported an error.
+    fn replace_connection(&self, generation: u64) {
+        let mut conn = self
+            .inner
+            .conn
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if conn.generation != generation {
+            return;
+        }
+        match ConnectionManager::new_lazy_with_config(
+            self.inner.client.clone(),
+            self.inner.manager_config.clone(),
+        ) {
+            Ok(manager) => {
+                conn.manager = manager;
+                conn.generation += 1;
+                tracing::warn!(
+                    url = %self.inner.url.url,
+                    timeout = ?self.inner.command_timeout,
+                    "redis did not reply in time; reconnecting"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(
+                    url = %self.inner.url.url,
+                    error = %self.inner.url.scrub(&e.to_string()),
+                    "cannot reconnect to redis"
+                )
+            }
+        }
+    }
+
+    /// Runs `attempt` on the current connection until `deadline`, mapping its
+    /// errors; once more (on the connection redis-rs reopens meanwhile) when
+    /// the first attempt failed on the connection rather than on the server.
+    ///
+    /// Only for operations that may be sent twice: every method's command or
+    /// script is idempotent, checks the lease's token, or (acquire) carries
+    /// a nonce that makes a repeat return the first attempt's lease.
+    async fn exec<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        deadline: Instant,
+        mut attempt: F,
+    ) -> Result<T, RedisStoreError>
+    where
+        T: Send,
+        F: FnMut(ConnectionManager) -> Fut + Send,
+        Fut: Future<Output = RedisResult<T>> + Send,
+    {
+        let mut retried = false;
+        loop {
+            let (generation, conn) = self.connection();
+            let error = match tokio::time::timeout_at(deadline, attempt(conn)).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    self.replace_connection(generation);
+                    return Err(RedisStoreError::timeout(
+                        operation,
+                        Some(key.to_owned()),
+                        &self.inner.url,
+                        self.inner.command_timeout,
+                    ));
+                }
+            };
+            if error.is_timeout() {
+                self.replace_connection(generation);
+            } else if !retried && is_connection_error(&error) {
+                // redis-rs learns that a connection died from the call that
+                // failed on it, and reconnects for the next one: that is this.
+                retried = true;
+                tracing::debug!(
+                    url = %self.inner.url.url,
+                    operation,
+                    error = %self.inner.url.scrub(&error.to_string()),
+                    "redis connection failed; sending the call again"
+                );
+                continue;
+            }
+            return Err(RedisStoreError::redis(
+                operation,
+                Some(key.to_owned()),
+                &self.inner.url,
+                error,
+            ));
+        }
+    }
+
+    /// Runs one command (see [`exec`](Self::exec)).
+    pub(crate) async fn query<T: redis::FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        deadline: Instant,
+        cmd: &redis::Cmd,
+    ) -> Result<T, RedisStoreError> {
+        self.exec(operation, key, deadline, move |mut conn| async move {
+            cmd.query_async(&mut conn).await
+        })
+        .await
+    }
+
+    /// Runs one script (see [`exec`](Self::exec)).
+    pub(crate) async fn invoke<T: redis::FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        deadline: Instant,
+        script: &redis::ScriptInvocation<'static>,
+    ) -> Result<T, RedisStoreError> {
+        self.exec(operation, key, deadline, move |mut conn| async move {
+            script.invoke_async(&mut conn).await
+        })
+        .await
+    }
+}
+
+fn is_tls(url: &str) -> bool {
+    url.get(..9)
+        .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+}
+
+/// redis-rs builds rustls without a crypto provider; install ring's as the
+/// process default, unless the application installed one.
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one meanwhile, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}

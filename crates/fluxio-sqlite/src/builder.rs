@@ -1,0 +1,229 @@
+//! [`SqliteStoreBuilder`]: the settings of a [`SqliteStore`], their
+//! defaults and their validation, and [`Synchronous`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fluxio_core::Result;
+use sqlx::sqlite::SqliteSynchronous;
+
+use crate::connection::{pools, prepare};
+use crate::error::{SqliteStoreError, own_error};
+use crate::names::{Names, Sql, validate_path};
+use crate::store::{Inner, SqliteStore};
+
+/// The default checkpoint table; the lease table is `<table>_leases`.
+pub const DEFAULT_TABLE: &str = "fluxio_checkpoints";
+/// The default timeout of every store call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default busy timeout: how long a write waits for another connection
+/// (of this or another process) to finish its write.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default retention of completed runs' checkpoints: 7 days.
+pub const DEFAULT_COMPLETED_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// The default number of connections: one that writes and three that read.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;
+
+/// When SQLite makes a commit durable: its `PRAGMA synchronous`, in WAL
+/// mode.
+///
+/// Either way a commit survives a crash of the process that made it, and
+/// the database is never corrupted by a crash or a power loss. They differ
+/// on a power loss or an operating-system crash only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// The write-ahead log is synced to the disk at every commit: a save
+    /// that returned survives a power loss (on a filesystem and disk that
+    /// honour `fsync`). The default.
+    #[default]
+    Full,
+    /// The log is synced only when it is checkpointed into the database,
+    /// not at every commit: saves are faster (no `fsync` each), but the last
+    /// commits before a power loss or an operating-system crash may be rolled
+    /// back. For fluxio this means a run resumes from an earlier checkpoint
+    /// and runs again stages that had finished. (Leases lost the same way do
+    /// no harm: the processes holding them died with the machine.)
+    Normal,
+}
+
+impl Synchronous {
+    pub(crate) fn to_sqlx(self) -> SqliteSynchronous {
+        match self {
+            Synchronous::Full => SqliteSynchronous::Full,
+            Synchronous::Normal => SqliteSynchronous::Normal,
+        }
+    }
+}
+
+/// Settings of a [`SqliteStore`]; made by [`SqliteStore::builder`].
+///
+/// ```no_run
+/// # async fn f() -> fluxio_core::Result<()> {
+/// use std::time::Duration;
+/// use fluxio_sqlite::{SqliteStore, Synchronous};
+///
+/// let store = SqliteStore::builder("/var/lib/orders/fluxio.db")
+///     .table("checkpoints")
+///     .completed_retention(Some(Duration::from_secs(24 * 60 * 60)))
+///     .timeout(Duration::from_secs(5))
+///     .busy_timeout(Duration::from_secs(2))
+///     .synchronous(Synchronous::Full)
+///     .max_connections(4)
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqliteStoreBuilder {
+    pub(crate) path: PathBuf,
+    pub(crate) table: String,
+    pub(crate) completed_retention: Option<Duration>,
+    pub(crate) timeout: Duration,
+    pub(crate) busy_timeout: Duration,
+    pub(crate) synchronous: Synchronous,
+    pub(crate) max_connections: u32,
+}
+
+impl SqliteStoreBuilder {
+    pub(crate) fn new(path: PathBuf) -> Self {
+        SqliteStoreBuilder {
+            path,
+            table: DEFAULT_TABLE.to_owned(),
+            completed_retention: Some(DEFAULT_COMPLETED_RETENTION),
+            timeout: DEFAULT_TIMEOUT,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            synchronous: Synchronous::Full,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+
+    /// The checkpoint table (default `fluxio_checkpoints`); the lease table
+    /// is `<table>_leases`. Must match `^[a-z_][a-z0-9_]{0,62}$` and not
+    /// start with `sqlite_`. Several stores with different tables can share
+    /// a file.
+    #[must_use]
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// How long a completed run's checkpoint stays visible (default 7 days);
+    /// `None` keeps it forever. Running and failed runs never expire. The
+    /// retention is fixed when the completed checkpoint is written.
+    #[must_use]
+    pub fn completed_retention(mut self, retention: Option<Duration>) -> Self {
+        self.completed_retention = retention;
+        self
+    }
+
+    /// The most any store call may take (default 10 s), including waiting
+    /// for a pooled connection and for the write lock; past it the call
+    /// fails with a [`SqliteStoreError::Timeout`]. Must be greater than zero.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long a write waits for the write lock while another connection
+    /// (another process sharing the file, or a connection of your own)
+    /// writes, before SQLite gives up with "database is locked" (default
+    /// 5 s; SQLite's `busy_timeout`). Keep it below the
+    /// [timeout](Self::timeout), so that a contended write reports SQLite's
+    /// error rather than the store's timeout. At most about 24 days.
+    #[must_use]
+    pub fn busy_timeout(mut self, busy_timeout: Duration) -> Self {
+        self.busy_timeout = busy_timeout;
+        self
+    }
+
+    /// When a commit is durable (default [`Synchronous::Full`]: at every
+    /// commit, so a save that returned survives a power loss).
+    #[must_use]
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// How many connections the store opens at most (default 4): one writes,
+    /// the others read (`load`, `exists`) in parallel with it and with each
+    /// other. With 1, the one connection does both. SQLite admits one writer
+    /// at a time, so more writing connections would only wait for each other.
+    #[must_use]
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// Opens the store: creates the file if it is missing, switches it to
+    /// write-ahead logging and applies the pending migrations (creating the
+    /// tables on first use), within the [timeout](Self::timeout). Several
+    /// processes may open one fresh file at the same time.
+    ///
+    /// # Errors
+    /// [`Error::Store`](fluxio_core::Error::Store): an invalid setting
+    /// ([`SqliteStoreError::InvalidSetting`], naming the setting and the
+    /// value), a file that cannot be opened or created
+    /// ([`SqliteStoreError::Open`]) or written
+    /// ([`SqliteStoreError::NotWritable`], checked by trying a write that is
+    /// rolled back), a file that cannot use WAL ([`SqliteStoreError::NotWal`]), a failed or changed migration
+    /// ([`SqliteStoreError::MigrationChanged`]), a timeout.
+    pub async fn connect(self) -> Result<SqliteStore> {
+        let names = Names::new(&self.table).map_err(own_error)?;
+        validate_path(&self.path).map_err(own_error)?;
+        let invalid = |setting: &'static str, value: String, reason: &str| {
+            own_error(SqliteStoreError::InvalidSetting {
+                setting,
+                value,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.timeout.is_zero() {
+            return Err(invalid(
+                "timeout",
+                format!("{:?}", self.timeout),
+                "it must be greater than zero",
+            ));
+        }
+        if i32::try_from(self.busy_timeout.as_millis()).is_err() {
+            return Err(invalid(
+                "busy_timeout",
+                format!("{:?}", self.busy_timeout),
+                "it must be at most i32::MAX milliseconds (about 24 days)",
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err(invalid(
+                "max_connections",
+                "0".to_owned(),
+                "it must be at least 1",
+            ));
+        }
+
+        let (writer, reader) = pools(&self);
+        let applied = prepare(&writer, &names, &self.path, self.timeout).await?;
+        tracing::debug!(
+            path = %self.path.display(),
+            table = %names.table,
+            applied,
+            "checkpoint tables are up to date"
+        );
+        let sql = Sql::new(&names);
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                writer,
+                reader,
+                names,
+                sql,
+                path: self.path,
+                timeout: self.timeout,
+                busy_timeout: self.busy_timeout,
+                synchronous: self.synchronous,
+                max_connections: self.max_connections,
+                completed_retention: self.completed_retention,
+            }),
+        })
+    }
+}

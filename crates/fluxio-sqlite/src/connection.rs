@@ -1,0 +1,160 @@
+//! Opening the SQLite file and running one store call: the writing and the
+//! reading pools, preparing the file (write-ahead logging, migrations, a
+//! write check), and the call's timeout. (A local file does not drop
+//! connections like a server does: no call is sent twice.)
+
+use std::path::Path;
+use std::time::Duration;
+
+use fluxio_core::{Error, Result};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+
+use crate::builder::SqliteStoreBuilder;
+use crate::error::{SqliteStoreError, own_error, sql_error};
+use crate::migrate::{self, MigrateError};
+use crate::names::Names;
+
+/// The store's two pools on the file, connecting lazily: one writing
+/// connection, and the readers (`query_only`; the writer itself when
+/// `max_connections` is 1).
+pub(crate) fn pools(builder: &SqliteStoreBuilder) -> (SqlitePool, SqlitePool) {
+    // The journal mode is not among the options: it is set once per file
+    // (see `migrate::ensure_wal`), not per connection.
+    let options = SqliteConnectOptions::new()
+        .filename(&builder.path)
+        .create_if_missing(true)
+        .busy_timeout(builder.busy_timeout)
+        .synchronous(builder.synchronous.to_sqlx())
+        .foreign_keys(false);
+    let pool = |max: u32, options: SqliteConnectOptions| {
+        SqlitePoolOptions::new()
+            .max_connections(max)
+            .min_connections(0)
+            .acquire_timeout(builder.timeout)
+            // A local file does not drop connections like a server does.
+            .test_before_acquire(false)
+            .connect_lazy_with(options)
+    };
+    let writer = pool(1, options.clone());
+    let reader = if builder.max_connections == 1 {
+        writer.clone()
+    } else {
+        pool(
+            builder.max_connections - 1,
+            options.pragma("query_only", "ON"),
+        )
+    };
+    (writer, reader)
+}
+
+/// Prepares the file within `timeout`: write-ahead logging, the pending
+/// migrations, and a write that is rolled back (a database that cannot be
+/// written is refused here). Returns how many migrations it applied.
+///
+/// # Errors
+/// [`Error::Store`]: [`SqliteStoreError::Open`] or
+/// [`SqliteStoreError::NotWritable`] naming `path`, a failed or changed
+/// migration, a timeout.
+pub(crate) async fn prepare(
+    writer: &SqlitePool,
+    names: &Names,
+    path: &Path,
+    timeout: Duration,
+) -> Result<usize> {
+    let opening = |e: MigrateError| match e {
+        MigrateError::Sql(source) => Failure::Fluxio(own_error(open_error(path, source))),
+        other => Failure::Migrate(other),
+    };
+    timed(timeout, "open", async {
+        migrate::ensure_wal(writer).await.map_err(opening)?;
+        let applied = migrate::run(writer, names).await.map_err(opening)?;
+        check_writable(writer).await.map_err(|source| {
+            Failure::Fluxio(own_error(SqliteStoreError::NotWritable {
+                path: path.to_owned(),
+                source,
+            }))
+        })?;
+        Ok::<_, Failure>(applied)
+    })
+    .await
+}
+
+/// Runs `fut` within `timeout`, mapping its failure to fluxio's [`Error`].
+pub(crate) async fn timed<T>(
+    timeout: Duration,
+    operation: &'static str,
+    fut: impl Future<Output = std::result::Result<T, Failure>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(match e {
+            Failure::Sql(e) | Failure::Migrate(MigrateError::Sql(e)) => sql_error(e),
+            Failure::Migrate(MigrateError::Store(e)) => own_error(e),
+            Failure::Fluxio(e) => e,
+        }),
+        Err(_elapsed) => Err(own_error(SqliteStoreError::Timeout { operation, timeout })),
+    }
+}
+
+/// SQLite's error while opening `path`: [`SqliteStoreError::NotWritable`]
+/// for a read-only database (`SQLITE_READONLY` and its extended codes),
+/// [`SqliteStoreError::Open`] otherwise; both name the file.
+fn open_error(path: &Path, source: sqlx::Error) -> SqliteStoreError {
+    let read_only = source
+        .as_database_error()
+        .and_then(|e| e.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == SQLITE_READONLY);
+    if read_only {
+        SqliteStoreError::NotWritable {
+            path: path.to_owned(),
+            source,
+        }
+    } else {
+        SqliteStoreError::Open {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// SQLite's primary result code for a write to a read-only database.
+const SQLITE_READONLY: i32 = 8;
+
+/// Tries a write and rolls it back: a database that opens but cannot be
+/// written (a read-only file or filesystem, which root's permissions do not
+/// help with) fails here rather than at a run's first checkpoint. Migrations
+/// do not show it once the tables exist: they then write nothing.
+async fn check_writable(writer: &SqlitePool) -> std::result::Result<(), sqlx::Error> {
+    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::query("CREATE TABLE \"_fluxio_write_check\" (x)")
+        .execute(&mut *tx)
+        .await?;
+    tx.rollback().await
+}
+
+/// What the body of a store call fails with; [`timed`] maps it to fluxio's
+/// [`Error`].
+pub(crate) enum Failure {
+    Sql(sqlx::Error),
+    Migrate(MigrateError),
+    Fluxio(Error),
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(e: sqlx::Error) -> Self {
+        Failure::Sql(e)
+    }
+}
+
+impl From<MigrateError> for Failure {
+    fn from(e: MigrateError) -> Self {
+        Failure::Migrate(e)
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Fluxio(e)
+    }
+}
