@@ -267,7 +267,7 @@ fn runs_and_stages_open_spans_with_run_id_stage_attempt_ip_and_version() {
     assert_eq!(
         *spans.0.lock().expect("not poisoned"),
         [
-            format!("fluxio.run{{run_id=\"traced\",version={version},}}"),
+            format!("fluxio.run{{run_id=\"traced\",pipeline=,version={version},resume=false,}}"),
             "fluxio.stage{run_id=\"traced\",stage=\"a\",ip=2,attempt=1,}".to_owned(),
             "fluxio.stage{run_id=\"traced\",stage=\"b\",ip=6,attempt=1,}".to_owned(),
         ]

@@ -326,7 +326,11 @@ fn foreign_truncated_and_newer_payloads_are_typed_errors() {
     assert_corrupt(&run_id, br#"{"run_id": "x", "json": true}"#, "bad magic");
     let mut newer = bytes.clone();
     newer[4..6].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
-    assert_corrupt(&run_id, &newer, "checkpoint format 2");
+    assert_corrupt(
+        &run_id,
+        &newer,
+        &format!("checkpoint format {}", FORMAT_VERSION + 1),
+    );
     assert_corrupt(&run_id, &bytes[..bytes.len() - 1], "payload bytes");
     let mut longer = bytes.clone();
     longer.push(0);

@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use fluxio_core::store::conformance::{self, Harness};
 use fluxio_core::store::{Checkpoint, CheckpointStore, FORMAT_VERSION, MAGIC, MAX_PAYLOAD};
-use fluxio_core::{Context, Error, RunStatus, Value};
+use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
 
 const HEADER: usize = 18;
 const DEFAULT_ITERATIONS: u64 = 1_000_000;
@@ -148,7 +148,7 @@ fn varint(v: u64, out: &mut Vec<u8>) {
 struct Layout {
     /// `start..end` of every length prefix (strings, bytes, seqs, maps, the context).
     lengths: Vec<(usize, usize)>,
-    /// Every `Value` tag, the status, the error flag and the option tag.
+    /// Every `Value` tag, the status and the option tags.
     tags: Vec<usize>,
 }
 
@@ -253,6 +253,7 @@ impl Walker<'_> {
             pos: 0,
             layout: Layout::default(),
         };
+        w.string(); // pipeline
         w.string(); // run_id
         w.string(); // version
         w.varint(); // ip
@@ -262,13 +263,19 @@ impl Walker<'_> {
             w.value();
         }
         w.tag(); // status
-        w.tag(); // error
         if w.tag() == 1 {
             w.string(); // error_message
         }
         w.varint(); // created_at_ms
         w.varint(); // updated_at_ms
         w.varint(); // attempt
+        if w.tag() == 1 {
+            w.string(); // the structure's shape
+            for _ in 0..w.length() {
+                w.string(); // a stage's name
+                w.pos += 32; // and its hash
+            }
+        }
         assert_eq!(w.pos, p.len(), "the walker read the whole payload");
         w.layout
     }
@@ -285,6 +292,13 @@ struct Seed {
 
 fn checkpoint(run_id: &str, ctx: Context) -> Checkpoint {
     let mut cp = Checkpoint::new(run_id, "0123456789abcdef", 5, "charge", ctx.snapshot());
+    cp.structure = Some(Arc::new(Structure::new(
+        "[validate, charge, parallel[[email], [sms]]]",
+        vec![
+            StageCode::new("validate", [7; 32]),
+            StageCode::new("charge", [0xfe; 32]),
+        ],
+    )));
     cp.created_at_ms = 1_700_000_000_000;
     cp.updated_at_ms = 1_700_000_000_999;
     cp.attempt = 2;
@@ -1085,12 +1099,24 @@ fn the_walker_agrees_with_the_encoder() {
         assert_eq!(
             seed.layout.lengths[0],
             (0, 1),
-            "{}: the run id's length comes first",
+            "{}: the pipeline name's length comes first",
             seed.name
         );
+        assert_eq!(seed.payload[0], 0, "{}: the seeds are unnamed", seed.name);
         let mut expected = Vec::new();
         varint(seed.run_id.len() as u64, &mut expected);
-        assert_eq!(seed.payload[..1], expected[..], "{}", seed.name);
+        assert_eq!(
+            seed.layout.lengths[1],
+            (1, 1 + expected.len()),
+            "{}: then the run id's",
+            seed.name
+        );
+        assert_eq!(
+            seed.payload[1..=expected.len()],
+            expected[..],
+            "{}",
+            seed.name
+        );
     }
 }
 
@@ -1112,7 +1138,7 @@ fn values_nested_to_max_depth_decode_on_a_small_stack() {
             assert_eq!(Checkpoint::from_bytes("deep", &bytes).expect("decodes"), ok);
             // Hand-made one level deeper (the encoder refuses it).
             let mut payload = bytes[HEADER..].to_vec();
-            let at = Walker::checkpoint(&payload).lengths[3].1 + 1 + 1; // key "v", then the value
+            let at = Walker::checkpoint(&payload).lengths[4].1 + 1 + 1; // key "v", then the value
             payload.insert(at, 11); // one more `Some`
             match Checkpoint::from_bytes("deep", &frame(FORMAT_VERSION, &payload)) {
                 Err(Error::CorruptCheckpoint { reason, .. }) => {

@@ -279,8 +279,13 @@ async fn rule5_resume_on_another_version_fails_naming_both_and_runs_nothing() {
             run_id,
             checkpoint_version,
             pipeline_version,
+            changes,
         } => {
             assert_eq!(run_id, "r5");
+            let changes = changes
+                .as_deref()
+                .expect("the checkpoint records its structure");
+            assert!(changes.shape.is_some(), "a, b, c -> a, c, b: {changes}");
             assert_eq!(checkpoint_version, old.version());
             assert_eq!(pipeline_version, new.version());
         }
@@ -758,7 +763,12 @@ fn note_info(ctx: &Context) -> Result<(), fluxio::BoxError> {
     let test: String = ctx.get("test")?;
     common::record(
         &test,
-        format!("info:{}:{}", info.stage, info.idempotency_key()),
+        format!(
+            "info:{}:{}:{}",
+            info.stage,
+            info.idempotency_key(),
+            info.attempt
+        ),
     );
     Ok(())
 }
@@ -776,7 +786,7 @@ fn knows_blocking(ctx: Context) -> StageResult {
 }
 
 #[tokio::test]
-async fn stages_get_a_stable_idempotency_key_with_the_attempt() {
+async fn rule12_stages_get_one_idempotency_key_for_every_attempt() {
     let t = "idempotency";
     arm(t, "knows_async");
     let p = pipeline![a, knows_async, knows_blocking]
@@ -801,10 +811,10 @@ async fn stages_get_a_stable_idempotency_key_with_the_attempt() {
     assert_eq!(
         infos,
         [
-            "info:knows_async:idem/6/1",
-            "info:knows_async:idem/6/2",
-            "info:knows_async:idem/6/3",
-            "info:knows_blocking:idem/10/1"
+            "info:knows_async:idem/6:1",
+            "info:knows_async:idem/6:2",
+            "info:knows_async:idem/6:3",
+            "info:knows_blocking:idem/10:1"
         ]
     );
     assert!(

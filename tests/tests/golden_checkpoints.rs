@@ -11,9 +11,10 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use fluxio_core::store::{Checkpoint, FORMAT_VERSION, MAGIC};
-use fluxio_core::{Context, Error, RunStatus, Value};
+use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
 
 /// The run id every golden checkpoint is stored under.
 const RUN_ID: &str = "golden:run/ü 🦀";
@@ -174,13 +175,33 @@ fn empty() -> Checkpoint {
     cp
 }
 
-/// File name and the checkpoint it must hold.
-fn goldens() -> Vec<(&'static str, Checkpoint)> {
+/// `cp` as format 2 writes it for the pipeline `orders`, with a structure.
+fn named(mut cp: Checkpoint) -> Checkpoint {
+    cp.pipeline = "orders".to_owned();
+    cp.structure = Some(Arc::new(Structure::new(
+        "[validate, enrich, parallel[[email], [sms]], route, routes{\"vip\": [charge], \"\": []}] auto",
+        vec![
+            StageCode::new("validate", [0x11; 32]),
+            StageCode::new("enrich", std::array::from_fn(|i| i as u8)),
+            StageCode::new("ä stage 🦀", [0xff; 32]),
+        ],
+    )));
+    cp
+}
+
+/// File name, the format it is in, and the checkpoint it must hold. Files
+/// of older formats are only decoded (this build writes the newest); files
+/// of the newest format must also re-encode byte for byte.
+fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
     vec![
-        ("v1_running.bin", running()),
-        ("v1_failed.bin", failed()),
-        ("v1_completed_every_value.bin", completed()),
-        ("v1_empty.bin", empty()),
+        ("v1_running.bin", 1, running()),
+        ("v1_failed.bin", 1, failed()),
+        ("v1_completed_every_value.bin", 1, completed()),
+        ("v1_empty.bin", 1, empty()),
+        ("v2_running.bin", 2, named(running())),
+        ("v2_failed.bin", 2, named(failed())),
+        ("v2_completed_every_value.bin", 2, named(completed())),
+        ("v2_empty.bin", 2, empty()),
     ]
 }
 
@@ -190,12 +211,16 @@ fn golden_files_decode_to_the_expected_checkpoints_and_re_encode_identically() {
     if bless() {
         std::fs::create_dir_all(&dir).expect("create the fixtures folder");
     }
-    for (name, expected) in goldens() {
+    for (name, format, expected) in goldens() {
         let path = dir.join(name);
         let encoded = expected.to_bytes().expect("the golden checkpoint encodes");
+        let newest = format == FORMAT_VERSION;
         if bless() {
-            std::fs::write(&path, &encoded).expect("write the golden file");
-            eprintln!("blessed {} ({} bytes)", path.display(), encoded.len());
+            // an older format's files are never rewritten
+            if newest {
+                std::fs::write(&path, &encoded).expect("write the golden file");
+                eprintln!("blessed {} ({} bytes)", path.display(), encoded.len());
+            }
             continue;
         }
         let stored = std::fs::read(&path).unwrap_or_else(|e| {
@@ -207,12 +232,15 @@ fn golden_files_decode_to_the_expected_checkpoints_and_re_encode_identically() {
         assert_eq!(&stored[..4], &MAGIC, "{name}: magic");
         assert_eq!(
             u16::from_le_bytes([stored[4], stored[5]]),
-            FORMAT_VERSION,
+            format,
             "{name}: format version"
         );
-        let decoded = Checkpoint::from_bytes(RUN_ID, &stored)
+        let decoded = Checkpoint::from_bytes(&expected.key(), &stored)
             .unwrap_or_else(|e| panic!("{name} no longer decodes: {e}"));
         assert_eq!(decoded, expected, "{name} decodes to another checkpoint");
+        if !newest {
+            continue;
+        }
         assert_eq!(
             decoded.to_bytes().expect("re-encode"),
             stored,
@@ -263,7 +291,7 @@ fn golden_files_are_typed_errors_under_another_run_id() {
     if bless() {
         return;
     }
-    for (name, _) in goldens() {
+    for (name, _, _) in goldens() {
         let stored = std::fs::read(dir().join(name)).expect("fixture exists");
         match Checkpoint::from_bytes("another-run", &stored) {
             Err(Error::CorruptCheckpoint { run_id, reason, .. }) => {
@@ -280,7 +308,7 @@ fn every_fixture_file_is_checked() {
     if bless() {
         return;
     }
-    let known: Vec<&str> = goldens().into_iter().map(|(name, _)| name).collect();
+    let known: Vec<&str> = goldens().into_iter().map(|(name, _, _)| name).collect();
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir()).expect("the fixtures folder exists") {
         let name = entry.expect("dir entry").file_name();

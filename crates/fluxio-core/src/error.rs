@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::store::StoreErrorKind;
+use crate::structure::Changes;
 
 /// A boxed error as returned by a stage: any `std::error::Error + Send + Sync + 'static`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -58,18 +59,23 @@ pub enum Error {
     },
 
     /// The stored checkpoint was written by another version of the pipeline.
-    /// Nothing was executed and the checkpoint is untouched.
+    /// Nothing was executed and the checkpoint is untouched. The message
+    /// says what changed (when the checkpoint records it) and what to do.
     #[error(
         "checkpoint of run `{run_id}` was written by pipeline version {checkpoint_version}, \
-         but this pipeline is version {pipeline_version}"
+         but this pipeline is version {pipeline_version}{}",
+        version_advice(changes.as_deref())
     )]
     CheckpointVersion {
-        /// The run id.
+        /// The run, as its store key (`pipeline/run_id` when named).
         run_id: String,
         /// The version stored in the checkpoint.
         checkpoint_version: String,
         /// The version of the pipeline asked to resume it.
         pipeline_version: String,
+        /// What differs between the two, when the checkpoint records its
+        /// structure (format 2 and later); `None` for older checkpoints.
+        changes: Option<Box<Changes>>,
     },
 
     /// Another invoke, resume or replay holds this run id right now.
@@ -441,6 +447,25 @@ impl Error {
         Error::Build {
             message: message.into(),
         }
+    }
+}
+
+/// The tail of [`Error::CheckpointVersion`]'s message: what changed, and
+/// what the caller can do about it.
+fn version_advice(changes: Option<&Changes>) -> String {
+    match changes {
+        None => ": the checkpoint does not record its stages (it predates format 2); \
+                 resume it with the version that wrote it (`Pipeline::hold`)"
+            .to_owned(),
+        Some(c) if c.same_shape() => format!(
+            ": {c}. Only stage code changed, so the run can continue on the new code: \
+             `resume_with(run_id, ResumeOptions::new().allow_code_changes(true))`; or keep \
+             the old version beside the new one with `Pipeline::hold` to finish it on the old code"
+        ),
+        Some(c) => format!(
+            ": {c}. The shape changed, so the run cannot continue on this code; resume it \
+             with the version that wrote it (`Pipeline::hold`)"
+        ),
     }
 }
 

@@ -23,13 +23,18 @@ use crate::error::{Error, Result};
 use crate::middleware::Next;
 use crate::stage::{Output, STAGE_INFO, StageInfo, StageKind};
 use crate::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
+use crate::structure::Structure;
 
 /// What a durable run needs to write its checkpoints.
 pub(crate) struct Durable<'a> {
     pub(crate) store: &'a dyn CheckpointStore,
     pub(crate) lease: &'a Lease,
+    /// The pipeline's name (empty when unnamed) and the caller's run id:
+    /// the checkpoint's key is both.
+    pub(crate) pipeline: &'a str,
     pub(crate) run_id: &'a str,
     pub(crate) version: &'a str,
+    pub(crate) structure: &'a Arc<Structure>,
     pub(crate) created_at_ms: u64,
     /// Where a resume starts and the attempt stored there: the first
     /// checkpoint at that ip is the next attempt of its stage.
@@ -48,7 +53,9 @@ impl Durable<'_> {
         attempt: u32,
     ) -> Checkpoint {
         let ip = u32::try_from(ip).unwrap_or(u32::MAX);
-        let mut cp = Checkpoint::new(self.run_id, self.version, ip, step, ctx.snapshot());
+        let mut cp = Checkpoint::new(self.run_id, self.version, ip, step, ctx.snapshot())
+            .in_pipeline(self.pipeline);
+        cp.structure = Some(Arc::clone(self.structure));
         cp.created_at_ms = self.created_at_ms;
         cp.attempt = attempt;
         cp.status = status;

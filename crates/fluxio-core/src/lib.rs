@@ -15,16 +15,18 @@ pub mod pipeline;
 pub mod stage;
 pub mod store;
 pub mod stream;
+pub mod structure;
 pub mod testing;
 pub mod value;
 pub mod version;
 
 pub use context::{Context, Snapshot};
 pub use error::{BoxError, Error, Result};
-pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder};
+pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder, ResumeOptions};
 pub use stage::{Resource, Route, Stage, StageInfo, StageKind, StageMeta};
 pub use store::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
 pub use stream::{Chunk, EmitError, Emitter, RunStream, StreamEvent};
+pub use structure::{Changes, StageCode, Structure};
 pub use value::Value;
 
 /// What a stage returns: `Result<Context, BoxError>` by default, or

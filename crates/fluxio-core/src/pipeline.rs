@@ -17,6 +17,7 @@ use crate::store::{
     Checkpoint, CheckpointStore, InMemoryStore, Lease, Ownership, RunStatus, now_ms,
 };
 use crate::stream::{DEFAULT_STREAM_BUFFER, RunStream, STREAM_TX, StreamEvent};
+use crate::structure::{Changes, Structure};
 use crate::value::Value;
 use crate::version::short_hex;
 
@@ -33,6 +34,7 @@ pub const MAX_STREAM_BUFFER: usize = 1 << 20;
 #[must_use = "a builder does nothing until `.build()`"]
 pub struct PipelineBuilder {
     root: Vec<Node>,
+    name: Option<String>,
     digest_plain: [u8; 32],
     digest_auto: [u8; 32],
     store: Option<Arc<dyn CheckpointStore>>,
@@ -51,6 +53,7 @@ impl PipelineBuilder {
     pub(crate) fn new(root: Vec<Node>, digest_plain: [u8; 32], digest_auto: [u8; 32]) -> Self {
         PipelineBuilder {
             root,
+            name: None,
             digest_plain,
             digest_auto,
             store: None,
@@ -63,6 +66,25 @@ impl PipelineBuilder {
             callbacks: Vec::new(),
             resources: Resources::default(),
         }
+    }
+
+    /// Names the pipeline (contract rule 10): stores keep its runs under
+    /// `name/run_id` ([`run_key`](crate::store::run_key)), so pipelines with
+    /// different names never see, overwrite, delete or lease each other's
+    /// runs, whatever their run ids. The name appears in the run's span, its
+    /// callbacks, its errors and its stages' idempotency keys.
+    ///
+    /// A name is 1 to 64 ASCII letters, digits, `_`, `-` or `.`; `build`
+    /// refuses anything else, naming the setting.
+    ///
+    /// ```
+    /// # fn demo(p: fluxio_core::PipelineBuilder) -> fluxio_core::Result<fluxio_core::Pipeline> {
+    /// p.name("orders").durable(true).build()
+    /// # }
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
     }
 
     /// Registers `value` as the shared resource of type `T`, for the stages
@@ -171,6 +193,10 @@ impl PipelineBuilder {
     /// stream buffer out of range.
     pub fn build(self) -> Result<Pipeline> {
         crate::store::check_lease_ttl(self.lease_ttl)?;
+        let name = self.name.clone().unwrap_or_default();
+        if self.name.is_some() {
+            check_pipeline_name(&name)?;
+        }
         if self.stream_buffer > MAX_STREAM_BUFFER {
             return Err(Error::InvalidSetting {
                 setting: "stream_buffer",
@@ -233,9 +259,13 @@ impl PipelineBuilder {
             (true, None) => Some(Arc::new(InMemoryStore::new()) as Arc<dyn CheckpointStore>),
         };
         program.version = Arc::from(short_hex(&digest));
+        let structure = Arc::new(Structure::of(&self.root, self.auto_parallel));
         Ok(Pipeline {
             inner: Arc::new(Inner {
                 program: Arc::new(program),
+                name,
+                structure,
+                held: Vec::new(),
                 version: short_hex(&digest),
                 auto_parallel: self.auto_parallel,
                 store,
@@ -255,8 +285,14 @@ pub struct Pipeline {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     program: Arc<Program>,
+    /// Empty when unnamed.
+    name: String,
+    structure: Arc<Structure>,
+    /// Older versions of this pipeline, for the runs they wrote (rule 13).
+    held: Vec<Pipeline>,
     version: String,
     auto_parallel: bool,
     store: Option<Arc<dyn CheckpointStore>>,
@@ -267,6 +303,7 @@ struct Inner {
 impl fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pipeline")
+            .field("name", &self.inner.name)
             .field("version", &self.inner.version)
             .field("stages", &self.inner.program.stage_names())
             .field("durable", &self.inner.store.is_some())
@@ -274,7 +311,71 @@ impl fmt::Debug for Pipeline {
     }
 }
 
-use crate::store::check_run_id;
+use crate::store::{check_run_id, run_key};
+
+/// The longest pipeline name [`PipelineBuilder::name`] accepts, in bytes.
+pub const MAX_PIPELINE_NAME_LEN: usize = 64;
+
+/// A pipeline name: 1 to [`MAX_PIPELINE_NAME_LEN`] ASCII letters, digits,
+/// `_`, `-` or `.` (no `/`, so `name/run_id` keys cannot collide).
+fn check_pipeline_name(name: &str) -> Result<()> {
+    let problem = if name.is_empty() {
+        "it is empty".to_owned()
+    } else if name.len() > MAX_PIPELINE_NAME_LEN {
+        format!("it is longer than {MAX_PIPELINE_NAME_LEN} bytes")
+    } else if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
+        format!("{c:?} is not an ASCII letter, digit, `_`, `-` or `.`")
+    } else {
+        return Ok(());
+    };
+    let shown: String = name.chars().take(MAX_PIPELINE_NAME_LEN).collect();
+    Err(Error::InvalidSetting {
+        setting: "name",
+        message: format!("pipeline name {shown:?}: {problem}"),
+    })
+}
+
+/// How [`Pipeline::resume_with`] may continue a run.
+///
+/// ```
+/// use fluxio_core::ResumeOptions;
+/// let opts = ResumeOptions::new().allow_code_changes(true);
+/// assert!(opts.allows_code_changes());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResumeOptions {
+    allow_code_changes: bool,
+}
+
+impl ResumeOptions {
+    /// The defaults: a checkpoint resumes only on the version that wrote it
+    /// (or a held older version, see [`Pipeline::hold`]).
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lets a checkpoint written by other code resume on this pipeline's
+    /// code when only stage bodies changed: same stages, same shape (rule
+    /// 13). The fix-a-bug-then-resume case: the run continues at its step
+    /// with the new code. A checkpoint of another shape, or one that does
+    /// not record its structure (format 1), is still refused.
+    #[must_use]
+    pub fn allow_code_changes(mut self, on: bool) -> Self {
+        self.allow_code_changes = on;
+        self
+    }
+
+    /// Whether [`allow_code_changes`](Self::allow_code_changes) is on.
+    #[must_use]
+    pub fn allows_code_changes(&self) -> bool {
+        self.allow_code_changes
+    }
+}
 
 /// How a run continues from its stored checkpoint.
 #[derive(Clone, Copy, Debug)]
@@ -343,23 +444,23 @@ impl Pipeline {
     /// checkpoint stays, so the run can be resumed, and the lease on the run
     /// id is released by a background task (or expires, if that fails).
     pub async fn invoke(&self, run_id: &str, input: Context) -> Result<Context> {
-        check_run_id(run_id)?;
-        let span = tracing::info_span!("fluxio.run", run_id, version = %self.inner.version);
+        let key = self.key(run_id)?;
+        let span = self.span(&key, false);
         async move {
             // stage timeouts, blocking stages and fire-and-forget branches
             // need tokio's timer and pools, durable runs its lease renewal
-            check_runtime("invoke", run_id)?;
+            check_runtime("invoke", &key)?;
             let Some(store) = &self.inner.store else {
-                return interpret::run(&self.inner.program, run_id, 0, input.clear_written(), None)
+                return interpret::run(&self.inner.program, &key, 0, input.clear_written(), None)
                     .await;
             };
-            let owner = Ownership::acquire(store, run_id, self.inner.lease_ttl).await?;
+            let owner = Ownership::acquire(store, &key, self.inner.lease_ttl).await?;
             let result = async {
-                store.delete_fenced(run_id, owner.lease()).await?;
+                store.delete_fenced(&key, owner.lease()).await?;
                 let durable = self.durable(store.as_ref(), owner.lease(), run_id, now_ms(), None);
                 interpret::run(
                     &self.inner.program,
-                    run_id,
+                    &key,
                     0,
                     input.clear_written(),
                     Some(&durable),
@@ -415,7 +516,19 @@ impl Pipeline {
     /// version (nothing runs, the checkpoint is untouched); the errors of
     /// [`invoke`](Self::invoke).
     pub async fn resume(&self, run_id: &str) -> Result<Context> {
-        self.continue_run(run_id, Continue::Resume).await
+        self.continue_run(run_id, Continue::Resume, ResumeOptions::new())
+            .await
+    }
+
+    /// [`resume`](Self::resume) with options: see [`ResumeOptions`].
+    ///
+    /// # Errors
+    /// As [`resume`](Self::resume); with
+    /// [`allow_code_changes`](ResumeOptions::allow_code_changes), a
+    /// checkpoint of other code whose shape is the same is no longer an
+    /// error.
+    pub async fn resume_with(&self, run_id: &str, options: ResumeOptions) -> Result<Context> {
+        self.continue_run(run_id, Continue::Resume, options).await
     }
 
     /// Re-runs `run_id` from its stored checkpoint, or from the stage named
@@ -438,34 +551,103 @@ impl Pipeline {
                 }
             },
         };
-        self.continue_run(run_id, Continue::Replay { from: ip })
+        self.continue_run(run_id, Continue::Replay { from: ip }, ResumeOptions::new())
             .await
     }
 
-    async fn continue_run(&self, run_id: &str, how: Continue) -> Result<Context> {
-        check_run_id(run_id)?;
+    async fn continue_run(
+        &self,
+        run_id: &str,
+        how: Continue,
+        options: ResumeOptions,
+    ) -> Result<Context> {
+        let key = self.key(run_id)?;
         let what = match how {
             Continue::Resume => "resume",
             Continue::Replay { .. } => "replay",
         };
         let store = self.require_store(what)?;
-        check_runtime(what, run_id)?;
-        let span =
-            tracing::info_span!("fluxio.run", run_id, version = %self.inner.version, resume = true);
-        self.continue_locked(store, run_id, how)
-            .instrument(span)
-            .await
+        check_runtime(what, &key)?;
+        let span = self.span(&key, true);
+        async {
+            let owner = Ownership::acquire(store, &key, self.inner.lease_ttl).await?;
+            let result = async {
+                let cp = store
+                    .load(&key)
+                    .await?
+                    .ok_or_else(|| Error::CheckpointNotFound {
+                        run_id: key.clone(),
+                    })?;
+                let runner = self.version_for(&key, &cp, how, options)?;
+                runner
+                    .continue_locked(store, owner.lease(), run_id, cp, how)
+                    .await
+            }
+            .await;
+            owner.release().await;
+            result
+        }
+        .instrument(span)
+        .await
     }
 
+    /// The pipeline that continues `cp`: this one, or the held version that
+    /// wrote it, or this one on changed code when `options` allow it and
+    /// only stage bodies changed. Replaying from a step needs the step's
+    /// version to be this one (the step was looked up in this program).
+    fn version_for(
+        &self,
+        key: &str,
+        cp: &Checkpoint,
+        how: Continue,
+        options: ResumeOptions,
+    ) -> Result<&Pipeline> {
+        if cp.version == self.inner.version {
+            return Ok(self);
+        }
+        let replay_from_step = matches!(how, Continue::Replay { from: Some(_) });
+        if !replay_from_step {
+            if let Some(held) = self
+                .inner
+                .held
+                .iter()
+                .find(|p| p.inner.version == cp.version)
+            {
+                return Ok(held);
+            }
+        }
+        let changes = cp
+            .structure
+            .as_ref()
+            .map(|old| old.changes_to(&self.inner.structure));
+        if options.allows_code_changes() && changes.as_ref().is_some_and(Changes::same_shape) {
+            tracing::info!(
+                run = key,
+                from = %cp.version,
+                to = %self.inner.version,
+                "resuming on changed code (the shape is the same)"
+            );
+            return Ok(self);
+        }
+        Err(Error::CheckpointVersion {
+            run_id: key.to_owned(),
+            checkpoint_version: cp.version.clone(),
+            pipeline_version: self.inner.version.clone(),
+            changes: changes.map(Box::new),
+        })
+    }
+
+    /// Runs `cp` on this pipeline's program, under `lease`.
     async fn continue_locked(
         &self,
         store: &Arc<dyn CheckpointStore>,
+        lease: &Lease,
         run_id: &str,
+        cp: Checkpoint,
         how: Continue,
     ) -> Result<Context> {
-        let owner = Ownership::acquire(store, run_id, self.inner.lease_ttl).await?;
-        let result = async {
-            let cp = self.load_checked(store.as_ref(), run_id).await?;
+        let key = cp.key();
+        {
             let ip = match how {
                 Continue::Replay { from: Some(ip) } => ip,
                 Continue::Resume | Continue::Replay { from: None }
@@ -477,7 +659,7 @@ impl Pipeline {
             };
             if !self.inner.program.is_resume_point(ip) {
                 return Err(Error::CorruptCheckpoint {
-                    run_id: run_id.to_owned(),
+                    run_id: key,
                     reason: format!(
                         "ip {ip} is not a checkpoint of pipeline version {}",
                         self.inner.version
@@ -488,25 +670,16 @@ impl Pipeline {
             // a retry of the stage the checkpoint points at is its next attempt
             let resumed =
                 (cp.status != RunStatus::Completed).then_some((cp.ip as usize, cp.attempt));
-            let durable = self.durable(
-                store.as_ref(),
-                owner.lease(),
-                run_id,
-                cp.created_at_ms,
-                resumed,
-            );
+            let durable = self.durable(store.as_ref(), lease, run_id, cp.created_at_ms, resumed);
             interpret::run(
                 &self.inner.program,
-                run_id,
+                &key,
                 ip,
                 cp.context.to_context(),
                 Some(&durable),
             )
             .await
         }
-        .await;
-        owner.release().await;
-        result
     }
 
     /// Compares the stored contexts of two runs key by key.
@@ -516,8 +689,7 @@ impl Pipeline {
     /// [`Error::CheckpointNotFound`] naming the run that has no checkpoint;
     /// [`Error::InvalidRunId`] naming a malformed run id.
     pub async fn diff(&self, run_a: &str, run_b: &str) -> Result<Diff> {
-        check_run_id(run_a)?;
-        check_run_id(run_b)?;
+        let (key_a, key_b) = (self.key(run_a)?, self.key(run_b)?);
         let store = self.require_store("diff")?;
         let load = |id: &str| {
             let store = Arc::clone(store);
@@ -529,7 +701,7 @@ impl Pipeline {
                     .ok_or(Error::CheckpointNotFound { run_id: id })
             }
         };
-        let (a, b) = (load(run_a).await?, load(run_b).await?);
+        let (a, b) = (load(&key_a).await?, load(&key_b).await?);
         Ok(Diff::between(
             run_a,
             &a.context.to_context(),
@@ -545,8 +717,8 @@ impl Pipeline {
     /// [`Error::Store`] and [`Error::CorruptCheckpoint`] from the store;
     /// [`Error::InvalidRunId`] for a malformed run id.
     pub async fn checkpoint(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        check_run_id(run_id)?;
-        self.require_store("checkpoint")?.load(run_id).await
+        let key = self.key(run_id)?;
+        self.require_store("checkpoint")?.load(&key).await
     }
 
     /// Whether a checkpoint is stored for `run_id`.
@@ -556,8 +728,123 @@ impl Pipeline {
     /// [`Error::Store`] from the store; [`Error::InvalidRunId`] for a
     /// malformed run id.
     pub async fn exists(&self, run_id: &str) -> Result<bool> {
+        let key = self.key(run_id)?;
+        self.require_store("exists")?.exists(&key).await
+    }
+
+    /// The pipeline's name ([`PipelineBuilder::name`]); empty when unnamed.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The shape and stage code hashes this pipeline records in its
+    /// checkpoints (rule 13).
+    #[must_use]
+    pub fn structure(&self) -> &Structure {
+        &self.inner.structure
+    }
+
+    /// Keeps `older`, another version of this pipeline, beside this one
+    /// (rule 13): a resume of a checkpoint that `older` wrote runs on
+    /// `older`'s code, so in-flight runs finish on the code they started
+    /// with, while new runs ([`invoke`](Self::invoke)) use this version.
+    /// Versions `older` holds are held too. Both must have the same name and
+    /// should use the same store.
+    ///
+    /// ```
+    /// # fn demo(new: fluxio_core::Pipeline, old: fluxio_core::Pipeline) -> fluxio_core::Result<()> {
+    /// let orders = new.hold(old)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] (setting `hold`) when the names differ or
+    /// `older` is not durable.
+    pub fn hold(self, older: Pipeline) -> Result<Pipeline> {
+        if older.inner.name != self.inner.name || older.inner.store.is_none() {
+            return Err(Error::InvalidSetting {
+                setting: "hold",
+                message: format!(
+                    "pipeline `{}` (version {}) can hold only durable versions of itself, \
+                     not `{}` (version {}{})",
+                    self.inner.name,
+                    self.inner.version,
+                    older.inner.name,
+                    older.inner.version,
+                    if older.inner.store.is_none() {
+                        ", not durable"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        let mut inner = match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner,
+            Err(shared) => Inner::clone(&shared),
+        };
+        let mut versions = vec![older.clone()];
+        versions.extend(older.inner.held.iter().cloned());
+        for v in versions {
+            let v = v.without_held();
+            if v.inner.version != inner.version
+                && !inner
+                    .held
+                    .iter()
+                    .any(|h| h.inner.version == v.inner.version)
+            {
+                inner.held.push(v);
+            }
+        }
+        Ok(Pipeline {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The versions held beside this one ([`hold`](Self::hold)), newest
+    /// first as held.
+    #[must_use]
+    pub fn held_versions(&self) -> Vec<&str> {
+        self.inner
+            .held
+            .iter()
+            .map(|p| p.inner.version.as_str())
+            .collect()
+    }
+
+    fn without_held(&self) -> Pipeline {
+        if self.inner.held.is_empty() {
+            return self.clone();
+        }
+        let mut inner = Inner::clone(&self.inner);
+        inner.held.clear();
+        Pipeline {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The key the store keeps `run_id` under, checking both.
+    fn key(&self, run_id: &str) -> Result<String> {
         check_run_id(run_id)?;
-        self.require_store("exists")?.exists(run_id).await
+        let key = run_key(&self.inner.name, run_id);
+        if check_run_id(&key).is_err() {
+            return Err(Error::InvalidRunId {
+                run_id: run_id.chars().take(64).collect(),
+                reason: "with the pipeline's name it is longer than 512 bytes",
+            });
+        }
+        Ok(key)
+    }
+
+    fn span(&self, key: &str, resume: bool) -> tracing::Span {
+        tracing::info_span!(
+            "fluxio.run",
+            run_id = key,
+            pipeline = %self.inner.name,
+            version = %self.inner.version,
+            resume
+        )
     }
 
     /// Runs the stage called `name` alone on `ctx`, through its middleware (no
@@ -628,28 +915,13 @@ impl Pipeline {
         Durable {
             store,
             lease,
+            pipeline: &self.inner.name,
             run_id,
             version: &self.inner.version,
+            structure: &self.inner.structure,
             created_at_ms,
             resumed,
         }
-    }
-
-    async fn load_checked(&self, store: &dyn CheckpointStore, run_id: &str) -> Result<Checkpoint> {
-        let cp = store
-            .load(run_id)
-            .await?
-            .ok_or_else(|| Error::CheckpointNotFound {
-                run_id: run_id.to_owned(),
-            })?;
-        if cp.version != self.inner.version {
-            return Err(Error::CheckpointVersion {
-                run_id: run_id.to_owned(),
-                checkpoint_version: cp.version,
-                pipeline_version: self.inner.version.clone(),
-            });
-        }
-        Ok(cp)
     }
 }
 

@@ -461,10 +461,12 @@ impl<T, E> StageReturn for std::result::Result<T, E> {
 /// Use [`idempotency_key`](StageInfo::idempotency_key) to make side effects
 /// idempotent: a stage's body runs at least once (a crash after a side effect
 /// but before the next checkpoint re-runs the stage on resume), and the key
-/// tells the outside world which run, stage and attempt a call belongs to.
+/// is the same on every such re-run (contract rule 12), so a payment API
+/// given it charges once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StageInfo {
-    /// The run id.
+    /// The run, as its store key: `pipeline/run_id` for a named pipeline,
+    /// the run id alone otherwise (see [`run_key`](crate::store::run_key)).
     pub run_id: Arc<str>,
     /// The stage's name.
     pub stage: &'static str,
@@ -499,11 +501,21 @@ impl StageInfo {
             .or_else(|| BLOCKING_INFO.with(|b| b.borrow().clone()))
     }
 
-    /// `"{run_id}/{position}/{attempt}"`: the same for the same attempt of the
-    /// same stage of the same run, different otherwise.
+    /// `"{run_id}/{position}"` (with the pipeline's name in `run_id`):
+    /// the same for every attempt of one stage position of one run (retries
+    /// in the process, resumes after a failure or a crash), different for
+    /// every other position, in parallel branches and routing bodies too,
+    /// and for every other run and pipeline. The attempt is not part of it:
+    /// read [`attempt`](StageInfo::attempt) for that.
+    ///
+    /// ```
+    /// use fluxio_core::StageInfo;
+    /// let info = StageInfo { run_id: "orders/42".into(), stage: "charge", position: 6, attempt: 3 };
+    /// assert_eq!(info.idempotency_key(), "orders/42/6");
+    /// ```
     #[must_use]
     pub fn idempotency_key(&self) -> String {
-        format!("{}/{}/{}", self.run_id, self.position, self.attempt)
+        format!("{}/{}", self.run_id, self.position)
     }
 }
 

@@ -165,7 +165,7 @@ impl PostgresStore {
             _ => None,
         };
         sqlx::query(sql)
-            .bind(checkpoint.run_id.as_str())
+            .bind(checkpoint.key())
             .bind(payload)
             .bind(checkpoint.version.as_str())
             .bind(i64::from(checkpoint.ip))
@@ -203,7 +203,7 @@ fn ttl_secs(ttl: Duration) -> f64 {
 impl CheckpointStore for PostgresStore {
     /// One upsert.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        fluxio_core::store::check_run_id(&checkpoint.run_id)?;
+        fluxio_core::store::check_run_id(&checkpoint.key())?;
         let payload = checkpoint.to_bytes()?;
         let (inner, checkpoint, payload) = (&self.inner, &checkpoint, &payload[..]);
         self.call("save", Retry::Once, |mut conn| async move {
@@ -327,7 +327,7 @@ impl CheckpointStore for PostgresStore {
     /// share-locked lease row.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let token = match i64::try_from(lease.token()) {
-            Ok(token) if lease.run_id() == checkpoint.run_id => token,
+            Ok(token) if lease.run_id() == checkpoint.key() => token,
             _ => return Err(lease_lost(lease)),
         };
         let payload = checkpoint.to_bytes()?;

@@ -188,9 +188,9 @@ fn nonce() -> String {
 impl CheckpointStore for RedisStore {
     /// One `SET {prefix}:{run_id} <bytes> PX <ttl>`.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        fluxio_core::store::check_run_id(&checkpoint.run_id)?;
+        fluxio_core::store::check_run_id(&checkpoint.key())?;
         let bytes = checkpoint.to_bytes()?;
-        let key = self.checkpoint_key(&checkpoint.run_id);
+        let key = self.checkpoint_key(&checkpoint.key());
         let mut cmd = redis::cmd("SET");
         cmd.arg(&key).arg(bytes).arg("PX").arg(self.inner.ttl_ms);
         Ok(self
@@ -313,11 +313,11 @@ impl CheckpointStore for RedisStore {
     /// [`save`](CheckpointStore::save); otherwise `LeaseLost` and nothing
     /// written.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
-        if lease.run_id() != checkpoint.run_id {
+        if lease.run_id() != checkpoint.key() {
             return Err(lease_lost(lease));
         }
         let bytes = checkpoint.to_bytes()?;
-        let key = self.checkpoint_key(&checkpoint.run_id);
+        let key = self.checkpoint_key(&checkpoint.key());
         let mut script = scripts::SAVE_FENCED_SCRIPT.prepare_invoke();
         script
             .key(self.lease_key(lease.run_id()))

@@ -156,7 +156,7 @@ impl SqliteStore {
             _ => None,
         };
         sqlx::query(sql)
-            .bind(checkpoint.run_id.as_str())
+            .bind(checkpoint.key())
             .bind(payload)
             .bind(checkpoint.version.as_str())
             .bind(i64::from(checkpoint.ip))
@@ -193,7 +193,7 @@ fn millis(d: Duration) -> i64 {
 impl CheckpointStore for SqliteStore {
     /// One upsert.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        fluxio_core::store::check_run_id(&checkpoint.run_id)?;
+        fluxio_core::store::check_run_id(&checkpoint.key())?;
         let payload = checkpoint.to_bytes()?;
         let inner = &self.inner;
         self.timed("save", async {
@@ -318,7 +318,7 @@ impl CheckpointStore for SqliteStore {
     /// lease row, under SQLite's write lock.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let token = match i64::try_from(lease.token()) {
-            Ok(token) if lease.run_id() == checkpoint.run_id => token,
+            Ok(token) if lease.run_id() == checkpoint.key() => token,
             _ => return Err(lease_lost(lease)),
         };
         let payload = checkpoint.to_bytes()?;

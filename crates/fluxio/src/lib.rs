@@ -106,10 +106,11 @@
 //! checks, one run per run id at a time, and a completed checkpoint at the end.
 
 pub use fluxio_core::{
-    BoxError, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError, Emitter,
-    Error, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result, Route, RunStatus, RunStream,
-    Snapshot, Stage, StageInfo, StageKind, StageMeta, StageResult, StreamEvent, Value, callback,
-    context, ctx, error, middleware, stage, store, stream, testing, value,
+    BoxError, Changes, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError,
+    Emitter, Error, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result, ResumeOptions,
+    Route, RunStatus, RunStream, Snapshot, Stage, StageCode, StageInfo, StageKind, StageMeta,
+    StageResult, StreamEvent, Structure, Value, callback, context, ctx, error, middleware, stage,
+    store, stream, structure, testing, value,
 };
 pub use fluxio_macros::{pipeline, stage};
 

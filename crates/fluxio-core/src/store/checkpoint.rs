@@ -9,8 +9,11 @@ use bincode::error::{AllowedEnumVariants, DecodeError, EncodeError};
 use serde::de::value::MapDeserializer;
 use serde::{Deserialize, Serialize};
 
+use std::sync::Arc;
+
 use crate::context::Snapshot;
 use crate::error::{BoxError, Error, Result};
+use crate::structure::{StageCode, Structure};
 use crate::value::{Footprint, OwnedValue, Value, ValueError, decode_string, entry_footprint};
 
 /// Where a run stands.
@@ -65,7 +68,11 @@ pub enum RunStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Checkpoint {
-    /// The run this checkpoint belongs to.
+    /// The name of the pipeline the run belongs to (contract rule 10); empty
+    /// for an unnamed pipeline and for a format 1 checkpoint, which predates
+    /// names. Stores keep the run under [`Checkpoint::key`].
+    pub pipeline: String,
+    /// The run this checkpoint belongs to, unique within its pipeline.
     pub run_id: String,
     /// The version of the pipeline that wrote it.
     pub version: String,
@@ -89,12 +96,37 @@ pub struct Checkpoint {
     /// Which attempt of the stage at `ip` this is: 1 on the first run, one
     /// more on every resume that retries it (after a failure or a crash).
     pub attempt: u32,
+    /// The shape and stage code hashes of the pipeline that wrote it
+    /// (contract rule 13); `None` in a format 1 checkpoint.
+    pub structure: Option<Arc<Structure>>,
+}
+
+/// The key a store keeps the run `run_id` of the pipeline named `pipeline`
+/// under: `pipeline/run_id`, or `run_id` alone for an unnamed pipeline (and
+/// a format 1 checkpoint). Pipeline names contain no `/`, so two pipelines'
+/// keys never collide, whatever their run ids.
+///
+/// ```
+/// use fluxio_core::store::run_key;
+/// assert_eq!(run_key("orders", "42"), "orders/42");
+/// assert_eq!(run_key("", "42"), "42");
+/// ```
+#[must_use]
+pub fn run_key(pipeline: &str, run_id: &str) -> String {
+    if pipeline.is_empty() {
+        run_id.to_owned()
+    } else {
+        format!("{pipeline}/{run_id}")
+    }
 }
 
 /// The first four bytes of every encoded checkpoint.
 pub const MAGIC: [u8; 4] = *b"FXCP";
-/// The format version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u16 = 1;
+/// The format version this build writes (and the newest it reads; it reads
+/// format 1 too).
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest format version this build reads.
+pub const OLDEST_FORMAT_VERSION: u16 = 1;
 /// The largest checkpoint payload this build decodes (1 GiB), and the
 /// decoder's budget for what it builds from it (see
 /// [the limits](crate::value#limits)); [`Checkpoint::to_bytes`] refuses a
@@ -119,6 +151,7 @@ impl Checkpoint {
     ) -> Self {
         let now = now_ms();
         Self {
+            pipeline: String::new(),
             run_id: run_id.into(),
             version: version.into(),
             ip,
@@ -129,7 +162,22 @@ impl Checkpoint {
             created_at_ms: now,
             updated_at_ms: now,
             attempt: 1,
+            structure: None,
         }
+    }
+
+    /// The same checkpoint, of a run of the pipeline named `pipeline`.
+    #[must_use]
+    pub fn in_pipeline(mut self, pipeline: impl Into<String>) -> Self {
+        self.pipeline = pipeline.into();
+        self
+    }
+
+    /// The key a store keeps this checkpoint under:
+    /// [`run_key`]`(&self.pipeline, &self.run_id)`.
+    #[must_use]
+    pub fn key(&self) -> String {
+        run_key(&self.pipeline, &self.run_id)
     }
 
     /// The same checkpoint, saying that the stage at `ip` failed with `message`.
@@ -161,10 +209,17 @@ impl Checkpoint {
     /// | bytes | content |
     /// |---|---|
     /// | 4 | magic `FXCP` |
-    /// | 2 | format version (`1`) |
+    /// | 2 | format version (`2`) |
     /// | 4 | CRC-32 (IEEE) of the payload |
     /// | 8 | payload length |
     /// | n | payload: the checkpoint in bincode 2's `standard` configuration, context values as [`Value`](crate::Value) |
+    ///
+    /// The payload of format 2 is, in order: `pipeline`, `run_id`, `version`,
+    /// `ip`, `step`, `context`, `status`, `error_message`, `created_at_ms`,
+    /// `updated_at_ms`, `attempt`, and `structure` (an option of the shape
+    /// text and the list of stage names with their 32-byte hashes). Format 1
+    /// had no `pipeline` and no `structure`, and an `error` flag after
+    /// `status`; [`Checkpoint::from_bytes`] reads both.
     ///
     /// It encodes only what [`Checkpoint::from_bytes`] decodes: the checks of
     /// [`Checkpoint::check`] come first.
@@ -228,7 +283,8 @@ impl Checkpoint {
     /// value too deep or alone too large as [`Checkpoint::check`] does.
     fn footprint(&self) -> Result<Footprint> {
         let string = |s: &str| Footprint::string(s.len());
-        let mut fp = string(&self.run_id);
+        let mut fp = string(&self.pipeline);
+        fp.then(string(&self.run_id));
         fp.then(string(&self.version));
         fp.then(Footprint::int(4, self.ip.into()));
         fp.then(string(&self.step));
@@ -250,7 +306,6 @@ impl Checkpoint {
             RunStatus::Completed => 2,
         };
         fp.then(Footprint::int(4, status.into()));
-        fp.then(Footprint::item(1, 1)); // error
         fp.then(Footprint::item(1, 1)); // the option's tag
         if let Some(message) = &self.error_message {
             fp.then(string(message));
@@ -258,6 +313,15 @@ impl Checkpoint {
         fp.then(Footprint::int(8, self.created_at_ms.into()));
         fp.then(Footprint::int(8, self.updated_at_ms.into()));
         fp.then(Footprint::int(4, self.attempt.into()));
+        fp.then(Footprint::item(1, 1)); // the option's tag
+        if let Some(structure) = &self.structure {
+            fp.then(string(&structure.shape));
+            fp.then(Footprint::int(8, (structure.stages.len() as u64).into()));
+            for stage in &structure.stages {
+                fp.then(string(&stage.name));
+                fp.then(Footprint::item(32, 32));
+            }
+        }
         Ok(fp)
     }
 
@@ -279,13 +343,15 @@ impl Checkpoint {
         }
     }
 
-    /// Decodes bytes written by [`Checkpoint::to_bytes`], stored under `run_id`.
+    /// Decodes bytes written by [`Checkpoint::to_bytes`] (format 2, or
+    /// format 1 of earlier builds), stored under the key `run_id` (see
+    /// [`Checkpoint::key`]).
     ///
     /// Never panics, and allocates in proportion to `bytes`, whatever lengths
     /// the bytes claim: a truncated, bit-flipped or foreign payload, one in
-    /// another (older or newer) format version, or one whose run id is not
-    /// `run_id`, is an [`Error::CorruptCheckpoint`] naming `run_id` and what
-    /// was wrong (for another format, both version numbers). The checksum
+    /// another format version, or one whose key is not `run_id`, is an
+    /// [`Error::CorruptCheckpoint`] naming `run_id` and what was wrong (for
+    /// another format, both version numbers). The checksum
     /// guards against accidents, not against crafted bytes; those are
     /// decoded just as safely.
     ///
@@ -307,15 +373,15 @@ impl Checkpoint {
         // The version first: another format may have another header.
         if magic && bytes.len() >= 6 {
             let format = u16::from_le_bytes([bytes[4], bytes[5]]);
-            if format != FORMAT_VERSION {
+            if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&format) {
                 let age = if format > FORMAT_VERSION {
                     "newer"
                 } else {
                     "older"
                 };
                 return Err(corrupt(format!(
-                    "written in checkpoint format {format} ({age} than format \
-                     {FORMAT_VERSION}, the only format this build reads)"
+                    "written in checkpoint format {format} ({age} than the formats \
+                     this build reads: format {OLDEST_FORMAT_VERSION} to format {FORMAT_VERSION})"
                 )));
             }
         }
@@ -354,13 +420,17 @@ impl Checkpoint {
         // are copied only once their bytes are known to be there, containers
         // pre-allocate at most a few hundred slots, and values nest at most
         // `MAX_DEPTH` deep (see `Decode for Checkpoint` and `crate::value`).
-        let (cp, used): (Checkpoint, usize) =
-            bincode::decode_from_slice(payload, config()).map_err(|e| undecodable(run_id, e))?;
+        let decoded = if header[4..6] == 1u16.to_le_bytes() {
+            bincode::decode_from_slice(payload, config()).map(|(Format1(cp), used)| (cp, used))
+        } else {
+            bincode::decode_from_slice(payload, config())
+        };
+        let (cp, used): (Checkpoint, usize) = decoded.map_err(|e| undecodable(run_id, e))?;
         if used != payload.len() {
             return Err(corrupt(format!("{} trailing bytes", payload.len() - used)));
         }
-        if cp.run_id != run_id {
-            return Err(corrupt(format!("it belongs to run `{}`", cp.run_id)));
+        if cp.key() != run_id {
+            return Err(corrupt(format!("it belongs to run `{}`", cp.key())));
         }
         Ok(cp)
     }
@@ -422,31 +492,95 @@ fn decode_opt_string<D: Decoder>(decoder: &mut D) -> Result<Option<String>, Deco
     }
 }
 
-/// Format 1's payload, field by field: run id, version, ip, step, context,
-/// status, an `error` flag (written as `status == Failed`: format 1 says
-/// "failed" twice, this type once), the error message, both timestamps and
-/// the attempt.
+/// Format 2's payload, field by field (see [`Checkpoint::to_bytes`]).
 impl Encode for Checkpoint {
     fn encode<E: Encoder>(&self, encoder: &mut E) -> std::result::Result<(), EncodeError> {
+        self.pipeline.encode(encoder)?;
         self.run_id.encode(encoder)?;
         self.version.encode(encoder)?;
         self.ip.encode(encoder)?;
         self.step.encode(encoder)?;
         self.context.encode(encoder)?;
         self.status.encode(encoder)?;
-        self.is_failed().encode(encoder)?;
         self.error_message.encode(encoder)?;
         self.created_at_ms.encode(encoder)?;
         self.updated_at_ms.encode(encoder)?;
-        self.attempt.encode(encoder)
+        self.attempt.encode(encoder)?;
+        match &self.structure {
+            None => 0u8.encode(encoder),
+            Some(structure) => {
+                1u8.encode(encoder)?;
+                structure.shape.encode(encoder)?;
+                (structure.stages.len() as u64).encode(encoder)?;
+                for stage in &structure.stages {
+                    stage.name.encode(encoder)?;
+                    stage.hash.encode(encoder)?;
+                }
+                Ok(())
+            }
+        }
     }
 }
 
-/// Reads exactly what `Encode` writes, without bincode's `String` decoder,
-/// which allocates the claimed length before reading (see
-/// `value::decode_string`). An `error` flag that disagrees with the status
-/// is corrupt: no build of fluxio writes one.
+/// Reads exactly what `Encode` writes (format 2), without bincode's
+/// `String` decoder, which allocates the claimed length before reading (see
+/// `value::decode_string`).
 impl<C> Decode<C> for Checkpoint {
+    fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
+        Ok(Checkpoint {
+            pipeline: decode_string(decoder)?,
+            run_id: decode_string(decoder)?,
+            version: decode_string(decoder)?,
+            ip: u32::decode(decoder)?,
+            step: decode_string(decoder)?,
+            context: decode_snapshot(decoder)?,
+            status: RunStatus::decode(decoder)?,
+            error_message: decode_opt_string(decoder)?,
+            created_at_ms: u64::decode(decoder)?,
+            updated_at_ms: u64::decode(decoder)?,
+            attempt: u32::decode(decoder)?,
+            structure: decode_structure(decoder)?,
+        })
+    }
+}
+
+/// An option of a [`Structure`]: a `0`/`1` byte, the shape, the stage count
+/// and each stage's name and hash. The count is not trusted for the
+/// allocation: stages are pushed as they are read.
+fn decode_structure<D: Decoder>(
+    decoder: &mut D,
+) -> std::result::Result<Option<Arc<Structure>>, DecodeError> {
+    match u8::decode(decoder)? {
+        0 => return Ok(None),
+        1 => {}
+        found => {
+            return Err(DecodeError::UnexpectedVariant {
+                type_name: "Option<Structure>",
+                allowed: &AllowedEnumVariants::Range { min: 0, max: 1 },
+                found: u32::from(found),
+            });
+        }
+    }
+    let mut structure = Structure {
+        shape: decode_string(decoder)?,
+        stages: Vec::new(),
+    };
+    let count = u64::decode(decoder)?;
+    for _ in 0..count {
+        structure.stages.push(StageCode {
+            name: decode_string(decoder)?,
+            hash: <[u8; 32]>::decode(decoder)?,
+        });
+    }
+    Ok(Some(Arc::new(structure)))
+}
+
+/// A format 1 checkpoint: no pipeline name and no structure, and an `error`
+/// flag after the status. A flag that disagrees with the status is corrupt:
+/// no build of fluxio wrote one.
+struct Format1(Checkpoint);
+
+impl<C> Decode<C> for Format1 {
     fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
         let run_id = decode_string(decoder)?;
         let version = decode_string(decoder)?;
@@ -459,7 +593,8 @@ impl<C> Decode<C> for Checkpoint {
                 "the error flag disagrees with the status",
             ));
         }
-        Ok(Checkpoint {
+        Ok(Format1(Checkpoint {
+            pipeline: String::new(),
             run_id,
             version,
             ip,
@@ -470,10 +605,12 @@ impl<C> Decode<C> for Checkpoint {
             created_at_ms: u64::decode(decoder)?,
             updated_at_ms: u64::decode(decoder)?,
             attempt: u32::decode(decoder)?,
-        })
+            structure: None,
+        }))
     }
 }
 
+bincode::impl_borrow_decode!(Format1);
 bincode::impl_borrow_decode!(Checkpoint);
 
 pub(crate) fn now_ms() -> u64 {
@@ -488,7 +625,17 @@ mod tests {
     use crate::Context;
 
     fn checkpoint(i: u64, ctx: &Context) -> Checkpoint {
+        let structure = Structure {
+            shape: format!("[s{i}]"),
+            stages: (0..i % 4)
+                .map(|j| StageCode {
+                    name: "ß".repeat(j as usize),
+                    hash: [j as u8; 32],
+                })
+                .collect(),
+        };
         Checkpoint {
+            pipeline: "p".repeat((i % 3) as usize),
             run_id: "r".repeat(1 + (i % 300) as usize),
             version: "0123456789ab".into(),
             ip: (i * 77_777) as u32,
@@ -499,6 +646,7 @@ mod tests {
             created_at_ms: i << (i % 60),
             updated_at_ms: u64::MAX - i,
             attempt: (i % 70_000) as u32,
+            structure: (i % 5 != 0).then(|| Arc::new(structure)),
         }
     }
 
@@ -552,15 +700,29 @@ mod tests {
                 1u32,
             );
             let payload = bincode::encode_to_vec(&fields, config()).expect("encode");
-            let err = bincode::decode_from_slice::<Checkpoint, _>(&payload, config())
-                .expect_err("a flag that disagrees is corrupt");
+            let err = bincode::decode_from_slice::<Format1, _>(&payload, config())
+                .err()
+                .expect("a flag that disagrees is corrupt");
             assert!(err.to_string().contains("error flag"), "{err}");
         }
-        let agreeing = Checkpoint::new("r", "v", 1, "s", ctx.snapshot()).failed("boom");
-        let payload = bincode::encode_to_vec(&agreeing, config()).expect("encode");
-        let (back, _): (Checkpoint, usize) =
-            bincode::decode_from_slice(&payload, config()).expect("decode");
-        assert_eq!(back, agreeing);
+        let fields = (
+            "r",
+            "v",
+            1u32,
+            "s",
+            ctx.snapshot(),
+            RunStatus::Failed,
+            true,
+            Some("boom"),
+            0u64,
+            0u64,
+            1u32,
+        );
+        let payload = bincode::encode_to_vec(&fields, config()).expect("encode");
+        let (Format1(back), _) =
+            bincode::decode_from_slice::<Format1, _>(&payload, config()).expect("decode");
+        assert!(back.is_failed() && back.pipeline.is_empty() && back.structure.is_none());
+        assert_eq!(back.error_message.as_deref(), Some("boom"));
     }
 
     #[test]
@@ -589,7 +751,7 @@ mod tests {
             assert_eq!(cp.check().expect("small"), fp.size());
             let bytes = cp.to_bytes().expect("encodes");
             assert_eq!(
-                Checkpoint::from_bytes(&cp.run_id, &bytes).expect("decodes"),
+                Checkpoint::from_bytes(&cp.key(), &bytes).expect("decodes"),
                 cp
             );
         }

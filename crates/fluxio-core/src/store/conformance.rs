@@ -277,6 +277,55 @@ pub async fn namespaces_are_isolated<H: Harness>(h: &H) {
         .expect("b's lease is independent");
 }
 
+/// Rule 10: runs of two pipelines that share a run id are kept apart. The
+/// store keys checkpoints by [`Checkpoint::key`] (`pipeline/run_id`), so
+/// neither pipeline loads, overwrites, deletes or leases the other's run.
+pub async fn rule10_pipelines_sharing_a_run_id_are_kept_apart<H: Harness>(h: &H) {
+    let store = h.store(&namespace("named")).await;
+    let ctx = |who: &str| Context::new().set_value("who", crate::Value::String(who.to_owned()));
+    let orders = checkpoint("42", 1, &ctx("orders")).in_pipeline("orders");
+    let emails = checkpoint("42", 5, &ctx("emails")).in_pipeline("emails");
+    let (k_orders, k_emails) = (orders.key(), emails.key());
+    assert_eq!(
+        (k_orders.as_str(), k_emails.as_str()),
+        ("orders/42", "emails/42")
+    );
+    store.save(orders.clone()).await.expect("save orders");
+    store.save(emails.clone()).await.expect("save emails");
+    for (key, want) in [(&k_orders, &orders), (&k_emails, &emails)] {
+        let got = store.load(key).await.expect("load").expect("stored");
+        assert_eq!(&got, want, "{key}");
+    }
+    assert!(
+        store.load("42").await.expect("load").is_none(),
+        "the bare run id is another (unnamed) run"
+    );
+    store.delete(&k_emails).await.expect("delete emails");
+    assert!(
+        store.exists(&k_orders).await.expect("exists"),
+        "orders kept"
+    );
+    let held = store
+        .acquire_lease(&k_orders, Duration::from_secs(30))
+        .await
+        .expect("lease orders/42");
+    let other = store
+        .acquire_lease(&k_emails, Duration::from_secs(30))
+        .await
+        .expect("emails/42 is not leased by orders/42");
+    store
+        .save_fenced(emails.clone(), &other)
+        .await
+        .expect("fenced save of emails/42 under its own lease");
+    assert!(
+        matches!(
+            store.save_fenced(emails, &held).await,
+            Err(Error::LeaseLost { .. })
+        ),
+        "orders/42's lease does not fence emails/42"
+    );
+}
+
 /// A 10 MB context round-trips.
 pub async fn ten_megabyte_context<H: Harness>(h: &H) {
     let store = h.store(&namespace("large")).await;
@@ -556,6 +605,7 @@ pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
     huge.extend_from_slice(&((1u32 << 30) - 1).to_le_bytes());
     huge.extend_from_slice(b"bad:run");
     let current = super::FORMAT_VERSION;
+    let oldest = super::OLDEST_FORMAT_VERSION;
     let cases: Vec<(String, Vec<u8>, Option<u16>)> = vec![
         (
             "garbage".into(),
@@ -566,9 +616,9 @@ pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
         ("bit flip".into(), flipped, None),
         ("empty".into(), Vec::new(), None),
         (
-            format!("older format {}", current.wrapping_sub(1)),
-            other_format(current.wrapping_sub(1)),
-            Some(current.wrapping_sub(1)),
+            format!("older format {}", oldest.wrapping_sub(1)),
+            other_format(oldest.wrapping_sub(1)),
+            Some(oldest.wrapping_sub(1)),
         ),
         (
             format!("newer format {}", current + 1),
@@ -916,6 +966,7 @@ macro_rules! __store_conformance_each {
             corrupt_payload_is_a_typed_error,
             lease_ttl_out_of_range_is_invalid_setting,
             malformed_run_ids_are_invalid_run_id,
+            rule10_pipelines_sharing_a_run_id_are_kept_apart,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

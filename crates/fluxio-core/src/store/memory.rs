@@ -115,8 +115,8 @@ impl InMemoryStore {
 #[async_trait::async_trait]
 impl CheckpointStore for InMemoryStore {
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        crate::store::check_run_id(&checkpoint.run_id)?;
-        lock(&self.map).insert(checkpoint.run_id.clone(), checkpoint);
+        crate::store::check_run_id(&checkpoint.key())?;
+        lock(&self.map).insert(checkpoint.key(), checkpoint);
         Ok(())
     }
 
@@ -183,9 +183,9 @@ impl CheckpointStore for InMemoryStore {
     }
 
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
-        let run_id = checkpoint.run_id.clone();
+        let run_id = checkpoint.key();
         self.fenced(&run_id, lease, |map| {
-            map.insert(checkpoint.run_id.clone(), checkpoint);
+            map.insert(checkpoint.key(), checkpoint);
         })
     }
 

@@ -36,7 +36,7 @@
 //! impl CheckpointStore for MyStore {
 //!     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
 //!         let bytes = checkpoint.to_bytes()?;
-//!         self.0.lock().unwrap().insert(checkpoint.run_id.clone(), bytes);
+//!         self.0.lock().unwrap().insert(checkpoint.key(), bytes);
 //!         Ok(())
 //!     }
 //!     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
@@ -66,7 +66,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use checkpoint::now_ms;
-pub use checkpoint::{Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, RunStatus};
+pub use checkpoint::{
+    Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_FORMAT_VERSION, RunStatus, run_key,
+};
 pub use error_kind::StoreErrorKind;
 pub use lease::Lease;
 pub(crate) use lease::Ownership;
@@ -195,13 +197,21 @@ pub fn check_sql_identifier(value: &str) -> std::result::Result<(), &'static str
 /// (keeping the backend's error as the source); undecodable bytes as
 /// [`Error::CorruptCheckpoint`](crate::Error::CorruptCheckpoint).
 ///
+/// # Keys
+/// A store addresses runs by key: [`run_key`]`(pipeline, run_id)`, which is
+/// `pipeline/run_id` for a named pipeline (contract rule 10) and the bare run
+/// id for an unnamed one. Every `run_id` argument below is such a key, and
+/// `save` keeps a checkpoint under [`Checkpoint::key`]: a store that does
+/// that keeps the runs of two pipelines apart without knowing about
+/// pipelines.
+///
 /// # Cancel safety
 /// The interpreter may drop a call's future (when the caller drops the run).
 /// Each required method must leave the store either before or after the
 /// operation, never half-way: a single write or delete per call does that.
 #[async_trait::async_trait]
 pub trait CheckpointStore: Debug + Send + Sync + 'static {
-    /// Stores `checkpoint` under `checkpoint.run_id`, replacing any previous
+    /// Stores `checkpoint` under its key, `checkpoint.key()`, replacing any previous
     /// one. Atomic: a concurrent `load` sees the old or the new checkpoint.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()>;
 

@@ -1,0 +1,293 @@
+//! What a checkpoint records about the code that wrote it, beyond the
+//! version: the pipeline's shape and each stage's code hash (contract rule
+//! 13).
+//!
+//! The version says *whether* the code changed; a [`Structure`] says *what*
+//! changed, so a refused resume can name the stages, and a resume that opts
+//! in to code changes ([`ResumeOptions::allow_code_changes`]) can check that
+//! only stage bodies changed and the program around them did not.
+//!
+//! [`ResumeOptions::allow_code_changes`]: crate::ResumeOptions::allow_code_changes
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+
+use serde::{Deserialize, Serialize};
+
+use crate::compile::Node;
+
+/// A pipeline's shape and its stages' code hashes, as stored in every
+/// checkpoint (format 2).
+///
+/// ```
+/// use fluxio_core::Structure;
+/// let s = Structure::default();
+/// assert!(s.changes_to(&s).is_empty());
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Structure {
+    /// The shape in a canonical text: stage names in order, parallel and
+    /// fire-and-forget blocks with their branches, routing blocks with their
+    /// keys and bodies, and `auto` when auto-parallelism is on. Two
+    /// pipelines have the same shape exactly when these texts are equal.
+    pub shape: String,
+    /// Every stage's name and the hash of its own tokens (see
+    /// `fluxio-macros`), in order of appearance, each name once.
+    pub stages: Vec<StageCode>,
+}
+
+/// One stage's name and code hash in a [`Structure`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StageCode {
+    /// The stage's name.
+    pub name: String,
+    /// The SHA-256 of the stage's normalized tokens.
+    pub hash: [u8; 32],
+}
+
+impl StageCode {
+    /// The stage `name` whose code hashes to `hash`.
+    #[must_use]
+    pub fn new(name: impl Into<String>, hash: [u8; 32]) -> Self {
+        StageCode {
+            name: name.into(),
+            hash,
+        }
+    }
+}
+
+impl Structure {
+    /// A structure of the given shape text and stages, e.g. to build a
+    /// checkpoint by hand in a test; pipelines compute theirs
+    /// ([`Pipeline::structure`](crate::Pipeline::structure)).
+    #[must_use]
+    pub fn new(shape: impl Into<String>, stages: Vec<StageCode>) -> Self {
+        Structure {
+            shape: shape.into(),
+            stages,
+        }
+    }
+
+    /// The structure of the pipeline made of `root`.
+    pub(crate) fn of(root: &[Node], auto_parallel: bool) -> Self {
+        let mut s = Structure::default();
+        s.seq(root);
+        if auto_parallel {
+            s.shape.push_str(" auto");
+        }
+        s
+    }
+
+    fn seq(&mut self, nodes: &[Node]) {
+        self.shape.push('[');
+        for (i, node) in nodes.iter().enumerate() {
+            if i > 0 {
+                self.shape.push_str(", ");
+            }
+            match node {
+                Node::Stage(stage) => {
+                    self.shape.push_str(stage.name());
+                    let meta = stage.meta();
+                    if !self.stages.iter().any(|s| s.name == meta.name) {
+                        self.stages.push(StageCode {
+                            name: meta.name.to_owned(),
+                            hash: meta.hash,
+                        });
+                    }
+                }
+                Node::Parallel { branches, detached } => {
+                    self.shape.push_str(if *detached {
+                        "fire_and_forget"
+                    } else {
+                        "parallel"
+                    });
+                    self.shape.push('[');
+                    for (j, branch) in branches.iter().enumerate() {
+                        if j > 0 {
+                            self.shape.push_str(", ");
+                        }
+                        self.seq(branch);
+                    }
+                    self.shape.push(']');
+                }
+                Node::Route { routes } => {
+                    self.shape.push_str("routes{");
+                    for (j, (key, body)) in routes.iter().enumerate() {
+                        if j > 0 {
+                            self.shape.push_str(", ");
+                        }
+                        // `Debug` quotes and escapes the key, so no key can
+                        // imitate the punctuation around it
+                        let _ = write!(self.shape, "{key:?}: ");
+                        self.seq(body);
+                    }
+                    self.shape.push('}');
+                }
+            }
+        }
+        self.shape.push(']');
+    }
+
+    /// What changed from `self` (the code that wrote a checkpoint) to
+    /// `new` (the code asked to continue it).
+    #[must_use]
+    pub fn changes_to(&self, new: &Structure) -> Changes {
+        let old: BTreeMap<&str, &[u8; 32]> = self
+            .stages
+            .iter()
+            .map(|s| (s.name.as_str(), &s.hash))
+            .collect();
+        let now: BTreeMap<&str, &[u8; 32]> = new
+            .stages
+            .iter()
+            .map(|s| (s.name.as_str(), &s.hash))
+            .collect();
+        let mut changes = Changes::default();
+        for s in &new.stages {
+            match old.get(s.name.as_str()) {
+                Some(hash) if **hash != s.hash => changes.code_changed.push(s.name.clone()),
+                Some(_) => {}
+                None => changes.added.push(s.name.clone()),
+            }
+        }
+        changes.removed = self
+            .stages
+            .iter()
+            .filter(|s| !now.contains_key(s.name.as_str()))
+            .map(|s| s.name.clone())
+            .collect();
+        if self.shape != new.shape {
+            changes.shape = Some((self.shape.clone(), new.shape.clone()));
+        }
+        changes
+    }
+}
+
+/// How a pipeline's code differs from the code that wrote a checkpoint:
+/// carried by [`Error::CheckpointVersion`](crate::Error::CheckpointVersion).
+///
+/// Its `Display` is one line for humans, e.g. ``the code of stage `charge`
+/// changed``.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Changes {
+    /// Stages in both whose code hash differs.
+    pub code_changed: Vec<String>,
+    /// Stages only the new code has.
+    pub added: Vec<String>,
+    /// Stages only the old code had.
+    pub removed: Vec<String>,
+    /// The old and the new shape, when they differ.
+    pub shape: Option<(String, String)>,
+}
+
+impl Changes {
+    /// Whether nothing that a [`Structure`] records changed (the version may
+    /// still differ: it also covers what a structure leaves out, such as a
+    /// route key's position).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.code_changed.is_empty()
+            && self.added.is_empty()
+            && self.removed.is_empty()
+            && self.shape.is_none()
+    }
+
+    /// Whether only stage bodies changed: the case a resume may opt in to.
+    #[must_use]
+    pub fn same_shape(&self) -> bool {
+        self.shape.is_none() && self.added.is_empty() && self.removed.is_empty()
+    }
+}
+
+fn names(list: &[String]) -> String {
+    let quoted: Vec<String> = list.iter().map(|n| format!("`{n}`")).collect();
+    quoted.join(", ")
+}
+
+impl fmt::Display for Changes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if !self.code_changed.is_empty() {
+            let s = if self.code_changed.len() == 1 {
+                ""
+            } else {
+                "s"
+            };
+            parts.push(format!(
+                "the code of stage{s} {} changed",
+                names(&self.code_changed)
+            ));
+        }
+        if !self.added.is_empty() {
+            parts.push(format!("stages added: {}", names(&self.added)));
+        }
+        if !self.removed.is_empty() {
+            parts.push(format!("stages removed: {}", names(&self.removed)));
+        }
+        if let Some((old, new)) = &self.shape {
+            parts.push(format!("the shape changed from {old} to {new}"));
+        }
+        if parts.is_empty() {
+            f.write_str("no stage or shape changed")
+        } else {
+            f.write_str(&parts.join("; "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(name: &str, byte: u8) -> StageCode {
+        StageCode {
+            name: name.to_owned(),
+            hash: [byte; 32],
+        }
+    }
+
+    fn structure(shape: &str, stages: Vec<StageCode>) -> Structure {
+        Structure {
+            shape: shape.to_owned(),
+            stages,
+        }
+    }
+
+    #[test]
+    fn a_changed_body_is_named_and_keeps_the_shape() {
+        let old = structure("[a, b]", vec![code("a", 1), code("b", 2)]);
+        let new = structure("[a, b]", vec![code("a", 1), code("b", 3)]);
+        let c = old.changes_to(&new);
+        assert_eq!(c.code_changed, ["b"]);
+        assert!(c.same_shape());
+        assert_eq!(c.to_string(), "the code of stage `b` changed");
+    }
+
+    #[test]
+    fn added_and_removed_stages_and_the_shape_are_listed() {
+        let old = structure("[a, b]", vec![code("a", 1), code("b", 2)]);
+        let new = structure("[a, c]", vec![code("a", 9), code("c", 2)]);
+        let c = old.changes_to(&new);
+        assert_eq!(
+            (c.code_changed.clone(), c.added.clone(), c.removed.clone()),
+            (
+                vec!["a".to_owned()],
+                vec!["c".to_owned()],
+                vec!["b".to_owned()]
+            )
+        );
+        assert!(!c.same_shape());
+        let text = c.to_string();
+        for part in [
+            "`a` changed",
+            "added: `c`",
+            "removed: `b`",
+            "[a, b] to [a, c]",
+        ] {
+            assert!(text.contains(part), "{text}");
+        }
+    }
+}
