@@ -6,21 +6,9 @@ mod common;
 use std::time::Duration;
 
 use fluxio_core::Error;
-use fluxio_core::store::{Checkpoint, CheckpointStore, RunStatus};
+use fluxio_core::store::conformance::checkpoint;
+use fluxio_core::store::{CheckpointStore, RunStatus};
 use fluxio_postgres::{PostgresStore, PostgresStoreError};
-
-fn checkpoint(run_id: &str) -> Checkpoint {
-    let mut cp = Checkpoint::new(
-        run_id,
-        "0123456789ab",
-        1,
-        "one",
-        fluxio_core::Context::new().snapshot(),
-    );
-    cp.created_at_ms = 1_700_000_000_000;
-    cp.updated_at_ms = 1_700_000_000_001;
-    cp
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_first_connections_to_one_fresh_schema_all_succeed() {
@@ -51,7 +39,7 @@ async fn eight_concurrent_first_connections_to_one_fresh_schema_all_succeed() {
     .await
     .expect("bookkeeping");
     assert_eq!(applied, 1, "each migration applied exactly once");
-    stores[0].save(checkpoint("r")).await.expect("save");
+    stores[0].save(checkpoint("r", 1)).await.expect("save");
     assert!(stores[7].exists("r").await.expect("exists"));
     drop(stores);
     common::drop_schema(&url, &schema).await;
@@ -77,7 +65,7 @@ async fn two_tables_in_one_schema_are_independent() {
         .connect()
         .await
         .expect("b");
-    a.save(checkpoint("r")).await.expect("save");
+    a.save(checkpoint("r", 1)).await.expect("save");
     assert!(!b.exists("r").await.expect("exists"));
     let _held = a
         .acquire_lease("r", Duration::from_secs(30))
@@ -114,10 +102,10 @@ async fn connect_with_the_defaults_uses_public_fluxio_checkpoints() {
         ("public", "fluxio_checkpoints")
     );
     let run_id = format!("defaults-{}", std::process::id());
-    store.save(checkpoint(&run_id)).await.expect("save");
+    store.save(checkpoint(&run_id, 1)).await.expect("save");
     assert_eq!(
         store.load(&run_id).await.expect("load"),
-        Some(checkpoint(&run_id))
+        Some(checkpoint(&run_id, 1))
     );
     store.delete(&run_id).await.expect("delete");
     store
@@ -159,7 +147,7 @@ async fn operator_columns_mirror_the_payload() {
     };
     let schema = common::fresh_schema("columns");
     let store = common::store(&url, &schema).await;
-    let mut cp = checkpoint("r");
+    let mut cp = checkpoint("r", 1);
     cp.status = RunStatus::Failed;
     cp.error_message = Some("boom".to_owned());
     store.save(cp.clone()).await.expect("save");
@@ -185,7 +173,7 @@ async fn operator_columns_mirror_the_payload() {
         (
             "0123456789ab".to_owned(),
             1,
-            "one".to_owned(),
+            "step-1".to_owned(),
             "failed".to_owned(),
             Some("boom".to_owned()),
             true,

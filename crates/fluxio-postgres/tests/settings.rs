@@ -6,7 +6,8 @@ use std::error::Error as _;
 use std::time::{Duration, Instant};
 
 use fluxio_core::Error;
-use fluxio_core::store::{Checkpoint, CheckpointStore};
+use fluxio_core::store::CheckpointStore;
+use fluxio_core::store::conformance::checkpoint;
 use fluxio_postgres::{PostgresStore, PostgresStoreError};
 use sqlx::Connection;
 use tokio::net::TcpListener;
@@ -240,13 +241,7 @@ async fn a_server_that_never_answers_times_out_with_a_store_error() {
         .timeout(timeout)
         .connect_lazy()
         .expect("lazy");
-    let cp = {
-        let mut cp = Checkpoint::new("r", "v", 0, "s", fluxio_core::Context::new().snapshot());
-        cp.status = fluxio_core::RunStatus::Running;
-        cp.created_at_ms = 0;
-        cp.updated_at_ms = 0;
-        cp
-    };
+    let cp = checkpoint("r", 0);
     let started = Instant::now();
     assert_store_error_in_time("load", store.load("r").await.map(drop), started, timeout);
     let started = Instant::now();

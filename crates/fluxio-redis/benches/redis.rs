@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use fluxio::store::{Checkpoint, CheckpointStore, Lease};
 use fluxio::{Context, Pipeline, StageResult, pipeline, stage};
+use fluxio_core::store::conformance;
 use fluxio_redis::RedisStore;
 
 #[stage]
@@ -41,15 +42,8 @@ fn context_1kb() -> Context {
 }
 
 fn checkpoint(run_id: &str) -> Checkpoint {
-    let mut cp = Checkpoint::new(
-        run_id,
-        "0123456789ab",
-        3,
-        "step-3",
-        context_1kb().snapshot(),
-    );
-    cp.created_at_ms = 1_700_000_000_000;
-    cp.updated_at_ms = 1_700_000_000_000;
+    let mut cp = conformance::checkpoint(run_id, 3);
+    cp.context = context_1kb().snapshot();
     cp
 }
 

@@ -611,7 +611,7 @@ mod tests {
     use std::io;
     use std::sync::atomic::AtomicBool;
 
-    use fluxio_core::store::conformance::{namespace, skip_unless_ci};
+    use fluxio_core::store::conformance::{checkpoint, namespace, skip_unless_ci};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::{TcpListener, TcpStream};
 
@@ -748,18 +748,7 @@ mod tests {
             Err(Error::RunIdInUse { .. })
         ));
 
-        let cp = {
-            let mut cp = Checkpoint::new(
-                run,
-                "0123456789ab",
-                1,
-                "step-1",
-                fluxio_core::Context::new().snapshot(),
-            );
-            cp.created_at_ms = 1_700_000_000_000;
-            cp.updated_at_ms = 1_700_000_000_000;
-            cp
-        };
+        let cp = checkpoint(run, 1);
         proxy.arm();
         store
             .save_fenced(cp.clone(), &lease)

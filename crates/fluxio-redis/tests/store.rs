@@ -5,26 +5,18 @@ mod common;
 
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore};
+use fluxio_core::store::{Checkpoint, CheckpointStore, conformance};
 use fluxio_core::{Context, Error};
 use fluxio_redis::{RedisStore, RedisStoreError};
 
+/// The tests' checkpoint, with a 100-byte value in its context.
 fn checkpoint(run_id: &str, ip: u32) -> Checkpoint {
-    let ctx = Context::new()
+    let mut cp = conformance::checkpoint(run_id, ip);
+    cp.context = Context::new()
         .set("payload", "x".repeat(100))
-        .expect("a string serializes");
-    {
-        let mut cp = Checkpoint::new(
-            run_id,
-            "0123456789ab",
-            ip,
-            format!("step-{ip}"),
-            ctx.snapshot(),
-        );
-        cp.created_at_ms = 1_700_000_000_000;
-        cp.updated_at_ms = 1_700_000_000_000;
-        cp
-    }
+        .expect("a string serializes")
+        .snapshot();
+    cp
 }
 
 async fn get(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<Vec<u8>> {

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease};
-use fluxio_core::{Context, Error};
+use fluxio_core::Error;
+use fluxio_core::store::conformance::checkpoint;
+use fluxio_core::store::{CheckpointStore, Lease};
 use fluxio_redis::{RedisStore, RedisStoreError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -16,19 +17,6 @@ use tokio::net::{TcpListener, TcpStream};
 const TIMEOUT: Duration = Duration::from_millis(300);
 /// Scheduling slack on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_millis(700);
-
-fn checkpoint(run_id: &str) -> Checkpoint {
-    let mut cp = Checkpoint::new(
-        run_id,
-        "0123456789ab",
-        1,
-        "step-1",
-        Context::new().snapshot(),
-    );
-    cp.created_at_ms = 0;
-    cp.updated_at_ms = 0;
-    cp
-}
 
 fn assert_timeout<T: std::fmt::Debug>(
     what: &str,
@@ -161,7 +149,7 @@ async fn every_call_times_out_when_the_server_stops_answering_and_recovers() {
         .await
         .expect("acquire");
     store
-        .save(checkpoint("r"))
+        .save(checkpoint("r", 1))
         .await
         .expect("save while answering");
 
@@ -169,7 +157,7 @@ async fn every_call_times_out_when_the_server_stops_answering_and_recovers() {
     let other = Lease::new("r", lease.token());
     let t = Instant::now;
     let s = &store;
-    assert_timeout("save", t(), s.save(checkpoint("r")).await);
+    assert_timeout("save", t(), s.save(checkpoint("r", 1)).await);
     assert_timeout("load", t(), s.load("r").await);
     assert_timeout("delete", t(), s.delete("r").await);
     assert_timeout("exists", t(), s.exists("r").await);
@@ -186,7 +174,7 @@ async fn every_call_times_out_when_the_server_stops_answering_and_recovers() {
     assert_timeout(
         "save_fenced",
         t(),
-        s.save_fenced(checkpoint("r"), &lease).await,
+        s.save_fenced(checkpoint("r", 1), &lease).await,
     );
     assert_timeout("delete_fenced", t(), s.delete_fenced("r", &lease).await);
     assert_timeout("release_lease", t(), s.release_lease(other).await);
@@ -208,7 +196,7 @@ async fn every_call_times_out_when_the_server_stops_answering_and_recovers() {
         }
     }
     store
-        .save_fenced(checkpoint("r"), &lease)
+        .save_fenced(checkpoint("r", 1), &lease)
         .await
         .expect("the lease survived the outage");
     common::cleanup(&mut raw, &prefix).await;

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fluxio_core::store::{Checkpoint, CheckpointStore};
+use fluxio_core::store::CheckpointStore;
+use fluxio_core::store::conformance::checkpoint;
 use fluxio_core::{Context, Error};
 use fluxio_redis::{RedisStore, RedisStoreError};
 
@@ -189,18 +190,8 @@ async fn rediss_verifies_the_server_and_works() {
         .connect()
         .await
         .expect("connect over TLS");
-    let cp = {
-        let mut cp = Checkpoint::new(
-            "r",
-            "0123456789ab",
-            1,
-            "step-1",
-            Context::new().set("k", "v").expect("serializes").snapshot(),
-        );
-        cp.created_at_ms = 0;
-        cp.updated_at_ms = 0;
-        cp
-    };
+    let mut cp = checkpoint("r", 1);
+    cp.context = Context::new().set("k", "v").expect("serializes").snapshot();
     let lease = store
         .acquire_lease("r", Duration::from_secs(5))
         .await

@@ -131,17 +131,41 @@ pub fn namespace(check: &str) -> String {
     )
 }
 
-fn checkpoint(run_id: &str, ip: u32, ctx: &Context) -> Checkpoint {
+/// The checkpoint the checks write, and fluxio's own tests too: run `run_id`
+/// at `ip`, step `step-{ip}`, version `0123456789ab`, status `Running`, an
+/// empty context, a fixed start time, and a write time and attempt that vary
+/// with `ip` (so a store that drops a field fails a round trip). Set fields
+/// to change it:
+///
+/// ```
+/// use fluxio_core::store::conformance::checkpoint;
+/// use fluxio_core::{Context, RunStatus};
+///
+/// let mut cp = checkpoint("order-7", 2);
+/// cp.status = RunStatus::Failed;
+/// cp.context = Context::new().set("total", 42u64)?.snapshot();
+/// assert_eq!((cp.step.as_str(), cp.attempt), ("step-2", 3));
+/// # Ok::<(), fluxio_core::Error>(())
+/// ```
+#[must_use]
+pub fn checkpoint(run_id: &str, ip: u32) -> Checkpoint {
     let mut cp = Checkpoint::new(
         run_id,
         "0123456789ab",
         ip,
         format!("step-{ip}"),
-        ctx.snapshot(),
+        Context::new().snapshot(),
     );
     cp.created_at_ms = 1_700_000_000_000;
     cp.updated_at_ms = 1_700_000_000_000 + u64::from(ip);
     cp.attempt = ip % 3 + 1;
+    cp
+}
+
+/// [`checkpoint`] with the context `ctx`.
+fn checkpoint_with(run_id: &str, ip: u32, ctx: &Context) -> Checkpoint {
+    let mut cp = checkpoint(run_id, ip);
+    cp.context = ctx.snapshot();
     cp
 }
 
@@ -185,7 +209,7 @@ pub async fn round_trip_of_every_value_type<H: Harness>(h: &H) {
     let store = h.store(&namespace("roundtrip")).await;
     let ctx = every_value_type();
     for run_id in RUN_IDS {
-        let cp = checkpoint(run_id, 3, &ctx);
+        let cp = checkpoint_with(run_id, 3, &ctx);
         store.save(cp.clone()).await.expect("save");
         let back = store.load(run_id).await.expect("load").expect("saved");
         assert_eq!(back, cp, "round trip of run `{run_id}`");
@@ -207,9 +231,8 @@ pub async fn round_trip_of_every_value_type<H: Harness>(h: &H) {
 /// A second save replaces the first.
 pub async fn save_overwrites<H: Harness>(h: &H) {
     let store = h.store(&namespace("overwrite")).await;
-    let ctx = Context::new();
-    store.save(checkpoint("r", 1, &ctx)).await.expect("save");
-    let mut second = checkpoint("r", 2, &ctx);
+    store.save(checkpoint("r", 1)).await.expect("save");
+    let mut second = checkpoint("r", 2);
     second.status = RunStatus::Failed;
     second.error_message = Some("boom".to_owned());
     store.save(second.clone()).await.expect("save");
@@ -230,10 +253,7 @@ pub async fn delete_is_idempotent<H: Harness>(h: &H) {
         .delete("never-saved")
         .await
         .expect("delete of a missing id");
-    store
-        .save(checkpoint("r", 1, &Context::new()))
-        .await
-        .expect("save");
+    store.save(checkpoint("r", 1)).await.expect("save");
     store.delete("r").await.expect("delete");
     store.delete("r").await.expect("second delete");
     assert!(store.load("r").await.expect("load").is_none());
@@ -243,10 +263,7 @@ pub async fn delete_is_idempotent<H: Harness>(h: &H) {
 pub async fn exists_follows_save_and_delete<H: Harness>(h: &H) {
     let store = h.store(&namespace("exists")).await;
     assert!(!store.exists("r").await.expect("exists"));
-    store
-        .save(checkpoint("r", 1, &Context::new()))
-        .await
-        .expect("save");
+    store.save(checkpoint("r", 1)).await.expect("save");
     assert!(store.exists("r").await.expect("exists"));
     store.delete("r").await.expect("delete");
     assert!(!store.exists("r").await.expect("exists"));
@@ -258,9 +275,7 @@ pub async fn namespaces_are_isolated<H: Harness>(h: &H) {
         h.store(&namespace("iso_a")).await,
         h.store(&namespace("iso_b")).await,
     );
-    a.save(checkpoint("shared-id", 1, &Context::new()))
-        .await
-        .expect("save");
+    a.save(checkpoint("shared-id", 1)).await.expect("save");
     assert!(b.load("shared-id").await.expect("load").is_none());
     assert!(!b.exists("shared-id").await.expect("exists"));
     b.delete("shared-id").await.expect("delete");
@@ -284,7 +299,7 @@ pub async fn ten_megabyte_context<H: Harness>(h: &H) {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();
     let ctx = Context::new().set_value("blob", crate::Value::Bytes(blob));
-    let cp = checkpoint("large", 1, &ctx);
+    let cp = checkpoint_with("large", 1, &ctx);
     store.save(cp.clone()).await.expect("save 10 MB");
     assert_eq!(store.load("large").await.expect("load"), Some(cp));
 }
@@ -296,7 +311,9 @@ pub async fn hundred_concurrent_saves<H: Harness>(h: &H) {
         let store = Arc::clone(&store);
         async move {
             let ctx = Context::new().set("i", i).expect("serializes");
-            store.save(checkpoint(&format!("run-{i}"), i, &ctx)).await
+            store
+                .save(checkpoint_with(&format!("run-{i}"), i, &ctx))
+                .await
         }
     });
     for r in futures::future::join_all(saves).await {
@@ -369,7 +386,7 @@ pub async fn renewal_keeps_the_lease<H: Harness>(h: &H) {
         "still held after 800 ms"
     );
     owner
-        .save_fenced(checkpoint("r", 1, &Context::new()), &lease)
+        .save_fenced(checkpoint("r", 1), &lease)
         .await
         .expect("fenced save while held");
 }
@@ -410,7 +427,7 @@ pub async fn stale_token_is_fenced<H: Harness>(h: &H) {
         .await
         .expect("acquire");
     zombie
-        .save_fenced(checkpoint("r", 1, &ctx), &old)
+        .save_fenced(checkpoint_with("r", 1, &ctx), &old)
         .await
         .expect("save while held");
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -418,7 +435,7 @@ pub async fn stale_token_is_fenced<H: Harness>(h: &H) {
         .acquire_lease("r", Duration::from_secs(30))
         .await
         .expect("takeover");
-    let theirs = checkpoint("r", 2, &ctx.set("owner", "new").expect("serializes"));
+    let theirs = checkpoint_with("r", 2, &ctx.set("owner", "new").expect("serializes"));
     owner
         .save_fenced(theirs.clone(), &new)
         .await
@@ -431,7 +448,9 @@ pub async fn stale_token_is_fenced<H: Harness>(h: &H) {
         other => panic!("{what}: expected LeaseLost, got {other:?}"),
     };
     lost(
-        zombie.save_fenced(checkpoint("r", 9, &ctx), &old).await,
+        zombie
+            .save_fenced(checkpoint_with("r", 9, &ctx), &old)
+            .await,
         "stale save",
     );
     lost(zombie.delete_fenced("r", &old).await, "stale delete");
@@ -455,9 +474,7 @@ pub async fn expired_lease_refuses_writes<H: Harness>(h: &H) {
         .expect("acquire");
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(matches!(
-        store
-            .save_fenced(checkpoint("r", 1, &Context::new()), &lease)
-            .await,
+        store.save_fenced(checkpoint("r", 1), &lease).await,
         Err(Error::LeaseLost { .. })
     ));
     assert!(store.load("r").await.expect("load").is_none());
@@ -491,7 +508,7 @@ pub async fn release_frees_at_once_and_only_its_own_lease<H: Harness>(h: &H) {
         ),
         "the stale release did not free the new owner's lease"
     );
-    a.save_fenced(checkpoint("r", 1, &Context::new()), &third)
+    a.save_fenced(checkpoint("r", 1), &third)
         .await
         .expect("the owner still writes");
 }
@@ -503,7 +520,7 @@ pub async fn fenced_writes_with_the_current_lease<H: Harness>(h: &H) {
         .acquire_lease("r", Duration::from_secs(30))
         .await
         .expect("acquire");
-    let cp = checkpoint("r", 4, &every_value_type());
+    let cp = checkpoint_with("r", 4, &every_value_type());
     store.save_fenced(cp.clone(), &lease).await.expect("save");
     assert_eq!(store.load("r").await.expect("load"), Some(cp));
     store.delete_fenced("r", &lease).await.expect("delete");
@@ -514,9 +531,7 @@ pub async fn fenced_writes_with_the_current_lease<H: Harness>(h: &H) {
         .expect("acquire");
     assert!(
         matches!(
-            store
-                .save_fenced(checkpoint("r", 5, &Context::new()), &other)
-                .await,
+            store.save_fenced(checkpoint("r", 5), &other).await,
             Err(Error::LeaseLost { .. })
         ),
         "a lease on another run id does not fence this one"
@@ -530,7 +545,7 @@ pub async fn fenced_writes_with_the_current_lease<H: Harness>(h: &H) {
 pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
     let ns = namespace("corrupt");
     let store = h.store(&ns).await;
-    let good = checkpoint("bad:run", 1, &every_value_type())
+    let good = checkpoint_with("bad:run", 1, &every_value_type())
         .to_bytes()
         .expect("encode");
     let mut flipped = good.clone();
@@ -678,7 +693,7 @@ pub async fn lease_ttl_out_of_range_is_invalid_setting<H: Harness>(h: &H) {
         "a lease of MAX_LEASE_TTL is held"
     );
     store
-        .save_fenced(checkpoint("max-ttl", 1, &Context::new()), &long)
+        .save_fenced(checkpoint("max-ttl", 1), &long)
         .await
         .expect("fenced save under a MAX_LEASE_TTL lease");
     store.release_lease(long).await.expect("release");
@@ -695,10 +710,7 @@ pub async fn malformed_run_ids_are_invalid_run_id<H: Harness>(h: &H) {
     for bad in ["nul\0byte", "", long.as_str()] {
         let what = format!("{:?}", bad.chars().take(12).collect::<String>());
         let results = [
-            (
-                "save",
-                store.save(checkpoint(bad, 1, &Context::new())).await,
-            ),
+            ("save", store.save(checkpoint(bad, 1)).await),
             ("load", store.load(bad).await.map(drop)),
             ("exists", store.exists(bad).await.map(drop)),
             ("delete", store.delete(bad).await),

@@ -53,16 +53,8 @@ pub async fn raw_connection(path: &Path) -> SqliteConnection {
 
 /// A checkpoint of run `run_id` at `ip`, with an empty context.
 pub fn checkpoint(run_id: &str, ip: u32, status: RunStatus) -> Checkpoint {
-    let mut cp = Checkpoint::new(
-        run_id,
-        "0123456789ab",
-        ip,
-        format!("step-{ip}"),
-        fluxio_core::Context::new().snapshot(),
-    );
+    let mut cp = fluxio_core::store::conformance::checkpoint(run_id, ip);
     cp.status = status;
-    cp.created_at_ms = 1_700_000_000_000;
-    cp.updated_at_ms = 1_700_000_000_000;
     cp
 }
 
