@@ -10,8 +10,9 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
-use fluxio_core::store::conformance::Harness;
+use fluxio_core::store::conformance::{Harness, Records};
 use fluxio_postgres::PostgresStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -72,6 +73,44 @@ impl Harness for PgHarness {
             .await
             .expect("raw write");
         true
+    }
+
+    async fn records(&self, ns: &str) -> Option<Records> {
+        let pool = self.pool(ns);
+        let checkpoints: Vec<String> =
+            sqlx::query_scalar(&format!("SELECT run_id FROM \"{ns}\".fluxio_checkpoints"))
+                .fetch_all(&pool)
+                .await
+                .expect("checkpoint rows");
+        let leases: Vec<(String, bool)> = sqlx::query_as(&format!(
+            "SELECT run_id, coalesce(expires_at > now(), false) \
+             FROM \"{ns}\".fluxio_checkpoints_leases"
+        ))
+        .fetch_all(&pool)
+        .await
+        .expect("lease rows");
+        Some(Records {
+            checkpoints: checkpoints.into_iter().collect(),
+            leases: leases.into_iter().collect(),
+        })
+    }
+
+    async fn store_with_retention(
+        &self,
+        ns: &str,
+        retention: Option<Duration>,
+    ) -> Option<PostgresStore> {
+        let store = PostgresStore::from_pool(self.pool(ns))
+            .schema(ns)
+            .completed_retention(retention)
+            .connect()
+            .await
+            .expect("a store with a retention");
+        Some(store)
+    }
+
+    async fn purge_expired(&self, ns: &str) -> Option<u64> {
+        Some(self.store(ns).await.purge_expired().await.expect("purge"))
     }
 }
 

@@ -184,3 +184,32 @@ async fn operator_columns_mirror_the_payload() {
     drop(store);
     common::drop_schema(&url, &schema).await;
 }
+
+/// Postgres draws fencing tokens from the lease table's identity sequence,
+/// so a purge drops every released lease row, the one that held the
+/// greatest token included. (That the tokens keep growing across purges is
+/// the conformance check `purging_dead_leases_keeps_tokens_growing`.)
+#[tokio::test]
+async fn purge_deletes_every_released_lease_row() {
+    let Some(url) = common::server().await else {
+        return;
+    };
+    let schema = common::fresh_schema("purge_rows");
+    let store = common::store(&url, &schema).await;
+    let ttl = Duration::from_secs(30);
+    let first = store.acquire_lease("r", ttl).await.expect("acquire");
+    store.release_lease(first).await.expect("release");
+    let _held = store.acquire_lease("held", ttl).await.expect("acquire");
+    let last = store.acquire_lease("last", ttl).await.expect("acquire");
+    store.release_lease(last).await.expect("release");
+    store.purge_expired().await.expect("purge");
+    let leases: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT run_id FROM \"{schema}\".fluxio_checkpoints_leases"
+    ))
+    .fetch_all(store.pool())
+    .await
+    .expect("leases");
+    assert_eq!(leases, ["held"], "the released lease rows were purged");
+    drop(store);
+    common::drop_schema(&url, &schema).await;
+}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use fluxio_core::store::conformance::{Harness, skip_unless_ci};
+use fluxio_core::store::conformance::{Harness, Records, skip_unless_ci};
 use fluxio_redis::RedisStore;
 
 /// Keys the checks create expire on their own.
@@ -58,6 +58,46 @@ impl Harness for RedisHarness {
             .await
             .expect("raw SET");
         true
+    }
+
+    /// The checkpoint keys `{ns}:{run_id}`, and the lease keys
+    /// `{ns}.lease:{run_id}` (which exist only while the lease is held).
+    async fn records(&self, ns: &str) -> Option<Records> {
+        let mut raw = self.raw.clone();
+        let run_ids = |keys: Vec<String>, prefix: &str| -> Vec<String> {
+            keys.iter()
+                .filter_map(|k| k.strip_prefix(prefix).map(str::to_owned))
+                .collect()
+        };
+        let checkpoints = run_ids(keys(&mut raw, &format!("{ns}:")).await, &format!("{ns}:"));
+        let lease_prefix = format!("{ns}.lease:");
+        let leases = run_ids(keys(&mut raw, &lease_prefix).await, &lease_prefix);
+        Some(Records {
+            checkpoints: checkpoints.into_iter().collect(),
+            leases: leases.into_iter().map(|run_id| (run_id, true)).collect(),
+        })
+    }
+}
+
+/// Every key that starts with `prefix`.
+async fn keys(raw: &mut redis::aio::MultiplexedConnection, prefix: &str) -> Vec<String> {
+    let mut cursor = 0u64;
+    let mut keys = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(raw)
+            .await
+            .expect("SCAN");
+        keys.extend(batch);
+        if next == 0 {
+            return keys;
+        }
+        cursor = next;
     }
 }
 

@@ -8,8 +8,9 @@
 mod common;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use fluxio_core::store::conformance::Harness;
+use fluxio_core::store::conformance::{Harness, Records};
 use fluxio_sqlite::SqliteStore;
 
 struct SqliteHarness {
@@ -58,6 +59,45 @@ impl Harness for SqliteHarness {
         .await
         .expect("raw write");
         true
+    }
+
+    async fn records(&self, ns: &str) -> Option<Records> {
+        let mut conn = common::raw_connection(&self.file(ns)).await;
+        let checkpoints: Vec<String> = sqlx::query_scalar("SELECT run_id FROM fluxio_checkpoints")
+            .fetch_all(&mut conn)
+            .await
+            .expect("checkpoint rows");
+        // Held: expiring after now, by SQLite's clock (as the store judges).
+        let leases: Vec<(String, bool)> = sqlx::query_as(
+            "SELECT run_id, coalesce(expires_at > \
+               CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER), 0) \
+             FROM fluxio_checkpoints_leases",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .expect("lease rows");
+        Some(Records {
+            checkpoints: checkpoints.into_iter().collect(),
+            leases: leases.into_iter().collect(),
+        })
+    }
+
+    async fn store_with_retention(
+        &self,
+        ns: &str,
+        retention: Option<Duration>,
+    ) -> Option<SqliteStore> {
+        let store = SqliteStore::builder(self.file(ns))
+            .max_connections(2)
+            .completed_retention(retention)
+            .connect()
+            .await
+            .expect("a store with a retention");
+        Some(store)
+    }
+
+    async fn purge_expired(&self, ns: &str) -> Option<u64> {
+        Some(self.store(ns).await.purge_expired().await.expect("purge"))
     }
 }
 

@@ -1,76 +1,12 @@
-//! Fencing under concurrency: once a new owner has written, no write of the
-//! previous owner lands, however its statements interleave with the
-//! takeover. The two owners are two stores on one file, as two processes
-//! would be.
+//! Leases by SQLite's clock, and its fencing tokens. (Fencing under
+//! concurrent stale writes is a conformance check.)
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fluxio_core::Error;
 use fluxio_core::store::{CheckpointStore, RunStatus};
 use fluxio_sqlite::SqliteStore;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn stale_writes_never_land_after_a_takeover() {
-    for round in 0..3 {
-        let dir = common::TempDir::new(&format!("takeover{round}"));
-        let file = dir.db("x");
-        let zombie = Arc::new(SqliteStore::connect(&file).await.expect("open"));
-        let owner = SqliteStore::connect(&file).await.expect("open");
-        let old = Arc::new(
-            zombie
-                .acquire_lease("r", Duration::from_millis(150))
-                .await
-                .expect("acquire"),
-        );
-        // Four writers of the old owner hammer the checkpoint, across the
-        // moment the lease expires and is taken over.
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers: Vec<_> = (0..4u32)
-            .map(|w| {
-                let (zombie, old, stop) =
-                    (Arc::clone(&zombie), Arc::clone(&old), Arc::clone(&stop));
-                tokio::spawn(async move {
-                    let mut n = 0u32;
-                    while !stop.load(Ordering::SeqCst) {
-                        n += 1;
-                        let cp = common::checkpoint("r", w * 100_000 + n, RunStatus::Running);
-                        match zombie.save_fenced(cp, &old).await {
-                            Ok(()) | Err(Error::LeaseLost { .. }) => {}
-                            Err(e) => panic!("unexpected: {e}"),
-                        }
-                    }
-                })
-            })
-            .collect();
-        let new = loop {
-            match owner.acquire_lease("r", Duration::from_secs(30)).await {
-                Ok(lease) => break lease,
-                Err(Error::RunIdInUse { .. }) => tokio::task::yield_now().await,
-                Err(e) => panic!("unexpected: {e}"),
-            }
-        };
-        assert!(new.token() > old.token());
-        let theirs = common::checkpoint("r", 999_999_999, RunStatus::Running);
-        owner
-            .save_fenced(theirs.clone(), &new)
-            .await
-            .expect("the new owner writes");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        stop.store(true, Ordering::SeqCst);
-        for w in writers {
-            w.await.expect("no panic");
-        }
-        assert_eq!(
-            owner.load("r").await.expect("load"),
-            Some(theirs),
-            "round {round}: a stale write landed after the new owner's"
-        );
-    }
-}
 
 #[tokio::test]
 async fn expiry_is_judged_after_waiting_for_the_write_lock() {
@@ -108,4 +44,47 @@ async fn expiry_is_judged_after_waiting_for_the_write_lock() {
         .renew_lease(&lease, Duration::from_secs(30))
         .await
         .expect("and it can be renewed");
+}
+
+/// SQLite draws a new fencing token from the greatest one stored, so a
+/// purge keeps the lease row that holds it, released or not, and drops the
+/// other released rows. (That the tokens keep growing across purges is the
+/// conformance check `purging_dead_leases_keeps_tokens_growing`.)
+#[tokio::test]
+async fn purge_keeps_the_lease_row_with_the_greatest_token() {
+    let dir = common::TempDir::new("purge_rows");
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    let ttl = Duration::from_secs(30);
+    let lease_rows = || async {
+        let mut conn = common::raw_connection(&file).await;
+        sqlx::query_scalar::<_, String>(
+            "SELECT run_id FROM fluxio_checkpoints_leases ORDER BY run_id",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .expect("leases")
+    };
+
+    let first = store.acquire_lease("r", ttl).await.expect("acquire");
+    store.release_lease(first).await.expect("release");
+    let held = store.acquire_lease("held", ttl).await.expect("acquire");
+    let last = store.acquire_lease("last", ttl).await.expect("acquire");
+    store.release_lease(last).await.expect("release");
+    store.purge_expired().await.expect("purge");
+    assert_eq!(
+        lease_rows().await,
+        ["held", "last"],
+        "the released lease of `r` was purged; `last`, released too, holds the greatest token"
+    );
+
+    let again = store.acquire_lease("r", ttl).await.expect("acquire again");
+    store.release_lease(again).await.expect("release");
+    store.release_lease(held).await.expect("release");
+    store.purge_expired().await.expect("purge");
+    assert_eq!(
+        lease_rows().await,
+        ["r"],
+        "only the greatest token's row stays"
+    );
 }

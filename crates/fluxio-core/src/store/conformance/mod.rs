@@ -19,10 +19,27 @@
 //!
 //! Checks that involve leases use real time (time-to-lives of a few hundred
 //! milliseconds), because shared stores expire leases on their own clocks.
+//!
+//! Beyond the store's own methods, a few checks look further when the
+//! harness lets them: at the raw bytes ([`Harness::write_raw`]), at the
+//! records behind the API ([`Harness::records`]), and at the retention of
+//! completed runs ([`Harness::store_with_retention`],
+//! [`Harness::purge_expired`]). Each hook has a default that says "not
+//! this store", and the checks (or the parts of them) that need it then do
+//! not apply.
 
-use std::collections::{BTreeMap, HashMap};
+mod retention;
+mod run;
+
+pub use retention::{
+    completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
+    purging_dead_leases_keeps_tokens_growing,
+};
+pub use run::a_failed_run_resumes_from_the_failed_stage_on_another_store;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -49,6 +66,46 @@ pub trait Harness: Send + Sync + 'static {
         let _ = (ns, run_id, bytes);
         false
     }
+
+    /// What the store keeps in `ns`, read past its API (its rows or keys):
+    /// hidden and released records included. `None` (the default) when the
+    /// harness cannot tell; the checks then skip their assertions on records.
+    async fn records(&self, ns: &str) -> Option<Records> {
+        let _ = ns;
+        None
+    }
+
+    /// For a store that hides completed runs after a retention (contract
+    /// rule 7: SQLite and Postgres): a store over `ns` with the retention
+    /// `retention` (`None`: completed runs are kept). `None` (the default)
+    /// for a store without one; the retention checks then do not apply.
+    async fn store_with_retention(
+        &self,
+        ns: &str,
+        retention: Option<Duration>,
+    ) -> Option<Self::Store> {
+        let _ = (ns, retention);
+        None
+    }
+
+    /// For a store that purges what has expired (`purge_expired`): purges
+    /// `ns` and returns how many checkpoints went. `None` (the default) for
+    /// a store without a purge; the purge checks then do not apply.
+    async fn purge_expired(&self, ns: &str) -> Option<u64> {
+        let _ = ns;
+        None
+    }
+}
+
+/// What a store keeps in one namespace, as [`Harness::records`] reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Records {
+    /// The run id of every stored checkpoint, hidden ones (a completed run
+    /// past its retention, not yet purged) included.
+    pub checkpoints: BTreeSet<String>,
+    /// The run id of every lease record, released and expired ones included,
+    /// and whether that lease is held (neither released nor expired).
+    pub leases: BTreeMap<String, bool>,
 }
 
 /// Wraps a harness so its stores are used as `Arc<dyn CheckpointStore>`.
@@ -65,6 +122,23 @@ impl<H: Harness> Harness for DynHarness<H> {
 
     async fn write_raw(&self, ns: &str, run_id: &str, bytes: &[u8]) -> bool {
         self.0.write_raw(ns, run_id, bytes).await
+    }
+
+    async fn records(&self, ns: &str) -> Option<Records> {
+        self.0.records(ns).await
+    }
+
+    async fn store_with_retention(
+        &self,
+        ns: &str,
+        retention: Option<Duration>,
+    ) -> Option<Self::Store> {
+        let store = self.0.store_with_retention(ns, retention).await?;
+        Some(Arc::new(store))
+    }
+
+    async fn purge_expired(&self, ns: &str) -> Option<u64> {
+        self.0.purge_expired(ns).await
     }
 }
 
@@ -463,6 +537,71 @@ pub async fn stale_token_is_fenced<H: Harness>(h: &H) {
         Some(theirs),
         "the new owner's checkpoint is intact"
     );
+}
+
+/// Fencing under concurrency: once a new owner has written, no write of the
+/// previous owner lands, however its writes interleave with the takeover.
+/// Five rounds of four writers of the old owner (another handle, as another
+/// process would be) saving across the moment its lease expires and is
+/// taken over.
+pub async fn stale_writes_never_land_after_a_takeover<H: Harness>(h: &H) {
+    for round in 0..5 {
+        let ns = namespace(&format!("takeover{round}"));
+        let zombie = Arc::new(h.store(&ns).await);
+        let owner = h.store(&ns).await;
+        let old = Arc::new(
+            zombie
+                .acquire_lease("r", Duration::from_millis(150))
+                .await
+                .expect("acquire"),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..4u32)
+            .map(|w| {
+                let (zombie, old, stop) =
+                    (Arc::clone(&zombie), Arc::clone(&old), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    let mut n = 0u32;
+                    while !stop.load(Ordering::SeqCst) {
+                        n += 1;
+                        match zombie
+                            .save_fenced(checkpoint("r", w * 100_000 + n), &old)
+                            .await
+                        {
+                            Ok(()) | Err(Error::LeaseLost { .. }) => {}
+                            Err(e) => panic!("unexpected: {e}"),
+                        }
+                        // A store that never waits (in memory) would keep
+                        // the runtime's workers, and its clock, to itself.
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        let new = loop {
+            match owner.acquire_lease("r", Duration::from_secs(30)).await {
+                Ok(lease) => break lease,
+                Err(Error::RunIdInUse { .. }) => tokio::task::yield_now().await,
+                Err(e) => panic!("unexpected: {e}"),
+            }
+        };
+        assert!(new.token() > old.token());
+        let theirs = checkpoint("r", 999_999_999);
+        owner
+            .save_fenced(theirs.clone(), &new)
+            .await
+            .expect("the new owner writes");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.store(true, Ordering::SeqCst);
+        for w in writers {
+            w.await.expect("no panic");
+        }
+        assert_eq!(
+            owner.load("r").await.expect("load"),
+            Some(theirs),
+            "round {round}: a stale write landed after the new owner's"
+        );
+    }
 }
 
 /// An expired lease (no takeover yet) no longer fences writes in.
@@ -922,12 +1061,16 @@ macro_rules! __store_conformance_each {
             renewal_keeps_the_lease,
             expired_lease_is_taken_over_with_a_greater_token,
             stale_token_is_fenced,
+            stale_writes_never_land_after_a_takeover,
             expired_lease_refuses_writes,
             release_frees_at_once_and_only_its_own_lease,
             fenced_writes_with_the_current_lease,
             corrupt_payload_is_a_typed_error,
             lease_ttl_out_of_range_is_invalid_setting,
             malformed_run_ids_are_invalid_run_id,
+            a_failed_run_resumes_from_the_failed_stage_on_another_store,
+            completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
+            purging_dead_leases_keeps_tokens_growing,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
