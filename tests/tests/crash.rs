@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fluxio::store::CheckpointStore;
-use fluxio_core::store::conformance::{namespace, skip_unless_ci};
+use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::process::{OUTCOMES, Worker};
 use fluxio_tests::{CRASH_STEPS_X, StoreKind};
 

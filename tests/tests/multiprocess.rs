@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fluxio::RunStatus;
-use fluxio_core::store::conformance::{namespace, skip_unless_ci};
+use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::StoreKind;
 use fluxio_tests::process::Worker;
 

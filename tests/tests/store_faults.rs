@@ -33,7 +33,7 @@ use fluxio::{
     Context, Error, Pipeline, PipelineBuilder, PostgresStore, RedisStore, RunStatus, StageResult,
     pipeline, stage,
 };
-use fluxio_core::store::conformance::{namespace, skip_unless_ci};
+use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::StoreKind;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;

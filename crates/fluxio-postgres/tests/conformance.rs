@@ -1,12 +1,12 @@
 //! The store conformance suite of fluxio-core, against a real PostgreSQL
-//! (`FLUXIO_POSTGRES_URL`, default `postgres://postgres@127.0.0.1:5432/test`).
+//! (`FLUXIO_POSTGRES_URL`, see `fluxio_test_support::postgres`).
 //!
 //! Each check gets its own namespace, which is a schema here, so the checks
 //! run in parallel; the harness keeps one small pool per namespace (two
 //! stores of one namespace share it, like two processes share the tables)
 //! and drops the schemas when the check ends, pass or fail.
 
-mod common;
+use fluxio_test_support as support;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -23,7 +23,7 @@ struct PgHarness {
 }
 
 async fn harness() -> Option<PgHarness> {
-    let url = common::server().await?;
+    let url = support::postgres::server().await?;
     Some(PgHarness {
         url,
         pools: Mutex::default(),
@@ -135,7 +135,7 @@ impl Drop for PgHarness {
                 .expect("a runtime for the cleanup");
             rt.block_on(async {
                 for (ns, _pool) in pools {
-                    common::drop_schema(&url, &ns).await;
+                    support::postgres::drop_schema(&url, &ns).await;
                 }
             });
         });

@@ -1,7 +1,7 @@
 //! Migrations: concurrent first connections, several stores in one schema,
 //! the default schema, a changed migration.
 
-mod common;
+use fluxio_test_support as support;
 
 use std::time::Duration;
 
@@ -10,12 +10,22 @@ use fluxio_core::store::conformance::checkpoint;
 use fluxio_core::store::{CheckpointStore, RunStatus};
 use fluxio_postgres::{PostgresStore, PostgresStoreError};
 
+/// A store on `schema` with `max_connections` 4.
+async fn store(url: &str, schema: &str) -> PostgresStore {
+    PostgresStore::builder(url)
+        .schema(schema)
+        .max_connections(4)
+        .connect()
+        .await
+        .expect("connect")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_first_connections_to_one_fresh_schema_all_succeed() {
-    let Some(url) = common::server().await else {
+    let Some(url) = support::postgres::server().await else {
         return;
     };
-    let schema = common::fresh_schema("race");
+    let schema = support::namespace("race");
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..8 {
         let (url, schema) = (url.clone(), schema.clone());
@@ -42,15 +52,15 @@ async fn eight_concurrent_first_connections_to_one_fresh_schema_all_succeed() {
     stores[0].save(checkpoint("r", 1)).await.expect("save");
     assert!(stores[7].exists("r").await.expect("exists"));
     drop(stores);
-    common::drop_schema(&url, &schema).await;
+    support::postgres::drop_schema(&url, &schema).await;
 }
 
 #[tokio::test]
 async fn two_tables_in_one_schema_are_independent() {
-    let Some(url) = common::server().await else {
+    let Some(url) = support::postgres::server().await else {
         return;
     };
-    let schema = common::fresh_schema("two_tables");
+    let schema = support::namespace("two_tables");
     let a = PostgresStore::builder(url.as_str())
         .schema(&schema)
         .table("a")
@@ -86,14 +96,14 @@ async fn two_tables_in_one_schema_are_independent() {
         ["_fluxio_migrations", "a", "a_leases", "b", "b_leases"]
     );
     drop((a, b));
-    common::drop_schema(&url, &schema).await;
+    support::postgres::drop_schema(&url, &schema).await;
 }
 
 #[tokio::test]
 async fn connect_with_the_defaults_uses_public_fluxio_checkpoints() {
     // Leaves `public.fluxio_checkpoints` (and its lease and bookkeeping
     // tables) in the test database: the default location is what is tested.
-    let Some(url) = common::server().await else {
+    let Some(url) = support::postgres::server().await else {
         return;
     };
     let store = PostgresStore::connect(&url).await.expect("connect");
@@ -116,11 +126,11 @@ async fn connect_with_the_defaults_uses_public_fluxio_checkpoints() {
 
 #[tokio::test]
 async fn an_edited_migration_is_refused() {
-    let Some(url) = common::server().await else {
+    let Some(url) = support::postgres::server().await else {
         return;
     };
-    let schema = common::fresh_schema("edited");
-    let store = common::store(&url, &schema).await;
+    let schema = support::namespace("edited");
+    let store = store(&url, &schema).await;
     sqlx::query(&format!(
         "UPDATE \"{schema}\"._fluxio_migrations SET checksum = '\\x00'"
     ))
@@ -137,16 +147,16 @@ async fn an_edited_migration_is_refused() {
         other => panic!("expected a store error, got {other:?}"),
     }
     drop(store);
-    common::drop_schema(&url, &schema).await;
+    support::postgres::drop_schema(&url, &schema).await;
 }
 
 #[tokio::test]
 async fn operator_columns_mirror_the_payload() {
-    let Some(url) = common::server().await else {
+    let Some(url) = support::postgres::server().await else {
         return;
     };
-    let schema = common::fresh_schema("columns");
-    let store = common::store(&url, &schema).await;
+    let schema = support::namespace("columns");
+    let store = store(&url, &schema).await;
     let mut cp = checkpoint("r", 1);
     cp.status = RunStatus::Failed;
     cp.error_message = Some("boom".to_owned());
@@ -182,7 +192,7 @@ async fn operator_columns_mirror_the_payload() {
         )
     );
     drop(store);
-    common::drop_schema(&url, &schema).await;
+    support::postgres::drop_schema(&url, &schema).await;
 }
 
 /// Postgres draws fencing tokens from the lease table's identity sequence,
@@ -191,11 +201,11 @@ async fn operator_columns_mirror_the_payload() {
 /// the conformance check `purging_dead_leases_keeps_tokens_growing`.)
 #[tokio::test]
 async fn purge_deletes_every_released_lease_row() {
-    let Some(url) = common::server().await else {
+    let Some(url) = support::postgres::server().await else {
         return;
     };
-    let schema = common::fresh_schema("purge_rows");
-    let store = common::store(&url, &schema).await;
+    let schema = support::namespace("purge_rows");
+    let store = store(&url, &schema).await;
     let ttl = Duration::from_secs(30);
     let first = store.acquire_lease("r", ttl).await.expect("acquire");
     store.release_lease(first).await.expect("release");
@@ -211,5 +221,5 @@ async fn purge_deletes_every_released_lease_row() {
     .expect("leases");
     assert_eq!(leases, ["held"], "the released lease rows were purged");
     drop(store);
-    common::drop_schema(&url, &schema).await;
+    support::postgres::drop_schema(&url, &schema).await;
 }

@@ -1,6 +1,6 @@
 //! Settings: identifier validation, password redaction, timeouts.
 
-mod common;
+use fluxio_test_support as support;
 
 use std::error::Error as _;
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ async fn identifiers_are_validated_naming_the_setting_and_the_value() {
         "x\"y",
     ] {
         for setting in ["schema", "table"] {
-            let builder = PostgresStore::builder("postgres://postgres@127.0.0.1:5432/test");
+            let builder = PostgresStore::builder(support::postgres::url());
             let builder = match setting {
                 "schema" => builder.schema(bad),
                 _ => builder.table(bad),
@@ -165,9 +165,9 @@ async fn the_password_never_shows() {
     assert!(!everything_about(&err).contains(SECRET), "{err:?}");
 
     // The real server (trust auth accepts any password).
-    if common::server().await.is_some() {
-        let schema = common::fresh_schema("redact");
-        let base = common::url();
+    if support::postgres::server().await.is_some() {
+        let schema = support::namespace("redact");
+        let base = support::postgres::url();
         let with_password = base.replacen(
             "postgres://postgres@",
             &format!("postgres://postgres:{SECRET}@"),
@@ -181,7 +181,7 @@ async fn the_password_never_shows() {
                 .expect("connect with a password");
             let shown = format!("{store:?}");
             assert!(!shown.contains(SECRET), "{shown}");
-            common::drop_schema(&base, &schema).await;
+            support::postgres::drop_schema(&base, &schema).await;
         }
     }
 }
@@ -264,10 +264,10 @@ async fn a_server_that_never_answers_times_out_with_a_store_error() {
 
 #[tokio::test]
 async fn a_statement_that_blocks_times_out_and_the_store_recovers() {
-    let Some(url) = common::server().await else {
+    let Some(url) = support::postgres::server().await else {
         return;
     };
-    let schema = common::fresh_schema("blocked");
+    let schema = support::namespace("blocked");
     let timeout = Duration::from_millis(500);
     let store = PostgresStore::builder(url.as_str())
         .schema(&schema)
@@ -319,5 +319,5 @@ async fn a_statement_that_blocks_times_out_and_the_store_recovers() {
     store.release_lease(lease).await.expect("release");
     let _ = other.close().await;
     drop(store);
-    common::drop_schema(&url, &schema).await;
+    support::postgres::drop_schema(&url, &schema).await;
 }

@@ -1,7 +1,7 @@
 //! The cost of checkpoints in Redis.
 //!
 //! `cargo bench -p fluxio-redis -- --warm-up-time 1 --measurement-time 5`,
-//! with Redis at `FLUXIO_REDIS_URL` (default `redis://127.0.0.1:6379`);
+//! with Redis at `FLUXIO_REDIS_URL` (see `fluxio_test_support::redis`);
 //! skipped with a message when it is unreachable.
 //!
 //! - `per_checkpoint/*`: one checkpoint of a ~1 KB context.
@@ -293,8 +293,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let url =
-        std::env::var("FLUXIO_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let url = fluxio_test_support::redis::url();
     let prefix = format!("fx_bench_{}", std::process::id());
     let store = match rt.block_on(
         RedisStore::builder(&url)

@@ -611,15 +611,11 @@ mod tests {
     use std::io;
     use std::sync::atomic::AtomicBool;
 
-    use fluxio_core::store::conformance::{checkpoint, namespace, skip_unless_ci};
+    use fluxio_test_support::{self as support, checkpoint, namespace};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
-
-    fn server_url() -> String {
-        std::env::var("FLUXIO_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-    }
 
     /// A TCP proxy to the Redis server that, once armed, forwards the next
     /// command but cuts the connection when its reply comes: a call applied
@@ -695,18 +691,10 @@ mod tests {
     /// and so do fenced writes whose reply was lost.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_call_whose_reply_was_lost_is_repeated_exactly() {
-        let url = server_url();
-        let raw = async {
-            redis::Client::open(url.as_str())?
-                .get_multiplexed_async_connection()
-                .await
+        let Some(mut raw) = support::redis::raw().await else {
+            return;
         };
-        let mut raw = match raw.await {
-            Ok(c) => c,
-            Err(e) => {
-                return skip_unless_ci::<()>("redis", &e).unwrap_or_default();
-            }
-        };
+        let url = support::redis::url();
         // The proxy forwards plain TCP: no TLS, password or database number.
         let plain = url
             .strip_prefix("redis://")

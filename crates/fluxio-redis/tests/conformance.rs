@@ -1,19 +1,16 @@
 //! The store conformance suite of fluxio-core, against a real Redis.
 //!
-//! `FLUXIO_REDIS_URL` (default `redis://127.0.0.1:6379`); without a server the
-//! tests are skipped loudly, or fail when `CI` is set.
+//! The server is `FLUXIO_REDIS_URL` (see `fluxio_test_support::redis`);
+//! without it the tests are skipped loudly, or fail when `CI` is set.
 
 use std::time::Duration;
 
-use fluxio_core::store::conformance::{Harness, Records, skip_unless_ci};
+use fluxio_core::store::conformance::{Harness, Records};
 use fluxio_redis::RedisStore;
+use fluxio_test_support as support;
 
 /// Keys the checks create expire on their own.
 const TTL: Duration = Duration::from_secs(300);
-
-fn url() -> String {
-    std::env::var("FLUXIO_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
 
 struct RedisHarness {
     url: String,
@@ -21,16 +18,11 @@ struct RedisHarness {
 }
 
 async fn harness() -> Option<RedisHarness> {
-    let url = url();
-    let raw = async {
-        redis::Client::open(url.as_str())?
-            .get_multiplexed_async_connection()
-            .await
-    };
-    match raw.await {
-        Ok(raw) => Some(RedisHarness { url, raw }),
-        Err(e) => skip_unless_ci("redis", &e),
-    }
+    let raw = support::redis::raw().await?;
+    Some(RedisHarness {
+        url: support::redis::url(),
+        raw,
+    })
 }
 
 #[async_trait::async_trait]
@@ -69,35 +61,19 @@ impl Harness for RedisHarness {
                 .filter_map(|k| k.strip_prefix(prefix).map(str::to_owned))
                 .collect()
         };
-        let checkpoints = run_ids(keys(&mut raw, &format!("{ns}:")).await, &format!("{ns}:"));
+        let checkpoints = run_ids(
+            support::redis::keys(&mut raw, &format!("{ns}:")).await,
+            &format!("{ns}:"),
+        );
         let lease_prefix = format!("{ns}.lease:");
-        let leases = run_ids(keys(&mut raw, &lease_prefix).await, &lease_prefix);
+        let leases = run_ids(
+            support::redis::keys(&mut raw, &lease_prefix).await,
+            &lease_prefix,
+        );
         Some(Records {
             checkpoints: checkpoints.into_iter().collect(),
             leases: leases.into_iter().map(|run_id| (run_id, true)).collect(),
         })
-    }
-}
-
-/// Every key that starts with `prefix`.
-async fn keys(raw: &mut redis::aio::MultiplexedConnection, prefix: &str) -> Vec<String> {
-    let mut cursor = 0u64;
-    let mut keys = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(raw)
-            .await
-            .expect("SCAN");
-        keys.extend(batch);
-        if next == 0 {
-            return keys;
-        }
-        cursor = next;
     }
 }
 

@@ -1,7 +1,7 @@
 //! RedisStore against a real Redis: the key layout, expiry, password
 //! redaction and the builder's validation.
 
-mod common;
+use fluxio_test_support as support;
 
 use std::time::Duration;
 
@@ -61,11 +61,11 @@ fn every_rendering(err: &(dyn std::error::Error + 'static)) -> String {
 
 #[tokio::test]
 async fn key_layout_values_and_expiry() {
-    let Some(mut raw) = common::raw().await else {
+    let Some(mut raw) = support::redis::raw().await else {
         return;
     };
-    let prefix = common::prefix("layout");
-    let store = RedisStore::builder(common::url())
+    let prefix = support::namespace("layout");
+    let store = RedisStore::builder(support::redis::url())
         .key_prefix(&prefix)
         .ttl(Duration::from_secs(60))
         .connect()
@@ -95,7 +95,10 @@ async fn key_layout_values_and_expiry() {
     );
     let ttl = pttl(&mut raw, &ck).await;
     assert!(ttl > 0 && ttl <= 60_000, "checkpoint PTTL {ttl}");
-    assert_eq!(common::keys(&mut raw, &prefix).await, vec![ck.clone()]);
+    assert_eq!(
+        support::redis::keys(&mut raw, &prefix).await,
+        vec![ck.clone()]
+    );
 
     // a lease: the token at `.lease:`, the counter at `.epoch:`
     let lease = store
@@ -111,7 +114,7 @@ async fn key_layout_values_and_expiry() {
     assert!(ttl > 5_000 && ttl <= 60_000, "epoch PTTL {ttl}");
     let mut all = vec![ck.clone(), ek.clone(), lk.clone()];
     all.sort();
-    assert_eq!(common::keys(&mut raw, &prefix).await, all);
+    assert_eq!(support::redis::keys(&mut raw, &prefix).await, all);
 
     // a fenced save writes the same bytes under the same key
     let cp2 = checkpoint(run, 2);
@@ -128,17 +131,17 @@ async fn key_layout_values_and_expiry() {
     // release drops the lease and keeps the counter; delete drops the checkpoint
     store.release_lease(lease).await.expect("release");
     store.delete(run).await.expect("delete");
-    assert_eq!(common::keys(&mut raw, &prefix).await, vec![ek]);
-    common::cleanup(&mut raw, &prefix).await;
+    assert_eq!(support::redis::keys(&mut raw, &prefix).await, vec![ek]);
+    support::redis::cleanup(&mut raw, &prefix).await;
 }
 
 #[tokio::test]
 async fn every_save_resets_the_expiry() {
-    let Some(mut raw) = common::raw().await else {
+    let Some(mut raw) = support::redis::raw().await else {
         return;
     };
-    let prefix = common::prefix("expiry");
-    let store = RedisStore::builder(common::url())
+    let prefix = support::namespace("expiry");
+    let store = RedisStore::builder(support::redis::url())
         .key_prefix(&prefix)
         .ttl(Duration::from_millis(2_000))
         .connect()
@@ -169,15 +172,15 @@ async fn every_save_resets_the_expiry() {
         !store.exists("r").await.expect("exists"),
         "expired after the ttl"
     );
-    common::cleanup(&mut raw, &prefix).await;
+    support::redis::cleanup(&mut raw, &prefix).await;
 }
 
 #[tokio::test]
 async fn the_password_never_shows() {
-    let Some(mut raw) = common::raw().await else {
+    let Some(mut raw) = support::redis::raw().await else {
         return;
     };
-    let base = common::url();
+    let base = support::redis::url();
     let Some(rest) = base.strip_prefix("redis://").filter(|r| !r.contains('@')) else {
         eprintln!("SKIPPED: FLUXIO_REDIS_URL has credentials of its own");
         return;
@@ -301,11 +304,11 @@ async fn unreachable_server_is_a_store_error() {
 
 #[tokio::test]
 async fn a_command_timeout_past_the_clocks_range_does_not_panic() {
-    if common::raw().await.is_none() {
+    if support::redis::raw().await.is_none() {
         return;
     }
-    let store = RedisStore::builder(common::url())
-        .key_prefix(common::prefix("huge_timeout"))
+    let store = RedisStore::builder(support::redis::url())
+        .key_prefix(support::namespace("huge_timeout"))
         .command_timeout(Duration::MAX)
         .connect()
         .await

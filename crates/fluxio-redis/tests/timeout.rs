@@ -1,7 +1,7 @@
 //! The command timeout: a server that stops answering gives `Error::Store`
 //! within the timeout, never a hang, and the store recovers once it answers.
 
-mod common;
+use fluxio_test_support as support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -120,7 +120,7 @@ async fn pump(
 
 /// host:port of the test server.
 fn upstream() -> Option<String> {
-    let url = common::url();
+    let url = support::redis::url();
     let rest = url.strip_prefix("redis://")?;
     let host = rest.split(['/', '?']).next()?;
     (!host.contains('@')).then(|| host.to_owned())
@@ -128,7 +128,7 @@ fn upstream() -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_times_out_when_the_server_stops_answering_and_recovers() {
-    let Some(mut raw) = common::raw().await else {
+    let Some(mut raw) = support::redis::raw().await else {
         return;
     };
     let Some(upstream) = upstream() else {
@@ -136,7 +136,7 @@ async fn every_call_times_out_when_the_server_stops_answering_and_recovers() {
         return;
     };
     let proxy = Proxy::start(upstream).await;
-    let prefix = common::prefix("timeout");
+    let prefix = support::namespace("timeout");
     let store = RedisStore::builder(format!("redis://127.0.0.1:{}", proxy.port))
         .key_prefix(&prefix)
         .ttl(Duration::from_secs(60))
@@ -199,5 +199,5 @@ async fn every_call_times_out_when_the_server_stops_answering_and_recovers() {
         .save_fenced(checkpoint("r", 1), &lease)
         .await
         .expect("the lease survived the outage");
-    common::cleanup(&mut raw, &prefix).await;
+    support::redis::cleanup(&mut raw, &prefix).await;
 }

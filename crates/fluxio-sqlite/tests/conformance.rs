@@ -5,7 +5,7 @@
 //! file (their own connections), as two processes would have. The directory
 //! goes when the check ends, pass or fail.
 
-mod common;
+use fluxio_test_support as support;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,12 +14,12 @@ use fluxio_core::store::conformance::{Harness, Records};
 use fluxio_sqlite::SqliteStore;
 
 struct SqliteHarness {
-    dir: common::TempDir,
+    dir: support::TempDir,
 }
 
 async fn harness() -> Option<SqliteHarness> {
     Some(SqliteHarness {
-        dir: common::TempDir::new("conformance"),
+        dir: support::TempDir::new("conformance"),
     })
 }
 
@@ -46,7 +46,7 @@ impl Harness for SqliteHarness {
         // The tables exist once a store has opened the file; the bytes go in
         // through a connection of their own, as another program's would.
         drop(self.store(ns).await);
-        let mut conn = common::raw_connection(&self.file(ns)).await;
+        let mut conn = support::sqlite::raw_connection(&self.file(ns)).await;
         sqlx::query(
             "INSERT INTO fluxio_checkpoints \
                (run_id, payload, version, ip, step, status, created_at, updated_at) \
@@ -62,7 +62,7 @@ impl Harness for SqliteHarness {
     }
 
     async fn records(&self, ns: &str) -> Option<Records> {
-        let mut conn = common::raw_connection(&self.file(ns)).await;
+        let mut conn = support::sqlite::raw_connection(&self.file(ns)).await;
         let checkpoints: Vec<String> = sqlx::query_scalar("SELECT run_id FROM fluxio_checkpoints")
             .fetch_all(&mut conn)
             .await

@@ -1,11 +1,11 @@
 //! Leases by SQLite's clock, and its fencing tokens. (Fencing under
 //! concurrent stale writes is a conformance check.)
 
-mod common;
+use fluxio_test_support as support;
 
 use std::time::Duration;
 
-use fluxio_core::store::{CheckpointStore, RunStatus};
+use fluxio_core::store::CheckpointStore;
 use fluxio_sqlite::SqliteStore;
 
 #[tokio::test]
@@ -13,10 +13,10 @@ async fn expiry_is_judged_after_waiting_for_the_write_lock() {
     // SQLite's clock is read inside the statement, once it holds the write
     // lock: a lease acquired after waiting 700 ms for another writer lasts
     // its full time-to-live from then, not from when the call was made.
-    let dir = common::TempDir::new("clock");
+    let dir = support::TempDir::new("clock");
     let file = dir.db("x");
     let store = SqliteStore::connect(&file).await.expect("open");
-    let mut other = common::raw_connection(&file).await;
+    let mut other = support::sqlite::raw_connection(&file).await;
     sqlx::query("BEGIN IMMEDIATE")
         .execute(&mut other)
         .await
@@ -37,7 +37,7 @@ async fn expiry_is_judged_after_waiting_for_the_write_lock() {
     assert!(started.elapsed() >= Duration::from_millis(600));
     let _other = release.await.expect("no panic");
     store
-        .save_fenced(common::checkpoint("r", 1, RunStatus::Running), &lease)
+        .save_fenced(support::checkpoint("r", 1), &lease)
         .await
         .expect("the lease is fresh: its 500 ms started after the wait");
     store
@@ -52,12 +52,12 @@ async fn expiry_is_judged_after_waiting_for_the_write_lock() {
 /// conformance check `purging_dead_leases_keeps_tokens_growing`.)
 #[tokio::test]
 async fn purge_keeps_the_lease_row_with_the_greatest_token() {
-    let dir = common::TempDir::new("purge_rows");
+    let dir = support::TempDir::new("purge_rows");
     let file = dir.db("x");
     let store = SqliteStore::connect(&file).await.expect("open");
     let ttl = Duration::from_secs(30);
     let lease_rows = || async {
-        let mut conn = common::raw_connection(&file).await;
+        let mut conn = support::sqlite::raw_connection(&file).await;
         sqlx::query_scalar::<_, String>(
             "SELECT run_id FROM fluxio_checkpoints_leases ORDER BY run_id",
         )

@@ -1,13 +1,13 @@
 //! Opening: errors name the file, and a database that cannot be written is
 //! refused at open rather than at the first run.
 
-mod common;
+use fluxio_test_support as support;
 
 use std::error::Error as _;
 use std::io::{Seek, SeekFrom, Write};
 
 use fluxio_core::Error;
-use fluxio_core::store::{CheckpointStore, RunStatus};
+use fluxio_core::store::CheckpointStore;
 use fluxio_sqlite::{SqliteStore, SqliteStoreError};
 use sqlx::Connection;
 
@@ -37,7 +37,7 @@ fn own(err: &Error) -> &SqliteStoreError {
 
 #[tokio::test]
 async fn a_file_in_a_missing_directory_is_named_in_the_error() {
-    let dir = common::TempDir::new("missing_dir");
+    let dir = support::TempDir::new("missing_dir");
     let file = dir.path().join("no-such-directory").join("orders.db");
     let err = SqliteStore::connect(&file).await.expect_err("no directory");
     let message = err.to_string();
@@ -59,16 +59,13 @@ async fn a_file_in_a_missing_directory_is_named_in_the_error() {
 /// A database SQLite itself treats as read-only, whoever opens it (these
 /// tests run as root, which file permissions do not stop): its header's
 /// write version (byte 18) is above 2.
-async fn read_only_database(dir: &common::TempDir) -> std::path::PathBuf {
+async fn read_only_database(dir: &support::TempDir) -> std::path::PathBuf {
     let file = dir.db("read_only");
     {
         let store = SqliteStore::connect(&file).await.expect("create");
-        store
-            .save(common::checkpoint("r", 1, RunStatus::Running))
-            .await
-            .expect("save");
+        store.save(support::checkpoint("r", 1)).await.expect("save");
     }
-    let mut raw = common::raw_connection(&file).await;
+    let mut raw = support::sqlite::raw_connection(&file).await;
     sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
         .execute(&mut raw)
         .await
@@ -85,10 +82,10 @@ async fn read_only_database(dir: &common::TempDir) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn a_database_that_cannot_be_written_is_refused_at_open() {
-    let dir = common::TempDir::new("read_only");
+    let dir = support::TempDir::new("read_only");
     let file = read_only_database(&dir).await;
     // The file really is read-only for SQLite (and still readable).
-    let mut raw = common::raw_connection(&file).await;
+    let mut raw = support::sqlite::raw_connection(&file).await;
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM fluxio_checkpoints")
         .fetch_one(&mut raw)
         .await

@@ -3,7 +3,7 @@
 //! after it run again. (A failed run resumed through another store is a
 //! conformance check.)
 
-mod common;
+use fluxio_test_support as support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -79,17 +79,17 @@ async fn helper_child_process_crashes_in_charge() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn a_crashed_process_is_resumed_by_another() -> anyhow::Result<()> {
-    let dir = common::TempDir::new("crash");
+    let dir = support::TempDir::new("crash");
     let file = dir.db("orders");
     let path = file.to_str().expect("a UTF-8 path");
-    let mut child = common::spawn_test_process(
-        "helper_child_process_crashes_in_charge",
+    let mut child = support::child::spawn_test_process(
+        &support::child::test_name(module_path!(), "helper_child_process_crashes_in_charge"),
         &[(CHILD_FILE, path)],
     );
     let charging = dir.path().join("orders.db.charging");
     let reached = reach_charge(&mut child, &charging).await;
     let _ = child.kill(); // kill -9, in the middle of `charge`
-    let (status, output) = common::wait_for(child);
+    let (status, output) = support::child::wait_for(child);
     if let Err(why) = reached {
         panic!("{why}\n{output}");
     }

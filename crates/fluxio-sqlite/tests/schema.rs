@@ -1,7 +1,7 @@
 //! Opening files: concurrent first opens (tasks and processes), several
 //! stores in one file, reopening, an edited migration, the operator columns.
 
-mod common;
+use fluxio_test_support as support;
 
 use std::path::Path;
 use std::time::Duration;
@@ -17,7 +17,7 @@ const CHILD_FILE: &str = "FLUXIO_SQLITE_TEST_CHILD_FILE";
 const CHILD_START: &str = "FLUXIO_SQLITE_TEST_CHILD_START";
 
 async fn count(file: &Path, sql: &str) -> i64 {
-    let mut conn = common::raw_connection(file).await;
+    let mut conn = support::sqlite::raw_connection(file).await;
     sqlx::query_scalar(sql)
         .fetch_one(&mut conn)
         .await
@@ -27,7 +27,7 @@ async fn count(file: &Path, sql: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_first_opens_of_one_fresh_file_all_succeed() {
     for round in 0..3 {
-        let dir = common::TempDir::new(&format!("race{round}"));
+        let dir = support::TempDir::new(&format!("race{round}"));
         let file = dir.db("fresh");
         let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(8));
         let mut tasks = tokio::task::JoinSet::new();
@@ -52,7 +52,7 @@ async fn eight_concurrent_first_opens_of_one_fresh_file_all_succeed() {
             "each migration applied exactly once"
         );
         stores[0]
-            .save(common::checkpoint("r", 1, RunStatus::Running))
+            .save(support::checkpoint("r", 1))
             .await
             .expect("save");
         assert!(stores[7].exists("r").await.expect("exists"));
@@ -67,7 +67,7 @@ async fn helper_child_process_opens_the_shared_file() {
     let (Ok(file), Ok(start)) = (std::env::var(CHILD_FILE), std::env::var(CHILD_START)) else {
         return;
     };
-    common::sleep_until_unix_ms(start.parse().expect("a start time")).await;
+    support::child::sleep_until_unix_ms(start.parse().expect("a start time")).await;
     let store = SqliteStore::builder(&file)
         .max_connections(2)
         .connect()
@@ -79,7 +79,7 @@ async fn helper_child_process_opens_the_shared_file() {
         .await
         .expect("acquire");
     store
-        .save_fenced(common::checkpoint(&run_id, 1, RunStatus::Running), &lease)
+        .save_fenced(support::checkpoint(&run_id, 1), &lease)
         .await
         .expect("save");
     store.release_lease(lease).await.expect("release");
@@ -88,21 +88,24 @@ async fn helper_child_process_opens_the_shared_file() {
 #[test]
 fn four_processes_open_one_fresh_file_at_once() {
     for round in 0..2 {
-        let dir = common::TempDir::new(&format!("processes{round}"));
+        let dir = support::TempDir::new(&format!("processes{round}"));
         let file = dir.db("fresh");
         let file_str = file.to_str().expect("a UTF-8 path");
         // Process start-up takes a while: they all open at this moment.
-        let start = (common::unix_ms() + 500).to_string();
+        let start = (support::child::unix_ms() + 500).to_string();
         let children: Vec<_> = (0..4)
             .map(|_| {
-                common::spawn_test_process(
-                    "helper_child_process_opens_the_shared_file",
+                support::child::spawn_test_process(
+                    &support::child::test_name(
+                        module_path!(),
+                        "helper_child_process_opens_the_shared_file",
+                    ),
                     &[(CHILD_FILE, file_str), (CHILD_START, &start)],
                 )
             })
             .collect();
         for child in children {
-            let (status, output) = common::wait_for(child);
+            let (status, output) = support::child::wait_for(child);
             assert!(
                 status.success(),
                 "round {round}: a child failed: {status}\n{output}"
@@ -134,7 +137,7 @@ fn four_processes_open_one_fresh_file_at_once() {
 
 #[tokio::test]
 async fn two_tables_in_one_file_are_independent() {
-    let dir = common::TempDir::new("two_tables");
+    let dir = support::TempDir::new("two_tables");
     let file = dir.db("shared");
     let a = SqliteStore::builder(&file)
         .table("a")
@@ -146,9 +149,7 @@ async fn two_tables_in_one_file_are_independent() {
         .connect()
         .await
         .expect("b");
-    a.save(common::checkpoint("r", 1, RunStatus::Running))
-        .await
-        .expect("save");
+    a.save(support::checkpoint("r", 1)).await.expect("save");
     assert!(!b.exists("r").await.expect("exists"));
     let _held = a
         .acquire_lease("r", Duration::from_secs(30))
@@ -157,7 +158,7 @@ async fn two_tables_in_one_file_are_independent() {
     b.acquire_lease("r", Duration::from_secs(30))
         .await
         .expect("b's leases are its own");
-    let mut conn = common::raw_connection(&file).await;
+    let mut conn = support::sqlite::raw_connection(&file).await;
     let tables: Vec<String> =
         sqlx::query_scalar("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
             .fetch_all(&mut conn)
@@ -171,10 +172,10 @@ async fn two_tables_in_one_file_are_independent() {
 
 #[tokio::test]
 async fn reopening_changes_nothing_and_an_edited_migration_is_refused() {
-    let dir = common::TempDir::new("edited");
+    let dir = support::TempDir::new("edited");
     let file = dir.db("x");
     let store = SqliteStore::connect(&file).await.expect("open");
-    let cp = common::checkpoint("r", 1, RunStatus::Running);
+    let cp = support::checkpoint("r", 1);
     store.save(cp.clone()).await.expect("save");
     drop(store);
     let again = SqliteStore::connect(&file).await.expect("reopen");
@@ -184,7 +185,7 @@ async fn reopening_changes_nothing_and_an_edited_migration_is_refused() {
         1
     );
 
-    let mut conn = common::raw_connection(&file).await;
+    let mut conn = support::sqlite::raw_connection(&file).await;
     sqlx::query("UPDATE _fluxio_migrations SET checksum = x'00'")
         .execute(&mut conn)
         .await
@@ -202,16 +203,17 @@ async fn reopening_changes_nothing_and_an_edited_migration_is_refused() {
 
 #[tokio::test]
 async fn operator_columns_mirror_the_payload() {
-    let dir = common::TempDir::new("columns");
+    let dir = support::TempDir::new("columns");
     let file = dir.db("x");
     let store = SqliteStore::connect(&file).await.expect("open");
-    let mut cp = common::checkpoint("r", 1, RunStatus::Failed);
+    let mut cp = support::checkpoint("r", 1);
+    cp.status = RunStatus::Failed;
     cp.step = "charge".to_owned();
     cp.error_message = Some("boom".to_owned());
-    let before = i64::try_from(common::unix_ms()).expect("ms") - 1;
+    let before = i64::try_from(support::child::unix_ms()).expect("ms") - 1;
     store.save(cp.clone()).await.expect("save");
-    let after = i64::try_from(common::unix_ms()).expect("ms") + 1;
-    let mut conn = common::raw_connection(&file).await;
+    let after = i64::try_from(support::child::unix_ms()).expect("ms") + 1;
+    let mut conn = support::sqlite::raw_connection(&file).await;
     #[allow(clippy::type_complexity)]
     let row: (
         String,
@@ -268,7 +270,7 @@ async fn opening_a_fresh_file_waits_for_a_foreign_writer_to_finish() {
     // Switching a file to WAL needs it to itself, and SQLite fails the
     // switch at once (no busy timeout) while another connection writes: the
     // store retries until its timeout.
-    let dir = common::TempDir::new("foreign");
+    let dir = support::TempDir::new("foreign");
     let file = dir.db("x");
     let options = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(&file)
@@ -296,10 +298,7 @@ async fn opening_a_fresh_file_waits_for_a_foreign_writer_to_finish() {
         .expect("open once the foreign write is done");
     assert!(started.elapsed() >= Duration::from_millis(250));
     let _foreign = finish.await.expect("no panic");
-    store
-        .save(common::checkpoint("r", 1, RunStatus::Running))
-        .await
-        .expect("save");
+    store.save(support::checkpoint("r", 1)).await.expect("save");
     assert_eq!(
         count(&file, "SELECT count(*) FROM app_data").await,
         0,

@@ -1,11 +1,11 @@
 //! Settings: validation, the pragmas really in force, timeouts.
 
-mod common;
+use fluxio_test_support as support;
 
 use std::time::{Duration, Instant};
 
 use fluxio_core::Error;
-use fluxio_core::store::{CheckpointStore, RunStatus};
+use fluxio_core::store::CheckpointStore;
 use fluxio_sqlite::{SqliteStore, SqliteStoreError, Synchronous};
 use sqlx::Connection;
 
@@ -26,7 +26,7 @@ fn invalid_setting(err: &Error) -> (&'static str, String) {
 
 #[tokio::test]
 async fn the_table_name_is_validated_naming_the_setting_and_the_value() {
-    let dir = common::TempDir::new("identifiers");
+    let dir = support::TempDir::new("identifiers");
     let file = dir.db("x");
     let too_long = "a".repeat(64);
     for bad in [
@@ -67,7 +67,7 @@ async fn the_table_name_is_validated_naming_the_setting_and_the_value() {
 
 #[tokio::test]
 async fn other_settings_are_validated() {
-    let dir = common::TempDir::new("settings");
+    let dir = support::TempDir::new("settings");
     for bad in ["", ":memory:", "file:x.db?mode=memory"] {
         let err = SqliteStore::connect(bad).await.expect_err(bad);
         assert_eq!(invalid_setting(&err), ("path", bad.to_owned()));
@@ -125,7 +125,7 @@ where
 
 #[tokio::test]
 async fn wal_synchronous_and_busy_timeout_are_really_set() {
-    let dir = common::TempDir::new("pragmas");
+    let dir = support::TempDir::new("pragmas");
     let file = dir.db("x");
     let store = SqliteStore::connect(&file).await.expect("open");
     assert_eq!(store.path(), file.as_path());
@@ -138,7 +138,7 @@ async fn wal_synchronous_and_busy_timeout_are_really_set() {
 
     // WAL is a property of the file: a connection that asks for nothing
     // gets it too.
-    let mut raw = common::raw_connection(&file).await;
+    let mut raw = support::sqlite::raw_connection(&file).await;
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(&mut raw)
         .await
@@ -180,7 +180,7 @@ fn assert_store_error_in_time(
 /// Another connection (another process, as far as SQLite can tell) takes
 /// the write lock and sits on it.
 async fn hold_the_write_lock(file: &std::path::Path) -> sqlx::SqliteConnection {
-    let mut other = common::raw_connection(file).await;
+    let mut other = support::sqlite::raw_connection(file).await;
     sqlx::query("BEGIN IMMEDIATE")
         .execute(&mut other)
         .await
@@ -190,7 +190,7 @@ async fn hold_the_write_lock(file: &std::path::Path) -> sqlx::SqliteConnection {
 
 #[tokio::test]
 async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store_recovers() {
-    let dir = common::TempDir::new("blocked");
+    let dir = support::TempDir::new("blocked");
     let file = dir.db("x");
     let timeout = Duration::from_millis(500);
     // The busy timeout (5 s) outlasts the store's timeout: the timeout wins.
@@ -199,16 +199,14 @@ async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store
         .connect()
         .await
         .expect("open");
-    let cp = common::checkpoint("r", 1, RunStatus::Running);
+    let cp = support::checkpoint("r", 1);
     store.save(cp.clone()).await.expect("save");
 
     let mut other = hold_the_write_lock(&file).await;
     let limit = timeout + Duration::from_millis(700);
 
     let started = Instant::now();
-    let r = store
-        .save(common::checkpoint("r", 2, RunStatus::Running))
-        .await;
+    let r = store.save(support::checkpoint("r", 2)).await;
     let source = assert_store_error_in_time("save", r, started, limit);
     match source.downcast_ref::<SqliteStoreError>() {
         Some(SqliteStoreError::Timeout {
@@ -238,7 +236,7 @@ async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store
         .acquire_lease("r", Duration::from_secs(30))
         .await
         .expect("acquire once the lock is gone");
-    let cp = common::checkpoint("r", 3, RunStatus::Running);
+    let cp = support::checkpoint("r", 3);
     store.save_fenced(cp.clone(), &lease).await.expect("save");
     assert_eq!(store.load("r").await.expect("load"), Some(cp));
     store.release_lease(lease).await.expect("release");
@@ -247,7 +245,7 @@ async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store
 
 #[tokio::test]
 async fn a_write_blocked_past_the_busy_timeout_fails_with_sqlites_error() {
-    let dir = common::TempDir::new("busy");
+    let dir = support::TempDir::new("busy");
     let file = dir.db("x");
     let busy = Duration::from_millis(200);
     let store = SqliteStore::builder(&file)
@@ -258,9 +256,7 @@ async fn a_write_blocked_past_the_busy_timeout_fails_with_sqlites_error() {
     let mut other = hold_the_write_lock(&file).await;
 
     let started = Instant::now();
-    let r = store
-        .save(common::checkpoint("r", 1, RunStatus::Running))
-        .await;
+    let r = store.save(support::checkpoint("r", 1)).await;
     let took = started.elapsed();
     assert!(
         took >= busy,
@@ -284,7 +280,7 @@ async fn a_write_blocked_past_the_busy_timeout_fails_with_sqlites_error() {
         .await
         .expect("release the lock");
     store
-        .save(common::checkpoint("r", 1, RunStatus::Running))
+        .save(support::checkpoint("r", 1))
         .await
         .expect("save once the lock is gone");
 }
