@@ -1,12 +1,11 @@
 //! Leases by SQLite's clock, and its fencing tokens. (Fencing under
 //! concurrent stale writes is a conformance check.)
 
-use fluxio_test_support as support;
-
 use std::time::Duration;
 
 use fluxio_core::store::CheckpointStore;
 use fluxio_sqlite::SqliteStore;
+use fluxio_test_support as support;
 
 #[tokio::test]
 async fn expiry_is_judged_after_waiting_for_the_write_lock() {

@@ -6,14 +6,13 @@
 //! stores of one namespace share it, like two processes share the tables)
 //! and drops the schemas when the check ends, pass or fail.
 
-use fluxio_test_support as support;
-
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use fluxio_core::store::conformance::{Harness, Records};
 use fluxio_postgres::PostgresStore;
+use fluxio_test_support as support;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 /// Stores on per-namespace pools of at most 4 connections.

@@ -1,14 +1,13 @@
 //! Opening: errors name the file, and a database that cannot be written is
 //! refused at open rather than at the first run.
 
-use fluxio_test_support as support;
-
 use std::error::Error as _;
 use std::io::{Seek, SeekFrom, Write};
 
 use fluxio_core::Error;
 use fluxio_core::store::CheckpointStore;
 use fluxio_sqlite::{SqliteStore, SqliteStoreError};
+use fluxio_test_support as support;
 use sqlx::Connection;
 
 /// Display of `err` and of every source, one per line.

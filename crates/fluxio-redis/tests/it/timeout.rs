@@ -1,8 +1,6 @@
 //! The command timeout: a server that stops answering gives `Error::Store`
 //! within the timeout, never a hang, and the store recovers once it answers.
 
-use fluxio_test_support as support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -11,6 +9,7 @@ use fluxio_core::Error;
 use fluxio_core::store::conformance::checkpoint;
 use fluxio_core::store::{CheckpointStore, Lease};
 use fluxio_redis::{RedisStore, RedisStoreError};
+use fluxio_test_support as support;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -1,13 +1,12 @@
 //! RedisStore against a real Redis: the key layout, expiry, password
 //! redaction and the builder's validation.
 
-use fluxio_test_support as support;
-
 use std::time::Duration;
 
 use fluxio_core::store::{Checkpoint, CheckpointStore, conformance};
 use fluxio_core::{Context, Error};
 use fluxio_redis::{RedisStore, RedisStoreError};
+use fluxio_test_support as support;
 
 /// The tests' checkpoint, with a 100-byte value in its context.
 fn checkpoint(run_id: &str, ip: u32) -> Checkpoint {

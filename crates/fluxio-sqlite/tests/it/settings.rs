@@ -1,12 +1,11 @@
 //! Settings: validation, the pragmas really in force, timeouts.
 
-use fluxio_test_support as support;
-
 use std::time::{Duration, Instant};
 
 use fluxio_core::Error;
 use fluxio_core::store::CheckpointStore;
 use fluxio_sqlite::{SqliteStore, SqliteStoreError, Synchronous};
+use fluxio_test_support as support;
 use sqlx::Connection;
 
 fn invalid_setting(err: &Error) -> (&'static str, String) {

@@ -1,14 +1,13 @@
 //! Migrations: concurrent first connections, several stores in one schema,
 //! the default schema, a changed migration.
 
-use fluxio_test_support as support;
-
 use std::time::Duration;
 
 use fluxio_core::Error;
 use fluxio_core::store::conformance::checkpoint;
 use fluxio_core::store::{CheckpointStore, RunStatus};
 use fluxio_postgres::{PostgresStore, PostgresStoreError};
+use fluxio_test_support as support;
 
 /// A store on `schema` with `max_connections` 4.
 async fn store(url: &str, schema: &str) -> PostgresStore {

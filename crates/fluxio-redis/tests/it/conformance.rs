@@ -8,7 +8,6 @@ use std::time::Duration;
 use fluxio_core::store::conformance::{Harness, Records};
 use fluxio_redis::RedisStore;
 use fluxio_test_support as support;
-
 /// Keys the checks create expire on their own.
 const TTL: Duration = Duration::from_secs(300);
 

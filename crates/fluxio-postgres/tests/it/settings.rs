@@ -1,7 +1,5 @@
 //! Settings: identifier validation, password redaction, timeouts.
 
-use fluxio_test_support as support;
-
 use std::error::Error as _;
 use std::time::{Duration, Instant};
 
@@ -9,6 +7,7 @@ use fluxio_core::Error;
 use fluxio_core::store::CheckpointStore;
 use fluxio_core::store::conformance::checkpoint;
 use fluxio_postgres::{PostgresStore, PostgresStoreError};
+use fluxio_test_support as support;
 use sqlx::Connection;
 use tokio::net::TcpListener;
 

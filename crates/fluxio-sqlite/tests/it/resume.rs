@@ -3,13 +3,12 @@
 //! after it run again. (A failed run resumed through another store is a
 //! conformance check.)
 
-use fluxio_test_support as support;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use fluxio::{Context, Error, PipelineBuilder, RunStatus, StageResult, ctx, pipeline, stage};
 use fluxio_sqlite::SqliteStore;
+use fluxio_test_support as support;
 
 static CALLS: [AtomicU32; 4] = [const { AtomicU32::new(0) }; 4];
 

@@ -5,13 +5,12 @@
 //! file (their own connections), as two processes would have. The directory
 //! goes when the check ends, pass or fail.
 
-use fluxio_test_support as support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
 use fluxio_core::store::conformance::{Harness, Records};
 use fluxio_sqlite::SqliteStore;
+use fluxio_test_support as support;
 
 struct SqliteHarness {
     dir: support::TempDir,

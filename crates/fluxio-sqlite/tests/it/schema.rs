@@ -1,14 +1,13 @@
 //! Opening files: concurrent first opens (tasks and processes), several
 //! stores in one file, reopening, an edited migration, the operator columns.
 
-use fluxio_test_support as support;
-
 use std::path::Path;
 use std::time::Duration;
 
 use fluxio_core::Error;
 use fluxio_core::store::{CheckpointStore, RunStatus};
 use fluxio_sqlite::{SqliteStore, SqliteStoreError};
+use fluxio_test_support as support;
 
 /// Set for the child processes of
 /// `four_processes_open_one_fresh_file_at_once`: the file to open.
