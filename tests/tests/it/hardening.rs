@@ -1,7 +1,7 @@
 //! Issue 8 (hardening), the core's part: each test failed before its fix.
 //! Tests of a docs/CONTRACT.md rule are named after it.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

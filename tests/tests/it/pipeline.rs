@@ -1,7 +1,7 @@
 //! docs/CONTRACT.md section 1: stages, parallel blocks, routing, auto-parallelism,
 //! the version, explain and run_step.
 
-mod common;
+use crate::common;
 
 use std::sync::mpsc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! docs/CONTRACT.md section 2: durable execution, rule by rule, on `InMemoryStore`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
