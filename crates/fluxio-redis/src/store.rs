@@ -701,7 +701,7 @@ mod tests {
             .map(|a| a.trim_end_matches('/'))
             .filter(|a| !a.contains(['@', '/', '?']));
         let Some(upstream) = plain else {
-            eprintln!("skipped: {url} is not a plain redis://host:port");
+            support::skip(&format_args!("{url} is not a plain redis://host:port"));
             return;
         };
         let proxy = LoseNextReply::start(upstream).await.expect("a proxy");

@@ -3,7 +3,7 @@
 //! - [`redis`] and [`postgres`]: each server's URL (`FLUXIO_REDIS_URL`,
 //!   `FLUXIO_POSTGRES_URL`, or the local default) and a first connection
 //!   that tells a test whether to run: without a server it skips loudly, or
-//!   fails when `CI` is set ([`skip_unless_ci`]).
+//!   fails when `CI` is set ([`skip_unless_ci`]; [`skip`] for other reasons).
 //! - [`sqlite`]: a raw connection to a store's file, as another program has.
 //! - [`TempDir`]: a scratch directory removed when dropped.
 //! - [`child`]: runs one test of the current test binary in a child process.
@@ -21,5 +21,5 @@ pub mod redis;
 pub mod sqlite;
 mod temp_dir;
 
-pub use fluxio_core::store::conformance::{checkpoint, namespace, skip_unless_ci};
+pub use fluxio_core::store::conformance::{checkpoint, namespace, skip, skip_unless_ci};
 pub use temp_dir::TempDir;

@@ -7,9 +7,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fluxio_core::store::CheckpointStore;
-use fluxio_core::store::conformance::checkpoint;
 use fluxio_core::{Context, Error};
 use fluxio_redis::{RedisStore, RedisStoreError};
+use fluxio_test_support::{self as support, checkpoint};
 
 fn installed(program: &str, version_arg: &str) -> bool {
     Command::new(program)
@@ -159,7 +159,7 @@ fn start_tls_redis() -> TlsRedis {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_verifies_the_server_and_works() {
     if !installed("redis-server", "--version") || !installed("openssl", "version") {
-        eprintln!("SKIPPED: the TLS test needs `redis-server` and `openssl` on PATH");
+        support::skip(&"the TLS test needs `redis-server` and `openssl` on PATH");
         return;
     }
     let server = start_tls_redis();

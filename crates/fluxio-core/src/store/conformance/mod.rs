@@ -171,8 +171,8 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
 }
 
 /// For harness constructors: when the server is unreachable, fail if the `CI`
-/// environment variable is set, otherwise print a loud `SKIPPED` line and
-/// return `None`.
+/// environment variable is set, otherwise print a loud `SKIPPED` line (see
+/// [`skip`]) and return `None`.
 ///
 /// # Panics
 /// When `CI` is set.
@@ -182,8 +182,20 @@ pub fn skip_unless_ci<T>(server: &str, error: &dyn std::fmt::Display) -> Option<
             "{server} is unreachable and CI is set, so the tests fail instead of skipping: {error}"
         );
     }
-    eprintln!("SKIPPED: {server} is unreachable ({error}); start it to run these tests");
+    skip(&format_args!(
+        "{server} is unreachable ({error}); start it to run these tests"
+    ));
     None
+}
+
+/// Prints `SKIPPED: <reason>` to the process's standard error, past the
+/// test harness's capture of `eprintln!` (which shows a passing test's
+/// output only with `--nocapture`): a skipped test must be seen.
+pub fn skip(reason: &dyn std::fmt::Display) {
+    use std::io::Write as _;
+    // One write, so that lines of tests running in parallel do not mix.
+    let line = format!("SKIPPED: {reason}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// A unique namespace for one check: `fx_<check>_<pid>_<n>`.
