@@ -6,10 +6,12 @@
 
 use std::sync::Arc;
 
+/// The server when `FLUXIO_POSTGRES_URL` is not set.
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let url = std::env::var("FLUXIO_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let url = std::env::var("FLUXIO_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
     let store = fluxio::PostgresStore::builder(&url)
         .schema("fluxio_example")
         .connect()

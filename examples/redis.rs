@@ -6,10 +6,12 @@
 
 use std::sync::Arc;
 
+/// The server when `FLUXIO_REDIS_URL` is not set.
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let url =
-        std::env::var("FLUXIO_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let url = std::env::var("FLUXIO_REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
     let store = fluxio::RedisStore::builder(&url)
         .key_prefix("fluxio:example")
         .connect()

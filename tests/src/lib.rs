@@ -43,22 +43,19 @@ impl StoreKind {
         }
     }
 
-    /// The server URL from `FLUXIO_REDIS_URL` / `FLUXIO_POSTGRES_URL`, or the local default.
+    /// The server's URL (`FLUXIO_REDIS_URL` / `FLUXIO_POSTGRES_URL`, or the
+    /// local default: see `fluxio_test_support`), or for SQLite a directory.
     #[must_use]
     pub fn url(self) -> String {
-        let (var, default) = match self {
-            StoreKind::Redis => ("FLUXIO_REDIS_URL", "redis://127.0.0.1:6379"),
-            StoreKind::Postgres => (
-                "FLUXIO_POSTGRES_URL",
-                "postgres://postgres@127.0.0.1:5432/test",
-            ),
+        match self {
+            StoreKind::Redis => fluxio_test_support::redis::url(),
+            StoreKind::Postgres => fluxio_test_support::postgres::url(),
             StoreKind::Sqlite => {
                 let dir = std::env::temp_dir().join("fluxio-tests-sqlite");
                 let _ = std::fs::create_dir_all(&dir);
-                return dir.to_string_lossy().into_owned();
+                dir.to_string_lossy().into_owned()
             }
-        };
-        std::env::var(var).unwrap_or_else(|_| default.to_owned())
+        }
     }
 
     /// Opens the store over namespace `ns`.

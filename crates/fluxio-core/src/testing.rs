@@ -1,6 +1,6 @@
 //! A test kit: run one stage alone, through middleware, and check what it did.
 //! (Runnable versions of this example are in the repository's
-//! `tests/tests/testing_kit.rs`; `#[stage]` is not available inside this crate.)
+//! `tests/tests/it/testing_kit.rs`; `#[stage]` is not available inside this crate.)
 //!
 //! ```text
 //! use fluxio::testing::StageTest;

@@ -2,9 +2,8 @@
 //! second a store sustains.
 //!
 //! `cargo bench -p fluxio-postgres -- --warm-up-time 1 --measurement-time 5`
-//! (against `FLUXIO_POSTGRES_URL`, default
-//! `postgres://postgres@127.0.0.1:5432/test`; skipped with a message when the
-//! server is down).
+//! (against `FLUXIO_POSTGRES_URL`, see `fluxio_test_support::postgres`;
+//! skipped with a message when the server is down).
 //!
 //! - `per_checkpoint/save_fenced`: [`PostgresStore::save_fenced`] of a
 //!   checkpoint with a ~1 KB context (encoding included), against
@@ -23,17 +22,13 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput};
 use fluxio::store::{Checkpoint, CheckpointStore};
 use fluxio::{Context, StageResult, pipeline, stage};
+use fluxio_core::store::conformance;
 use fluxio_postgres::PostgresStore;
 use sqlx::Connection;
 
 #[stage]
 async fn noop(ctx: Context) -> StageResult {
     Ok(ctx)
-}
-
-fn url() -> String {
-    std::env::var("FLUXIO_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
 fn context_of(bytes: usize) -> Context {
@@ -45,9 +40,8 @@ fn context_of(bytes: usize) -> Context {
 }
 
 fn checkpoint(run_id: &str, ctx: &Context) -> Checkpoint {
-    let mut cp = Checkpoint::new(run_id, "0123456789ab", 3, "step-3", ctx.snapshot());
-    cp.created_at_ms = 1_700_000_000_000;
-    cp.updated_at_ms = 1_700_000_000_000;
+    let mut cp = conformance::checkpoint(run_id, 3);
+    cp.context = ctx.snapshot();
     cp
 }
 
@@ -128,7 +122,7 @@ fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &PostgresS
 }
 
 fn main() {
-    let url = url();
+    let url = fluxio_test_support::postgres::url();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

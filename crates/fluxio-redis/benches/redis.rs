@@ -1,7 +1,7 @@
 //! The cost of checkpoints in Redis.
 //!
 //! `cargo bench -p fluxio-redis -- --warm-up-time 1 --measurement-time 5`,
-//! with Redis at `FLUXIO_REDIS_URL` (default `redis://127.0.0.1:6379`);
+//! with Redis at `FLUXIO_REDIS_URL` (see `fluxio_test_support::redis`);
 //! skipped with a message when it is unreachable.
 //!
 //! - `per_checkpoint/*`: one checkpoint of a ~1 KB context.
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use fluxio::store::{Checkpoint, CheckpointStore, Lease};
 use fluxio::{Context, Pipeline, StageResult, pipeline, stage};
+use fluxio_core::store::conformance;
 use fluxio_redis::RedisStore;
 
 #[stage]
@@ -41,15 +42,8 @@ fn context_1kb() -> Context {
 }
 
 fn checkpoint(run_id: &str) -> Checkpoint {
-    let mut cp = Checkpoint::new(
-        run_id,
-        "0123456789ab",
-        3,
-        "step-3",
-        context_1kb().snapshot(),
-    );
-    cp.created_at_ms = 1_700_000_000_000;
-    cp.updated_at_ms = 1_700_000_000_000;
+    let mut cp = conformance::checkpoint(run_id, 3);
+    cp.context = context_1kb().snapshot();
     cp
 }
 
@@ -299,8 +293,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let url =
-        std::env::var("FLUXIO_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let url = fluxio_test_support::redis::url();
     let prefix = format!("fx_bench_{}", std::process::id());
     let store = match rt.block_on(
         RedisStore::builder(&url)

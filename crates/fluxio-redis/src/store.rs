@@ -363,15 +363,11 @@ mod tests {
     use std::io;
     use std::sync::atomic::AtomicBool;
 
-    use fluxio_core::store::conformance::{namespace, skip_unless_ci};
+    use fluxio_test_support::{self as support, checkpoint, namespace};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
-
-    fn server_url() -> String {
-        std::env::var("FLUXIO_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-    }
 
     /// A TCP proxy to the Redis server that, once armed, forwards the next
     /// command but cuts the connection when its reply comes: a call applied
@@ -447,25 +443,17 @@ mod tests {
     /// and so do fenced writes whose reply was lost.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_call_whose_reply_was_lost_is_repeated_exactly() {
-        let url = server_url();
-        let raw = async {
-            redis::Client::open(url.as_str())?
-                .get_multiplexed_async_connection()
-                .await
+        let Some(mut raw) = support::redis::raw().await else {
+            return;
         };
-        let mut raw = match raw.await {
-            Ok(c) => c,
-            Err(e) => {
-                return skip_unless_ci::<()>("redis", &e).unwrap_or_default();
-            }
-        };
+        let url = support::redis::url();
         // The proxy forwards plain TCP: no TLS, password or database number.
         let plain = url
             .strip_prefix("redis://")
             .map(|a| a.trim_end_matches('/'))
             .filter(|a| !a.contains(['@', '/', '?']));
         let Some(upstream) = plain else {
-            eprintln!("skipped: {url} is not a plain redis://host:port");
+            support::skip(&format_args!("{url} is not a plain redis://host:port"));
             return;
         };
         let proxy = LoseNextReply::start(upstream).await.expect("a proxy");
@@ -500,18 +488,7 @@ mod tests {
             Err(Error::RunIdInUse { .. })
         ));
 
-        let cp = {
-            let mut cp = Checkpoint::new(
-                run,
-                "0123456789ab",
-                1,
-                "step-1",
-                fluxio_core::Context::new().snapshot(),
-            );
-            cp.created_at_ms = 1_700_000_000_000;
-            cp.updated_at_ms = 1_700_000_000_000;
-            cp
-        };
+        let cp = checkpoint(run, 1);
         proxy.arm();
         store
             .save_fenced(cp.clone(), &lease)

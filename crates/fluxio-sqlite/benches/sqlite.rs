@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use fluxio::store::{Checkpoint, CheckpointStore};
 use fluxio::{Context, StageResult, pipeline, stage};
+use fluxio_core::store::conformance;
 use fluxio_sqlite::{SqliteStore, Synchronous};
 
 #[stage]
@@ -46,9 +47,8 @@ fn context_of(bytes: usize) -> Context {
 }
 
 fn checkpoint(run_id: &str, ctx: &Context) -> Checkpoint {
-    let mut cp = Checkpoint::new(run_id, "0123456789ab", 3, "step-3", ctx.snapshot());
-    cp.created_at_ms = 1_700_000_000_000;
-    cp.updated_at_ms = 1_700_000_000_000;
+    let mut cp = conformance::checkpoint(run_id, 3);
+    cp.context = ctx.snapshot();
     cp
 }
 

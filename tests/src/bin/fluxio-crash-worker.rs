@@ -1,4 +1,4 @@
-//! The worker process of the crash-test harness (`tests/tests/crash.rs`).
+//! The worker process of the crash-test harness (`tests/tests/it/crash.rs`).
 //!
 //! `fluxio-crash-worker <redis|postgres|sqlite> <url-or-dir> <namespace> <run-id> <invoke|resume> <lease-ms> <ledger-path>`
 //!

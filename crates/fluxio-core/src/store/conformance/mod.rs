@@ -1,0 +1,1154 @@
+//! The conformance suite every checkpoint store passes (feature `test-util`).
+//!
+//! Each check is a plain `async fn` over a [`Harness`] and panics when the
+//! store misbehaves. [`store_conformance_tests!`](crate::store_conformance_tests)
+//! turns all of them into one `#[test]` each, run twice: through the
+//! concrete store type and through `Arc<dyn CheckpointStore>`.
+//!
+//! ```
+//! use fluxio_core::store::InMemoryStore;
+//! use fluxio_core::store::conformance::SharedMemory;
+//!
+//! async fn harness() -> Option<SharedMemory> {
+//!     Some(SharedMemory::default())
+//! }
+//!
+//! fluxio_core::store_conformance_tests!(harness);
+//! # fn main() {}
+//! ```
+//!
+//! Checks that involve leases use real time (time-to-lives of a few hundred
+//! milliseconds), because shared stores expire leases on their own clocks.
+//!
+//! Beyond the store's own methods, a few checks look further when the
+//! harness lets them: at the raw bytes ([`Harness::write_raw`]), at the
+//! records behind the API ([`Harness::records`]), and at the retention of
+//! completed runs ([`Harness::store_with_retention`],
+//! [`Harness::purge_expired`]). Each hook has a default that says "not
+//! this store", and the checks (or the parts of them) that need it then do
+//! not apply.
+
+mod retention;
+mod run;
+
+pub use retention::{
+    completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
+    purging_dead_leases_keeps_tokens_growing,
+};
+pub use run::a_failed_run_resumes_from_the_failed_stage_on_another_store;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use super::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
+use crate::context::Context;
+use crate::error::Error;
+
+/// Makes stores for the checks.
+#[async_trait::async_trait]
+pub trait Harness: Send + Sync + 'static {
+    /// The store under test.
+    type Store: CheckpointStore;
+
+    /// A store over namespace `ns` (a key prefix, a schema, ...). Two calls
+    /// with the same `ns` must give two handles on the same data, as two
+    /// processes would have; different namespaces never see each other's
+    /// data. `ns` is made of `[a-z0-9_]`, at most 40 characters.
+    async fn store(&self, ns: &str) -> Self::Store;
+
+    /// Stores `bytes` as the raw payload of `run_id` in `ns`, bypassing the
+    /// encoder, and returns `true`; or returns `false` for a store that keeps
+    /// values rather than bytes (the corrupt-payload check then does not apply).
+    async fn write_raw(&self, ns: &str, run_id: &str, bytes: &[u8]) -> bool {
+        let _ = (ns, run_id, bytes);
+        false
+    }
+
+    /// What the store keeps in `ns`, read past its API (its rows or keys):
+    /// hidden and released records included. `None` (the default) when the
+    /// harness cannot tell; the checks then skip their assertions on records.
+    async fn records(&self, ns: &str) -> Option<Records> {
+        let _ = ns;
+        None
+    }
+
+    /// For a store that hides completed runs after a retention (contract
+    /// rule 7: SQLite and Postgres): a store over `ns` with the retention
+    /// `retention` (`None`: completed runs are kept). `None` (the default)
+    /// for a store without one; the retention checks then do not apply.
+    async fn store_with_retention(
+        &self,
+        ns: &str,
+        retention: Option<Duration>,
+    ) -> Option<Self::Store> {
+        let _ = (ns, retention);
+        None
+    }
+
+    /// For a store that purges what has expired (`purge_expired`): purges
+    /// `ns` and returns how many checkpoints went. `None` (the default) for
+    /// a store without a purge; the purge checks then do not apply.
+    async fn purge_expired(&self, ns: &str) -> Option<u64> {
+        let _ = ns;
+        None
+    }
+}
+
+/// What a store keeps in one namespace, as [`Harness::records`] reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Records {
+    /// The run id of every stored checkpoint, hidden ones (a completed run
+    /// past its retention, not yet purged) included.
+    pub checkpoints: BTreeSet<String>,
+    /// The run id of every lease record, released and expired ones included,
+    /// and whether that lease is held (neither released nor expired).
+    pub leases: BTreeMap<String, bool>,
+}
+
+/// Wraps a harness so its stores are used as `Arc<dyn CheckpointStore>`.
+#[derive(Debug)]
+pub struct DynHarness<H>(pub H);
+
+#[async_trait::async_trait]
+impl<H: Harness> Harness for DynHarness<H> {
+    type Store = Arc<dyn CheckpointStore>;
+
+    async fn store(&self, ns: &str) -> Self::Store {
+        Arc::new(self.0.store(ns).await)
+    }
+
+    async fn write_raw(&self, ns: &str, run_id: &str, bytes: &[u8]) -> bool {
+        self.0.write_raw(ns, run_id, bytes).await
+    }
+
+    async fn records(&self, ns: &str) -> Option<Records> {
+        self.0.records(ns).await
+    }
+
+    async fn store_with_retention(
+        &self,
+        ns: &str,
+        retention: Option<Duration>,
+    ) -> Option<Self::Store> {
+        let store = self.0.store_with_retention(ns, retention).await?;
+        Some(Arc::new(store))
+    }
+
+    async fn purge_expired(&self, ns: &str) -> Option<u64> {
+        self.0.purge_expired(ns).await
+    }
+}
+
+/// The harness of [`InMemoryStore`]: one shared store per namespace.
+#[derive(Debug, Default)]
+pub struct SharedMemory(Mutex<HashMap<String, Arc<InMemoryStore>>>);
+
+#[async_trait::async_trait]
+impl Harness for SharedMemory {
+    type Store = Arc<InMemoryStore>;
+
+    async fn store(&self, ns: &str) -> Self::Store {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(map.entry(ns.to_owned()).or_default())
+    }
+}
+
+/// Runs `f` on a multi-threaded tokio runtime (what the generated tests use).
+///
+/// # Panics
+/// When the runtime cannot be built.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    #[allow(clippy::expect_used)]
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the conformance checks");
+    rt.block_on(f)
+}
+
+/// For harness constructors: when the server is unreachable, fail if the `CI`
+/// environment variable is set, otherwise print a loud `SKIPPED` line (see
+/// [`skip`]) and return `None`.
+///
+/// # Panics
+/// When `CI` is set.
+pub fn skip_unless_ci<T>(server: &str, error: &dyn std::fmt::Display) -> Option<T> {
+    if std::env::var_os("CI").is_some() {
+        panic!(
+            "{server} is unreachable and CI is set, so the tests fail instead of skipping: {error}"
+        );
+    }
+    skip(&format_args!(
+        "{server} is unreachable ({error}); start it to run these tests"
+    ));
+    None
+}
+
+/// Prints `SKIPPED: <reason>` to the process's standard error, past the
+/// test harness's capture of `eprintln!` (which shows a passing test's
+/// output only with `--nocapture`): a skipped test must be seen.
+pub fn skip(reason: &dyn std::fmt::Display) {
+    use std::io::Write as _;
+    // One write, so that lines of tests running in parallel do not mix.
+    let line = format!("SKIPPED: {reason}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// A unique namespace for one check: `fx_<check>_<pid>_<n>`.
+#[must_use]
+pub fn namespace(check: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let check: String = check
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(16)
+        .collect();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "fx_{check}_{}_{}_{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The checkpoint the checks write, and fluxio's own tests too: run `run_id`
+/// at `ip`, step `step-{ip}`, version `0123456789ab`, status `Running`, an
+/// empty context, a fixed start time, and a write time and attempt that vary
+/// with `ip` (so a store that drops a field fails a round trip). Set fields
+/// to change it:
+///
+/// ```
+/// use fluxio_core::store::conformance::checkpoint;
+/// use fluxio_core::{Context, RunStatus};
+///
+/// let mut cp = checkpoint("order-7", 2);
+/// cp.status = RunStatus::Failed;
+/// cp.context = Context::new().set("total", 42u64)?.snapshot();
+/// assert_eq!((cp.step.as_str(), cp.attempt), ("step-2", 3));
+/// # Ok::<(), fluxio_core::Error>(())
+/// ```
+#[must_use]
+pub fn checkpoint(run_id: &str, ip: u32) -> Checkpoint {
+    let mut cp = Checkpoint::new(
+        run_id,
+        "0123456789ab",
+        ip,
+        format!("step-{ip}"),
+        Context::new().snapshot(),
+    );
+    cp.created_at_ms = 1_700_000_000_000;
+    cp.updated_at_ms = 1_700_000_000_000 + u64::from(ip);
+    cp.attempt = ip % 3 + 1;
+    cp
+}
+
+/// [`checkpoint`] with the context `ctx`.
+fn checkpoint_with(run_id: &str, ip: u32, ctx: &Context) -> Checkpoint {
+    let mut cp = checkpoint(run_id, ip);
+    cp.context = ctx.snapshot();
+    cp
+}
+
+#[allow(clippy::expect_used)]
+fn every_value_type() -> Context {
+    let nested: BTreeMap<String, BTreeMap<u32, Vec<String>>> = [(
+        "outer".to_owned(),
+        [(7u32, vec!["ü".to_owned(), String::new()])]
+            .into_iter()
+            .collect(),
+    )]
+    .into_iter()
+    .collect();
+    Context::new()
+        .set("u64_max", u64::MAX)
+        .and_then(|c| c.set("i64_min", i64::MIN))
+        .and_then(|c| c.set("i128_min", i128::MIN))
+        .and_then(|c| c.set("nan", f64::NAN))
+        .and_then(|c| c.set("inf", f64::INFINITY))
+        .and_then(|c| c.set("neg_inf", f64::NEG_INFINITY))
+        .and_then(|c| c.set("neg_zero", -0.0f64))
+        .and_then(|c| c.set("f64", 0.1 + 0.2))
+        .map(|c| c.set_value("bytes", crate::Value::Bytes(vec![0, 1, 255, 0])))
+        .and_then(|c| c.set("nested", nested))
+        .and_then(|c| c.set("ключ 🔑 :/ space", "значение"))
+        .and_then(|c| c.set("none", Option::<u8>::None))
+        .expect("every test value serializes")
+}
+
+const RUN_IDS: &[&str] = &[
+    "plain",
+    "with:colon",
+    "with/slash",
+    "with space",
+    "ユニコード 🦀",
+    "a:b/c d:",
+];
+
+/// Every value type and awkward run ids survive save and load unchanged.
+pub async fn round_trip_of_every_value_type<H: Harness>(h: &H) {
+    let store = h.store(&namespace("roundtrip")).await;
+    let ctx = every_value_type();
+    for run_id in RUN_IDS {
+        let cp = checkpoint_with(run_id, 3, &ctx);
+        store.save(cp.clone()).await.expect("save");
+        let back = store.load(run_id).await.expect("load").expect("saved");
+        assert_eq!(back, cp, "round trip of run `{run_id}`");
+        let f: f64 = back
+            .context
+            .to_context()
+            .get("nan")
+            .expect("nan reads back");
+        assert!(f.is_nan());
+        let z: f64 = back
+            .context
+            .to_context()
+            .get("neg_zero")
+            .expect("reads back");
+        assert!(z.is_sign_negative(), "-0.0 keeps its sign");
+    }
+}
+
+/// A second save replaces the first.
+pub async fn save_overwrites<H: Harness>(h: &H) {
+    let store = h.store(&namespace("overwrite")).await;
+    store.save(checkpoint("r", 1)).await.expect("save");
+    let mut second = checkpoint("r", 2);
+    second.status = RunStatus::Failed;
+    second.error_message = Some("boom".to_owned());
+    store.save(second.clone()).await.expect("save");
+    assert_eq!(store.load("r").await.expect("load"), Some(second));
+}
+
+/// Loading an id that was never saved is `None`, not an error.
+pub async fn load_of_a_missing_id_is_none<H: Harness>(h: &H) {
+    let store = h.store(&namespace("missing")).await;
+    assert!(store.load("never-saved").await.expect("load").is_none());
+    assert!(!store.exists("never-saved").await.expect("exists"));
+}
+
+/// Deleting twice, or deleting what was never saved, is fine.
+pub async fn delete_is_idempotent<H: Harness>(h: &H) {
+    let store = h.store(&namespace("delete")).await;
+    store
+        .delete("never-saved")
+        .await
+        .expect("delete of a missing id");
+    store.save(checkpoint("r", 1)).await.expect("save");
+    store.delete("r").await.expect("delete");
+    store.delete("r").await.expect("second delete");
+    assert!(store.load("r").await.expect("load").is_none());
+}
+
+/// `exists` follows save and delete.
+pub async fn exists_follows_save_and_delete<H: Harness>(h: &H) {
+    let store = h.store(&namespace("exists")).await;
+    assert!(!store.exists("r").await.expect("exists"));
+    store.save(checkpoint("r", 1)).await.expect("save");
+    assert!(store.exists("r").await.expect("exists"));
+    store.delete("r").await.expect("delete");
+    assert!(!store.exists("r").await.expect("exists"));
+}
+
+/// Two namespaces (key prefixes, schemas) never see each other's data or leases.
+pub async fn namespaces_are_isolated<H: Harness>(h: &H) {
+    let (a, b) = (
+        h.store(&namespace("iso_a")).await,
+        h.store(&namespace("iso_b")).await,
+    );
+    a.save(checkpoint("shared-id", 1)).await.expect("save");
+    assert!(b.load("shared-id").await.expect("load").is_none());
+    assert!(!b.exists("shared-id").await.expect("exists"));
+    b.delete("shared-id").await.expect("delete");
+    assert!(
+        a.exists("shared-id").await.expect("exists"),
+        "b's delete did not touch a"
+    );
+    let _held = a
+        .acquire_lease("shared-id", Duration::from_secs(30))
+        .await
+        .expect("acquire in a");
+    b.acquire_lease("shared-id", Duration::from_secs(30))
+        .await
+        .expect("b's lease is independent");
+}
+
+/// Rule 10: runs of two pipelines that share a run id are kept apart. The
+/// store keys checkpoints by [`Checkpoint::key`] (`pipeline/run_id`), so
+/// neither pipeline loads, overwrites, deletes or leases the other's run.
+pub async fn rule10_pipelines_sharing_a_run_id_are_kept_apart<H: Harness>(h: &H) {
+    let store = h.store(&namespace("named")).await;
+    let ctx = |who: &str| Context::new().set_value("who", crate::Value::String(who.to_owned()));
+    let mut orders = checkpoint("42", 1).in_pipeline("orders");
+    orders.context = ctx("orders").snapshot();
+    let mut emails = checkpoint("42", 5).in_pipeline("emails");
+    emails.context = ctx("emails").snapshot();
+    let (k_orders, k_emails) = (orders.key(), emails.key());
+    assert_eq!(
+        (k_orders.as_str(), k_emails.as_str()),
+        ("orders/42", "emails/42")
+    );
+    store.save(orders.clone()).await.expect("save orders");
+    store.save(emails.clone()).await.expect("save emails");
+    for (key, want) in [(&k_orders, &orders), (&k_emails, &emails)] {
+        let got = store.load(key).await.expect("load").expect("stored");
+        assert_eq!(&got, want, "{key}");
+    }
+    assert!(
+        store.load("42").await.expect("load").is_none(),
+        "the bare run id is another (unnamed) run"
+    );
+    store.delete(&k_emails).await.expect("delete emails");
+    assert!(
+        store.exists(&k_orders).await.expect("exists"),
+        "orders kept"
+    );
+    let held = store
+        .acquire_lease(&k_orders, Duration::from_secs(30))
+        .await
+        .expect("lease orders/42");
+    let other = store
+        .acquire_lease(&k_emails, Duration::from_secs(30))
+        .await
+        .expect("emails/42 is not leased by orders/42");
+    store
+        .save_fenced(emails.clone(), &other)
+        .await
+        .expect("fenced save of emails/42 under its own lease");
+    assert!(
+        matches!(
+            store.save_fenced(emails, &held).await,
+            Err(Error::LeaseLost { .. })
+        ),
+        "orders/42's lease does not fence emails/42"
+    );
+}
+
+/// A 10 MB context round-trips.
+pub async fn ten_megabyte_context<H: Harness>(h: &H) {
+    let store = h.store(&namespace("large")).await;
+    let blob: Vec<u8> = (0..10 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let ctx = Context::new().set_value("blob", crate::Value::Bytes(blob));
+    let cp = checkpoint_with("large", 1, &ctx);
+    store.save(cp.clone()).await.expect("save 10 MB");
+    assert_eq!(store.load("large").await.expect("load"), Some(cp));
+}
+
+/// 100 concurrent saves to distinct ids all land.
+pub async fn hundred_concurrent_saves<H: Harness>(h: &H) {
+    let store = Arc::new(h.store(&namespace("concurrent")).await);
+    let saves = (0..100u32).map(|i| {
+        let store = Arc::clone(&store);
+        async move {
+            let ctx = Context::new().set("i", i).expect("serializes");
+            store
+                .save(checkpoint_with(&format!("run-{i}"), i, &ctx))
+                .await
+        }
+    });
+    for r in futures::future::join_all(saves).await {
+        r.expect("concurrent save");
+    }
+    for i in 0..100u32 {
+        let cp = store
+            .load(&format!("run-{i}"))
+            .await
+            .expect("load")
+            .expect("saved");
+        assert_eq!(
+            (cp.ip, cp.context.to_context().get::<u32>("i").expect("i")),
+            (i, i)
+        );
+    }
+}
+
+/// Among 32 concurrent acquires from 4 store handles, exactly one wins.
+pub async fn lease_is_exclusive_under_concurrent_acquires<H: Harness>(h: &H) {
+    let ns = namespace("exclusive");
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(Arc::new(h.store(&ns).await));
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(32));
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let (store, barrier) = (Arc::clone(&stores[i % 4]), Arc::clone(&barrier));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .acquire_lease("contested", Duration::from_secs(30))
+                    .await
+            })
+        })
+        .collect();
+    let (mut won, mut in_use) = (0, 0);
+    for t in tasks {
+        match t.await.expect("no panic") {
+            Ok(_) => won += 1,
+            Err(Error::RunIdInUse { run_id }) => {
+                assert_eq!(run_id, "contested");
+                in_use += 1;
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    assert_eq!((won, in_use), (1, 31));
+}
+
+/// Renewing keeps a lease past its first time-to-live.
+pub async fn renewal_keeps_the_lease<H: Harness>(h: &H) {
+    let ns = namespace("renew");
+    let (owner, other) = (h.store(&ns).await, h.store(&ns).await);
+    let ttl = Duration::from_millis(600);
+    let lease = owner.acquire_lease("r", ttl).await.expect("acquire");
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        owner
+            .renew_lease(&lease, ttl)
+            .await
+            .expect("renew while held");
+    }
+    assert!(
+        matches!(
+            other.acquire_lease("r", ttl).await,
+            Err(Error::RunIdInUse { .. })
+        ),
+        "still held after 800 ms"
+    );
+    owner
+        .save_fenced(checkpoint("r", 1), &lease)
+        .await
+        .expect("fenced save while held");
+}
+
+/// An expired lease can be taken over, with a greater token.
+pub async fn expired_lease_is_taken_over_with_a_greater_token<H: Harness>(h: &H) {
+    let ns = namespace("expiry");
+    let (dead, next) = (h.store(&ns).await, h.store(&ns).await);
+    let first = dead
+        .acquire_lease("r", Duration::from_millis(300))
+        .await
+        .expect("acquire");
+    assert!(matches!(
+        next.acquire_lease("r", Duration::from_secs(30)).await,
+        Err(Error::RunIdInUse { .. })
+    ));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let second = next
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("takeover after expiry");
+    assert!(
+        second.token() > first.token(),
+        "tokens grow: {} then {}",
+        first.token(),
+        second.token()
+    );
+}
+
+/// A worker whose lease was taken over cannot write: its save, delete and
+/// renew fail with `LeaseLost` and the new owner's checkpoint is intact.
+pub async fn stale_token_is_fenced<H: Harness>(h: &H) {
+    let ns = namespace("fencing");
+    let (zombie, owner) = (h.store(&ns).await, h.store(&ns).await);
+    let ctx = Context::new();
+    let old = zombie
+        .acquire_lease("r", Duration::from_millis(300))
+        .await
+        .expect("acquire");
+    zombie
+        .save_fenced(checkpoint_with("r", 1, &ctx), &old)
+        .await
+        .expect("save while held");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let new = owner
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("takeover");
+    let theirs = checkpoint_with("r", 2, &ctx.set("owner", "new").expect("serializes"));
+    owner
+        .save_fenced(theirs.clone(), &new)
+        .await
+        .expect("new owner saves");
+
+    let lost = |r: crate::Result<()>, what: &str| match r {
+        Err(Error::LeaseLost { run_id, token }) => {
+            assert_eq!((run_id.as_str(), token), ("r", old.token()), "{what}")
+        }
+        other => panic!("{what}: expected LeaseLost, got {other:?}"),
+    };
+    lost(
+        zombie
+            .save_fenced(checkpoint_with("r", 9, &ctx), &old)
+            .await,
+        "stale save",
+    );
+    lost(zombie.delete_fenced("r", &old).await, "stale delete");
+    lost(
+        zombie.renew_lease(&old, Duration::from_secs(30)).await,
+        "stale renew",
+    );
+    assert_eq!(
+        owner.load("r").await.expect("load"),
+        Some(theirs),
+        "the new owner's checkpoint is intact"
+    );
+}
+
+/// Fencing under concurrency: once a new owner has written, no write of the
+/// previous owner lands, however its writes interleave with the takeover.
+/// Five rounds of four writers of the old owner (another handle, as another
+/// process would be) saving across the moment its lease expires and is
+/// taken over.
+pub async fn stale_writes_never_land_after_a_takeover<H: Harness>(h: &H) {
+    for round in 0..5 {
+        let ns = namespace(&format!("takeover{round}"));
+        let zombie = Arc::new(h.store(&ns).await);
+        let owner = h.store(&ns).await;
+        let old = Arc::new(
+            zombie
+                .acquire_lease("r", Duration::from_millis(150))
+                .await
+                .expect("acquire"),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..4u32)
+            .map(|w| {
+                let (zombie, old, stop) =
+                    (Arc::clone(&zombie), Arc::clone(&old), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    let mut n = 0u32;
+                    while !stop.load(Ordering::SeqCst) {
+                        n += 1;
+                        match zombie
+                            .save_fenced(checkpoint("r", w * 100_000 + n), &old)
+                            .await
+                        {
+                            Ok(()) | Err(Error::LeaseLost { .. }) => {}
+                            Err(e) => panic!("unexpected: {e}"),
+                        }
+                        // A store that never waits (in memory) would keep
+                        // the runtime's workers, and its clock, to itself.
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        let new = loop {
+            match owner.acquire_lease("r", Duration::from_secs(30)).await {
+                Ok(lease) => break lease,
+                Err(Error::RunIdInUse { .. }) => tokio::task::yield_now().await,
+                Err(e) => panic!("unexpected: {e}"),
+            }
+        };
+        assert!(new.token() > old.token());
+        let theirs = checkpoint("r", 999_999_999);
+        owner
+            .save_fenced(theirs.clone(), &new)
+            .await
+            .expect("the new owner writes");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.store(true, Ordering::SeqCst);
+        for w in writers {
+            w.await.expect("no panic");
+        }
+        assert_eq!(
+            owner.load("r").await.expect("load"),
+            Some(theirs),
+            "round {round}: a stale write landed after the new owner's"
+        );
+    }
+}
+
+/// An expired lease (no takeover yet) no longer fences writes in.
+pub async fn expired_lease_refuses_writes<H: Harness>(h: &H) {
+    let store = h.store(&namespace("expired")).await;
+    let lease = store
+        .acquire_lease("r", Duration::from_millis(200))
+        .await
+        .expect("acquire");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(matches!(
+        store.save_fenced(checkpoint("r", 1), &lease).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(store.load("r").await.expect("load").is_none());
+}
+
+/// Release frees the run id at once; releasing a lost lease frees nothing.
+pub async fn release_frees_at_once_and_only_its_own_lease<H: Harness>(h: &H) {
+    let ns = namespace("release");
+    let (a, b) = (h.store(&ns).await, h.store(&ns).await);
+    let first = a
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    a.release_lease(first).await.expect("release");
+    let second = b
+        .acquire_lease("r", Duration::from_millis(300))
+        .await
+        .expect("free at once");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let third = a
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("takeover");
+    b.release_lease(second)
+        .await
+        .expect("releasing a lost lease is not an error");
+    assert!(
+        matches!(
+            b.acquire_lease("r", Duration::from_secs(30)).await,
+            Err(Error::RunIdInUse { .. })
+        ),
+        "the stale release did not free the new owner's lease"
+    );
+    a.save_fenced(checkpoint("r", 1), &third)
+        .await
+        .expect("the owner still writes");
+}
+
+/// Fenced writes with a valid lease behave like plain ones.
+pub async fn fenced_writes_with_the_current_lease<H: Harness>(h: &H) {
+    let store = h.store(&namespace("fenced_ok")).await;
+    let lease = store
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    let cp = checkpoint_with("r", 4, &every_value_type());
+    store.save_fenced(cp.clone(), &lease).await.expect("save");
+    assert_eq!(store.load("r").await.expect("load"), Some(cp));
+    store.delete_fenced("r", &lease).await.expect("delete");
+    assert!(!store.exists("r").await.expect("exists"));
+    let other = store
+        .acquire_lease("other-run", Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    assert!(
+        matches!(
+            store.save_fenced(checkpoint("r", 5), &other).await,
+            Err(Error::LeaseLost { .. })
+        ),
+        "a lease on another run id does not fence this one"
+    );
+}
+
+/// A corrupt, truncated or foreign payload, one in another format version,
+/// and one with a valid header (right checksum) over garbage or over a claim
+/// of a 1 GiB string, is a typed error naming the run id (and, for another
+/// format, both version numbers), and the bytes stay in place.
+pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
+    let ns = namespace("corrupt");
+    let store = h.store(&ns).await;
+    let good = checkpoint_with("bad:run", 1, &every_value_type())
+        .to_bytes()
+        .expect("encode");
+    let mut flipped = good.clone();
+    if let Some(last) = flipped.last_mut() {
+        *last ^= 0x40;
+    }
+    // A correct header (magic, version, CRC, length) over `payload`.
+    let framed = |format: u16, payload: &[u8]| {
+        let mut bytes = good[..4].to_vec();
+        bytes.extend_from_slice(&format.to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(payload);
+        bytes
+    };
+    let other_format = |format: u16| {
+        let mut bytes = good.clone();
+        bytes[4..6].copy_from_slice(&format.to_le_bytes());
+        bytes
+    };
+    // The run id's length prefix claims 1 GiB - 1 bytes (bincode varint: 0xfc + u32).
+    let mut huge = vec![0xfc];
+    huge.extend_from_slice(&((1u32 << 30) - 1).to_le_bytes());
+    huge.extend_from_slice(b"bad:run");
+    let current = super::FORMAT_VERSION;
+    let oldest = super::OLDEST_FORMAT_VERSION;
+    let cases: Vec<(String, Vec<u8>, Option<u16>)> = vec![
+        (
+            "garbage".into(),
+            b"{\"not\": \"a checkpoint\"}".to_vec(),
+            None,
+        ),
+        ("truncated".into(), good[..good.len() / 2].to_vec(), None),
+        ("bit flip".into(), flipped, None),
+        ("empty".into(), Vec::new(), None),
+        (
+            format!("older format {}", oldest.wrapping_sub(1)),
+            other_format(oldest.wrapping_sub(1)),
+            Some(oldest.wrapping_sub(1)),
+        ),
+        (
+            format!("newer format {}", current + 1),
+            other_format(current + 1),
+            Some(current + 1),
+        ),
+        (
+            "newer format u16::MAX".into(),
+            other_format(u16::MAX),
+            Some(u16::MAX),
+        ),
+        (
+            "valid header, garbage payload".into(),
+            framed(current, b"\xff\xfe\xfd garbage with a correct CRC \x00\x80"),
+            None,
+        ),
+        (
+            "valid header, 1 GiB string claimed".into(),
+            framed(current, &huge),
+            None,
+        ),
+    ];
+    for (what, bytes, format) in cases {
+        if !h.write_raw(&ns, "bad:run", &bytes).await {
+            return; // a store of values, not bytes
+        }
+        for _ in 0..2 {
+            match store.load("bad:run").await {
+                Err(Error::CorruptCheckpoint { run_id, reason, .. }) => {
+                    assert_eq!(run_id, "bad:run", "{what}");
+                    if let Some(format) = format {
+                        for version in [format, current] {
+                            assert!(
+                                reason.contains(&format!("format {version}")),
+                                "{what}: the reason should name format {version}: {reason}"
+                            );
+                        }
+                    }
+                }
+                other => panic!("{what}: expected CorruptCheckpoint, got {other:?}"),
+            }
+        }
+        assert!(
+            store.exists("bad:run").await.expect("exists"),
+            "{what}: the bytes are left in place"
+        );
+    }
+}
+
+/// A lease time-to-live outside [`MIN_LEASE_TTL`](super::MIN_LEASE_TTL)..=
+/// [`MAX_LEASE_TTL`](super::MAX_LEASE_TTL) (zero, `Duration::MAX`,
+/// `u64::MAX` seconds) is `InvalidSetting` naming `lease_ttl`, on acquire and
+/// on renew, and never panics; both ends of the range are accepted.
+pub async fn lease_ttl_out_of_range_is_invalid_setting<H: Harness>(h: &H) {
+    use super::{MAX_LEASE_TTL, MIN_LEASE_TTL};
+    let ns = namespace("lease_ttl");
+    let store = h.store(&ns).await;
+    let bad = [
+        ("zero", Duration::ZERO),
+        ("Duration::MAX", Duration::MAX),
+        ("u64::MAX seconds", Duration::from_secs(u64::MAX)),
+        (
+            "one day over the maximum",
+            MAX_LEASE_TTL + Duration::from_secs(86_400),
+        ),
+    ];
+    let invalid = |r: crate::Result<()>, what: &str| match r {
+        Err(Error::InvalidSetting { setting, .. }) => {
+            assert_eq!(setting, "lease_ttl", "{what}");
+        }
+        other => {
+            panic!("{what}: expected InvalidSetting {{ setting: \"lease_ttl\" }}, got {other:?}")
+        }
+    };
+    for (what, ttl) in bad {
+        invalid(
+            store.acquire_lease("bad-ttl", ttl).await.map(drop),
+            &format!("acquire with {what}"),
+        );
+    }
+    // Nothing was taken by the refused acquires.
+    let short = store
+        .acquire_lease("bad-ttl", MIN_LEASE_TTL)
+        .await
+        .expect("MIN_LEASE_TTL is accepted");
+    drop(short);
+    let long = store
+        .acquire_lease("max-ttl", MAX_LEASE_TTL)
+        .await
+        .expect("MAX_LEASE_TTL is accepted");
+    for (what, ttl) in bad {
+        invalid(
+            store.renew_lease(&long, ttl).await,
+            &format!("renew with {what}"),
+        );
+    }
+    store
+        .renew_lease(&long, MAX_LEASE_TTL)
+        .await
+        .expect("renew with MAX_LEASE_TTL");
+    let other = h.store(&ns).await;
+    assert!(
+        matches!(
+            other.acquire_lease("max-ttl", MAX_LEASE_TTL).await,
+            Err(Error::RunIdInUse { .. })
+        ),
+        "a lease of MAX_LEASE_TTL is held"
+    );
+    store
+        .save_fenced(checkpoint("max-ttl", 1), &long)
+        .await
+        .expect("fenced save under a MAX_LEASE_TTL lease");
+    store.release_lease(long).await.expect("release");
+}
+
+/// A malformed run id (a NUL byte, empty, over 512 bytes) is
+/// `InvalidRunId` from every method that takes one, before the store is
+/// reached: never a backend error (Postgres text cannot hold a NUL), never
+/// stored.
+pub async fn malformed_run_ids_are_invalid_run_id<H: Harness>(h: &H) {
+    let ns = namespace("bad_ids");
+    let store = h.store(&ns).await;
+    let long = "x".repeat(super::MAX_RUN_ID_LEN + 1);
+    for bad in ["nul\0byte", "", long.as_str()] {
+        let what = format!("{:?}", bad.chars().take(12).collect::<String>());
+        let results = [
+            ("save", store.save(checkpoint(bad, 1)).await),
+            ("load", store.load(bad).await.map(drop)),
+            ("exists", store.exists(bad).await.map(drop)),
+            ("delete", store.delete(bad).await),
+            (
+                "acquire_lease",
+                store
+                    .acquire_lease(bad, Duration::from_secs(30))
+                    .await
+                    .map(drop),
+            ),
+        ];
+        for (method, result) in results {
+            assert!(
+                matches!(result, Err(Error::InvalidRunId { .. })),
+                "{method} of {what}: expected InvalidRunId, got {result:?}"
+            );
+        }
+    }
+}
+
+/// Malformed (and some well-formed) URLs of a store's server, every one of
+/// them holding `password`, for checking that no error message, `Debug` or
+/// `Display` shows it: missing and extra slashes, bad schemes and ports, `@`
+/// in odd places, percent escapes, unicode, whitespace, the truncations of a
+/// valid URL, and one-character deletions and insertions into it.
+///
+/// `scheme` is e.g. `"redis"`, `host_port` e.g. `"127.0.0.1:6379"` and `path`
+/// e.g. `"/0"`. The first URL returned is the valid one.
+///
+/// ```
+/// let urls = fluxio_core::store::conformance::urls_with_password(
+///     "redis", "127.0.0.1:6379", "/0", "hunter2",
+/// );
+/// assert_eq!(urls[0], "redis://user:hunter2@127.0.0.1:6379/0");
+/// assert!(urls.iter().all(|u| u.contains("hunter2")));
+/// assert!(urls.contains(&"redis//:hunter2@127.0.0.1:6379/0".to_owned()));
+/// ```
+#[must_use]
+pub fn urls_with_password(
+    scheme: &str,
+    host_port: &str,
+    path: &str,
+    password: &str,
+) -> Vec<String> {
+    let pw = password;
+    let valid = format!("{scheme}://user:{pw}@{host_port}{path}");
+    let mut urls = vec![valid.clone()];
+    for sep in [
+        "", ":", ":/", "//", "/", ":///", "::", "::/", ":////", ":\\\\", " :// ", "://\t", ":/\\/",
+        ":/ /", "://:", "://@",
+    ] {
+        for userinfo in [format!(":{pw}"), format!("user:{pw}")] {
+            urls.push(format!("{scheme}{sep}{userinfo}@{host_port}{path}"));
+        }
+    }
+    let upper = scheme.to_ascii_uppercase();
+    for bad_scheme in [
+        String::new(),
+        "http".to_owned(),
+        "HTTP".to_owned(),
+        "file".to_owned(),
+        format!("{scheme}s"),
+        upper,
+        format!("{scheme} "),
+        format!(" {scheme}"),
+        format!("1{scheme}"),
+        format!("{scheme}+tcp"),
+        format!("{scheme}:"),
+        format!("{scheme}🦀"),
+        format!("ü{scheme}"),
+        format!("{scheme}%3A"),
+    ] {
+        urls.push(format!("{bad_scheme}://user:{pw}@{host_port}{path}"));
+        urls.push(format!("{bad_scheme}:user:{pw}@{host_port}{path}"));
+    }
+    for userinfo in [
+        format!(":{pw}@@"),
+        format!(":{pw}@user@"),
+        format!("@:{pw}@"),
+        format!("user@:{pw}@"),
+        format!(":{pw}"),
+        format!(":{pw}:"),
+        format!("user:{pw}:extra@"),
+        format!(":{pw}%40"),
+        format!(":{pw}%@"),
+        format!(":{pw}%4@"),
+        format!(":{pw}%zz@"),
+        format!("user:{pw}@@@"),
+        format!("user:{pw} @"),
+        format!("user :{pw}@"),
+        format!(" user:{pw}@"),
+        format!("user:{pw}\n@"),
+        format!("us€r:{pw}@"),
+        format!("user:{pw}/@"),
+        format!("user:{pw}?@"),
+        format!("user:{pw}#@"),
+        format!("user%3A{pw}@"),
+        format!("user:{pw}%3A@"),
+        format!("{pw}:@"),
+        format!("{pw}@"),
+        format!("user{pw}@"),
+        format!("[user:{pw}]@"),
+    ] {
+        urls.push(format!("{scheme}://{userinfo}{host_port}{path}"));
+    }
+    for tail in [
+        format!("/:{pw}@x"),
+        format!("{path}/user:{pw}@x"),
+        format!("{path}?password={pw}"),
+        format!("{path}?PASS={pw}&x=1"),
+        format!("{path}?x=:{pw}@"),
+        format!("{path}?sslmode=:{pw}@"),
+        format!("{path}?sslmode=user:{pw}"),
+        format!("{path}?:{pw}@"),
+        format!("{path}#:{pw}@"),
+        format!("@:{pw}"),
+        format!("@:{pw}@"),
+        format!(":{pw}@"),
+    ] {
+        urls.push(format!("{scheme}://{host_port}{tail}"));
+    }
+    let host = host_port.rsplit_once(':').map_or(host_port, |(h, _)| h);
+    for bad_host in [
+        format!("{host}:"),
+        format!("{host}:99999"),
+        format!("{host}:-1"),
+        format!("{host}:abc"),
+        format!("{host_port}:1"),
+        format!("{host}:６３７９"),
+        "[::1".to_owned(),
+        "::1:1".to_owned(),
+        "[::1]:x".to_owned(),
+        "hôst:1".to_owned(),
+        "%zz:1".to_owned(),
+        "%2Ftmp%2Fsock".to_owned(),
+        "h st:1".to_owned(),
+        String::new(),
+        " ".to_owned(),
+        "🦀".to_owned(),
+    ] {
+        urls.push(format!("{scheme}://user:{pw}@{bad_host}{path}"));
+        urls.push(format!("{scheme}://:{pw}@{bad_host}{path}"));
+    }
+    for (before, after) in [
+        (" ", ""),
+        ("", "\n"),
+        ("\t", "\t"),
+        ("", " x"),
+        ("<", ">"),
+        ("\"", "\""),
+    ] {
+        urls.push(format!("{before}{valid}{after}"));
+    }
+    let boundaries: Vec<usize> = valid
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([valid.len()])
+        .collect();
+    for &i in &boundaries {
+        urls.push(valid[..i].to_owned());
+        for insert in ["/", "@", ":", "%", " ", "//", "\\"] {
+            urls.push(format!("{}{insert}{}", &valid[..i], &valid[i..]));
+        }
+    }
+    for pair in boundaries.windows(2) {
+        urls.push(format!("{}{}", &valid[..pair[0]], &valid[pair[1]..]));
+    }
+    urls.retain(|u| u.contains(pw));
+    let mut seen = std::collections::HashSet::new();
+    urls.retain(|u| seen.insert(u.clone()));
+    urls
+}
+
+/// Generates one `#[test]` per conformance check, for the concrete store and
+/// through `Arc<dyn CheckpointStore>`.
+///
+/// `$make` is an `async fn() -> Option<impl Harness>`; `None` skips (see
+/// [`skip_unless_ci`](crate::store::conformance::skip_unless_ci)).
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:path) => {
+        mod conformance_concrete {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__store_conformance_each!($make, |h| h);
+        }
+        mod conformance_dyn {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__store_conformance_each!($make, $crate::store::conformance::DynHarness);
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_conformance_each {
+    ($make:path, $wrap:expr) => {
+        $crate::__store_conformance_each!(@each $make, $wrap,
+            round_trip_of_every_value_type,
+            save_overwrites,
+            load_of_a_missing_id_is_none,
+            delete_is_idempotent,
+            exists_follows_save_and_delete,
+            namespaces_are_isolated,
+            ten_megabyte_context,
+            hundred_concurrent_saves,
+            lease_is_exclusive_under_concurrent_acquires,
+            renewal_keeps_the_lease,
+            expired_lease_is_taken_over_with_a_greater_token,
+            stale_token_is_fenced,
+            stale_writes_never_land_after_a_takeover,
+            expired_lease_refuses_writes,
+            release_frees_at_once_and_only_its_own_lease,
+            fenced_writes_with_the_current_lease,
+            corrupt_payload_is_a_typed_error,
+            lease_ttl_out_of_range_is_invalid_setting,
+            malformed_run_ids_are_invalid_run_id,
+            rule10_pipelines_sharing_a_run_id_are_kept_apart,
+            a_failed_run_resumes_from_the_failed_stage_on_another_store,
+            completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
+            purging_dead_leases_keeps_tokens_growing,
+        );
+    };
+    (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $check() {
+                $crate::store::conformance::block_on(async {
+                    let Some(harness) = $make().await else { return };
+                    #[allow(clippy::redundant_closure_call)]
+                    let harness = ($wrap)(harness);
+                    $crate::store::conformance::$check(&harness).await;
+                });
+            }
+        )+
+    };
+}

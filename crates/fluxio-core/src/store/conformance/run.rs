@@ -1,0 +1,203 @@
+//! Checks that run a pipeline on the store under test.
+//!
+//! The pipeline is built by hand from [`Stage::new`] (core cannot use the
+//! `#[stage]` and `pipeline!` macros, which expand to the facade's paths).
+//! Its stages count their calls in a [`Probe`], a resource of the pipeline,
+//! so checks running in parallel never share counters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use super::{Harness, namespace};
+use crate::compile::Node;
+use crate::context::Context;
+use crate::pipeline::PipelineBuilder;
+use crate::stage::{
+    CallFn, Output, ResourceReq, Resources, Stage, StageFuture, StageKind, StageMeta,
+};
+use crate::store::{CheckpointStore, RunStatus};
+use crate::{BoxError, StageResult};
+
+/// The stages of [`checkout`], in order.
+const STAGES: [&str; 4] = ["reserve", "price", "charge", "ship"];
+
+/// Call counts of the stages of [`checkout`], and whether `charge` fails.
+/// Clones share them, so two pipelines (two "processes") can share one.
+#[derive(Debug, Clone, Default)]
+struct Probe {
+    calls: Arc<[AtomicU32; 4]>,
+    gateway_down: Arc<AtomicBool>,
+}
+
+impl Probe {
+    fn calls(&self) -> [u32; 4] {
+        [0, 1, 2, 3].map(|i| self.calls[i].load(Ordering::SeqCst))
+    }
+}
+
+/// What `charge` fails with while the gateway is down.
+#[derive(Debug, thiserror::Error)]
+#[error("the payment gateway is down")]
+struct GatewayDown;
+
+/// Runs `body` as stage `index` of [`checkout`], counting the call.
+fn step(
+    index: usize,
+    ctx: Context,
+    resources: &Resources,
+    body: fn(Context, &Probe) -> StageResult,
+) -> StageFuture {
+    let probe = resources.get::<Probe>();
+    Box::pin(async move {
+        let probe = probe.ok_or("the probe is registered")?;
+        probe.calls[index].fetch_add(1, Ordering::SeqCst);
+        body(ctx, &probe).map(Output::Context)
+    })
+}
+
+fn reserve(ctx: Context, resources: &Resources) -> StageFuture {
+    step(0, ctx, resources, |ctx, _| Ok(ctx.set("reserved", true)?))
+}
+
+fn price(ctx: Context, resources: &Resources) -> StageFuture {
+    step(1, ctx, resources, |ctx, _| {
+        let items: Vec<u64> = ctx.get("items")?;
+        Ok(ctx.set("total", items.iter().sum::<u64>())?)
+    })
+}
+
+fn charge(ctx: Context, resources: &Resources) -> StageFuture {
+    step(2, ctx, resources, |ctx, probe| {
+        if probe.gateway_down.load(Ordering::SeqCst) {
+            return Err(Box::new(GatewayDown) as BoxError);
+        }
+        let total: u64 = ctx.get("total")?;
+        Ok(ctx.set("receipt", format!("paid {total}"))?)
+    })
+}
+
+fn ship(ctx: Context, resources: &Resources) -> StageFuture {
+    step(3, ctx, resources, |ctx, _| Ok(ctx.set("shipped", true)?))
+}
+
+/// `reserve, price, charge, ship`, each counting its calls in `probe`. Every
+/// call builds the same pipeline, version included.
+fn checkout(probe: &Probe) -> PipelineBuilder {
+    const TAKES_PROBE: &[fn() -> ResourceReq] = &[ResourceReq::of::<Probe>];
+    let calls: [CallFn; 4] = [reserve, price, charge, ship];
+    let nodes = STAGES
+        .iter()
+        .zip(calls)
+        .zip(1u8..)
+        .map(|((&name, call), n)| {
+            let meta = StageMeta {
+                name,
+                hash: [n; 32],
+                kind: StageKind::Async,
+                router: false,
+                reads: None,
+                writes: None,
+                timeout: None,
+                input: None,
+                output: None,
+                resources: TAKES_PROBE,
+            };
+            Node::Stage(Stage::new(meta, call))
+        })
+        .collect();
+    let digest = *b"fluxio/conformance/checkout/v1\0\0";
+    PipelineBuilder::new(nodes, digest, digest)
+        .resource(probe.clone())
+        .lease_ttl(Duration::from_secs(5))
+}
+
+/// A durable pipeline fails at a stage; a second store handle on the same
+/// namespace (another process, as far as the store can tell) sees the
+/// failure checkpoint, and resumes the run: only the failed stage and the
+/// ones after it run again, the work before the failure is kept, the lease
+/// is released after each run, and resuming the completed run runs nothing.
+pub async fn a_failed_run_resumes_from_the_failed_stage_on_another_store<H: Harness>(h: &H) {
+    let ns = namespace("resume");
+    let run = "order-42";
+    let probe = Probe::default();
+    probe.gateway_down.store(true, Ordering::SeqCst);
+
+    let first = checkout(&probe)
+        .store(h.store(&ns).await)
+        .build()
+        .expect("the pipeline builds");
+    let input = Context::new()
+        .set("items", vec![1999u64, 2201])
+        .expect("serializes");
+    let err = first
+        .invoke(run, input)
+        .await
+        .expect_err("the gateway is down");
+    assert!(err.stage_error::<GatewayDown>().is_some(), "{err}");
+    assert_eq!(probe.calls(), [1, 1, 1, 0]);
+    drop(first);
+    lease_released(h, &ns, run, "after the failed run").await;
+
+    let second = checkout(&probe)
+        .store(h.store(&ns).await)
+        .build()
+        .expect("the pipeline builds");
+    let cp = second
+        .checkpoint(run)
+        .await
+        .expect("load")
+        .expect("a failure leaves a checkpoint");
+    assert_eq!(
+        (cp.step.as_str(), cp.status, cp.is_failed()),
+        ("charge", RunStatus::Failed, true)
+    );
+
+    probe.gateway_down.store(false, Ordering::SeqCst);
+    let out = second.resume(run).await.expect("the resume completes");
+    assert_eq!(
+        probe.calls(),
+        [1, 1, 2, 1],
+        "only `charge` and `ship` ran again"
+    );
+    let receipt: String = out.get("receipt").expect("receipt");
+    assert_eq!(receipt, "paid 4200");
+    assert!(out.get::<bool>("shipped").expect("shipped"));
+    assert!(
+        out.get::<bool>("reserved").expect("reserved"),
+        "the first run's work is kept"
+    );
+    let cp = second
+        .checkpoint(run)
+        .await
+        .expect("load")
+        .expect("a completed run leaves a checkpoint");
+    assert_eq!(cp.status, RunStatus::Completed);
+    lease_released(h, &ns, run, "after the resume").await;
+
+    // Resuming a completed run runs nothing.
+    assert_eq!(second.resume(run).await.expect("resume again"), out);
+    assert_eq!(probe.calls(), [1, 1, 2, 1]);
+}
+
+/// The run's lease was released: no held lease record, and another handle
+/// takes the lease at once.
+async fn lease_released<H: Harness>(h: &H, ns: &str, run: &str, when: &str) {
+    if let Some(records) = h.records(ns).await {
+        assert!(
+            records.checkpoints.contains(run),
+            "{when}: the checkpoint is stored: {records:?}"
+        );
+        assert_ne!(
+            records.leases.get(run),
+            Some(&true),
+            "{when}: the lease was released: {records:?}"
+        );
+    }
+    let other = h.store(ns).await;
+    let lease = other
+        .acquire_lease(run, Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("{when}: the lease is free: {e}"));
+    other.release_lease(lease).await.expect("release");
+}

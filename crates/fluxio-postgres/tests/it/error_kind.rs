@@ -1,0 +1,102 @@
+//! Whether a failure was a timeout or a connection failure is answered the
+//! same way by every store: `Error::store_error_kind`, and here
+//! `PostgresStoreError::{kind, is_timeout, is_connection}`. Each case is a
+//! real failure, not a constructed error.
+
+use std::time::Duration;
+
+use fluxio_core::Error;
+use fluxio_core::store::{CheckpointStore, StoreErrorKind};
+use fluxio_postgres::{PostgresStore, PostgresStoreError};
+use fluxio_test_support as support;
+
+fn postgres_source(err: &Error) -> &(dyn std::error::Error + Send + Sync + 'static) {
+    match err {
+        Error::Store {
+            backend: "postgres",
+            source,
+            ..
+        } => &**source,
+        other => panic!("expected a postgres Error::Store, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_a_connection_failure() {
+    let err = PostgresStore::builder("postgres://postgres@127.0.0.1:1/test")
+        .connect()
+        .await
+        .expect_err("nothing listens on port 1");
+    assert_eq!(
+        err.store_error_kind(),
+        Some(StoreErrorKind::Connection),
+        "{err:?}"
+    );
+    let own = postgres_source(&err)
+        .downcast_ref::<PostgresStoreError>()
+        .expect("a PostgresStoreError");
+    assert_eq!(own.kind(), StoreErrorKind::Connection);
+    assert!(own.is_connection() && !own.is_timeout(), "{own}");
+}
+
+#[tokio::test]
+async fn waiting_for_a_pooled_connection_past_the_timeout_is_a_timeout() {
+    let Some(url) = support::postgres::server().await else {
+        return;
+    };
+    let schema = support::namespace("error_kind_timeout");
+    let store = PostgresStore::builder(&url)
+        .schema(&schema)
+        .max_connections(1)
+        .timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect("connect");
+    // The pool's only connection is taken: the call waits for it.
+    let held = store.pool().acquire().await.expect("the only connection");
+    let err = store.exists("r").await.expect_err("no connection in time");
+    drop(held);
+    assert_eq!(
+        err.store_error_kind(),
+        Some(StoreErrorKind::Timeout),
+        "{err:?}"
+    );
+    // The store's own deadline or the pool's acquire timeout, whichever
+    // fired first (they are the same duration).
+    let source = postgres_source(&err);
+    match source.downcast_ref::<PostgresStoreError>() {
+        Some(own) => assert!(own.is_timeout() && !own.is_connection(), "{own}"),
+        None => assert!(
+            matches!(
+                source.downcast_ref::<sqlx::Error>(),
+                Some(sqlx::Error::PoolTimedOut)
+            ),
+            "{source:?}"
+        ),
+    }
+    store.exists("r").await.expect("the connection is back");
+    support::postgres::drop_schema(&url, &schema).await;
+}
+
+#[tokio::test]
+async fn an_error_the_server_reports_is_neither() {
+    let Some(url) = support::postgres::server().await else {
+        return;
+    };
+    let schema = support::namespace("error_kind_other");
+    let store = PostgresStore::builder(&url)
+        .schema(&schema)
+        .max_connections(4)
+        .connect()
+        .await
+        .expect("connect");
+    support::postgres::drop_schema(&url, &schema).await;
+    let err = store.exists("r").await.expect_err("the table is gone");
+    assert_eq!(err.store_error_kind(), Some(StoreErrorKind::Other), "{err}");
+    assert!(
+        postgres_source(&err)
+            .downcast_ref::<sqlx::Error>()
+            .is_some(),
+        "{err:?}"
+    );
+}

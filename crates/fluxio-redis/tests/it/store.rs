@@ -1,0 +1,320 @@
+//! RedisStore against a real Redis: the key layout, expiry, password
+//! redaction and the builder's validation.
+
+use std::time::Duration;
+
+use fluxio_core::store::{Checkpoint, CheckpointStore, conformance};
+use fluxio_core::{Context, Error};
+use fluxio_redis::{RedisStore, RedisStoreError};
+use fluxio_test_support as support;
+
+/// The tests' checkpoint, with a 100-byte value in its context.
+fn checkpoint(run_id: &str, ip: u32) -> Checkpoint {
+    let mut cp = conformance::checkpoint(run_id, ip);
+    cp.context = Context::new()
+        .set("payload", "x".repeat(100))
+        .expect("a string serializes")
+        .snapshot();
+    cp
+}
+
+async fn get(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(raw)
+        .await
+        .expect("GET")
+}
+
+async fn pttl(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(raw)
+        .await
+        .expect("PTTL")
+}
+
+/// The source of an `Error::Store` from this crate.
+fn redis_source(err: &Error) -> &RedisStoreError {
+    match err {
+        Error::Store {
+            backend, source, ..
+        } => {
+            assert_eq!(*backend, "redis");
+            source
+                .downcast_ref::<RedisStoreError>()
+                .expect("the source is a RedisStoreError")
+        }
+        other => panic!("expected Error::Store, got {other:?}"),
+    }
+}
+
+/// `Display` and `Debug` of `err` and of every error in its source chain.
+fn every_rendering(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = String::new();
+    let mut next = Some(err);
+    while let Some(e) = next {
+        out.push_str(&format!("{e}\n{e:?}\n"));
+        next = e.source();
+    }
+    out
+}
+
+#[tokio::test]
+async fn key_layout_values_and_expiry() {
+    let Some(mut raw) = support::redis::raw().await else {
+        return;
+    };
+    let prefix = support::namespace("layout");
+    let store = RedisStore::builder(support::redis::url())
+        .key_prefix(&prefix)
+        .ttl(Duration::from_secs(60))
+        .connect()
+        .await
+        .expect("connect");
+    let run = "order:42/ü x";
+    let (ck, lk, ek) = (
+        format!("{prefix}:{run}"),
+        format!("{prefix}.lease:{run}"),
+        format!("{prefix}.epoch:{run}"),
+    );
+    assert_eq!(
+        (
+            store.checkpoint_key(run),
+            store.lease_key(run),
+            store.epoch_key(run)
+        ),
+        (ck.clone(), lk.clone(), ek.clone())
+    );
+
+    // save: `{prefix}:{run_id}` holds exactly to_bytes(), expiring within the ttl
+    let cp = checkpoint(run, 1);
+    store.save(cp.clone()).await.expect("save");
+    assert_eq!(
+        get(&mut raw, &ck).await,
+        Some(cp.to_bytes().expect("encode"))
+    );
+    let ttl = pttl(&mut raw, &ck).await;
+    assert!(ttl > 0 && ttl <= 60_000, "checkpoint PTTL {ttl}");
+    assert_eq!(
+        support::redis::keys(&mut raw, &prefix).await,
+        vec![ck.clone()]
+    );
+
+    // a lease: the token at `.lease:`, the counter at `.epoch:`
+    let lease = store
+        .acquire_lease(run, Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    let token = lease.token().to_string().into_bytes();
+    assert_eq!(get(&mut raw, &lk).await, Some(token.clone()));
+    assert_eq!(get(&mut raw, &ek).await, Some(token));
+    let ttl = pttl(&mut raw, &lk).await;
+    assert!(ttl > 0 && ttl <= 5_000, "lease PTTL {ttl}");
+    let ttl = pttl(&mut raw, &ek).await;
+    assert!(ttl > 5_000 && ttl <= 60_000, "epoch PTTL {ttl}");
+    let mut all = vec![ck.clone(), ek.clone(), lk.clone()];
+    all.sort();
+    assert_eq!(support::redis::keys(&mut raw, &prefix).await, all);
+
+    // a fenced save writes the same bytes under the same key
+    let cp2 = checkpoint(run, 2);
+    store
+        .save_fenced(cp2.clone(), &lease)
+        .await
+        .expect("save_fenced");
+    assert_eq!(
+        get(&mut raw, &ck).await,
+        Some(cp2.to_bytes().expect("encode"))
+    );
+    assert_eq!(store.load(run).await.expect("load"), Some(cp2));
+
+    // release drops the lease and keeps the counter; delete drops the checkpoint
+    store.release_lease(lease).await.expect("release");
+    store.delete(run).await.expect("delete");
+    assert_eq!(support::redis::keys(&mut raw, &prefix).await, vec![ek]);
+    support::redis::cleanup(&mut raw, &prefix).await;
+}
+
+#[tokio::test]
+async fn every_save_resets_the_expiry() {
+    let Some(mut raw) = support::redis::raw().await else {
+        return;
+    };
+    let prefix = support::namespace("expiry");
+    let store = RedisStore::builder(support::redis::url())
+        .key_prefix(&prefix)
+        .ttl(Duration::from_millis(2_000))
+        .connect()
+        .await
+        .expect("connect");
+    let key = store.checkpoint_key("r");
+    let lease = store
+        .acquire_lease("r", Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    store.save(checkpoint("r", 1)).await.expect("save");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let aged = pttl(&mut raw, &key).await;
+    assert!(aged > 0 && aged <= 1_200, "PTTL {aged} after 800 ms");
+    store.save(checkpoint("r", 2)).await.expect("save");
+    assert!(pttl(&mut raw, &key).await > 1_500, "save resets the expiry");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    store
+        .save_fenced(checkpoint("r", 3), &lease)
+        .await
+        .expect("save_fenced");
+    assert!(
+        pttl(&mut raw, &key).await > 1_500,
+        "save_fenced resets the expiry"
+    );
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    assert!(
+        !store.exists("r").await.expect("exists"),
+        "expired after the ttl"
+    );
+    support::redis::cleanup(&mut raw, &prefix).await;
+}
+
+#[tokio::test]
+async fn the_password_never_shows() {
+    let Some(mut raw) = support::redis::raw().await else {
+        return;
+    };
+    let base = support::redis::url();
+    let Some(rest) = base.strip_prefix("redis://").filter(|r| !r.contains('@')) else {
+        support::skip(&"FLUXIO_REDIS_URL has credentials of its own");
+        return;
+    };
+    let user = format!("fx_redact_{}", std::process::id());
+    let password = "hunter2-Very-Secret";
+    let with_password = format!("redis://{user}:{password}@{rest}");
+
+    // Debug of the settings
+    let builder = RedisStore::builder(&with_password);
+    let shown = format!("{builder:?}");
+    assert!(!shown.contains(password), "{shown}");
+    assert!(shown.contains(&format!("{user}:***@")), "{shown}");
+
+    // a failed connect (the user does not exist yet: AUTH fails)
+    let err = builder.clone().connect().await.expect_err("no such user");
+    let shown = every_rendering(&err);
+    assert!(!shown.contains(password), "{shown}");
+    assert!(shown.contains(&format!("{user}:***@")), "{shown}");
+    assert_eq!(redis_source(&err).operation(), "connect");
+
+    // a user that may not SET: connect works, save fails on the server
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            &user,
+            "on",
+            &format!(">{password}"),
+            "~*",
+            "+@all",
+            "-set",
+        ])
+        .query_async(&mut raw)
+        .await
+        .expect("ACL SETUSER");
+    let user_in_task = user.clone();
+    let result = async move {
+        let user = user_in_task;
+        let store = builder.connect().await.expect("connect as the ACL user");
+        let shown = format!("{store:?} {}", store.url());
+        assert!(!shown.contains(password), "{shown}");
+        assert!(shown.contains(&format!("{user}:***@")), "{shown}");
+        let err = store
+            .save(checkpoint("r", 1))
+            .await
+            .expect_err("SET is denied");
+        let source = redis_source(&err);
+        assert_eq!(source.operation(), "save");
+        assert!(
+            source.redis_error().is_some(),
+            "the redis error is kept as the source"
+        );
+        let shown = every_rendering(&err);
+        assert!(!shown.contains(password), "{shown}");
+        assert!(
+            shown.contains("NOPERM") || shown.contains("permission"),
+            "{shown}"
+        );
+        assert!(shown.contains(&format!("{user}:***@")), "{shown}");
+    };
+    // delete the user even when an assertion fails
+    let outcome = tokio::spawn(result).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&["DELUSER", &user])
+        .query_async(&mut raw)
+        .await
+        .expect("ACL DELUSER");
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic.into_panic());
+    }
+}
+
+#[tokio::test]
+async fn invalid_settings_are_named_before_connecting() {
+    // an address where nothing listens: validation comes first
+    let url = "redis://127.0.0.1:1";
+    let cases = [
+        (RedisStore::builder(url).key_prefix(""), "key_prefix"),
+        (RedisStore::builder(url).ttl(Duration::ZERO), "ttl"),
+        (
+            RedisStore::builder(url).ttl(Duration::from_micros(10)),
+            "ttl",
+        ),
+        (RedisStore::builder(url).ttl(Duration::MAX), "ttl"),
+        (
+            RedisStore::builder(url).command_timeout(Duration::ZERO),
+            "command_timeout",
+        ),
+    ];
+    for (builder, setting) in cases {
+        let shown = format!("{builder:?}");
+        let err = builder.connect().await.expect_err("invalid");
+        let source = redis_source(&err);
+        assert_eq!(source.setting_name(), Some(setting), "{shown}");
+        let message = err.to_string();
+        assert!(message.contains(&format!("`{setting}`")), "{message}");
+    }
+    let err = RedisStore::connect("http://127.0.0.1:6379")
+        .await
+        .expect_err("not a redis URL");
+    assert_eq!(redis_source(&err).operation(), "connect");
+}
+
+#[tokio::test]
+async fn unreachable_server_is_a_store_error() {
+    let started = std::time::Instant::now();
+    let err = RedisStore::builder("redis://127.0.0.1:1")
+        .command_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect_err("nothing listens on port 1");
+    let source = redis_source(&err);
+    assert_eq!(source.operation(), "connect");
+    assert!(!source.is_timeout(), "the real error, not a timeout: {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_command_timeout_past_the_clocks_range_does_not_panic() {
+    if support::redis::raw().await.is_none() {
+        return;
+    }
+    let store = RedisStore::builder(support::redis::url())
+        .key_prefix(support::namespace("huge_timeout"))
+        .command_timeout(Duration::MAX)
+        .connect()
+        .await
+        .expect("connect");
+    store.save(checkpoint("r", 1)).await.expect("save");
+    assert!(store.exists("r").await.expect("exists"));
+    store.delete("r").await.expect("delete");
+}

@@ -1,0 +1,205 @@
+//! `rediss://` end to end: a TLS Redis started for the test, with a CA made
+//! for it by the `openssl` command. Skipped (loudly) when `redis-server` or
+//! `openssl` is not installed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fluxio_core::store::CheckpointStore;
+use fluxio_core::{Context, Error};
+use fluxio_redis::{RedisStore, RedisStoreError};
+use fluxio_test_support::{self as support, checkpoint};
+
+fn installed(program: &str, version_arg: &str) -> bool {
+    Command::new(program)
+        .arg(version_arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn run(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it.
+fn make_certificates(dir: &Path) {
+    run(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=fluxio test CA",
+        ],
+    );
+    run(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    std::fs::write(
+        dir.join("san.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .expect("write san.cnf");
+    run(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.cnf",
+        ],
+    );
+}
+
+/// The TLS server and its directory; stopped and removed when dropped.
+struct TlsRedis {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start_tls_redis() -> TlsRedis {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!("fluxio-redis-tls-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    make_certificates(&dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args([
+            "--tls-cert-file",
+            "server.crt",
+            "--tls-key-file",
+            "server.key",
+        ])
+        .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no"])
+        .args(["--save", "", "--appendonly", "no", "--dir", "."])
+        .args(["--logfile", "redis.log"])
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start redis-server");
+    let server = TlsRedis { child, dir, port };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the TLS redis-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_verifies_the_server_and_works() {
+    if !installed("redis-server", "--version") || !installed("openssl", "version") {
+        support::skip(&"the TLS test needs `redis-server` and `openssl` on PATH");
+        return;
+    }
+    let server = start_tls_redis();
+    let url = format!("rediss://127.0.0.1:{}", server.port);
+
+    // Mozilla's roots do not include the test CA: the handshake is refused
+    let err = RedisStore::builder(&url)
+        .command_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect_err("an unknown CA is refused");
+    let Error::Store { source, .. } = &err else {
+        panic!("{err:?}")
+    };
+    let source = source.downcast_ref::<RedisStoreError>().expect("ours");
+    assert!(!source.is_timeout(), "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
+
+    // trusting the test CA
+    let ca = std::fs::read(server.dir.join("ca.crt")).expect("ca.crt");
+    let store = RedisStore::builder(&url)
+        .tls_root_certificates(ca)
+        .key_prefix("fx_tls")
+        .ttl(Duration::from_secs(60))
+        .connect()
+        .await
+        .expect("connect over TLS");
+    let mut cp = checkpoint("r", 1);
+    cp.context = Context::new().set("k", "v").expect("serializes").snapshot();
+    let lease = store
+        .acquire_lease("r", Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    store
+        .save_fenced(cp.clone(), &lease)
+        .await
+        .expect("save_fenced");
+    assert_eq!(store.load("r").await.expect("load"), Some(cp));
+    store.release_lease(lease).await.expect("release");
+}

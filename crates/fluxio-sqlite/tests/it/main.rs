@@ -1,0 +1,15 @@
+//! The integration tests of fluxio-sqlite, in one binary (every test binary
+//! links sqlx, SQLite, tokio and the rest once more).
+//!
+//! Each test works in a scratch directory of its own
+//! (`fluxio_test_support::TempDir`). The tests of several processes run
+//! one test of this binary again in a child process
+//! (`fluxio_test_support::child`).
+
+mod conformance;
+mod error_kind;
+mod fencing;
+mod open;
+mod resume;
+mod schema;
+mod settings;

@@ -1,0 +1,25 @@
+//! What fluxio's tests share, in one place (not published).
+//!
+//! - [`redis`] and [`postgres`]: each server's URL (`FLUXIO_REDIS_URL`,
+//!   `FLUXIO_POSTGRES_URL`, or the local default) and a first connection
+//!   that tells a test whether to run: without a server it skips loudly, or
+//!   fails when `CI` is set ([`skip_unless_ci`]; [`skip`] for other reasons).
+//! - [`sqlite`]: a raw connection to a store's file, as another program has.
+//! - [`TempDir`]: a scratch directory removed when dropped.
+//! - [`child`]: runs one test of the current test binary in a child process.
+//! - [`namespace`] (a key prefix or schema no other test uses) and
+//!   [`checkpoint`] (the checkpoint tests write): the conformance suite's own,
+//!   re-exported.
+//!
+//! The helpers that need a client are behind the features `redis`,
+//! `postgres` and `sqlite`. This crate depends on `fluxio-core` only, never
+//! on a store backend, so every backend can use it without a cycle.
+
+pub mod child;
+pub mod postgres;
+pub mod redis;
+pub mod sqlite;
+mod temp_dir;
+
+pub use fluxio_core::store::conformance::{checkpoint, namespace, skip, skip_unless_ci};
+pub use temp_dir::TempDir;

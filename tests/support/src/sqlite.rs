@@ -1,0 +1,18 @@
+//! SQLite files of the tests.
+
+/// A connection of its own to the file at `path` (busy timeout 5 s), as
+/// another program (or an operator's `sqlite3` shell) would have.
+///
+/// # Panics
+/// When the file cannot be opened.
+#[cfg(feature = "sqlite")]
+pub async fn raw_connection(path: &std::path::Path) -> sqlx::SqliteConnection {
+    use sqlx::Connection as _;
+
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .busy_timeout(std::time::Duration::from_secs(5));
+    sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .expect("a raw connection")
+}

@@ -1,0 +1,337 @@
+//! The crash-test harness: real processes killed with SIGKILL at random
+//! moments, on every persistent store.
+//!
+//! For each run, a worker process (`fluxio-crash-worker`) starts the crash
+//! pipeline; the harness kills it after a random delay (a seeded RNG; the
+//! seed is printed, `FLUXIO_CRASH_SEED` replays it), then resumes with a new
+//! process, and repeats until the run completes. Every stage attempt is
+//! appended to a ledger file (`O_APPEND`): `run_id stage attempt pid`.
+//! Then it checks:
+//!
+//! 1. the final context equals an uninterrupted run's;
+//! 2. no step whose successor's checkpoint was committed ran again;
+//! 3. only the step that was running when a process died (or failed) ran
+//!    again, once per death, with the next attempt number;
+//! 4. a stage error leaves an error checkpoint at that stage, and no run is
+//!    left locked: after a kill, a resume wins once the lease lapses.
+//!
+//! `FLUXIO_CRASH_ITERATIONS` (default 20 per store) sets the number of runs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fluxio::store::CheckpointStore;
+use fluxio_test_support::{namespace, skip_unless_ci};
+use fluxio_tests::process::{OUTCOMES, Worker};
+use fluxio_tests::{CRASH_STEPS_X, StoreKind};
+
+const LEASE_MS: u64 = 250;
+
+/// xorshift64*: small, seeded, good enough to pick kill moments.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn spawn(kind: StoreKind, url: &str, ns: &str, run_id: &str, mode: &str, ledger: &Path) -> Worker {
+    let (lease, ledger) = (LEASE_MS.to_string(), ledger.to_string_lossy());
+    Worker::spawn(
+        env!("CARGO_BIN_EXE_fluxio-crash-worker"),
+        [kind.name(), url, ns, run_id, mode, &lease, &ledger],
+    )
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    stage: String,
+    attempt: u32,
+    pid: u32,
+}
+
+fn read_ledger(path: &Path, run_id: &str) -> Vec<Entry> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let parts: Vec<&str> = l.split(' ').collect();
+            (parts.len() == 4 && parts[0] == run_id).then(|| Entry {
+                stage: parts[1].to_owned(),
+                attempt: parts[2].parse().unwrap_or(0),
+                pid: parts[3].parse().unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+fn step_of(stage: &str) -> usize {
+    CRASH_STEPS_X
+        .iter()
+        .position(|s| s.contains(&stage))
+        .unwrap_or_else(|| panic!("unknown stage {stage}"))
+}
+
+/// How one process ended.
+#[derive(Debug, PartialEq)]
+enum End {
+    Killed,
+    StageError,
+    Completed,
+}
+
+/// Checks rules 2 and 3 on the ledger of one run: the processes' step ranges
+/// are contiguous, each starts where the previous one stopped (the step that
+/// was running, or the next one if the previous died right after committing
+/// its checkpoint), and attempts count up on every re-run.
+fn check_ledger(entries: &[Entry], processes: &[(u32, End)], ctx: &str) {
+    let mut ranges: Vec<(u32, usize, usize)> = Vec::new(); // pid, first step, last step
+    for (pid, _) in processes {
+        let steps: Vec<usize> = entries
+            .iter()
+            .filter(|e| e.pid == *pid)
+            .map(|e| step_of(&e.stage))
+            .collect();
+        if let (Some(first), Some(last)) = (steps.first(), steps.iter().max()) {
+            for w in steps.windows(2) {
+                assert!(
+                    w[1] == w[0] || w[1] == w[0] + 1,
+                    "{ctx}: pid {pid} skipped or went back: {steps:?}"
+                );
+            }
+            ranges.push((*pid, *first, *last));
+        }
+    }
+    assert_eq!(
+        ranges.first().map(|r| r.1),
+        Some(0),
+        "{ctx}: the run starts at the first step"
+    );
+    assert_eq!(
+        ranges.last().map(|r| r.2),
+        Some(CRASH_STEPS_X.len() - 1),
+        "{ctx}: the run reaches the last step"
+    );
+    for w in ranges.windows(2) {
+        let ((p, _, last), (q, first, _)) = (w[0], w[1]);
+        assert!(
+            first == last || first == last + 1,
+            "{ctx}: pid {q} started at step {first}, but pid {p} stopped in step {last}: \
+             a step whose successor's checkpoint was committed ran again, or a step was skipped"
+        );
+    }
+    // attempts grow with every re-run: strictly increasing per stage, and
+    // never above the number of processes of the run. (A process killed after
+    // committing a step's checkpoint but before the stage logged has used an
+    // attempt the ledger does not show, so attempts may skip.)
+    let mut seen: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for e in entries {
+        seen.entry(&e.stage).or_default().push(e.attempt);
+    }
+    for (stage, attempts) in &seen {
+        assert!(
+            attempts.first().is_some_and(|a| *a >= 1),
+            "{ctx}: attempts of {stage} start at 1 or later: {attempts:?}"
+        );
+        assert!(
+            attempts.windows(2).all(|w| w[1] > w[0]),
+            "{ctx}: attempts of {stage} grow: {attempts:?}"
+        );
+        assert!(
+            attempts
+                .last()
+                .is_some_and(|a| *a as usize <= processes.len()),
+            "{ctx}: {stage} reached attempt {attempts:?} in a run of {} processes",
+            processes.len()
+        );
+    }
+}
+
+fn harness(kind: StoreKind) {
+    let iterations: u64 = std::env::var("FLUXIO_CRASH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let seed: u64 = std::env::var("FLUXIO_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        });
+    eprintln!(
+        "crash harness on {}: seed {seed} (replay with FLUXIO_CRASH_SEED={seed}), {iterations} runs",
+        kind.name()
+    );
+    let ns = namespace(&format!("crash_{}", kind.name()));
+    let url = kind.url();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let store: Arc<dyn CheckpointStore> = match rt.block_on(kind.open(&url, &ns)) {
+        Ok(s) => s,
+        Err(e) => {
+            let _: Option<()> = skip_unless_ci(kind.name(), &e);
+            return;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "fluxio-crash-{}-{}",
+        kind.name(),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut rng = Rng(seed);
+
+    // the reference: one uninterrupted run (its first c4 attempt fails, then a resume)
+    let reference = run_to_completion(
+        kind,
+        &url,
+        &ns,
+        "reference",
+        &dir.join("reference.ledger"),
+        &store,
+        &rt,
+        &mut rng,
+        false,
+        seed,
+    );
+
+    let (mut kills, mut errors) = (0usize, 0usize);
+    for i in 0..iterations {
+        let run_id = format!("crash-{i}");
+        let ledger = dir.join(format!("{run_id}.ledger"));
+        let (out, k, e) = run_to_completion(
+            kind, &url, &ns, &run_id, &ledger, &store, &rt, &mut rng, true, seed,
+        );
+        assert_eq!(
+            out, reference.0,
+            "seed {seed}, {run_id}: the final context equals an uninterrupted run's"
+        );
+        kills += k;
+        errors += e;
+    }
+    eprintln!(
+        "crash harness on {}: {iterations} runs, {kills} kills, {errors} stage errors, all checks passed (seed {seed})",
+        kind.name()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `run_id` until it completes, killing workers at random moments when
+/// `kill` is set. Returns the final context JSON, the number of kills and of
+/// stage errors.
+#[allow(clippy::too_many_arguments)]
+fn run_to_completion(
+    kind: StoreKind,
+    url: &str,
+    ns: &str,
+    run_id: &str,
+    ledger: &Path,
+    store: &Arc<dyn CheckpointStore>,
+    rt: &tokio::runtime::Runtime,
+    rng: &mut Rng,
+    kill: bool,
+    seed: u64,
+) -> (String, usize, usize) {
+    let ctx = format!("seed {seed}, {} run {run_id}", kind.name());
+    let mut processes: Vec<(u32, End)> = Vec::new();
+    let (mut kills, mut errors) = (0, 0);
+    let started = Instant::now();
+    let mut mode = "invoke";
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{ctx}: the run did not complete in 120 s: {processes:?}"
+        );
+        let mut worker = spawn(kind, url, ns, run_id, mode, ledger);
+        if let Err(e) = worker.ready() {
+            panic!("{ctx}: worker failed to start: {e}");
+        }
+        worker.go();
+        let pid = worker.pid();
+        // the pipeline takes ~100 ms; kill somewhere in [0, 100) ms
+        let delay = if kill {
+            Some(Duration::from_millis(rng.below(100)))
+        } else {
+            None
+        };
+        let outcome = match delay {
+            Some(d) => worker.next_of(OUTCOMES, d),
+            None => worker.next_of(OUTCOMES, Duration::from_secs(60)),
+        };
+        match outcome {
+            None => {
+                worker.kill();
+                kills += 1;
+                processes.push((pid, End::Killed));
+                mode = "resume";
+            }
+            Some(line) if line.starts_with("ok ") => {
+                processes.push((pid, End::Completed));
+                let entries = read_ledger(ledger, run_id);
+                check_ledger(&entries, &processes, &ctx);
+                return (line["ok ".len()..].to_owned(), kills, errors);
+            }
+            Some(line) if line == "in_use" => {
+                // the killed owner's lease has not lapsed yet: no run is locked forever
+                std::thread::sleep(Duration::from_millis(LEASE_MS / 2));
+                mode = "resume";
+            }
+            Some(line)
+                if line.starts_with("error") && line.contains("fails on its first attempt") =>
+            {
+                errors += 1;
+                processes.push((pid, End::StageError));
+                let cp = rt
+                    .block_on(store.load(run_id))
+                    .expect("load")
+                    .expect("a failure leaves a checkpoint");
+                assert!(
+                    cp.is_failed(),
+                    "{ctx}: the stage error left an error checkpoint"
+                );
+                assert_eq!(
+                    (cp.step.as_str(), cp.attempt),
+                    ("c4", 1),
+                    "{ctx}: the error checkpoint points at c4"
+                );
+                mode = "resume";
+            }
+            Some(line) if line.starts_with("error no checkpoint found") => {
+                // killed before its first checkpoint: the run never started; start it again
+                assert!(
+                    read_ledger(ledger, run_id).is_empty(),
+                    "{ctx}: stages ran but no checkpoint was stored"
+                );
+                mode = "invoke";
+            }
+            Some(other) => panic!("{ctx}: unexpected outcome {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn crash_harness_on_redis() {
+    harness(StoreKind::Redis);
+}
+
+#[test]
+fn crash_harness_on_postgres() {
+    harness(StoreKind::Postgres);
+}
+
+#[test]
+fn crash_harness_on_sqlite() {
+    harness(StoreKind::Sqlite);
+}

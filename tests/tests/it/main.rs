@@ -1,0 +1,29 @@
+//! The end-to-end and cross-crate tests of fluxio, in one binary (every test
+//! binary links the facade, sqlx, redis-rs, tokio and the rest once more).
+//!
+//! Tests of a docs/CONTRACT.md rule carry its number in their name
+//! (`durable::rule6_...`). `decode_fuzz` is a binary of its own: it installs
+//! a panic hook for the whole process and reruns itself under `ulimit -v`.
+
+mod callbacks;
+mod common;
+mod conformance_memory;
+mod context;
+mod crash;
+mod durable;
+mod empty_pipeline;
+mod facade_stores;
+mod golden_checkpoints;
+mod hardening;
+mod lifecycle;
+mod middleware;
+mod middleware_builtins;
+mod multiprocess;
+mod not_durable;
+mod pipeline;
+mod resources;
+mod stage_errors;
+mod store_faults;
+mod streaming;
+mod testing_kit;
+mod value_limits;

@@ -1,0 +1,309 @@
+//! Run ownership across real OS processes, against the real Redis and
+//! Postgres servers (`FLUXIO_REDIS_URL`, `FLUXIO_POSTGRES_URL`) and a SQLite
+//! file shared by the processes.
+//!
+//! - 8 processes start the same run id at the same instant: exactly one runs
+//!   it, 7 get run-id-in-use; repeated `FLUXIO_MP_ITERATIONS` times (50).
+//! - zombie: the owner is frozen with SIGSTOP past its lease, another worker
+//!   takes over and finishes; the frozen one, thawed, has its writes refused.
+//! - takeover: the owner is killed with SIGKILL mid-run; another worker
+//!   resumes after the lease lapses and ends with the context of an
+//!   uninterrupted run.
+//!
+//! Without a server these tests skip loudly, unless `CI` is set.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fluxio::RunStatus;
+use fluxio_test_support::{namespace, skip_unless_ci};
+use fluxio_tests::StoreKind;
+use fluxio_tests::process::Worker;
+
+struct Run<'a> {
+    kind: StoreKind,
+    url: &'a str,
+    ns: &'a str,
+    ledger: &'a PathBuf,
+}
+
+impl Run<'_> {
+    fn spawn(&self, run_id: &str, mode: &str, lease_ms: u64, hold: &str) -> Worker {
+        let lease = lease_ms.to_string();
+        let ledger = self.ledger.to_string_lossy();
+        Worker::spawn(
+            env!("CARGO_BIN_EXE_fluxio-worker"),
+            [
+                self.kind.name(),
+                self.url,
+                self.ns,
+                run_id,
+                mode,
+                &lease,
+                &ledger,
+                hold,
+            ],
+        )
+    }
+}
+
+fn ready(w: &Worker) {
+    if let Err(e) = w.ready() {
+        panic!("worker {} failed before it was ready: {e}", w.pid());
+    }
+}
+
+/// The store for checking results, or `None` when the server is down (skip).
+fn connect(
+    kind: StoreKind,
+    ns: &str,
+) -> Option<(
+    tokio::runtime::Runtime,
+    std::sync::Arc<dyn fluxio::CheckpointStore>,
+)> {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    match rt.block_on(kind.open(&kind.url(), ns)) {
+        Ok(store) => Some((rt, store)),
+        Err(e) => skip_unless_ci(kind.name(), &e),
+    }
+}
+
+fn ledger_lines(path: &PathBuf) -> Vec<(String, u32)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            l.split_once(' ')
+                .and_then(|(s, p)| Some((s.to_owned(), p.parse().ok()?)))
+        })
+        .collect()
+}
+
+fn pids_of(ledger: &[(String, u32)], stage: &str) -> Vec<u32> {
+    ledger
+        .iter()
+        .filter(|(s, _)| s == stage)
+        .map(|(_, p)| *p)
+        .collect()
+}
+
+fn temp_ledger(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fluxio-mp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(format!("{name}.ledger"));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+fn exactly_one_of_eight(kind: StoreKind) {
+    let ns = namespace(&format!("mp_{}", kind.name()));
+    let Some((_rt, _store)) = connect(kind, &ns) else {
+        return;
+    };
+    let iterations: usize = std::env::var("FLUXIO_MP_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let url = kind.url();
+    for i in 0..iterations {
+        let ledger = temp_ledger(&format!("{}-race-{i}", kind.name()));
+        let run = Run {
+            kind,
+            url: &url,
+            ns: &ns,
+            ledger: &ledger,
+        };
+        let run_id = format!("race-{i}");
+        // s1 holds the run for 200 ms: longer than the start of all eight
+        let mut workers: Vec<Worker> = (0..8)
+            .map(|_| run.spawn(&run_id, "invoke", 10_000, "s1=200"))
+            .collect();
+        workers.iter().for_each(ready);
+        workers.iter_mut().for_each(Worker::go);
+        let outcomes: Vec<String> = workers.into_iter().map(Worker::outcome).collect();
+        let ok = outcomes.iter().filter(|o| o.starts_with("ok")).count();
+        let in_use = outcomes.iter().filter(|o| *o == "in_use").count();
+        assert_eq!((ok, in_use), (1, 7), "iteration {i}: {outcomes:?}");
+        let lines = ledger_lines(&ledger);
+        let s1 = pids_of(&lines, "s1");
+        assert_eq!(
+            s1.len(),
+            1,
+            "iteration {i}: only the winner ran a stage: {lines:?}"
+        );
+        assert_eq!(
+            pids_of(&lines, "s3"),
+            s1,
+            "the winner ran the whole pipeline"
+        );
+    }
+    eprintln!(
+        "{}: {iterations} iterations of 8 processes, exactly one winner each",
+        kind.name()
+    );
+}
+
+fn zombie_is_fenced(kind: StoreKind) {
+    let ns = namespace(&format!("zombie_{}", kind.name()));
+    let Some((rt, store)) = connect(kind, &ns) else {
+        return;
+    };
+    let url = kind.url();
+    let ledger = temp_ledger(&format!("{}-zombie", kind.name()));
+    let run = Run {
+        kind,
+        url: &url,
+        ns: &ns,
+        ledger: &ledger,
+    };
+
+    // the owner: 1 s lease, freezes inside s2
+    let mut owner = run.spawn("zombie", "invoke", 1_000, "s2=1500");
+    ready(&owner);
+    owner.go();
+    owner.expect(&["in s2"]);
+    owner.signal("-STOP");
+    std::thread::sleep(Duration::from_millis(2_500)); // well past the lease
+
+    let mut next = run.spawn("zombie", "resume", 10_000, "-");
+    ready(&next);
+    next.go();
+    let (next_pid, next_outcome) = (next.pid(), next.outcome());
+    assert!(
+        next_outcome.starts_with("ok"),
+        "the new owner finishes: {next_outcome}"
+    );
+
+    owner.signal("-CONT");
+    let owner_pid = owner.pid();
+    assert_eq!(
+        owner.outcome(),
+        "lease_lost",
+        "the thawed owner's write is refused"
+    );
+
+    let cp = rt
+        .block_on(store.load("zombie"))
+        .expect("load")
+        .expect("stored");
+    assert_eq!(
+        cp.status,
+        RunStatus::Completed,
+        "the final checkpoint is the new owner's"
+    );
+    let lines = ledger_lines(&ledger);
+    assert_eq!(pids_of(&lines, "s1"), [owner_pid]);
+    assert_eq!(pids_of(&lines, "s2"), [owner_pid, next_pid]);
+    assert_eq!(
+        pids_of(&lines, "s3"),
+        [next_pid],
+        "the zombie never reached s3"
+    );
+}
+
+fn killed_owner_is_taken_over(kind: StoreKind) {
+    let ns = namespace(&format!("takeover_{}", kind.name()));
+    let Some((_rt, _store)) = connect(kind, &ns) else {
+        return;
+    };
+    let url = kind.url();
+    let ledger = temp_ledger(&format!("{}-takeover", kind.name()));
+    let run = Run {
+        kind,
+        url: &url,
+        ns: &ns,
+        ledger: &ledger,
+    };
+
+    let mut owner = run.spawn("victim", "invoke", 3_000, "s2=60000");
+    ready(&owner);
+    owner.go();
+    owner.expect(&["in s2"]);
+    let owner_pid = owner.pid();
+    owner.signal("-KILL");
+    drop(owner);
+
+    // the dead owner's lease has not lapsed yet
+    let mut early = run.spawn("victim", "resume", 3_000, "-");
+    ready(&early);
+    early.go();
+    assert_eq!(early.outcome(), "in_use");
+
+    std::thread::sleep(Duration::from_millis(3_500));
+    let mut next = run.spawn("victim", "resume", 3_000, "-");
+    ready(&next);
+    next.go();
+    let next_pid = next.pid();
+    let resumed = next.outcome();
+
+    let mut reference = run.spawn("reference", "invoke", 3_000, "-");
+    ready(&reference);
+    reference.go();
+    let uninterrupted = reference.outcome();
+    assert!(uninterrupted.starts_with("ok "), "{uninterrupted}");
+    assert_eq!(
+        resumed, uninterrupted,
+        "the resumed run ends with the context of an uninterrupted one"
+    );
+
+    let lines: Vec<(String, u32)> = ledger_lines(&ledger)
+        .into_iter()
+        .filter(|(_, p)| *p == owner_pid || *p == next_pid)
+        .collect();
+    assert_eq!(
+        pids_of(&lines, "s1"),
+        [owner_pid],
+        "s1 finished before the kill and never ran again"
+    );
+    assert_eq!(
+        pids_of(&lines, "s2"),
+        [owner_pid, next_pid],
+        "only the stage that was running ran again"
+    );
+    assert_eq!(pids_of(&lines, "s3"), [next_pid]);
+}
+
+#[test]
+fn redis_exactly_one_of_eight_processes_runs_a_run_id() {
+    exactly_one_of_eight(StoreKind::Redis);
+}
+
+#[test]
+fn postgres_exactly_one_of_eight_processes_runs_a_run_id() {
+    exactly_one_of_eight(StoreKind::Postgres);
+}
+
+#[test]
+fn redis_a_frozen_owner_is_fenced_out() {
+    zombie_is_fenced(StoreKind::Redis);
+}
+
+#[test]
+fn postgres_a_frozen_owner_is_fenced_out() {
+    zombie_is_fenced(StoreKind::Postgres);
+}
+
+#[test]
+fn redis_a_killed_owner_is_taken_over_after_the_lease() {
+    killed_owner_is_taken_over(StoreKind::Redis);
+}
+
+#[test]
+fn postgres_a_killed_owner_is_taken_over_after_the_lease() {
+    killed_owner_is_taken_over(StoreKind::Postgres);
+}
+
+#[test]
+fn sqlite_exactly_one_of_eight_processes_runs_a_run_id() {
+    exactly_one_of_eight(StoreKind::Sqlite);
+}
+
+#[test]
+fn sqlite_a_frozen_owner_is_fenced_out() {
+    zombie_is_fenced(StoreKind::Sqlite);
+}
+
+#[test]
+fn sqlite_a_killed_owner_is_taken_over_after_the_lease() {
+    killed_owner_is_taken_over(StoreKind::Sqlite);
+}
