@@ -12,7 +12,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable};
 use crate::middleware::Middleware;
-use crate::stage::{Output, Resources};
+use crate::stage::{Output, Resources, RunBodies};
 use crate::store::{
     Checkpoint, CheckpointStore, InMemoryStore, Lease, Ownership, RunStatus, now_ms,
 };
@@ -341,7 +341,10 @@ impl Pipeline {
     /// # Cancel safety
     /// Dropping the future stops the run at its next `.await`; the last saved
     /// checkpoint stays, so the run can be resumed, and the lease on the run
-    /// id is released by a background task (or expires, if that fails).
+    /// id is released by a background task (if the task cannot run or the
+    /// store fails, the lease expires). A blocking stage body that is running
+    /// cannot be stopped: it finishes on the blocking pool and the run keeps
+    /// its lease until it returns, so no other run of the id starts beside it.
     pub async fn invoke(&self, run_id: &str, input: Context) -> Result<Context> {
         check_run_id(run_id)?;
         let span = tracing::info_span!("fluxio.run", run_id, version = %self.inner.version);
@@ -350,21 +353,22 @@ impl Pipeline {
             // need tokio's timer and pools, durable runs its lease renewal
             check_runtime("invoke", run_id)?;
             let Some(store) = &self.inner.store else {
-                return interpret::run(&self.inner.program, run_id, 0, input.clear_written(), None)
-                    .await;
+                let run =
+                    interpret::run(&self.inner.program, run_id, 0, input.clear_written(), None);
+                return RunBodies::scope(None, run).await;
             };
-            let owner = Ownership::acquire(store, run_id, self.inner.lease_ttl).await?;
+            let owner = self.own(store, run_id).await?;
             let result = async {
                 store.delete_fenced(run_id, owner.lease()).await?;
                 let durable = self.durable(store.as_ref(), owner.lease(), run_id, now_ms(), None);
-                interpret::run(
+                let run = interpret::run(
                     &self.inner.program,
                     run_id,
                     0,
                     input.clear_written(),
                     Some(&durable),
-                )
-                .await
+                );
+                RunBodies::scope(Some(owner.keep()), run).await
             }
             .await;
             owner.release().await;
@@ -463,7 +467,7 @@ impl Pipeline {
         run_id: &str,
         how: Continue,
     ) -> Result<Context> {
-        let owner = Ownership::acquire(store, run_id, self.inner.lease_ttl).await?;
+        let owner = self.own(store, run_id).await?;
         let result = async {
             let cp = self.load_checked(store.as_ref(), run_id).await?;
             let ip = match how {
@@ -495,14 +499,14 @@ impl Pipeline {
                 cp.created_at_ms,
                 resumed,
             );
-            interpret::run(
+            let run = interpret::run(
                 &self.inner.program,
                 run_id,
                 ip,
                 cp.context.to_context(),
                 Some(&durable),
-            )
-            .await
+            );
+            RunBodies::scope(Some(owner.keep()), run).await
         }
         .await;
         owner.release().await;
@@ -606,6 +610,11 @@ impl Pipeline {
             self.inner.program.instrs.len(),
             self.inner.program
         )
+    }
+
+    /// Takes `run_id` for a run of this pipeline.
+    async fn own(&self, store: &Arc<dyn CheckpointStore>, run_id: &str) -> Result<Ownership> {
+        Ownership::acquire(store, run_id, self.inner.lease_ttl).await
     }
 
     /// The checkpoint store, or [`Error::NotDurable`] naming `operation`

@@ -1,4 +1,11 @@
 //! Run ownership.
+//!
+//! A durable run holds its run id through an [`Ownership`]: the lease and
+//! the task that renews it. The ownership is shared (reference-counted) with
+//! the blocking stage bodies still running for the run ([`KeepLease`], rule
+//! 16): the lease is given back when the run and every such body have let
+//! go, never while a stage body started for the run is still executing.
+//! Dropped runs give it back from a background task.
 
 use std::any::TypeId;
 use std::collections::HashSet;
@@ -65,15 +72,45 @@ impl Lease {
 
 /// A durable run's ownership of its run id: acquired once, renewed on a timer
 /// (every third of the time-to-live, never per stage), released once at the
-/// end. Dropping it (a cancelled run) stops the renewal and releases the lease
-/// in the background.
+/// end.
+///
+/// Shared with the run's blocking stage bodies ([`keep`](Self::keep)): the
+/// lease is renewed and held until the run *and* every body still running
+/// for it have let go. Whoever lets go last gives it back: the run itself
+/// with [`release`](Self::release), awaited; a dropped run or a body that
+/// outlived its run from a background task.
 pub(crate) struct Ownership {
+    held: Arc<Held>,
+}
+
+/// What an [`Ownership`] and its [`KeepLease`]s share.
+struct Held {
     store: Arc<dyn CheckpointStore>,
+    /// `None` once given back.
     lease: Option<Lease>,
     renewer: JoinHandle<()>,
 }
 
+/// Keeps a run's lease held (and renewed) while a blocking stage body runs,
+/// even after the run itself returned or was dropped (rule 16).
+#[derive(Clone)]
+pub(crate) struct KeepLease {
+    held: Arc<Held>,
+}
+
+impl fmt::Debug for KeepLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeepLease")
+            .field("lease", &self.held.lease)
+            .finish()
+    }
+}
+
 impl Ownership {
+    /// Takes `run_id` for a run.
+    ///
+    /// # Errors
+    /// The store's errors, e.g. [`Error::RunIdInUse`].
     pub(crate) async fn acquire(
         store: &Arc<dyn CheckpointStore>,
         run_id: &str,
@@ -82,42 +119,80 @@ impl Ownership {
         let lease = store.acquire_lease(run_id, ttl).await?;
         let renewer = tokio::spawn(renew(Arc::clone(store), lease.handle(), ttl));
         Ok(Ownership {
-            store: Arc::clone(store),
-            lease: Some(lease),
-            renewer,
+            held: Arc::new(Held {
+                store: Arc::clone(store),
+                lease: Some(lease),
+                renewer,
+            }),
         })
     }
 
     /// The held lease.
     pub(crate) fn lease(&self) -> &Lease {
-        // Only `release` and `drop` take it out, and both consume `self`.
-        self.lease
+        // Only `Held::release` and `Held::drop` take it out, and both run
+        // once no `Ownership` or `KeepLease` refers to it any more.
+        self.held
+            .lease
             .as_ref()
             .unwrap_or_else(|| unreachable!("the lease is held until release"))
     }
 
-    pub(crate) async fn release(mut self) {
-        self.renewer.abort();
-        if let Some(lease) = self.lease.take() {
-            let (run_id, token) = (lease.run_id().to_owned(), lease.token());
-            if let Err(e) = self.store.release_lease(lease).await {
-                tracing::warn!(run_id, token, error = %e, "could not release the run's lease; it will expire");
+    /// A holder for a blocking stage body: the lease stays held, and
+    /// renewed, until it is dropped too.
+    pub(crate) fn keep(&self) -> KeepLease {
+        KeepLease {
+            held: Arc::clone(&self.held),
+        }
+    }
+
+    /// Gives the lease back, awaiting the store; or, while a blocking stage
+    /// body of the run still runs, leaves that to the body (it gives the
+    /// lease back in the background when it returns).
+    pub(crate) async fn release(self) {
+        match Arc::try_unwrap(self.held) {
+            Ok(mut held) => held.release().await,
+            Err(shared) => {
+                if let Some(lease) = &shared.lease {
+                    tracing::debug!(
+                        run_id = lease.run_id(),
+                        token = lease.token(),
+                        "a blocking stage body of the run is still running; it keeps the lease until it returns"
+                    );
+                }
             }
         }
     }
 }
 
-impl Drop for Ownership {
+impl Held {
+    async fn release(&mut self) {
+        self.renewer.abort();
+        if let Some(lease) = self.lease.take() {
+            give_back(Arc::clone(&self.store), lease).await;
+        }
+    }
+}
+
+impl Drop for Held {
+    /// The last holder let go without [`Ownership::release`]: the run was
+    /// dropped, or a blocking body outlived it. The lease is given back by a
+    /// task on the current runtime; without a runtime (or when the runtime
+    /// drops the task before it runs) the lease lapses after its time-to-live.
     fn drop(&mut self) {
         self.renewer.abort();
         if let Some(lease) = self.lease.take() {
-            let store = Arc::clone(&self.store);
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
-                    let _ = store.release_lease(lease).await;
-                });
+                let store = Arc::clone(&self.store);
+                rt.spawn(give_back(store, lease));
             }
         }
+    }
+}
+
+async fn give_back(store: Arc<dyn CheckpointStore>, lease: Lease) {
+    let (run_id, token) = (lease.run_id().to_owned(), lease.token());
+    if let Err(e) = store.release_lease(lease).await {
+        tracing::warn!(run_id, token, error = %e.message_with_causes(), "could not release the run's lease; it will expire");
     }
 }
 
