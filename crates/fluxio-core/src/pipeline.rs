@@ -14,7 +14,7 @@ use crate::interpret::{self, Durable};
 use crate::middleware::Middleware;
 use crate::stage::{Output, Resources, RunBodies};
 use crate::store::{
-    Checkpoint, CheckpointStore, InMemoryStore, Lease, Ownership, RunStatus, now_ms,
+    Checkpoint, CheckpointStore, InMemoryStore, Lease, LeaseTracker, Ownership, RunStatus, now_ms,
 };
 use crate::stream::{DEFAULT_STREAM_BUFFER, RunStream, STREAM_TX, StreamEvent};
 use crate::value::Value;
@@ -241,6 +241,7 @@ impl PipelineBuilder {
                 store,
                 lease_ttl: self.lease_ttl,
                 stream_buffer: self.stream_buffer,
+                leases: LeaseTracker::default(),
             }),
         })
     }
@@ -262,6 +263,8 @@ struct Inner {
     store: Option<Arc<dyn CheckpointStore>>,
     lease_ttl: Duration,
     stream_buffer: usize,
+    /// The leases of this pipeline's runs, for `shutdown`.
+    leases: LeaseTracker,
 }
 
 impl fmt::Debug for Pipeline {
@@ -335,13 +338,15 @@ impl Pipeline {
     /// The failing stage's error ([`Error::Stage`] with the stage's own error
     /// as source, [`Error::StagePanic`], [`Error::StageTimeout`]);
     /// [`Error::RunIdInUse`] when another run holds `run_id`;
+    /// [`Error::ShutDown`] once the pipeline is [shut down](Self::shutdown);
     /// [`Error::MergeConflict`], [`Error::UnknownRoute`], [`Error::Store`],
     /// [`Error::InvalidRunId`].
     ///
     /// # Cancel safety
     /// Dropping the future stops the run at its next `.await`; the last saved
     /// checkpoint stays, so the run can be resumed, and the lease on the run
-    /// id is released by a background task (if the task cannot run or the
+    /// id is released by a background task, which
+    /// [`shutdown`](Self::shutdown) waits for (if the task cannot run or the
     /// store fails, the lease expires). A blocking stage body that is running
     /// cannot be stopped: it finishes on the blocking pool and the run keeps
     /// its lease until it returns, so no other run of the id starts beside it.
@@ -353,6 +358,7 @@ impl Pipeline {
             // need tokio's timer and pools, durable runs its lease renewal
             check_runtime("invoke", run_id)?;
             let Some(store) = &self.inner.store else {
+                self.inner.leases.check_open(run_id)?;
                 let run =
                     interpret::run(&self.inner.program, run_id, 0, input.clear_written(), None);
                 return RunBodies::scope(None, run).await;
@@ -390,7 +396,8 @@ impl Pipeline {
     ///
     /// A durable run owns `run_id` for the whole stream. Dropping the stream
     /// cancels the run (its task is aborted; the last checkpoint stays and
-    /// the lease is released in the background, as for a dropped `invoke`).
+    /// the lease is released in the background, as for a dropped `invoke`,
+    /// which [`shutdown`](Self::shutdown) waits for).
     /// A resume re-runs an interrupted stream stage from its start: chunks
     /// emitted before a crash or failure are emitted again.
     ///
@@ -564,6 +571,81 @@ impl Pipeline {
         self.require_store("exists")?.exists(run_id).await
     }
 
+    /// Shuts the pipeline down: it starts no run any more, and every lease
+    /// its runs took is given back to the store before this returns `Ok`, so
+    /// that other processes can take the runs over at once (rule 15).
+    ///
+    /// From the call on, `invoke`, `resume`, `replay` and `stream` of this
+    /// pipeline, and of every clone of it, fail with [`Error::ShutDown`]
+    /// (build the pipeline again to run more). Then `shutdown` waits, at most
+    /// `within`, until no lease of its runs is held or being given back:
+    ///
+    /// - a run that was dropped (its future, or its stream) gives its lease
+    ///   back from a background task; `shutdown` waits for that task, so a
+    ///   process may exit as soon as `shutdown` returns and no other process
+    ///   has to wait for the lease to lapse;
+    /// - a run still executing is not interrupted: `shutdown` waits for it to
+    ///   end (drop it first to stop it at once; a resume repeats the step it
+    ///   was in);
+    /// - a blocking stage body that outlived its run (after a timeout or a
+    ///   drop) keeps the run's lease until it returns, and `shutdown` waits
+    ///   for it too.
+    ///
+    /// A pipeline that is not durable holds no leases: it returns `Ok` at once.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use fluxio_core::{Context, Error, InMemoryStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # // `fluxio::pipeline![...]` builds real ones; this one is empty
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// // a worker told to stop: stop its runs, then give their leases back
+    /// let run = tokio::spawn({
+    ///     let pipeline = pipeline.clone();
+    ///     async move { pipeline.invoke("order-7", Context::new()).await }
+    /// });
+    /// run.abort();
+    /// pipeline.shutdown(Duration::from_secs(10)).await?;
+    ///
+    /// // every lease is back in the store; the pipeline takes no new run
+    /// let refused = pipeline.invoke("order-8", Context::new()).await;
+    /// assert!(matches!(refused, Err(Error::ShutDown { .. })));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShutdownTimeout`] when leases are still held after `within`
+    /// (runs still executing, blocking bodies still running, or a store that
+    /// does not answer): if the process exits anyway they lapse after their
+    /// time-to-live, as if it had crashed. [`Error::NoRuntime`] outside a
+    /// tokio runtime while leases are held.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the waiting only; the pipeline stays shut
+    /// down, and calling `shutdown` again waits again.
+    pub async fn shutdown(&self, within: Duration) -> Result<()> {
+        let leases = &self.inner.leases;
+        leases.close();
+        if leases.held() == 0 {
+            return Ok(());
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime {
+                operation: "shutdown".to_owned(),
+            });
+        }
+        match tokio::time::timeout(within, leases.all_released()).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Error::ShutdownTimeout {
+                waited: within,
+                held: leases.held(),
+            }),
+        }
+    }
+
     /// Runs the stage called `name` alone on `ctx`, through its middleware (no
     /// checkpoints). A router returns `ctx` with its patch applied.
     ///
@@ -612,9 +694,9 @@ impl Pipeline {
         )
     }
 
-    /// Takes `run_id` for a run of this pipeline.
+    /// Takes `run_id` for a run of this pipeline (refused once it is shut down).
     async fn own(&self, store: &Arc<dyn CheckpointStore>, run_id: &str) -> Result<Ownership> {
-        Ownership::acquire(store, run_id, self.inner.lease_ttl).await
+        Ownership::acquire(store, run_id, self.inner.lease_ttl, &self.inner.leases).await
     }
 
     /// The checkpoint store, or [`Error::NotDurable`] naming `operation`

@@ -69,7 +69,7 @@ pub(crate) use checkpoint::now_ms;
 pub use checkpoint::{Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, RunStatus};
 pub use error_kind::StoreErrorKind;
 pub use lease::Lease;
-pub(crate) use lease::{KeepLease, Ownership};
+pub(crate) use lease::{KeepLease, LeaseTracker, Ownership};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
 
