@@ -96,18 +96,31 @@ impl Worker {
 
     /// Tells a ready worker to start.
     pub fn go(&mut self) {
+        self.send("go");
+    }
+
+    /// Writes `line` and a newline to the worker's stdin (a worker in `drop`
+    /// mode drops its run when it reads one).
+    pub fn send(&mut self, line: &str) {
         if let Some(stdin) = self.stdin.as_mut() {
-            let _ = stdin.write_all(b"go\n");
+            let _ = stdin.write_all(format!("{line}\n").as_bytes());
             let _ = stdin.flush();
         }
     }
 
     /// Waits for the outcome line and the process's exit.
     #[must_use]
-    pub fn outcome(mut self) -> String {
+    pub fn outcome(self) -> String {
+        self.outcome_and_exit().0
+    }
+
+    /// Waits for the outcome line and the process's exit; returns the line
+    /// and the exit code (`None` when killed by a signal or not reaped).
+    #[must_use]
+    pub fn outcome_and_exit(mut self) -> (String, Option<i32>) {
         let line = self.expect(OUTCOMES);
-        let _ = self.child.wait();
-        line
+        let code = self.child.wait().ok().and_then(|s| s.code());
+        (line, code)
     }
 
     /// Sends `sig` (e.g. `-STOP`, `-CONT`, `-KILL`) with kill(1).

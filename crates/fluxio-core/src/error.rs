@@ -321,6 +321,29 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// The pipeline was shut down ([`Pipeline::shutdown`](crate::Pipeline::shutdown)):
+    /// it starts no run any more, and this one was not started.
+    #[error("the pipeline is shut down: run `{run_id}` was not started")]
+    ShutDown {
+        /// The run id of the refused run.
+        run_id: String,
+    },
+
+    /// [`Pipeline::shutdown`](crate::Pipeline::shutdown) waited as long as
+    /// it was allowed to and some of the pipeline's runs still hold their
+    /// leases (runs still executing, or blocking stage bodies still
+    /// running); those leases lapse after their time-to-live if the process
+    /// exits now.
+    #[error(
+        "shutdown waited {waited:?}, and {held} lease(s) of the pipeline's runs are still held"
+    )]
+    ShutdownTimeout {
+        /// How long shutdown waited.
+        waited: Duration,
+        /// How many leases were still held or being given back.
+        held: usize,
+    },
+
     /// An operation that reads or writes checkpoints (resume, replay, diff,
     /// checkpoint, exists) was called on a pipeline built without a store.
     #[error(

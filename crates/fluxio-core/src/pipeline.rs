@@ -12,9 +12,9 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable};
 use crate::middleware::Middleware;
-use crate::stage::{Output, Resources};
+use crate::stage::{Output, Resources, RunBodies};
 use crate::store::{
-    Checkpoint, CheckpointStore, InMemoryStore, Lease, Ownership, RunStatus, now_ms,
+    Checkpoint, CheckpointStore, InMemoryStore, Lease, LeaseTracker, Ownership, RunStatus, now_ms,
 };
 use crate::stream::{DEFAULT_STREAM_BUFFER, RunStream, STREAM_TX, StreamEvent};
 use crate::structure::{Changes, Structure};
@@ -271,6 +271,7 @@ impl PipelineBuilder {
                 store,
                 lease_ttl: self.lease_ttl,
                 stream_buffer: self.stream_buffer,
+                leases: LeaseTracker::default(),
             }),
         })
     }
@@ -298,6 +299,8 @@ struct Inner {
     store: Option<Arc<dyn CheckpointStore>>,
     lease_ttl: Duration,
     stream_buffer: usize,
+    /// The leases of this pipeline's runs, for `shutdown`.
+    leases: LeaseTracker,
 }
 
 impl fmt::Debug for Pipeline {
@@ -436,13 +439,18 @@ impl Pipeline {
     /// The failing stage's error ([`Error::Stage`] with the stage's own error
     /// as source, [`Error::StagePanic`], [`Error::StageTimeout`]);
     /// [`Error::RunIdInUse`] when another run holds `run_id`;
+    /// [`Error::ShutDown`] once the pipeline is [shut down](Self::shutdown);
     /// [`Error::MergeConflict`], [`Error::UnknownRoute`], [`Error::Store`],
     /// [`Error::InvalidRunId`].
     ///
     /// # Cancel safety
     /// Dropping the future stops the run at its next `.await`; the last saved
     /// checkpoint stays, so the run can be resumed, and the lease on the run
-    /// id is released by a background task (or expires, if that fails).
+    /// id is released by a background task, which
+    /// [`shutdown`](Self::shutdown) waits for (if the task cannot run or the
+    /// store fails, the lease expires). A blocking stage body that is running
+    /// cannot be stopped: it finishes on the blocking pool and the run keeps
+    /// its lease until it returns, so no other run of the id starts beside it.
     pub async fn invoke(&self, run_id: &str, input: Context) -> Result<Context> {
         let key = self.key(run_id)?;
         let span = self.span(&key, false);
@@ -451,21 +459,22 @@ impl Pipeline {
             // need tokio's timer and pools, durable runs its lease renewal
             check_runtime("invoke", &key)?;
             let Some(store) = &self.inner.store else {
-                return interpret::run(&self.inner.program, &key, 0, input.clear_written(), None)
-                    .await;
+                self.inner.leases.check_open(&key)?;
+                let run = interpret::run(&self.inner.program, &key, 0, input.clear_written(), None);
+                return RunBodies::scope(None, run).await;
             };
-            let owner = Ownership::acquire(store, &key, self.inner.lease_ttl).await?;
+            let owner = self.own(store, &key).await?;
             let result = async {
                 store.delete_fenced(&key, owner.lease()).await?;
                 let durable = self.durable(store.as_ref(), owner.lease(), run_id, now_ms(), None);
-                interpret::run(
+                let run = interpret::run(
                     &self.inner.program,
                     &key,
                     0,
                     input.clear_written(),
                     Some(&durable),
-                )
-                .await
+                );
+                RunBodies::scope(Some(owner.keep()), run).await
             }
             .await;
             owner.release().await;
@@ -487,7 +496,8 @@ impl Pipeline {
     ///
     /// A durable run owns `run_id` for the whole stream. Dropping the stream
     /// cancels the run (its task is aborted; the last checkpoint stays and
-    /// the lease is released in the background, as for a dropped `invoke`).
+    /// the lease is released in the background, as for a dropped `invoke`,
+    /// which [`shutdown`](Self::shutdown) waits for).
     /// A resume re-runs an interrupted stream stage from its start: chunks
     /// emitted before a crash or failure are emitted again.
     ///
@@ -570,7 +580,7 @@ impl Pipeline {
         check_runtime(what, &key)?;
         let span = self.span(&key, true);
         async {
-            let owner = Ownership::acquire(store, &key, self.inner.lease_ttl).await?;
+            let owner = self.own(store, &key).await?;
             let result = async {
                 let cp = store
                     .load(&key)
@@ -579,9 +589,7 @@ impl Pipeline {
                         run_id: key.clone(),
                     })?;
                 let runner = self.version_for(&key, &cp, how, options)?;
-                runner
-                    .continue_locked(store, owner.lease(), run_id, cp, how)
-                    .await
+                runner.continue_locked(store, &owner, run_id, cp, how).await
             }
             .await;
             owner.release().await;
@@ -641,7 +649,7 @@ impl Pipeline {
     async fn continue_locked(
         &self,
         store: &Arc<dyn CheckpointStore>,
-        lease: &Lease,
+        owner: &Ownership,
         run_id: &str,
         cp: Checkpoint,
         how: Continue,
@@ -670,15 +678,21 @@ impl Pipeline {
             // a retry of the stage the checkpoint points at is its next attempt
             let resumed =
                 (cp.status != RunStatus::Completed).then_some((cp.ip as usize, cp.attempt));
-            let durable = self.durable(store.as_ref(), lease, run_id, cp.created_at_ms, resumed);
-            interpret::run(
+            let durable = self.durable(
+                store.as_ref(),
+                owner.lease(),
+                run_id,
+                cp.created_at_ms,
+                resumed,
+            );
+            let run = interpret::run(
                 &self.inner.program,
                 &key,
                 ip,
                 cp.context.to_context(),
                 Some(&durable),
-            )
-            .await
+            );
+            RunBodies::scope(Some(owner.keep()), run).await
         }
     }
 
@@ -847,6 +861,81 @@ impl Pipeline {
         )
     }
 
+    /// Shuts the pipeline down: it starts no run any more, and every lease
+    /// its runs took is given back to the store before this returns `Ok`, so
+    /// that other processes can take the runs over at once (rule 15).
+    ///
+    /// From the call on, `invoke`, `resume`, `replay` and `stream` of this
+    /// pipeline, and of every clone of it, fail with [`Error::ShutDown`]
+    /// (build the pipeline again to run more). Then `shutdown` waits, at most
+    /// `within`, until no lease of its runs is held or being given back:
+    ///
+    /// - a run that was dropped (its future, or its stream) gives its lease
+    ///   back from a background task; `shutdown` waits for that task, so a
+    ///   process may exit as soon as `shutdown` returns and no other process
+    ///   has to wait for the lease to lapse;
+    /// - a run still executing is not interrupted: `shutdown` waits for it to
+    ///   end (drop it first to stop it at once; a resume repeats the step it
+    ///   was in);
+    /// - a blocking stage body that outlived its run (after a timeout or a
+    ///   drop) keeps the run's lease until it returns, and `shutdown` waits
+    ///   for it too.
+    ///
+    /// A pipeline that is not durable holds no leases: it returns `Ok` at once.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use fluxio_core::{Context, Error, InMemoryStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # // `fluxio::pipeline![...]` builds real ones; this one is empty
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// // a worker told to stop: stop its runs, then give their leases back
+    /// let run = tokio::spawn({
+    ///     let pipeline = pipeline.clone();
+    ///     async move { pipeline.invoke("order-7", Context::new()).await }
+    /// });
+    /// run.abort();
+    /// pipeline.shutdown(Duration::from_secs(10)).await?;
+    ///
+    /// // every lease is back in the store; the pipeline takes no new run
+    /// let refused = pipeline.invoke("order-8", Context::new()).await;
+    /// assert!(matches!(refused, Err(Error::ShutDown { .. })));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShutdownTimeout`] when leases are still held after `within`
+    /// (runs still executing, blocking bodies still running, or a store that
+    /// does not answer): if the process exits anyway they lapse after their
+    /// time-to-live, as if it had crashed. [`Error::NoRuntime`] outside a
+    /// tokio runtime while leases are held.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the waiting only; the pipeline stays shut
+    /// down, and calling `shutdown` again waits again.
+    pub async fn shutdown(&self, within: Duration) -> Result<()> {
+        let leases = &self.inner.leases;
+        leases.close();
+        if leases.held() == 0 {
+            return Ok(());
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime {
+                operation: "shutdown".to_owned(),
+            });
+        }
+        match tokio::time::timeout(within, leases.all_released()).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Error::ShutdownTimeout {
+                waited: within,
+                held: leases.held(),
+            }),
+        }
+    }
+
     /// Runs the stage called `name` alone on `ctx`, through its middleware (no
     /// checkpoints). A router returns `ctx` with its patch applied.
     ///
@@ -893,6 +982,11 @@ impl Pipeline {
             self.inner.program.instrs.len(),
             self.inner.program
         )
+    }
+
+    /// Takes `run_id` for a run of this pipeline (refused once it is shut down).
+    async fn own(&self, store: &Arc<dyn CheckpointStore>, run_id: &str) -> Result<Ownership> {
+        Ownership::acquire(store, run_id, self.inner.lease_ttl, &self.inner.leases).await
     }
 
     /// The checkpoint store, or [`Error::NotDurable`] naming `operation`

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::ops::Deref;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::FutureExt as _;
@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use crate::context::Context;
 use crate::error::{BoxError, Error, Result};
+use crate::store::KeepLease;
 use crate::value::Value;
 
 /// How a stage runs.
@@ -519,7 +520,70 @@ impl StageInfo {
     }
 }
 
-/// Runs a blocking stage body on tokio's blocking pool.
+/// The blocking stage bodies of one run (rule 16: one body at a time).
+///
+/// A blocking body cannot be stopped once it started: a timeout, a retry or
+/// a dropped run only stops *waiting* for it. So each body holds, until it
+/// returns:
+///
+/// - the lock of its stage position, so that a retry (or any second call of
+///   that stage in the run) waits for the body before it instead of running
+///   beside it; a call still waiting for the lock has started nothing and
+///   can be dropped or time out freely;
+/// - the run's lease (durable runs), so that no other run of the run id
+///   (a resume, in this process or another) starts while it executes.
+///
+/// Set for the whole run as a task-local (`Pipeline` scopes it around the
+/// interpreter; parallel branches are futures of the same task and share
+/// it). Fire-and-forget branches are spawned tasks outside the run and do
+/// not see it, nor do [`StageTest`](crate::testing::StageTest) calls.
+pub(crate) struct RunBodies {
+    keep: Option<KeepLease>,
+    positions: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+tokio::task_local! {
+    static RUN_BODIES: Arc<RunBodies>;
+}
+
+/// What a running blocking body holds (see [`RunBodies`]); dropped on the
+/// blocking thread right after the body returns, before its result is handed
+/// back.
+struct BodyHold {
+    _position: tokio::sync::OwnedMutexGuard<()>,
+    _lease: Option<KeepLease>,
+}
+
+impl RunBodies {
+    /// Runs `run` with `keep` (a durable run's lease; `None` for a run
+    /// without one) as what its blocking bodies hold.
+    pub(crate) async fn scope<F: Future>(keep: Option<KeepLease>, run: F) -> F::Output {
+        let bodies = Arc::new(RunBodies {
+            keep,
+            positions: Mutex::default(),
+        });
+        RUN_BODIES.scope(bodies, run).await
+    }
+
+    /// Waits until no other body of the stage at `position` runs, then
+    /// holds its lock and the run's lease.
+    async fn hold(&self, position: u32) -> BodyHold {
+        let lock = Arc::clone(
+            self.positions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(position)
+                .or_default(),
+        );
+        BodyHold {
+            _position: lock.lock_owned().await,
+            _lease: self.keep.clone(),
+        }
+    }
+}
+
+/// Runs a blocking stage body on tokio's blocking pool, holding what
+/// [`RunBodies`] says until the body returns.
 pub(crate) fn run_blocking<F>(f: F) -> StageFuture
 where
     F: FnOnce() -> Result<Output, BoxError> + std::marker::Send + 'static,
@@ -534,12 +598,20 @@ where
         }
     }
     let info = StageInfo::current();
-    let f = move || {
-        BLOCKING_INFO.with(|b| *b.borrow_mut() = info);
-        let _reset = Reset;
-        f()
-    };
+    let bodies = RUN_BODIES.try_with(Arc::clone).ok();
     Box::pin(async move {
+        let hold = match (&bodies, &info) {
+            (Some(bodies), Some(info)) => Some(bodies.hold(info.position).await),
+            _ => None,
+        };
+        let f = move || {
+            // dropped last: after the body and `Reset`, before the result
+            // is handed back to the awaiting call
+            let _hold = hold;
+            BLOCKING_INFO.with(|b| *b.borrow_mut() = info);
+            let _reset = Reset;
+            f()
+        };
         match tokio::task::spawn_blocking(f).await {
             Ok(r) => r,
             Err(join) => {

@@ -104,6 +104,55 @@
 //! [`Pipeline::diff`]: a checkpoint before every stage, a failure checkpoint
 //! at the failing stage, fresh runs by default, explicit resume, version
 //! checks, one run per run id at a time, and a completed checkpoint at the end.
+//!
+//! ### Stopping a worker
+//!
+//! A run holds a lease on its run id while it runs. Only a crashed process
+//! makes other workers wait for its leases to lapse: to stop on purpose, drop
+//! the runs (abort their tasks), then await [`Pipeline::shutdown`], which
+//! refuses new runs and returns once every lease of the pipeline's runs is
+//! back in the store. Another process can resume the runs at once.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use fluxio::{pipeline, stage, Context, Error, InMemoryStore, StageInfo, StageResult};
+//!
+//! #[stage]
+//! async fn export(ctx: Context) -> StageResult {
+//!     // the first attempt takes an hour: long enough to be stopped
+//!     if StageInfo::current().map_or(1, |info| info.attempt) == 1 {
+//!         tokio::time::sleep(Duration::from_secs(3600)).await;
+//!     }
+//!     Ok(ctx.set("exported", true)?)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> fluxio::Result<()> {
+//! let store = Arc::new(InMemoryStore::new());
+//! let worker = pipeline![export].store_arc(store.clone()).build()?;
+//!
+//! // the worker is told to stop while the run is inside `export`
+//! let stopped = tokio::time::timeout(
+//!     Duration::from_millis(100),
+//!     worker.invoke("job-1", Context::new()),
+//! )
+//! .await;
+//! assert!(stopped.is_err(), "the run was dropped");
+//! worker.shutdown(Duration::from_secs(10)).await?;
+//! let refused = worker.invoke("job-2", Context::new()).await;
+//! assert!(matches!(refused, Err(Error::ShutDown { .. })));
+//!
+//! // another worker resumes the run at once: the lease is back
+//! let next = pipeline![export].store_arc(store).build()?;
+//! assert!(next.resume("job-1").await?.get::<bool>("exported")?);
+//! # Ok(()) }
+//! ```
+//!
+//! A blocking stage (a plain `fn`) cannot be stopped once it started: its run
+//! keeps the lease, and a [`Retry`](middleware::Retry) keeps its next
+//! attempt, until the body returns, so no second copy of it ever runs beside
+//! it.
 
 pub use fluxio_core::{
     BoxError, Changes, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError,

@@ -1,16 +1,21 @@
 //! A worker process for the multi-process tests.
 //!
-//! `fluxio-worker <redis|postgres> <url> <namespace> <run-id> <invoke|resume> <lease-ms> <ledger-path> <stage=ms|->`
+//! `fluxio-worker <redis|postgres|sqlite> <url> <namespace> <run-id> <invoke|resume|drop> <lease-ms> <ledger-path> <stage=ms|->`
 //!
 //! It connects, prints `ready`, waits for a line on stdin (so a test can
 //! start many workers at the same instant), runs the worker pipeline, and
 //! prints one outcome line: `ok <final context as JSON>`, `in_use`,
 //! `lease_lost` or `error <message>`, exiting with 0, 10, 11 or 1.
+//!
+//! `drop` (rule 15) invokes the run and drops it, mid-stage, when a second
+//! line arrives on stdin; then it shuts the pipeline down (which gives the
+//! dropped run's lease back), prints `released` and `ok {}`, and exits at
+//! once, as a worker told to stop does.
 
 use std::io::BufRead as _;
 use std::time::Duration;
 
-use fluxio::{Context, Error};
+use fluxio::{Context, Error, Pipeline};
 use fluxio_tests::{StoreKind, WorkerSettings, configure, worker_pipeline};
 
 #[tokio::main]
@@ -43,7 +48,7 @@ async fn run() -> fluxio::Result<Context> {
     let args: Vec<String> = std::env::args().collect();
     let usage = || Error::Build {
         message: format!(
-            "usage: fluxio-worker <redis|postgres> <url> <ns> <run-id> <invoke|resume> <lease-ms> <ledger> <stage=ms|->; got {args:?}"
+            "usage: fluxio-worker <redis|postgres|sqlite> <url> <ns> <run-id> <invoke|resume|drop> <lease-ms> <ledger> <stage=ms|->; got {args:?}"
         ),
     };
     if args.len() != 9 {
@@ -70,6 +75,29 @@ async fn run() -> fluxio::Result<Context> {
     match args[5].as_str() {
         "invoke" => pipeline.invoke(&args[4], Context::new()).await,
         "resume" => pipeline.resume(&args[4]).await,
+        "drop" => drop_and_shut_down(&pipeline, &args[4]).await,
         _ => Err(usage()),
     }
+}
+
+/// Invokes `run_id`, drops the run when a line arrives on stdin, and shuts
+/// the pipeline down.
+async fn drop_and_shut_down(pipeline: &Pipeline, run_id: &str) -> fluxio::Result<Context> {
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+        let _ = stop.send(());
+    });
+    tokio::select! {
+        out = pipeline.invoke(run_id, Context::new()) => {
+            return Err(Error::Build {
+                message: format!("the run ended before it was dropped: {out:?}"),
+            });
+        }
+        _ = stopped => {} // the run's future is dropped here, mid-stage
+    }
+    pipeline.shutdown(Duration::from_secs(20)).await?;
+    println!("released");
+    Ok(Context::new())
 }

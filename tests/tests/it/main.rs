@@ -21,6 +21,7 @@ mod middleware_builtins;
 mod multiprocess;
 mod not_durable;
 mod pipeline;
+mod release;
 mod resources;
 mod stage_errors;
 mod store_faults;

@@ -1,4 +1,13 @@
 //! Run ownership.
+//!
+//! A durable run holds its run id through an [`Ownership`]: the lease, the
+//! task that renews it, and a [`LeaseTicket`] of its pipeline's
+//! [`LeaseTracker`]. The ownership is shared (reference-counted) with the
+//! blocking stage bodies still running for the run ([`KeepLease`], rule 16):
+//! the lease is given back when the run and every such body have let go,
+//! never while a stage body started for the run is still executing.
+//! Dropped runs give it back from a background task whose ticket
+//! [`Pipeline::shutdown`](crate::Pipeline::shutdown) waits for (rule 15).
 
 use std::any::TypeId;
 use std::collections::HashSet;
@@ -7,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::CheckpointStore;
@@ -65,58 +75,257 @@ impl Lease {
 
 /// A durable run's ownership of its run id: acquired once, renewed on a timer
 /// (every third of the time-to-live, never per stage), released once at the
-/// end. Dropping it (a cancelled run) stops the renewal and releases the lease
-/// in the background.
+/// end.
+///
+/// Shared with the run's blocking stage bodies ([`keep`](Self::keep)): the
+/// lease is renewed and held until the run *and* every body still running
+/// for it have let go. Whoever lets go last gives it back: the run itself
+/// with [`release`](Self::release), awaited; a dropped run or a body that
+/// outlived its run from a background task counted by the pipeline's
+/// [`LeaseTracker`], so that `Pipeline::shutdown` can wait for it.
 pub(crate) struct Ownership {
+    held: Arc<Held>,
+}
+
+/// What an [`Ownership`] and its [`KeepLease`]s share.
+struct Held {
     store: Arc<dyn CheckpointStore>,
+    /// `None` once given back.
     lease: Option<Lease>,
     renewer: JoinHandle<()>,
+    /// Counts this lease in its pipeline's tracker until it is given back.
+    ticket: Option<LeaseTicket>,
+}
+
+/// Keeps a run's lease held (and renewed) while a blocking stage body runs,
+/// even after the run itself returned or was dropped (rule 16).
+#[derive(Clone)]
+pub(crate) struct KeepLease {
+    held: Arc<Held>,
+}
+
+impl fmt::Debug for KeepLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeepLease")
+            .field("lease", &self.held.lease)
+            .finish()
+    }
 }
 
 impl Ownership {
+    /// Takes `run_id` for a run of the pipeline whose leases `tracker` counts.
+    ///
+    /// # Errors
+    /// [`Error::ShutDown`] when the pipeline was shut down (checked, and the
+    /// lease counted, before the store is asked, so a shutdown never misses
+    /// a lease taken while it waits); the store's errors, e.g.
+    /// [`Error::RunIdInUse`].
     pub(crate) async fn acquire(
         store: &Arc<dyn CheckpointStore>,
         run_id: &str,
         ttl: Duration,
+        tracker: &LeaseTracker,
     ) -> Result<Self> {
+        let ticket = tracker.enter(run_id)?;
         let lease = store.acquire_lease(run_id, ttl).await?;
         let renewer = tokio::spawn(renew(Arc::clone(store), lease.handle(), ttl));
         Ok(Ownership {
-            store: Arc::clone(store),
-            lease: Some(lease),
-            renewer,
+            held: Arc::new(Held {
+                store: Arc::clone(store),
+                lease: Some(lease),
+                renewer,
+                ticket: Some(ticket),
+            }),
         })
     }
 
     /// The held lease.
     pub(crate) fn lease(&self) -> &Lease {
-        // Only `release` and `drop` take it out, and both consume `self`.
-        self.lease
+        // Only `Held::release` and `Held::drop` take it out, and both run
+        // once no `Ownership` or `KeepLease` refers to it any more.
+        self.held
+            .lease
             .as_ref()
             .unwrap_or_else(|| unreachable!("the lease is held until release"))
     }
 
-    pub(crate) async fn release(mut self) {
-        self.renewer.abort();
-        if let Some(lease) = self.lease.take() {
-            let (run_id, token) = (lease.run_id().to_owned(), lease.token());
-            if let Err(e) = self.store.release_lease(lease).await {
-                tracing::warn!(run_id, token, error = %e, "could not release the run's lease; it will expire");
+    /// A holder for a blocking stage body: the lease stays held, and
+    /// renewed, until it is dropped too.
+    pub(crate) fn keep(&self) -> KeepLease {
+        KeepLease {
+            held: Arc::clone(&self.held),
+        }
+    }
+
+    /// Gives the lease back, awaiting the store; or, while a blocking stage
+    /// body of the run still runs, leaves that to the body (it gives the
+    /// lease back in the background when it returns).
+    pub(crate) async fn release(self) {
+        match Arc::try_unwrap(self.held) {
+            Ok(mut held) => held.release().await,
+            Err(shared) => {
+                if let Some(lease) = &shared.lease {
+                    tracing::debug!(
+                        run_id = lease.run_id(),
+                        token = lease.token(),
+                        "a blocking stage body of the run is still running; it keeps the lease until it returns"
+                    );
+                }
             }
         }
     }
 }
 
-impl Drop for Ownership {
+impl Held {
+    async fn release(&mut self) {
+        self.renewer.abort();
+        let ticket = self.ticket.take();
+        if let Some(lease) = self.lease.take() {
+            give_back(Arc::clone(&self.store), lease).await;
+        }
+        drop(ticket);
+    }
+}
+
+impl Drop for Held {
+    /// The last holder let go without [`Ownership::release`]: the run was
+    /// dropped, or a blocking body outlived it. The lease is given back by a
+    /// task on the current runtime that holds the ticket until the store
+    /// answers; without a runtime (or when the runtime drops the task before
+    /// it runs) the lease lapses after its time-to-live.
     fn drop(&mut self) {
         self.renewer.abort();
+        let ticket = self.ticket.take();
         if let Some(lease) = self.lease.take() {
-            let store = Arc::clone(&self.store);
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let store = Arc::clone(&self.store);
                 rt.spawn(async move {
-                    let _ = store.release_lease(lease).await;
+                    give_back(store, lease).await;
+                    drop(ticket);
                 });
             }
+        }
+    }
+}
+
+async fn give_back(store: Arc<dyn CheckpointStore>, lease: Lease) {
+    let (run_id, token) = (lease.run_id().to_owned(), lease.token());
+    if let Err(e) = store.release_lease(lease).await {
+        tracing::warn!(run_id, token, error = %e.message_with_causes(), "could not release the run's lease; it will expire");
+    }
+}
+
+/// Counts the leases a pipeline's runs hold or are giving back, and refuses
+/// new ones once the pipeline is shut down. Shared by every clone of one
+/// built pipeline.
+#[derive(Clone, Default)]
+pub(crate) struct LeaseTracker {
+    inner: Arc<TrackerInner>,
+}
+
+#[derive(Default)]
+struct TrackerInner {
+    state: Mutex<TrackerState>,
+    /// Woken when the count drops to zero.
+    idle: Notify,
+}
+
+#[derive(Default)]
+struct TrackerState {
+    held: usize,
+    closed: bool,
+}
+
+impl fmt::Debug for LeaseTracker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state();
+        f.debug_struct("LeaseTracker")
+            .field("held", &state.held)
+            .field("closed", &state.closed)
+            .finish()
+    }
+}
+
+impl LeaseTracker {
+    fn state(&self) -> std::sync::MutexGuard<'_, TrackerState> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts one more lease, unless the pipeline is shut down.
+    ///
+    /// # Errors
+    /// [`Error::ShutDown`] naming `run_id`.
+    pub(crate) fn enter(&self, run_id: &str) -> Result<LeaseTicket> {
+        let mut state = self.state();
+        if state.closed {
+            return Err(Error::ShutDown {
+                run_id: run_id.to_owned(),
+            });
+        }
+        state.held += 1;
+        Ok(LeaseTicket {
+            inner: Arc::clone(&self.inner),
+        })
+    }
+
+    /// [`Error::ShutDown`] once the pipeline is shut down (for runs that take
+    /// no lease).
+    pub(crate) fn check_open(&self, run_id: &str) -> Result<()> {
+        if self.state().closed {
+            return Err(Error::ShutDown {
+                run_id: run_id.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses every lease from now on.
+    pub(crate) fn close(&self) {
+        self.state().closed = true;
+    }
+
+    /// How many leases are held or being given back.
+    pub(crate) fn held(&self) -> usize {
+        self.state().held
+    }
+
+    /// Returns once no lease is held or being given back.
+    pub(crate) async fn all_released(&self) {
+        loop {
+            let idle = self.inner.idle.notified();
+            tokio::pin!(idle);
+            // registered before the count is read: a ticket dropped in
+            // between still wakes this waiter
+            idle.as_mut().enable();
+            if self.held() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// One lease counted by a [`LeaseTracker`], until dropped.
+pub(crate) struct LeaseTicket {
+    inner: Arc<TrackerInner>,
+}
+
+impl Drop for LeaseTicket {
+    fn drop(&mut self) {
+        let idle = {
+            let mut state = self
+                .inner
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            state.held = state.held.saturating_sub(1);
+            state.held == 0
+        };
+        if idle {
+            self.inner.idle.notify_waiters();
         }
     }
 }

@@ -71,7 +71,7 @@ pub use checkpoint::{
 };
 pub use error_kind::StoreErrorKind;
 pub use lease::Lease;
-pub(crate) use lease::Ownership;
+pub(crate) use lease::{KeepLease, LeaseTracker, Ownership};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
 
