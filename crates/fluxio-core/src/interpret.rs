@@ -33,6 +33,8 @@ pub(crate) struct Durable<'a> {
     /// the checkpoint's key is both.
     pub(crate) pipeline: &'a str,
     pub(crate) run_id: &'a str,
+    /// The run's store key (`pipeline/run_id`), what callbacks and logs name.
+    pub(crate) key: &'a str,
     pub(crate) version: &'a str,
     pub(crate) structure: &'a Arc<Structure>,
     pub(crate) created_at_ms: u64,
@@ -177,7 +179,7 @@ async fn save(program: &Program, d: &Durable<'_>, cp: Checkpoint) -> Result<()> 
     d.store.save_fenced(cp, d.lease).await?;
     let latency = started.elapsed();
     emit(&program.callbacks, "checkpoint", |c| {
-        c.on_checkpoint(d.run_id, ip, status, latency)
+        c.on_checkpoint(d.key, ip, status, latency)
     });
     Ok(())
 }
@@ -219,7 +221,7 @@ async fn run_checkpointed(
                 );
                 if let Err(store_err) = save(program, d, cp).await {
                     tracing::error!(
-                        run_id = d.run_id,
+                        run_id = d.key,
                         error = %store_err.message_with_causes(),
                         "could not save the failure checkpoint; the previous checkpoint stays in place"
                     );

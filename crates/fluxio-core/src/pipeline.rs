@@ -466,7 +466,13 @@ impl Pipeline {
             let owner = self.own(store, &key).await?;
             let result = async {
                 store.delete_fenced(&key, owner.lease()).await?;
-                let durable = self.durable(store.as_ref(), owner.lease(), run_id, now_ms(), None);
+                let durable = self.durable(
+                    store.as_ref(),
+                    owner.lease(),
+                    (run_id, &key),
+                    now_ms(),
+                    None,
+                );
                 let run = interpret::run(
                     &self.inner.program,
                     &key,
@@ -681,7 +687,7 @@ impl Pipeline {
             let durable = self.durable(
                 store.as_ref(),
                 owner.lease(),
-                run_id,
+                (run_id, &key),
                 cp.created_at_ms,
                 resumed,
             );
@@ -1002,7 +1008,7 @@ impl Pipeline {
         &'a self,
         store: &'a dyn CheckpointStore,
         lease: &'a Lease,
-        run_id: &'a str,
+        (run_id, key): (&'a str, &'a str),
         created_at_ms: u64,
         resumed: Option<(usize, u32)>,
     ) -> Durable<'a> {
@@ -1011,6 +1017,7 @@ impl Pipeline {
             lease,
             pipeline: &self.inner.name,
             run_id,
+            key,
             version: &self.inner.version,
             structure: &self.inner.structure,
             created_at_ms,

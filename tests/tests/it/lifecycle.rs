@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fluxio::store::{CheckpointStore, InMemoryStore};
-use fluxio::{Context, Error, ResumeOptions, StageInfo, StageResult, pipeline, stage};
+use fluxio::{Context, Error, Pipeline, ResumeOptions, StageInfo, StageResult, pipeline, stage};
 
 /// What the stages of one test saw, in order.
 static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -280,25 +280,35 @@ fn store() -> Arc<dyn CheckpointStore> {
     Arc::new(InMemoryStore::new())
 }
 
+/// The pipeline `orders` with the buggy `charge`.
+fn orders_v1(store: &Arc<dyn CheckpointStore>) -> Pipeline {
+    pipeline![validate, charge_v1, receipt]
+        .name("orders")
+        .store_arc(Arc::clone(store))
+        .build()
+        .expect("valid")
+}
+
+/// The pipeline `orders` with `charge` fixed: same shape, new code.
+fn orders_v2(store: &Arc<dyn CheckpointStore>) -> Pipeline {
+    pipeline![validate, charge_v2, receipt]
+        .name("orders")
+        .store_arc(Arc::clone(store))
+        .build()
+        .expect("valid")
+}
+
 #[tokio::test]
 async fn rule13_a_changed_stage_is_named_and_resumes_only_when_allowed() {
     let _serial = SERIAL.lock().await;
     BUG.store(true, Ordering::SeqCst);
     let store = store();
-    let v1 = pipeline![validate, charge_v1, receipt]
-        .name("orders")
-        .store_arc(Arc::clone(&store))
-        .build()
-        .expect("valid");
+    let v1 = orders_v1(&store);
     v1.invoke("o-1", Context::new()).await.expect_err("the bug");
     let before = v1.checkpoint("o-1").await.expect("load");
 
     // the fix: stage `charge` has new code; the shape is the same
-    let v2 = pipeline![validate, charge_v2, receipt]
-        .name("orders")
-        .store_arc(Arc::clone(&store))
-        .build()
-        .expect("valid");
+    let v2 = orders_v2(&store);
     assert_ne!(v1.version(), v2.version());
     let err = v2.resume("o-1").await.expect_err("other code");
     match &err {
@@ -351,11 +361,7 @@ async fn rule13_a_changed_shape_is_refused_even_when_code_changes_are_allowed() 
     let _serial = SERIAL.lock().await;
     BUG.store(true, Ordering::SeqCst);
     let store = store();
-    let v1 = pipeline![validate, charge_v1, receipt]
-        .name("orders")
-        .store_arc(Arc::clone(&store))
-        .build()
-        .expect("valid");
+    let v1 = orders_v1(&store);
     v1.invoke("o-2", Context::new()).await.expect_err("the bug");
     let v2 = pipeline![validate, audit, charge_v2, receipt]
         .name("orders")
@@ -384,22 +390,12 @@ async fn rule13_a_held_old_version_finishes_its_runs_while_new_runs_use_the_new(
     let _serial = SERIAL.lock().await;
     BUG.store(true, Ordering::SeqCst);
     let store = store();
-    let v1 = pipeline![validate, charge_v1, receipt]
-        .name("orders")
-        .store_arc(Arc::clone(&store))
-        .build()
-        .expect("valid");
+    let v1 = orders_v1(&store);
     v1.invoke("old-run", Context::new())
         .await
         .expect_err("the bug");
     BUG.store(false, Ordering::SeqCst); // the outage the bug depended on is over
-    let v2 = pipeline![validate, charge_v2, receipt]
-        .name("orders")
-        .store_arc(Arc::clone(&store))
-        .build()
-        .expect("valid")
-        .hold(v1.clone())
-        .expect("same name");
+    let v2 = orders_v2(&store).hold(v1.clone()).expect("same name");
     assert_eq!(v2.held_versions(), [v1.version()]);
     let old = v2.resume("old-run").await.expect("resumes on the old code");
     assert_eq!(old.get::<String>("charged").expect("charged"), "v1");
