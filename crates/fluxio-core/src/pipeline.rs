@@ -69,7 +69,7 @@ impl PipelineBuilder {
     }
 
     /// Names the pipeline (contract rule 10): stores keep its runs under
-    /// `name/run_id` ([`run_key`](crate::store::run_key)), so pipelines with
+    /// `name/run_id` ([`run_key`]), so pipelines with
     /// different names never see, overwrite, delete or lease each other's
     /// runs, whatever their run ids. The name appears in the run's span, its
     /// callbacks, its errors and its stages' idempotency keys.
