@@ -188,9 +188,10 @@ fn nonce() -> String {
 impl CheckpointStore for RedisStore {
     /// One `SET {prefix}:{run_id} <bytes> PX <ttl>`.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        fluxio_core::store::check_run_id(&checkpoint.key())?;
+        let run_key = checkpoint.key();
+        fluxio_core::store::check_run_id(&run_key)?;
         let bytes = checkpoint.to_bytes()?;
-        let key = self.checkpoint_key(&checkpoint.key());
+        let key = self.checkpoint_key(&run_key);
         let mut cmd = redis::cmd("SET");
         cmd.arg(&key).arg(bytes).arg("PX").arg(self.inner.ttl_ms);
         Ok(self
@@ -313,11 +314,12 @@ impl CheckpointStore for RedisStore {
     /// [`save`](CheckpointStore::save); otherwise `LeaseLost` and nothing
     /// written.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
-        if lease.run_id() != checkpoint.key() {
+        let run_key = checkpoint.key();
+        if lease.run_id() != run_key {
             return Err(lease_lost(lease));
         }
         let bytes = checkpoint.to_bytes()?;
-        let key = self.checkpoint_key(&checkpoint.key());
+        let key = self.checkpoint_key(&run_key);
         let mut script = scripts::SAVE_FENCED_SCRIPT.prepare_invoke();
         script
             .key(self.lease_key(lease.run_id()))

@@ -115,8 +115,9 @@ impl InMemoryStore {
 #[async_trait::async_trait]
 impl CheckpointStore for InMemoryStore {
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        crate::store::check_run_id(&checkpoint.key())?;
-        lock(&self.map).insert(checkpoint.key(), checkpoint);
+        let key = checkpoint.key();
+        crate::store::check_run_id(&key)?;
+        lock(&self.map).insert(key, checkpoint);
         Ok(())
     }
 
@@ -183,9 +184,9 @@ impl CheckpointStore for InMemoryStore {
     }
 
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
-        let run_id = checkpoint.key();
-        self.fenced(&run_id, lease, |map| {
-            map.insert(checkpoint.key(), checkpoint);
+        let key = checkpoint.key();
+        self.fenced(&key, lease, |map| {
+            map.insert(key.clone(), checkpoint);
         })
     }
 
