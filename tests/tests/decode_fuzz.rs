@@ -32,7 +32,9 @@ use std::sync::{Arc, Mutex, Once, PoisonError};
 use std::time::Instant;
 
 use fluxio_core::store::conformance::{self, Harness};
-use fluxio_core::store::{Checkpoint, CheckpointStore, FORMAT_VERSION, MAGIC, MAX_PAYLOAD};
+use fluxio_core::store::{
+    Checkpoint, CheckpointStore, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_FORMAT_VERSION,
+};
 use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
 
 const HEADER: usize = 18;
@@ -660,7 +662,9 @@ fn mutant(
             2 => u16::MAX,
             _ => rng.next() as u16,
         };
-        if format != FORMAT_VERSION {
+        // a format this build reads (format 1 over a format 2 payload, say)
+        // must decode or fail typed, like any other payload
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&format) {
             note!(what, "format {format} ");
             return (index, frame(format, &payload), false, Some(format));
         }
