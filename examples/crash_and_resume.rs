@@ -75,9 +75,16 @@ fn input() -> fluxio::Result<Context> {
 }
 
 /// `--worker <db> <run-id> <invoke|resume>`: one worker process.
+/// The pipeline's name: the store keeps its runs under `report/<run id>`.
+const NAME: &str = "report";
+
 async fn worker(db: &Path, run_id: &str, mode: &str) -> anyhow::Result<()> {
     let store = SqliteStore::connect(db).await?;
-    let p = report_pipeline().store(store).lease_ttl(LEASE).build()?;
+    let p = report_pipeline()
+        .name(NAME)
+        .store(store)
+        .lease_ttl(LEASE)
+        .build()?;
     let out = match mode {
         "invoke" => p.invoke(run_id, input()?).await?,
         _ => loop {
@@ -129,8 +136,13 @@ async fn main() -> anyhow::Result<()> {
     let status = first.wait()?;
     println!("    -> worker 1 killed ({status})\n");
 
-    let store = SqliteStore::connect(&db).await?;
-    let cp = fluxio::CheckpointStore::load(&store, run_id)
+    // an operator's view: the same pipeline over the same file
+    let inspect = report_pipeline()
+        .name(NAME)
+        .store(SqliteStore::connect(&db).await?)
+        .build()?;
+    let cp = inspect
+        .checkpoint(run_id)
         .await?
         .ok_or_else(|| anyhow::anyhow!("no checkpoint"))?;
     println!(
@@ -150,11 +162,15 @@ async fn main() -> anyhow::Result<()> {
         .status()?;
     anyhow::ensure!(status.success(), "worker 2 failed: {status}");
 
-    let resumed = fluxio::CheckpointStore::load(&store, run_id)
+    let resumed = inspect
+        .checkpoint(run_id)
         .await?
         .map(|cp| cp.context.to_context());
     println!("\n4. an uninterrupted run, for comparison:");
-    let reference = report_pipeline().store(InMemoryStore::new()).build()?;
+    let reference = report_pipeline()
+        .name(NAME)
+        .store(InMemoryStore::new())
+        .build()?;
     let uninterrupted = reference.invoke("reference", input()?).await?;
     println!(
         "\nfetch_orders and total ran once, in worker 1; render ran in both workers; publish in worker 2.\n\

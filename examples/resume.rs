@@ -12,7 +12,10 @@ use fluxio_examples::checkout::{self, GATEWAY_DOWN, GatewayDown};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let pipeline = checkout::pipeline().store(InMemoryStore::new()).build()?;
+    let pipeline = checkout::pipeline()
+        .name("checkout")
+        .store(InMemoryStore::new())
+        .build()?;
     let run_id = "order-42";
     println!(
         "checkout pipeline, version {}, run `{run_id}`\n",

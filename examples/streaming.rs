@@ -33,6 +33,7 @@ async fn summarize(ctx: Context) -> StageResult {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let pipeline = pipeline![generate, summarize]
+        .name("summaries")
         .store(InMemoryStore::new())
         .stream_buffer(4)
         .build()?;

@@ -55,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
         .with_target(false)
         .init();
     let p = pipeline![load, greet]
+        .name("greetings")
         .store(InMemoryStore::new())
         .callback(Timings)
         .build()?;

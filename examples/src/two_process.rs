@@ -57,7 +57,11 @@ pub fn demo_pipeline() -> PipelineBuilder {
 /// A store or pipeline error.
 pub async fn main(store: Arc<dyn CheckpointStore>, store_name: &str) -> anyhow::Result<()> {
     let lease = Duration::from_secs(2);
-    let pipeline = demo_pipeline().store_arc(store).lease_ttl(lease).build()?;
+    let pipeline = demo_pipeline()
+        .name("demo")
+        .store_arc(store)
+        .lease_ttl(lease)
+        .build()?;
     let args: Vec<String> = std::env::args().collect();
     if let (Some("--worker"), Some(run_id)) = (args.get(1).map(String::as_str), args.get(2)) {
         pipeline

@@ -147,8 +147,11 @@ async fn s3(ctx: Context) -> StageResult {
 
 /// The worker's pipeline: three stages that record every attempt.
 pub fn worker_pipeline() -> PipelineBuilder {
-    pipeline![s1, s2, s3]
+    pipeline![s1, s2, s3].name(WORKER_PIPELINE)
 }
+
+/// The name of [`worker_pipeline`]: its runs are kept under `worker/<run id>`.
+pub const WORKER_PIPELINE: &str = "worker";
 
 // ---- the crash-test pipeline ------------------------------------------------
 
@@ -231,7 +234,11 @@ async fn c5(ctx: Context) -> StageResult {
 /// appends `run_id stage attempt pid` to the ledger.
 pub fn crash_pipeline() -> PipelineBuilder {
     pipeline![c1, parallel![c2a, c2b], pick => { "x" => [c3x, c4], "y" => c3y }, c5]
+        .name(CRASH_PIPELINE)
 }
+
+/// The name of [`crash_pipeline`]: its runs are kept under `crash/<run id>`.
+pub const CRASH_PIPELINE: &str = "crash";
 
 /// The durable steps of [`crash_pipeline`] along route `x`, in order: each
 /// is a set of stages covered by one checkpoint.

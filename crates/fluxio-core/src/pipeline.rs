@@ -196,6 +196,13 @@ impl PipelineBuilder {
         let name = self.name.clone().unwrap_or_default();
         if self.name.is_some() {
             check_pipeline_name(&name)?;
+        } else if self.durable {
+            return Err(Error::InvalidSetting {
+                setting: "name",
+                message: "a durable pipeline needs a name, which scopes its run ids in the store \
+                          (contract rule 10): add `.name(\"orders\")` before `.build()`"
+                    .to_owned(),
+            });
         }
         if self.stream_buffer > MAX_STREAM_BUFFER {
             return Err(Error::InvalidSetting {
@@ -525,6 +532,14 @@ impl Pipeline {
     /// context. A completed run returns its final context without running
     /// anything.
     ///
+    /// A run stored before pipelines had names (checkpoint format 1, kept
+    /// under the bare run id) is adopted: when nothing is stored under this
+    /// pipeline's name and the bare run id holds an unnamed checkpoint of a
+    /// version this pipeline runs (its own or a [held](Self::hold) one), the
+    /// checkpoint moves to the pipeline's name, under the leases of both
+    /// keys, and the run continues. [`checkpoint`](Self::checkpoint) shows
+    /// such a run before it is adopted.
+    ///
     /// # Errors
     /// [`Error::NotDurable`] when the pipeline has no store;
     /// [`Error::CheckpointNotFound`] when nothing is stored for `run_id`;
@@ -588,12 +603,15 @@ impl Pipeline {
         async {
             let owner = self.own(store, &key).await?;
             let result = async {
-                let cp = store
-                    .load(&key)
-                    .await?
-                    .ok_or_else(|| Error::CheckpointNotFound {
-                        run_id: key.clone(),
-                    })?;
+                let cp = match store.load(&key).await? {
+                    Some(cp) => cp,
+                    None => self
+                        .adopt_unnamed(store, &owner, run_id, how, options)
+                        .await?
+                        .ok_or_else(|| Error::CheckpointNotFound {
+                            run_id: key.clone(),
+                        })?,
+                };
                 let runner = self.version_for(&key, &cp, how, options)?;
                 runner.continue_locked(store, &owner, run_id, cp, how).await
             }
@@ -603,6 +621,49 @@ impl Pipeline {
         }
         .instrument(span)
         .await
+    }
+
+    /// A run of this pipeline stored before pipelines had names: a format 1
+    /// checkpoint (or one of an unnamed pipeline) kept under the bare
+    /// `run_id`, with no pipeline name. When it was written by a version this
+    /// pipeline continues ([`version_for`](Self::version_for)), it is moved
+    /// to this pipeline's key under both the old key's lease and `owner`'s,
+    /// and returned; `None` when there is no such run. A crash between the
+    /// move's save and delete leaves a copy under the bare id, which is
+    /// never read again once the named one exists.
+    async fn adopt_unnamed(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: &Ownership,
+        run_id: &str,
+        how: Continue,
+        options: ResumeOptions,
+    ) -> Result<Option<Checkpoint>> {
+        if self.inner.name.is_empty() {
+            return Ok(None);
+        }
+        let old = self.own(store, run_id).await?;
+        let result = async {
+            let Some(mut cp) = store.load(run_id).await? else {
+                return Ok(None);
+            };
+            if !cp.pipeline.is_empty() {
+                return Ok(None);
+            }
+            let key = self.key(run_id)?;
+            self.version_for(&key, &cp, how, options)?;
+            cp.pipeline.clone_from(&self.inner.name);
+            store.save_fenced(cp.clone(), owner.lease()).await?;
+            store.delete_fenced(run_id, old.lease()).await?;
+            tracing::info!(
+                run = %key,
+                "adopted a run stored before pipelines had names (under its bare run id)"
+            );
+            Ok(Some(cp))
+        }
+        .await;
+        old.release().await;
+        result
     }
 
     /// The pipeline that continues `cp`: this one, or the held version that
@@ -730,7 +791,9 @@ impl Pipeline {
         ))
     }
 
-    /// The stored checkpoint of `run_id`, if any.
+    /// The stored checkpoint of `run_id`, if any: the pipeline's own, or a
+    /// run of one of its versions stored before pipelines had names, which
+    /// [`resume`](Self::resume) adopts.
     ///
     /// # Errors
     /// [`Error::NotDurable`] when the pipeline has no store;
@@ -738,7 +801,21 @@ impl Pipeline {
     /// [`Error::InvalidRunId`] for a malformed run id.
     pub async fn checkpoint(&self, run_id: &str) -> Result<Option<Checkpoint>> {
         let key = self.key(run_id)?;
-        self.require_store("checkpoint")?.load(&key).await
+        let store = self.require_store("checkpoint")?;
+        match store.load(&key).await? {
+            Some(cp) => Ok(Some(cp)),
+            // a run of this pipeline from before names, which `resume` adopts
+            None if !self.inner.name.is_empty() => Ok(store.load(run_id).await?.filter(|cp| {
+                cp.pipeline.is_empty()
+                    && (cp.version == self.inner.version
+                        || self
+                            .inner
+                            .held
+                            .iter()
+                            .any(|p| p.inner.version == cp.version))
+            })),
+            None => Ok(None),
+        }
     }
 
     /// Whether a checkpoint is stored for `run_id`.
@@ -896,6 +973,7 @@ impl Pipeline {
     /// # async fn main() -> fluxio_core::Result<()> {
     /// # // `fluxio::pipeline![...]` builds real ones; this one is empty
     /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .name("orders")
     /// #     .store(InMemoryStore::new())
     /// #     .build()?;
     /// // a worker told to stop: stop its runs, then give their leases back

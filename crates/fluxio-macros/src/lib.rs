@@ -107,7 +107,7 @@ pub fn stage(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Builds a pipeline from stages, parallel blocks and routing blocks.
 ///
-/// It returns a `PipelineBuilder`: `.store(...)` (or `.durable(true)`) makes
+/// It returns a `PipelineBuilder`: `.name("orders")` with `.store(...)` (or `.durable(true)`) makes
 /// the pipeline durable, `.auto_parallel(false)` switches folding off,
 /// `.resource(value)` registers a resource, `.build()` compiles it into a
 /// `Pipeline`. Runnable examples are in the `fluxio` crate's documentation;
@@ -136,6 +136,7 @@ pub fn stage(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     shipping => { "express" => express, "standard" => [standard, notify] },
 ///     fire_and_forget![send_receipt],
 /// ]
+/// .name("orders")
 /// .store(InMemoryStore::new())
 /// .build()?;
 /// ```

@@ -93,6 +93,7 @@ fn per_checkpoint(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &Postg
 
 fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &PostgresStore) {
     let p = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
+        .name("bench")
         .store(store.clone())
         .build()
         .expect("valid");

@@ -14,7 +14,7 @@
 //! # async fn main() -> fluxio::Result<()> {
 //! // Creates the schema and tables on first use (embedded migrations).
 //! let store = PostgresStore::connect("postgres://app:secret@db.internal:5432/app").await?;
-//! let pipeline = pipeline![charge].store(store.clone()).build()?;
+//! let pipeline = pipeline![charge].name("payments").store(store.clone()).build()?;
 //! pipeline.invoke("order-42", ctx! { "amount" => 4200u64 }?).await?;
 //!
 //! // Another worker, with its own store on the same database, can resume a

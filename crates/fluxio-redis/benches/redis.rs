@@ -229,13 +229,18 @@ fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &RedisStor
     // checkpoint writes per run, counted once
     let counting = Arc::new(Counting(store.clone(), AtomicU64::new(0)));
     let p = ten_noops()
+        .name("bench")
         .store_arc(Arc::clone(&counting) as Arc<dyn CheckpointStore>)
         .build()
         .expect("valid");
     rt.block_on(p.invoke("count", input.clone())).expect("runs");
     let per_run = counting.1.load(Ordering::Relaxed);
 
-    let p = ten_noops().store(store.clone()).build().expect("valid");
+    let p = ten_noops()
+        .name("bench")
+        .store(store.clone())
+        .build()
+        .expect("valid");
     let mut g = c.benchmark_group("pipeline_10_stages");
     for n in CONCURRENCY {
         let ids: Vec<String> = (0..n).map(|i| format!("run-{n}-{i}")).collect();
@@ -251,7 +256,11 @@ fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &RedisStor
 /// A fixed-length measurement for the summary: runs and checkpoints per second.
 fn summary(rt: &tokio::runtime::Runtime, store: &RedisStore, per_checkpoint: &str, per_run: u64) {
     println!("\nsummary:\n  {per_checkpoint}");
-    let p = ten_noops().store(store.clone()).build().expect("valid");
+    let p = ten_noops()
+        .name("bench")
+        .store(store.clone())
+        .build()
+        .expect("valid");
     let input = Context::new().set("order", 42u64).expect("serializes");
     println!("  pipelines of 10 no-op stages: {per_run} checkpoint writes per run");
     for n in CONCURRENCY {

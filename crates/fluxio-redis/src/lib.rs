@@ -23,6 +23,7 @@
 //! # #[tokio::main]
 //! # async fn main() -> fluxio::Result<()> {
 //! let pipeline = pipeline![charge, receipt]
+//!     .name("payments")
 //!     .store(RedisStore::connect("redis://127.0.0.1:6379").await?)
 //!     .build()?;
 //!

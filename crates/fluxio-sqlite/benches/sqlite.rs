@@ -149,6 +149,7 @@ fn median(samples: &mut [Duration]) -> Duration {
 
 fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &SqliteStore) {
     let p = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
+        .name("bench")
         .store(store.clone())
         .build()
         .expect("valid");

@@ -14,7 +14,7 @@
 //! # async fn main() -> fluxio::Result<()> {
 //! // Creates the file and the tables on first use (embedded migrations).
 //! let store = SqliteStore::connect("fluxio.db").await?;
-//! let pipeline = pipeline![charge].store(store.clone()).build()?;
+//! let pipeline = pipeline![charge].name("payments").store(store.clone()).build()?;
 //! pipeline.invoke("order-42", ctx! { "amount" => 4200u64 }?).await?;
 //!
 //! // After a crash, this process or another one on the same host, with its

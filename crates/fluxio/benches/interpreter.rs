@@ -126,6 +126,7 @@ fn per_stage(c: &mut Criterion) {
 fn durable(c: &mut Criterion) {
     let rt = runtime();
     let p = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
+        .name("bench")
         .store(InMemoryStore::new())
         .build()
         .expect("valid");

@@ -41,6 +41,7 @@
 //!     greet,
 //!     tier => { "premium" => [discount], "standard" => greet },
 //! ]
+//! .name("greetings")
 //! .store(InMemoryStore::new())
 //! .build()?;
 //!
@@ -130,7 +131,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> fluxio::Result<()> {
 //! let store = Arc::new(InMemoryStore::new());
-//! let worker = pipeline![export].store_arc(store.clone()).build()?;
+//! let worker = pipeline![export].name("export").store_arc(store.clone()).build()?;
 //!
 //! // the worker is told to stop while the run is inside `export`
 //! let stopped = tokio::time::timeout(
@@ -144,7 +145,7 @@
 //! assert!(matches!(refused, Err(Error::ShutDown { .. })));
 //!
 //! // another worker resumes the run at once: the lease is back
-//! let next = pipeline![export].store_arc(store).build()?;
+//! let next = pipeline![export].name("export").store_arc(store).build()?;
 //! assert!(next.resume("job-1").await?.get::<bool>("exported")?);
 //! # Ok(()) }
 //! ```

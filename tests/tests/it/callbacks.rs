@@ -103,6 +103,7 @@ async fn hangs(ctx: Context) -> StageResult {
 async fn events_arrive_in_order_for_stages_branches_routes_and_checkpoints() {
     let rec = Recorder::default();
     let p = pipeline![a, parallel![b], router => { "x" => a }]
+        .name("test")
         .durable(true)
         .callback(rec.clone())
         .build()
@@ -113,7 +114,7 @@ async fn events_arrive_in_order_for_stages_branches_routes_and_checkpoints() {
     assert_eq!(
         rec.lines(),
         [
-            "start cb",
+            "start test/cb",
             "checkpoint @0 Running",
             "step> a @2 #1",
             "step< a ok",
@@ -129,7 +130,7 @@ async fn events_arrive_in_order_for_stages_branches_routes_and_checkpoints() {
             "step> a @18 #1",
             "step< a ok",
             "checkpoint @21 Completed",
-            "end cb failed=false",
+            "end test/cb failed=false",
         ],
         "{}",
         p.explain()
@@ -140,11 +141,11 @@ async fn events_arrive_in_order_for_stages_branches_routes_and_checkpoints() {
 async fn a_failing_or_timed_out_stage_still_ends_its_step() {
     for (p, message) in [
         (
-            pipeline![a, fails].durable(true),
+            pipeline![a, fails].name("test").durable(true),
             "err: stage `fails` failed: no luck",
         ),
         (
-            pipeline![a, hangs].durable(true),
+            pipeline![a, hangs].name("test").durable(true),
             "err: stage `hangs` timed out after 1s",
         ),
     ] {
@@ -164,7 +165,7 @@ async fn a_failing_or_timed_out_stage_still_ends_its_step() {
         assert!(tail[0].ends_with(message), "{lines:?}");
         assert_eq!(tail[1], "checkpoint @4 Failed", "the failure checkpoint");
         assert!(tail[2].starts_with("error stage"), "{lines:?}");
-        assert_eq!(tail[3], "end cb-fail failed=true");
+        assert_eq!(tail[3], "end test/cb-fail failed=true");
     }
 }
 
@@ -254,7 +255,11 @@ fn runs_and_stages_open_spans_with_run_id_stage_attempt_ip_and_version() {
     use tracing_subscriber::layer::SubscriberExt as _;
     let spans = Spans::default();
     let subscriber = tracing_subscriber::registry().with(spans.clone());
-    let p = pipeline![a, b].durable(true).build().expect("valid");
+    let p = pipeline![a, b]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -267,9 +272,11 @@ fn runs_and_stages_open_spans_with_run_id_stage_attempt_ip_and_version() {
     assert_eq!(
         *spans.0.lock().expect("not poisoned"),
         [
-            format!("fluxio.run{{run_id=\"traced\",pipeline=,version={version},resume=false,}}"),
-            "fluxio.stage{run_id=\"traced\",stage=\"a\",ip=2,attempt=1,}".to_owned(),
-            "fluxio.stage{run_id=\"traced\",stage=\"b\",ip=6,attempt=1,}".to_owned(),
+            format!(
+                "fluxio.run{{run_id=\"test/traced\",pipeline=test,version={version},resume=false,}}"
+            ),
+            "fluxio.stage{run_id=\"test/traced\",stage=\"a\",ip=2,attempt=1,}".to_owned(),
+            "fluxio.stage{run_id=\"test/traced\",stage=\"b\",ip=6,attempt=1,}".to_owned(),
         ]
     );
 }

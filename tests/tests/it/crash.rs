@@ -23,9 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fluxio::store::CheckpointStore;
+use fluxio::store::run_key;
 use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::process::{OUTCOMES, Worker};
-use fluxio_tests::{CRASH_STEPS_X, StoreKind};
+use fluxio_tests::{CRASH_PIPELINE, CRASH_STEPS_X, StoreKind};
 
 const LEASE_MS: u64 = 250;
 
@@ -61,12 +62,14 @@ struct Entry {
 }
 
 fn read_ledger(path: &Path, run_id: &str) -> Vec<Entry> {
+    // stages see the run by its key, `crash/<run id>`
+    let key = run_key(CRASH_PIPELINE, run_id);
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| {
             let parts: Vec<&str> = l.split(' ').collect();
-            (parts.len() == 4 && parts[0] == run_id).then(|| Entry {
+            (parts.len() == 4 && parts[0] == key).then(|| Entry {
                 stage: parts[1].to_owned(),
                 attempt: parts[2].parse().unwrap_or(0),
                 pid: parts[3].parse().unwrap_or(0),
@@ -294,7 +297,7 @@ fn run_to_completion(
                 errors += 1;
                 processes.push((pid, End::StageError));
                 let cp = rt
-                    .block_on(store.load(run_id))
+                    .block_on(store.load(&run_key(CRASH_PIPELINE, run_id)))
                     .expect("load")
                     .expect("a failure leaves a checkpoint");
                 assert!(

@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 
 fn abc(store: impl CheckpointStore) -> Pipeline {
     pipeline![a, b, c]
+        .name("test")
         .store(store)
         .build()
         .expect("a valid pipeline")
@@ -56,17 +57,18 @@ async fn rule1_checkpoint_holds_run_version_ip_and_the_context_the_stage_starts_
     arm(t, "c");
     let store = Arc::new(InMemoryStore::new());
     let p = pipeline![a, b, c]
+        .name("test")
         .store_arc(store.clone())
         .build()
         .expect("valid");
     let err = p.invoke("r1c", input(t)).await.expect_err("c fails");
     assert!(matches!(err, Error::Stage { ref stage, .. } if stage == "c"));
     let cp = store
-        .load("r1c")
+        .load("test/r1c")
         .await
         .expect("store works")
         .expect("checkpoint stored");
-    assert_eq!(cp.run_id, "r1c");
+    assert_eq!((cp.pipeline.as_str(), cp.run_id.as_str()), ("test", "r1c"));
     assert_eq!(cp.version, p.version());
     assert_eq!(cp.step, "c");
     assert_eq!(
@@ -145,11 +147,16 @@ async fn rule2_panic_is_a_failure_with_an_error_checkpoint() {
     let t = "rule2-panic";
     for (p, msg) in [
         (
-            pipeline![a, panics].durable(true).build().expect("valid"),
+            pipeline![a, panics]
+                .name("test")
+                .durable(true)
+                .build()
+                .expect("valid"),
             "boom at 42",
         ),
         (
             pipeline![a, panics_blocking]
+                .name("test")
                 .durable(true)
                 .build()
                 .expect("valid"),
@@ -192,7 +199,11 @@ async fn slow(ctx: Context) -> StageResult {
 #[tokio::test(start_paused = true)]
 async fn rule2_timeout_is_a_failure_and_resume_retries_it() {
     let t = "rule2-timeout";
-    let p = pipeline![a, slow, c].durable(true).build().expect("valid");
+    let p = pipeline![a, slow, c]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     let err = p.invoke("r2t", input(t)).await.expect_err("slow times out");
     assert!(
         matches!(err, Error::StageTimeout { ref stage, timeout } if stage == "slow" && timeout == Duration::from_secs(1))
@@ -230,12 +241,13 @@ async fn rule3_invoke_on_an_existing_run_id_starts_over() {
 async fn rule4_resume_of_a_missing_run_is_not_found_and_changes_nothing() {
     let store = Arc::new(InMemoryStore::new());
     let p = pipeline![a, b]
+        .name("test")
         .store_arc(store.clone())
         .build()
         .expect("valid");
     let err = p.resume("nobody").await.expect_err("nothing stored");
-    assert!(matches!(err, Error::CheckpointNotFound { ref run_id } if run_id == "nobody"));
-    assert_eq!(err.to_string(), "no checkpoint found for run `nobody`");
+    assert!(matches!(err, Error::CheckpointNotFound { ref run_id } if run_id == "test/nobody"));
+    assert_eq!(err.to_string(), "no checkpoint found for run `test/nobody`");
     assert!(store.is_empty(), "resume created nothing");
     let err = p.replay("nobody", None).await.expect_err("nothing stored");
     assert!(matches!(err, Error::CheckpointNotFound { .. }));
@@ -261,16 +273,18 @@ async fn rule5_resume_on_another_version_fails_naming_both_and_runs_nothing() {
     arm(t, "b");
     let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
     let old = pipeline![a, b, c]
+        .name("test")
         .store_arc(store.clone())
         .build()
         .expect("valid");
     let new = pipeline![a, c, b]
+        .name("test")
         .store_arc(store.clone())
         .build()
         .expect("valid");
     assert_ne!(old.version(), new.version());
     old.invoke("r5", input(t)).await.expect_err("b fails");
-    let before = store.load("r5").await.expect("ok");
+    let before = store.load("test/r5").await.expect("ok");
     let calls_before = journal(t).len();
 
     let err = new.resume("r5").await.expect_err("other version");
@@ -281,7 +295,7 @@ async fn rule5_resume_on_another_version_fails_naming_both_and_runs_nothing() {
             pipeline_version,
             changes,
         } => {
-            assert_eq!(run_id, "r5");
+            assert_eq!(run_id, "test/r5");
             let changes = changes
                 .as_deref()
                 .expect("the checkpoint records its structure");
@@ -297,7 +311,7 @@ async fn rule5_resume_on_another_version_fails_naming_both_and_runs_nothing() {
         Err(Error::CheckpointVersion { .. })
     ));
     assert_eq!(
-        store.load("r5").await.expect("ok"),
+        store.load("test/r5").await.expect("ok"),
         before,
         "checkpoint untouched"
     );
@@ -329,7 +343,11 @@ async fn wait_entered(n: usize) {
 async fn rule6_concurrent_invokes_of_one_run_id_exactly_one_wins() {
     // This is the only test that uses GATE/ENTERED in the run-id-in-use form.
     const N: usize = 16;
-    let p = pipeline![gate].durable(true).build().expect("valid");
+    let p = pipeline![gate]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     let start = Arc::new(tokio::sync::Barrier::new(N));
     let mut tasks = Vec::new();
     for _ in 0..N {
@@ -354,7 +372,7 @@ async fn rule6_concurrent_invokes_of_one_run_id_exactly_one_wins() {
     for t in tasks {
         match t.await.expect("task did not panic") {
             Ok(_) => winners += 1,
-            Err(Error::RunIdInUse { ref run_id }) if run_id == "contested" => in_use += 1,
+            Err(Error::RunIdInUse { ref run_id }) if run_id == "test/contested" => in_use += 1,
             Err(e) => panic!("unexpected error {e}"),
         }
     }
@@ -381,7 +399,11 @@ async fn hold(ctx: Context) -> StageResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule6_different_run_ids_run_concurrently() {
     let t = "rule6-different";
-    let p = pipeline![hold].durable(true).build().expect("valid");
+    let p = pipeline![hold]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     let input = input(t).set("hold_until", 2usize).expect("ok");
     // each run waits inside its stage until both are inside theirs:
     // this finishes only if the two runs execute at the same time
@@ -396,7 +418,11 @@ async fn rule6_different_run_ids_run_concurrently() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule6_resume_and_replay_during_a_run_get_run_id_in_use() {
     let t = "rule6-resume";
-    let p = pipeline![a, hold].durable(true).build().expect("valid");
+    let p = pipeline![a, hold]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     let input = input(t).set("hold_until", 2usize).expect("ok");
     let running = tokio::spawn({
         let p = p.clone();
@@ -428,7 +454,11 @@ async fn rule6_resume_and_replay_during_a_run_get_run_id_in_use() {
 #[tokio::test]
 async fn rule6_a_cancelled_run_frees_its_run_id_and_keeps_its_checkpoint() {
     let t = "rule6-cancel";
-    let p = pipeline![a, hold].durable(true).build().expect("valid");
+    let p = pipeline![a, hold]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     let input = input(t).set("hold_until", 1000usize).expect("ok");
     let run = p.invoke("cancelled", input);
     // drop the run while it waits inside `hold`
@@ -453,7 +483,11 @@ async fn rule6_a_cancelled_run_frees_its_run_id_and_keeps_its_checkpoint() {
 
 #[tokio::test]
 async fn rule6_invalid_run_ids_are_rejected_by_name() {
-    let p = pipeline![a].durable(true).build().expect("valid");
+    let p = pipeline![a]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     for bad in ["", "line\nbreak"] {
         let err = p.invoke(bad, Context::new()).await.expect_err("invalid");
         assert!(matches!(err, Error::InvalidRunId { .. }), "{err}");
@@ -492,7 +526,7 @@ impl CheckpointStore for BytesStore {
         self.0
             .lock()
             .map_err(|_| Error::store("bytes", "poisoned"))?
-            .insert(checkpoint.run_id.clone(), bytes);
+            .insert(checkpoint.key(), bytes);
         Ok(())
     }
     async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
@@ -528,18 +562,22 @@ async fn rule8_a_four_method_store_runs_fails_and_resumes_through_dyn() {
     arm(t, "c");
     let store: Arc<dyn CheckpointStore> = Arc::new(BytesStore::default());
     let p = pipeline![a, b, c]
+        .name("test")
         .store_arc(store.clone())
         .build()
         .expect("valid");
     p.invoke("r8", input(t)).await.expect_err("c fails");
-    assert!(store.exists("r8").await.expect("ok"));
+    assert!(store.exists("test/r8").await.expect("ok"));
     disarm(t, "c");
     let out = p.resume("r8").await.expect("resumes from the bytes");
     assert_eq!(path(&out), ["a", "b", "c"]);
     assert_eq!((calls(t, "a"), calls(t, "b"), calls(t, "c")), (1, 1, 2));
-    store.delete("r8").await.expect("ok");
-    store.delete("r8").await.expect("deleting twice is fine");
-    assert!(!store.exists("r8").await.expect("ok"));
+    store.delete("test/r8").await.expect("ok");
+    store
+        .delete("test/r8")
+        .await
+        .expect("deleting twice is fine");
+    assert!(!store.exists("test/r8").await.expect("ok"));
 }
 
 #[tokio::test]
@@ -549,18 +587,19 @@ async fn rule8_a_corrupt_stored_checkpoint_is_a_typed_error_and_stays_in_place()
         .0
         .lock()
         .expect("not poisoned")
-        .insert("bad".into(), b"not a checkpoint at all".to_vec());
+        .insert("test/bad".into(), b"not a checkpoint at all".to_vec());
     let p = pipeline![a]
+        .name("test")
         .store_arc(store.clone())
         .build()
         .expect("valid");
     let err = p.resume("bad").await.expect_err("corrupt");
     assert!(
-        matches!(err, Error::CorruptCheckpoint { ref run_id, .. } if run_id == "bad"),
+        matches!(err, Error::CorruptCheckpoint { ref run_id, .. } if run_id == "test/bad"),
         "{err}"
     );
     assert_eq!(
-        store.0.lock().expect("ok").get("bad").map(Vec::len),
+        store.0.lock().expect("ok").get("test/bad").map(Vec::len),
         Some(23),
         "bytes left for inspection"
     );
@@ -627,7 +666,7 @@ async fn rule9_diff_compares_two_runs_key_by_key() {
         "extra: <absent> | \"x\"\npath: [\"a\", \"b\"] | [\"a\", \"b\", \"c\"]\nuser: 1 | 2\n"
     );
     assert!(
-        matches!(p.diff("d1", "missing").await, Err(Error::CheckpointNotFound { ref run_id }) if run_id == "missing")
+        matches!(p.diff("d1", "missing").await, Err(Error::CheckpointNotFound { ref run_id }) if run_id == "test/missing")
     );
 }
 
@@ -702,6 +741,7 @@ async fn rule6_ownership_adds_no_store_call_per_stage() {
     let t = "rule6-calls";
     let store = Arc::new(Counting::default());
     let p = pipeline![a, b, c, a, b, c, a, b, c, a]
+        .name("test")
         .store_arc(store.clone())
         .build()
         .expect("valid");
@@ -731,6 +771,7 @@ async fn rule6_a_long_stage_keeps_its_lease_by_renewal() {
     let t = "rule6-renew";
     let store = Arc::new(Counting::default());
     let p = pipeline![a, slow_but_ok]
+        .name("test")
         .store_arc(store.clone())
         .lease_ttl(Duration::from_secs(3))
         .build()
@@ -790,6 +831,7 @@ async fn rule12_stages_get_one_idempotency_key_for_every_attempt() {
     let t = "idempotency";
     arm(t, "knows_async");
     let p = pipeline![a, knows_async, knows_blocking]
+        .name("test")
         .durable(true)
         .build()
         .expect("valid");
@@ -811,10 +853,10 @@ async fn rule12_stages_get_one_idempotency_key_for_every_attempt() {
     assert_eq!(
         infos,
         [
-            "info:knows_async:idem/6:1",
-            "info:knows_async:idem/6:2",
-            "info:knows_async:idem/6:3",
-            "info:knows_blocking:idem/10:1"
+            "info:knows_async:test/idem/6:1",
+            "info:knows_async:test/idem/6:2",
+            "info:knows_async:test/idem/6:3",
+            "info:knows_blocking:test/idem/10:1"
         ]
     );
     assert!(

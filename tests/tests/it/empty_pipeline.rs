@@ -20,6 +20,7 @@ async fn an_empty_pipeline_returns_its_input() {
 async fn a_durable_empty_pipeline_completes_and_resumes() {
     let input = ctx! { "n" => 1 }.expect("ok");
     let p = pipeline![]
+        .name("test")
         .store(InMemoryStore::new())
         .build()
         .expect("builds");

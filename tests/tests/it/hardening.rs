@@ -24,10 +24,7 @@ struct Shared(Arc<Mutex<HashMap<String, Vec<u8>>>>);
 impl CheckpointStore for Shared {
     async fn save(&self, cp: Checkpoint) -> fluxio::Result<()> {
         let bytes = cp.to_bytes()?;
-        self.0
-            .lock()
-            .expect("not poisoned")
-            .insert(cp.run_id.clone(), bytes);
+        self.0.lock().expect("not poisoned").insert(cp.key(), bytes);
         Ok(())
     }
     async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
@@ -61,10 +58,12 @@ async fn parked(ctx: Context) -> StageResult {
 async fn rule6_clones_of_a_four_method_store_still_run_one_run_per_run_id() {
     let store = Shared::default();
     let first = pipeline![parked]
+        .name("test")
         .store(store.clone())
         .build()
         .expect("valid");
     let second = pipeline![parked]
+        .name("test")
         .store(store.clone())
         .build()
         .expect("valid");
@@ -81,7 +80,7 @@ async fn rule6_clones_of_a_four_method_store_still_run_one_run_per_run_id() {
     .expect("the second run is refused at once, not parked in the stage")
     .expect_err("the run id is held through the other clone");
     assert!(
-        matches!(err, Error::RunIdInUse { ref run_id } if run_id == "cloned"),
+        matches!(err, Error::RunIdInUse { ref run_id } if run_id == "test/cloned"),
         "{err}"
     );
     assert_eq!(
@@ -129,6 +128,7 @@ fn extreme_lease_ttls_are_refused_at_build_naming_the_setting() {
         fluxio::store::MAX_LEASE_TTL + Duration::from_nanos(1),
     ] {
         let err = pipeline![a]
+            .name("test")
             .durable(true)
             .lease_ttl(ttl)
             .build()
@@ -147,6 +147,7 @@ fn extreme_lease_ttls_are_refused_at_build_naming_the_setting() {
     }
     for ttl in [fluxio::store::MIN_LEASE_TTL, fluxio::store::MAX_LEASE_TTL] {
         pipeline![a]
+            .name("test")
             .durable(true)
             .lease_ttl(ttl)
             .build()
@@ -157,6 +158,7 @@ fn extreme_lease_ttls_are_refused_at_build_naming_the_setting() {
 #[tokio::test]
 async fn the_longest_lease_runs_on_the_in_memory_store() {
     let p = pipeline![a, b]
+        .name("test")
         .durable(true)
         .lease_ttl(fluxio::store::MAX_LEASE_TTL)
         .build()
@@ -240,6 +242,7 @@ impl Middleware for Panics {
 async fn a_panicking_middleware_fails_the_run_like_a_panicking_stage() {
     let store = Shared::default();
     let p = pipeline![a, b]
+        .name("test")
         .store(store.clone())
         .middleware(Panics)
         .build()
@@ -264,7 +267,11 @@ async fn a_panicking_middleware_fails_the_run_like_a_panicking_stage() {
     assert_eq!(cp.step, "b");
     // the lease was released: the same pipeline without the faulty
     // middleware (middleware is not part of the version) resumes at once
-    let fixed = pipeline![a, b].store(store).build().expect("valid");
+    let fixed = pipeline![a, b]
+        .name("test")
+        .store(store)
+        .build()
+        .expect("valid");
     let out = fixed.resume("mw-panic").await.expect("resumes at `b`");
     assert_eq!(out.get::<Vec<String>>("path").expect("path"), ["a", "b"]);
 }
@@ -274,6 +281,7 @@ async fn a_panicking_middleware_fails_the_run_like_a_panicking_stage() {
 #[tokio::test]
 async fn read_apis_check_run_ids_like_invoke() {
     let p = pipeline![a]
+        .name("test")
         .store(Shared::default())
         .build()
         .expect("valid");
@@ -323,6 +331,7 @@ async fn silent(_ctx: Context) -> StageResult {
 #[tokio::test]
 async fn failure_checkpoints_store_the_whole_cause_chain() {
     let p = pipeline![gateway]
+        .name("test")
         .store(Shared::default())
         .build()
         .expect("valid");
@@ -339,6 +348,7 @@ async fn failure_checkpoints_store_the_whole_cause_chain() {
     );
 
     let p = pipeline![silent]
+        .name("test")
         .store(Shared::default())
         .build()
         .expect("valid");
@@ -356,7 +366,11 @@ async fn failure_checkpoints_store_the_whole_cause_chain() {
 // Before the fix the lease code panicked (`tokio::spawn` outside a runtime).
 #[test]
 fn a_durable_invoke_outside_a_tokio_runtime_is_a_typed_error() {
-    let p = pipeline![a].durable(true).build().expect("valid");
+    let p = pipeline![a]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     let err = futures::executor::block_on(p.invoke("no-rt", input("no-rt")))
         .expect_err("needs a runtime");
     assert!(
@@ -422,7 +436,11 @@ async fn extreme_retry_backoffs_neither_panic_nor_overflow() {
 // Before the fix `stream` panicked in `tokio::spawn`.
 #[test]
 fn a_stream_outside_a_tokio_runtime_yields_a_typed_error() {
-    let p = pipeline![a].durable(true).build().expect("valid");
+    let p = pipeline![a]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     let mut stream = p.stream("no-rt-stream", input("no-rt-stream"));
     let first = futures::executor::block_on(stream.recv()).expect("one item");
     assert!(

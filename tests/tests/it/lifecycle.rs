@@ -186,23 +186,97 @@ async fn rule10_errors_name_the_pipeline_and_the_run() {
     );
 }
 
-#[tokio::test]
-async fn rule10_unnamed_pipelines_keep_the_bare_run_id_as_format_1_did() {
-    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
-    let p = pipeline![validate]
-        .store_arc(Arc::clone(&store))
-        .build()
-        .expect("valid");
-    p.invoke("r1", Context::new()).await.expect("runs");
-    let cp = store
-        .load("r1")
-        .await
-        .expect("load")
-        .expect("under the bare id");
-    assert_eq!((cp.pipeline.as_str(), cp.key()), ("", "r1".to_owned()));
+#[test]
+fn rule10_a_durable_pipeline_without_a_name_is_refused_saying_how_to_name_it() {
+    let builds = [
+        ("durable(true)", pipeline![validate].durable(true).build()),
+        (
+            "store",
+            pipeline![validate].store(InMemoryStore::new()).build(),
+        ),
+    ];
+    for (how, built) in builds {
+        match built {
+            Err(Error::InvalidSetting { setting, message }) => {
+                assert_eq!(setting, "name", "{how}");
+                assert!(message.contains(".name(\"orders\")"), "{how}: {message}");
+            }
+            other => panic!("{how}: expected InvalidSetting, got {other:?}"),
+        }
+    }
+    // a pipeline that keeps nothing needs no name
+    let plain = pipeline![validate].build().expect("not durable");
+    assert_eq!(plain.name(), "");
 }
 
-// ---- rule 12 ------------------------------------------------------------------
+/// A run stored before pipelines had names (format 1 decodes with no
+/// pipeline, and was kept under its bare run id), made here from a run of
+/// `orders_v1` so that its version is one this build has.
+async fn stored_before_names(
+    store: &Arc<dyn CheckpointStore>,
+    run_id: &str,
+) -> fluxio::store::Checkpoint {
+    BUG.store(true, Ordering::SeqCst);
+    let v1 = orders_v1(store);
+    v1.invoke(run_id, Context::new())
+        .await
+        .expect_err("the bug");
+    let mut cp = v1.checkpoint(run_id).await.expect("load").expect("stored");
+    store.delete(&cp.key()).await.expect("delete");
+    cp.pipeline = String::new();
+    cp.structure = None;
+    store.save(cp.clone()).await.expect("save");
+    cp
+}
+
+#[tokio::test]
+async fn rule10_a_run_stored_before_names_is_adopted_by_its_named_pipeline() {
+    let _serial = SERIAL.lock().await;
+    let store = store();
+    let old = stored_before_names(&store, "o-7").await;
+    assert_eq!(old.key(), "o-7", "kept under the bare run id");
+    let v1 = orders_v1(&store);
+    assert_eq!(
+        v1.checkpoint("o-7").await.expect("load"),
+        Some(old.clone()),
+        "shown before it is adopted"
+    );
+
+    // another version of the code cannot adopt it: it was not written by it
+    let v2 = orders_v2(&store);
+    let err = v2.resume("o-7").await.expect_err("other code");
+    assert!(
+        matches!(&err, Error::CheckpointVersion { run_id, changes: None, .. } if run_id == "orders/o-7"),
+        "{err:?}"
+    );
+    assert_eq!(v2.checkpoint("o-7").await.expect("load"), None);
+    assert_eq!(
+        store.load("o-7").await.expect("load"),
+        Some(old.clone()),
+        "untouched"
+    );
+
+    // the version that wrote it adopts it under its name and finishes it
+    BUG.store(false, Ordering::SeqCst);
+    let _ = seen();
+    let out = v1.resume("o-7").await.expect("adopted and resumed");
+    assert_eq!(out.get::<String>("charged").expect("charged"), "v1");
+    let ran = seen();
+    assert!(!ran.iter().any(|s| s.starts_with("validate:")), "{ran:?}");
+    assert_eq!(store.load("o-7").await.expect("load"), None, "moved");
+    let cp = store
+        .load("orders/o-7")
+        .await
+        .expect("load")
+        .expect("stored");
+    assert_eq!(cp.pipeline, "orders");
+    assert_eq!(cp.status, fluxio::RunStatus::Completed);
+    // a run stored under a name is never read through the bare id
+    assert_eq!(
+        orders_v1(&store).checkpoint("o-7").await.expect("load"),
+        Some(cp)
+    );
+}
 
 #[tokio::test]
 async fn rule12_every_attempt_of_a_position_has_one_key_and_positions_differ() {

@@ -68,6 +68,7 @@ async fn retry_succeeds_after_n_failures() {
 #[tokio::test(start_paused = true)]
 async fn retry_exhausted_returns_the_last_error() {
     let p = pipeline![flaky]
+        .name("test")
         .durable(true)
         .middleware(Retry::new(3))
         .build()
@@ -214,6 +215,7 @@ async fn sleepy(ctx: Context) -> StageResult {
 #[tokio::test(start_paused = true)]
 async fn timeout_middleware_leaves_an_error_checkpoint_and_resume_succeeds() {
     let p = pipeline![flaky, sleepy]
+        .name("test")
         .durable(true)
         .stage_middleware("sleepy", Timeout(Duration::from_secs(2)))
         .build()

@@ -16,9 +16,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fluxio::RunStatus;
+use fluxio::store::run_key;
 use fluxio_test_support::{namespace, skip_unless_ci};
-use fluxio_tests::StoreKind;
 use fluxio_tests::process::Worker;
+use fluxio_tests::{StoreKind, WORKER_PIPELINE};
 
 struct Run<'a> {
     kind: StoreKind,
@@ -183,7 +184,7 @@ fn zombie_is_fenced(kind: StoreKind) {
     );
 
     let cp = rt
-        .block_on(store.load("zombie"))
+        .block_on(store.load(&run_key(WORKER_PIPELINE, "zombie")))
         .expect("load")
         .expect("stored");
     assert_eq!(

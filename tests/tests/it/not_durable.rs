@@ -49,7 +49,11 @@ async fn every_checkpoint_operation_on_a_pipeline_without_a_store_is_not_durable
 
 #[tokio::test]
 async fn a_durable_pipeline_is_not_refused() {
-    let p = pipeline![step].durable(true).build().expect("valid");
+    let p = pipeline![step]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     assert!(p.is_durable());
     assert!(!p.exists("run-1").await.expect("a store"));
     assert!(matches!(

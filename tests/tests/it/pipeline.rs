@@ -104,6 +104,7 @@ async fn parallel_branches_with_sequences_and_nesting() {
 #[tokio::test]
 async fn merge_conflict_names_the_keys_and_the_branches() {
     let p = pipeline![parallel![left, also_left, writes_shared]]
+        .name("test")
         .durable(true)
         .build()
         .expect("valid");
@@ -166,6 +167,7 @@ async fn background_fails(_ctx: Context) -> StageResult {
 #[tokio::test]
 async fn fire_and_forget_branches_run_but_never_merge_or_fail_the_run() {
     let p = pipeline![fire_and_forget![background_fails, background_ok], left]
+        .name("test")
         .durable(true)
         .build()
         .expect("valid");
@@ -228,6 +230,7 @@ fn routed() -> fluxio::Pipeline {
         },
         after,
     ]
+    .name("test")
     .durable(true)
     .build()
     .expect("valid")
@@ -300,6 +303,7 @@ async fn resume_inside_a_route_body_continues_there() {
     let t = "route-resume";
     common::arm(t, "c");
     let p = pipeline![router => { "x" => [a, c], "y" => b }, b]
+        .name("test")
         .durable(true)
         .build()
         .expect("valid");
@@ -381,6 +385,7 @@ fn a_router_is_never_folded() {
 #[test]
 fn explain_shows_the_version_and_the_instructions() {
     let p = pipeline![a, parallel![left, right], router => { "x" => b }]
+        .name("test")
         .durable(true)
         .build()
         .expect("valid");
@@ -512,7 +517,11 @@ async fn greet(ctx: Context) -> StageResult {
 
 #[tokio::test]
 async fn schema_checks_pass_with_extra_keys_and_name_the_failing_field() {
-    let p = pipeline![greet].durable(true).build().expect("valid");
+    let p = pipeline![greet]
+        .name("test")
+        .durable(true)
+        .build()
+        .expect("valid");
     assert!(
         p.explain().contains("VALIDATE    input greet")
             && p.explain().contains("VALIDATE    output greet")

@@ -20,13 +20,14 @@ use std::time::{Duration, Instant};
 
 use fluxio::middleware::{Backoff, Retry, Timeout};
 use fluxio::store::CheckpointStore;
+use fluxio::store::run_key;
 use fluxio::{
     Context, Error, InMemoryStore, Pipeline, PipelineBuilder, RunStatus, StageInfo, StageResult,
     ctx, pipeline, stage,
 };
 use fluxio_core::store::conformance::{namespace, skip_unless_ci};
-use fluxio_tests::StoreKind;
 use fluxio_tests::process::Worker;
+use fluxio_tests::{StoreKind, WORKER_PIPELINE};
 
 const LEASE_TTL: Duration = Duration::from_secs(30);
 /// How long a test waits for something it is sure will happen.
@@ -200,6 +201,7 @@ async fn open_store(kind: Option<StoreKind>, test: &str) -> Option<Arc<dyn Check
 
 fn on(builder: PipelineBuilder, store: &Arc<dyn CheckpointStore>) -> Pipeline {
     builder
+        .name("test")
         .store_arc(Arc::clone(store))
         .lease_ttl(LEASE_TTL)
         .build()
@@ -398,7 +400,7 @@ fn dropped_run_is_resumed_by_another_process_at_once(kind: StoreKind) {
     assert_eq!((outcome.as_str(), code), ("ok {}", Some(0)));
 
     let cp = rt
-        .block_on(store.load(run_id))
+        .block_on(store.load(&run_key(WORKER_PIPELINE, run_id)))
         .expect("load")
         .expect("stored");
     assert_eq!(
@@ -470,6 +472,7 @@ async fn rule16_timed_out_and_retried_blocking_bodies_never_overlap() {
         // each attempt may take 300 ms; the first body takes 400 ms; the
         // retry comes 10 ms after the timeout, while the first body runs
         let p = pipeline![slow_first]
+            .name("test")
             .durable(durable)
             .middleware(Retry::new(10).backoff(Backoff::Fixed(Duration::from_millis(10))))
             .middleware(Timeout(Duration::from_millis(300)))
@@ -495,6 +498,7 @@ async fn rule16_timed_out_and_retried_blocking_bodies_never_overlap() {
 async fn rule16_a_retry_waits_for_the_timed_out_blocking_body() {
     let test = "r16_retry_waits";
     let p = pipeline![hold]
+        .name("test")
         .durable(true)
         .middleware(Retry::new(3).backoff(Backoff::Fixed(Duration::from_millis(1))))
         .middleware(Timeout(Duration::from_millis(50)))
@@ -610,6 +614,7 @@ async fn rule16_a_timed_out_blocking_body_keeps_the_lease_after_its_run_failed()
     let test = "r16_timeout";
     let store: Arc<dyn CheckpointStore> = Arc::new(FourMethods::default());
     let worker = pipeline![hold]
+        .name("test")
         .store_arc(Arc::clone(&store))
         .stage_middleware("hold", Timeout(Duration::from_millis(50)))
         .build()

@@ -182,6 +182,7 @@ async fn flaky_charge(ctx: Context, db: Resource<Db>) -> StageResult {
 async fn a_durable_run_with_resources_resumes_with_the_resources_of_the_resuming_pipeline() {
     let store: Arc<dyn fluxio::CheckpointStore> = Arc::new(InMemoryStore::new());
     let first = pipeline![load, flaky_charge]
+        .name("test")
         .store_arc(Arc::clone(&store))
         .resource(Db::new("first"))
         .build()
@@ -203,6 +204,7 @@ async fn a_durable_run_with_resources_resumes_with_the_resources_of_the_resuming
 
     // another process: same code, a new pool
     let second = pipeline![load, flaky_charge]
+        .name("test")
         .store_arc(store)
         .resource(Db::new("second"))
         .build()

@@ -229,6 +229,7 @@ impl Scenario {
             acked: Arc::clone(&acked),
         };
         let durable = six_stages()
+            .name("test")
             .store(recorder)
             .lease_ttl(lease_ttl)
             .build()
@@ -347,7 +348,9 @@ impl Scenario {
                 .unwrap_or_else(|| panic!("{what}: run {i} has no acknowledged checkpoint"));
             let stored = self
                 .rt
-                .block_on(async { tokio::time::timeout(HANG, self.raw.load(&id)).await })
+                .block_on(async {
+                    tokio::time::timeout(HANG, self.raw.load(&format!("test/{id}"))).await
+                })
                 .unwrap_or_else(|_| panic!("{what}: loading run {i} hung"))
                 .unwrap_or_else(|e| panic!("{what}: loading run {i} once the store is back: {e}"))
                 .unwrap_or_else(|| panic!("{what}: run {i}'s checkpoint is gone (acked {ack:?})"));
@@ -378,7 +381,7 @@ impl Scenario {
         for (i, want) in expected.iter().enumerate() {
             let stored = self
                 .rt
-                .block_on(self.raw.load(&Self::run_id(i)))
+                .block_on(self.raw.load(&format!("test/{}", Self::run_id(i))))
                 .expect("load")
                 .expect("stored");
             assert_eq!(stored.status, RunStatus::Completed, "{what}: run {i}");
@@ -786,6 +789,7 @@ fn redis_frozen_with_sigstop_fails_within_the_timeout_and_recovers() {
         .expect("connects to its own redis-server");
     let acked = Acks::default();
     let p = six_stages()
+        .name("test")
         .store(Recorder {
             inner: Arc::new(store.clone()),
             acked: Arc::clone(&acked),
@@ -814,7 +818,7 @@ fn redis_frozen_with_sigstop_fails_within_the_timeout_and_recovers() {
     }
     // a checkpoint to save directly while frozen, under another run id
     let mut cp = rt
-        .block_on(store.load("frozen"))
+        .block_on(store.load("test/frozen"))
         .expect("load")
         .expect("stored");
     cp.run_id = "direct".to_owned();
@@ -845,10 +849,12 @@ fn redis_frozen_with_sigstop_fails_within_the_timeout_and_recovers() {
     let acked_before = *lock(&acked).get("frozen").expect("acked");
 
     // Direct calls, a fresh run and a fresh connect: each within the timeout.
-    timed(&rt, "load", async { store.load("frozen").await.map(drop) });
+    timed(&rt, "load", async {
+        store.load("test/frozen").await.map(drop)
+    });
     timed(&rt, "save", store.save(cp));
     timed(&rt, "exists", async {
-        store.exists("frozen").await.map(drop)
+        store.exists("test/frozen").await.map(drop)
     });
     timed(&rt, "acquire_lease", async {
         store
@@ -867,7 +873,8 @@ fn redis_frozen_with_sigstop_fails_within_the_timeout_and_recovers() {
 
     server.signal("-CONT");
     let thawed = Instant::now();
-    let first = rt.block_on(async { tokio::time::timeout(HANG, store.exists("frozen")).await });
+    let first =
+        rt.block_on(async { tokio::time::timeout(HANG, store.exists("test/frozen")).await });
     let recovered = thawed.elapsed();
     match first {
         Ok(Ok(true)) => {}
@@ -878,7 +885,7 @@ fn redis_frozen_with_sigstop_fails_within_the_timeout_and_recovers() {
         "first call after SIGCONT took {recovered:?}"
     );
     let stored = rt
-        .block_on(store.load("frozen"))
+        .block_on(store.load("test/frozen"))
         .expect("load after the thaw")
         .expect("stored");
     assert!(
@@ -924,6 +931,7 @@ fn redis_first_call_after_a_restart_succeeds() {
     let acked = Acks::default();
     let durable = |store: &RedisStore, acked: &Acks| {
         six_stages()
+            .name("test")
             .store(Recorder {
                 inner: Arc::new(store.clone()),
                 acked: Arc::clone(acked),
@@ -992,6 +1000,7 @@ fn postgres_first_call_after_terminations_succeeds() {
         return;
     };
     let p = six_stages()
+        .name("test")
         .store(pg.store.clone())
         .lease_ttl(Duration::from_secs(5))
         .build()

@@ -171,6 +171,7 @@ async fn endless(ctx: Context, out: Emitter) -> StageResult {
 #[tokio::test]
 async fn dropping_the_stream_cancels_the_producer_and_frees_the_run_id() {
     let p = pipeline![endless]
+        .name("test")
         .store(InMemoryStore::new())
         .stream_buffer(2)
         .build()
@@ -313,6 +314,7 @@ async fn gated(ctx: Context, out: Emitter) -> StageResult {
 #[tokio::test]
 async fn a_durable_stream_holds_the_run_id_for_the_whole_stream() {
     let p = pipeline![gated]
+        .name("test")
         .store(InMemoryStore::new())
         .build()
         .expect("valid");
@@ -353,6 +355,7 @@ async fn flaky_stream(ctx: Context, out: Emitter) -> StageResult {
 #[tokio::test]
 async fn resuming_after_a_failure_in_a_stream_stage_reruns_the_stage() {
     let p = pipeline![flaky_stream]
+        .name("test")
         .store(InMemoryStore::new())
         .build()
         .expect("valid");

@@ -47,7 +47,7 @@ impl ByteStore {
 impl CheckpointStore for ByteStore {
     async fn save(&self, checkpoint: Checkpoint) -> fluxio::Result<()> {
         let bytes = checkpoint.to_bytes()?;
-        self.map()?.insert(checkpoint.run_id.clone(), bytes);
+        self.map()?.insert(checkpoint.key(), bytes);
         Ok(())
     }
     async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
@@ -131,6 +131,7 @@ fn after(ctx: Context) -> StageResult {
 
 fn deep_pipeline(store: Arc<dyn CheckpointStore>) -> Pipeline {
     pipeline![deepen, after]
+        .name("test")
         .store_arc(store)
         .build()
         .expect("a valid pipeline")
@@ -278,6 +279,7 @@ async fn a_large_vector_fails_the_same_way_on_the_memory_store_and_a_byte_store(
     ];
     for (name, store) in stores {
         let p = pipeline![bloat, after]
+            .name("test")
             .store_arc(store)
             .build()
             .expect("a valid pipeline");

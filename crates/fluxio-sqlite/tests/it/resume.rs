@@ -51,7 +51,7 @@ async fn ship(ctx: Context) -> StageResult {
 }
 
 fn checkout() -> PipelineBuilder {
-    pipeline![reserve, price, charge, ship]
+    pipeline![reserve, price, charge, ship].name("checkout")
 }
 
 fn calls() -> [u32; 4] {

@@ -16,7 +16,7 @@ use crate::pipeline::PipelineBuilder;
 use crate::stage::{
     CallFn, Output, ResourceReq, Resources, Stage, StageFuture, StageKind, StageMeta,
 };
-use crate::store::{CheckpointStore, RunStatus};
+use crate::store::{CheckpointStore, RunStatus, run_key};
 use crate::{BoxError, StageResult};
 
 /// The stages of [`checkout`], in order.
@@ -108,9 +108,13 @@ fn checkout(probe: &Probe) -> PipelineBuilder {
         .collect();
     let digest = *b"fluxio/conformance/checkout/v1\0\0";
     PipelineBuilder::new(nodes, digest, digest)
+        .name(CHECKOUT)
         .resource(probe.clone())
         .lease_ttl(Duration::from_secs(5))
 }
+
+/// The name of [`checkout`]: the store keeps its runs under `checkout/<run id>`.
+const CHECKOUT: &str = "checkout";
 
 /// A durable pipeline fails at a stage; a second store handle on the same
 /// namespace (another process, as far as the store can tell) sees the
@@ -137,7 +141,7 @@ pub async fn a_failed_run_resumes_from_the_failed_stage_on_another_store<H: Harn
     assert!(err.stage_error::<GatewayDown>().is_some(), "{err}");
     assert_eq!(probe.calls(), [1, 1, 1, 0]);
     drop(first);
-    lease_released(h, &ns, run, "after the failed run").await;
+    lease_released(h, &ns, &run_key(CHECKOUT, run), "after the failed run").await;
 
     let second = checkout(&probe)
         .store(h.store(&ns).await)
@@ -173,7 +177,7 @@ pub async fn a_failed_run_resumes_from_the_failed_stage_on_another_store<H: Harn
         .expect("load")
         .expect("a completed run leaves a checkpoint");
     assert_eq!(cp.status, RunStatus::Completed);
-    lease_released(h, &ns, run, "after the resume").await;
+    lease_released(h, &ns, &run_key(CHECKOUT, run), "after the resume").await;
 
     // Resuming a completed run runs nothing.
     assert_eq!(second.resume(run).await.expect("resume again"), out);
