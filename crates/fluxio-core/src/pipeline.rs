@@ -473,21 +473,7 @@ impl Pipeline {
             let owner = self.own(store, &key).await?;
             let result = async {
                 store.delete_fenced(&key, owner.lease()).await?;
-                let durable = self.durable(
-                    store.as_ref(),
-                    owner.lease(),
-                    (run_id, &key),
-                    now_ms(),
-                    None,
-                );
-                let run = interpret::run(
-                    &self.inner.program,
-                    &key,
-                    0,
-                    input.clear_written(),
-                    Some(&durable),
-                );
-                RunBodies::scope(Some(owner.keep()), run).await
+                self.run_fresh(store, &owner, run_id, &key, input).await
             }
             .await;
             owner.release().await;
@@ -495,6 +481,117 @@ impl Pipeline {
         }
         .instrument(span)
         .await
+    }
+
+    /// Starts the run `run_id` on `input`, or, when the run was started
+    /// before, carries it to its end once (contract rule 11): a client may
+    /// call it any number of times for one run id and the run's stages run
+    /// as if it had been called once. What is stored decides:
+    ///
+    /// - nothing: the run starts fresh on `input`, like
+    ///   [`invoke`](Self::invoke);
+    /// - a completed run: its stored final context is returned and no stage
+    ///   runs;
+    /// - a failed run, or a running one whose owner's lease has lapsed (a
+    ///   crashed worker): it is resumed, like [`resume`](Self::resume);
+    ///   `input` is not used;
+    /// - a running run whose owner holds its lease: [`Error::RunIdInUse`].
+    ///
+    /// The decision is taken while holding the run's lease, so it holds
+    /// across processes: of any number of concurrent calls, one runs the
+    /// stages and the others get [`Error::RunIdInUse`] or, once it has
+    /// completed, its result. A completed run's result is read without
+    /// taking the lease, so concurrent starts of a finished run all get it. Like `resume`, it adopts a run stored before
+    /// pipelines had names and continues a run of a [held](Self::hold)
+    /// version on that version.
+    ///
+    /// ```
+    /// # use fluxio_core::{Context, InMemoryStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # // `fluxio::pipeline![...]` builds real ones; this one is empty
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .name("orders")
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// let input = Context::new().set("cents", 1999u64)?;
+    /// let first = pipeline.start("order-42", input.clone()).await?;
+    /// // a client retrying the request gets the same result; nothing runs again
+    /// let again = pipeline.start("order-42", input).await?;
+    /// assert_eq!(first, again);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store (nothing could
+    /// tell a repeated call from the first); [`Error::RunIdInUse`] as above;
+    /// [`Error::CheckpointVersion`] when the stored run was written by code
+    /// this pipeline does not run; the errors of [`invoke`](Self::invoke) and
+    /// [`resume`](Self::resume).
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke).
+    pub async fn start(&self, run_id: &str, input: Context) -> Result<Context> {
+        let key = self.key(run_id)?;
+        let store = self.require_store("start")?;
+        check_runtime("start", &key)?;
+        let span = self.span(&key, false);
+        async {
+            let options = ResumeOptions::new();
+            // a completed run is final: its result needs no lease, so
+            // repeated starts of it never contend for one
+            if let Some(cp) = store.load(&key).await? {
+                if cp.status == RunStatus::Completed
+                    && self
+                        .version_for(&key, &cp, Continue::Resume, options)
+                        .is_ok()
+                {
+                    return Ok(cp.context.to_context());
+                }
+            }
+            let owner = self.own(store, &key).await?;
+            let result = async {
+                match self
+                    .load_or_adopt(store, &owner, run_id, Continue::Resume, options)
+                    .await?
+                {
+                    None => self.run_fresh(store, &owner, run_id, &key, input).await,
+                    Some(cp) => {
+                        let runner = self.version_for(&key, &cp, Continue::Resume, options)?;
+                        runner
+                            .continue_locked(store, &owner, run_id, cp, Continue::Resume)
+                            .await
+                    }
+                }
+            }
+            .await;
+            owner.release().await;
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Runs the pipeline from its first stage on `input`, under `owner`'s
+    /// lease on `key`, with nothing stored for `key`.
+    async fn run_fresh(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: &Ownership,
+        run_id: &str,
+        key: &str,
+        input: Context,
+    ) -> Result<Context> {
+        let durable = self.durable(store.as_ref(), owner.lease(), (run_id, key), now_ms(), None);
+        let run = interpret::run(
+            &self.inner.program,
+            key,
+            0,
+            input.clear_written(),
+            Some(&durable),
+        );
+        RunBodies::scope(Some(owner.keep()), run).await
     }
 
     /// Runs the pipeline on `input` as a fresh run, like
@@ -603,15 +700,12 @@ impl Pipeline {
         async {
             let owner = self.own(store, &key).await?;
             let result = async {
-                let cp = match store.load(&key).await? {
-                    Some(cp) => cp,
-                    None => self
-                        .adopt_unnamed(store, &owner, run_id, how, options)
-                        .await?
-                        .ok_or_else(|| Error::CheckpointNotFound {
-                            run_id: key.clone(),
-                        })?,
-                };
+                let cp = self
+                    .load_or_adopt(store, &owner, run_id, how, options)
+                    .await?
+                    .ok_or_else(|| Error::CheckpointNotFound {
+                        run_id: key.clone(),
+                    })?;
                 let runner = self.version_for(&key, &cp, how, options)?;
                 runner.continue_locked(store, &owner, run_id, cp, how).await
             }
@@ -621,6 +715,22 @@ impl Pipeline {
         }
         .instrument(span)
         .await
+    }
+
+    /// The checkpoint stored for `run_id` under this pipeline's key, or one
+    /// [adopted](Self::adopt_unnamed) from before pipelines had names.
+    async fn load_or_adopt(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: &Ownership,
+        run_id: &str,
+        how: Continue,
+        options: ResumeOptions,
+    ) -> Result<Option<Checkpoint>> {
+        match store.load(owner.lease().run_id()).await? {
+            Some(cp) => Ok(Some(cp)),
+            None => self.adopt_unnamed(store, owner, run_id, how, options).await,
+        }
     }
 
     /// A run of this pipeline stored before pipelines had names: a format 1

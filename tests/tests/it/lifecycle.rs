@@ -278,6 +278,163 @@ async fn rule10_a_run_stored_before_names_is_adopted_by_its_named_pipeline() {
     );
 }
 
+// ---- rule 11 ------------------------------------------------------------------
+
+/// Stage names that ran, in order, from what `key_of` saw.
+fn ran(seen: &[String]) -> Vec<&str> {
+    seen.iter().filter_map(|s| s.split(':').next()).collect()
+}
+
+#[tokio::test]
+async fn rule11_start_runs_a_new_run_and_returns_a_completed_one_without_running_a_stage() {
+    let _serial = SERIAL.lock().await;
+    BUG.store(false, Ordering::SeqCst);
+    let store = store();
+    let p = orders_v1(&store);
+    let _ = seen();
+    let input = Context::new().set("cents", 1999u64).expect("set");
+    let first = p.start("s-1", input.clone()).await.expect("runs");
+    assert_eq!(ran(&seen()), ["validate", "charge_v1", "receipt"]);
+    let stored = p.checkpoint("s-1").await.expect("load");
+    for _ in 0..3 {
+        let again = p
+            .start("s-1", input.clone())
+            .await
+            .expect("the stored result");
+        assert_eq!(again, first);
+    }
+    // even with other input: the run exists, so its result is the answer
+    let other = p
+        .start("s-1", Context::new())
+        .await
+        .expect("the stored result");
+    assert_eq!(other, first);
+    assert_eq!(seen(), Vec::<String>::new(), "no stage ran");
+    assert_eq!(
+        p.checkpoint("s-1").await.expect("load"),
+        stored,
+        "untouched"
+    );
+    // `invoke` stays fresh by default (rule 3): it runs the stages again
+    p.invoke("s-1", input).await.expect("runs");
+    assert_eq!(ran(&seen()), ["validate", "charge_v1", "receipt"]);
+}
+
+#[tokio::test]
+async fn rule11_start_resumes_a_failed_run_from_its_failed_stage() {
+    let _serial = SERIAL.lock().await;
+    BUG.store(true, Ordering::SeqCst);
+    let store = store();
+    let p = orders_v1(&store);
+    let _ = seen();
+    let err = p.start("s-2", Context::new()).await.expect_err("the bug");
+    assert!(
+        matches!(err, Error::Stage { ref stage, .. } if stage == "charge"),
+        "{err}"
+    );
+    assert_eq!(ran(&seen()), ["validate", "charge_v1"]);
+    BUG.store(false, Ordering::SeqCst);
+    let out = p.start("s-2", Context::new()).await.expect("resumed");
+    assert_eq!(
+        ran(&seen()),
+        ["charge_v1", "receipt"],
+        "validate is not run again"
+    );
+    assert!(
+        out.get::<bool>("validated")
+            .expect("kept from the first call")
+    );
+    assert_eq!(p.start("s-2", Context::new()).await.expect("done"), out);
+    assert_eq!(seen(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn rule11_start_resumes_a_running_run_whose_owner_lease_lapsed() {
+    let _serial = SERIAL.lock().await;
+    BUG.store(true, Ordering::SeqCst);
+    let store = store();
+    let p = orders_v1(&store);
+    p.invoke("s-3", Context::new()).await.expect_err("the bug");
+    // make it look like a worker died in `charge`: a running checkpoint and
+    // a lease nobody will renew or release
+    let mut cp = p.checkpoint("s-3").await.expect("load").expect("stored");
+    cp.status = fluxio::RunStatus::Running;
+    cp.error_message = None;
+    store.save(cp).await.expect("save");
+    let lease = store
+        .acquire_lease("orders/s-3", std::time::Duration::from_millis(50))
+        .await
+        .expect("lease");
+    let err = p
+        .start("s-3", Context::new())
+        .await
+        .expect_err("live lease");
+    assert!(
+        matches!(&err, Error::RunIdInUse { run_id } if run_id == "orders/s-3"),
+        "{err:?}"
+    );
+    std::mem::forget(lease); // the owner is gone
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    BUG.store(false, Ordering::SeqCst);
+    let _ = seen();
+    let out = p.start("s-3", Context::new()).await.expect("taken over");
+    assert_eq!(ran(&seen()), ["charge_v1", "receipt"]);
+    assert_eq!(out.get::<String>("charged").expect("charged"), "v1");
+}
+
+#[tokio::test]
+async fn rule11_start_of_a_live_run_is_run_id_in_use_and_the_run_finishes_once() {
+    let _serial = SERIAL.lock().await;
+    BUG.store(false, Ordering::SeqCst);
+    let store = store();
+    let p = pipeline![validate, wait_for_gate, receipt]
+        .name("orders")
+        .store_arc(Arc::clone(&store))
+        .build()
+        .expect("valid");
+    let _ = seen();
+    let running = {
+        let p = p.clone();
+        tokio::spawn(async move { p.start("s-4", Context::new()).await })
+    };
+    while !ran(&SEEN.lock().expect("not poisoned")).contains(&"wait_for_gate") {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..4 {
+        let err = p.start("s-4", Context::new()).await.expect_err("running");
+        assert!(
+            matches!(&err, Error::RunIdInUse { run_id } if run_id == "orders/s-4"),
+            "{err:?}"
+        );
+    }
+    GATE.notify_one();
+    let out = running.await.expect("no panic").expect("completes");
+    assert_eq!(p.start("s-4", Context::new()).await.expect("result"), out);
+    assert_eq!(ran(&seen()), ["validate", "wait_for_gate", "receipt"]);
+}
+
+#[tokio::test]
+async fn rule11_start_needs_a_store() {
+    let p = pipeline![validate].build().expect("valid");
+    let err = p
+        .start("s-5", Context::new())
+        .await
+        .expect_err("not durable");
+    assert!(
+        matches!(err, Error::NotDurable { operation: "start" }),
+        "{err:?}"
+    );
+}
+
+static GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+#[stage]
+async fn wait_for_gate(ctx: Context) -> StageResult {
+    key_of("wait_for_gate")?;
+    GATE.notified().await;
+    Ok(ctx)
+}
+
 #[tokio::test]
 async fn rule12_every_attempt_of_a_position_has_one_key_and_positions_differ() {
     let _serial = SERIAL.lock().await;

@@ -264,6 +264,78 @@ fn killed_owner_is_taken_over(kind: StoreKind) {
     assert_eq!(pids_of(&lines, "s3"), [next_pid]);
 }
 
+/// Rule 11: eight processes `start` one new run id at the same instant:
+/// exactly one runs the stages, the others are refused or get its result;
+/// then eight more `start` the completed run: all get its result and no
+/// stage runs.
+fn rule11_eight_starts(kind: StoreKind) {
+    let ns = namespace(&format!("mp_start_{}", kind.name()));
+    let Some((_rt, _store)) = connect(kind, &ns) else {
+        return;
+    };
+    let iterations: usize = std::env::var("FLUXIO_MP_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(5, |n: usize| n.div_ceil(10));
+    let url = kind.url();
+    for i in 0..iterations {
+        let ledger = temp_ledger(&format!("{}-start-{i}", kind.name()));
+        let run = Run {
+            kind,
+            url: &url,
+            ns: &ns,
+            ledger: &ledger,
+        };
+        let run_id = format!("start-{i}");
+        let race = |hold: &str| -> Vec<String> {
+            let mut workers: Vec<Worker> = (0..8)
+                .map(|_| run.spawn(&run_id, "start", 10_000, hold))
+                .collect();
+            workers.iter().for_each(ready);
+            workers.iter_mut().for_each(Worker::go);
+            workers.into_iter().map(Worker::outcome).collect()
+        };
+        // a new run id; s1 holds the run for 200 ms, longer than eight starts
+        let first = race("s1=200");
+        let lines = ledger_lines(&ledger);
+        let s1 = pids_of(&lines, "s1");
+        assert_eq!(
+            s1.len(),
+            1,
+            "iteration {i}: one process ran the stages: {lines:?}"
+        );
+        assert_eq!(pids_of(&lines, "s3"), s1, "iteration {i}: and all of them");
+        let done: Vec<&String> = first.iter().filter(|o| o.starts_with("ok")).collect();
+        assert!(
+            !done.is_empty(),
+            "iteration {i}: the winner completed: {first:?}"
+        );
+        assert!(
+            done.iter().all(|o| *o == done[0]),
+            "iteration {i}: every process that got a result got the same one: {first:?}"
+        );
+        assert!(
+            first.iter().all(|o| o.starts_with("ok") || o == "in_use"),
+            "iteration {i}: the others were refused: {first:?}"
+        );
+        // the completed run: every start returns its result, nothing runs
+        let again = race("-");
+        assert!(
+            again.iter().all(|o| o == done[0]),
+            "iteration {i}: the completed result, eight times: {again:?} vs {done:?}"
+        );
+        assert_eq!(
+            ledger_lines(&ledger),
+            lines,
+            "iteration {i}: no stage ran for a completed run"
+        );
+    }
+    eprintln!(
+        "{}: rule 11, {iterations} runs started by 8 processes at once, twice",
+        kind.name()
+    );
+}
+
 #[test]
 fn redis_exactly_one_of_eight_processes_runs_a_run_id() {
     exactly_one_of_eight(StoreKind::Redis);
@@ -307,4 +379,19 @@ fn sqlite_a_frozen_owner_is_fenced_out() {
 #[test]
 fn sqlite_a_killed_owner_is_taken_over_after_the_lease() {
     killed_owner_is_taken_over(StoreKind::Sqlite);
+}
+
+#[test]
+fn rule11_redis_eight_processes_start_one_run_once() {
+    rule11_eight_starts(StoreKind::Redis);
+}
+
+#[test]
+fn rule11_postgres_eight_processes_start_one_run_once() {
+    rule11_eight_starts(StoreKind::Postgres);
+}
+
+#[test]
+fn rule11_sqlite_eight_processes_start_one_run_once() {
+    rule11_eight_starts(StoreKind::Sqlite);
 }
