@@ -113,10 +113,28 @@ fn append_line(path: &str, line: &str) -> std::io::Result<()> {
     f.write_all(format!("{line}\n").as_bytes())
 }
 
+/// Beside the ledger `path`, the file where the worker's stages record
+/// `stage idempotency-key attempt pid`, one line per attempt.
+#[must_use]
+pub fn keys_path(ledger: &str) -> String {
+    format!("{ledger}.keys")
+}
+
 async fn run_stage(ctx: Context, stage: &str, value: u64) -> StageResult {
     let settings = SETTINGS.get_or_init(WorkerSettings::default);
     if let Some(path) = &settings.ledger {
         append_line(path, &format!("{stage} {}", std::process::id()))?;
+        // the side effect a payment API would see: the stage's idempotency key
+        let info = fluxio::StageInfo::current().ok_or("worker stages run inside a pipeline")?;
+        append_line(
+            &keys_path(path),
+            &format!(
+                "{stage} {} {} {}",
+                info.idempotency_key(),
+                info.attempt,
+                std::process::id()
+            ),
+        )?;
     }
     println!("in {stage}");
     if let Some((held, ms)) = &settings.hold {

@@ -336,6 +336,80 @@ fn rule11_eight_starts(kind: StoreKind) {
     );
 }
 
+/// Rule 12: a stage records its idempotency key (its side effect), its
+/// process is killed with SIGKILL before the next checkpoint, and another
+/// process resumes the run: the stage runs again with the same key.
+fn rule12_key_survives_sigkill(kind: StoreKind) {
+    let ns = namespace(&format!("mp_key_{}", kind.name()));
+    let Some((_rt, _store)) = connect(kind, &ns) else {
+        return;
+    };
+    let url = kind.url();
+    let ledger = temp_ledger(&format!("{}-key", kind.name()));
+    let keys = fluxio_tests::keys_path(&ledger.to_string_lossy());
+    let _ = std::fs::remove_file(&keys);
+    let run = Run {
+        kind,
+        url: &url,
+        ns: &ns,
+        ledger: &ledger,
+    };
+    let mut owner = run.spawn("charged", "invoke", 1_000, "s2=60000");
+    ready(&owner);
+    owner.go();
+    owner.expect(&["in s2"]); // s2 has recorded its key, and sleeps
+    let owner_pid = owner.pid();
+    owner.signal("-KILL");
+    drop(owner);
+
+    // resume once the dead owner's lease lapses
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (outcome, next_pid) = loop {
+        let mut next = run.spawn("charged", "resume", 1_000, "-");
+        ready(&next);
+        next.go();
+        let pid = next.pid();
+        let outcome = next.outcome();
+        if outcome != "in_use" || std::time::Instant::now() > deadline {
+            break (outcome, pid);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(outcome.starts_with("ok "), "{outcome}");
+
+    let lines: Vec<Vec<String>> = std::fs::read_to_string(&keys)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split(' ').map(str::to_owned).collect())
+        .collect();
+    let of = |stage: &str| -> Vec<(String, u32)> {
+        lines
+            .iter()
+            .filter(|l| l.len() == 4 && l[0] == stage)
+            .map(|l| (l[1].clone(), l[3].parse().unwrap_or(0)))
+            .collect()
+    };
+    let s2 = of("s2");
+    assert_eq!(
+        s2.iter().map(|(_, pid)| *pid).collect::<Vec<_>>(),
+        [owner_pid, next_pid],
+        "s2 ran in the killed process and again in the next: {lines:?}"
+    );
+    assert_eq!(
+        s2[0].0, s2[1].0,
+        "one key for both attempts of s2: {lines:?}"
+    );
+    assert!(s2[0].0.starts_with("worker/charged/"), "{lines:?}");
+    let s3 = of("s3");
+    assert_eq!(s3.len(), 1, "{lines:?}");
+    assert_ne!(s3[0].0, s2[0].0, "another position, another key");
+    eprintln!(
+        "{}: rule 12, key {} in pid {owner_pid} (killed) and pid {next_pid}",
+        kind.name(),
+        s2[0].0
+    );
+}
+
 #[test]
 fn redis_exactly_one_of_eight_processes_runs_a_run_id() {
     exactly_one_of_eight(StoreKind::Redis);
@@ -394,4 +468,19 @@ fn rule11_postgres_eight_processes_start_one_run_once() {
 #[test]
 fn rule11_sqlite_eight_processes_start_one_run_once() {
     rule11_eight_starts(StoreKind::Sqlite);
+}
+
+#[test]
+fn rule12_redis_a_stage_killed_after_its_side_effect_gets_the_same_key_in_the_next_process() {
+    rule12_key_survives_sigkill(StoreKind::Redis);
+}
+
+#[test]
+fn rule12_postgres_a_stage_killed_after_its_side_effect_gets_the_same_key_in_the_next_process() {
+    rule12_key_survives_sigkill(StoreKind::Postgres);
+}
+
+#[test]
+fn rule12_sqlite_a_stage_killed_after_its_side_effect_gets_the_same_key_in_the_next_process() {
+    rule12_key_survives_sigkill(StoreKind::Sqlite);
 }
