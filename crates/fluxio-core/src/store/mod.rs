@@ -84,7 +84,7 @@ pub(crate) use lease::{KeepLease, LeaseTracker, Ownership};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The shortest lease time-to-live a run or a store accepts (1 ms).
 pub const MIN_LEASE_TTL: Duration = Duration::from_millis(1);
@@ -185,17 +185,19 @@ pub fn check_run_id(run_id: &str) -> Result<()> {
 /// ```
 ///
 /// # Errors
-/// [`Error::CheckpointNotFound`] naming `run_id` when nothing is stored;
-/// [`Error::RunFinished`] when the run completed or was cancelled already.
+/// [`Error::CheckpointNotFound`](crate::Error::CheckpointNotFound) naming
+/// `run_id` when nothing is stored;
+/// [`Error::RunFinished`](crate::Error::RunFinished) when the run completed
+/// or was cancelled already.
 pub fn cancelled_checkpoint(run_id: &str, stored: Option<Checkpoint>) -> Result<Checkpoint> {
     let Some(checkpoint) = stored else {
-        return Err(Error::CheckpointNotFound {
+        return Err(crate::Error::CheckpointNotFound {
             run_id: run_id.to_owned(),
         });
     };
     match checkpoint.status {
         RunStatus::Running | RunStatus::Failed => Ok(checkpoint.cancelled()),
-        status => Err(Error::RunFinished {
+        status => Err(crate::Error::RunFinished {
             run_id: run_id.to_owned(),
             status,
         }),
