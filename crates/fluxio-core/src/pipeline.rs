@@ -553,7 +553,8 @@ impl Pipeline {
 
     /// Re-runs `run_id` from its stored checkpoint, or from the stage named
     /// `from_step` (a stage inside a parallel block replays its whole block),
-    /// with the stored context. Works on failed and completed runs.
+    /// with the stored context. Works on failed and completed runs, not on
+    /// cancelled ones ([`Error::Cancelled`]).
     ///
     /// # Errors
     /// [`Error::UnknownStep`] for a step the pipeline does not have; the

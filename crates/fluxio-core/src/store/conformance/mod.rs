@@ -17,6 +17,10 @@
 //! # fn main() {}
 //! ```
 //!
+//! The cancel checks (contract rule 14, `rule14_*`) also pass on a store
+//! with only the four required methods, through the default `cancel`; the
+//! lease checks need a store that keeps expiring leases itself.
+//!
 //! Checks that involve leases use real time (time-to-lives of a few hundred
 //! milliseconds), because shared stores expire leases on their own clocks.
 //!
