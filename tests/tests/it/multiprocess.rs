@@ -286,8 +286,9 @@ fn cancelled_from_another_process(kind: StoreKind) {
         .build()
         .expect("the worker pipeline builds");
 
-    // the owner holds s2 for 3 s, with a lease far longer than that
-    let mut owner = run.spawn("cancelled", "invoke", 30_000, "s2=3000");
+    // the owner holds s2 for 5 s (the cancel needs milliseconds), with a
+    // lease far longer than that
+    let mut owner = run.spawn("cancelled", "invoke", 30_000, "s2=5000");
     ready(&owner);
     owner.go();
     owner.expect(&["in s2"]);
