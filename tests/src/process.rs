@@ -8,7 +8,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 /// The outcome lines a worker prints when it stops.
-pub const OUTCOMES: &[&str] = &["ok", "in_use", "lease_lost", "error"];
+pub const OUTCOMES: &[&str] = &["ok", "in_use", "lease_lost", "cancelled", "error"];
 
 /// A running worker process. Killed (SIGKILL) and reaped when dropped.
 #[derive(Debug)]

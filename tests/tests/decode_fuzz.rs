@@ -1,7 +1,8 @@
 //! Bad bytes: `Checkpoint::from_bytes` on a million mutated payloads.
 //!
 //! Valid encodings (small, every `Value` variant nested, a large context,
-//! unicode everywhere, failed runs, nesting close to `MAX_DEPTH`) are mutated
+//! unicode everywhere, failed and cancelled runs, nesting close to
+//! `MAX_DEPTH`) are mutated
 //! (truncated, bit-flipped, overwritten with interesting bytes, grown,
 //! shrunk, spliced, their length prefixes set to huge values, their tags
 //! confused) and, for most mutants, the header's CRC and length are
@@ -419,6 +420,11 @@ fn seeds() -> Vec<Seed> {
     failed.status = RunStatus::Failed;
     failed.error_message = Some("stage `charge` failed: card declined 💳".to_owned());
     failed.attempt = 3;
+    // status 3, format 2's newest value: a mutated status byte lands on it
+    // and past it (4 and up must be refused)
+    let mut cancelled = failed.clone();
+    cancelled.run_id = "cancelled-run".to_owned();
+    cancelled.status = RunStatus::Cancelled;
     let mut completed = checkpoint(
         "done",
         [("deep", deep(120)), ("result", Value::Bool(true))]
@@ -442,6 +448,7 @@ fn seeds() -> Vec<Seed> {
         ("large", large),
         ("unicode", unicode),
         ("failed", failed),
+        ("cancelled", cancelled),
         ("deep", completed),
         ("empty", empty),
     ]

@@ -54,7 +54,9 @@ pub trait Callback: fmt::Debug + Send + Sync + 'static {
     fn on_pipeline_start(&self, run_id: &str, version: &str) -> CallbackResult {
         Ok(())
     }
-    /// A run ends, after `took`, with `error` when it failed.
+    /// A run ends, after `took`, with `error` when it did not complete:
+    /// [`Error::Cancelled`] when it was cancelled (rule 14), any other
+    /// error when it failed.
     fn on_pipeline_end(
         &self,
         run_id: &str,
@@ -84,7 +86,8 @@ pub trait Callback: fmt::Debug + Send + Sync + 'static {
     fn on_route(&self, run_id: &str, router: &str, route: &str) -> CallbackResult {
         Ok(())
     }
-    /// The run failed with `error` (called before `on_pipeline_end`).
+    /// The run failed, or was cancelled ([`Error::Cancelled`]), with `error`
+    /// (called before `on_pipeline_end`).
     fn on_error(&self, run_id: &str, error: &Error) -> CallbackResult {
         Ok(())
     }

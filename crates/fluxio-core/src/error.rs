@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::store::StoreErrorKind;
+use crate::store::{RunStatus, StoreErrorKind};
 use crate::structure::Changes;
 
 /// A boxed error as returned by a stage: any `std::error::Error + Send + Sync + 'static`.
@@ -94,6 +94,31 @@ pub enum Error {
         run_id: String,
         /// The fencing token this run held.
         token: u64,
+    },
+
+    /// The run was cancelled (contract rule 14), by
+    /// [`Pipeline::cancel`](crate::Pipeline::cancel) or
+    /// [`CheckpointStore::cancel`](crate::store::CheckpointStore::cancel), in
+    /// this process or another. Its owner gets it from the checkpoint write
+    /// before its next stage (the write is refused and nothing more runs),
+    /// and `resume` and `replay` get it without running anything. The stored
+    /// checkpoint says [`RunStatus::Cancelled`]; only a fresh `invoke` of
+    /// the run id (which deletes it) runs it again.
+    #[error("run `{run_id}` was cancelled")]
+    Cancelled {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+    },
+
+    /// A cancel found the run already finished: completed, or cancelled
+    /// before. Nothing was changed.
+    #[error("run `{run_id}` {}; nothing was changed", finished(*status))]
+    RunFinished {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// How it finished: [`RunStatus::Completed`] or
+        /// [`RunStatus::Cancelled`].
+        status: RunStatus,
     },
 
     /// A run id that cannot be used (empty, too long, or with control characters).
@@ -345,7 +370,8 @@ pub enum Error {
     },
 
     /// An operation that reads or writes checkpoints (resume, replay, diff,
-    /// checkpoint, exists) was called on a pipeline built without a store.
+    /// checkpoint, exists, cancel) was called on a pipeline built without a
+    /// store.
     #[error(
         "`{operation}` needs a durable pipeline and this one is not durable: \
          build it with `.store(...)` or `.durable(true)`"
@@ -364,6 +390,15 @@ fn display_or_debug(e: &(dyn std::error::Error + 'static)) -> String {
         format!("{e:?}")
     } else {
         shown
+    }
+}
+
+/// How a run finished, for [`Error::RunFinished`]'s message.
+fn finished(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Completed => "already completed",
+        RunStatus::Cancelled => "was already cancelled",
+        RunStatus::Running | RunStatus::Failed => "is not finished",
     }
 }
 
@@ -539,6 +574,29 @@ mod tests {
             err.message_with_causes(),
             "cannot store context key `k`: no way"
         );
+    }
+
+    #[test]
+    fn rule14_cancel_errors_say_what_happened() {
+        use crate::store::RunStatus;
+        let finished = |status| Error::RunFinished {
+            run_id: "orders/7".into(),
+            status,
+        };
+        assert_eq!(
+            finished(RunStatus::Completed).to_string(),
+            "run `orders/7` already completed; nothing was changed"
+        );
+        assert_eq!(
+            finished(RunStatus::Cancelled).to_string(),
+            "run `orders/7` was already cancelled; nothing was changed"
+        );
+        let cancelled = Error::Cancelled {
+            run_id: "orders/7".into(),
+        };
+        assert_eq!(cancelled.to_string(), "run `orders/7` was cancelled");
+        assert_eq!(cancelled.store_error_kind(), None);
+        assert_eq!(cancelled.stage(), None);
     }
 
     /// A checkpoint frame around `payload`, with a correct header.

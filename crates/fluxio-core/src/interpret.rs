@@ -170,13 +170,23 @@ pub(crate) async fn run(
     result
 }
 
-/// Saves `cp` fenced, telling the callbacks how long the store took.
+/// Saves `cp` fenced, telling the callbacks how long the store took. A run
+/// that was cancelled (rule 14) learns of it here, and only here: the store
+/// refuses the write with [`Error::Cancelled`], and the run stops.
 async fn save(program: &Program, d: &Durable<'_>, cp: Checkpoint) -> Result<()> {
-    if program.callbacks.is_empty() {
-        return d.store.save_fenced(cp, d.lease).await;
-    }
     let (ip, status, started) = (cp.ip as usize, cp.status, Instant::now());
-    d.store.save_fenced(cp, d.lease).await?;
+    let saved = d.store.save_fenced(cp, d.lease).await;
+    if let Err(Error::Cancelled { .. }) = &saved {
+        tracing::info!(
+            run_id = d.key,
+            ip,
+            "the run was cancelled: it stops here, before its next stage"
+        );
+    }
+    if program.callbacks.is_empty() {
+        return saved;
+    }
+    saved?;
     let latency = started.elapsed();
     emit(&program.callbacks, "checkpoint", |c| {
         c.on_checkpoint(d.key, ip, status, latency)
@@ -219,12 +229,16 @@ async fn run_checkpointed(
                     Some(e.message_with_causes()),
                     last.attempt,
                 );
-                if let Err(store_err) = save(program, d, cp).await {
-                    tracing::error!(
+                match save(program, d, cp).await {
+                    Ok(()) => {}
+                    // the run was cancelled while the stage ran: that is
+                    // how it ends, whatever the stage did
+                    Err(cancelled @ Error::Cancelled { .. }) => return Err(cancelled),
+                    Err(store_err) => tracing::error!(
                         run_id = d.key,
                         error = %store_err.message_with_causes(),
                         "could not save the failure checkpoint; the previous checkpoint stays in place"
-                    );
+                    ),
                 }
             }
             Err(e)

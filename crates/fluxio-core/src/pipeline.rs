@@ -445,6 +445,8 @@ impl Pipeline {
     /// # Errors
     /// The failing stage's error ([`Error::Stage`] with the stage's own error
     /// as source, [`Error::StagePanic`], [`Error::StageTimeout`]);
+    /// [`Error::Cancelled`] when the run was [cancelled](Self::cancel) while
+    /// it ran (it stopped before its next stage);
     /// [`Error::RunIdInUse`] when another run holds `run_id`;
     /// [`Error::ShutDown`] once the pipeline is [shut down](Self::shutdown);
     /// [`Error::MergeConflict`], [`Error::UnknownRoute`], [`Error::Store`],
@@ -640,6 +642,8 @@ impl Pipeline {
     /// # Errors
     /// [`Error::NotDurable`] when the pipeline has no store;
     /// [`Error::CheckpointNotFound`] when nothing is stored for `run_id`;
+    /// [`Error::Cancelled`] when the run was [cancelled](Self::cancel) (nothing
+    /// runs, the checkpoint is untouched);
     /// [`Error::CheckpointVersion`] when the checkpoint was written by another
     /// version (nothing runs, the checkpoint is untouched); the errors of
     /// [`invoke`](Self::invoke).
@@ -661,7 +665,8 @@ impl Pipeline {
 
     /// Re-runs `run_id` from its stored checkpoint, or from the stage named
     /// `from_step` (a stage inside a parallel block replays its whole block),
-    /// with the stored context. Works on failed and completed runs.
+    /// with the stored context. Works on failed and completed runs, not on
+    /// cancelled ones ([`Error::Cancelled`]).
     ///
     /// # Errors
     /// [`Error::UnknownStep`] for a step the pipeline does not have; the
@@ -706,6 +711,13 @@ impl Pipeline {
                     .ok_or_else(|| Error::CheckpointNotFound {
                         run_id: key.clone(),
                     })?;
+                // before the version check: a cancelled run is cancelled on
+                // any code
+                if cp.is_cancelled() {
+                    return Err(Error::Cancelled {
+                        run_id: key.clone(),
+                    });
+                }
                 let runner = self.version_for(&key, &cp, how, options)?;
                 runner.continue_locked(store, &owner, run_id, cp, how).await
             }
@@ -926,6 +938,76 @@ impl Pipeline {
             })),
             None => Ok(None),
         }
+    }
+
+    /// Cancels the run `run_id` of this pipeline (contract rule 14), from
+    /// this process or any other sharing the store: the stored checkpoint
+    /// says [`RunStatus::Cancelled`] from now on, and the run never runs
+    /// again under this id: [`resume`](Self::resume), [`resume_with`](Self::resume_with)
+    /// and [`replay`](Self::replay) fail with [`Error::Cancelled`], running
+    /// nothing. Only a fresh [`invoke`](Self::invoke) of the id, which
+    /// deletes the old run, starts it again.
+    ///
+    /// A run that is executing right now stops before its next stage: its
+    /// next checkpoint write (before a stage, at a failure, or at the end)
+    /// is refused by the store, so the owner learns of the cancel without
+    /// any extra store call per stage. It returns [`Error::Cancelled`] and
+    /// gives its lease back. A stage body already running is not
+    /// interrupted: it finishes, and its result is dropped.
+    ///
+    /// A run that is running (whether its owner is alive or gone) or failed
+    /// can be cancelled; a completed or already cancelled one cannot. What a
+    /// cancel reaches depends on the store (see
+    /// [`CheckpointStore::cancel`]): the built-in stores stop an owner in
+    /// any process; a store with only the four required methods stops
+    /// owners in this process only.
+    ///
+    /// ```
+    /// # use fluxio_core::{Context, Error, InMemoryStore, RunStatus};
+    /// # use fluxio_core::store::{Checkpoint, CheckpointStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # // `fluxio::pipeline![...]` builds real ones; this one is empty
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .name("orders")
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// # let store = pipeline.store().expect("durable");
+    /// # let failed = Checkpoint::new("order-7", pipeline.version(), 0, "charge", Context::new().snapshot())
+    /// #     .in_pipeline("orders")
+    /// #     .failed("card declined");
+    /// # store.save(failed).await?;
+    /// // order-7 failed earlier; nobody should retry it
+    /// pipeline.cancel("order-7").await?;
+    /// let cp = pipeline.checkpoint("order-7").await?.expect("kept");
+    /// assert_eq!(cp.status, RunStatus::Cancelled);
+    /// assert!(matches!(pipeline.resume("order-7").await, Err(Error::Cancelled { .. })));
+    ///
+    /// // a second cancel, or one of a completed run, says so and changes nothing
+    /// let again = pipeline.cancel("order-7").await;
+    /// assert!(matches!(again, Err(Error::RunFinished { status: RunStatus::Cancelled, .. })));
+    /// pipeline.invoke("order-8", Context::new()).await?;
+    /// let done = pipeline.cancel("order-8").await;
+    /// assert!(matches!(done, Err(Error::RunFinished { status: RunStatus::Completed, .. })));
+    ///
+    /// // a fresh invoke of the id starts the run over
+    /// pipeline.invoke("order-7", Context::new()).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store;
+    /// [`Error::CheckpointNotFound`] when nothing is stored for `run_id`;
+    /// [`Error::RunFinished`] when the run completed or was cancelled
+    /// already (nothing changes); [`Error::InvalidRunId`] for a malformed
+    /// run id; [`Error::Store`] from the store. The errors name the run by
+    /// its store key (`name/run_id`).
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the run cancelled or not, never half-way.
+    pub async fn cancel(&self, run_id: &str) -> Result<()> {
+        let key = self.key(run_id)?;
+        self.require_store("cancel")?.cancel(&key).await
     }
 
     /// Whether a checkpoint is stored for `run_id`.

@@ -115,7 +115,7 @@ impl PostgresStoreBuilder {
     }
 
     /// How long a completed run's checkpoint stays visible (default 7 days);
-    /// `None` keeps it forever. Running and failed runs never expire. The
+    /// `None` keeps it forever. Running, failed and cancelled runs never expire. The
     /// retention is fixed when the completed checkpoint is written.
     #[must_use]
     pub fn completed_retention(mut self, retention: Option<Duration>) -> Self {

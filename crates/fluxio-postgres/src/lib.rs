@@ -44,8 +44,8 @@
 //!     payload       BYTEA       NOT NULL,  -- exactly Checkpoint::to_bytes()
 //!     version       TEXT        NOT NULL,  -- the rest mirror the payload,
 //!     ip            BIGINT      NOT NULL,  -- for operators; never read back
-//!     step          TEXT        NOT NULL,
-//!     status        TEXT        NOT NULL,  -- running | failed | completed
+//!     step          TEXT        NOT NULL,  -- (but fenced saves check status)
+//!     status        TEXT        NOT NULL,  -- running | failed | completed | cancelled
 //!     error_message TEXT,
 //!     created_at    TIMESTAMPTZ NOT NULL,  -- the run's start (client clock)
 //!     updated_at    TIMESTAMPTZ NOT NULL,  -- last write (database clock)
@@ -73,8 +73,8 @@
 //! # Retention
 //!
 //! A completed run's checkpoint gets `expires_at = now + retention` (the
-//! database clock; default 7 days, [`None`] keeps it forever); running and
-//! failed runs never expire. From then on `load` and `exists` treat the row as
+//! database clock; default 7 days, [`None`] keeps it forever); running,
+//! failed and cancelled runs never expire. From then on `load` and `exists` treat the row as
 //! absent (so `resume` of that run id fails with `CheckpointNotFound`), and
 //! [`purge_expired`](PostgresStore::purge_expired) deletes it.
 //!
@@ -96,6 +96,17 @@
 //!   write in progress to commit, and a fenced write that comes second sees
 //!   the new token and writes nothing. So no write of a previous owner lands
 //!   after the new owner took over.
+//! - [`cancel`](fluxio_core::store::CheckpointStore::cancel) (contract rule
+//!   14) is one transaction (the one method with more than one statement):
+//!   it reads the run's row `FOR UPDATE`, and writes its cancelled payload
+//!   and `status = 'cancelled'`. A fenced save replaces a row only while its
+//!   `status` is not `'cancelled'` (checked by its `ON CONFLICT DO UPDATE`
+//!   on the newest, locked row version), so the owner's next fenced save
+//!   after a cancel, from any worker, is refused with
+//!   [`Error::Cancelled`](fluxio_core::Error::Cancelled) and changes
+//!   nothing. A delete removes the row, cancel and all; a plain save
+//!   replaces it. No column was added: `status` is written with every
+//!   payload and always says what the payload says.
 //!
 //! # Connection failures
 //!
@@ -122,7 +133,8 @@
 //!   tried (up to `max_connections + 1`), which proves the statement was not
 //!   sent. A failure after the statement was sent is returned.
 //!   [`purge_expired`](PostgresStore::purge_expired) does the same, so that
-//!   its count is exact.
+//!   its count is exact, and so does `cancel`, whose repeat after a lost
+//!   reply would report the run as already cancelled (`RunFinished`).
 //!
 //! # Errors
 //!

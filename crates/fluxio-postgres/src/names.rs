@@ -95,6 +95,9 @@ pub(crate) fn quote(ident: &str) -> String {
 pub(crate) struct Sql {
     pub(crate) save: String,
     pub(crate) save_fenced: String,
+    pub(crate) cancel_read: String,
+    pub(crate) cancel: String,
+    pub(crate) cancelled: String,
     pub(crate) load: String,
     pub(crate) exists: String,
     pub(crate) delete: String,
@@ -118,6 +121,8 @@ const UPSERT: &str = "ON CONFLICT (run_id) DO UPDATE SET \
      step = EXCLUDED.step, status = EXCLUDED.status, error_message = EXCLUDED.error_message, \
      created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, \
      expires_at = EXCLUDED.expires_at";
+/// The `status` of a cancelled run's row (rule 14): what fenced saves check.
+pub(crate) const CANCELLED: &str = "cancelled";
 /// A row that is not expired (database clock).
 const VISIBLE: &str = "(expires_at IS NULL OR expires_at > clock_timestamp())";
 
@@ -141,9 +146,26 @@ impl Sql {
             save: format!("INSERT INTO {cp} AS c ({COLUMNS}) VALUES ({VALUES}) {UPSERT}"),
             // One statement: the upsert happens only when the lease row
             // exists, carries this token, is unexpired, and is share-locked.
+            // It replaces the stored row only while that row is not
+            // cancelled (rule 14): `ON CONFLICT DO UPDATE` locks the row's
+            // newest version and checks its `WHERE` on it, so a cancel (which
+            // holds that row lock until it commits) lands entirely before,
+            // and this writes nothing, or entirely after.
             save_fenced: format!(
-                "INSERT INTO {cp} AS c ({COLUMNS}) SELECT {VALUES} WHERE EXISTS ({}) {UPSERT}",
+                "INSERT INTO {cp} AS c ({COLUMNS}) SELECT {VALUES} WHERE EXISTS ({}) {UPSERT} \
+                 WHERE c.status <> '{CANCELLED}'",
                 current_lease("$10::bigint")
+            ),
+            // A cancel's transaction: the row, locked, then its new payload.
+            cancel_read: format!(
+                "SELECT payload FROM {cp} WHERE run_id = $1 AND {VISIBLE} FOR UPDATE"
+            ),
+            cancel: format!(
+                "UPDATE {cp} SET payload = $2::bytea, status = '{CANCELLED}', \
+                 updated_at = clock_timestamp() WHERE run_id = $1"
+            ),
+            cancelled: format!(
+                "SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND status = '{CANCELLED}')"
             ),
             load: format!("SELECT payload FROM {cp} WHERE run_id = $1 AND {VISIBLE}"),
             exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})"),

@@ -6,16 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunStatus, check_lease_ttl,
+    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunStatus, cancelled_checkpoint,
+    check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
+use sqlx::Connection as _;
 use sqlx::postgres::PgPool;
 
 use crate::builder::{PostgresStoreBuilder, Source};
 use crate::connection::{Failure, Retry};
 use crate::error::BACKEND;
 use crate::migrate;
-use crate::names::{Names, Sql};
+use crate::names::{CANCELLED, Names, Sql};
 
 /// A [`CheckpointStore`] in PostgreSQL, on a sqlx [`PgPool`].
 ///
@@ -183,6 +185,7 @@ fn status_name(status: RunStatus) -> &'static str {
         RunStatus::Running => "running",
         RunStatus::Failed => "failed",
         RunStatus::Completed => "completed",
+        RunStatus::Cancelled => CANCELLED,
         _ => "other",
     }
 }
@@ -324,7 +327,10 @@ impl CheckpointStore for PostgresStore {
     }
 
     /// One statement: the upsert of [`save`](Self::save), guarded by the
-    /// share-locked lease row.
+    /// share-locked lease row and by the stored row's status (not
+    /// cancelled). When it writes nothing, a second statement tells a
+    /// cancelled run from a lost lease: a cancelled row stays cancelled
+    /// until it is deleted or replaced by a plain save.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let token = match i64::try_from(lease.token()) {
             Ok(token) if lease.run_id() == checkpoint.key() => token,
@@ -339,10 +345,49 @@ impl CheckpointStore for PostgresStore {
                 .execute(&mut *conn)
                 .await?;
             if done.rows_affected() == 1 {
-                Ok(())
-            } else {
-                Err(Failure::Fluxio(lease_lost(lease)))
+                return Ok(());
             }
+            let cancelled: bool = sqlx::query_scalar(&inner.sql.cancelled)
+                .bind(lease.run_id())
+                .fetch_one(&mut *conn)
+                .await?;
+            Err(Failure::Fluxio(if cancelled {
+                Error::Cancelled {
+                    run_id: lease.run_id().to_owned(),
+                }
+            } else {
+                lease_lost(lease)
+            }))
+        })
+        .await
+    }
+
+    /// One transaction: the run's row read `FOR UPDATE`, the decision of
+    /// [`cancelled_checkpoint`], and the cancelled payload written with
+    /// `status = 'cancelled'`. A fenced save waits for the row lock and then
+    /// finds the row cancelled. Never sent twice (like `acquire_lease`): a
+    /// repeat after a commit whose reply was lost would report the run as
+    /// already cancelled.
+    async fn cancel(&self, run_id: &str) -> Result<()> {
+        fluxio_core::store::check_run_id(run_id)?;
+        let inner = &self.inner;
+        self.call("cancel", Retry::Never, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            let payload: Option<Vec<u8>> = sqlx::query_scalar(&inner.sql.cancel_read)
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let stored = payload
+                .map(|bytes| Checkpoint::from_bytes(run_id, &bytes))
+                .transpose()?;
+            let payload = cancelled_checkpoint(run_id, stored)?.to_bytes()?;
+            sqlx::query(&inner.sql.cancel)
+                .bind(run_id)
+                .bind(payload)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok::<_, Failure>(())
         })
         .await
     }

@@ -211,6 +211,9 @@ impl CheckpointStore for Counting {
     async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> fluxio::Result<()> {
         self.0.delete_fenced(run_id, lease).await
     }
+    async fn cancel(&self, run_id: &str) -> fluxio::Result<()> {
+        self.0.cancel(run_id).await
+    }
 }
 
 fn ten_noops() -> fluxio::PipelineBuilder {

@@ -22,6 +22,7 @@ pub(crate) mod op {
     pub(crate) const RELEASE: &str = "release_lease";
     pub(crate) const SAVE_FENCED: &str = "save_fenced";
     pub(crate) const DELETE_FENCED: &str = "delete_fenced";
+    pub(crate) const CANCEL: &str = "cancel";
 }
 
 /// Why a [`RedisStore`](crate::RedisStore) call failed.

@@ -51,22 +51,26 @@
 //! | `P.lease:R` | string | the fencing token of the current lease, in decimal | the lease's time-to-live, reset by every renewal |
 //! | `P.epoch:R` | integer | the last token handed out for `R` | the longer of `ttl` and the lease's, reset by every acquire and renewal |
 //! | `P.nonce:R` | string | the nonce of the `acquire_lease` call in progress that took the lease | the lease's time-to-live; deleted when that call returns |
+//! | `P.cancelled:R` | string | `1` while the checkpoint `P:R` is cancelled (contract rule 14) | the checkpoint's: written with it, deleted with it |
 //!
-//! The lease, epoch and nonce keys have `.` after the prefix where a
+//! The lease, epoch, nonce and cancel keys have `.` after the prefix where a
 //! checkpoint key has `:`, so no run id's checkpoint can collide with them.
 //! The nonce key exists only while an `acquire_lease` call is under way (or,
 //! if that call was cut off, until it expires with the lease).
 //!
 //! ## What each call does
 //!
-//! Every call is one network round trip (`acquire_lease`: two): a single
+//! Every call is one network round trip (`acquire_lease`: two; `cancel`:
+//! two or more): a single
 //! command, or a Lua script run with `EVALSHA` (loaded at connect time; a
 //! server that lost the scripts, after a restart say, is sent them again
 //! once). A call whose connection dropped is sent once more; see
 //! [Reconnecting](#reconnecting).
 //!
-//! - `save`: `SET P:R <bytes> PX <ttl>`; `load`: `GET`; `delete`: `DEL`;
-//!   `exists`: `EXISTS`.
+//! - `save`: `SET P:R <bytes> PX <ttl>`, and `P.cancelled:R` set with the
+//!   same expiry when the checkpoint is cancelled, deleted otherwise (one
+//!   script); `load`: `GET`; `delete`: `DEL P:R P.cancelled:R`; `exists`:
+//!   `EXISTS`.
 //! - `acquire_lease`: if `P.lease:R` exists, [`Error::RunIdInUse`](fluxio_core::Error::RunIdInUse);
 //!   else `INCR P.epoch:R`, `SET P.lease:R <token> PX <lease ttl>` and
 //!   `SET P.nonce:R <nonce> PX <lease ttl>` (a random nonce per call), and
@@ -82,6 +86,15 @@
 //!   `P.lease:R` still holds the token, else `LeaseLost` and the checkpoint
 //!   untouched. Check and write are one script, so a worker whose lease
 //!   expired (paused, cut off) cannot overwrite the new owner's checkpoint.
+//!   `save_fenced` first refuses a run whose `P.cancelled:R` exists, with
+//!   [`Error::Cancelled`](fluxio_core::Error::Cancelled), writing nothing.
+//! - `cancel` (rule 14): `GET P:R`, decoded and decided here (a Lua script
+//!   cannot read the status inside the payload), then one script that, only
+//!   if `P:R` still holds the bytes read, writes the cancelled checkpoint and
+//!   `P.cancelled:R`, both with `PX <ttl>` (a compare-and-set). If the
+//!   owner's next checkpoint landed in between, the cancel reads again,
+//!   within its one command timeout; once the script has run, every fenced
+//!   save of the run, from any process, is refused.
 //!
 //! ## Reconnecting
 //!
@@ -99,7 +112,9 @@
 //!   again (or reports `LeaseLost` only if the lease really was lost);
 //! - `acquire_lease` stores its call's nonce next to the lease it takes, so
 //!   a repeat recognizes a lease taken by its own first attempt and returns
-//!   that lease instead of `RunIdInUse`.
+//!   that lease instead of `RunIdInUse`;
+//! - `cancel`'s script finds the cancelled bytes it wrote itself (they carry
+//!   the time of the cancel) and answers done, not `RunFinished`.
 //!
 //! A call that times out is not sent again (the time is used up): it fails,
 //! and the store replaces the connection for the next call.
@@ -121,7 +136,7 @@
 //!   acknowledged saves, use `appendonly yes` with `appendfsync always`.
 //! - Lease expiry is measured on the Redis server's clock.
 //! - **Redis Cluster is not supported**: the scripts touch several keys
-//!   (lease, epoch and nonce, or lease and checkpoint), and this store does
+//!   (lease, epoch and nonce, or lease, checkpoint and cancel mark), and this store does
 //!   not speak the cluster protocol. A prefix that is a hash tag (`{fx}`:
 //!   keys `{fx}:R`, `{fx}.lease:R`) would put all of a prefix's keys in one
 //!   slot, were a cluster client ever added.

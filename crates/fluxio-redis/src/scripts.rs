@@ -52,31 +52,83 @@ end
 return 0
 ";
 
-/// `KEYS`: lease, checkpoint. `ARGV`: token, bytes, checkpoint ttl (ms).
-/// Returns 1 when saved, 0 (nothing written) when the lease is not `token`'s.
+/// `KEYS`: checkpoint, cancel mark. `ARGV`: bytes, checkpoint ttl (ms),
+/// `1` when the checkpoint is cancelled. The plain `save`: the checkpoint,
+/// and the cancel mark set or deleted to match it.
+pub(crate) const SAVE: &str = r"
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if ARGV[3] == '1' then
+  redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
+else
+  redis.call('DEL', KEYS[2])
+end
+return 1
+";
+
+/// `KEYS`: lease, checkpoint, cancel mark. `ARGV`: token, bytes, checkpoint
+/// ttl (ms), `1` when the checkpoint is cancelled. Returns 1 when saved; 2
+/// (nothing written) when the run is cancelled, whatever the lease; 0
+/// (nothing written) when the lease is not `token`'s.
 pub(crate) const SAVE_FENCED: &str = r"
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return 2
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+if ARGV[4] == '1' then
+  redis.call('SET', KEYS[3], 1, 'PX', ARGV[3])
+end
 return 1
 ";
 
-/// `KEYS`: lease, checkpoint. `ARGV`: token.
-/// Returns 1 when deleted (or already absent), 0 when the lease is not `token`'s.
+/// `KEYS`: lease, checkpoint, cancel mark. `ARGV`: token.
+/// Returns 1 when deleted (or already absent), 0 when the lease is not
+/// `token`'s. A cancelled run is deleted like any other, mark and all.
 pub(crate) const DELETE_FENCED: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[3])
 return 1
 ";
 
-pub(crate) const ALL: [&str; 5] = [ACQUIRE, RENEW, RELEASE, SAVE_FENCED, DELETE_FENCED];
+/// `KEYS`: checkpoint, cancel mark. `ARGV`: the checkpoint's bytes as the
+/// cancel read them, its cancelled bytes, checkpoint ttl (ms). Writes the
+/// cancelled bytes and the mark, both with the ttl, only if the checkpoint
+/// still holds the bytes read: returns 1 then, and also when it holds the
+/// cancelled bytes already (an earlier attempt of this very call, sent again
+/// after its reply was lost); 0 (nothing written) when a write came in
+/// between, and the cancel reads again.
+pub(crate) const CANCEL: &str = r"
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[2] then
+  return 1
+end
+if current ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[2], 1, 'PX', ARGV[3])
+return 1
+";
+
+pub(crate) const ALL: [&str; 7] = [
+    ACQUIRE,
+    RENEW,
+    RELEASE,
+    SAVE,
+    SAVE_FENCED,
+    DELETE_FENCED,
+    CANCEL,
+];
 
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
 pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE));
+pub(crate) static SAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SAVE));
 pub(crate) static SAVE_FENCED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SAVE_FENCED));
 pub(crate) static DELETE_FENCED_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(DELETE_FENCED));
+pub(crate) static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CANCEL));

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RedactedUrl, check_lease_ttl};
+use fluxio_core::store::{
+    Checkpoint, CheckpointStore, Lease, RedactedUrl, cancelled_checkpoint, check_lease_ttl,
+};
 use fluxio_core::{Error, Result};
 use redis::Client;
 use redis::aio::ConnectionManagerConfig;
@@ -29,7 +31,8 @@ use crate::scripts;
 /// Every method is one round trip: one command, or one Lua script run with
 /// `EVALSHA` (the scripts are loaded when connecting; a server that lost them
 /// gets them again, once, through redis-rs's `Script`); `acquire_lease`
-/// adds a second one to delete its nonce. A call that fails because the
+/// adds a second one to delete its nonce, and `cancel` reads the checkpoint
+/// before its script (and again if the script finds it changed). A call that fails because the
 /// connection dropped (a server restart, a reset) is sent once more on a new
 /// connection, within the same command timeout. See the
 /// [crate documentation](crate) for the key layout and the guarantees.
@@ -42,8 +45,8 @@ use crate::scripts;
 /// method documents.
 ///
 /// # Cancel safety
-/// Each method sends a single command or script (at most twice, the second
-/// time only after the connection dropped), which the server applies
+/// Each method writes with a single command or script (at most twice, the
+/// second time only after the connection dropped), which the server applies
 /// atomically: dropping the future (or a timeout) leaves the data as it was
 /// before or after the operation, never half-way. Whether a dropped or
 /// timed-out write was applied is unknown until the next read. A dropped
@@ -135,6 +138,15 @@ impl RedisStore {
         format!("{}.lease:{run_id}", self.inner.key_prefix)
     }
 
+    /// The key that marks `run_id` cancelled (contract rule 14), while its
+    /// checkpoint is: `{prefix}.cancelled:{run_id}`. Written with the
+    /// checkpoint, with the same expiry, by the scripts that write it, and
+    /// checked by fenced saves.
+    #[must_use]
+    pub fn cancelled_key(&self, run_id: &str) -> String {
+        format!("{}.cancelled:{run_id}", self.inner.key_prefix)
+    }
+
     /// The counter the fencing tokens of `run_id` are drawn from:
     /// `{prefix}.epoch:{run_id}`.
     #[must_use]
@@ -186,16 +198,23 @@ fn nonce() -> String {
 
 #[async_trait::async_trait]
 impl CheckpointStore for RedisStore {
-    /// One `SET {prefix}:{run_id} <bytes> PX <ttl>`.
+    /// One script: `SET {prefix}:{run_id} <bytes> PX <ttl>`, and the
+    /// cancel mark `{prefix}.cancelled:{run_id}` set (same expiry) when the
+    /// checkpoint is cancelled, deleted otherwise.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
         let run_key = checkpoint.key();
         fluxio_core::store::check_run_id(&run_key)?;
         let bytes = checkpoint.to_bytes()?;
         let key = self.checkpoint_key(&run_key);
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(&key).arg(bytes).arg("PX").arg(self.inner.ttl_ms);
+        let mut script = scripts::SAVE_SCRIPT.prepare_invoke();
+        script
+            .key(&key)
+            .key(self.cancelled_key(&run_key))
+            .arg(bytes)
+            .arg(self.inner.ttl_ms)
+            .arg(u8::from(checkpoint.is_cancelled()));
         Ok(self
-            .query::<()>(op::SAVE, &key, self.deadline(), &cmd)
+            .invoke::<()>(op::SAVE, &key, self.deadline(), &script)
             .await?)
     }
 
@@ -212,12 +231,12 @@ impl CheckpointStore for RedisStore {
             .transpose()
     }
 
-    /// One `DEL`.
+    /// One `DEL` of the checkpoint and its cancel mark.
     async fn delete(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
         let key = self.checkpoint_key(run_id);
         let mut cmd = redis::cmd("DEL");
-        cmd.arg(&key);
+        cmd.arg(&key).arg(self.cancelled_key(run_id));
         Ok(self
             .query::<()>(op::DELETE, &key, self.deadline(), &cmd)
             .await?)
@@ -310,9 +329,10 @@ impl CheckpointStore for RedisStore {
             .await?)
     }
 
-    /// One script: if the lease holds this token, the `SET` of
-    /// [`save`](CheckpointStore::save); otherwise `LeaseLost` and nothing
-    /// written.
+    /// One script: if the run is marked cancelled, `Cancelled`; else if
+    /// the lease holds this token, the `SET` of
+    /// [`save`](CheckpointStore::save); otherwise `LeaseLost`. Nothing is
+    /// written when it is refused.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let run_key = checkpoint.key();
         if lease.run_id() != run_key {
@@ -324,21 +344,24 @@ impl CheckpointStore for RedisStore {
         script
             .key(self.lease_key(lease.run_id()))
             .key(&key)
+            .key(self.cancelled_key(&run_key))
             .arg(lease.token())
             .arg(bytes)
-            .arg(self.inner.ttl_ms);
+            .arg(self.inner.ttl_ms)
+            .arg(u8::from(checkpoint.is_cancelled()));
         let saved: u8 = self
             .invoke(op::SAVE_FENCED, &key, self.deadline(), &script)
             .await?;
-        if saved == 1 {
-            Ok(())
-        } else {
-            Err(lease_lost(lease))
+        match saved {
+            1 => Ok(()),
+            2 => Err(Error::Cancelled { run_id: run_key }),
+            _ => Err(lease_lost(lease)),
         }
     }
 
     /// One script: if the lease holds this token, the `DEL` of
-    /// [`delete`](CheckpointStore::delete); otherwise `LeaseLost`.
+    /// [`delete`](CheckpointStore::delete) (the checkpoint and its cancel
+    /// mark); otherwise `LeaseLost`.
     async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
         if lease.run_id() != run_id {
             return Err(lease_lost(lease));
@@ -348,6 +371,7 @@ impl CheckpointStore for RedisStore {
         script
             .key(self.lease_key(run_id))
             .key(&key)
+            .key(self.cancelled_key(run_id))
             .arg(lease.token());
         let deleted: u8 = self
             .invoke(op::DELETE_FENCED, &key, self.deadline(), &script)
@@ -356,6 +380,46 @@ impl CheckpointStore for RedisStore {
             Ok(())
         } else {
             Err(lease_lost(lease))
+        }
+    }
+
+    /// A `GET` of the checkpoint, decided with [`cancelled_checkpoint`],
+    /// then one script that writes the cancelled bytes and the cancel mark
+    /// `{prefix}.cancelled:{run_id}` only if the checkpoint still holds the
+    /// bytes read (a compare-and-set). When a write landed in between (the
+    /// owner's next checkpoint), it reads again, within the one command
+    /// timeout: a run that writes checkpoints faster than a round trip may
+    /// keep it retrying until it ends (then the cancel finds it completed)
+    /// or the timeout passes. Once the mark is set, every fenced save of the
+    /// run is refused.
+    async fn cancel(&self, run_id: &str) -> Result<()> {
+        fluxio_core::store::check_run_id(run_id)?;
+        let key = self.checkpoint_key(run_id);
+        let deadline = self.deadline();
+        loop {
+            let mut get = redis::cmd("GET");
+            get.arg(&key);
+            let read: Option<Vec<u8>> = self.query(op::CANCEL, &key, deadline, &get).await?;
+            let stored = read
+                .as_deref()
+                .map(|bytes| Checkpoint::from_bytes(run_id, bytes))
+                .transpose()?;
+            let cancelled = cancelled_checkpoint(run_id, stored)?.to_bytes()?;
+            let mut script = scripts::CANCEL_SCRIPT.prepare_invoke();
+            script
+                .key(&key)
+                .key(self.cancelled_key(run_id))
+                .arg(read.unwrap_or_default())
+                .arg(cancelled)
+                .arg(self.inner.ttl_ms);
+            let done: u8 = self.invoke(op::CANCEL, &key, deadline, &script).await?;
+            if done == 1 {
+                return Ok(());
+            }
+            tracing::debug!(
+                run_id,
+                "the checkpoint changed while it was being cancelled; reading it again"
+            );
         }
     }
 }
@@ -520,6 +584,62 @@ mod tests {
             .query_async(&mut raw)
             .await
             .expect("DEL");
+    }
+
+    /// The cancel's script writes only over the bytes the cancel read, and
+    /// a repeat of it (its first attempt applied, its reply lost) finds its
+    /// own write and answers done, not "changed".
+    #[tokio::test]
+    async fn rule14_the_cancel_script_is_a_compare_and_set_that_a_repeat_finds_done() {
+        let Some(mut raw) = support::redis::raw().await else {
+            return;
+        };
+        let prefix = namespace("cancel_script");
+        let store = RedisStore::builder(support::redis::url())
+            .key_prefix(&prefix)
+            .connect()
+            .await
+            .expect("connect");
+        let run = "r";
+        let running = checkpoint(run, 1);
+        store.save(running.clone()).await.expect("save");
+        let old = running.to_bytes().expect("encode");
+        let new = running.clone().cancelled().to_bytes().expect("encode");
+        let cas = |old: &[u8], new: &[u8]| {
+            let mut script = scripts::CANCEL_SCRIPT.prepare_invoke();
+            script
+                .key(store.checkpoint_key(run))
+                .key(store.cancelled_key(run))
+                .arg(old)
+                .arg(new)
+                .arg(60_000u64);
+            script
+        };
+        let stale = checkpoint(run, 0).to_bytes().expect("encode");
+        let refused: u8 = cas(&stale, &new)
+            .invoke_async(&mut raw)
+            .await
+            .expect("script");
+        assert_eq!(refused, 0, "the checkpoint is not the one read");
+        assert_eq!(store.load(run).await.expect("load"), Some(running));
+        for attempt in ["first", "repeated"] {
+            let done: u8 = cas(&old, &new)
+                .invoke_async(&mut raw)
+                .await
+                .expect("script");
+            assert_eq!(done, 1, "{attempt} attempt");
+        }
+        let stored = store.load(run).await.expect("load").expect("stored");
+        assert!(stored.is_cancelled());
+        let mark = get(&mut raw, &store.cancelled_key(run)).await;
+        assert_eq!(mark.as_deref(), Some("1"));
+        store.delete(run).await.expect("delete");
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut raw)
+            .await
+            .expect("KEYS");
+        assert!(left.is_empty(), "a delete takes the mark too: {left:?}");
     }
 
     #[test]

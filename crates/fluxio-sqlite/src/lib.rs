@@ -73,8 +73,8 @@
 //!     payload       BLOB    NOT NULL,  -- exactly Checkpoint::to_bytes()
 //!     version       TEXT    NOT NULL,  -- the rest mirror the payload,
 //!     ip            INTEGER NOT NULL,  -- for operators; never read back
-//!     step          TEXT    NOT NULL,
-//!     status        TEXT    NOT NULL,  -- running | failed | completed
+//!     step          TEXT    NOT NULL,  -- (but fenced saves check status)
+//!     status        TEXT    NOT NULL,  -- running | failed | completed | cancelled
 //!     error_message TEXT,
 //!     created_at    INTEGER NOT NULL,  -- the run's start (the writer's clock)
 //!     updated_at    INTEGER NOT NULL,  -- last write (SQLite's clock)
@@ -121,6 +121,19 @@
 //! token and writes nothing) or entirely after it. No write of a previous
 //! owner lands after the new owner took over.
 //!
+//! # Cancel
+//!
+//! [`cancel`](fluxio_core::store::CheckpointStore::cancel) (contract rule 14)
+//! reads the run's row, and writes its cancelled payload and
+//! `status = 'cancelled'`, in one `BEGIN IMMEDIATE` transaction, which holds
+//! the write lock throughout. A fenced save replaces a row only while its
+//! `status` is not `'cancelled'`, in the same statement as its lease check,
+//! so the owner's next fenced save after a cancel, from any process, is
+//! refused with [`Error::Cancelled`](fluxio_core::Error::Cancelled) and
+//! changes nothing. A delete removes the row, cancel and all; a plain save
+//! replaces it. No column was added: `status` is written with every payload
+//! and always says what the payload says.
+//!
 //! # Clock
 //!
 //! Expiry is judged by SQLite's clock, `unixepoch('now', 'subsec')`, read
@@ -137,7 +150,8 @@
 //! # Retention
 //!
 //! A completed run's checkpoint gets `expires_at = now + retention` (default
-//! 7 days, [`None`] keeps it forever); running and failed runs never expire.
+//! 7 days, [`None`] keeps it forever); running, failed and cancelled runs
+//! never expire.
 //! From then on `load` and `exists` treat the row as absent, and
 //! [`purge_expired`](SqliteStore::purge_expired) deletes it.
 //!
@@ -160,7 +174,8 @@
 //! # Cancel safety
 //!
 //! Each call writes with one statement, a transaction of its own
-//! (`purge_expired` and the migrations: one transaction of several).
+//! (`cancel`, `purge_expired` and the migrations: one transaction of
+//! several).
 //! Dropping its future leaves the file before or after that transaction,
 //! never half-way; a statement already handed to SQLite may still complete
 //! (sqlx runs it on the connection's own thread), and a transaction left

@@ -116,6 +116,8 @@ const NOW: &str = "CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER)";
 pub(crate) struct Sql {
     pub(crate) save: String,
     pub(crate) save_fenced: String,
+    pub(crate) cancel: String,
+    pub(crate) cancelled: String,
     pub(crate) load: String,
     pub(crate) exists: String,
     pub(crate) delete: String,
@@ -127,6 +129,9 @@ pub(crate) struct Sql {
     pub(crate) purge_leases: String,
     pub(crate) purge_checkpoints: String,
 }
+
+/// The `status` of a cancelled run's row (rule 14): what fenced saves check.
+pub(crate) const CANCELLED: &str = "cancelled";
 
 /// The columns a save writes; `?1..?9` are bound by `bind_save`: `?8` is the
 /// run's start in milliseconds, `?9` the retention in milliseconds (NULL:
@@ -164,9 +169,23 @@ impl Sql {
             save: format!("INSERT INTO {cp} ({COLUMNS}) VALUES ({values}) {upsert}"),
             // `WHERE` on the SELECT also keeps SQLite's parser from reading
             // `ON CONFLICT` as a join constraint.
+            // ... and it replaces the stored row only while that row is not
+            // cancelled (rule 14): a cancel (which writes the row under the
+            // same lock) lands either entirely before, and this writes
+            // nothing, or entirely after, and cancels what this wrote.
             save_fenced: format!(
-                "INSERT INTO {cp} ({COLUMNS}) SELECT {values} WHERE EXISTS ({}) {upsert}",
+                "INSERT INTO {cp} AS c ({COLUMNS}) SELECT {values} WHERE EXISTS ({}) {upsert} \
+                 WHERE c.status <> '{CANCELLED}'",
                 current_lease("?10")
+            ),
+            // The payload of the row being cancelled was read (and changed)
+            // in the same `BEGIN IMMEDIATE` transaction.
+            cancel: format!(
+                "UPDATE {cp} SET payload = ?2, status = '{CANCELLED}', updated_at = {NOW} \
+                 WHERE run_id = ?1"
+            ),
+            cancelled: format!(
+                "SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND status = '{CANCELLED}')"
             ),
             load: format!("SELECT payload FROM {cp} WHERE run_id = ?1 AND {visible}"),
             exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})"),

@@ -7,14 +7,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunStatus, check_lease_ttl};
+use fluxio_core::store::{
+    Checkpoint, CheckpointStore, Lease, RunStatus, cancelled_checkpoint, check_lease_ttl,
+};
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::SqlitePool;
 
 use crate::builder::{SqliteStoreBuilder, Synchronous};
 use crate::connection::{Failure, timed};
 use crate::error::BACKEND;
-use crate::names::{Names, Sql};
+use crate::names::{CANCELLED, Names, Sql};
 
 /// Durations in SQL are capped here (about 100 years, in milliseconds), so
 /// that `now + duration` stays an INTEGER.
@@ -173,6 +175,7 @@ fn status_name(status: RunStatus) -> &'static str {
         RunStatus::Running => "running",
         RunStatus::Failed => "failed",
         RunStatus::Completed => "completed",
+        RunStatus::Cancelled => CANCELLED,
         _ => "other",
     }
 }
@@ -315,7 +318,10 @@ impl CheckpointStore for SqliteStore {
     }
 
     /// One statement: the upsert of [`save`](Self::save), guarded by the
-    /// lease row, under SQLite's write lock.
+    /// lease row and by the stored row's status (not cancelled), under
+    /// SQLite's write lock. When it writes nothing, a read tells a cancelled
+    /// run from a lost lease: a cancelled row stays cancelled until it is
+    /// deleted or replaced by a plain save.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let token = match i64::try_from(lease.token()) {
             Ok(token) if lease.run_id() == checkpoint.key() => token,
@@ -330,10 +336,48 @@ impl CheckpointStore for SqliteStore {
                 .execute(&inner.writer)
                 .await?;
             if done.rows_affected() == 1 {
-                Ok(())
-            } else {
-                Err(Failure::Fluxio(lease_lost(lease)))
+                return Ok(());
             }
+            let cancelled: bool = sqlx::query_scalar(&inner.sql.cancelled)
+                .bind(lease.run_id())
+                .fetch_one(&inner.reader)
+                .await?;
+            Err(Failure::Fluxio(if cancelled {
+                Error::Cancelled {
+                    run_id: lease.run_id().to_owned(),
+                }
+            } else {
+                lease_lost(lease)
+            }))
+        })
+        .await
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction, which holds the file's write lock
+    /// from its start: it reads the run's row, decides with
+    /// [`cancelled_checkpoint`], and writes the cancelled payload and
+    /// `status = 'cancelled'`. No fenced save can land in between, and every
+    /// fenced save after it finds the row cancelled.
+    async fn cancel(&self, run_id: &str) -> Result<()> {
+        fluxio_core::store::check_run_id(run_id)?;
+        let inner = &self.inner;
+        self.timed("cancel", async {
+            let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
+            let payload: Option<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let stored = payload
+                .map(|bytes| Checkpoint::from_bytes(run_id, &bytes))
+                .transpose()?;
+            let payload = cancelled_checkpoint(run_id, stored)?.to_bytes()?;
+            sqlx::query(&inner.sql.cancel)
+                .bind(run_id)
+                .bind(payload)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok::<_, Failure>(())
         })
         .await
     }

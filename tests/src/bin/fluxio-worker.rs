@@ -5,7 +5,9 @@
 //! It connects, prints `ready`, waits for a line on stdin (so a test can
 //! start many workers at the same instant), runs the worker pipeline, and
 //! prints one outcome line: `ok <final context as JSON>`, `in_use`,
-//! `lease_lost` or `error <message>`, exiting with 0, 10, 11 or 1.
+//! `lease_lost`, `cancelled` (the run was cancelled, rule 14: by another
+//! process while it ran, or before a resume) or `error <message>`, exiting
+//! with 0, 10, 11, 12 or 1.
 //!
 //! `drop` (rule 15) invokes the run and drops it, mid-stage, when a second
 //! line arrives on stdin; then it shuts the pipeline down (which gives the
@@ -35,6 +37,10 @@ async fn main() {
         Err(Error::LeaseLost { .. }) => {
             println!("lease_lost");
             11
+        }
+        Err(Error::Cancelled { .. }) => {
+            println!("cancelled");
+            12
         }
         Err(e) => {
             println!("error {e}");

@@ -1,4 +1,6 @@
-//! `InMemoryStore` passes the store conformance suite.
+//! `InMemoryStore` passes the store conformance suite; a store with only the
+//! four required methods passes its cancel checks (rule 14) with the
+//! default `cancel`, `save_fenced` and `delete_fenced`.
 
 use fluxio_core::store::conformance::SharedMemory;
 
@@ -7,3 +9,88 @@ async fn harness() -> Option<SharedMemory> {
 }
 
 fluxio_core::store_conformance_tests!(harness);
+
+/// The cancel checks on a four-method store. The rest of the suite expects
+/// leases that expire and are kept by the store, which the in-process
+/// default leases are not.
+mod four_methods {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    use fluxio_core::store::conformance::{self, DynHarness, Harness};
+    use fluxio_core::store::{Checkpoint, CheckpointStore};
+
+    /// Checkpoints as bytes in a shared map: nothing but the four methods.
+    #[derive(Debug, Clone, Default)]
+    struct FourMethods(Arc<Mutex<HashMap<String, Vec<u8>>>>);
+
+    impl FourMethods {
+        fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
+            self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl CheckpointStore for FourMethods {
+        async fn save(&self, checkpoint: Checkpoint) -> fluxio::Result<()> {
+            let bytes = checkpoint.to_bytes()?;
+            self.map().insert(checkpoint.key(), bytes);
+            Ok(())
+        }
+        async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
+            fluxio_core::store::check_run_id(run_id)?;
+            let bytes = self.map().get(run_id).cloned();
+            bytes
+                .map(|b| Checkpoint::from_bytes(run_id, &b))
+                .transpose()
+        }
+        async fn delete(&self, run_id: &str) -> fluxio::Result<()> {
+            self.map().remove(run_id);
+            Ok(())
+        }
+        async fn exists(&self, run_id: &str) -> fluxio::Result<bool> {
+            Ok(self.map().contains_key(run_id))
+        }
+    }
+
+    /// One map per namespace: two stores of one namespace share it.
+    #[derive(Debug, Default)]
+    struct FourMethodsHarness(Mutex<HashMap<String, FourMethods>>);
+
+    #[async_trait::async_trait]
+    impl Harness for FourMethodsHarness {
+        type Store = FourMethods;
+
+        async fn store(&self, ns: &str) -> FourMethods {
+            let mut stores = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            stores.entry(ns.to_owned()).or_default().clone()
+        }
+    }
+
+    macro_rules! checks {
+        ($($check:ident),+ $(,)?) => {
+            $(
+                #[test]
+                fn $check() {
+                    conformance::block_on(conformance::$check(&FourMethodsHarness::default()));
+                    conformance::block_on(conformance::$check(&DynHarness(
+                        FourMethodsHarness::default(),
+                    )));
+                }
+            )+
+        };
+    }
+
+    checks!(
+        rule14_cancel_of_an_unknown_run_is_checkpoint_not_found,
+        rule14_cancel_marks_a_running_run_and_fences_its_owner,
+        rule14_cancel_of_a_completed_run_is_run_finished,
+        rule14_cancel_twice_is_run_finished_cancelled,
+        rule14_a_failed_run_can_be_cancelled,
+        rule14_a_run_whose_owner_is_gone_can_be_cancelled,
+        rule14_delete_clears_a_cancel,
+        rule14_a_plain_save_replaces_a_cancel,
+        rule14_cancel_does_not_touch_another_key,
+        rule14_a_cancel_racing_fenced_saves_wins_for_good,
+    );
+}

@@ -734,6 +734,10 @@ impl CheckpointStore for Counting {
         self.note("delete_fenced");
         self.inner.delete_fenced(run_id, lease).await
     }
+    async fn cancel(&self, run_id: &str) -> fluxio::Result<()> {
+        self.note("cancel");
+        self.inner.cancel(run_id).await
+    }
 }
 
 #[tokio::test]

@@ -81,6 +81,15 @@ fn failed() -> Checkpoint {
     cp
 }
 
+/// A run cancelled after its stage failed (status 3, format 2 only): the
+/// failure's position, context, attempt and message stay.
+fn cancelled() -> Checkpoint {
+    let mut cp = failed();
+    cp.status = RunStatus::Cancelled;
+    cp.updated_at_ms = 1_700_000_200_000;
+    cp
+}
+
 /// Every `Value` variant, extreme numbers, NaN bits, bytes and unicode keys.
 fn every_value() -> Context {
     let nested = map(vec![
@@ -202,6 +211,7 @@ fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
         ("v2_failed.bin", 2, named(failed())),
         ("v2_completed_every_value.bin", 2, named(completed())),
         ("v2_empty.bin", 2, empty()),
+        ("v2_cancelled.bin", 2, named(cancelled())),
     ]
 }
 

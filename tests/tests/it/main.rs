@@ -6,6 +6,7 @@
 //! a panic hook for the whole process and reruns itself under `ulimit -v`.
 
 mod callbacks;
+mod cancel;
 mod common;
 mod conformance_memory;
 mod context;

@@ -9,17 +9,25 @@
 //! - takeover: the owner is killed with SIGKILL mid-run; another worker
 //!   resumes after the lease lapses and ends with the context of an
 //!   uninterrupted run.
+//! - cancel (rule 14): this process cancels a run that a worker process is
+//!   executing; the worker stops before its next stage and exits
+//!   `cancelled`, and a resume in a third process is refused.
+//! - start (rule 11): 8 processes `start` one new run id at once (one runs
+//!   it), then 8 more start the completed run (none runs a stage).
+//! - idempotency key (rule 12): a stage records its key and is killed with
+//!   SIGKILL; the process that resumes the run runs it with the same key.
 //!
 //! Without a server these tests skip loudly, unless `CI` is set.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fluxio::RunStatus;
 use fluxio::store::run_key;
 use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::process::Worker;
-use fluxio_tests::{StoreKind, WORKER_PIPELINE};
+use fluxio_tests::{StoreKind, WORKER_PIPELINE, worker_pipeline};
 
 struct Run<'a> {
     kind: StoreKind,
@@ -410,6 +418,68 @@ fn rule12_key_survives_sigkill(kind: StoreKind) {
     );
 }
 
+fn cancelled_from_another_process(kind: StoreKind) {
+    let ns = namespace(&format!("cancel_{}", kind.name()));
+    let Some((rt, store)) = connect(kind, &ns) else {
+        return;
+    };
+    let url = kind.url();
+    let ledger = temp_ledger(&format!("{}-cancel", kind.name()));
+    let run = Run {
+        kind,
+        url: &url,
+        ns: &ns,
+        ledger: &ledger,
+    };
+    // the same pipeline as the workers' (and so the same name and keys)
+    let pipeline = worker_pipeline()
+        .store_arc(Arc::clone(&store))
+        .build()
+        .expect("the worker pipeline builds");
+
+    // the owner holds s2 for 5 s (the cancel needs milliseconds), with a
+    // lease far longer than that
+    let mut owner = run.spawn("cancelled", "invoke", 30_000, "s2=5000");
+    ready(&owner);
+    owner.go();
+    owner.expect(&["in s2"]);
+    rt.block_on(pipeline.cancel("cancelled"))
+        .expect("this process cancels the run the worker is executing");
+    let cp = rt
+        .block_on(pipeline.checkpoint("cancelled"))
+        .expect("load")
+        .expect("stored");
+    assert_eq!((cp.status, cp.step.as_str()), (RunStatus::Cancelled, "s2"));
+
+    let owner_pid = owner.pid();
+    let (outcome, code) = owner.outcome_and_exit();
+    assert_eq!(
+        (outcome.as_str(), code),
+        ("cancelled", Some(12)),
+        "the owner stops with the cancelled outcome"
+    );
+    let lines = ledger_lines(&ledger);
+    assert_eq!(pids_of(&lines, "s1"), [owner_pid]);
+    assert_eq!(pids_of(&lines, "s2"), [owner_pid], "s2 finished its body");
+    assert!(
+        pids_of(&lines, "s3").is_empty(),
+        "no stage ran after the held one: {lines:?}"
+    );
+    let after = rt
+        .block_on(pipeline.checkpoint("cancelled"))
+        .expect("load")
+        .expect("stored");
+    assert_eq!(after, cp, "the owner wrote nothing after the cancel");
+
+    // the owner gave its lease back: a resume elsewhere is refused at once
+    // as cancelled (not in use), and runs nothing
+    let mut next = run.spawn("cancelled", "resume", 30_000, "-");
+    ready(&next);
+    next.go();
+    assert_eq!(next.outcome_and_exit(), ("cancelled".to_owned(), Some(12)));
+    assert_eq!(ledger_lines(&ledger), lines, "the resume ran no stage");
+}
+
 #[test]
 fn redis_exactly_one_of_eight_processes_runs_a_run_id() {
     exactly_one_of_eight(StoreKind::Redis);
@@ -483,4 +553,19 @@ fn rule12_postgres_a_stage_killed_after_its_side_effect_gets_the_same_key_in_the
 #[test]
 fn rule12_sqlite_a_stage_killed_after_its_side_effect_gets_the_same_key_in_the_next_process() {
     rule12_key_survives_sigkill(StoreKind::Sqlite);
+}
+
+#[test]
+fn rule14_sqlite_a_run_cancelled_from_another_process_stops_before_its_next_stage() {
+    cancelled_from_another_process(StoreKind::Sqlite);
+}
+
+#[test]
+fn rule14_postgres_a_run_cancelled_from_another_process_stops_before_its_next_stage() {
+    cancelled_from_another_process(StoreKind::Postgres);
+}
+
+#[test]
+fn rule14_redis_a_run_cancelled_from_another_process_stops_before_its_next_stage() {
+    cancelled_from_another_process(StoreKind::Redis);
 }

@@ -187,6 +187,9 @@ impl CheckpointStore for Recorder {
         self.forget(run_id);
         Ok(())
     }
+    async fn cancel(&self, run_id: &str) -> fluxio::Result<()> {
+        self.inner.cancel(run_id).await
+    }
 }
 
 /// Whether `stored` is at least as far as the acknowledged `ack`.

@@ -37,6 +37,12 @@ pub enum RunStatus {
     Failed,
     /// The run finished; the snapshot is its final context.
     Completed,
+    /// The run was cancelled (contract rule 14): `ip`, the context, the
+    /// attempt and any `error_message` are those of the checkpoint it was
+    /// cancelled at. It never runs again under this run id: resume and
+    /// replay refuse it, and fenced writes of its owner are refused, until
+    /// the run is deleted (a fresh `invoke` deletes it).
+    Cancelled,
 }
 
 /// The state of one run, saved before every stage call.
@@ -84,8 +90,8 @@ pub struct Checkpoint {
     pub step: String,
     /// The context the stage at `ip` starts from (the final context once completed).
     pub context: Snapshot,
-    /// Running, failed or completed: the one place a checkpoint says it
-    /// failed.
+    /// Running, failed, completed or cancelled: the one place a checkpoint
+    /// says it failed.
     pub status: RunStatus,
     /// How the stage at `ip` failed, when `status` is [`RunStatus::Failed`].
     pub error_message: Option<String>,
@@ -196,10 +202,28 @@ impl Checkpoint {
         self
     }
 
+    /// The same checkpoint, saying that the run was cancelled (rule 14) and
+    /// written now: the position, context, attempt and error message stay
+    /// as they were. Stores write this in place of the stored checkpoint
+    /// when they [cancel](super::CheckpointStore::cancel) a run; see
+    /// [`cancelled_checkpoint`](super::cancelled_checkpoint).
+    #[must_use]
+    pub fn cancelled(mut self) -> Self {
+        self.status = RunStatus::Cancelled;
+        self.updated_at_ms = now_ms();
+        self
+    }
+
     /// Whether the run failed at `ip` (`status` is [`RunStatus::Failed`]).
     #[must_use]
     pub fn is_failed(&self) -> bool {
         self.status == RunStatus::Failed
+    }
+
+    /// Whether the run was cancelled (`status` is [`RunStatus::Cancelled`]).
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.status == RunStatus::Cancelled
     }
 
     /// Encodes the checkpoint.
@@ -215,11 +239,12 @@ impl Checkpoint {
     /// | n | payload: the checkpoint in bincode 2's `standard` configuration, context values as [`Value`](crate::Value) |
     ///
     /// The payload of format 2 is, in order: `pipeline`, `run_id`, `version`,
-    /// `ip`, `step`, `context`, `status`, `error_message`, `created_at_ms`,
-    /// `updated_at_ms`, `attempt`, and `structure` (an option of the shape
-    /// text and the list of stage names with their 32-byte hashes). Format 1
-    /// had no `pipeline` and no `structure`, and an `error` flag after
-    /// `status`; [`Checkpoint::from_bytes`] reads both.
+    /// `ip`, `step`, `context`, `status` (0 running, 1 failed, 2 completed,
+    /// 3 cancelled), `error_message`, `created_at_ms`, `updated_at_ms`,
+    /// `attempt`, and `structure` (an option of the shape text and the list
+    /// of stage names with their 32-byte hashes). Format 1 had no `pipeline`
+    /// and no `structure`, an `error` flag after `status`, and no cancelled
+    /// status; [`Checkpoint::from_bytes`] reads both.
     ///
     /// It encodes only what [`Checkpoint::from_bytes`] decodes: the checks of
     /// [`Checkpoint::check`] come first.
@@ -304,6 +329,7 @@ impl Checkpoint {
             RunStatus::Running => 0u32,
             RunStatus::Failed => 1,
             RunStatus::Completed => 2,
+            RunStatus::Cancelled => 3,
         };
         fp.then(Footprint::int(4, status.into()));
         fp.then(Footprint::item(1, 1)); // the option's tag
@@ -576,8 +602,9 @@ fn decode_structure<D: Decoder>(
 }
 
 /// A format 1 checkpoint: no pipeline name and no structure, and an `error`
-/// flag after the status. A flag that disagrees with the status is corrupt:
-/// no build of fluxio wrote one.
+/// flag after the status. A flag that disagrees with the status, and the
+/// cancelled status (format 2 added it), are corrupt: no build of fluxio
+/// wrote them.
 struct Format1(Checkpoint);
 
 impl<C> Decode<C> for Format1 {
@@ -588,6 +615,9 @@ impl<C> Decode<C> for Format1 {
         let step = decode_string(decoder)?;
         let context = decode_snapshot(decoder)?;
         let status = RunStatus::decode(decoder)?;
+        if status == RunStatus::Cancelled {
+            return Err(DecodeError::Other("format 1 has no cancelled status"));
+        }
         if bool::decode(decoder)? != (status == RunStatus::Failed) {
             return Err(DecodeError::Other(
                 "the error flag disagrees with the status",
@@ -641,7 +671,12 @@ mod tests {
             ip: (i * 77_777) as u32,
             step: "ü".repeat((i % 5) as usize),
             context: ctx.snapshot(),
-            status: [RunStatus::Running, RunStatus::Failed, RunStatus::Completed][(i % 3) as usize],
+            status: [
+                RunStatus::Running,
+                RunStatus::Failed,
+                RunStatus::Completed,
+                RunStatus::Cancelled,
+            ][(i % 4) as usize],
             error_message: (i % 2 == 0).then(|| "e".repeat((i % 400) as usize)),
             created_at_ms: i << (i % 60),
             updated_at_ms: u64::MAX - i,
@@ -723,6 +758,44 @@ mod tests {
             bincode::decode_from_slice::<Format1, _>(&payload, config()).expect("decode");
         assert!(back.is_failed() && back.pipeline.is_empty() && back.structure.is_none());
         assert_eq!(back.error_message.as_deref(), Some("boom"));
+    }
+
+    #[test]
+    fn rule14_format_2_writes_cancelled_as_status_3_and_format_1_has_none() {
+        let ctx = Context::new();
+        let cp = Checkpoint::new("r", "v", 1, "s", ctx.snapshot())
+            .failed("boom")
+            .cancelled();
+        assert_eq!(
+            (cp.status, cp.error_message.as_deref()),
+            (RunStatus::Cancelled, Some("boom")),
+            "a cancel keeps the error message"
+        );
+        assert!(cp.is_cancelled() && !cp.is_failed());
+        let bytes = cp.to_bytes().expect("encodes");
+        // pipeline "", run id "r", version "v", ip 1, step "s", empty context
+        let status_at = HEADER + 1 + 2 + 2 + 1 + 2 + 1;
+        assert_eq!(bytes[status_at], 3, "the status byte");
+        assert_eq!(Checkpoint::from_bytes("r", &bytes).expect("decodes"), cp);
+
+        let fields = (
+            "r",
+            "v",
+            1u32,
+            "s",
+            ctx.snapshot(),
+            RunStatus::Cancelled,
+            false,
+            None::<String>,
+            0u64,
+            0u64,
+            1u32,
+        );
+        let payload = bincode::encode_to_vec(&fields, config()).expect("encode");
+        let err = bincode::decode_from_slice::<Format1, _>(&payload, config())
+            .err()
+            .expect("format 1 has no cancelled status");
+        assert!(err.to_string().contains("no cancelled status"), "{err}");
     }
 
     #[test]

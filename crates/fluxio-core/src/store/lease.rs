@@ -8,18 +8,22 @@
 //! never while a stage body started for the run is still executing.
 //! Dropped runs give it back from a background task whose ticket
 //! [`Pipeline::shutdown`](crate::Pipeline::shutdown) waits for (rule 15).
+//!
+//! For stores with only the four required methods, this module also holds
+//! the in-process defaults: the lease table, and the cancel marks (rule 14),
+//! both keyed by the store's type and the run's key.
 
 use std::any::TypeId;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 
-use super::CheckpointStore;
+use super::{Checkpoint, CheckpointStore, cancelled_checkpoint, check_run_id};
 
 use crate::error::{Error, Result};
 
@@ -391,4 +395,178 @@ pub(crate) fn acquire_local(store: TypeId, run_id: &str) -> Result<Lease> {
         token: TOKENS.fetch_add(1, Ordering::Relaxed),
         _local: Some(LocalLease(key)),
     })
+}
+
+// ---- the in-process cancel marks of a four-method store (rule 14) ----------
+
+/// One run's entry: whether a cancel marked it, read and written only under
+/// its lock, which the cancel and the fenced writes of the run take in turn.
+type Mark = Arc<AsyncMutex<bool>>;
+
+/// The marks, keyed like the lease table. An entry lives while it is marked
+/// or someone holds or waits for its lock.
+fn marks() -> &'static Mutex<HashMap<Key, Mark>> {
+    static MARKS: OnceLock<Mutex<HashMap<Key, Mark>>> = OnceLock::new();
+    MARKS.get_or_init(Mutex::default)
+}
+
+/// The lock of one run's mark, held across the store calls of a default
+/// `cancel`, `save_fenced` or `delete_fenced`: within one process they never
+/// interleave for one run, so a fenced save lands before a cancel or is
+/// refused after it. Different runs never wait for each other.
+struct MarkGuard {
+    key: Key,
+    /// Our reference to the entry, until dropped (also when the future is
+    /// dropped while waiting for the lock).
+    mark: Option<Mark>,
+    held: Option<OwnedMutexGuard<bool>>,
+}
+
+impl MarkGuard {
+    async fn lock(store: TypeId, run_id: &str) -> MarkGuard {
+        let key = (store, run_id.to_owned());
+        let mark = Arc::clone(
+            marks()
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(key.clone())
+                .or_default(),
+        );
+        let mut guard = MarkGuard {
+            key,
+            mark: Some(Arc::clone(&mark)),
+            held: None,
+        };
+        guard.held = Some(mark.lock_owned().await);
+        guard
+    }
+
+    fn is_marked(&self) -> bool {
+        self.held.as_deref().copied().unwrap_or(false)
+    }
+
+    fn set(&mut self, marked: bool) {
+        if let Some(held) = self.held.as_mut() {
+            **held = marked;
+        }
+    }
+}
+
+impl Drop for MarkGuard {
+    fn drop(&mut self) {
+        self.held = None;
+        self.mark = None;
+        let mut marks = marks().lock().unwrap_or_else(PoisonError::into_inner);
+        // Others clone the entry only under this mutex: with no other
+        // reference, nobody holds or waits for its lock, and an unmarked
+        // entry can go.
+        let unused = marks.get(&self.key).is_some_and(|mark| {
+            Arc::strong_count(mark) == 1 && mark.try_lock().is_ok_and(|marked| !*marked)
+        });
+        if unused {
+            marks.remove(&self.key);
+        }
+    }
+}
+
+/// The default `cancel`: under the run's lock, loads the checkpoint, saves
+/// its cancelled version and marks the run. The mark is set before the
+/// save: should the save fail or its future be dropped, the default
+/// `save_fenced` finds the mark, sees that the stored checkpoint is not
+/// cancelled, and clears it.
+pub(crate) async fn cancel_local<S: CheckpointStore + ?Sized>(
+    store: &S,
+    store_type: TypeId,
+    run_id: &str,
+) -> Result<()> {
+    check_run_id(run_id)?;
+    let mut mark = MarkGuard::lock(store_type, run_id).await;
+    let cancelled = cancelled_checkpoint(run_id, store.load(run_id).await?)?;
+    mark.set(true);
+    store.save(cancelled).await
+}
+
+/// The default `save_fenced`: refuses a run that is marked and whose stored
+/// checkpoint is still cancelled (a plain `save` or `delete` may have
+/// replaced or removed it since: then the mark goes), and saves otherwise.
+/// An unmarked run costs no store call besides the save.
+pub(crate) async fn save_local<S: CheckpointStore + ?Sized>(
+    store: &S,
+    store_type: TypeId,
+    checkpoint: Checkpoint,
+) -> Result<()> {
+    let key = checkpoint.key();
+    let mut mark = MarkGuard::lock(store_type, &key).await;
+    if mark.is_marked() {
+        if store
+            .load(&key)
+            .await?
+            .is_some_and(|stored| stored.is_cancelled())
+        {
+            return Err(Error::Cancelled { run_id: key });
+        }
+        mark.set(false);
+    }
+    if checkpoint.is_cancelled() {
+        mark.set(true);
+    }
+    store.save(checkpoint).await
+}
+
+/// The default `delete_fenced`: deletes, then clears the run's mark.
+pub(crate) async fn delete_local<S: CheckpointStore + ?Sized>(
+    store: &S,
+    store_type: TypeId,
+    run_id: &str,
+) -> Result<()> {
+    let mut mark = MarkGuard::lock(store_type, run_id).await;
+    store.delete(run_id).await?;
+    mark.set(false);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Unique;
+
+    #[tokio::test]
+    async fn a_mark_entry_lives_while_marked_or_locked() {
+        let ty = TypeId::of::<Unique>();
+        let count = || {
+            marks()
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .keys()
+                .filter(|(t, _)| *t == ty)
+                .count()
+        };
+        let mut first = MarkGuard::lock(ty, "r").await;
+        assert_eq!(count(), 1);
+        let waiting = tokio::spawn(async move {
+            let guard = MarkGuard::lock(ty, "r").await;
+            guard.is_marked()
+        });
+        tokio::task::yield_now().await;
+        first.set(true);
+        drop(first);
+        assert!(waiting.await.expect("no panic"), "the mark was seen");
+        assert_eq!(count(), 1, "a marked entry stays");
+        let mut again = MarkGuard::lock(ty, "r").await;
+        again.set(false);
+        drop(again);
+        assert_eq!(count(), 0, "an unmarked, unused entry goes");
+
+        // a lock whose future is dropped while it waits leaves nothing
+        let held = MarkGuard::lock(ty, "s").await;
+        let dropped = tokio::time::timeout(
+            std::time::Duration::from_millis(10),
+            MarkGuard::lock(ty, "s"),
+        )
+        .await;
+        assert!(dropped.is_err(), "it waited");
+        drop(held);
+        assert_eq!(count(), 0);
+    }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Checkpoint, CheckpointStore, Lease};
+use super::{Checkpoint, CheckpointStore, Lease, cancelled_checkpoint};
 use crate::error::{Error, Result};
 
 /// A process-local checkpoint store: the default.
@@ -19,7 +19,9 @@ use crate::error::{Error, Result};
 /// Leases have the same semantics as in the shared stores: they expire after
 /// their time-to-live unless renewed (measured with tokio's clock, so tests
 /// can pause time), tokens grow with every acquisition of a run id, and fenced
-/// writes with a lost lease are refused.
+/// writes with a lost lease are refused. So are fenced writes of a run whose
+/// stored checkpoint is cancelled ([`cancel`](CheckpointStore::cancel)
+/// rewrites it under the same mutex as every other write).
 ///
 /// The maps sit behind mutexes that are never held across an `.await`, so
 /// every method is atomic and cancel safe.
@@ -89,15 +91,24 @@ impl InMemoryStore {
         lock(&self.map).is_empty()
     }
 
-    /// Runs `f` on the checkpoint map while `lease` is current; the lease map
-    /// stays locked meanwhile, so the check and the write are one step.
-    fn fenced<T>(
+    /// Runs `f` on the checkpoint map while `lease` is current and, for a
+    /// save, the stored checkpoint is not cancelled (refused before the
+    /// lease is looked at, as in every store); both maps stay locked
+    /// meanwhile, so the checks and the write are one step.
+    fn fenced(
         &self,
         run_id: &str,
         lease: &Lease,
-        f: impl FnOnce(&mut HashMap<String, Checkpoint>) -> T,
-    ) -> Result<T> {
+        save: bool,
+        f: impl FnOnce(&mut HashMap<String, Checkpoint>),
+    ) -> Result<()> {
         let leases = lock(&self.leases);
+        let mut map = lock(&self.map);
+        if save && map.get(run_id).is_some_and(Checkpoint::is_cancelled) {
+            return Err(Error::Cancelled {
+                run_id: run_id.to_owned(),
+            });
+        }
         let current = lease.run_id() == run_id
             && leases
                 .get(run_id)
@@ -108,7 +119,8 @@ impl InMemoryStore {
                 token: lease.token(),
             });
         }
-        Ok(f(&mut lock(&self.map)))
+        f(&mut map);
+        Ok(())
     }
 }
 
@@ -185,14 +197,24 @@ impl CheckpointStore for InMemoryStore {
 
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let key = checkpoint.key();
-        self.fenced(&key, lease, |map| {
+        self.fenced(&key, lease, true, |map| {
             map.insert(key.clone(), checkpoint);
         })
     }
 
     async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
-        self.fenced(run_id, lease, |map| {
+        self.fenced(run_id, lease, false, |map| {
             map.remove(run_id);
         })
+    }
+
+    /// Rewrites the checkpoint under the map's mutex, which every fenced
+    /// write holds while it checks the stored status.
+    async fn cancel(&self, run_id: &str) -> Result<()> {
+        crate::store::check_run_id(run_id)?;
+        let mut map = lock(&self.map);
+        let cancelled = cancelled_checkpoint(run_id, map.get(run_id).cloned())?;
+        map.insert(run_id.to_owned(), cancelled);
+        Ok(())
     }
 }

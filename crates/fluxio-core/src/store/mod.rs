@@ -21,6 +21,14 @@
 //! A run whose worker died keeps its lease until it expires; then any
 //! worker can resume it.
 //!
+//! A sixth provided method, [`cancel`](CheckpointStore::cancel), lets any
+//! process cancel a run (contract rule 14): the stored checkpoint becomes
+//! [`RunStatus::Cancelled`], and the owner's next fenced write is refused
+//! with [`Error::Cancelled`](crate::Error::Cancelled), so it stops before its
+//! next stage without asking the store anything more per stage. Its default
+//! works within one process, like the default leases; the shared stores
+//! override it.
+//!
 //! # Implementing a custom store
 //!
 //! ```
@@ -61,6 +69,7 @@ mod lease;
 mod memory;
 mod redact;
 
+use std::any::TypeId;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -150,6 +159,49 @@ pub fn check_run_id(run_id: &str) -> Result<()> {
         run_id: shown,
         reason,
     })
+}
+
+/// What a [cancel](CheckpointStore::cancel) of `run_id` writes in place of
+/// `stored`, the checkpoint it found: the same checkpoint, now
+/// [`RunStatus::Cancelled`] and written now ([`Checkpoint::cancelled`]).
+/// Every store decides with it, so a cancel answers alike everywhere.
+///
+/// ```
+/// use fluxio_core::store::{Checkpoint, RunStatus, cancelled_checkpoint};
+/// use fluxio_core::{Context, Error};
+///
+/// let running = Checkpoint::new("7", "0123456789ab", 3, "charge", Context::new().snapshot())
+///     .in_pipeline("orders");
+/// let cancelled = cancelled_checkpoint("orders/7", Some(running))?;
+/// assert_eq!((cancelled.status, cancelled.ip), (RunStatus::Cancelled, 3));
+///
+/// let again = cancelled_checkpoint("orders/7", Some(cancelled));
+/// assert!(matches!(again, Err(Error::RunFinished { status: RunStatus::Cancelled, .. })));
+/// assert!(matches!(
+///     cancelled_checkpoint("orders/8", None),
+///     Err(Error::CheckpointNotFound { .. })
+/// ));
+/// # Ok::<(), Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::CheckpointNotFound`](crate::Error::CheckpointNotFound) naming
+/// `run_id` when nothing is stored;
+/// [`Error::RunFinished`](crate::Error::RunFinished) when the run completed
+/// or was cancelled already.
+pub fn cancelled_checkpoint(run_id: &str, stored: Option<Checkpoint>) -> Result<Checkpoint> {
+    let Some(checkpoint) = stored else {
+        return Err(crate::Error::CheckpointNotFound {
+            run_id: run_id.to_owned(),
+        });
+    };
+    match checkpoint.status {
+        RunStatus::Running | RunStatus::Failed => Ok(checkpoint.cancelled()),
+        status => Err(crate::Error::RunFinished {
+            run_id: run_id.to_owned(),
+            status,
+        }),
+    }
 }
 
 /// The longest identifier the SQL stores accept (PostgreSQL's `NAMEDATALEN - 1`).
@@ -266,26 +318,75 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     }
 
     /// [`save`](Self::save), but only while `lease` is the run's current,
-    /// unexpired lease, atomically with that check.
+    /// unexpired lease, and the stored checkpoint is not cancelled
+    /// ([`cancel`](Self::cancel)), atomically with those checks.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when it is not; the
-    /// stored checkpoint is then left as it was. The default (in-process
-    /// leases, which cannot be lost) saves unconditionally.
+    /// [`Error::Cancelled`](crate::Error::Cancelled) when the stored
+    /// checkpoint is cancelled, whatever the lease;
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when the lease is not
+    /// current. The stored checkpoint is then left as it was. The default
+    /// (in-process leases, which cannot be lost) refuses only a cancelled
+    /// run, as [`cancel`](Self::cancel)'s default marked it; for any other
+    /// run it saves.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let _ = lease;
-        self.save(checkpoint).await
+        lease::save_local(self, TypeId::of::<Self>(), checkpoint).await
     }
 
     /// [`delete`](Self::delete), but only while `lease` is the run's current,
-    /// unexpired lease.
+    /// unexpired lease. A cancelled run is deleted like any other, cancel
+    /// and all: a run saved under its key afterwards is a new run.
     ///
     /// # Errors
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) as for
     /// [`save_fenced`](Self::save_fenced).
     async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
         let _ = lease;
-        self.delete(run_id).await
+        lease::delete_local(self, TypeId::of::<Self>(), run_id).await
+    }
+
+    /// Cancels the run `run_id` (contract rule 14), whoever owns it: the
+    /// stored checkpoint becomes the one [`cancelled_checkpoint`] makes of
+    /// it ([`RunStatus::Cancelled`]; its position, context, attempt and
+    /// error message kept), and from then on every
+    /// [`save_fenced`](Self::save_fenced) for the run is refused with
+    /// [`Error::Cancelled`](crate::Error::Cancelled), leaving it so. The
+    /// run's owner, if it is still executing, learns of it from the fenced
+    /// write of its next checkpoint and stops there.
+    ///
+    /// A run that is running (its lease live or lapsed) or failed can be
+    /// cancelled. [`delete`](Self::delete) and
+    /// [`delete_fenced`](Self::delete_fenced) remove a cancelled run entirely,
+    /// and a plain [`save`](Self::save) replaces it, as any checkpoint: the
+    /// run is cancelled exactly while its stored checkpoint says so.
+    ///
+    /// Atomic with respect to `save_fenced`: a fenced save either lands
+    /// before the cancel (which then cancels that checkpoint) or is refused.
+    ///
+    /// The default, for a store with only the four required methods, works
+    /// within one process, like the default leases: it loads the checkpoint,
+    /// saves its cancelled version, and marks the run in an in-process
+    /// table keyed by this store's *type* and `run_id`, which the default
+    /// `save_fenced` consults; a per-key lock in the same table makes the
+    /// cancel and the fenced saves of the run take turns. Another process
+    /// sees the cancelled checkpoint (a resume refuses it) but not the mark:
+    /// an owner in another process is not stopped. A store that overrides
+    /// `save_fenced` must override `cancel` too, atomically with it, as
+    /// `InMemoryStore`, `SqliteStore`, `RedisStore` and `PostgresStore` do.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointNotFound`](crate::Error::CheckpointNotFound) when
+    /// nothing is stored for `run_id`;
+    /// [`Error::RunFinished`](crate::Error::RunFinished) when the run
+    /// completed or was cancelled already (nothing changes);
+    /// [`Error::InvalidRunId`](crate::Error::InvalidRunId) for a malformed
+    /// run id; the store's errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the run cancelled or not, never half-way.
+    async fn cancel(&self, run_id: &str) -> Result<()> {
+        lease::cancel_local(self, TypeId::of::<Self>(), run_id).await
     }
 }
 
@@ -317,5 +418,8 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
         (**self).delete_fenced(run_id, lease).await
+    }
+    async fn cancel(&self, run_id: &str) -> Result<()> {
+        (**self).cancel(run_id).await
     }
 }

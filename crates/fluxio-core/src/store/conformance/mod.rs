@@ -17,6 +17,10 @@
 //! # fn main() {}
 //! ```
 //!
+//! The cancel checks (contract rule 14, `rule14_*`) also pass on a store
+//! with only the four required methods, through the default `cancel`; the
+//! lease checks need a store that keeps expiring leases itself.
+//!
 //! Checks that involve leases use real time (time-to-lives of a few hundred
 //! milliseconds), because shared stores expire leases on their own clocks.
 //!
@@ -28,9 +32,19 @@
 //! this store", and the checks (or the parts of them) that need it then do
 //! not apply.
 
+mod cancel;
 mod retention;
 mod run;
 
+pub use cancel::{
+    rule14_a_cancel_racing_fenced_saves_wins_for_good, rule14_a_failed_run_can_be_cancelled,
+    rule14_a_plain_save_replaces_a_cancel, rule14_a_run_whose_owner_is_gone_can_be_cancelled,
+    rule14_cancel_does_not_touch_another_key,
+    rule14_cancel_marks_a_running_run_and_fences_its_owner,
+    rule14_cancel_of_a_completed_run_is_run_finished,
+    rule14_cancel_of_an_unknown_run_is_checkpoint_not_found,
+    rule14_cancel_twice_is_run_finished_cancelled, rule14_delete_clears_a_cancel,
+};
 pub use retention::{
     completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
     purging_dead_leases_keeps_tokens_growing,
@@ -1136,6 +1150,16 @@ macro_rules! __store_conformance_each {
             a_failed_run_resumes_from_the_failed_stage_on_another_store,
             completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
             purging_dead_leases_keeps_tokens_growing,
+            rule14_cancel_of_an_unknown_run_is_checkpoint_not_found,
+            rule14_cancel_marks_a_running_run_and_fences_its_owner,
+            rule14_cancel_of_a_completed_run_is_run_finished,
+            rule14_cancel_twice_is_run_finished_cancelled,
+            rule14_a_failed_run_can_be_cancelled,
+            rule14_a_run_whose_owner_is_gone_can_be_cancelled,
+            rule14_delete_clears_a_cancel,
+            rule14_a_plain_save_replaces_a_cancel,
+            rule14_cancel_does_not_touch_another_key,
+            rule14_a_cancel_racing_fenced_saves_wins_for_good,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
