@@ -387,6 +387,17 @@ impl ResumeOptions {
     }
 }
 
+/// [`Error::Cancelled`] for a cancelled run (rule 14), checked before the
+/// version: a cancelled run is cancelled on any code.
+fn refuse_cancelled(key: &str, cp: &Checkpoint) -> Result<()> {
+    if cp.is_cancelled() {
+        return Err(Error::Cancelled {
+            run_id: key.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// How a run continues from its stored checkpoint.
 #[derive(Clone, Copy, Debug)]
 enum Continue {
@@ -497,7 +508,9 @@ impl Pipeline {
     /// - a failed run, or a running one whose owner's lease has lapsed (a
     ///   crashed worker): it is resumed, like [`resume`](Self::resume);
     ///   `input` is not used;
-    /// - a running run whose owner holds its lease: [`Error::RunIdInUse`].
+    /// - a running run whose owner holds its lease: [`Error::RunIdInUse`];
+    /// - a [cancelled](Self::cancel) run: [`Error::Cancelled`], running
+    ///   nothing.
     ///
     /// The decision is taken while holding the run's lease, so it holds
     /// across processes: of any number of concurrent calls, one runs the
@@ -560,6 +573,7 @@ impl Pipeline {
                 {
                     None => self.run_fresh(store, &owner, run_id, &key, input).await,
                     Some(cp) => {
+                        refuse_cancelled(&key, &cp)?;
                         let runner = self.version_for(&key, &cp, Continue::Resume, options)?;
                         runner
                             .continue_locked(store, &owner, run_id, cp, Continue::Resume)
@@ -711,13 +725,7 @@ impl Pipeline {
                     .ok_or_else(|| Error::CheckpointNotFound {
                         run_id: key.clone(),
                     })?;
-                // before the version check: a cancelled run is cancelled on
-                // any code
-                if cp.is_cancelled() {
-                    return Err(Error::Cancelled {
-                        run_id: key.clone(),
-                    });
-                }
+                refuse_cancelled(&key, &cp)?;
                 let runner = self.version_for(&key, &cp, how, options)?;
                 runner.continue_locked(store, &owner, run_id, cp, how).await
             }

@@ -234,6 +234,7 @@ async fn cancelled_while_a_stage_waits(store: Arc<dyn CheckpointStore>, test: &s
             "replay from a step",
             other.replay(test, Some("first")).await,
         ),
+        ("start (rule 11)", other.start(test, input(test)).await),
     ];
     for (what, result) in refused {
         assert!(is_cancelled(&result, &key), "{what}: {result:?}");
