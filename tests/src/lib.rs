@@ -212,9 +212,10 @@ async fn c2a(ctx: Context) -> StageResult {
 
 #[stage(reads = [], writes = ["c2b"])]
 fn c2b(ctx: Context) -> StageResult {
-    // a blocking stage in the parallel block
+    // a blocking stage in the parallel block, slower than `c2a`: a kill
+    // often lands after `c2a`'s branch record and before the block ends
     crash_ledger("c2b")?;
-    std::thread::sleep(Duration::from_millis(15));
+    std::thread::sleep(Duration::from_millis(60));
     let base: u64 = ctx.get_opt("seed").unwrap_or(7);
     Ok(ctx.set("c2b", base ^ 0x5a)?)
 }

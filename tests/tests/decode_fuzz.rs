@@ -34,7 +34,8 @@ use std::time::Instant;
 
 use fluxio_core::store::conformance::{self, Harness};
 use fluxio_core::store::{
-    Checkpoint, CheckpointStore, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_FORMAT_VERSION,
+    BranchRecord, Checkpoint, CheckpointStore, FORMAT_VERSION, MAGIC, MAX_PAYLOAD,
+    OLDEST_FORMAT_VERSION,
 };
 use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
 
@@ -279,6 +280,17 @@ impl Walker<'_> {
                 w.pos += 32; // and its hash
             }
         }
+        for _ in 0..w.length() {
+            // a branch record (format 3): index, name, writes
+            w.varint();
+            w.string();
+            for _ in 0..w.length() {
+                w.string();
+                if w.tag() == 1 {
+                    w.value();
+                }
+            }
+        }
         assert_eq!(w.pos, p.len(), "the walker read the whole payload");
         w.layout
     }
@@ -425,6 +437,20 @@ fn seeds() -> Vec<Seed> {
     let mut cancelled = failed.clone();
     cancelled.run_id = "cancelled-run".to_owned();
     cancelled.status = RunStatus::Cancelled;
+    // format 3: two finished branches of a parallel block, with writes,
+    // a removal and nested values
+    let mut in_block = failed.clone();
+    in_block.run_id = "in-block".to_owned();
+    let base = in_block.context.to_context().clear_written();
+    let email = base
+        .fork("email")
+        .set_value("sent", nested_every_variant())
+        .remove("attempts");
+    let sms = base.fork("sms").set_value("sms", s("ok ✉"));
+    in_block.branches = vec![
+        BranchRecord::of(0, "email", &email),
+        BranchRecord::of(2, "sms", &sms),
+    ];
     let mut completed = checkpoint(
         "done",
         [("deep", deep(120)), ("result", Value::Bool(true))]
@@ -449,6 +475,7 @@ fn seeds() -> Vec<Seed> {
         ("unicode", unicode),
         ("failed", failed),
         ("cancelled", cancelled),
+        ("in_block", in_block),
         ("deep", completed),
         ("empty", empty),
     ]
@@ -1061,7 +1088,7 @@ fn huge_claimed_lengths_are_errors_and_are_not_allocated() {
 fn other_format_versions_name_both_versions() {
     let seeds = seeds();
     let seed = &seeds[0];
-    for format in [0, FORMAT_VERSION + 1, 3, 0x100, u16::MAX] {
+    for format in [0, FORMAT_VERSION + 1, 9, 0x100, u16::MAX] {
         for bytes in [
             frame(format, &seed.payload),
             frame(format, b"garbage of a future format"),

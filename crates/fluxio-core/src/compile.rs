@@ -12,7 +12,8 @@
 //! so a resume at the `CHECKPOINT` replays the whole stage, events included.
 //! A parallel block compiles to `CHECKPOINT -> FORK`, each branch's code ending
 //! in `END_BRANCH`, then `JOIN`. Stages inside a branch have no `CHECKPOINT` of
-//! their own: the block is one durable step, re-run as a whole on resume.
+//! their own: the block is one durable step; a resume runs the branches that
+//! had not finished (finished ones are recorded, contract rule 19).
 //! A router compiles like a stage and is followed by
 //! `ROUTE`, the bodies (each ending in a `JUMP` past the block).
 

@@ -22,7 +22,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::middleware::Next;
 use crate::stage::{Output, STAGE_INFO, StageInfo, StageKind};
-use crate::store::{Checkpoint, CheckpointStore, Lease, RunStatus};
+use crate::store::{BranchRecord, Checkpoint, CheckpointStore, Lease, RunStatus};
 use crate::structure::Structure;
 
 /// What a durable run needs to write its checkpoints.
@@ -41,6 +41,9 @@ pub(crate) struct Durable<'a> {
     /// Where a resume starts and the attempt stored there: the first
     /// checkpoint at that ip is the next attempt of its stage.
     pub(crate) resumed: Option<(usize, u32)>,
+    /// The finished branches recorded at the resumed checkpoint, when it is
+    /// a parallel block's (rule 19): they are rebuilt, not run again.
+    pub(crate) resumed_branches: Vec<BranchRecord>,
 }
 
 impl Durable<'_> {
@@ -64,6 +67,20 @@ impl Durable<'_> {
         cp.error_message = error;
         cp
     }
+
+    /// The checkpoint of `last` again, with the finished branches `records`.
+    fn block_checkpoint(&self, last: &Last, records: &[BranchRecord]) -> Checkpoint {
+        let mut cp = self.checkpoint(
+            last.ip,
+            &last.step,
+            &last.ctx,
+            RunStatus::Running,
+            None,
+            last.attempt,
+        );
+        cp.branches = records.to_vec();
+        cp
+    }
 }
 
 /// The last checkpoint the top-level frame passed: where a failure points.
@@ -79,6 +96,9 @@ struct Top<'a> {
     durable: Option<&'a Durable<'a>>,
     /// The last checkpoint passed, where a failure checkpoint points.
     last: Option<Last>,
+    /// The finished branches of the parallel block at `last` (rule 19),
+    /// which every checkpoint written there carries.
+    records: Vec<BranchRecord>,
 }
 
 impl Top<'_> {
@@ -93,12 +113,18 @@ impl Top<'_> {
         ctx: &Context,
         scope: &mut Scope,
     ) -> Result<()> {
-        scope.attempt = match self.durable.and_then(|d| d.resumed) {
-            Some((at, attempt)) if at == ip => attempt.saturating_add(1),
-            _ => 1,
+        let resumed_here = self
+            .durable
+            .and_then(|d| d.resumed)
+            .filter(|(at, _)| *at == ip);
+        scope.attempt = resumed_here.map_or(1, |(_, attempt)| attempt.saturating_add(1));
+        self.records = match (self.durable, resumed_here) {
+            (Some(d), Some(_)) => d.resumed_branches.clone(),
+            _ => Vec::new(),
         };
         if let Some(d) = self.durable {
-            let cp = d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
+            let mut cp = d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
+            cp.branches.clone_from(&self.records);
             save(program, d, cp).await?;
         }
         self.last = Some(Last {
@@ -108,6 +134,60 @@ impl Top<'_> {
             attempt: scope.attempt,
         });
         Ok(())
+    }
+
+    /// `FORK` of a parallel block of a durable run's top-level frame (rule
+    /// 19): a branch recorded at the block's checkpoint is rebuilt from its
+    /// record; every other branch runs, and when it finishes the block's
+    /// checkpoint is saved again with its record (one save at a time, each
+    /// carrying all records so far). Then all branches merge in block
+    /// order, as an uninterrupted run's would.
+    async fn fork_recorded(
+        &mut self,
+        program: &Arc<Program>,
+        scope: &Scope,
+        branches: &[usize],
+        names: &[Arc<str>],
+        ctx: Context,
+    ) -> std::result::Result<Context, Halt> {
+        let (Some(d), Some(last)) = (self.durable, self.last.as_ref()) else {
+            return Ok(fork(program, scope, branches, names, false, ctx).await?);
+        };
+        emit_branches(program, scope, names);
+        let records = tokio::sync::Mutex::new(std::mem::take(&mut self.records));
+        let runs = branches
+            .iter()
+            .zip(names)
+            .enumerate()
+            .map(|(i, (start, name))| {
+                let (records, ctx) = (&records, &ctx);
+                async move {
+                    let index = u32::try_from(i).unwrap_or(u32::MAX);
+                    let recorded = records
+                        .lock()
+                        .await
+                        .iter()
+                        .find(|r| r.branch == index)
+                        .map(|r| r.replay(ctx));
+                    if let Some(done) = recorded {
+                        tracing::debug!(branch = &**name, "a finished branch is not run again");
+                        return Ok::<Context, Halt>(done);
+                    }
+                    let done = branch(program, *start, ctx.fork(name.clone()), scope.clone())
+                        .await
+                        .map_err(Halt::Failed)?;
+                    let mut held = records.lock().await;
+                    held.push(BranchRecord::of(index, name, &done));
+                    held.sort_by_key(|r| r.branch);
+                    save(program, d, d.block_checkpoint(last, &held))
+                        .await
+                        .map_err(Halt::Store)?;
+                    Ok(done)
+                }
+            });
+        let results = try_join_all(runs).await;
+        self.records = records.into_inner();
+        Ok(Context::merge(&ctx, &results?)?)
     }
 }
 
@@ -204,6 +284,7 @@ async fn run_checkpointed(
     let mut top = Top {
         durable,
         last: None,
+        records: Vec::new(),
     };
     let scope = Scope {
         run_id: Arc::from(run_id),
@@ -221,7 +302,7 @@ async fn run_checkpointed(
         Err(Halt::Store(e)) => Err(e),
         Err(Halt::Failed(e)) => {
             if let (Some(d), Some(last)) = (durable, top.last) {
-                let cp = d.checkpoint(
+                let mut cp = d.checkpoint(
                     last.ip,
                     &last.step,
                     &last.ctx,
@@ -229,6 +310,8 @@ async fn run_checkpointed(
                     Some(e.message_with_causes()),
                     last.attempt,
                 );
+                // finished branches stay finished after a failure too
+                cp.branches = top.records;
                 match save(program, d, cp).await {
                     Ok(()) => {}
                     // the run was cancelled while the stage ran: that is
@@ -286,7 +369,13 @@ async fn exec(
                 join,
                 detached,
             } => {
-                ctx = fork(program, &scope, branches, names, *detached, ctx).await?;
+                ctx = match top.as_deref_mut() {
+                    Some(top) if !*detached => {
+                        top.fork_recorded(program, &scope, branches, names, ctx)
+                            .await?
+                    }
+                    _ => fork(program, &scope, branches, names, *detached, ctx).await?,
+                };
                 join + 1
             }
             Instr::EndBranch => return Ok(ctx),
@@ -480,11 +569,7 @@ async fn fork(
     detached: bool,
     ctx: Context,
 ) -> Result<Context> {
-    for name in names {
-        emit(&program.callbacks, "branch", |c| {
-            c.on_branch(&scope.run_id, name)
-        });
-    }
+    emit_branches(program, scope, names);
     if detached {
         for (start, name) in branches.iter().zip(names) {
             let program = Arc::clone(program);
@@ -509,6 +594,15 @@ async fn fork(
         .map(|(start, name)| branch(program, *start, ctx.fork(name.clone()), scope.clone()));
     let results = try_join_all(runs).await?;
     Context::merge(&ctx, &results)
+}
+
+/// The `branch` callback, once per branch of a block about to run.
+fn emit_branches(program: &Program, scope: &Scope, names: &[Arc<str>]) {
+    for name in names {
+        emit(&program.callbacks, "branch", |c| {
+            c.on_branch(&scope.run_id, name)
+        });
+    }
 }
 
 /// `ROUTE`: the first instruction of the body the router chose.

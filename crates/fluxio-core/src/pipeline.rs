@@ -875,13 +875,18 @@ impl Pipeline {
             // a retry of the stage the checkpoint points at is its next attempt
             let resumed =
                 (cp.status != RunStatus::Completed).then_some((cp.ip as usize, cp.attempt));
-            let durable = self.durable(
+            let mut durable = self.durable(
                 store.as_ref(),
                 owner.lease(),
                 (run_id, &key),
                 cp.created_at_ms,
                 resumed,
             );
+            // the finished branches of the block the run stopped in (rule
+            // 19); a replay from a named step runs that step whole
+            if ip == cp.ip as usize && !matches!(how, Continue::Replay { from: Some(_) }) {
+                durable.resumed_branches = cp.branches;
+            }
             let run = interpret::run(
                 &self.inner.program,
                 &key,
@@ -1300,6 +1305,7 @@ impl Pipeline {
             structure: &self.inner.structure,
             created_at_ms,
             resumed,
+            resumed_branches: Vec::new(),
         }
     }
 }

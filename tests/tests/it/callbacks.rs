@@ -122,6 +122,7 @@ async fn events_arrive_in_order_for_stages_branches_routes_and_checkpoints() {
             "branch b",
             "step> b @7 #1",
             "step< b ok",
+            "checkpoint @4 Running", // b's record (rule 19)
             "checkpoint @11 Running",
             "step> router @13 #1",
             "step< router ok",

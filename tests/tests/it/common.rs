@@ -54,6 +54,11 @@ pub fn disarm(test: &str, stage: &str) {
     }
 }
 
+/// Whether `stage` is armed (made to fail) in test `test`.
+pub fn is_armed(test: &str, stage: &str) -> bool {
+    armed(test, stage)
+}
+
 fn armed(test: &str, stage: &str) -> bool {
     lock(&ARMED)
         .as_ref()

@@ -210,11 +210,11 @@ fn harness(kind: StoreKind) {
         seed,
     );
 
-    let (mut kills, mut errors) = (0usize, 0usize);
+    let (mut kills, mut errors, mut kept) = (0usize, 0usize, 0usize);
     for i in 0..iterations {
         let run_id = format!("crash-{i}");
         let ledger = dir.join(format!("{run_id}.ledger"));
-        let (out, k, e) = run_to_completion(
+        let (out, k, e, b) = run_to_completion(
             kind, &url, &ns, &run_id, &ledger, &store, &rt, &mut rng, true, seed,
         );
         assert_eq!(
@@ -223,17 +223,21 @@ fn harness(kind: StoreKind) {
         );
         kills += k;
         errors += e;
+        kept += b;
     }
     eprintln!(
-        "crash harness on {}: {iterations} runs, {kills} kills, {errors} stage errors, all checks passed (seed {seed})",
+        "crash harness on {}: {iterations} runs, {kills} kills, {errors} stage errors, \
+         {kept} finished branches found recorded after a kill (none of them ran again), \
+         all checks passed (seed {seed})",
         kind.name()
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `run_id` until it completes, killing workers at random moments when
-/// `kill` is set. Returns the final context JSON, the number of kills and of
-/// stage errors.
+/// `kill` is set. Returns the final context JSON, the number of kills, of
+/// stage errors, and of kills that found a finished branch of the parallel
+/// block recorded (rule 19: such a branch must never run again).
 #[allow(clippy::too_many_arguments)]
 fn run_to_completion(
     kind: StoreKind,
@@ -246,10 +250,12 @@ fn run_to_completion(
     rng: &mut Rng,
     kill: bool,
     seed: u64,
-) -> (String, usize, usize) {
+) -> (String, usize, usize, usize) {
     let ctx = format!("seed {seed}, {} run {run_id}", kind.name());
     let mut processes: Vec<(u32, End)> = Vec::new();
     let (mut kills, mut errors) = (0, 0);
+    // branch stage -> its ledger entries when its record was seen committed
+    let mut recorded: BTreeMap<String, usize> = BTreeMap::new();
     let started = Instant::now();
     let mut mode = "invoke";
     loop {
@@ -263,9 +269,9 @@ fn run_to_completion(
         }
         worker.go();
         let pid = worker.pid();
-        // the pipeline takes ~100 ms; kill somewhere in [0, 100) ms
+        // the pipeline takes ~150 ms; kill somewhere in [0, 150) ms
         let delay = if kill {
-            Some(Duration::from_millis(rng.below(100)))
+            Some(Duration::from_millis(rng.below(150)))
         } else {
             None
         };
@@ -279,12 +285,33 @@ fn run_to_completion(
                 kills += 1;
                 processes.push((pid, End::Killed));
                 mode = "resume";
+                let cp = rt
+                    .block_on(store.load(&run_key(CRASH_PIPELINE, run_id)))
+                    .expect("load");
+                let entries = read_ledger(ledger, run_id);
+                for record in cp.iter().flat_map(|cp| &cp.branches) {
+                    let ran = entries.iter().filter(|e| e.stage == record.name).count();
+                    recorded.entry(record.name.clone()).or_insert(ran);
+                }
             }
             Some(line) if line.starts_with("ok ") => {
                 processes.push((pid, End::Completed));
                 let entries = read_ledger(ledger, run_id);
                 check_ledger(&entries, &processes, &ctx);
-                return (line["ok ".len()..].to_owned(), kills, errors);
+                for (stage, ran) in &recorded {
+                    let now = entries.iter().filter(|e| e.stage == *stage).count();
+                    assert_eq!(
+                        now, *ran,
+                        "{ctx}: branch `{stage}` ran again after its record was committed \
+                         (rule 19): {processes:?}"
+                    );
+                }
+                return (
+                    line["ok ".len()..].to_owned(),
+                    kills,
+                    errors,
+                    recorded.len(),
+                );
             }
             Some(line) if line == "in_use" => {
                 // the killed owner's lease has not lapsed yet: no run is locked forever

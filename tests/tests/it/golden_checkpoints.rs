@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use fluxio_core::store::{Checkpoint, FORMAT_VERSION, MAGIC};
+use fluxio_core::store::{BranchRecord, Checkpoint, FORMAT_VERSION, MAGIC};
 use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
 
 /// The run id every golden checkpoint is stored under.
@@ -212,7 +212,30 @@ fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
         ("v2_completed_every_value.bin", 2, named(completed())),
         ("v2_empty.bin", 2, empty()),
         ("v2_cancelled.bin", 2, named(cancelled())),
+        ("v3_running.bin", 3, named(running())),
+        ("v3_failed.bin", 3, named(failed())),
+        ("v3_completed_every_value.bin", 3, named(completed())),
+        ("v3_empty.bin", 3, empty()),
+        ("v3_cancelled.bin", 3, named(cancelled())),
+        ("v3_failed_in_a_block.bin", 3, named(failed_in_a_block())),
     ]
+}
+
+/// A run whose parallel block failed in one branch after another finished
+/// (format 3 records finished branches, rule 19): the record holds a write
+/// and a removal.
+fn failed_in_a_block() -> Checkpoint {
+    let mut cp = failed();
+    cp.step = "parallel(email, sms)".to_owned();
+    let done = cp
+        .context
+        .to_context()
+        .clear_written()
+        .fork("email")
+        .set_value("email_sent", Value::Bool(true))
+        .remove("retries");
+    cp.branches = vec![BranchRecord::of(0, "email", &done)];
+    cp
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! (`durable::rule6_...`). `decode_fuzz` is a binary of its own: it installs
 //! a panic hook for the whole process and reruns itself under `ulimit -v`.
 
+mod branches;
 mod callbacks;
 mod cancel;
 mod common;

@@ -14,6 +14,8 @@ use std::sync::Arc;
 use crate::context::Snapshot;
 use crate::error::{BoxError, Error, Result};
 use crate::structure::{StageCode, Structure};
+
+use super::branch::{BranchRecord, decode_records};
 use crate::value::{Footprint, OwnedValue, Value, ValueError, decode_string, entry_footprint};
 
 /// Where a run stands.
@@ -105,6 +107,11 @@ pub struct Checkpoint {
     /// The shape and stage code hashes of the pipeline that wrote it
     /// (contract rule 13); `None` in a format 1 checkpoint.
     pub structure: Option<Arc<Structure>>,
+    /// The branches of the parallel block at `ip` that finished, in branch
+    /// order (contract rule 19): a resume rebuilds them from these records
+    /// instead of running them again. Empty anywhere else, and in formats 1
+    /// and 2, which predate them.
+    pub branches: Vec<BranchRecord>,
 }
 
 /// The key a store keeps the run `run_id` of the pipeline named `pipeline`
@@ -129,8 +136,8 @@ pub fn run_key(pipeline: &str, run_id: &str) -> String {
 /// The first four bytes of every encoded checkpoint.
 pub const MAGIC: [u8; 4] = *b"FXCP";
 /// The format version this build writes (and the newest it reads; it reads
-/// format 1 too).
-pub const FORMAT_VERSION: u16 = 2;
+/// formats 1 and 2 too).
+pub const FORMAT_VERSION: u16 = 3;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
 /// The largest checkpoint payload this build decodes (1 GiB), and the
@@ -169,6 +176,7 @@ impl Checkpoint {
             updated_at_ms: now,
             attempt: 1,
             structure: None,
+            branches: Vec::new(),
         }
     }
 
@@ -233,18 +241,19 @@ impl Checkpoint {
     /// | bytes | content |
     /// |---|---|
     /// | 4 | magic `FXCP` |
-    /// | 2 | format version (`2`) |
+    /// | 2 | format version (`3`) |
     /// | 4 | CRC-32 (IEEE) of the payload |
     /// | 8 | payload length |
     /// | n | payload: the checkpoint in bincode 2's `standard` configuration, context values as [`Value`](crate::Value) |
     ///
-    /// The payload of format 2 is, in order: `pipeline`, `run_id`, `version`,
+    /// The payload of format 3 is, in order: `pipeline`, `run_id`, `version`,
     /// `ip`, `step`, `context`, `status` (0 running, 1 failed, 2 completed,
     /// 3 cancelled), `error_message`, `created_at_ms`, `updated_at_ms`,
-    /// `attempt`, and `structure` (an option of the shape text and the list
-    /// of stage names with their 32-byte hashes). Format 1 had no `pipeline`
-    /// and no `structure`, an `error` flag after `status`, and no cancelled
-    /// status; [`Checkpoint::from_bytes`] reads both.
+    /// `attempt`, `structure` (an option of the shape text and the list
+    /// of stage names with their 32-byte hashes), and `branches` (a count,
+    /// then each [`BranchRecord`]). Format 2 had no `branches`; format 1 had
+    /// no `pipeline` and no `structure`, an `error` flag after `status`, and
+    /// no cancelled status; [`Checkpoint::from_bytes`] reads all three.
     ///
     /// It encodes only what [`Checkpoint::from_bytes`] decodes: the checks of
     /// [`Checkpoint::check`] come first.
@@ -348,6 +357,10 @@ impl Checkpoint {
                 fp.then(Footprint::item(32, 32));
             }
         }
+        fp.then(Footprint::int(8, (self.branches.len() as u64).into()));
+        for record in &self.branches {
+            fp.then(record.footprint(MAX_PAYLOAD as u64)?);
+        }
         Ok(fp)
     }
 
@@ -446,11 +459,14 @@ impl Checkpoint {
         // are copied only once their bytes are known to be there, containers
         // pre-allocate at most a few hundred slots, and values nest at most
         // `MAX_DEPTH` deep (see `Decode for Checkpoint` and `crate::value`).
-        let decoded = if header[4..6] == 1u16.to_le_bytes() {
-            bincode::decode_from_slice(payload, config()).map(|(Format1(cp), used)| (cp, used))
-        } else {
-            bincode::decode_from_slice(payload, config())
-        };
+        let decoded =
+            match u16::from_le_bytes([header[4], header[5]]) {
+                1 => bincode::decode_from_slice(payload, config())
+                    .map(|(Format1(cp), used)| (cp, used)),
+                2 => bincode::decode_from_slice(payload, config())
+                    .map(|(Format2(cp), used)| (cp, used)),
+                _ => bincode::decode_from_slice(payload, config()),
+            };
         let (cp, used): (Checkpoint, usize) = decoded.map_err(|e| undecodable(run_id, e))?;
         if used != payload.len() {
             return Err(corrupt(format!("{} trailing bytes", payload.len() - used)));
@@ -518,7 +534,7 @@ fn decode_opt_string<D: Decoder>(decoder: &mut D) -> Result<Option<String>, Deco
     }
 }
 
-/// Format 2's payload, field by field (see [`Checkpoint::to_bytes`]).
+/// Format 3's payload, field by field (see [`Checkpoint::to_bytes`]).
 impl Encode for Checkpoint {
     fn encode<E: Encoder>(&self, encoder: &mut E) -> std::result::Result<(), EncodeError> {
         self.pipeline.encode(encoder)?;
@@ -533,7 +549,7 @@ impl Encode for Checkpoint {
         self.updated_at_ms.encode(encoder)?;
         self.attempt.encode(encoder)?;
         match &self.structure {
-            None => 0u8.encode(encoder),
+            None => 0u8.encode(encoder)?,
             Some(structure) => {
                 1u8.encode(encoder)?;
                 structure.shape.encode(encoder)?;
@@ -542,18 +558,41 @@ impl Encode for Checkpoint {
                     stage.name.encode(encoder)?;
                     stage.hash.encode(encoder)?;
                 }
-                Ok(())
             }
         }
+        (self.branches.len() as u64).encode(encoder)?;
+        for record in &self.branches {
+            record.encode(encoder)?;
+        }
+        Ok(())
     }
 }
 
-/// Reads exactly what `Encode` writes (format 2), without bincode's
+/// Reads exactly what `Encode` writes (format 3), without bincode's
 /// `String` decoder, which allocates the claimed length before reading (see
 /// `value::decode_string`).
 impl<C> Decode<C> for Checkpoint {
     fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
-        Ok(Checkpoint {
+        let Format2(mut cp) = Format2::decode(decoder)?;
+        cp.branches = decode_records(decoder)?;
+        if !cp.branches.is_empty()
+            && cp.status != RunStatus::Running
+            && cp.status != RunStatus::Failed
+        {
+            return Err(DecodeError::Other(
+                "branch records in a checkpoint that is neither running nor failed",
+            ));
+        }
+        Ok(cp)
+    }
+}
+
+/// A format 2 checkpoint: format 3 without branch records.
+struct Format2(Checkpoint);
+
+impl<C> Decode<C> for Format2 {
+    fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
+        Ok(Format2(Checkpoint {
             pipeline: decode_string(decoder)?,
             run_id: decode_string(decoder)?,
             version: decode_string(decoder)?,
@@ -566,7 +605,8 @@ impl<C> Decode<C> for Checkpoint {
             updated_at_ms: u64::decode(decoder)?,
             attempt: u32::decode(decoder)?,
             structure: decode_structure(decoder)?,
-        })
+            branches: Vec::new(),
+        }))
     }
 }
 
@@ -636,6 +676,7 @@ impl<C> Decode<C> for Format1 {
             updated_at_ms: u64::decode(decoder)?,
             attempt: u32::decode(decoder)?,
             structure: None,
+            branches: Vec::new(),
         }))
     }
 }
@@ -682,6 +723,21 @@ mod tests {
             updated_at_ms: u64::MAX - i,
             attempt: (i % 70_000) as u32,
             structure: (i % 5 != 0).then(|| Arc::new(structure)),
+            // branch records, in running and failed checkpoints only
+            branches: if i % 4 < 2 && i % 3 == 0 {
+                let base = context(i + 1).clear_written();
+                (0..(i % 7) as u32)
+                    .map(|b| {
+                        let done = base
+                            .fork(format!("b{b}"))
+                            .set_value(format!("k{b}"), Value::U64(i))
+                            .remove("absent");
+                        super::BranchRecord::of(b * 2, &format!("b{b}"), &done)
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 

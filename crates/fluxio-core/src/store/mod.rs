@@ -61,6 +61,7 @@
 //! }
 //! ```
 
+mod branch;
 mod checkpoint;
 #[cfg(feature = "test-util")]
 pub mod conformance;
@@ -74,6 +75,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use branch::BranchRecord;
 pub(crate) use checkpoint::now_ms;
 pub use checkpoint::{
     Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_FORMAT_VERSION, RunStatus, run_key,

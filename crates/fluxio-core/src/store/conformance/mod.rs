@@ -49,7 +49,10 @@ pub use retention::{
     completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
     purging_dead_leases_keeps_tokens_growing,
 };
-pub use run::a_failed_run_resumes_from_the_failed_stage_on_another_store;
+pub use run::{
+    a_failed_run_resumes_from_the_failed_stage_on_another_store,
+    rule19_a_finished_branch_is_kept_by_the_store_and_not_run_again,
+};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -1148,6 +1151,7 @@ macro_rules! __store_conformance_each {
             malformed_run_ids_are_invalid_run_id,
             rule10_pipelines_sharing_a_run_id_are_kept_apart,
             a_failed_run_resumes_from_the_failed_stage_on_another_store,
+            rule19_a_finished_branch_is_kept_by_the_store_and_not_run_again,
             completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
             purging_dead_leases_keeps_tokens_growing,
             rule14_cancel_of_an_unknown_run_is_checkpoint_not_found,

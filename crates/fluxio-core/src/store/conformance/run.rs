@@ -116,6 +116,85 @@ fn checkout(probe: &Probe) -> PipelineBuilder {
 /// The name of [`checkout`]: the store keeps its runs under `checkout/<run id>`.
 const CHECKOUT: &str = "checkout";
 
+/// `parallel![reserve, charge]` of [`checkout`]'s stages, under the same
+/// name (`charge` reads `total` from the input).
+fn reserve_and_charge(probe: &Probe) -> PipelineBuilder {
+    const TAKES_PROBE: &[fn() -> ResourceReq] = &[ResourceReq::of::<Probe>];
+    let stage = |name: &'static str, n: u8, call: CallFn| {
+        let meta = StageMeta {
+            name,
+            hash: [n; 32],
+            kind: StageKind::Async,
+            router: false,
+            reads: None,
+            writes: None,
+            timeout: None,
+            input: None,
+            output: None,
+            resources: TAKES_PROBE,
+        };
+        vec![Node::Stage(Stage::new(meta, call))]
+    };
+    let block = Node::Parallel {
+        branches: vec![stage("reserve", 1, reserve), stage("charge", 3, charge)],
+        detached: false,
+    };
+    let digest = *b"fluxio/conformance/parallel/v1\0\0";
+    PipelineBuilder::new(vec![block], digest, digest)
+        .name(CHECKOUT)
+        .resource(probe.clone())
+        .lease_ttl(Duration::from_secs(5))
+}
+
+/// Rule 19 through the store: a parallel block fails in one branch after
+/// the other finished; the failure checkpoint, read back through a second
+/// store handle, carries the finished branch's record, and the resume there
+/// runs only the failed branch, then merges both.
+pub async fn rule19_a_finished_branch_is_kept_by_the_store_and_not_run_again<H: Harness>(h: &H) {
+    let ns = namespace("branches");
+    let run = "order-19";
+    let probe = Probe::default();
+    probe.gateway_down.store(true, Ordering::SeqCst);
+    let first = reserve_and_charge(&probe)
+        .store(h.store(&ns).await)
+        .build()
+        .expect("the pipeline builds");
+    let input = Context::new().set("total", 4200u64).expect("serializes");
+    let err = first
+        .invoke(run, input)
+        .await
+        .expect_err("the gateway is down");
+    assert!(err.stage_error::<GatewayDown>().is_some(), "{err}");
+    assert_eq!(probe.calls(), [1, 0, 1, 0]);
+    drop(first);
+
+    let second = reserve_and_charge(&probe)
+        .store(h.store(&ns).await)
+        .build()
+        .expect("the pipeline builds");
+    let cp = second
+        .checkpoint(run)
+        .await
+        .expect("load")
+        .expect("a failure leaves a checkpoint");
+    assert_eq!(cp.status, RunStatus::Failed);
+    let recorded: Vec<(u32, &str)> = cp
+        .branches
+        .iter()
+        .map(|r| (r.branch, r.name.as_str()))
+        .collect();
+    assert_eq!(
+        recorded,
+        [(0, "reserve")],
+        "the store kept the branch record"
+    );
+    probe.gateway_down.store(false, Ordering::SeqCst);
+    let out = second.resume(run).await.expect("the resume completes");
+    assert_eq!(probe.calls(), [1, 0, 2, 0], "only `charge` ran again");
+    assert!(out.get::<bool>("reserved").expect("merged from the record"));
+    assert_eq!(out.get::<String>("receipt").expect("receipt"), "paid 4200");
+}
+
 /// A durable pipeline fails at a stage; a second store handle on the same
 /// namespace (another process, as far as the store can tell) sees the
 /// failure checkpoint, and resumes the run: only the failed stage and the
