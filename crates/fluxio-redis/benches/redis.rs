@@ -310,7 +310,7 @@ fn main() {
     let store = match rt.block_on(
         RedisStore::builder(&url)
             .key_prefix(&prefix)
-            .ttl(TTL)
+            .completed_retention(Some(TTL))
             .connect(),
     ) {
         Ok(store) => store,

@@ -9,8 +9,15 @@ use crate::RedisStore;
 use crate::error::RedisStoreError;
 use fluxio_core::store::RedactedUrl;
 
-/// How long a checkpoint is kept after its last save, unless set: one day.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(86_400);
+/// How long a completed run's checkpoint is kept after it completed, unless
+/// set: one day. Runs that did not complete (running, failed, abandoned,
+/// cancelled) never expire: they are kept until deleted.
+pub const DEFAULT_COMPLETED_RETENTION: Duration = Duration::from_secs(86_400);
+
+/// How long the fencing epoch of a run whose checkpoint is gone, or was
+/// never written, is kept after its last use: one day, or the completed
+/// retention if longer.
+pub(crate) const EPOCH_GRACE_MS: u64 = 86_400_000;
 /// The key prefix unless set: checkpoints live at `fluxio:checkpoint:{run_id}`.
 pub const DEFAULT_KEY_PREFIX: &str = "fluxio:checkpoint";
 /// How long one store call may take, unless set: ten seconds.
@@ -32,7 +39,7 @@ const MAX_TTL_MS: u64 = 1 << 48;
 /// use fluxio_redis::RedisStore;
 ///
 /// let store = RedisStore::builder("rediss://app:secret@redis.internal:6380/0")
-///     .ttl(Duration::from_secs(7 * 86_400))
+///     .completed_retention(Some(Duration::from_secs(7 * 86_400)))
 ///     .key_prefix("billing:checkpoint")
 ///     .command_timeout(Duration::from_secs(2))
 ///     .connect()
@@ -43,7 +50,7 @@ const MAX_TTL_MS: u64 = 1 << 48;
 #[must_use = "a builder does nothing until `.connect().await`"]
 pub struct RedisStoreBuilder {
     pub(crate) url: String,
-    pub(crate) ttl: Duration,
+    pub(crate) completed_retention: Option<Duration>,
     pub(crate) key_prefix: String,
     pub(crate) command_timeout: Duration,
     pub(crate) tls_root_certificates: Option<Vec<u8>>,
@@ -53,7 +60,7 @@ impl fmt::Debug for RedisStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStoreBuilder")
             .field("url", &RedactedUrl::new(&self.url).url)
-            .field("ttl", &self.ttl)
+            .field("completed_retention", &self.completed_retention)
             .field("key_prefix", &self.key_prefix)
             .field("command_timeout", &self.command_timeout)
             .field(
@@ -68,19 +75,22 @@ impl RedisStoreBuilder {
     pub(crate) fn new(url: impl Into<String>) -> Self {
         RedisStoreBuilder {
             url: url.into(),
-            ttl: DEFAULT_TTL,
+            completed_retention: Some(DEFAULT_COMPLETED_RETENTION),
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             tls_root_certificates: None,
         }
     }
 
-    /// How long a checkpoint is kept after its last save (default
-    /// [`DEFAULT_TTL`], one day): every save sets the key's expiry to `ttl`
-    /// from now, so a run that stopped is forgotten `ttl` after its last
-    /// checkpoint. Millisecond precision; at least 1 ms.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+    /// How long a completed run's checkpoint is kept after it completed
+    /// (default [`DEFAULT_COMPLETED_RETENTION`], one day): the completed
+    /// checkpoint is written with that expiry, and Redis deletes it then.
+    /// `None` keeps completed runs until they are deleted. Every other run
+    /// (running, failed, abandoned by a dead worker, cancelled) is kept
+    /// until deleted, whatever this says, so that it can still be resumed
+    /// or inspected. Millisecond precision; at least 1 ms.
+    pub fn completed_retention(mut self, retention: Option<Duration>) -> Self {
+        self.completed_retention = retention;
         self
     }
 
@@ -118,36 +128,43 @@ impl RedisStoreBuilder {
     ///
     /// # Errors
     /// [`Error::Store`](fluxio_core::Error::Store) (backend `"redis"`, source
-    /// a [`RedisStoreError`]): an empty `key_prefix`, a zero `ttl` or
+    /// a [`RedisStoreError`]): an empty `key_prefix`, a zero `completed_retention` or
     /// `command_timeout` (the message names the setting), a URL redis-rs
     /// rejects, a server that cannot be reached or authenticated with, or no
     /// reply within the command timeout.
     pub async fn connect(self) -> Result<RedisStore> {
         let url = RedactedUrl::new(&self.url);
-        let ttl_ms = self.validate(&url)?;
-        Ok(RedisStore::connect_with(self, url, ttl_ms).await?)
+        let retention_ms = self.validate(&url)?;
+        Ok(RedisStore::connect_with(self, url, retention_ms).await?)
     }
 
-    /// The checkpoint time-to-live in milliseconds, once every setting is valid.
+    /// The completed retention in milliseconds (0 for none), once every
+    /// setting is valid.
     fn validate(&self, url: &RedactedUrl) -> Result<u64, RedisStoreError> {
         let invalid = |setting, reason: &str| RedisStoreError::setting(setting, reason, url);
         if self.key_prefix.is_empty() {
             return Err(invalid("key_prefix", "must not be empty"));
         }
-        if self.ttl.is_zero() {
-            return Err(invalid("ttl", "must be greater than zero"));
-        }
-        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
-        if ttl_ms == 0 {
-            return Err(invalid("ttl", "must be at least 1 ms"));
-        }
-        if ttl_ms > MAX_TTL_MS {
-            return Err(invalid("ttl", "must be at most 2^48 ms"));
-        }
+        let retention_ms = match self.completed_retention {
+            None => 0,
+            Some(retention) => {
+                let ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+                if ms == 0 {
+                    return Err(invalid(
+                        "completed_retention",
+                        "must be at least 1 ms (`None` keeps completed runs)",
+                    ));
+                }
+                if ms > MAX_TTL_MS {
+                    return Err(invalid("completed_retention", "must be at most 2^48 ms"));
+                }
+                ms
+            }
+        };
         if self.command_timeout.is_zero() {
             return Err(invalid("command_timeout", "must be greater than zero"));
         }
-        Ok(ttl_ms)
+        Ok(retention_ms)
     }
 }
 

@@ -25,11 +25,12 @@ pub(crate) struct Conn {
 
 impl RedisStore {
     /// Connects with the settings of `config` (validated: `url` is its URL,
-    /// redacted, and `ttl_ms` its time-to-live) and loads the Lua scripts.
+    /// redacted, and `retention_ms` its completed retention, 0 for none) and
+    /// loads the Lua scripts.
     pub(crate) async fn connect_with(
         config: RedisStoreBuilder,
         url: RedactedUrl,
-        ttl_ms: u64,
+        retention_ms: u64,
     ) -> Result<RedisStore, RedisStoreError> {
         let timeout = config.command_timeout;
         let failed = |e| RedisStoreError::redis(op::CONNECT, None, &url, e);
@@ -75,8 +76,8 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 url,
                 key_prefix: config.key_prefix,
-                ttl: config.ttl,
-                ttl_ms,
+                completed_retention: config.completed_retention,
+                retention_ms,
                 command_timeout: timeout,
                 client,
                 manager_config,

@@ -47,11 +47,11 @@
 //!
 //! | key | type | content | expiry |
 //! |---|---|---|---|
-//! | `P:R` | string | exactly [`Checkpoint::to_bytes`](fluxio_core::store::Checkpoint::to_bytes) | the store's `ttl`, reset by every save |
+//! | `P:R` | string | exactly [`Checkpoint::to_bytes`](fluxio_core::store::Checkpoint::to_bytes) | a completed run's: the store's `completed_retention`, set by the save that completed it; every other run's: none |
 //! | `P.lease:R` | string | the fencing token of the current lease, in decimal | the lease's time-to-live, reset by every renewal |
-//! | `P.epoch:R` | integer | the last token handed out for `R` | the longer of `ttl` and the lease's, reset by every acquire and renewal |
+//! | `P.epoch:R` | integer | the last token handed out for `R` | none while `P:R` has none; otherwise the longest of a day, `completed_retention` and the lease's, reset by every acquire, renewal and save |
 //! | `P.nonce:R` | string | the nonce of the `acquire_lease` call in progress that took the lease | the lease's time-to-live; deleted when that call returns |
-//! | `P.cancelled:R` | string | `1` while the checkpoint `P:R` is cancelled (contract rule 14) | the checkpoint's: written with it, deleted with it |
+//! | `P.cancelled:R` | string | `1` while the checkpoint `P:R` is cancelled (contract rule 14) | none, like the cancelled checkpoint: deleted with it |
 //!
 //! The lease, epoch, nonce and cancel keys have `.` after the prefix where a
 //! checkpoint key has `:`, so no run id's checkpoint can collide with them.
@@ -67,10 +67,11 @@
 //! once). A call whose connection dropped is sent once more; see
 //! [Reconnecting](#reconnecting).
 //!
-//! - `save`: `SET P:R <bytes> PX <ttl>`, and `P.cancelled:R` set with the
-//!   same expiry when the checkpoint is cancelled, deleted otherwise (one
-//!   script); `load`: `GET`; `delete`: `DEL P:R P.cancelled:R`; `exists`:
-//!   `EXISTS`.
+//! - `save`: `SET P:R <bytes>` (with `PX <completed_retention>` when the
+//!   run completed), and `P.cancelled:R` set when the checkpoint is
+//!   cancelled, deleted otherwise, and the epoch's expiry adjusted (one
+//!   script); `load`: `GET`; `delete`: `DEL P:R P.cancelled:R` and an
+//!   expiry for the epoch (one script); `exists`: `EXISTS`.
 //! - `acquire_lease`: if `P.lease:R` exists, [`Error::RunIdInUse`](fluxio_core::Error::RunIdInUse);
 //!   else `INCR P.epoch:R`, `SET P.lease:R <token> PX <lease ttl>` and
 //!   `SET P.nonce:R <nonce> PX <lease ttl>` (a random nonce per call), and
@@ -91,7 +92,7 @@
 //! - `cancel` (rule 14): `GET P:R`, decoded and decided here (a Lua script
 //!   cannot read the status inside the payload), then one script that, only
 //!   if `P:R` still holds the bytes read, writes the cancelled checkpoint and
-//!   `P.cancelled:R`, both with `PX <ttl>` (a compare-and-set). If the
+//!   `P.cancelled:R`, with no expiry (a compare-and-set). If the
 //!   owner's next checkpoint landed in between, the cancel reads again,
 //!   within its one command timeout; once the script has run, every fenced
 //!   save of the run, from any process, is refused.
@@ -140,9 +141,14 @@
 //!   not speak the cluster protocol. A prefix that is a hash tag (`{fx}`:
 //!   keys `{fx}:R`, `{fx}.lease:R`) would put all of a prefix's keys in one
 //!   slot, were a cluster client ever added.
-//! - Checkpoints expire `ttl` after their last save, finished runs included:
-//!   choose a `ttl` longer than the longest time you may want to resume or
-//!   inspect a run.
+//! - Retention: a completed run's checkpoint expires
+//!   [`completed_retention`](RedisStoreBuilder::completed_retention) after it
+//!   completed (default one day; `None` keeps it). Every other run (running,
+//!   failed, abandoned, cancelled) has no expiry: it stays until deleted, so
+//!   it can always be resumed or inspected. A run's fencing epoch has no
+//!   expiry either while its checkpoint has none; it expires a day (or the
+//!   completed retention, if longer) after the checkpoint expires or is
+//!   deleted.
 //!
 //! ## TLS
 //!
@@ -165,6 +171,8 @@ mod error;
 mod scripts;
 mod store;
 
-pub use builder::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_TTL, RedisStoreBuilder};
+pub use builder::{
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_COMPLETED_RETENTION, DEFAULT_KEY_PREFIX, RedisStoreBuilder,
+};
 pub use error::{BACKEND, RedisStoreError};
 pub use store::RedisStore;

@@ -9,7 +9,8 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fluxio_core::store::{
-    Checkpoint, CheckpointStore, Lease, RedactedUrl, cancelled_checkpoint, check_lease_ttl,
+    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunStatus, cancelled_checkpoint,
+    check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
 use redis::Client;
@@ -60,8 +61,9 @@ pub struct RedisStore {
 pub(crate) struct Inner {
     pub(crate) url: RedactedUrl,
     pub(crate) key_prefix: String,
-    pub(crate) ttl: Duration,
-    pub(crate) ttl_ms: u64,
+    pub(crate) completed_retention: Option<Duration>,
+    /// `completed_retention` in milliseconds; 0 for none.
+    pub(crate) retention_ms: u64,
     pub(crate) command_timeout: Duration,
     pub(crate) client: Client,
     pub(crate) manager_config: ConnectionManagerConfig,
@@ -73,7 +75,7 @@ impl fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("url", &self.inner.url.url)
             .field("key_prefix", &self.inner.key_prefix)
-            .field("ttl", &self.inner.ttl)
+            .field("completed_retention", &self.inner.completed_retention)
             .field("command_timeout", &self.inner.command_timeout)
             .finish()
     }
@@ -112,10 +114,12 @@ impl RedisStore {
         &self.inner.key_prefix
     }
 
-    /// How long a checkpoint is kept after its last save.
+    /// How long a completed run's checkpoint is kept after it completed;
+    /// `None` keeps it until deleted. Other runs are always kept until
+    /// deleted (see [`RedisStoreBuilder::completed_retention`]).
     #[must_use]
-    pub fn ttl(&self) -> Duration {
-        self.inner.ttl
+    pub fn completed_retention(&self) -> Option<Duration> {
+        self.inner.completed_retention
     }
 
     /// How long one call may take.
@@ -161,10 +165,25 @@ impl RedisStore {
         format!("{}.nonce:{run_id}", self.inner.key_prefix)
     }
 
-    /// The epoch's time-to-live: it outlives the checkpoint and every lease
-    /// drawn from it, so tokens keep growing while either may still be around.
+    /// The epoch's time-to-live when it has one (its run's checkpoint has an
+    /// expiry, or none is stored): it outlives the checkpoint and every lease
+    /// drawn from it, so tokens keep growing while either may still be
+    /// around. While the checkpoint has no expiry, neither has the epoch.
     fn epoch_px(&self, lease_ms: u64) -> u64 {
-        self.inner.ttl_ms.max(lease_ms)
+        self.inner
+            .retention_ms
+            .max(crate::builder::EPOCH_GRACE_MS)
+            .max(lease_ms)
+    }
+
+    /// The expiry a checkpoint is written with, in ms: the completed
+    /// retention for a completed run, `0` (none) for every other run.
+    fn checkpoint_px(&self, checkpoint: &Checkpoint) -> u64 {
+        if checkpoint.status == RunStatus::Completed {
+            self.inner.retention_ms
+        } else {
+            0
+        }
     }
 }
 
@@ -210,9 +229,11 @@ impl CheckpointStore for RedisStore {
         script
             .key(&key)
             .key(self.cancelled_key(&run_key))
+            .key(self.epoch_key(&run_key))
             .arg(bytes)
-            .arg(self.inner.ttl_ms)
-            .arg(u8::from(checkpoint.is_cancelled()));
+            .arg(self.checkpoint_px(&checkpoint))
+            .arg(u8::from(checkpoint.is_cancelled()))
+            .arg(self.epoch_px(0));
         Ok(self
             .invoke::<()>(op::SAVE, &key, self.deadline(), &script)
             .await?)
@@ -231,14 +252,19 @@ impl CheckpointStore for RedisStore {
             .transpose()
     }
 
-    /// One `DEL` of the checkpoint and its cancel mark.
+    /// One script: `DEL` of the checkpoint and its cancel mark, and an
+    /// expiry for the run's epoch if it had none.
     async fn delete(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
         let key = self.checkpoint_key(run_id);
-        let mut cmd = redis::cmd("DEL");
-        cmd.arg(&key).arg(self.cancelled_key(run_id));
+        let mut script = scripts::DELETE_SCRIPT.prepare_invoke();
+        script
+            .key(&key)
+            .key(self.cancelled_key(run_id))
+            .key(self.epoch_key(run_id))
+            .arg(self.epoch_px(0));
         Ok(self
-            .query::<()>(op::DELETE, &key, self.deadline(), &cmd)
+            .invoke::<()>(op::DELETE, &key, self.deadline(), &script)
             .await?)
     }
 
@@ -345,10 +371,12 @@ impl CheckpointStore for RedisStore {
             .key(self.lease_key(lease.run_id()))
             .key(&key)
             .key(self.cancelled_key(&run_key))
+            .key(self.epoch_key(&run_key))
             .arg(lease.token())
             .arg(bytes)
-            .arg(self.inner.ttl_ms)
-            .arg(u8::from(checkpoint.is_cancelled()));
+            .arg(self.checkpoint_px(&checkpoint))
+            .arg(u8::from(checkpoint.is_cancelled()))
+            .arg(self.epoch_px(0));
         let saved: u8 = self
             .invoke(op::SAVE_FENCED, &key, self.deadline(), &script)
             .await?;
@@ -372,7 +400,9 @@ impl CheckpointStore for RedisStore {
             .key(self.lease_key(run_id))
             .key(&key)
             .key(self.cancelled_key(run_id))
-            .arg(lease.token());
+            .key(self.epoch_key(run_id))
+            .arg(lease.token())
+            .arg(self.epoch_px(0));
         let deleted: u8 = self
             .invoke(op::DELETE_FENCED, &key, self.deadline(), &script)
             .await?;
@@ -409,9 +439,9 @@ impl CheckpointStore for RedisStore {
             script
                 .key(&key)
                 .key(self.cancelled_key(run_id))
+                .key(self.epoch_key(run_id))
                 .arg(read.unwrap_or_default())
-                .arg(cancelled)
-                .arg(self.inner.ttl_ms);
+                .arg(cancelled);
             let done: u8 = self.invoke(op::CANCEL, &key, deadline, &script).await?;
             if done == 1 {
                 return Ok(());
@@ -610,9 +640,9 @@ mod tests {
             script
                 .key(store.checkpoint_key(run))
                 .key(store.cancelled_key(run))
+                .key(store.epoch_key(run))
                 .arg(old)
-                .arg(new)
-                .arg(60_000u64);
+                .arg(new);
             script
         };
         let stale = checkpoint(run, 0).to_bytes().expect("encode");

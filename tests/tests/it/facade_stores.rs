@@ -8,7 +8,7 @@ use std::time::Duration;
 fn store_types_are_named_through_the_facade() {
     // Builders and their settings, without connecting.
     let redis: fluxio::RedisStoreBuilder = fluxio::RedisStore::builder("redis://127.0.0.1:6379")
-        .ttl(Duration::from_secs(60))
+        .completed_retention(Some(Duration::from_secs(60)))
         .key_prefix("facade");
     assert!(format!("{redis:?}").contains("facade"));
     let postgres: fluxio::PostgresStoreBuilder =

@@ -8,7 +8,8 @@ use std::time::Duration;
 use fluxio_core::store::conformance::{Harness, Records};
 use fluxio_redis::RedisStore;
 use fluxio_test_support as support;
-/// Keys the checks create expire on their own.
+/// Completed runs the checks create expire on their own (the others are
+/// kept until deleted, as a user's would be).
 const TTL: Duration = Duration::from_secs(300);
 
 struct RedisHarness {
@@ -32,7 +33,7 @@ impl Harness for RedisHarness {
     async fn store(&self, ns: &str) -> RedisStore {
         RedisStore::builder(&self.url)
             .key_prefix(ns)
-            .ttl(TTL)
+            .completed_retention(Some(TTL))
             .connect()
             .await
             .expect("connect to redis")

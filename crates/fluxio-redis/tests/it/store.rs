@@ -68,7 +68,7 @@ async fn key_layout_values_and_expiry() {
     let prefix = support::namespace("layout");
     let store = RedisStore::builder(support::redis::url())
         .key_prefix(&prefix)
-        .ttl(Duration::from_secs(60))
+        .completed_retention(Some(Duration::from_secs(60)))
         .connect()
         .await
         .expect("connect");
@@ -87,15 +87,15 @@ async fn key_layout_values_and_expiry() {
         (ck.clone(), lk.clone(), ek.clone())
     );
 
-    // save: `{prefix}:{run_id}` holds exactly to_bytes(), expiring within the ttl
+    // save: `{prefix}:{run_id}` holds exactly to_bytes(); a running run
+    // never expires
     let cp = checkpoint(run, 1);
     store.save(cp.clone()).await.expect("save");
     assert_eq!(
         get(&mut raw, &ck).await,
         Some(cp.to_bytes().expect("encode"))
     );
-    let ttl = pttl(&mut raw, &ck).await;
-    assert!(ttl > 0 && ttl <= 60_000, "checkpoint PTTL {ttl}");
+    assert_eq!(pttl(&mut raw, &ck).await, -1, "no expiry");
     assert_eq!(
         support::redis::keys(&mut raw, &prefix).await,
         vec![ck.clone()]
@@ -112,7 +112,7 @@ async fn key_layout_values_and_expiry() {
     let ttl = pttl(&mut raw, &lk).await;
     assert!(ttl > 0 && ttl <= 5_000, "lease PTTL {ttl}");
     let ttl = pttl(&mut raw, &ek).await;
-    assert!(ttl > 5_000 && ttl <= 60_000, "epoch PTTL {ttl}");
+    assert!(ttl > 5_000 && ttl <= 86_400_000, "a new epoch's PTTL {ttl}");
     let mut all = vec![ck.clone(), ek.clone(), lk.clone()];
     all.sort();
     assert_eq!(support::redis::keys(&mut raw, &prefix).await, all);
@@ -128,6 +128,11 @@ async fn key_layout_values_and_expiry() {
         Some(cp2.to_bytes().expect("encode"))
     );
     assert_eq!(store.load(run).await.expect("load"), Some(cp2));
+    assert_eq!(
+        pttl(&mut raw, &ek).await,
+        -1,
+        "the epoch of a run that does not expire does not expire"
+    );
 
     // release drops the lease and keeps the counter; delete drops the checkpoint
     store.release_lease(lease).await.expect("release");
@@ -136,43 +141,95 @@ async fn key_layout_values_and_expiry() {
     support::redis::cleanup(&mut raw, &prefix).await;
 }
 
+/// Rule 20's retention on Redis: only a completed run expires, after the
+/// completed retention; running, failed and cancelled runs (and their
+/// epochs) are kept until deleted, however long.
 #[tokio::test]
-async fn every_save_resets_the_expiry() {
+async fn rule20_only_completed_runs_expire_failed_and_cancelled_ones_are_kept() {
     let Some(mut raw) = support::redis::raw().await else {
         return;
     };
     let prefix = support::namespace("expiry");
     let store = RedisStore::builder(support::redis::url())
         .key_prefix(&prefix)
-        .ttl(Duration::from_millis(2_000))
+        .completed_retention(Some(Duration::from_millis(2_000)))
         .connect()
         .await
         .expect("connect");
+    assert_eq!(
+        store.completed_retention(),
+        Some(Duration::from_millis(2_000))
+    );
     let key = store.checkpoint_key("r");
     let lease = store
         .acquire_lease("r", Duration::from_secs(30))
         .await
         .expect("acquire");
     store.save(checkpoint("r", 1)).await.expect("save");
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let aged = pttl(&mut raw, &key).await;
-    assert!(aged > 0 && aged <= 1_200, "PTTL {aged} after 800 ms");
-    store.save(checkpoint("r", 2)).await.expect("save");
-    assert!(pttl(&mut raw, &key).await > 1_500, "save resets the expiry");
+    assert_eq!(pttl(&mut raw, &key).await, -1, "running: no expiry");
+    store
+        .save(checkpoint("r", 2).completed())
+        .await
+        .expect("save");
+    let ttl = pttl(&mut raw, &key).await;
+    assert!(ttl > 1_500 && ttl <= 2_000, "completed: PTTL {ttl}");
     tokio::time::sleep(Duration::from_millis(800)).await;
     store
-        .save_fenced(checkpoint("r", 3), &lease)
+        .save_fenced(checkpoint("r", 3).completed(), &lease)
         .await
         .expect("save_fenced");
     assert!(
         pttl(&mut raw, &key).await > 1_500,
-        "save_fenced resets the expiry"
+        "a completed save_fenced resets the expiry"
     );
+    let epoch = pttl(&mut raw, &store.epoch_key("r")).await;
+    assert!(epoch >= 2_000, "the epoch outlives the checkpoint: {epoch}");
     tokio::time::sleep(Duration::from_millis(2_300)).await;
     assert!(
         !store.exists("r").await.expect("exists"),
-        "expired after the ttl"
+        "a completed run expires after the completed retention"
     );
+
+    // failed and cancelled runs stay, with their epochs, past the retention
+    store
+        .save(checkpoint("failed", 1).failed("boom"))
+        .await
+        .expect("save");
+    store.save(checkpoint("cancel", 1)).await.expect("save");
+    store.cancel("cancel").await.expect("cancel");
+    for run in ["failed", "cancel"] {
+        assert_eq!(
+            pttl(&mut raw, &store.checkpoint_key(run)).await,
+            -1,
+            "{run}"
+        );
+    }
+    assert_eq!(pttl(&mut raw, &store.cancelled_key("cancel")).await, -1);
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    for run in ["failed", "cancel"] {
+        assert!(store.exists(run).await.expect("exists"), "{run} is kept");
+    }
+    // a run that completes after it failed gets the completed expiry again
+    store
+        .save(checkpoint("failed", 2).completed())
+        .await
+        .expect("save");
+    assert!(pttl(&mut raw, &store.checkpoint_key("failed")).await > 0);
+
+    // `None` keeps completed runs too
+    let forever = RedisStore::builder(support::redis::url())
+        .key_prefix(&prefix)
+        .completed_retention(None)
+        .connect()
+        .await
+        .expect("connect");
+    forever
+        .save(checkpoint("kept", 1).completed())
+        .await
+        .expect("save");
+    assert_eq!(pttl(&mut raw, &forever.checkpoint_key("kept")).await, -1);
+    // a delete leaves the epoch with an expiry, not forever
+    forever.delete("kept").await.expect("delete");
     support::redis::cleanup(&mut raw, &prefix).await;
 }
 
@@ -263,12 +320,18 @@ async fn invalid_settings_are_named_before_connecting() {
     let url = "redis://127.0.0.1:1";
     let cases = [
         (RedisStore::builder(url).key_prefix(""), "key_prefix"),
-        (RedisStore::builder(url).ttl(Duration::ZERO), "ttl"),
         (
-            RedisStore::builder(url).ttl(Duration::from_micros(10)),
-            "ttl",
+            RedisStore::builder(url).completed_retention(Some(Duration::ZERO)),
+            "completed_retention",
         ),
-        (RedisStore::builder(url).ttl(Duration::MAX), "ttl"),
+        (
+            RedisStore::builder(url).completed_retention(Some(Duration::from_micros(10))),
+            "completed_retention",
+        ),
+        (
+            RedisStore::builder(url).completed_retention(Some(Duration::MAX)),
+            "completed_retention",
+        ),
         (
             RedisStore::builder(url).command_timeout(Duration::ZERO),
             "command_timeout",

@@ -139,7 +139,7 @@ async fn every_call_times_out_when_the_server_stops_answering_and_recovers() {
     let prefix = support::namespace("timeout");
     let store = RedisStore::builder(format!("redis://127.0.0.1:{}", proxy.port))
         .key_prefix(&prefix)
-        .ttl(Duration::from_secs(60))
+        .completed_retention(Some(Duration::from_secs(60)))
         .command_timeout(TIMEOUT)
         .connect()
         .await

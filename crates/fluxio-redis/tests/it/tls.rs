@@ -186,7 +186,7 @@ async fn rediss_verifies_the_server_and_works() {
     let store = RedisStore::builder(&url)
         .tls_root_certificates(ca)
         .key_prefix("fx_tls")
-        .ttl(Duration::from_secs(60))
+        .completed_retention(Some(Duration::from_secs(60)))
         .connect()
         .await
         .expect("connect over TLS");
