@@ -44,6 +44,8 @@ pub(crate) struct Durable<'a> {
     /// The finished branches recorded at the resumed checkpoint, when it is
     /// a parallel block's (rule 19): they are rebuilt, not run again.
     pub(crate) resumed_branches: Vec<BranchRecord>,
+    /// Delete the run once its completed checkpoint is written.
+    pub(crate) delete_completed: bool,
 }
 
 impl Durable<'_> {
@@ -296,6 +298,9 @@ async fn run_checkpointed(
                 let end = program.instrs.len();
                 let cp = d.checkpoint(end, "", &done, RunStatus::Completed, None, 1);
                 save(program, d, cp).await?;
+                if d.delete_completed {
+                    d.store.delete_fenced(d.key, d.lease).await?;
+                }
             }
             Ok(done)
         }

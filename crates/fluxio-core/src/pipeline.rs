@@ -41,6 +41,7 @@ pub struct PipelineBuilder {
     durable: bool,
     auto_parallel: bool,
     lease_ttl: Duration,
+    delete_completed: bool,
     stream_buffer: usize,
     middleware: Vec<Arc<dyn Middleware>>,
     stage_middleware: Vec<(String, Arc<dyn Middleware>)>,
@@ -60,6 +61,7 @@ impl PipelineBuilder {
             durable: false,
             auto_parallel: true,
             lease_ttl: Duration::from_secs(30),
+            delete_completed: false,
             stream_buffer: DEFAULT_STREAM_BUFFER,
             middleware: Vec::new(),
             stage_middleware: Vec::new(),
@@ -138,6 +140,21 @@ impl PipelineBuilder {
     /// refuses anything else with [`Error::InvalidSetting`].
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
+        self
+    }
+
+    /// Deletes a durable run from the store as soon as it completed (a
+    /// retention policy, contract rule 20; default off: a completed run is
+    /// kept until the store's own retention drops it). The completed
+    /// checkpoint is still written first, fenced, so a run cancelled in its
+    /// last stage ends cancelled and is kept; then the run is deleted under
+    /// its lease. Failed, cancelled and abandoned runs are always kept.
+    ///
+    /// A deleted run is gone: [`Pipeline::start`] of its run id runs it
+    /// again, and [`Pipeline::resume`] finds nothing. Use it for runs whose
+    /// result lives elsewhere once they complete.
+    pub fn delete_completed(mut self, on: bool) -> Self {
+        self.delete_completed = on;
         self
     }
 
@@ -277,6 +294,7 @@ impl PipelineBuilder {
                 auto_parallel: self.auto_parallel,
                 store,
                 lease_ttl: self.lease_ttl,
+                delete_completed: self.delete_completed,
                 stream_buffer: self.stream_buffer,
                 leases: LeaseTracker::default(),
             }),
@@ -305,6 +323,7 @@ struct Inner {
     auto_parallel: bool,
     store: Option<Arc<dyn CheckpointStore>>,
     lease_ttl: Duration,
+    delete_completed: bool,
     stream_buffer: usize,
     /// The leases of this pipeline's runs, for `shutdown`.
     leases: LeaseTracker,
@@ -1306,6 +1325,7 @@ impl Pipeline {
             created_at_ms,
             resumed,
             resumed_branches: Vec::new(),
+            delete_completed: self.inner.delete_completed,
         }
     }
 }

@@ -25,6 +25,7 @@ mod not_durable;
 mod pipeline;
 mod release;
 mod resources;
+mod retention;
 mod stage_errors;
 mod store_faults;
 mod streaming;
