@@ -531,8 +531,6 @@ fn version_advice(changes: Option<&Changes>) -> String {
 mod tests {
     use std::error::Error as _;
 
-    use bincode::error::DecodeError;
-
     use super::Error;
     use crate::store::{Checkpoint, FORMAT_VERSION, MAGIC};
     use crate::value::ValueError;
@@ -621,9 +619,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let source = err.source().and_then(|s| s.downcast_ref::<DecodeError>());
+        let source = err
+            .source()
+            .and_then(|s| s.downcast_ref::<crate::value::WireError>());
         assert!(
-            matches!(source, Some(DecodeError::UnexpectedEnd { .. })),
+            matches!(source, Some(crate::value::WireError::End)),
             "{source:?}"
         );
         assert_eq!(

@@ -73,28 +73,43 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 // One file per idea: this one holds the `Value` tree with its equality,
-// ordering, hashing and `From` conversions; `display` its rendering for
-// humans; `ser` serde types into values (`to_value`, and `Serialize` for
-// `Value`); `de` values into serde types (`from_value`, `Deserialize` for
-// `Value`, `OwnedValue`); `encode` the bincode wire format; `footprint` the
-// limits a checkpoint's decoder sets; `error` `ValueError`; `roundtrip`
+// ordering, hashing and `From` conversions, and the module docs with the
+// wire format and the limits; `packed` the packed sequences; `wire` the
+// integer and string encodings and the bounds-checked cursor; `ser` the
+// writer (serde types and values into bytes, `to_value`, `Serialize` for
+// `Value`); `fast` its slice fast path (the crate's one `unsafe`); `read`
+// bytes into serde types; `decode` bytes into values, and the canonical
+// check a checkpoint's decoder runs; `de` values into serde types
+// (`from_value`, `Deserialize` for `Value`); `encoded` how a context holds a
+// value; `limits` the public checks; `encode` bincode's `Encode`/`Decode`
+// for `Value` and the decoder of format 1 and 2 checkpoints' values;
+// `display` the rendering for humans; `error` `ValueError`; `roundtrip`
 // (tests) the round trips through all of them.
 mod de;
+mod decode;
 mod display;
 mod encode;
+mod encoded;
 mod error;
-mod footprint;
+mod fast;
+mod limits;
+mod packed;
+mod read;
 #[cfg(test)]
 mod roundtrip;
 mod ser;
+mod wire;
 
-pub(crate) use de::OwnedValue;
 pub use de::from_value;
-pub(crate) use encode::decode_string;
+pub(crate) use decode::validate;
+pub(crate) use encode::{decode_legacy, decode_string};
+pub(crate) use encoded::{EncodedValue, check_entry, encode_entry};
 pub use error::ValueError;
-pub(crate) use footprint::{Footprint, entry_footprint};
-pub use footprint::{check_context_value, to_context_value};
+pub use limits::{check_context_value, to_context_value};
+pub use packed::Packed;
+pub(crate) use read::{Encoded, from_encoded};
 pub use ser::to_value;
+pub(crate) use wire::{Cursor, WireError, varint_len};
 
 /// Maximum nesting depth of a [`Value`] accepted by the bincode encoder and
 /// decoder, and by [`Context::set`](crate::Context::set).
@@ -107,7 +122,8 @@ pub use ser::to_value;
 pub const MAX_DEPTH: usize = 128;
 
 /// Upper bound on capacities pre-allocated from lengths read from untrusted
-/// input; containers grow beyond it only as elements are actually decoded.
+/// input by the bincode decoder; containers grow beyond it only as elements
+/// are actually decoded.
 const PREALLOC_LIMIT: usize = 256;
 
 /// Wire tags, one per variant, in declaration order (also the order used by
@@ -128,6 +144,10 @@ mod tag {
     pub(super) const SEQ: u8 = 12;
     pub(super) const MAP: u8 = 13;
     pub(super) const ENUM: u8 = 14;
+    /// The first packed tag: `PACKED_BASE + kind` for the eleven kinds
+    /// (`packed::Kind`), 15 (`u8`) to 25 (`bool`).
+    pub(super) const PACKED_BASE: u8 = 15;
+    pub(super) const PACKED_LAST: u8 = 25;
 }
 
 /// A value of the serde data model, as stored in the pipeline context.
@@ -151,7 +171,8 @@ pub enum Value {
     I128(i128),
     /// A 128-bit unsigned integer.
     U128(u128),
-    /// A float; `f32` is widened losslessly.
+    /// A float; `f32` is widened losslessly (except in a
+    /// [`Value::Packed`] sequence of `f32`s).
     F64(f64),
     /// A character.
     Char(char),
@@ -163,7 +184,8 @@ pub enum Value {
     None,
     /// `Option::Some`; nesting keeps `Option<Option<T>>` exact.
     Some(Box<Value>),
-    /// Sequences, tuples and tuple structs.
+    /// Sequences, tuples and tuple structs (those whose elements are all one
+    /// primitive type are [`Value::Packed`]).
     Seq(Vec<Value>),
     /// Maps (with keys of any type) and structs (keys are
     /// `Value::String(field_name)`).
@@ -173,15 +195,20 @@ pub enum Value {
         /// The variant name.
         variant: String,
         /// `Unit` for unit variants, the inner value for newtype variants,
-        /// `Seq` for tuple variants and `Map` for struct variants.
+        /// `Seq` (or `Packed`) for tuple variants and `Map` for struct
+        /// variants.
         value: Box<Value>,
     },
+    /// A non-empty sequence whose elements are all one primitive type (a
+    /// `Vec<u8>`, a `Vec<f32>`, a `[u64; 4]`...), kept as a vector of it.
+    Packed(Packed),
 }
 
 impl Value {
     /// A short name of the variant, for error messages: `"unit"`, `"bool"`,
     /// `"i64"`, `"u64"`, `"i128"`, `"u128"`, `"f64"`, `"char"`, `"string"`,
-    /// `"bytes"`, `"none"`, `"some"`, `"seq"`, `"map"` or `"enum"`.
+    /// `"bytes"`, `"none"`, `"some"`, `"seq"` (also for a packed
+    /// sequence), `"map"` or `"enum"`.
     pub fn kind(&self) -> &'static str {
         match self {
             Value::Unit => "unit",
@@ -199,6 +226,7 @@ impl Value {
             Value::Seq(_) => "seq",
             Value::Map(_) => "map",
             Value::Enum { .. } => "enum",
+            Value::Packed(_) => "seq",
         }
     }
 
@@ -220,6 +248,7 @@ impl Value {
             Value::Seq(_) => tag::SEQ,
             Value::Map(_) => tag::MAP,
             Value::Enum { .. } => tag::ENUM,
+            Value::Packed(p) => p.kind().tag(),
         }
     }
 }
@@ -254,6 +283,7 @@ impl Ord for Value {
                     value: xb,
                 },
             ) => va.cmp(vb).then_with(|| xa.cmp(xb)),
+            (Value::Packed(a), Value::Packed(b)) => a.cmp(b),
             _ => self.tag().cmp(&other.tag()),
         }
     }
@@ -294,6 +324,7 @@ impl Hash for Value {
                 variant.hash(state);
                 value.hash(state);
             }
+            Value::Packed(p) => p.hash(state),
         }
     }
 }
@@ -339,6 +370,7 @@ impl From<&str> for Value {
 }
 
 /// `Value::Enum { variant, value }`.
+#[cfg(test)]
 fn enum_value(variant: &str, value: Value) -> Value {
     Value::Enum {
         variant: variant.to_owned(),
@@ -364,7 +396,7 @@ mod tests {
             kinds,
             [
                 "unit", "bool", "i64", "u64", "u128", "f64", "f64", "char", "string", "bytes",
-                "none", "some", "map", "enum", "enum", "enum", "enum"
+                "none", "some", "map", "enum", "enum", "enum", "enum", "seq"
             ]
         );
         assert_eq!(Value::I128(0).kind(), "i128");
