@@ -458,7 +458,10 @@ impl<'de> Deserialize<'de> for Snapshot {
     }
 }
 
-/// The key count, then each key and its value's encoding, as it is.
+/// The key count, then each key and its value's encoding, as it is. A
+/// value nested deeper than [`MAX_DEPTH`](crate::value::MAX_DEPTH) (given
+/// as a [`Value`] to [`Context::set_value`]) is an error: no decoder would
+/// read it back.
 impl bincode::Encode for Snapshot {
     fn encode<E: bincode::enc::Encoder>(
         &self,
@@ -467,6 +470,12 @@ impl bincode::Encode for Snapshot {
         use bincode::enc::write::Writer as _;
         (self.0.len() as u64).encode(e)?;
         for (k, v) in &self.0 {
+            if v.depth() > crate::value::MAX_DEPTH {
+                return Err(bincode::error::EncodeError::OtherString(format!(
+                    "the value of `{k}` is nested deeper than MAX_DEPTH ({})",
+                    crate::value::MAX_DEPTH
+                )));
+            }
             k.encode(e)?;
             e.writer().write(v.bytes())?;
         }

@@ -601,7 +601,7 @@ mod tests {
     fn frame(payload: &[u8]) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
         out.extend(FORMAT_VERSION.to_le_bytes());
-        out.extend(crc32fast::hash(payload).to_le_bytes());
+        out.extend(crate::store::checkpoint_checksum(FORMAT_VERSION, payload).to_le_bytes());
         out.extend((payload.len() as u64).to_le_bytes());
         out.extend(payload);
         out

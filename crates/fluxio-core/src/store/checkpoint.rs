@@ -236,7 +236,7 @@ impl Checkpoint {
     /// |---|---|
     /// | 4 | magic `FXCP` |
     /// | 2 | format version (`3`) |
-    /// | 4 | CRC-32 (IEEE) of the payload |
+    /// | 4 | CRC-32 (IEEE) of the format version (its 2 bytes) and the payload |
     /// | 8 | payload length |
     /// | n | payload: the fields in bincode 2's `standard` configuration (varint integers, length-prefixed strings), each context value in its [wire format](crate::value#wire-format) |
     ///
@@ -279,7 +279,7 @@ impl Checkpoint {
                 ),
             });
         }
-        let crc = crc32fast::hash(&out[HEADER..]);
+        let crc = checksum(FORMAT_VERSION, &out[HEADER..]);
         out[6..10].copy_from_slice(&crc.to_le_bytes());
         Ok(out)
     }
@@ -419,14 +419,14 @@ impl Checkpoint {
                 payload.len()
             )));
         }
-        if crc32fast::hash(payload) != crc {
+        let format = u16::from_le_bytes([header[4], header[5]]);
+        if checksum(format, payload) != crc {
             return Err(corrupt("checksum mismatch".to_owned()));
         }
         // Allocation stays proportional to `payload`: strings and byte buffers
         // are copied only once their bytes are known to be there, containers
         // pre-allocate at most a few hundred slots, and values nest at most
         // `MAX_DEPTH` deep (see `decode_v3`, `Format2`, and `crate::value`).
-        let format = u16::from_le_bytes([header[4], header[5]]);
         let cp = if format == FORMAT_VERSION {
             decode_v3(payload).map_err(|e| undecodable_v3(run_id, e))?
         } else {
@@ -467,6 +467,19 @@ fn undecodable(run_id: &str, e: DecodeError) -> Error {
         reason,
         source,
     }
+}
+
+/// The header's CRC-32 (IEEE) of a `format` checkpoint's `payload`: from
+/// format 3 on it covers the format version too, so that a damaged version
+/// number (3 read as 2, say: the two payloads look alike) is a checksum
+/// mismatch; formats 1 and 2 covered the payload only.
+pub(crate) fn checksum(format: u16, payload: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    if format >= 3 {
+        crc.update(&format.to_le_bytes());
+    }
+    crc.update(payload);
+    crc.finalize()
 }
 
 /// [`Error::CorruptCheckpoint`] for a format 3 payload the decoder refused,

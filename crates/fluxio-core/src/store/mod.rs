@@ -74,6 +74,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) use checkpoint::checksum as checkpoint_checksum;
 pub(crate) use checkpoint::now_ms;
 pub use checkpoint::{
     Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_FORMAT_VERSION, RunStatus, run_key,

@@ -559,3 +559,63 @@ fn value_serde_is_identity() {
         list: vec![value, Value::None],
     });
 }
+
+/// Deterministic pseudo-random values of every kind (packed sequences of
+/// every element type included), nested up to `depth`.
+pub(super) fn arbitrary(seed: &mut u64, depth: usize) -> Value {
+    let mut next = || {
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        *seed >> 33
+    };
+    let pick = next() % if depth == 0 { 12 } else { 16 };
+    let small = next() % 300;
+    let big = next() << 40 | next();
+    let n = (small % 7) as usize;
+    match pick {
+        0 => Value::Unit,
+        1 => Value::Bool(small % 2 == 0),
+        2 => Value::I64(if small % 2 == 0 {
+            -(big as i64)
+        } else {
+            small as i64
+        }),
+        3 => Value::U64(if small % 3 == 0 { big } else { small }),
+        4 => Value::I128(-(i128::from(big) << (small % 70))),
+        5 => Value::U128(u128::from(big) << (small % 70)),
+        6 => Value::F64(if small % 5 == 0 {
+            f64::from_bits(big)
+        } else {
+            small as f64 / 7.0
+        }),
+        7 => Value::Char(char::from_u32(small as u32 * 97).unwrap_or('x')),
+        8 => Value::String("ü".repeat(small as usize % 40)),
+        9 => Value::Bytes(vec![1; small as usize]),
+        10 => Value::None,
+        11 => Value::Packed(match small % 11 {
+            0 => Packed::U8(vec![big as u8; n + 1]),
+            1 => Packed::I8(vec![big as i8; n + 1]),
+            2 => Packed::U16(vec![big as u16; n + 1]),
+            3 => Packed::I16(vec![big as i16; n + 1]),
+            4 => Packed::U32(vec![big as u32; n + 1]),
+            5 => Packed::I32(vec![big as i32; n + 1]),
+            6 => Packed::U64(vec![big; n + 1]),
+            7 => Packed::I64(vec![-(big as i64); n + 1]),
+            8 => Packed::F32(vec![f32::from_bits(big as u32); n + 1]),
+            9 => Packed::F64(vec![f64::from_bits(big); n + 1]),
+            _ => Packed::Bool(vec![big % 2 == 0; n + 1]),
+        }),
+        12 => Value::Some(Box::new(arbitrary(seed, depth - 1))),
+        13 => Value::Seq((0..small % 6).map(|_| arbitrary(seed, depth - 1)).collect()),
+        14 => Value::Map(
+            (0..small % 5)
+                .map(|_| (arbitrary(seed, 0), arbitrary(seed, depth - 1)))
+                .collect(),
+        ),
+        _ => Value::Enum {
+            variant: "variant".repeat(small as usize % 3),
+            value: Box::new(arbitrary(seed, depth - 1)),
+        },
+    }
+}

@@ -10,7 +10,9 @@ use serde::ser::{self, Impossible, Serialize};
 
 use super::error::Refusal;
 use super::packed::{Kind, Packed};
-use super::wire::{put_str, put_varint, put_varint128, varint_len, zigzag, zigzag128};
+use super::wire::{
+    put_str, put_varint, put_varint128, varint_len, varint128_len, zigzag, zigzag128,
+};
 use super::{Value, ValueError, fast, tag};
 
 /// Private newtype-struct name with which `impl Serialize for Value` marks a
@@ -92,14 +94,15 @@ impl Writer {
     }
 
     fn u64_value(&mut self, v: u64) -> Result<()> {
-        self.head(tag::U64, 9)?;
+        self.head(tag::U64, varint_len(v))?;
         put_varint(&mut self.buf, v);
         Ok(())
     }
 
     fn i64_value(&mut self, v: i64) -> Result<()> {
-        self.head(tag::I64, 9)?;
-        put_varint(&mut self.buf, zigzag(v));
+        let v = zigzag(v);
+        self.head(tag::I64, varint_len(v))?;
+        put_varint(&mut self.buf, v);
         Ok(())
     }
 
@@ -205,18 +208,19 @@ impl Writer {
             Value::I64(v) => self.i64_value(*v),
             Value::U64(v) => self.u64_value(*v),
             Value::I128(v) => {
-                self.head(tag::I128, 17)?;
-                put_varint128(&mut self.buf, zigzag128(*v));
+                let v = zigzag128(*v);
+                self.head(tag::I128, varint128_len(v))?;
+                put_varint128(&mut self.buf, v);
                 Ok(())
             }
             Value::U128(v) => {
-                self.head(tag::U128, 17)?;
+                self.head(tag::U128, varint128_len(*v))?;
                 put_varint128(&mut self.buf, *v);
                 Ok(())
             }
             Value::F64(v) => self.f64_value(*v),
             Value::Char(c) => {
-                self.head(tag::CHAR, 4)?;
+                self.head(tag::CHAR, c.len_utf8())?;
                 let mut b = [0u8; 4];
                 self.buf.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
                 Ok(())

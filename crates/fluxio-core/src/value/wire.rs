@@ -53,6 +53,11 @@ pub(crate) fn varint_len(v: u64) -> usize {
     }
 }
 
+/// Bytes of bincode's varint of a 128-bit `v`.
+pub(crate) fn varint128_len(v: u128) -> usize {
+    u64::try_from(v).map_or(17, varint_len)
+}
+
 /// Bincode's zigzag mapping of a signed integer.
 #[inline]
 pub(crate) fn zigzag(v: i64) -> u64 {
