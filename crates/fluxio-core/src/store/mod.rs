@@ -74,6 +74,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(test)]
 pub(crate) use checkpoint::checksum as checkpoint_checksum;
 pub(crate) use checkpoint::now_ms;
 pub use checkpoint::{

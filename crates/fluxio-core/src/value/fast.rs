@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn only_a_slice_iterator_of_that_element_type_is_seen_through() {
-        let v = vec![1u8, 2, 3];
+        let v: Vec<u8> = (1..=3).collect();
         let it = v.iter();
         assert_eq!(as_slice::<_, u8>(&it), Some(&[1u8, 2, 3][..]));
         assert!(std::ptr::eq(

@@ -429,8 +429,13 @@ macro_rules! primitive {
         $(impl Primitive for $ty {
             const KIND: Kind = Kind::$kind;
             fn put_all(items: &[Self], out: &mut Vec<u8>) {
-                for &$x in items {
-                    out.extend_from_slice(&$bytes);
+                // Sized first, then filled in fixed-width chunks: a loop the
+                // compiler turns into wide copies.
+                const W: usize = size_of::<$ty>();
+                let start = out.len();
+                out.resize(start + items.len() * W, 0);
+                for (chunk, &$x) in out[start..].chunks_exact_mut(W).zip(items) {
+                    chunk.copy_from_slice(&$bytes);
                 }
             }
         })*
