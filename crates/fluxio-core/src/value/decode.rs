@@ -172,3 +172,84 @@ fn check(c: &mut Cursor<'_>, depth: usize) -> Result<usize, WireError> {
     }
     Ok(depth)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::EncodedValue;
+    use crate::value::roundtrip::{arbitrary, every_kind};
+
+    fn check_all(bytes: &[u8]) -> Result<usize, WireError> {
+        let mut c = Cursor::new(bytes);
+        let depth = validate(&mut c)?;
+        if c.remaining() != 0 {
+            return Err(WireError::Invalid("bytes after the value"));
+        }
+        Ok(depth)
+    }
+
+    #[test]
+    fn what_the_writer_writes_validates_and_decodes_back() {
+        let mut seed = 3;
+        for i in 0..2000 {
+            let value = if i == 0 {
+                every_kind()
+            } else {
+                arbitrary(&mut seed, 1 + i % 5)
+            };
+            let encoded = EncodedValue::from_value(&value);
+            assert_eq!(check_all(encoded.bytes()), Ok(encoded.depth()), "{value}");
+            assert_eq!(decode_value(encoded.bytes(), MAX_DEPTH), Ok(value));
+        }
+    }
+
+    #[test]
+    fn validate_refuses_every_non_canonical_or_invalid_encoding() {
+        let refused = [
+            (
+                &[tag::U64, 251, 5, 0][..],
+                "a varint longer than its shortest form",
+            ),
+            (
+                &[tag::MAP, 2, tag::U64, 2, 0, tag::U64, 1, 0],
+                "keys out of order",
+            ),
+            (
+                &[tag::MAP, 2, tag::U64, 1, 0, tag::U64, 1, 0],
+                "a repeated key",
+            ),
+            (&[15, 0], "an empty packed sequence"),
+            (&[25, 2, 1, 2], "a packed bool that is 2"),
+            (&[17, 2, 1, 0, 1], "a packed u16 cut short"),
+            (&[26], "tag 26"),
+            (&[tag::BOOL, 2], "a bool that is 2"),
+            (&[tag::STRING, 2, 0xc3, 0x28], "invalid UTF-8"),
+            (
+                &[tag::ENUM, 1, 0xff, tag::UNIT],
+                "a variant name that is not UTF-8",
+            ),
+            (&[tag::CHAR, 0xed, 0xa0, 0x80], "a surrogate char"),
+            (&[tag::SEQ, 3, tag::UNIT], "a count beyond the bytes"),
+        ];
+        for (bytes, what) in refused {
+            assert!(check_all(bytes).is_err(), "{what}: {bytes:?}");
+            // decode_value (for bytes of unknown origin) refuses the invalid
+            // ones too; it accepts any key order.
+        }
+        assert!(decode_value(&[tag::MAP, 2, tag::U64, 2, 0, tag::U64, 1, 0], MAX_DEPTH).is_ok());
+        assert!(decode_value(&[25, 2, 1, 2], MAX_DEPTH).is_err());
+        // Depth: MAX_DEPTH `Some`s around a unit is the deepest; one more is not.
+        let mut deepest = vec![tag::SOME; MAX_DEPTH];
+        deepest.push(tag::UNIT);
+        assert_eq!(check_all(&deepest), Ok(MAX_DEPTH));
+        deepest.insert(0, tag::SOME);
+        assert_eq!(check_all(&deepest), Err(WireError::TooDeep));
+        let mut packed = vec![tag::SOME; MAX_DEPTH];
+        packed.extend([15, 1, 7]);
+        assert_eq!(
+            check_all(&packed),
+            Err(WireError::TooDeep),
+            "its elements are one deeper"
+        );
+    }
+}

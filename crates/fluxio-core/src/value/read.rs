@@ -504,3 +504,84 @@ impl<'de> IntoDeserializer<'de, ValueError> for Encoded<'de> {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::fmt::Debug;
+
+    use serde::de::DeserializeOwned;
+
+    use super::from_encoded;
+    use crate::value::roundtrip::{Inner, Shape, every_kind};
+    use crate::value::{EncodedValue, Packed, Value, enum_value, from_value};
+
+    /// Reads `value` as a `T` from its bytes and from the `Value`: the same
+    /// result, or an error both times (with the same message).
+    fn same<T: DeserializeOwned + PartialEq + Debug>(value: &Value) {
+        let encoded = EncodedValue::from_value(value);
+        let from_bytes = from_encoded::<T>(encoded.bytes());
+        let from_tree = from_value::<T>(value);
+        match (&from_bytes, &from_tree) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{value}"),
+            (Err(a), Err(b)) => assert_eq!(a.message, b.message, "{value}"),
+            _ => panic!(
+                "{value} as {}: {from_bytes:?} vs {from_tree:?}",
+                std::any::type_name::<T>()
+            ),
+        }
+    }
+
+    #[test]
+    fn the_reader_reads_as_from_value_does_lenient_and_strict_alike() {
+        let values = [
+            Value::from("x"),
+            Value::from("Empty"),
+            Value::from("Circle"),
+            Value::U64(300),
+            Value::U64(3),
+            Value::I64(-200),
+            Value::I128(-3),
+            Value::Unit,
+            Value::None,
+            Value::Bool(true),
+            Value::Seq(vec![]),
+            Value::Seq(vec![Value::U64(1), Value::U64(2)]),
+            Value::Seq(vec![Value::U64(256)]),
+            Value::Seq(vec![Value::U64(1), Value::U64(2), Value::U64(3)]),
+            Value::Packed(Packed::U8(vec![1, 2])),
+            Value::Packed(Packed::I16(vec![-1, 2])),
+            Value::Packed(Packed::F32(vec![0.5])),
+            Value::Map(BTreeMap::new()),
+            Value::Map([(Value::from("Circle"), Value::U64(9))].into()),
+            Value::Map([(Value::from("V"), Value::U64(1))].into()),
+            enum_value("Rect", Value::U64(1)),
+            enum_value("Empty", Value::U64(1)),
+            enum_value("Pair", Value::Packed(Packed::I16(vec![3, 4]))),
+            enum_value("Poly", Value::Seq(vec![Value::U64(3), Value::None])),
+            enum_value("V", Value::U64(1)),
+            every_kind(),
+        ];
+        for v in &values {
+            same::<u64>(v);
+            same::<u8>(v);
+            same::<i8>(v);
+            same::<i64>(v);
+            same::<i128>(v);
+            same::<f64>(v);
+            same::<bool>(v);
+            same::<()>(v);
+            same::<String>(v);
+            same::<Option<u8>>(v);
+            same::<Option<Option<u8>>>(v);
+            same::<Vec<u32>>(v);
+            same::<Vec<u8>>(v);
+            same::<serde_bytes::ByteBuf>(v);
+            same::<(u8, u8)>(v);
+            same::<Shape>(v);
+            same::<Inner>(v);
+            same::<BTreeMap<String, u64>>(v);
+            same::<Value>(v);
+        }
+    }
+}
