@@ -1,6 +1,7 @@
 //! Bad bytes: `Checkpoint::from_bytes` on a million mutated payloads.
 //!
-//! Valid encodings (small, every `Value` variant nested, a large context,
+//! Valid encodings of format 3 (small, every `Value` variant nested, packed
+//! sequences of several element types, a large context,
 //! unicode everywhere, failed and cancelled runs, nesting close to
 //! `MAX_DEPTH`) are mutated
 //! (truncated, bit-flipped, overwritten with interesting bytes, grown,
@@ -37,6 +38,7 @@ use fluxio_core::store::{
     BranchRecord, Checkpoint, CheckpointStore, FORMAT_VERSION, MAGIC, MAX_PAYLOAD,
     OLDEST_FORMAT_VERSION,
 };
+use fluxio_core::value::Packed;
 use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
 
 const HEADER: usize = 18;
@@ -119,12 +121,18 @@ fn crc32(bytes: &[u8]) -> u32 {
     !c
 }
 
-/// A header for `payload` that says `format`, with the right CRC and length.
+/// A header for `payload` that says `format`, with the right CRC (from
+/// format 3 on, of the version's two bytes and the payload) and length.
 fn frame(format: u16, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + payload.len());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&format.to_le_bytes());
-    out.extend_from_slice(&crc32(payload).to_le_bytes());
+    let crc = if format >= 3 {
+        crc32(&[&format.to_le_bytes()[..], payload].concat())
+    } else {
+        crc32(payload)
+    };
+    out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
     out.extend_from_slice(payload);
     out
@@ -247,6 +255,13 @@ impl Walker<'_> {
                 self.string();
                 self.value();
             }
+            // packed sequences: a count, then fixed-width elements
+            15..=25 => {
+                let width =
+                    [1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 1][usize::from(self.p[self.pos - 1] - 15)];
+                let n = self.length();
+                self.pos += n * width;
+            }
             other => panic!("unknown tag {other} in a valid payload"),
         }
     }
@@ -281,14 +296,16 @@ impl Walker<'_> {
             }
         }
         for _ in 0..w.length() {
-            // a branch record (format 3): index, name, writes
+            // a branch record: index, name, the written keys and values (as
+            // the context's), the removed keys
             w.varint();
             w.string();
             for _ in 0..w.length() {
                 w.string();
-                if w.tag() == 1 {
-                    w.value();
-                }
+                w.value();
+            }
+            for _ in 0..w.length() {
+                w.string();
             }
         }
         assert_eq!(w.pos, p.len(), "the walker read the whole payload");
@@ -345,6 +362,11 @@ fn every_variant() -> Vec<Value> {
             variant: "Paid".to_owned(),
             value: Box::new(Value::Map([(s("seats"), Value::U64(3))].into())),
         },
+        Value::Packed(Packed::U8(vec![0, 1, 0xfa, 0xff])),
+        Value::Packed(Packed::I16(vec![-1, 300])),
+        Value::Packed(Packed::F32(vec![0.5, f32::NAN])),
+        Value::Packed(Packed::U64(vec![u64::MAX])),
+        Value::Packed(Packed::Bool(vec![true, false])),
     ]
 }
 
@@ -405,7 +427,17 @@ fn seeds() -> Vec<Seed> {
                 };
                 (format!("key-{i:04}"), v)
             })
-            .chain([("blob".to_owned(), Value::Bytes(vec![0xab; 4096]))])
+            .chain([
+                ("blob".to_owned(), Value::Bytes(vec![0xab; 4096])),
+                (
+                    "packed".to_owned(),
+                    Value::Packed(Packed::U8((0..=255).cycle().take(4096).collect())),
+                ),
+                (
+                    "floats".to_owned(),
+                    Value::Packed(Packed::F32((0..512).map(|i| i as f32 / 3.0).collect())),
+                ),
+            ])
             .collect(),
     );
     let mut unicode = checkpoint(
@@ -564,7 +596,7 @@ fn mutate(rng: &mut Rng, seed: &Seed, seeds: &[Seed], p: &mut Vec<u8>, what: &mu
         } else if !seed.layout.tags.is_empty() {
             let at = *rng.pick(&seed.layout.tags);
             let b = if rng.chance(1, 2) {
-                rng.below(18) as u8
+                rng.below(28) as u8
             } else {
                 rng.byte()
             };
@@ -1088,7 +1120,7 @@ fn huge_claimed_lengths_are_errors_and_are_not_allocated() {
 fn other_format_versions_name_both_versions() {
     let seeds = seeds();
     let seed = &seeds[0];
-    for format in [0, FORMAT_VERSION + 1, 9, 0x100, u16::MAX] {
+    for format in [0, FORMAT_VERSION + 1, FORMAT_VERSION + 2, 0x100, u16::MAX] {
         for bytes in [
             frame(format, &seed.payload),
             frame(format, b"garbage of a future format"),

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::value::{Value, from_value, to_context_value};
+use crate::value::{EncodedValue, Value, encode_entry};
 
 /// The state a pipeline passes from stage to stage.
 ///
@@ -19,10 +19,14 @@ use crate::value::{Value, from_value, to_context_value};
 /// whole structure and costs O(1), and an update copies only the O(log n)
 /// path to the changed key.
 ///
-/// Values are any serde type. They are stored as [`Value`], which keeps every
-/// type of serde's data model exactly (`u64::MAX`, `i64::MIN`, NaN bits,
-/// bytes, nested structs and maps, unicode), so a read returns what was
-/// written.
+/// Values are any serde type. Each is stored as its encoding (the
+/// [wire format](crate::value#wire-format) a checkpoint holds, byte for
+/// byte), written straight from the serde type and read straight back into
+/// it, so a value costs about its encoded size in memory. The encoding is
+/// self-describing and keeps every type of serde's data model exactly
+/// (`u64::MAX`, `i64::MIN`, NaN bits, `f32`s, bytes, nested structs and
+/// maps, unicode), so a read returns what was written, and a [`Value`] can
+/// be read without the type ([`value`](Context::value), [`iter`](Context::iter)).
 ///
 /// The context remembers which keys were written since it was created or
 /// forked; [`Context::merge`] uses that to combine parallel branches.
@@ -41,9 +45,9 @@ use crate::value::{Value, from_value, to_context_value};
 /// ```
 #[derive(Clone, Default)]
 pub struct Context {
-    /// Values behind `Arc`: copying a tree node on update copies pointers,
-    /// never the values themselves.
-    data: OrdMap<String, Arc<Value>>,
+    /// Encoded values behind `Arc`: copying a tree node on update copies
+    /// pointers, never the values themselves.
+    data: OrdMap<String, EncodedValue>,
     written: OrdSet<String>,
     branch: Option<Arc<str>>,
 }
@@ -57,30 +61,35 @@ impl Context {
 
     /// A new context with `key` set to `value`.
     ///
-    /// The value must fit in a checkpoint, on every store alike (see
+    /// The value is written straight into its encoding (no [`Value`] is
+    /// built), and must fit in a checkpoint, on every store alike (see
     /// [the limits](crate::value#limits)): at most
-    /// [`MAX_DEPTH`](crate::value::MAX_DEPTH) (128) levels deep, and within
-    /// the checkpoint decoder's [`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD)
-    /// (1 GiB) budget, in which a sequence element costs 32 bytes: a plain
-    /// `Vec<u8>` holds at most about 2<sup>25</sup> bytes, a `serde_bytes`
-    /// buffer about 1 GiB.
+    /// [`MAX_DEPTH`](crate::value::MAX_DEPTH) (128) levels deep, and the key
+    /// and the encoding together at most
+    /// [`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD) (1 GiB). A plain
+    /// `Vec<u8>` takes one byte per byte, like a `serde_bytes` buffer.
     ///
     /// ```
     /// use fluxio_core::{Context, Error};
-    /// let err = Context::new().set("blob", vec![0u8; 1 << 25]).unwrap_err();
-    /// assert!(matches!(err, Error::ValueTooLarge { ref key, size, .. }
-    ///     if key == "blob" && size == 1 << 25));
+    /// # fn main() -> fluxio_core::Result<()> {
+    /// let ctx = Context::new().set("blob", vec![7u8; 1 << 20])?;
+    /// assert_eq!(ctx.get::<Vec<u8>>("blob")?.len(), 1 << 20);
+    /// let deep = (0..200).fold(fluxio_core::Value::Unit, |v, _| fluxio_core::Value::Some(Box::new(v)));
+    /// let err = ctx.set("deep", deep).unwrap_err();
+    /// assert!(matches!(err, Error::ValueTooDeep { ref key, .. } if key == "deep"));
+    /// # Ok(()) }
     /// ```
     ///
     /// # Errors
     /// [`Error::Serialize`] when `value`'s `Serialize` impl fails;
     /// [`Error::ValueTooDeep`] when it nests deeper than `MAX_DEPTH`;
     /// [`Error::ValueTooLarge`] when it is too large for a checkpoint (see
-    /// [`to_context_value`] for its `size`). All name `key`.
+    /// [`to_context_value`](crate::value::to_context_value) for its `size`).
+    /// All name `key`.
     pub fn set<T: Serialize>(&self, key: impl Into<String>, value: T) -> Result<Context> {
         let key = key.into();
-        let v = to_context_value(&key, &value)?;
-        Ok(self.set_value(key, v))
+        let encoded = encode_entry(&key, &value)?;
+        Ok(self.set_encoded(key, encoded))
     }
 
     /// A new context with `key` set to an already converted [`Value`].
@@ -91,11 +100,20 @@ impl Context {
     /// a value past them is refused when a checkpoint holding it is saved.
     #[must_use]
     pub fn set_value(&self, key: impl Into<String>, value: Value) -> Context {
-        let key = key.into();
+        self.set_encoded(key.into(), EncodedValue::from_value(&value))
+    }
+
+    /// A new context with `key` set to an encoded value.
+    pub(crate) fn set_encoded(&self, key: String, value: EncodedValue) -> Context {
         let mut next = self.clone();
         next.written.insert(key.clone());
-        next.data.insert(key, Arc::new(value));
+        next.data.insert(key, value);
         next
+    }
+
+    /// The encoded value under `key`.
+    pub(crate) fn encoded(&self, key: &str) -> Option<&EncodedValue> {
+        self.data.get(key)
     }
 
     /// A new context without `key` (a no-op when it is absent, but still
@@ -146,13 +164,15 @@ impl Context {
     /// Permissive read: `None` when the key is absent or holds another type.
     #[must_use]
     pub fn get_opt<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
-        self.data.get(key).and_then(|v| from_value(v.as_ref()).ok())
+        self.data.get(key).and_then(|v| v.deserialize().ok())
     }
 
-    /// The stored [`Value`] under `key`.
+    /// The stored value under `key`, as a [`Value`]: decoded from its
+    /// encoding on first use and then kept with it (so it costs memory
+    /// beyond the encoding only for the values someone looked at).
     #[must_use]
     pub fn value(&self, key: &str) -> Option<&Value> {
-        self.data.get(key).map(AsRef::as_ref)
+        self.data.get(key).map(EncodedValue::value)
     }
 
     /// Whether `key` is present.
@@ -173,9 +193,15 @@ impl Context {
         self.data.is_empty()
     }
 
-    /// Keys and values in key order.
+    /// Keys and values in key order (each value decoded on first use and
+    /// kept, as [`value`](Context::value) does).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.data.iter().map(|(k, v)| (k.as_str(), v.as_ref()))
+        self.data.iter().map(|(k, v)| (k.as_str(), v.value()))
+    }
+
+    /// Keys and encoded values in key order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &EncodedValue)> {
+        self.data.iter().map(|(k, v)| (k.as_str(), v))
     }
 
     /// Keys in order.
@@ -300,8 +326,8 @@ impl Context {
     }
 }
 
-fn read<T: DeserializeOwned>(key: &str, v: &Value) -> Result<T> {
-    from_value(v).map_err(|e| Error::WrongType {
+fn read<T: DeserializeOwned>(key: &str, v: &EncodedValue) -> Result<T> {
+    v.deserialize().map_err(|e| Error::WrongType {
         key: key.to_owned(),
         expected: std::any::type_name::<T>(),
         found: v.kind(),
@@ -348,22 +374,36 @@ impl<K: Into<String>> FromIterator<(K, Value)> for Context {
 
 /// An immutable copy of a context's data, as stored in a checkpoint.
 ///
-/// Taking one is O(1): it shares structure with the context it came from.
-/// It serializes as a map from key to [`Value`], and has its own lossless
-/// bincode encoding (used by [`Checkpoint::to_bytes`](crate::store::Checkpoint::to_bytes)).
+/// Taking one is O(1): it shares structure with the context it came from,
+/// encoded values included. It serializes as a map from key to [`Value`],
+/// and has its own bincode encoding (the key count, then each key and its
+/// value's encoding, copied as it is: used by
+/// [`Checkpoint::to_bytes`](crate::store::Checkpoint::to_bytes)).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Snapshot(OrdMap<String, Arc<Value>>);
+pub struct Snapshot(OrdMap<String, EncodedValue>);
 
 impl Snapshot {
-    /// Keys and values in key order.
+    /// Keys and values in key order (decoded on first use, as
+    /// [`Context::value`] does).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_ref()))
+        self.0.iter().map(|(k, v)| (k.as_str(), v.value()))
     }
 
-    /// The value under `key`.
+    /// The value under `key` (decoded on first use, as [`Context::value`]
+    /// does).
     #[must_use]
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.0.get(key).map(AsRef::as_ref)
+        self.0.get(key).map(EncodedValue::value)
+    }
+
+    /// Keys and encoded values in key order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &EncodedValue)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// A snapshot of `entries`, in strictly increasing key order.
+    pub(crate) fn from_sorted(entries: Vec<(String, EncodedValue)>) -> Self {
+        Snapshot(entries.into_iter().collect())
     }
 
     /// Number of keys.
@@ -391,9 +431,19 @@ impl fmt::Debug for Snapshot {
     }
 }
 
+/// A value decoded for serializing, and dropped after (not kept with the
+/// encoding as [`Context::value`] keeps it).
+struct Decoded<'a>(&'a EncodedValue);
+
+impl Serialize for Decoded<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.0.decode().serialize(s)
+    }
+}
+
 impl Serialize for Snapshot {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().map(|(k, v)| (k, v.as_ref())))
+        s.collect_map(self.0.iter().map(|(k, v)| (k, Decoded(v))))
     }
 }
 
@@ -401,45 +451,37 @@ impl<'de> Deserialize<'de> for Snapshot {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let map = std::collections::BTreeMap::<String, Value>::deserialize(d)?;
         Ok(Snapshot(
-            map.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
+            map.into_iter()
+                .map(|(k, v)| (k, EncodedValue::from_value(&v)))
+                .collect(),
         ))
     }
 }
 
+/// The key count, then each key and its value's encoding, as it is. A
+/// value nested deeper than [`MAX_DEPTH`](crate::value::MAX_DEPTH) (given
+/// as a [`Value`] to [`Context::set_value`]) is an error: no decoder would
+/// read it back.
 impl bincode::Encode for Snapshot {
     fn encode<E: bincode::enc::Encoder>(
         &self,
         e: &mut E,
     ) -> std::result::Result<(), bincode::error::EncodeError> {
+        use bincode::enc::write::Writer as _;
         (self.0.len() as u64).encode(e)?;
         for (k, v) in &self.0 {
+            if v.depth() > crate::value::MAX_DEPTH {
+                return Err(bincode::error::EncodeError::OtherString(format!(
+                    "the value of `{k}` is nested deeper than MAX_DEPTH ({})",
+                    crate::value::MAX_DEPTH
+                )));
+            }
             k.encode(e)?;
-            v.encode(e)?;
+            e.writer().write(v.bytes())?;
         }
         Ok(())
     }
 }
-
-impl<C> bincode::Decode<C> for Snapshot {
-    fn decode<D: bincode::de::Decoder<Context = C>>(
-        d: &mut D,
-    ) -> std::result::Result<Self, bincode::error::DecodeError> {
-        let len = u64::decode(d)?;
-        let mut map = OrdMap::new();
-        for _ in 0..len {
-            let k = crate::value::decode_string(d)?;
-            let v = Value::decode(d)?;
-            if map.insert(k, Arc::new(v)).is_some() {
-                return Err(bincode::error::DecodeError::Other(
-                    "duplicate key in context snapshot",
-                ));
-            }
-        }
-        Ok(Snapshot(map))
-    }
-}
-
-bincode::impl_borrow_decode!(Snapshot);
 
 /// Builds a [`Context`] from `key => value` pairs; evaluates to
 /// `Result<Context>` (a value [`Context::set`] refuses is an error).

@@ -264,20 +264,28 @@ pub enum Error {
         message: String,
     },
 
-    /// A context value is larger than a checkpoint may hold: refused when it
-    /// is set, so no checkpoint is ever written that cannot be read back.
-    #[error("context key `{key}` holds a value of {size} bytes or elements; the limit is {limit}")]
+    /// A context value is larger than a checkpoint may hold (its key and
+    /// encoding past [`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD)): refused
+    /// when it is set, as soon as the writer gets there, so no checkpoint is
+    /// ever written that cannot be read back (contract rule 17).
+    #[error(
+        "context key `{key}` holds a value of at least {size} bytes encoded; the limit is {limit}"
+    )]
     ValueTooLarge {
         /// The key being written.
         key: String,
-        /// The value's size (encoded bytes, or elements of one sequence).
+        /// The bytes the key and the value take encoded: exact when the
+        /// whole value was counted (a checkpoint's check), at least this
+        /// many when the writer stopped early (a sequence, string or byte
+        /// buffer of known length is refused before it is copied).
         size: u64,
-        /// The limit it exceeds.
+        /// The limit it exceeds, in bytes.
         limit: u64,
     },
 
-    /// A context value nests deeper than a checkpoint may hold: refused when
-    /// it is set, on every store alike.
+    /// A context value nests deeper than a checkpoint may hold
+    /// ([`MAX_DEPTH`](crate::value::MAX_DEPTH)): refused when it is set, on
+    /// every store alike, and by a checkpoint's encoder and decoder.
     #[error("context key `{key}` holds a value nested deeper than {limit} levels")]
     ValueTooDeep {
         /// The key being written.
@@ -531,8 +539,6 @@ fn version_advice(changes: Option<&Changes>) -> String {
 mod tests {
     use std::error::Error as _;
 
-    use bincode::error::DecodeError;
-
     use super::Error;
     use crate::store::{Checkpoint, FORMAT_VERSION, MAGIC};
     use crate::value::ValueError;
@@ -603,7 +609,7 @@ mod tests {
     fn frame(payload: &[u8]) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
         out.extend(FORMAT_VERSION.to_le_bytes());
-        out.extend(crc32fast::hash(payload).to_le_bytes());
+        out.extend(crate::store::checkpoint_checksum(FORMAT_VERSION, payload).to_le_bytes());
         out.extend((payload.len() as u64).to_le_bytes());
         out.extend(payload);
         out
@@ -621,9 +627,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let source = err.source().and_then(|s| s.downcast_ref::<DecodeError>());
+        let source = err
+            .source()
+            .and_then(|s| s.downcast_ref::<crate::value::WireError>());
         assert!(
-            matches!(source, Some(DecodeError::UnexpectedEnd { .. })),
+            matches!(source, Some(crate::value::WireError::End)),
             "{source:?}"
         );
         assert_eq!(

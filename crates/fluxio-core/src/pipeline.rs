@@ -1373,11 +1373,12 @@ impl Diff {
         let entries = keys
             .into_iter()
             .filter_map(|k| {
-                let (va, vb) = (a.value(k), b.value(k));
+                // equal encodings are equal values: decode only what differs
+                let (va, vb) = (a.encoded(k), b.encoded(k));
                 (va != vb).then(|| DiffEntry {
                     key: k.to_owned(),
-                    a: va.cloned(),
-                    b: vb.cloned(),
+                    a: va.map(crate::value::EncodedValue::decode),
+                    b: vb.map(crate::value::EncodedValue::decode),
                 })
             })
             .collect();

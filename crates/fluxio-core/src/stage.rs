@@ -95,7 +95,10 @@ pub type Validator = fn(&Context) -> std::result::Result<(), String>;
 /// # Errors
 /// The first missing or mistyped field, with its path.
 pub fn validate<T: serde::de::DeserializeOwned>(ctx: &Context) -> std::result::Result<(), String> {
-    let map = serde::de::value::MapDeserializer::<_, crate::value::ValueError>::new(ctx.iter());
+    let map = serde::de::value::MapDeserializer::<_, crate::value::ValueError>::new(
+        ctx.entries()
+            .map(|(k, v)| (k, crate::value::Encoded(v.bytes()))),
+    );
     match serde_path_to_error::deserialize::<_, T>(map) {
         Ok(_) => Ok(()),
         Err(e) => {

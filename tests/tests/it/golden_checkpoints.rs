@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use fluxio_core::store::{BranchRecord, Checkpoint, FORMAT_VERSION, MAGIC};
+use fluxio_core::value::Packed;
 use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
 
 /// The run id every golden checkpoint is stored under.
@@ -176,6 +177,62 @@ fn completed() -> Checkpoint {
     cp
 }
 
+/// `every_value`, plus what format 3 added: packed sequences of every
+/// element type (a plain `Vec<u8>`, `f32`s kept as `f32`s, NaN bits and
+/// `-0.0` included), one as a tuple variant's fields and one as a map key.
+fn every_value_v3() -> Context {
+    let packed = [
+        ("packed_u8", Packed::U8(vec![0, 1, 127, 128, 255])),
+        ("packed_i8", Packed::I8(vec![i8::MIN, -1, 0, i8::MAX])),
+        ("packed_u16", Packed::U16(vec![0, 251, u16::MAX])),
+        ("packed_i16", Packed::I16(vec![i16::MIN, -1, i16::MAX])),
+        ("packed_u32", Packed::U32(vec![0, u32::MAX])),
+        ("packed_i32", Packed::I32(vec![i32::MIN, i32::MAX])),
+        ("packed_u64", Packed::U64(vec![u64::MAX, 0])),
+        ("packed_i64", Packed::I64(vec![i64::MIN, 1])),
+        (
+            "packed_f32",
+            Packed::F32(vec![
+                0.1,
+                -0.0,
+                f32::NAN,
+                f32::from_bits(0x7fc0_dead),
+                f32::INFINITY,
+            ]),
+        ),
+        (
+            "packed_f64",
+            Packed::F64(vec![0.1, -0.0, f64::from_bits(0xfff4_0000_dead_beef)]),
+        ),
+        ("packed_bool", Packed::Bool(vec![true, false, true])),
+    ];
+    let mut ctx = every_value();
+    for (key, p) in packed {
+        ctx = ctx.set_value(key, Value::Packed(p));
+    }
+    ctx.set_value(
+        "packed_inside",
+        map(vec![
+            (
+                Value::Packed(Packed::U16(vec![1, 2])),
+                Value::Enum {
+                    variant: "Point".to_owned(),
+                    value: Box::new(Value::Packed(Packed::I32(vec![-3, 4]))),
+                },
+            ),
+            (string("b"), Value::Unit),
+            (string("aa"), Value::Unit),
+        ]),
+    )
+}
+
+/// `completed`, its context `every_value_v3`.
+fn completed_v3() -> Checkpoint {
+    let mut cp = completed();
+    cp.context = every_value_v3().snapshot();
+    cp
+}
+
 /// The smallest checkpoint: empty context, empty strings.
 fn empty() -> Checkpoint {
     let mut cp = Checkpoint::new(RUN_ID, "", 0, "", Context::new().snapshot());
@@ -184,7 +241,7 @@ fn empty() -> Checkpoint {
     cp
 }
 
-/// `cp` as format 2 writes it for the pipeline `orders`, with a structure.
+/// `cp` as formats 2 and 3 write it for the pipeline `orders`, with a structure.
 fn named(mut cp: Checkpoint) -> Checkpoint {
     cp.pipeline = "orders".to_owned();
     cp.structure = Some(Arc::new(Structure::new(
@@ -214,7 +271,7 @@ fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
         ("v2_cancelled.bin", 2, named(cancelled())),
         ("v3_running.bin", 3, named(running())),
         ("v3_failed.bin", 3, named(failed())),
-        ("v3_completed_every_value.bin", 3, named(completed())),
+        ("v3_completed_every_value.bin", 3, named(completed_v3())),
         ("v3_empty.bin", 3, empty()),
         ("v3_cancelled.bin", 3, named(cancelled())),
         ("v3_failed_in_a_block.bin", 3, named(failed_in_a_block())),
@@ -317,6 +374,50 @@ fn golden_values_survive_exactly() {
     );
     assert_eq!(cp.updated_at_ms, u64::MAX);
     assert_eq!(cp.attempt, u32::MAX);
+}
+
+#[test]
+fn golden_v3_packed_values_read_back_as_their_types() {
+    if bless() {
+        return;
+    }
+    let stored = std::fs::read(dir().join("v3_completed_every_value.bin"))
+        .expect("run with FLUXIO_BLESS=1 to write the fixtures");
+    let cp = Checkpoint::from_bytes("orders/golden:run/ü 🦀", &stored).expect("decodes");
+    let ctx = cp.context.to_context();
+    assert_eq!(
+        ctx.get::<Vec<u8>>("packed_u8").expect("u8s"),
+        [0, 1, 127, 128, 255]
+    );
+    assert_eq!(
+        ctx.get::<Vec<i16>>("packed_i16").expect("i16s"),
+        [i16::MIN, -1, i16::MAX]
+    );
+    let f32s = ctx.get::<Vec<f32>>("packed_f32").expect("f32s");
+    let bits: Vec<u32> = f32s.iter().map(|x| x.to_bits()).collect();
+    assert_eq!(
+        bits,
+        [
+            0.1f32.to_bits(),
+            (-0.0f32).to_bits(),
+            f32::NAN.to_bits(),
+            0x7fc0_dead,
+            f32::INFINITY.to_bits()
+        ]
+    );
+    assert_eq!(
+        ctx.get::<Vec<bool>>("packed_bool").expect("bools"),
+        [true, false, true]
+    );
+    assert_eq!(
+        ctx.get::<Vec<u64>>("packed_u64").expect("u64s"),
+        [u64::MAX, 0]
+    );
+    // Readable without the types, as a `Value`.
+    assert_eq!(
+        ctx.value("packed_u8").map(ToString::to_string).as_deref(),
+        Some("[0, 1, 127, 128, 255]")
+    );
 }
 
 #[test]

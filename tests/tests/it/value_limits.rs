@@ -190,27 +190,68 @@ async fn a_deep_value_fails_the_same_way_on_the_memory_store_and_a_byte_store() 
 
 // ---- size ----------------------------------------------------------------------
 
-#[test]
-fn a_byte_vector_of_2_pow_25_elements_is_refused_at_set_naming_key_and_size() {
-    // A plain `Vec<u8>` serializes as a sequence (one `Value` per element),
-    // which the checkpoint decoder budgets at `size_of::<Value>()` bytes each.
-    let big = vec![7u8; 1 << 25];
-    match Context::new().set("blob", &big) {
-        Err(e @ Error::ValueTooLarge { .. }) => {
-            let Error::ValueTooLarge { key, size, limit } = &e else {
-                unreachable!()
-            };
-            assert_eq!(key, "blob");
-            assert_eq!(*size, 1 << 25, "the size is the element count");
-            assert!(*limit < 1 << 25, "limit {limit}");
-            let message = e.to_string();
-            assert!(
-                message.contains("`blob`") && message.contains("33554432"),
-                "{message}"
-            );
-        }
-        other => panic!("expected ValueTooLarge, got {:?}", other.map(|c| c.len())),
+/// `n` bytes of a plain sequence of `u8`, made as they are serialized (no
+/// buffer behind them): what a huge `Vec<u8>` looks like to the writer,
+/// without the memory.
+struct LazyBytes(usize);
+
+impl serde::Serialize for LazyBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(std::iter::repeat_n(1u8, self.0))
     }
+}
+
+#[test]
+fn rule17_a_plain_vec_u8_costs_a_byte_per_byte_and_reads_back_from_a_byte_store() {
+    // A plain `Vec<u8>` (no `serde_bytes`) of 2^25 elements: refused before
+    // (one `Value` per element), now a packed sequence of 2^25 bytes.
+    let big: Vec<u8> = (0..1usize << 25).map(|i| (i % 253) as u8).collect();
+    let ctx = Context::new()
+        .set("blob", &big)
+        .expect("a 32 MiB Vec<u8> is set");
+    let bytes = checkpoint("r", &ctx).to_bytes().expect("checkpointed");
+    assert!(bytes.len() < (1 << 25) + 200, "{} bytes", bytes.len());
+    let back = Checkpoint::from_bytes("r", &bytes).expect("decodes");
+    assert_eq!(
+        back.context
+            .to_context()
+            .get::<Vec<u8>>("blob")
+            .expect("read"),
+        big
+    );
+    // A sequence of bytes made lazily reads back the same way.
+    let lazy = Context::new().set("blob", LazyBytes(1000)).expect("set");
+    assert_eq!(lazy.get::<Vec<u8>>("blob").expect("read"), vec![1u8; 1000]);
+}
+
+#[test]
+fn rule17_a_sequence_past_the_payload_limit_is_refused_at_set_naming_key_and_size() {
+    // Refused before a byte of it is written: a sequence of known length
+    // takes at least a byte per element.
+    for n in [MAX_PAYLOAD, MAX_PAYLOAD + 1, usize::MAX / 2] {
+        match Context::new().set("blob", LazyBytes(n)) {
+            Err(e @ Error::ValueTooLarge { .. }) => {
+                let Error::ValueTooLarge { key, size, limit } = &e else {
+                    unreachable!()
+                };
+                assert_eq!(key, "blob");
+                assert_eq!(*limit, MAX_PAYLOAD as u64);
+                assert!(*size > *limit && *size >= n as u64, "{size}");
+                let message = e.to_string();
+                assert!(
+                    message.contains("`blob`") && message.contains(&size.to_string()),
+                    "{message}"
+                );
+            }
+            other => panic!("expected ValueTooLarge, got {:?}", other.map(|c| c.len())),
+        }
+    }
+    // A real (zeroed, untouched) buffer too: its slice is refused whole.
+    let zeros = vec![0u8; MAX_PAYLOAD];
+    assert!(matches!(
+        Context::new().set("zeros", &zeros),
+        Err(Error::ValueTooLarge { ref key, .. }) if key == "zeros"
+    ));
 }
 
 #[test]
@@ -268,11 +309,11 @@ fn a_checkpoint_over_the_payload_limit_is_refused_when_saved_naming_the_run() {
 #[stage]
 fn bloat(ctx: Context) -> StageResult {
     let len: usize = ctx.get("len")?;
-    Ok(ctx.set("blob", vec![1u8; len])?)
+    Ok(ctx.set("blob", LazyBytes(len))?)
 }
 
 #[tokio::test]
-async fn a_large_vector_fails_the_same_way_on_the_memory_store_and_a_byte_store() {
+async fn rule17_a_large_vector_fails_the_same_way_on_the_memory_store_and_a_byte_store() {
     let stores: [(&str, Arc<dyn CheckpointStore>); 2] = [
         ("memory", Arc::new(InMemoryStore::new())),
         ("bytes", Arc::new(ByteStore::default())),
@@ -283,20 +324,33 @@ async fn a_large_vector_fails_the_same_way_on_the_memory_store_and_a_byte_store(
             .store_arc(store)
             .build()
             .expect("a valid pipeline");
-        let input = Context::new().set("len", 1usize << 25).expect("a number");
+        let input = Context::new()
+            .set("len", MAX_PAYLOAD + 1)
+            .expect("a number");
         let err = p
             .invoke("big", input)
             .await
             .expect_err(&format!("{name}: refused"));
         match err.stage_error::<Error>() {
-            Some(Error::ValueTooLarge { key, size, .. }) => {
+            Some(Error::ValueTooLarge { key, size, limit }) => {
                 assert_eq!(key, "blob", "{name}");
-                assert_eq!(*size, 1 << 25, "{name}");
+                assert!(*size > *limit, "{name}");
             }
             _ => panic!("{name}: expected ValueTooLarge, got {err:?}"),
         }
         let cp = p.checkpoint("big").await.expect("readable").expect("saved");
         assert_eq!(cp.status, RunStatus::Failed, "{name}");
+        // 2^25 elements: refused before, set and checkpointed now.
+        let input = Context::new().set("len", 1usize << 25).expect("a number");
+        let out = p.invoke("fits", input).await.expect("fits");
+        let cp = p
+            .checkpoint("fits")
+            .await
+            .expect("readable")
+            .expect("saved");
+        assert_eq!(cp.status, RunStatus::Completed, "{name}");
+        assert_eq!(cp.context.to_context(), out, "{name}");
+        assert_eq!(out.get::<Vec<u8>>("blob").expect("read").len(), 1 << 25);
     }
 }
 

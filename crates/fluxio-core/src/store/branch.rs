@@ -8,14 +8,13 @@
 //! running them, runs the others, and merges all of them in block order
 //! with the merge-conflict check of an uninterrupted run.
 
-use bincode::de::{Decode, Decoder};
 use bincode::enc::{Encode, Encoder};
-use bincode::error::{AllowedEnumVariants, DecodeError, EncodeError};
+use bincode::error::EncodeError;
 use serde::{Deserialize, Serialize};
 
-use crate::context::Context;
-use crate::error::{Error, Result};
-use crate::value::{Footprint, Value, decode_string, entry_footprint};
+use crate::context::{Context, Snapshot};
+use crate::error::Result;
+use crate::value::{Cursor, WireError, check_entry, varint_len};
 
 /// A finished branch of the parallel block at a checkpoint: what it wrote.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -25,23 +24,31 @@ pub struct BranchRecord {
     pub branch: u32,
     /// The branch's name (its first stage), for humans and errors.
     pub name: String,
-    /// Every key the branch wrote, in key order, with its new value, or
-    /// `None` when the branch removed the key.
-    pub writes: Vec<(String, Option<Value>)>,
+    /// The keys the branch set, with their new values.
+    pub written: Snapshot,
+    /// The keys the branch removed, in key order.
+    pub removed: Vec<String>,
 }
 
 impl BranchRecord {
     /// The record of `branch`, which finished as `done` (a fork of the
-    /// block's context): the keys `done` wrote and their values.
+    /// block's context): the keys `done` wrote, with their values (shared,
+    /// not copied), and the ones it removed.
     #[must_use]
     pub fn of(branch: u32, name: &str, done: &Context) -> BranchRecord {
+        let mut written = Vec::new();
+        let mut removed = Vec::new();
+        for key in done.written() {
+            match done.encoded(key) {
+                Some(value) => written.push((key.to_owned(), value.clone())),
+                None => removed.push(key.to_owned()),
+            }
+        }
         BranchRecord {
             branch,
             name: name.to_owned(),
-            writes: done
-                .written()
-                .map(|key| (key.to_owned(), done.value(key).cloned()))
-                .collect(),
+            written: Snapshot::from_sorted(written),
+            removed,
         }
     }
 
@@ -50,117 +57,96 @@ impl BranchRecord {
     /// sees the same written keys as it would have seen from the branch.
     #[must_use]
     pub fn replay(&self, base: &Context) -> Context {
-        self.writes.iter().fold(
-            base.fork(self.name.as_str()),
-            |ctx, (key, value)| match value {
-                Some(value) => ctx.set_value(key.as_str(), value.clone()),
-                None => ctx.remove(key),
-            },
-        )
+        let ctx = self
+            .written
+            .entries()
+            .fold(base.fork(self.name.as_str()), |ctx, (key, value)| {
+                ctx.set_encoded(key.to_owned(), value.clone())
+            });
+        self.removed.iter().fold(ctx, |ctx, key| ctx.remove(key))
     }
 
-    /// What decoding this record costs, refusing a value that is too deep
-    /// or alone too large as [`Checkpoint::check`](super::Checkpoint::check)
-    /// does.
-    pub(crate) fn footprint(&self, limit: u64) -> Result<Footprint> {
-        let mut fp = Footprint::int(4, self.branch.into());
-        fp.then(Footprint::string(self.name.len()));
-        fp.then(Footprint::int(8, (self.writes.len() as u64).into()));
-        for (key, value) in &self.writes {
-            match value {
-                Some(value) => {
-                    let entry = entry_footprint(key, value)?;
-                    if entry.size() > limit {
-                        return Err(Error::ValueTooLarge {
-                            key: key.clone(),
-                            size: entry.size(),
-                            limit,
-                        });
-                    }
-                    fp.then(Footprint::item(1, 1)); // the option's tag
-                    fp.then(entry);
-                }
-                None => {
-                    fp.then(Footprint::string(key.len()));
-                    fp.then(Footprint::item(1, 1));
-                }
-            }
+    /// The length of this record's encoding, refusing a value that is too
+    /// deep or, with its key, larger than `limit`, as
+    /// [`Checkpoint::check`](super::Checkpoint::check) does for the context.
+    pub(crate) fn size(&self, limit: u64) -> Result<u64> {
+        let string = |s: &str| (varint_len(s.len() as u64) + s.len()) as u64;
+        let int = |v: u64| varint_len(v) as u64;
+        let mut size = int(self.branch.into())
+            + string(&self.name)
+            + int(self.written.len() as u64)
+            + int(self.removed.len() as u64);
+        for (key, value) in self.written.entries() {
+            size = size.saturating_add(check_entry(key, value, limit)?);
         }
-        Ok(fp)
+        for key in &self.removed {
+            size += string(key);
+        }
+        Ok(size)
+    }
+
+    /// Reads a record as `Encode` writes it, validating every value (as the
+    /// context's are) and the key order; a key both written and removed is
+    /// refused.
+    pub(crate) fn decode(c: &mut Cursor<'_>) -> std::result::Result<Self, WireError> {
+        let branch = c.varint_u32()?;
+        let name = c.str()?.to_owned();
+        let written = crate::store::checkpoint::snapshot_v3(c)?;
+        let count = c.len(1)?;
+        let mut removed: Vec<String> = Vec::new();
+        for _ in 0..count {
+            let key = c.str()?;
+            if removed.last().is_some_and(|last| last.as_str() >= key) {
+                return Err(WireError::Invalid(
+                    "a branch record's removed keys are out of order or repeated",
+                ));
+            }
+            if written.get(key).is_some() {
+                return Err(WireError::Invalid(
+                    "a branch record both writes and removes a key",
+                ));
+            }
+            removed.push(key.to_owned());
+        }
+        Ok(BranchRecord {
+            branch,
+            name,
+            written,
+            removed,
+        })
     }
 }
 
-/// `branch`, `name`, the number of writes, then each key and an option of
-/// its value (a `0`/`1` byte, then the value in [`Value`]'s encoding).
+/// `branch`, `name`, the written keys as a context is written (count, then
+/// each key and its value's encoding), then the count and the removed keys.
 impl Encode for BranchRecord {
     fn encode<E: Encoder>(&self, encoder: &mut E) -> std::result::Result<(), EncodeError> {
         self.branch.encode(encoder)?;
         self.name.encode(encoder)?;
-        (self.writes.len() as u64).encode(encoder)?;
-        for (key, value) in &self.writes {
+        self.written.encode(encoder)?;
+        (self.removed.len() as u64).encode(encoder)?;
+        for key in &self.removed {
             key.encode(encoder)?;
-            match value {
-                None => 0u8.encode(encoder)?,
-                Some(value) => {
-                    1u8.encode(encoder)?;
-                    value.encode(encoder)?;
-                }
-            }
         }
         Ok(())
     }
 }
 
-/// Reads what `Encode` writes; counts are not trusted for allocations.
-impl<C> Decode<C> for BranchRecord {
-    fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
-        let branch = u32::decode(decoder)?;
-        let name = decode_string(decoder)?;
-        let count = u64::decode(decoder)?;
-        let mut writes: Vec<(String, Option<Value>)> = Vec::new();
-        for _ in 0..count {
-            let key = decode_string(decoder)?;
-            let value = match u8::decode(decoder)? {
-                0 => None,
-                1 => Some(Value::decode(decoder)?),
-                found => {
-                    return Err(DecodeError::UnexpectedVariant {
-                        type_name: "Option<Value>",
-                        allowed: &AllowedEnumVariants::Range { min: 0, max: 1 },
-                        found: u32::from(found),
-                    });
-                }
-            };
-            if writes.last().is_some_and(|(last, _)| *last >= key) {
-                return Err(DecodeError::Other(
-                    "a branch record's keys are not in strictly increasing order",
-                ));
-            }
-            writes.push((key, value));
-        }
-        Ok(BranchRecord {
-            branch,
-            name,
-            writes,
-        })
-    }
-}
-
-/// The records of a checkpoint: a count, then each record. Records of one
-/// checkpoint have strictly increasing branch indexes.
-pub(crate) fn decode_records<D: Decoder>(
-    decoder: &mut D,
-) -> std::result::Result<Vec<BranchRecord>, DecodeError> {
-    let count = u64::decode(decoder)?;
+/// The records of a format 3 checkpoint: a count, then each record, in
+/// strictly increasing branch order.
+pub(crate) fn decode_records(
+    c: &mut Cursor<'_>,
+) -> std::result::Result<Vec<BranchRecord>, WireError> {
+    let count = c.len(4)?;
     let mut records: Vec<BranchRecord> = Vec::new();
     for _ in 0..count {
-        let record = BranchRecord::decode(decoder)?;
+        let record = BranchRecord::decode(c)?;
         if records
             .last()
             .is_some_and(|last| last.branch >= record.branch)
         {
-            return Err(DecodeError::Other(
-                "branch records are not in strictly increasing branch order",
+            return Err(WireError::Invalid(
+                "branch records out of branch order or repeated",
             ));
         }
         records.push(record);
@@ -171,6 +157,7 @@ pub(crate) fn decode_records<D: Decoder>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Value;
 
     #[test]
     fn a_record_replays_the_writes_and_removals_of_its_branch() {
@@ -182,12 +169,10 @@ mod tests {
         let done = base.fork("b").set("x", "new").expect("set").remove("gone");
         let record = BranchRecord::of(1, "b", &done);
         assert_eq!(
-            record.writes,
-            [
-                ("gone".to_owned(), None),
-                ("x".to_owned(), Some(Value::from("new")))
-            ]
+            record.written.iter().collect::<Vec<_>>(),
+            [("x", &Value::from("new"))]
         );
+        assert_eq!(record.removed, ["gone"]);
         let replayed = record.replay(&base);
         assert_eq!(replayed, done);
         assert_eq!(replayed.branch(), Some("b"));

@@ -6,7 +6,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bincode::de::{Decode, Decoder};
 use bincode::enc::{Encode, Encoder};
 use bincode::error::{AllowedEnumVariants, DecodeError, EncodeError};
-use serde::de::value::MapDeserializer;
 use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
@@ -16,7 +15,10 @@ use crate::error::{BoxError, Error, Result};
 use crate::structure::{StageCode, Structure};
 
 use super::branch::{BranchRecord, decode_records};
-use crate::value::{Footprint, OwnedValue, Value, ValueError, decode_string, entry_footprint};
+use crate::value::{
+    Cursor, EncodedValue, WireError, check_entry, decode_legacy, decode_string, validate,
+    varint_len,
+};
 
 /// Where a run stands.
 #[derive(
@@ -140,10 +142,10 @@ pub const MAGIC: [u8; 4] = *b"FXCP";
 pub const FORMAT_VERSION: u16 = 3;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
-/// The largest checkpoint payload this build decodes (1 GiB), and the
-/// decoder's budget for what it builds from it (see
-/// [the limits](crate::value#limits)); [`Checkpoint::to_bytes`] refuses a
-/// checkpoint past either.
+/// The largest checkpoint payload this build writes and decodes (1 GiB):
+/// [`Checkpoint::to_bytes`] refuses a larger checkpoint, and a context value
+/// whose key and encoding alone take more (see
+/// [the limits](crate::value#limits)) is refused when it is set.
 pub const MAX_PAYLOAD: usize = 1 << 30;
 const HEADER: usize = 4 + 2 + 4 + 8;
 
@@ -242,67 +244,108 @@ impl Checkpoint {
     /// |---|---|
     /// | 4 | magic `FXCP` |
     /// | 2 | format version (`3`) |
-    /// | 4 | CRC-32 (IEEE) of the payload |
+    /// | 4 | CRC-32 (IEEE) of the format version (its 2 bytes) and the payload |
     /// | 8 | payload length |
-    /// | n | payload: the checkpoint in bincode 2's `standard` configuration, context values as [`Value`](crate::Value) |
+    /// | n | payload: the fields in bincode 2's `standard` configuration (varint integers, length-prefixed strings), each context value in its [wire format](crate::value#wire-format) |
     ///
     /// The payload of format 3 is, in order: `pipeline`, `run_id`, `version`,
-    /// `ip`, `step`, `context`, `status` (0 running, 1 failed, 2 completed,
-    /// 3 cancelled), `error_message`, `created_at_ms`, `updated_at_ms`,
-    /// `attempt`, `structure` (an option of the shape text and the list
-    /// of stage names with their 32-byte hashes), and `branches` (a count,
-    /// then each [`BranchRecord`]). Format 2 had no `branches`; format 1 had
-    /// no `pipeline` and no `structure`, an `error` flag after `status`, and
-    /// no cancelled status; [`Checkpoint::from_bytes`] reads all three.
+    /// `ip`, `step`, `context` (the key count, then each key, in increasing
+    /// byte order, and its value's encoding, copied as the context holds
+    /// it), `status` (0 running, 1 failed, 2 completed, 3 cancelled),
+    /// `error_message`, `created_at_ms`, `updated_at_ms`, `attempt`,
+    /// `structure` (an option of the shape text and the list of stage names
+    /// with their 32-byte hashes), and `branches` (a count, then each
+    /// [`BranchRecord`]: index, name, the written keys as the context's are
+    /// written, the removed keys). Format 2 had the same fields but
+    /// `branches`, with values in the tags 0 to 14 only (no packed
+    /// sequences) and maps in `Value`'s order; format 1 had no `pipeline` and no `structure`, an `error` flag
+    /// after `status`, and no cancelled status. [`Checkpoint::from_bytes`]
+    /// reads all three.
     ///
     /// It encodes only what [`Checkpoint::from_bytes`] decodes: the checks of
-    /// [`Checkpoint::check`] come first.
+    /// [`Checkpoint::check`] come first, and the bytes are written once,
+    /// into a buffer of their exact size.
     ///
     /// # Errors
     /// As [`Checkpoint::check`].
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let size = self.check()?;
-        let payload = bincode::encode_to_vec(self, config()).map_err(|e| self.encode_error(e))?;
-        if payload.len() > MAX_PAYLOAD {
-            // `check` counts the payload's length exactly; this is a backstop.
-            return Err(Error::CheckpointTooLarge {
-                run_id: self.run_id.clone(),
-                size: size.max(payload.len() as u64),
-                limit: MAX_PAYLOAD as u64,
-            });
-        }
-        let mut out = Vec::with_capacity(HEADER + payload.len());
+        let mut out = Vec::with_capacity(HEADER + size as usize);
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        out.extend_from_slice(&payload);
+        out.extend_from_slice(&[0; 4]); // the CRC, below
+        out.extend_from_slice(&size.to_le_bytes());
+        bincode::encode_into_std_write(self, &mut out, bincode::config::standard()).map_err(
+            |e| Error::Internal {
+                message: format!("encoding a checkpoint into memory failed: {e}"),
+            },
+        )?;
+        if out.len() != HEADER + size as usize {
+            return Err(Error::Internal {
+                message: format!(
+                    "checkpoint of run `{}`: {} payload bytes written, {size} counted",
+                    self.run_id,
+                    out.len() - HEADER
+                ),
+            });
+        }
+        let crc = checksum(FORMAT_VERSION, &out[HEADER..]);
+        out[6..10].copy_from_slice(&crc.to_le_bytes());
         Ok(out)
     }
 
     /// Checks that [`Checkpoint::from_bytes`] would read this checkpoint back
-    /// once encoded, without encoding it, and returns its size: the larger of
-    /// its payload's length and what the decoder budgets for reading it (see
-    /// [the limits](crate::value#limits)). [`Checkpoint::to_bytes`] calls it;
-    /// a store that keeps checkpoints as values may call it to refuse what a
-    /// byte store refuses.
+    /// once encoded, without encoding it, and returns the length of its
+    /// payload (counted, not written: O(keys), whatever the values' sizes).
+    /// [`Checkpoint::to_bytes`] calls it; a store that keeps checkpoints as
+    /// values may call it to refuse what a byte store refuses.
     ///
     /// ```
     /// use fluxio_core::store::Checkpoint;
     /// use fluxio_core::{Context, Error, Value};
     ///
-    /// let ctx = Context::new().set_value("blob", Value::Bytes(vec![0; 1 << 30]));
+    /// let deep = (0..200).fold(Value::Unit, |v, _| Value::Some(Box::new(v)));
+    /// let ctx = Context::new().set_value("tree", deep);
     /// let cp = Checkpoint::new("r", "v1", 0, "a", ctx.snapshot());
-    /// assert!(matches!(cp.check(), Err(Error::ValueTooLarge { ref key, .. }) if key == "blob"));
+    /// assert!(matches!(cp.check(), Err(Error::ValueTooDeep { ref key, .. }) if key == "tree"));
     /// ```
     ///
     /// # Errors
     /// [`Error::ValueTooDeep`] naming the key of a value nested deeper than
     /// [`MAX_DEPTH`](crate::value::MAX_DEPTH); [`Error::ValueTooLarge`]
-    /// naming the key of a value that alone exceeds [`MAX_PAYLOAD`];
-    /// [`Error::CheckpointTooLarge`] when the whole checkpoint does.
+    /// naming the key of a value whose key and encoding alone exceed
+    /// [`MAX_PAYLOAD`]; [`Error::CheckpointTooLarge`] when the whole payload
+    /// does. (Values set with [`Context::set`](crate::Context::set) were
+    /// checked then; these catch values given as a [`Value`](crate::Value)
+    /// with [`Context::set_value`](crate::Context::set_value).)
     pub fn check(&self) -> Result<u64> {
-        let size = self.footprint()?.size();
+        let string = |s: &str| (varint_len(s.len() as u64) + s.len()) as u64;
+        let int = |v: u64| varint_len(v) as u64;
+        let mut size = string(&self.pipeline)
+            + string(&self.run_id)
+            + string(&self.version)
+            + int(self.ip.into())
+            + string(&self.step)
+            + int(self.context.len() as u64);
+        for (key, value) in self.context.entries() {
+            size = size.saturating_add(check_entry(key, value, MAX_PAYLOAD as u64)?);
+        }
+        size += 1 // the status
+            + 1 + self.error_message.as_deref().map_or(0, string)
+            + int(self.created_at_ms)
+            + int(self.updated_at_ms)
+            + int(self.attempt.into())
+            + 1;
+        if let Some(structure) = &self.structure {
+            size += string(&structure.shape) + int(structure.stages.len() as u64);
+            for stage in &structure.stages {
+                size += string(&stage.name) + 32;
+            }
+        }
+        size += int(self.branches.len() as u64);
+        for record in &self.branches {
+            size = size.saturating_add(record.size(MAX_PAYLOAD as u64)?);
+        }
         if size > MAX_PAYLOAD as u64 {
             return Err(Error::CheckpointTooLarge {
                 run_id: self.run_id.clone(),
@@ -313,78 +356,16 @@ impl Checkpoint {
         Ok(size)
     }
 
-    /// What decoding this checkpoint costs (see [`Footprint`]), refusing a
-    /// value too deep or alone too large as [`Checkpoint::check`] does.
-    fn footprint(&self) -> Result<Footprint> {
-        let string = |s: &str| Footprint::string(s.len());
-        let mut fp = string(&self.pipeline);
-        fp.then(string(&self.run_id));
-        fp.then(string(&self.version));
-        fp.then(Footprint::int(4, self.ip.into()));
-        fp.then(string(&self.step));
-        fp.then(Footprint::int(8, (self.context.len() as u64).into()));
-        for (key, value) in self.context.iter() {
-            let entry = entry_footprint(key, value)?;
-            if entry.size() > MAX_PAYLOAD as u64 {
-                return Err(Error::ValueTooLarge {
-                    key: key.to_owned(),
-                    size: entry.size(),
-                    limit: MAX_PAYLOAD as u64,
-                });
-            }
-            fp.then(entry);
-        }
-        let status = match self.status {
-            RunStatus::Running => 0u32,
-            RunStatus::Failed => 1,
-            RunStatus::Completed => 2,
-            RunStatus::Cancelled => 3,
-        };
-        fp.then(Footprint::int(4, status.into()));
-        fp.then(Footprint::item(1, 1)); // the option's tag
-        if let Some(message) = &self.error_message {
-            fp.then(string(message));
-        }
-        fp.then(Footprint::int(8, self.created_at_ms.into()));
-        fp.then(Footprint::int(8, self.updated_at_ms.into()));
-        fp.then(Footprint::int(4, self.attempt.into()));
-        fp.then(Footprint::item(1, 1)); // the option's tag
-        if let Some(structure) = &self.structure {
-            fp.then(string(&structure.shape));
-            fp.then(Footprint::int(8, (structure.stages.len() as u64).into()));
-            for stage in &structure.stages {
-                fp.then(string(&stage.name));
-                fp.then(Footprint::item(32, 32));
-            }
-        }
-        fp.then(Footprint::int(8, (self.branches.len() as u64).into()));
-        for record in &self.branches {
-            fp.then(record.footprint(MAX_PAYLOAD as u64)?);
-        }
-        Ok(fp)
-    }
-
-    /// An encoding failure after [`Checkpoint::check`] passed (none is known):
-    /// a typed error naming the key whose value failed, when one does.
-    #[cold]
-    fn encode_error(&self, e: bincode::error::EncodeError) -> Error {
-        let failing = self
-            .context
-            .iter()
-            .find(|(_, v)| bincode::encode_to_vec(v, config()).is_err());
-        let key = failing.map_or_else(
-            || format!("(checkpoint of run `{}`)", self.run_id),
-            |(k, _)| k.to_owned(),
-        );
-        Error::Serialize {
-            key,
-            source: Box::new(e),
-        }
-    }
-
-    /// Decodes bytes written by [`Checkpoint::to_bytes`] (format 2, or
-    /// format 1 of earlier builds), stored under the key `run_id` (see
-    /// [`Checkpoint::key`]).
+    /// Decodes bytes written by [`Checkpoint::to_bytes`] (format 3, or
+    /// formats 1 and 2 of earlier builds), stored under the key `run_id`
+    /// (see [`Checkpoint::key`]).
+    ///
+    /// A format 3 context value is checked, not built: its bytes must be the
+    /// canonical encoding within the limits `set` enforces (known tags,
+    /// valid UTF-8, shortest varints, map keys in order, at most
+    /// [`MAX_DEPTH`](crate::value::MAX_DEPTH) levels), and are then copied
+    /// as they are. Format 1 and 2 values are decoded as before and
+    /// re-encoded.
     ///
     /// Never panics, and allocates in proportion to `bytes`, whatever lengths
     /// the bytes claim: a truncated, bit-flipped or foreign payload, one in
@@ -452,25 +433,28 @@ impl Checkpoint {
                 payload.len()
             )));
         }
-        if crc32fast::hash(payload) != crc {
+        let format = u16::from_le_bytes([header[4], header[5]]);
+        if checksum(format, payload) != crc {
             return Err(corrupt("checksum mismatch".to_owned()));
         }
         // Allocation stays proportional to `payload`: strings and byte buffers
         // are copied only once their bytes are known to be there, containers
         // pre-allocate at most a few hundred slots, and values nest at most
-        // `MAX_DEPTH` deep (see `Decode for Checkpoint` and `crate::value`).
-        let decoded =
-            match u16::from_le_bytes([header[4], header[5]]) {
-                1 => bincode::decode_from_slice(payload, config())
-                    .map(|(Format1(cp), used)| (cp, used)),
-                2 => bincode::decode_from_slice(payload, config())
-                    .map(|(Format2(cp), used)| (cp, used)),
-                _ => bincode::decode_from_slice(payload, config()),
+        // `MAX_DEPTH` deep (see `decode_v3`, `Format2`, and `crate::value`).
+        let cp = if format == FORMAT_VERSION {
+            decode_v3(payload).map_err(|e| undecodable_v3(run_id, e))?
+        } else {
+            let decoded = if format == 1 {
+                bincode::decode_from_slice(payload, config()).map(|(Format1(cp), used)| (cp, used))
+            } else {
+                bincode::decode_from_slice(payload, config()).map(|(Format2(cp), used)| (cp, used))
             };
-        let (cp, used): (Checkpoint, usize) = decoded.map_err(|e| undecodable(run_id, e))?;
-        if used != payload.len() {
-            return Err(corrupt(format!("{} trailing bytes", payload.len() - used)));
-        }
+            let (cp, used) = decoded.map_err(|e| undecodable(run_id, e))?;
+            if used != payload.len() {
+                return Err(corrupt(format!("{} trailing bytes", payload.len() - used)));
+            }
+            cp
+        };
         if cp.key() != run_id {
             return Err(corrupt(format!("it belongs to run `{}`", cp.key())));
         }
@@ -499,26 +483,54 @@ fn undecodable(run_id: &str, e: DecodeError) -> Error {
     }
 }
 
-/// The context of a checkpoint, in [`Snapshot`]'s wire format (a `u64`
-/// count, then key and value pairs), with the keys read by [`decode_string`].
-///
-/// The entries are collected first (rejecting a duplicate key, as
-/// `Snapshot`'s own decoder does) and then moved into the snapshot through
-/// its `Deserialize`, which builds it in one pass: inserting them one by one
-/// through `Context::set_value` would clone a node per key.
+/// The header's CRC-32 (IEEE) of a `format` checkpoint's `payload`: from
+/// format 3 on it covers the format version too, so that a damaged version
+/// number (3 read as 2, say: the two payloads look alike) is a checksum
+/// mismatch; formats 1 and 2 covered the payload only.
+pub(crate) fn checksum(format: u16, payload: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    if format >= 3 {
+        crc.update(&format.to_le_bytes());
+    }
+    crc.update(payload);
+    crc.finalize()
+}
+
+/// [`Error::CorruptCheckpoint`] for a format 3 payload the decoder refused,
+/// as [`undecodable`] says it: what the value module found wrong (a value
+/// nested past `MAX_DEPTH`, keys out of order...) is the reason; bytes that
+/// end early or an unknown tag are the source.
+#[cold]
+fn undecodable_v3(run_id: &str, e: WireError) -> Error {
+    let (reason, source) = match e {
+        WireError::Invalid(_) | WireError::TooDeep => (format!("cannot decode: {e}"), None),
+        WireError::End | WireError::Tag(_) => (
+            "cannot decode the payload".to_owned(),
+            Some(Box::new(e) as BoxError),
+        ),
+    };
+    Error::CorruptCheckpoint {
+        run_id: run_id.to_owned(),
+        reason,
+        source,
+    }
+}
+
+/// The context of a format 1 or 2 checkpoint: a `u64` count, then key and
+/// value pairs, with the keys read by [`decode_string`] and the values by
+/// the decoder of those formats, then encoded as a context holds them.
 fn decode_snapshot<D: Decoder>(decoder: &mut D) -> Result<Snapshot, DecodeError> {
     let len = u64::decode(decoder)?;
     let mut entries = BTreeMap::new();
     for _ in 0..len {
         let key = decode_string(decoder)?;
-        let value = Value::decode(decoder)?;
-        if entries.insert(key, value).is_some() {
+        let value = decode_legacy(decoder)?;
+        if entries.contains_key(&key) {
             return Err(DecodeError::Other("duplicate key in context snapshot"));
         }
+        entries.insert(key, EncodedValue::from_value(&value));
     }
-    let entries = entries.into_iter().map(|(k, v)| (k, OwnedValue(v)));
-    Snapshot::deserialize(MapDeserializer::<_, ValueError>::new(entries))
-        .map_err(|e| DecodeError::OtherString(format!("context snapshot: {e}")))
+    Ok(Snapshot::from_sorted(entries.into_iter().collect()))
 }
 
 /// `Option<String>` in bincode's wire format (a `0`/`1` byte, then the string).
@@ -568,26 +580,9 @@ impl Encode for Checkpoint {
     }
 }
 
-/// Reads exactly what `Encode` writes (format 3), without bincode's
-/// `String` decoder, which allocates the claimed length before reading (see
-/// `value::decode_string`).
-impl<C> Decode<C> for Checkpoint {
-    fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
-        let Format2(mut cp) = Format2::decode(decoder)?;
-        cp.branches = decode_records(decoder)?;
-        if !cp.branches.is_empty()
-            && cp.status != RunStatus::Running
-            && cp.status != RunStatus::Failed
-        {
-            return Err(DecodeError::Other(
-                "branch records in a checkpoint that is neither running nor failed",
-            ));
-        }
-        Ok(cp)
-    }
-}
-
-/// A format 2 checkpoint: format 3 without branch records.
+/// A format 2 checkpoint: format 3's fields, its values in the tags 0 to
+/// 14. Read without bincode's `String` decoder, which allocates the claimed
+/// length before reading (see `value::decode_string`).
 struct Format2(Checkpoint);
 
 impl<C> Decode<C> for Format2 {
@@ -608,6 +603,97 @@ impl<C> Decode<C> for Format2 {
             branches: Vec::new(),
         }))
     }
+}
+
+/// A format 3 payload (see [`Checkpoint::to_bytes`]), read with the value
+/// module's bounds-checked [`Cursor`]: every context value is validated
+/// (`value::validate`) and its bytes copied, no `Value` built.
+fn decode_v3(payload: &[u8]) -> std::result::Result<Checkpoint, WireError> {
+    let mut c = Cursor::new(payload);
+    let string = |c: &mut Cursor<'_>| c.str().map(str::to_owned);
+    let pipeline = string(&mut c)?;
+    let run_id = string(&mut c)?;
+    let version = string(&mut c)?;
+    let ip = c.varint_u32()?;
+    let step = string(&mut c)?;
+    let context = snapshot_v3(&mut c)?;
+    let status = match c.varint_u32()? {
+        0 => RunStatus::Running,
+        1 => RunStatus::Failed,
+        2 => RunStatus::Completed,
+        3 => RunStatus::Cancelled,
+        _ => return Err(WireError::Invalid("an unknown run status")),
+    };
+    let error_message = match c.byte()? {
+        0 => None,
+        1 => Some(string(&mut c)?),
+        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+    };
+    let created_at_ms = c.varint()?;
+    let updated_at_ms = c.varint()?;
+    let attempt = c.varint_u32()?;
+    let structure = match c.byte()? {
+        0 => None,
+        1 => {
+            let shape = string(&mut c)?;
+            let n = c.len(33)?;
+            let mut stages = Vec::with_capacity(n);
+            for _ in 0..n {
+                let name = string(&mut c)?;
+                let mut hash = [0u8; 32];
+                hash.copy_from_slice(c.take(32)?);
+                stages.push(StageCode { name, hash });
+            }
+            Some(Arc::new(Structure { shape, stages }))
+        }
+        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+    };
+    let branches = decode_records(&mut c)?;
+    if !branches.is_empty() && !matches!(status, RunStatus::Running | RunStatus::Failed) {
+        return Err(WireError::Invalid(
+            "branch records in a checkpoint that is neither running nor failed",
+        ));
+    }
+    if c.remaining() != 0 {
+        return Err(WireError::Invalid("trailing bytes after the checkpoint"));
+    }
+    Ok(Checkpoint {
+        pipeline,
+        run_id,
+        version,
+        ip,
+        step,
+        context,
+        status,
+        error_message,
+        created_at_ms,
+        updated_at_ms,
+        attempt,
+        structure,
+        branches,
+    })
+}
+
+/// A context as format 3 writes it: the key count, then each key, in
+/// strictly increasing order, and its value's encoding, validated and
+/// copied (no `Value` built). Branch records hold their writes the same way.
+pub(crate) fn snapshot_v3(c: &mut Cursor<'_>) -> std::result::Result<Snapshot, WireError> {
+    let count = c.len(2)?;
+    let mut entries: Vec<(String, EncodedValue)> = Vec::new();
+    for _ in 0..count {
+        let key = c.str()?;
+        if entries.last().is_some_and(|(last, _)| last.as_str() >= key) {
+            return Err(WireError::Invalid("context keys out of order or repeated"));
+        }
+        let start = c.pos();
+        let depth = validate(c)?;
+        let bytes = c.since(start);
+        entries.push((
+            key.to_owned(),
+            EncodedValue::from_valid(bytes.into(), depth),
+        ));
+    }
+    Ok(Snapshot::from_sorted(entries))
 }
 
 /// An option of a [`Structure`]: a `0`/`1` byte, the shape, the stage count
@@ -682,7 +768,7 @@ impl<C> Decode<C> for Format1 {
 }
 
 bincode::impl_borrow_decode!(Format1);
-bincode::impl_borrow_decode!(Checkpoint);
+bincode::impl_borrow_decode!(Format2);
 
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
@@ -693,7 +779,7 @@ pub(crate) fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Context;
+    use crate::{Context, Value};
 
     fn checkpoint(i: u64, ctx: &Context) -> Checkpoint {
         let structure = Structure {
@@ -732,7 +818,7 @@ mod tests {
                             .fork(format!("b{b}"))
                             .set_value(format!("k{b}"), Value::U64(i))
                             .remove("absent");
-                        super::BranchRecord::of(b * 2, &format!("b{b}"), &done)
+                        BranchRecord::of(b * 2, &format!("b{b}"), &done)
                     })
                     .collect()
             } else {
@@ -763,14 +849,6 @@ mod tests {
             ctx = ctx.set_value(key, value);
         }
         ctx
-    }
-
-    fn decodes_within<const L: usize>(payload: &[u8]) -> bool {
-        bincode::decode_from_slice::<Checkpoint, _>(
-            payload,
-            bincode::config::standard().with_limit::<L>(),
-        )
-        .is_ok()
     }
 
     #[test]
@@ -855,38 +933,50 @@ mod tests {
     }
 
     #[test]
-    fn check_counts_the_payload_and_the_decoders_budget_exactly() {
-        let mut within_2048 = [0, 0];
+    fn check_counts_the_payload_exactly_and_every_checkpoint_decodes_again() {
         for i in 0..600 {
             let cp = checkpoint(i, &context(i));
-            let fp = cp.footprint().expect("within the limits");
-            let payload = bincode::encode_to_vec(&cp, config()).expect("encodes");
-            assert_eq!(fp.encoded, payload.len() as u64, "checkpoint {i}");
-            for (limit, ok) in [
-                (256, decodes_within::<256>(&payload)),
-                (1024, decodes_within::<1024>(&payload)),
-                (2048, decodes_within::<2048>(&payload)),
-                (4096, decodes_within::<4096>(&payload)),
-                (8192, decodes_within::<8192>(&payload)),
-            ] {
-                assert_eq!(
-                    ok,
-                    fp.peak <= limit,
-                    "checkpoint {i}, limit {limit}, peak {}",
-                    fp.peak
-                );
-            }
-            within_2048[usize::from(fp.peak <= 2048)] += 1;
-            assert_eq!(cp.check().expect("small"), fp.size());
+            let size = cp.check().expect("within the limits");
             let bytes = cp.to_bytes().expect("encodes");
+            assert_eq!(bytes.len() as u64, HEADER as u64 + size, "checkpoint {i}");
+            assert_eq!(bytes.capacity(), bytes.len(), "written once, in place");
+            let back = Checkpoint::from_bytes(&cp.key(), &bytes).expect("decodes");
+            assert_eq!(back, cp);
             assert_eq!(
-                Checkpoint::from_bytes(&cp.key(), &bytes).expect("decodes"),
-                cp
+                back.to_bytes().expect("re-encodes"),
+                bytes,
+                "checkpoint {i}"
             );
         }
-        assert!(
-            within_2048[0] > 50 && within_2048[1] > 50,
-            "{within_2048:?}"
+    }
+
+    #[test]
+    fn rule17_a_checkpoint_past_max_payload_or_max_depth_is_refused_before_writing() {
+        let deep = (0..=crate::value::MAX_DEPTH).fold(Value::Unit, |v, _| Value::Some(Box::new(v)));
+        let cp = Checkpoint::new(
+            "r",
+            "v",
+            0,
+            "s",
+            Context::new().set_value("deep", deep).snapshot(),
         );
+        assert!(matches!(cp.to_bytes(), Err(Error::ValueTooDeep { ref key, .. }) if key == "deep"));
+        // Two values that fit alone, but not together (the entries share
+        // their bytes: no 1 GiB is allocated twice).
+        let half = Context::new().set_value("a", Value::Bytes(vec![1; MAX_PAYLOAD / 2]));
+        let both = half.set_encoded("b".to_owned(), half.encoded("a").cloned().expect("set"));
+        let cp = Checkpoint::new("r", "v", 0, "s", both.snapshot());
+        match cp.to_bytes() {
+            Err(Error::CheckpointTooLarge {
+                run_id,
+                size,
+                limit,
+            }) => {
+                assert_eq!(run_id, "r");
+                assert_eq!(limit, MAX_PAYLOAD as u64);
+                assert!(size > limit && size < limit + 100, "{size}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -76,6 +76,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use branch::BranchRecord;
+#[cfg(test)]
+pub(crate) use checkpoint::checksum as checkpoint_checksum;
 pub(crate) use checkpoint::now_ms;
 pub use checkpoint::{
     Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_FORMAT_VERSION, RunStatus, run_key,

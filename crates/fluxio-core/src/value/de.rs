@@ -1,6 +1,5 @@
 //! [`Value`]s into serde types: [`from_value`] and the `Deserializer` for
-//! `&Value`, `Deserialize` for `Value` itself, and [`OwnedValue`], the
-//! deserializer that moves an owned value.
+//! `&Value`, and `Deserialize` for `Value` itself.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map;
@@ -11,12 +10,80 @@ use serde::de::{
     self, DeserializeSeed, EnumAccess, MapAccess, SeqAccess, Unexpected, VariantAccess, Visitor,
 };
 
+use super::packed::{Kind, Packed, with_vec};
 use super::{PREALLOC_LIMIT, Value, ValueError};
 
 /// Private newtype-struct name used by `impl Deserialize for Value` so that
-/// [`from_value`] can hand a [`Value::Enum`] over as an enum. Every other
-/// deserializer sees an ordinary (transparent) newtype struct.
-const VALUE_TOKEN: &str = "$fluxio_core::value::Value";
+/// [`from_value`] (and the context's reader) can hand a [`Value::Enum`] over
+/// as an enum and a [`Value::Packed`] as packed. Every other deserializer
+/// sees an ordinary (transparent) newtype struct.
+pub(super) const VALUE_TOKEN: &str = "$fluxio_core::value::Value";
+
+/// The variant names with which a packed sequence is handed to
+/// `impl Deserialize for Value` as an enum (one per [`Kind`], in order),
+/// its payload the sequence itself.
+pub(super) const PACKED_VARIANTS: [&str; 11] = [
+    "$fluxio_core::value::Packed::u8",
+    "$fluxio_core::value::Packed::i8",
+    "$fluxio_core::value::Packed::u16",
+    "$fluxio_core::value::Packed::i16",
+    "$fluxio_core::value::Packed::u32",
+    "$fluxio_core::value::Packed::i32",
+    "$fluxio_core::value::Packed::u64",
+    "$fluxio_core::value::Packed::i64",
+    "$fluxio_core::value::Packed::f32",
+    "$fluxio_core::value::Packed::f64",
+    "$fluxio_core::value::Packed::bool",
+];
+
+/// Drives `visitor` over primitive elements, requiring every one to be
+/// consumed.
+pub(super) fn visit_prims<'de, V, I, P>(items: I, visitor: V) -> Result<V::Value, ValueError>
+where
+    V: Visitor<'de>,
+    I: ExactSizeIterator<Item = P>,
+    P: de::IntoDeserializer<'de, ValueError>,
+{
+    let len = items.len();
+    let mut access = Prims { items };
+    let out = visitor.visit_seq(&mut access)?;
+    let remaining = access.items.len();
+    if remaining == 0 {
+        Ok(out)
+    } else {
+        Err(de::Error::invalid_length(
+            len,
+            &format!("{} elements in sequence", len - remaining).as_str(),
+        ))
+    }
+}
+
+/// `SeqAccess` over primitives.
+struct Prims<I> {
+    items: I,
+}
+
+impl<'de, I, P> SeqAccess<'de> for Prims<I>
+where
+    I: ExactSizeIterator<Item = P>,
+    P: de::IntoDeserializer<'de, ValueError>,
+{
+    type Error = ValueError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, ValueError> {
+        match self.items.next() {
+            Some(p) => seed.deserialize(p.into_deserializer()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.items.len())
+    }
+}
 
 impl Value {
     /// This value as serde's description of an unexpected input.
@@ -36,6 +103,7 @@ impl Value {
             Value::Seq(_) => Unexpected::Seq,
             Value::Map(_) => Unexpected::Map,
             Value::Enum { .. } => Unexpected::Enum,
+            Value::Packed(_) => Unexpected::Seq,
         }
     }
 }
@@ -171,7 +239,7 @@ impl<'de> MapAccess<'de> for EnumAsMap<'de> {
     ) -> Result<Option<K::Value>, ValueError> {
         match self.variant.take() {
             Some(variant) => seed
-                .deserialize(BorrowedStrDeserializer::new(variant))
+                .deserialize(BorrowedStrDeserializer::<ValueError>::new(variant))
                 .map(Some),
             None => Ok(None),
         }
@@ -207,7 +275,7 @@ impl<'de> EnumAccess<'de> for EnumRef<'de> {
         self,
         seed: V,
     ) -> Result<(V::Value, VariantRef<'de>), ValueError> {
-        let variant = seed.deserialize(BorrowedStrDeserializer::new(self.variant))?;
+        let variant = seed.deserialize(BorrowedStrDeserializer::<ValueError>::new(self.variant))?;
         Ok((variant, VariantRef { value: self.value }))
     }
 }
@@ -247,6 +315,7 @@ impl<'de> VariantAccess<'de> for VariantRef<'de> {
     ) -> Result<V::Value, ValueError> {
         match self.value {
             Some(Value::Seq(items)) => visit_seq_ref(items, visitor),
+            Some(Value::Packed(p)) => with_vec!(p, v => visit_prims(v.iter().copied(), visitor)),
             Some(other) => Err(de::Error::invalid_type(
                 other.unexpected(),
                 &"tuple variant",
@@ -266,6 +335,7 @@ impl<'de> VariantAccess<'de> for VariantRef<'de> {
         match self.value {
             Some(Value::Map(map)) => visit_map_ref(map, visitor),
             Some(Value::Seq(items)) => visit_seq_ref(items, visitor),
+            Some(Value::Packed(p)) => with_vec!(p, v => visit_prims(v.iter().copied(), visitor)),
             Some(other) => Err(de::Error::invalid_type(
                 other.unexpected(),
                 &"struct variant",
@@ -301,7 +371,19 @@ impl<'de> de::Deserializer<'de> for &'de Value {
                 variant: Some(variant),
                 value: Some(value),
             }),
+            Value::Packed(p) => with_vec!(p, v => visit_prims(v.iter().copied(), visitor)),
         }
+    }
+
+    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
+        match self {
+            Value::Packed(Packed::U8(v)) => visitor.visit_borrowed_bytes(v),
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
+        self.deserialize_bytes(visitor)
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
@@ -339,6 +421,10 @@ impl<'de> de::Deserializer<'de> for &'de Value {
                 Value::Enum { variant, value } => visitor.visit_enum(EnumRef {
                     variant,
                     value: Some(value),
+                }),
+                Value::Packed(p) => visitor.visit_enum(EnumRef {
+                    variant: PACKED_VARIANTS[p.kind() as usize],
+                    value: Some(self),
                 }),
                 _ => self.deserialize_any(visitor),
             };
@@ -378,7 +464,7 @@ impl<'de> de::Deserializer<'de> for &'de Value {
 
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf seq tuple tuple_struct map struct identifier ignored_any
+        seq tuple tuple_struct map struct identifier ignored_any
     }
 }
 
@@ -477,6 +563,22 @@ impl<'de> Visitor<'de> for ValueVisitor {
 
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Value, A::Error> {
         let (variant, access): (String, _) = data.variant()?;
+        if let Some(i) = PACKED_VARIANTS.iter().position(|p| *p == variant) {
+            let packed = match Kind::ALL[i] {
+                Kind::U8 => Packed::U8(access.newtype_variant()?),
+                Kind::I8 => Packed::I8(access.newtype_variant()?),
+                Kind::U16 => Packed::U16(access.newtype_variant()?),
+                Kind::I16 => Packed::I16(access.newtype_variant()?),
+                Kind::U32 => Packed::U32(access.newtype_variant()?),
+                Kind::I32 => Packed::I32(access.newtype_variant()?),
+                Kind::U64 => Packed::U64(access.newtype_variant()?),
+                Kind::I64 => Packed::I64(access.newtype_variant()?),
+                Kind::F32 => Packed::F32(access.newtype_variant()?),
+                Kind::F64 => Packed::F64(access.newtype_variant()?),
+                Kind::Bool => Packed::Bool(access.newtype_variant()?),
+            };
+            return Ok(Value::Packed(packed));
+        }
         let value: Value = access.newtype_variant()?;
         Ok(Value::Enum {
             variant,
@@ -495,120 +597,6 @@ impl<'de> de::Deserialize<'de> for Value {
     }
 }
 
-/// A deserializer that hands an owned [`Value`] over without copying:
-/// strings and byte buffers are moved (`visit_string`, `visit_byte_buf`),
-/// only containers are rebuilt. `Value::deserialize(OwnedValue(v))` is `v`.
-///
-/// The checkpoint decoder uses it to build a [`Snapshot`](crate::Snapshot)
-/// from decoded entries through `Snapshot`'s `Deserialize` (the one way to
-/// build it in one pass, without a copy-on-write clone per key).
-#[derive(Debug)]
-pub(crate) struct OwnedValue(pub(crate) Value);
-
-impl<'de> de::IntoDeserializer<'de, ValueError> for OwnedValue {
-    type Deserializer = Self;
-
-    fn into_deserializer(self) -> Self {
-        self
-    }
-}
-
-impl<'de> de::Deserializer<'de> for OwnedValue {
-    type Error = ValueError;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
-        use serde::de::value::{MapDeserializer, SeqDeserializer};
-        match self.0 {
-            Value::Unit => visitor.visit_unit(),
-            Value::Bool(v) => visitor.visit_bool(v),
-            Value::I64(v) => visitor.visit_i64(v),
-            Value::U64(v) => visitor.visit_u64(v),
-            Value::I128(v) => visitor.visit_i128(v),
-            Value::U128(v) => visitor.visit_u128(v),
-            Value::F64(v) => visitor.visit_f64(v),
-            Value::Char(v) => visitor.visit_char(v),
-            Value::String(v) => visitor.visit_string(v),
-            Value::Bytes(v) => visitor.visit_byte_buf(v),
-            Value::None => visitor.visit_none(),
-            Value::Some(v) => visitor.visit_some(OwnedValue(*v)),
-            Value::Seq(items) => {
-                let mut seq = SeqDeserializer::new(items.into_iter().map(OwnedValue));
-                let value = visitor.visit_seq(&mut seq)?;
-                seq.end()?;
-                Ok(value)
-            }
-            Value::Map(map) => {
-                let entries = map.into_iter().map(|(k, v)| (OwnedValue(k), OwnedValue(v)));
-                let mut map = MapDeserializer::new(entries);
-                let value = visitor.visit_map(&mut map)?;
-                map.end()?;
-                Ok(value)
-            }
-            Value::Enum { variant, value } => visitor.visit_enum(OwnedEnum(variant, *value)),
-        }
-    }
-
-    fn is_human_readable(&self) -> bool {
-        false
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf option unit unit_struct newtype_struct seq tuple
-        tuple_struct map struct enum identifier ignored_any
-    }
-}
-
-/// `Value::Enum` as an enum, for [`OwnedValue`].
-struct OwnedEnum(String, Value);
-
-impl<'de> EnumAccess<'de> for OwnedEnum {
-    type Error = ValueError;
-    type Variant = OwnedValue;
-
-    fn variant_seed<V: DeserializeSeed<'de>>(
-        self,
-        seed: V,
-    ) -> Result<(V::Value, OwnedValue), ValueError> {
-        let variant = seed.deserialize(de::value::StringDeserializer::<ValueError>::new(self.0))?;
-        Ok((variant, OwnedValue(self.1)))
-    }
-}
-
-impl<'de> VariantAccess<'de> for OwnedValue {
-    type Error = ValueError;
-
-    fn unit_variant(self) -> Result<(), ValueError> {
-        match self.0 {
-            Value::Unit => Ok(()),
-            other => Err(de::Error::invalid_type(other.unexpected(), &"unit variant")),
-        }
-    }
-
-    fn newtype_variant_seed<T: DeserializeSeed<'de>>(
-        self,
-        seed: T,
-    ) -> Result<T::Value, ValueError> {
-        seed.deserialize(self)
-    }
-
-    fn tuple_variant<V: Visitor<'de>>(
-        self,
-        _len: usize,
-        visitor: V,
-    ) -> Result<V::Value, ValueError> {
-        de::Deserializer::deserialize_any(self, visitor)
-    }
-
-    fn struct_variant<V: Visitor<'de>>(
-        self,
-        _fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, ValueError> {
-        de::Deserializer::deserialize_any(self, visitor)
-    }
-}
-
 impl<'de> serde::de::IntoDeserializer<'de, ValueError> for &'de Value {
     type Deserializer = Self;
 
@@ -623,8 +611,7 @@ mod tests {
 
     use serde::Deserialize;
 
-    use super::OwnedValue;
-    use crate::value::roundtrip::{Inner, Shape, every_kind};
+    use crate::value::roundtrip::{Inner, Shape};
     use crate::value::{Value, enum_value, from_value, to_value};
 
     #[test]
@@ -719,29 +706,5 @@ mod tests {
             to_value(&[("name", "n")].into_iter().collect::<BTreeMap<_, _>>()).expect("to_value");
         let borrowed: Borrowing<'_> = from_value(&value).expect("borrowing struct");
         assert_eq!(borrowed.name, "n");
-    }
-
-    #[test]
-    fn owned_value_deserializes_to_itself() {
-        let nan = Value::F64(f64::from_bits(0x7ff8_dead_beef_0001));
-        for value in [
-            every_kind(),
-            nan,
-            Value::I128(i128::MIN),
-            Value::I64(i64::MIN),
-            Value::U64(u64::MAX),
-            Value::Some(Box::new(every_kind())),
-            enum_value("Deep", Value::Seq(vec![every_kind(), Value::None])),
-        ] {
-            let back = Value::deserialize(OwnedValue(value.clone())).expect("deserializes");
-            assert_eq!(back, value);
-        }
-        // Strings and byte buffers are moved, not copied.
-        let bytes = vec![7u8; 1 << 16];
-        let ptr = bytes.as_ptr();
-        match Value::deserialize(OwnedValue(Value::Bytes(bytes))) {
-            Ok(Value::Bytes(back)) => assert_eq!(back.as_ptr(), ptr),
-            other => panic!("{other:?}"),
-        }
     }
 }

@@ -3,7 +3,33 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::Value;
+use super::{Packed, Value};
+
+fn fmt_packed(f: &mut fmt::Formatter<'_>, packed: &Packed) -> fmt::Result {
+    fn list<T>(f: &mut fmt::Formatter<'_>, items: &[T], one: fn(&T) -> String) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(&one(item))?;
+        }
+        f.write_str("]")
+    }
+    match packed {
+        Packed::U8(v) => list(f, v, ToString::to_string),
+        Packed::I8(v) => list(f, v, ToString::to_string),
+        Packed::U16(v) => list(f, v, ToString::to_string),
+        Packed::I16(v) => list(f, v, ToString::to_string),
+        Packed::U32(v) => list(f, v, ToString::to_string),
+        Packed::I32(v) => list(f, v, ToString::to_string),
+        Packed::U64(v) => list(f, v, ToString::to_string),
+        Packed::I64(v) => list(f, v, ToString::to_string),
+        Packed::F32(v) => list(f, v, |x| format!("{x:?}")),
+        Packed::F64(v) => list(f, v, |x| format!("{x:?}")),
+        Packed::Bool(v) => list(f, v, ToString::to_string),
+    }
+}
 
 fn fmt_seq(f: &mut fmt::Formatter<'_>, items: &[Value]) -> fmt::Result {
     f.write_str("[")?;
@@ -29,7 +55,8 @@ fn fmt_map(f: &mut fmt::Formatter<'_>, map: &BTreeMap<Value, Value>) -> fmt::Res
 
 /// Compact, single-line, JSON-like rendering meant for humans (logs, diffs):
 /// `()`, `null`, `true`, `42`, `1.0`, `NaN`, `'c'`, `"text"`, `b"\x00ab"`,
-/// `[1, 2]`, `{"key": 1}`, and enums as `Variant`, `Variant(v)`,
+/// `[1, 2]` (a packed sequence too: `[0.5, 1.0]` for `f32`s, shown as
+/// `f32`), `{"key": 1}`, and enums as `Variant`, `Variant(v)`,
 /// `Variant[a, b]` or `Variant{"field": v}`. `Some(v)` renders as `v`.
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -48,11 +75,13 @@ impl fmt::Display for Value {
             Value::Some(v) => write!(f, "{v}"),
             Value::Seq(items) => fmt_seq(f, items),
             Value::Map(map) => fmt_map(f, map),
+            Value::Packed(p) => fmt_packed(f, p),
             Value::Enum { variant, value } => {
                 f.write_str(variant)?;
                 match &**value {
                     Value::Unit => Ok(()),
                     Value::Seq(items) => fmt_seq(f, items),
+                    Value::Packed(p) => fmt_packed(f, p),
                     Value::Map(map) => fmt_map(f, map),
                     other => write!(f, "({other})"),
                 }

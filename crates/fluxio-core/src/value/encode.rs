@@ -1,6 +1,7 @@
 //! bincode's `Encode` and `Decode` for [`Value`] (the wire format in the
-//! [module documentation](super#wire-format)), and the string decoder every
-//! part of a checkpoint uses.
+//! [module documentation](super#wire-format)), the decoder of the values of
+//! format 1 and 2 checkpoints, and the string decoder every part of those
+//! checkpoints uses.
 
 use std::collections::BTreeMap;
 
@@ -9,6 +10,8 @@ use bincode::de::{Decode, Decoder};
 use bincode::enc::{Encode, Encoder};
 use bincode::error::{AllowedEnumVariants, DecodeError, EncodeError};
 
+use super::packed::{Kind, Packed};
+use super::ser::Writer;
 use super::{MAX_DEPTH, PREALLOC_LIMIT, Value, tag};
 
 /// Largest step by which a byte buffer grows while decoding, when the reader
@@ -18,63 +21,16 @@ const BYTE_CHUNK: usize = 64 * 1024;
 /// Smallest such step.
 const FIRST_CHUNK: usize = 256;
 
-fn encode_len<E: Encoder>(len: usize, encoder: &mut E) -> Result<(), EncodeError> {
-    // usize is at most 64 bits on every supported target; this is the same
-    // conversion bincode uses for its own collection lengths.
-    (len as u64).encode(encoder)
-}
-
-fn encode_value<E: Encoder>(
-    value: &Value,
-    encoder: &mut E,
-    depth: usize,
-) -> Result<(), EncodeError> {
-    if depth > MAX_DEPTH {
-        return Err(EncodeError::OtherString(format!(
-            "value nested deeper than MAX_DEPTH ({MAX_DEPTH})"
-        )));
-    }
-    value.tag().encode(encoder)?;
-    match value {
-        Value::Unit | Value::None => Ok(()),
-        Value::Bool(v) => v.encode(encoder),
-        Value::I64(v) => v.encode(encoder),
-        Value::U64(v) => v.encode(encoder),
-        Value::I128(v) => v.encode(encoder),
-        Value::U128(v) => v.encode(encoder),
-        Value::F64(v) => v.encode(encoder),
-        Value::Char(v) => v.encode(encoder),
-        Value::String(v) => v.encode(encoder),
-        Value::Bytes(v) => v.encode(encoder),
-        Value::Some(v) => encode_value(v, encoder, depth + 1),
-        Value::Seq(items) => {
-            encode_len(items.len(), encoder)?;
-            for item in items {
-                encode_value(item, encoder, depth + 1)?;
-            }
-            Ok(())
-        }
-        Value::Map(map) => {
-            encode_len(map.len(), encoder)?;
-            for (key, value) in map {
-                encode_value(key, encoder, depth + 1)?;
-                encode_value(value, encoder, depth + 1)?;
-            }
-            Ok(())
-        }
-        Value::Enum { variant, value } => {
-            variant.encode(encoder)?;
-            encode_value(value, encoder, depth + 1)
-        }
-    }
-}
-
-/// Encodes the value as one tag byte followed by bincode's encoding of the
-/// payload (see the module documentation). Fails if the value is nested
-/// deeper than [`MAX_DEPTH`], since it could not be decoded again.
+/// Encodes the value as [`Context::set`](crate::Context::set) stores it
+/// (see the module documentation): the canonical encoding, maps in the
+/// order of their encoded keys. Fails if the value is nested deeper than
+/// [`MAX_DEPTH`], since it could not be decoded again.
 impl Encode for Value {
     fn encode<E: Encoder>(&self, encoder: &mut E) -> Result<(), EncodeError> {
-        encode_value(self, encoder, 0)
+        let mut w = Writer::new(0, u64::MAX, MAX_DEPTH);
+        w.value(self)
+            .map_err(|e| EncodeError::OtherString(e.message))?;
+        bincode::enc::write::Writer::write(encoder.writer(), &w.buf)
     }
 }
 
@@ -95,6 +51,11 @@ fn decode_len<D: Decoder>(decoder: &mut D) -> Result<usize, DecodeError> {
 /// after allocating at most about twice the bytes the input held.
 fn decode_bytes<D: Decoder>(decoder: &mut D) -> Result<Vec<u8>, DecodeError> {
     let len = decode_len(decoder)?;
+    decode_raw(decoder, len)
+}
+
+/// `len` bytes, read as [`decode_bytes`] reads them.
+fn decode_raw<D: Decoder>(decoder: &mut D, len: usize) -> Result<Vec<u8>, DecodeError> {
     decoder.claim_container_read::<u8>(len)?;
     if let Some(available) = decoder.reader().peek_read(len) {
         let bytes = available.to_vec();
@@ -120,7 +81,11 @@ pub(crate) fn decode_string<D: Decoder>(decoder: &mut D) -> Result<String, Decod
     })
 }
 
-fn decode_value<D: Decoder>(decoder: &mut D, depth: usize) -> Result<Value, DecodeError> {
+fn decode_value<D: Decoder>(
+    decoder: &mut D,
+    depth: usize,
+    packed: bool,
+) -> Result<Value, DecodeError> {
     if depth > MAX_DEPTH {
         return Err(DecodeError::OtherString(format!(
             "value nested deeper than MAX_DEPTH ({MAX_DEPTH})"
@@ -139,14 +104,14 @@ fn decode_value<D: Decoder>(decoder: &mut D, depth: usize) -> Result<Value, Deco
         tag::STRING => Value::String(decode_string(decoder)?),
         tag::BYTES => Value::Bytes(decode_bytes(decoder)?),
         tag::NONE => Value::None,
-        tag::SOME => Value::Some(Box::new(decode_value(decoder, depth + 1)?)),
+        tag::SOME => Value::Some(Box::new(decode_value(decoder, depth + 1, packed)?)),
         tag::SEQ => {
             let len = decode_len(decoder)?;
             decoder.claim_container_read::<Value>(len)?;
             let mut items = Vec::with_capacity(len.min(PREALLOC_LIMIT));
             for _ in 0..len {
                 decoder.unclaim_bytes_read(size_of::<Value>());
-                items.push(decode_value(decoder, depth + 1)?);
+                items.push(decode_value(decoder, depth + 1, packed)?);
             }
             Value::Seq(items)
         }
@@ -156,8 +121,8 @@ fn decode_value<D: Decoder>(decoder: &mut D, depth: usize) -> Result<Value, Deco
             let mut map = BTreeMap::new();
             for _ in 0..len {
                 decoder.unclaim_bytes_read(size_of::<(Value, Value)>());
-                let key = decode_value(decoder, depth + 1)?;
-                let value = decode_value(decoder, depth + 1)?;
+                let key = decode_value(decoder, depth + 1, packed)?;
+                let value = decode_value(decoder, depth + 1, packed)?;
                 if map.insert(key, value).is_some() {
                     return Err(DecodeError::Other("duplicate key in Value::Map"));
                 }
@@ -166,18 +131,45 @@ fn decode_value<D: Decoder>(decoder: &mut D, depth: usize) -> Result<Value, Deco
         }
         tag::ENUM => {
             let variant = decode_string(decoder)?;
-            let value = decode_value(decoder, depth + 1)?;
+            let value = decode_value(decoder, depth + 1, packed)?;
             Value::Enum {
                 variant,
                 value: Box::new(value),
             }
         }
+        other if packed && Kind::from_tag(other).is_some() => {
+            let kind = Kind::from_tag(other).ok_or(DecodeError::Other("a packed tag"))?;
+            let len = decode_len(decoder)?;
+            if len == 0 {
+                return Err(DecodeError::Other("an empty packed sequence"));
+            }
+            if depth + 1 > MAX_DEPTH {
+                return Err(DecodeError::OtherString(format!(
+                    "value nested deeper than MAX_DEPTH ({MAX_DEPTH})"
+                )));
+            }
+            let bytes = len
+                .checked_mul(kind.width())
+                .ok_or(DecodeError::OutsideUsizeRange(len as u64))?;
+            let data = decode_raw(decoder, bytes)?;
+            Value::Packed(
+                Packed::from_le(kind, &data)
+                    .ok_or(DecodeError::Other("a bool that is neither 0 nor 1"))?,
+            )
+        }
         unknown => {
             return Err(DecodeError::UnexpectedVariant {
                 type_name: "fluxio_core::value::Value",
-                allowed: &AllowedEnumVariants::Range {
-                    min: tag::UNIT as u32,
-                    max: tag::ENUM as u32,
+                allowed: if packed {
+                    &AllowedEnumVariants::Range {
+                        min: tag::UNIT as u32,
+                        max: tag::PACKED_LAST as u32,
+                    }
+                } else {
+                    &AllowedEnumVariants::Range {
+                        min: tag::UNIT as u32,
+                        max: tag::ENUM as u32,
+                    }
                 },
                 found: u32::from(unknown),
             });
@@ -185,14 +177,21 @@ fn decode_value<D: Decoder>(decoder: &mut D, depth: usize) -> Result<Value, Deco
     })
 }
 
-/// Decodes a value written by the `Encode` implementation. Corrupt input gives
-/// a [`DecodeError`], never a panic: unknown tags are rejected, nesting deeper
+/// Decodes a value written by the `Encode` implementation (or by an older
+/// build: map entries may come in any order). Corrupt input gives a
+/// [`DecodeError`], never a panic: unknown tags are rejected, nesting deeper
 /// than [`MAX_DEPTH`] is rejected, duplicate map keys are rejected, and
 /// buffers only grow with input actually read.
 impl<Context> Decode<Context> for Value {
     fn decode<D: Decoder<Context = Context>>(decoder: &mut D) -> Result<Self, DecodeError> {
-        decode_value(decoder, 0)
+        decode_value(decoder, 0, true)
     }
+}
+
+/// A value of a format 1 or 2 checkpoint: tags 0 to 14 only (packed
+/// sequences came with format 3).
+pub(crate) fn decode_legacy<D: Decoder>(decoder: &mut D) -> Result<Value, DecodeError> {
+    decode_value(decoder, 0, false)
 }
 
 bincode::impl_borrow_decode!(Value);
@@ -208,7 +207,7 @@ mod tests {
     use crate::value::roundtrip::{
         Outer, Shape, decode, encode, every_kind, nested_some, sample_outer,
     };
-    use crate::value::{MAX_DEPTH, Value, enum_value, from_value, tag, to_value};
+    use crate::value::{MAX_DEPTH, Packed, Value, enum_value, from_value, tag, to_value};
 
     #[test]
     fn wire_format_is_pinned() {
@@ -228,18 +227,72 @@ mod tests {
         assert_eq!(encode(&enum_value("E", Value::Unit)), [14, 1, b'E', 0]);
         assert_eq!(encode(&Value::I128(1)), [4, 2]);
         assert_eq!(encode(&Value::U128(1)), [5, 1]);
+        // Packed sequences: the tag, the count, then fixed-width little
+        // endian elements.
+        assert_eq!(
+            encode(&Value::Packed(Packed::U8(vec![1, 2]))),
+            [15, 2, 1, 2]
+        );
+        assert_eq!(encode(&Value::Packed(Packed::I8(vec![-1]))), [16, 1, 0xff]);
+        assert_eq!(
+            encode(&Value::Packed(Packed::U16(vec![258]))),
+            [17, 1, 2, 1]
+        );
+        assert_eq!(
+            encode(&Value::Packed(Packed::I16(vec![-2]))),
+            [18, 1, 0xfe, 0xff]
+        );
+        assert_eq!(
+            encode(&Value::Packed(Packed::U32(vec![1]))),
+            [19, 1, 1, 0, 0, 0]
+        );
+        assert_eq!(
+            encode(&Value::Packed(Packed::I32(vec![-1]))),
+            [20, 1, 0xff, 0xff, 0xff, 0xff]
+        );
+        assert_eq!(
+            encode(&Value::Packed(Packed::U64(vec![1]))),
+            [21, 1, 1, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            encode(&Value::Packed(Packed::I64(vec![1]))),
+            [22, 1, 1, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            encode(&Value::Packed(Packed::F32(vec![1.0]))),
+            [23, 1, 0, 0, 0x80, 0x3f]
+        );
+        assert_eq!(
+            encode(&Value::Packed(Packed::F64(vec![1.0]))),
+            [24, 1, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f]
+        );
+        assert_eq!(
+            encode(&Value::Packed(Packed::Bool(vec![true, false]))),
+            [25, 2, 1, 0]
+        );
+        // Empty, it is an empty `Seq`.
+        assert_eq!(encode(&Value::Packed(Packed::U8(vec![]))), [12, 0]);
+        // Maps in the order of their encoded keys: "b" (8, 1, b) before
+        // "aa" (8, 2, a, a), the reverse of `Value`'s order.
+        let map: BTreeMap<Value, Value> = [
+            (Value::from("aa"), Value::Unit),
+            (Value::from("b"), Value::Unit),
+        ]
+        .into();
+        assert_eq!(
+            encode(&Value::Map(map)),
+            [13, 2, 8, 1, b'b', 0, 8, 2, b'a', b'a', 0]
+        );
     }
 
     #[test]
-    fn bincode_round_trip_of_every_kind_and_with_other_configs() {
+    fn bincode_round_trip_of_every_kind_and_within_a_limit() {
+        // `Encode` writes the wire format (bincode's `standard()` integers)
+        // whatever the configuration; `Decode` reads it with `standard()`.
         let value = every_kind();
         assert_eq!(decode(&encode(&value)).expect("decode"), value);
-
-        let legacy = config::legacy();
-        let bytes = bincode::encode_to_vec(&value, legacy).expect("encode legacy");
-        let (back, _): (Value, usize) =
-            bincode::decode_from_slice(&bytes, legacy).expect("decode legacy");
-        assert_eq!(back, value);
+        let legacy = bincode::encode_to_vec(&value, config::legacy()).expect("encode legacy");
+        assert_eq!(legacy, encode(&value));
 
         let limited = config::standard().with_limit::<4096>();
         let (back, _): (Value, usize) =
@@ -322,7 +375,7 @@ mod tests {
 
     #[test]
     fn unknown_tags_error() {
-        for bad in [15u8, 99, 200, 255] {
+        for bad in [26u8, 99, 200, 255] {
             let err = decode(&[bad]).expect_err("unknown tag");
             let text = err.to_string();
             assert!(text.contains(&bad.to_string()), "{text}");

@@ -13,18 +13,20 @@ pub struct ValueError {
     /// Human-readable description of what went wrong (lowercase, e.g.
     /// `invalid type: string "x", expected u64`).
     pub message: String,
-    /// Set when [`to_value`](super::to_value) refused a sequence, map,
-    /// string or byte buffer too large for any checkpoint, so that
-    /// [`Context::set`](crate::Context::set) can report [`Error::ValueTooLarge`](crate::Error::ValueTooLarge).
-    pub(super) too_large: Option<TooLarge>,
+    /// Set when the writer refused a value past a limit, so that
+    /// [`Context::set`](crate::Context::set) can report
+    /// [`Error::ValueTooLarge`](crate::Error::ValueTooLarge) or
+    /// [`Error::ValueTooDeep`](crate::Error::ValueTooDeep).
+    pub(super) refusal: Option<Refusal>,
 }
 
-/// A container [`to_value`](super::to_value) refused: its length and the
-/// most it may hold.
+/// A limit the writer stopped at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct TooLarge {
-    pub(super) size: u64,
-    pub(super) limit: u64,
+pub(crate) enum Refusal {
+    /// The bytes written (with the key's), once past `limit`.
+    TooLarge { size: u64, limit: u64 },
+    /// Nested deeper than [`MAX_DEPTH`](super::MAX_DEPTH).
+    TooDeep,
 }
 
 impl ValueError {
@@ -32,19 +34,24 @@ impl ValueError {
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
-            too_large: None,
+            refusal: None,
         }
     }
 
-    pub(super) fn too_large(what: &str, unit: &str, size: usize, limit: u64) -> Self {
-        Self {
-            message: format!(
-                "{what} of {size} {unit} is larger than a checkpoint can hold (at most {limit})"
+    pub(super) fn refused(refusal: Refusal) -> Self {
+        let message = match refusal {
+            Refusal::TooLarge { size, limit } => format!(
+                "the value takes more than a checkpoint can hold \
+                 ({size} bytes encoded so far, at most {limit})"
             ),
-            too_large: Some(TooLarge {
-                size: size as u64,
-                limit,
-            }),
+            Refusal::TooDeep => format!(
+                "the value is nested deeper than MAX_DEPTH ({})",
+                super::MAX_DEPTH
+            ),
+        };
+        Self {
+            message,
+            refusal: Some(refusal),
         }
     }
 

@@ -1,103 +1,155 @@
-//! A self-describing value tree for the pipeline context.
+//! Context values: their self-describing wire format, the [`Value`] tree
+//! that describes one without its Rust type, and the limits.
 //!
-//! The context stores values of arbitrary serde types. Checkpoints are encoded
-//! with bincode 2, which cannot decode self-describing data (it has no
-//! `deserialize_any`), so the context keeps every entry as a [`Value`]:
+//! A [`Context`](crate::Context) keeps every value as its encoding, the
+//! bytes a checkpoint stores:
 //!
-//! * on write, a user value is converted once with [`to_value`] (a hand-written
-//!   [`serde::Serializer`] producing a [`Value`]);
-//! * on read, it is converted back with [`from_value`] (a borrowing
-//!   [`serde::Deserializer`] implemented for `&Value`);
-//! * [`Value`] itself is persisted with bincode's *native* [`bincode::Encode`] /
-//!   [`bincode::Decode`] traits: one tag byte per variant followed by bincode's
-//!   own encoding of the payload.
+//! * on write ([`Context::set`](crate::Context::set)), a serde type is
+//!   serialized straight into bytes by a byte-writing
+//!   [`serde::Serializer`]; no [`Value`] is built, and the limits below are
+//!   enforced while writing;
+//! * on read ([`Context::get`](crate::Context::get)), it is deserialized
+//!   straight from the bytes by a self-describing [`serde::Deserializer`]
+//!   (`deserialize_any` works, so untagged and internally tagged enums and
+//!   flattened structs read back);
+//! * a [`Value`] is built only when one is asked for
+//!   ([`Context::value`](crate::Context::value), `iter`, a diff), and then
+//!   kept beside the bytes: values nobody inspects cost their encoded size.
+//!   [`to_value`] and [`from_value`] convert between serde types and
+//!   [`Value`]s the same way.
 //!
-//! The round trip `T -> Value -> bytes -> Value -> T` is lossless for every type
-//! of the serde data model (128-bit integers, `-0.0` and NaN payloads,
-//! `Option<Option<T>>`, byte buffers, maps with non-string keys, all enum
-//! variant kinds...). Decoding untrusted or corrupt bytes never panics: the
-//! nesting depth is bounded by [`MAX_DEPTH`], unknown tags are rejected and
-//! buffers grow with the input actually read rather than with the lengths the
-//! input claims.
+//! The round trip is lossless for every type of the serde data model
+//! (128-bit integers, `-0.0` and NaN payloads, `f32`s in sequences kept as
+//! `f32`s, `Option<Option<T>>`, byte buffers, maps with non-string keys, all
+//! enum variant kinds...). Decoding untrusted or corrupt bytes never panics:
+//! the nesting depth is bounded by [`MAX_DEPTH`], unknown tags are rejected
+//! and lengths are never trusted beyond the bytes present.
 //!
 //! ## Wire format
+//!
+//! One tag byte, then the payload. Integers are bincode 2's `standard()`
+//! varints (a value below 251 is one byte; 251, 252, 253 and 254 announce a
+//! little-endian `u16`, `u32`, `u64` and `u128`), signed ones zigzagged;
+//! a length is such a varint; strings are a length and UTF-8 bytes.
 //!
 //! | tag | variant  | payload                                   |
 //! |-----|----------|-------------------------------------------|
 //! | 0   | `Unit`   | —                                         |
-//! | 1   | `Bool`   | `bool`                                    |
-//! | 2   | `I64`    | `i64`                                     |
-//! | 3   | `U64`    | `u64`                                     |
-//! | 4   | `I128`   | `i128`                                    |
-//! | 5   | `U128`   | `u128`                                    |
-//! | 6   | `F64`    | `f64` (raw IEEE-754 bits)                 |
-//! | 7   | `Char`   | `char`                                    |
-//! | 8   | `String` | `String` (length + UTF-8 bytes)           |
-//! | 9   | `Bytes`  | `Vec<u8>` (length + bytes)                |
+//! | 1   | `Bool`   | one byte, 0 or 1                          |
+//! | 2   | `I64`    | zigzag varint                             |
+//! | 3   | `U64`    | varint                                    |
+//! | 4   | `I128`   | zigzag varint (128-bit)                   |
+//! | 5   | `U128`   | varint (128-bit)                          |
+//! | 6   | `F64`    | 8 bytes, the raw IEEE-754 bits, LE        |
+//! | 7   | `Char`   | its UTF-8 bytes (1 to 4)                  |
+//! | 8   | `String` | length + UTF-8 bytes                      |
+//! | 9   | `Bytes`  | length + bytes                            |
 //! | 10  | `None`   | —                                         |
 //! | 11  | `Some`   | a value                                   |
-//! | 12  | `Seq`    | length (`u64`) + values                   |
-//! | 13  | `Map`    | length (`u64`) + key/value pairs, sorted  |
-//! | 14  | `Enum`   | variant name (`String`) + a value         |
+//! | 12  | `Seq`    | count + values                            |
+//! | 13  | `Map`    | count + key/value pairs, in canonical order |
+//! | 14  | `Enum`   | variant name (a string) + a value         |
+//! | 15 to 25 | `Packed` | count (at least 1) + the elements, fixed width, little endian: 15 `u8`, 16 `i8`, 17 `u16`, 18 `i16`, 19 `u32`, 20 `i32`, 21 `u64`, 22 `i64`, 23 `f32`, 24 `f64` (raw bits), 25 `bool` (one byte, 0 or 1) |
 //!
-//! Integer encodings and endianness follow the bincode configuration in use.
-//! The tags are part of the checkpoint format and must never be renumbered.
+//! The tags are part of the checkpoint format and are never renumbered
+//! (tags 0 to 14 are those of checkpoint formats 1 and 2; 15 to 25 came with
+//! format 3). The encoding is **canonical**: one value has one encoding, so
+//! equal values have equal bytes, which context equality, diffs, cache keys
+//! and the golden files rely on:
+//!
+//! * varints take their shortest form;
+//! * a map's (and a struct's) entries are written in increasing order of
+//!   their keys' encoded bytes (a shorter key first when one is a prefix of
+//!   the other), each key once; serializing a map that yields one key twice
+//!   keeps the last value;
+//! * a sequence whose elements are all one of the eleven primitives is
+//!   packed, with that primitive's tag: the writer starts packing at the
+//!   first element and falls back to `Seq` at the first element of another
+//!   type (a tuple `(1u8, 2u16)` is a `Seq`); newtype structs are
+//!   transparent (`Vec<Meters(u32)>` is packed `u32`); an empty sequence is
+//!   always an empty `Seq`. A [`Value::Seq`] stays a `Seq` when written, a
+//!   [`Value::Packed`] packed, so a [`Value`] reads back as itself;
+//! * outside a packed sequence, `f32` is widened to `F64` (exactly), and
+//!   narrower integers to `I64`/`U64`.
+//!
+//! A checkpoint's decoder checks all of this (tags, UTF-8, chars, bools,
+//! shortest varints, key order, non-empty packed sequences, depth) without
+//! building a value, then copies the bytes as they are.
 //!
 //! ## Limits
 //!
-//! A checkpoint must be readable by the decoder that reads it back, so a
-//! context value must stay within what that decoder accepts:
+//! A checkpoint must be readable by the decoder that reads it back, and the
+//! writer and the decoder enforce the same limits:
 //!
-//! * **depth**: at most [`MAX_DEPTH`] (128) levels of `Some`, sequences, maps
-//!   and enums (a struct is a map, so a field of a struct is one level down);
-//! * **size**: the decoder reads at most
-//!   [`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD) (1 GiB) per checkpoint, and it
-//!   budgets what it builds, not just the bytes it reads: every element of a
-//!   sequence costs `size_of::<Value>()` (32) bytes of that budget, every map
-//!   entry twice that, a string or byte buffer its length plus 8, an integer
-//!   its width. So a `Vec<u8>` (a sequence, one `Value` per byte) holds at most
-//!   about 2<sup>25</sup> elements (32 MiB); store large binary data with
-//!   `serde_bytes` (one byte per byte), or outside the context.
+//! * **depth**: at most [`MAX_DEPTH`] (128) levels of `Some`, sequences
+//!   (packed ones included), maps and enums (a struct is a map, so a field of
+//!   a struct is one level down);
+//! * **size**: a key and its value's encoding take at most
+//!   [`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD) (1 GiB), and a whole
+//!   checkpoint's payload too. A value costs its encoded size, about its
+//!   data's: a plain `Vec<u8>` one byte per byte (like `serde_bytes`), a
+//!   `Vec<f32>` four bytes per element, a string its length plus a byte or
+//!   few, a struct its fields plus their names.
 //!
 //! [`Context::set`](crate::Context::set) (and [`ctx!`](crate::ctx),
-//! [`Context::update`](crate::Context::update)) refuse a value past either
-//! limit with [`Error::ValueTooDeep`](crate::Error::ValueTooDeep) or
-//! [`Error::ValueTooLarge`](crate::Error::ValueTooLarge), naming the
-//! key, on every store alike; [`to_context_value`] and
-//! [`check_context_value`] are the same checks for other callers.
-//! [`Checkpoint::to_bytes`](crate::store::Checkpoint::to_bytes) checks the
-//! whole checkpoint the same way, so a checkpoint it encodes always decodes.
+//! [`Context::update`](crate::Context::update), `Route::with`, a stream
+//! stage's result) refuse a value past either limit as soon as the writer
+//! reaches it (a sequence, string or byte buffer of known length before any
+//! of it is copied), with [`Error::ValueTooDeep`](crate::Error::ValueTooDeep)
+//! or [`Error::ValueTooLarge`](crate::Error::ValueTooLarge) naming the key,
+//! on every store alike; [`to_context_value`] and [`check_context_value`]
+//! are the same checks for other callers. A [`Value`] given to
+//! [`Context::set_value`](crate::Context::set_value) is not checked there;
+//! [`Checkpoint::to_bytes`](crate::store::Checkpoint::to_bytes) checks every
+//! entry (in O(keys): each entry knows its size and depth) and the whole
+//! payload before writing, so a checkpoint it encodes always decodes.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 // One file per idea: this one holds the `Value` tree with its equality,
-// ordering, hashing and `From` conversions; `display` its rendering for
-// humans; `ser` serde types into values (`to_value`, and `Serialize` for
-// `Value`); `de` values into serde types (`from_value`, `Deserialize` for
-// `Value`, `OwnedValue`); `encode` the bincode wire format; `footprint` the
-// limits a checkpoint's decoder sets; `error` `ValueError`; `roundtrip`
+// ordering, hashing and `From` conversions, and the module docs with the
+// wire format and the limits; `packed` the packed sequences; `wire` the
+// integer and string encodings and the bounds-checked cursor; `ser` the
+// writer (serde types and values into bytes, `to_value`, `Serialize` for
+// `Value`); `fast` its slice fast path (the crate's one `unsafe`); `read`
+// bytes into serde types; `decode` bytes into values, and the canonical
+// check a checkpoint's decoder runs; `de` values into serde types
+// (`from_value`, `Deserialize` for `Value`); `encoded` how a context holds a
+// value; `limits` the public checks; `encode` bincode's `Encode`/`Decode`
+// for `Value` and the decoder of format 1 and 2 checkpoints' values;
+// `display` the rendering for humans; `error` `ValueError`; `roundtrip`
 // (tests) the round trips through all of them.
 mod de;
+mod decode;
 mod display;
 mod encode;
+mod encoded;
 mod error;
-mod footprint;
+mod fast;
+mod limits;
+mod packed;
+mod read;
 #[cfg(test)]
 mod roundtrip;
 mod ser;
+mod wire;
 
-pub(crate) use de::OwnedValue;
 pub use de::from_value;
-pub(crate) use encode::decode_string;
+pub(crate) use decode::validate;
+pub(crate) use encode::{decode_legacy, decode_string};
+pub(crate) use encoded::{EncodedValue, check_entry, encode_entry};
 pub use error::ValueError;
-pub(crate) use footprint::{Footprint, entry_footprint};
-pub use footprint::{check_context_value, to_context_value};
+pub use limits::{check_context_value, to_context_value};
+pub use packed::Packed;
+pub(crate) use read::{Encoded, from_encoded};
 pub use ser::to_value;
+pub(crate) use wire::{Cursor, WireError, varint_len};
 
-/// Maximum nesting depth of a [`Value`] accepted by the bincode encoder and
-/// decoder, and by [`Context::set`](crate::Context::set).
+/// Maximum nesting depth of a context value: what
+/// [`Context::set`](crate::Context::set) accepts, a checkpoint's encoder
+/// writes and its decoder reads.
 ///
 /// The root value is at depth 0 and every `Some`, `Seq`, `Map` or `Enum`
 /// increases the depth of its children by one; a value nested deeper than
@@ -107,7 +159,8 @@ pub use ser::to_value;
 pub const MAX_DEPTH: usize = 128;
 
 /// Upper bound on capacities pre-allocated from lengths read from untrusted
-/// input; containers grow beyond it only as elements are actually decoded.
+/// input by the bincode decoder; containers grow beyond it only as elements
+/// are actually decoded.
 const PREALLOC_LIMIT: usize = 256;
 
 /// Wire tags, one per variant, in declaration order (also the order used by
@@ -128,9 +181,14 @@ mod tag {
     pub(super) const SEQ: u8 = 12;
     pub(super) const MAP: u8 = 13;
     pub(super) const ENUM: u8 = 14;
+    /// The first packed tag: `PACKED_BASE + kind` for the eleven kinds
+    /// (`packed::Kind`), 15 (`u8`) to 25 (`bool`).
+    pub(super) const PACKED_BASE: u8 = 15;
+    pub(super) const PACKED_LAST: u8 = 25;
 }
 
-/// A value of the serde data model, as stored in the pipeline context.
+/// A value of the serde data model, as a context's value reads without its
+/// Rust type (see the [module documentation](self)).
 ///
 /// Equality, ordering and hashing are structural and total: different
 /// variants never compare equal (`I64(1) != U64(1)`), and floats are compared
@@ -151,7 +209,8 @@ pub enum Value {
     I128(i128),
     /// A 128-bit unsigned integer.
     U128(u128),
-    /// A float; `f32` is widened losslessly.
+    /// A float; `f32` is widened losslessly (except in a
+    /// [`Value::Packed`] sequence of `f32`s).
     F64(f64),
     /// A character.
     Char(char),
@@ -163,7 +222,8 @@ pub enum Value {
     None,
     /// `Option::Some`; nesting keeps `Option<Option<T>>` exact.
     Some(Box<Value>),
-    /// Sequences, tuples and tuple structs.
+    /// Sequences, tuples and tuple structs (those whose elements are all one
+    /// primitive type are [`Value::Packed`]).
     Seq(Vec<Value>),
     /// Maps (with keys of any type) and structs (keys are
     /// `Value::String(field_name)`).
@@ -173,15 +233,20 @@ pub enum Value {
         /// The variant name.
         variant: String,
         /// `Unit` for unit variants, the inner value for newtype variants,
-        /// `Seq` for tuple variants and `Map` for struct variants.
+        /// `Seq` (or `Packed`) for tuple variants and `Map` for struct
+        /// variants.
         value: Box<Value>,
     },
+    /// A non-empty sequence whose elements are all one primitive type (a
+    /// `Vec<u8>`, a `Vec<f32>`, a `[u64; 4]`...), kept as a vector of it.
+    Packed(Packed),
 }
 
 impl Value {
     /// A short name of the variant, for error messages: `"unit"`, `"bool"`,
     /// `"i64"`, `"u64"`, `"i128"`, `"u128"`, `"f64"`, `"char"`, `"string"`,
-    /// `"bytes"`, `"none"`, `"some"`, `"seq"`, `"map"` or `"enum"`.
+    /// `"bytes"`, `"none"`, `"some"`, `"seq"` (also for a packed
+    /// sequence), `"map"` or `"enum"`.
     pub fn kind(&self) -> &'static str {
         match self {
             Value::Unit => "unit",
@@ -199,6 +264,7 @@ impl Value {
             Value::Seq(_) => "seq",
             Value::Map(_) => "map",
             Value::Enum { .. } => "enum",
+            Value::Packed(_) => "seq",
         }
     }
 
@@ -220,6 +286,7 @@ impl Value {
             Value::Seq(_) => tag::SEQ,
             Value::Map(_) => tag::MAP,
             Value::Enum { .. } => tag::ENUM,
+            Value::Packed(p) => p.kind().tag(),
         }
     }
 }
@@ -254,6 +321,7 @@ impl Ord for Value {
                     value: xb,
                 },
             ) => va.cmp(vb).then_with(|| xa.cmp(xb)),
+            (Value::Packed(a), Value::Packed(b)) => a.cmp(b),
             _ => self.tag().cmp(&other.tag()),
         }
     }
@@ -294,6 +362,7 @@ impl Hash for Value {
                 variant.hash(state);
                 value.hash(state);
             }
+            Value::Packed(p) => p.hash(state),
         }
     }
 }
@@ -339,6 +408,7 @@ impl From<&str> for Value {
 }
 
 /// `Value::Enum { variant, value }`.
+#[cfg(test)]
 fn enum_value(variant: &str, value: Value) -> Value {
     Value::Enum {
         variant: variant.to_owned(),
@@ -364,7 +434,7 @@ mod tests {
             kinds,
             [
                 "unit", "bool", "i64", "u64", "u128", "f64", "f64", "char", "string", "bytes",
-                "none", "some", "map", "enum", "enum", "enum", "enum"
+                "none", "some", "map", "enum", "enum", "enum", "enum", "seq"
             ]
         );
         assert_eq!(Value::I128(0).kind(), "i128");

@@ -9,7 +9,9 @@ use bincode::error::DecodeError;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::{Value, enum_value, from_value, to_value};
+use super::{
+    Cursor, Packed, Value, encode_entry, enum_value, from_encoded, from_value, to_value, validate,
+};
 
 pub(super) fn encode(value: &Value) -> Vec<u8> {
     bincode::encode_to_vec(value, config::standard()).expect("encode")
@@ -21,13 +23,51 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
     Ok(value)
 }
 
-/// T -> Value -> bytes -> Value -> T.
+/// Every path, checked against the others:
+/// - the context's: `T` -> bytes (the writer) -> `T` (the reader), the bytes
+///   canonical (`validate`) and decodable into `to_value(input)`;
+/// - the `Value`'s: `T -> Value -> bytes -> Value -> T`, the `Value`
+///   encoding to the same bytes as `T` did;
+/// - a `Value` read from the bytes through serde is the decoded one.
+///
+/// Returns the context path's `T`.
 pub(super) fn roundtrip<T: Serialize + DeserializeOwned>(input: &T) -> T {
     let value = to_value(input).expect("to_value");
     let bytes = encode(&value);
     let decoded = decode(&bytes).expect("decode");
     assert_eq!(decoded, value, "bincode round trip changed the value");
-    from_value(&decoded).expect("from_value")
+    let via_value: T = from_value(&decoded).expect("from_value");
+
+    let entry = encode_entry("k", input).expect("the writer");
+    assert_eq!(
+        entry.bytes(),
+        &bytes[..],
+        "the writer and the Value encode alike"
+    );
+    let mut cursor = Cursor::new(entry.bytes());
+    validate(&mut cursor).expect("canonical");
+    assert_eq!(cursor.remaining(), 0);
+    assert_eq!(
+        entry.value(),
+        &value,
+        "the bytes decode to to_value's value"
+    );
+    let as_value: Value = from_encoded(entry.bytes()).expect("a Value through serde");
+    assert_eq!(as_value, value, "Value::deserialize from the bytes");
+    let via_bytes: T = from_encoded(entry.bytes()).expect("from_encoded");
+    let again = encode_entry("k", &via_bytes).expect("re-encodes");
+    assert_eq!(
+        again.bytes(),
+        entry.bytes(),
+        "the byte path changed the value"
+    );
+    let again = encode_entry("k", &via_value).expect("re-encodes");
+    assert_eq!(
+        again.bytes(),
+        entry.bytes(),
+        "the Value path changed the value"
+    );
+    via_bytes
 }
 
 pub(super) fn assert_roundtrip<T: Serialize + DeserializeOwned + PartialEq + Debug>(input: T) {
@@ -79,6 +119,7 @@ pub(super) enum Shape {
     Poly { sides: u32, label: Option<String> },
     UnitInside(()),
     NoFields(),
+    Pair(i16, i16),
 }
 
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -175,6 +216,21 @@ fn f32_round_trip_keeps_bits() {
         assert_eq!(back.to_bits(), x.to_bits(), "bits of {x:?}");
     }
     assert_eq!(to_value(&0.1f32), Ok(Value::F64(f64::from(0.1f32))));
+    // In a sequence, f32s stay f32s.
+    let all = vec![
+        1.25f32,
+        -0.0,
+        f32::NAN,
+        f32::from_bits(0x7fc0_1234),
+        f32::MIN_POSITIVE,
+    ];
+    let back: Vec<f32> = roundtrip(&all);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&back), bits(&all));
+    assert_eq!(
+        to_value(&all[..1]),
+        Ok(Value::Packed(Packed::F32(vec![1.25])))
+    );
 }
 
 #[test]
@@ -229,11 +285,21 @@ fn bytes_round_trip_as_bytes() {
 fn sequences_and_tuples_round_trip() {
     assert_roundtrip(vec![1u32, 2, 3, u32::MAX]);
     assert_roundtrip(Vec::<u32>::new());
-    assert_roundtrip(vec![0u8, 255]); // plain Vec<u8> is a sequence
+    assert_roundtrip(vec![0u8, 255]); // plain Vec<u8> is a packed sequence
     assert_eq!(
         to_value(&vec![0u8, 255]),
-        Ok(Value::Seq(vec![Value::U64(0), Value::U64(255)]))
+        Ok(Value::Packed(Packed::U8(vec![0, 255])))
     );
+    assert_eq!(
+        to_value(&[1u32, 2]),
+        Ok(Value::Packed(Packed::U32(vec![1, 2])))
+    );
+    // A sequence of mixed types is generic, however it starts.
+    assert_eq!(
+        to_value(&(1u8, 2u16)),
+        Ok(Value::Seq(vec![Value::U64(1), Value::U64(2)]))
+    );
+    assert_eq!(to_value(&Vec::<u8>::new()), Ok(Value::Seq(vec![])));
     assert_roundtrip((1u8, "two".to_owned(), false, 4.5f64));
     assert_roundtrip(((1i32, -1i64), [7u16; 3], ('c', ())));
     assert_roundtrip(vec![vec![Some(1u8), None], vec![]]);
@@ -308,6 +374,7 @@ fn enums_round_trip_all_variant_kinds() {
         },
         Shape::UnitInside(()),
         Shape::NoFields(),
+        Shape::Pair(-1, i16::MAX),
     ];
     for shape in &all {
         assert_roundtrip(shape.clone());
@@ -327,6 +394,10 @@ fn enums_round_trip_all_variant_kinds() {
             "Rect",
             Value::Seq(vec![Value::I64(-2), Value::from("r")])
         ))
+    );
+    assert_eq!(
+        to_value(&Shape::Pair(3, 4)),
+        Ok(enum_value("Pair", Value::Packed(Packed::I16(vec![3, 4]))))
     );
     let fields: BTreeMap<Value, Value> = [
         (Value::from("sides"), Value::U64(5)),
@@ -468,6 +539,7 @@ pub(super) fn every_kind() -> Value {
         enum_value("Newtype", enum_value("Nested", Value::U64(1))),
         enum_value("Tuple", Value::Seq(vec![Value::Unit])),
         enum_value("Struct", Value::Map(BTreeMap::new())),
+        Value::Packed(Packed::F32(vec![0.5, f32::NAN])),
     ])
 }
 
@@ -486,4 +558,64 @@ fn value_serde_is_identity() {
         v: value.clone(),
         list: vec![value, Value::None],
     });
+}
+
+/// Deterministic pseudo-random values of every kind (packed sequences of
+/// every element type included), nested up to `depth`.
+pub(super) fn arbitrary(seed: &mut u64, depth: usize) -> Value {
+    let mut next = || {
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        *seed >> 33
+    };
+    let pick = next() % if depth == 0 { 12 } else { 16 };
+    let small = next() % 300;
+    let big = next() << 40 | next();
+    let n = (small % 7) as usize;
+    match pick {
+        0 => Value::Unit,
+        1 => Value::Bool(small % 2 == 0),
+        2 => Value::I64(if small % 2 == 0 {
+            -(big as i64)
+        } else {
+            small as i64
+        }),
+        3 => Value::U64(if small % 3 == 0 { big } else { small }),
+        4 => Value::I128(-(i128::from(big) << (small % 70))),
+        5 => Value::U128(u128::from(big) << (small % 70)),
+        6 => Value::F64(if small % 5 == 0 {
+            f64::from_bits(big)
+        } else {
+            small as f64 / 7.0
+        }),
+        7 => Value::Char(char::from_u32(small as u32 * 97).unwrap_or('x')),
+        8 => Value::String("ü".repeat(small as usize % 40)),
+        9 => Value::Bytes(vec![1; small as usize]),
+        10 => Value::None,
+        11 => Value::Packed(match small % 11 {
+            0 => Packed::U8(vec![big as u8; n + 1]),
+            1 => Packed::I8(vec![big as i8; n + 1]),
+            2 => Packed::U16(vec![big as u16; n + 1]),
+            3 => Packed::I16(vec![big as i16; n + 1]),
+            4 => Packed::U32(vec![big as u32; n + 1]),
+            5 => Packed::I32(vec![big as i32; n + 1]),
+            6 => Packed::U64(vec![big; n + 1]),
+            7 => Packed::I64(vec![-(big as i64); n + 1]),
+            8 => Packed::F32(vec![f32::from_bits(big as u32); n + 1]),
+            9 => Packed::F64(vec![f64::from_bits(big); n + 1]),
+            _ => Packed::Bool(vec![big % 2 == 0; n + 1]),
+        }),
+        12 => Value::Some(Box::new(arbitrary(seed, depth - 1))),
+        13 => Value::Seq((0..small % 6).map(|_| arbitrary(seed, depth - 1)).collect()),
+        14 => Value::Map(
+            (0..small % 5)
+                .map(|_| (arbitrary(seed, 0), arbitrary(seed, depth - 1)))
+                .collect(),
+        ),
+        _ => Value::Enum {
+            variant: "variant".repeat(small as usize % 3),
+            value: Box::new(arbitrary(seed, depth - 1)),
+        },
+    }
 }

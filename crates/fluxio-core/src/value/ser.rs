@@ -1,154 +1,696 @@
-//! Serde types into [`Value`]s: [`to_value`] and its serializer, and
-//! `Serialize` for `Value` itself.
+//! Serde types straight into the wire format: [`Writer`], the byte-writing
+//! `serde::Serializer` behind [`Context::set`](crate::Context::set) (no
+//! [`Value`] is built), the same writer for a [`Value`], and `Serialize` for
+//! `Value` itself.
+//!
+//! The writer enforces the limits while it writes: a value nested past
+//! [`MAX_DEPTH`] or growing past its byte budget stops the write at once.
 
-use std::collections::BTreeMap;
+use serde::ser::{self, Impossible, Serialize};
 
-use serde::ser::{self, Serialize, SerializeMap as _};
+use super::error::Refusal;
+use super::packed::{Kind, Packed};
+use super::wire::{
+    put_str, put_varint, put_varint128, varint_len, varint128_len, zigzag, zigzag128,
+};
+use super::{Value, ValueError, fast, tag};
 
-use super::footprint::{MAP_SLOT, SEQ_SLOT, check_len};
-use super::{PREALLOC_LIMIT, Value, ValueError, enum_value};
+/// Private newtype-struct name with which `impl Serialize for Value` marks a
+/// [`Value`]: the [`Writer`] writes the marked value exactly (a `Seq` stays a
+/// `Seq`, an `Enum` an `Enum`); every other serializer sees a transparent
+/// newtype around the value's natural serde form.
+pub(super) const VALUE_TOKEN: &str = "$fluxio_core::value::Value";
 
-/// Private newtype-struct name used by `impl Serialize for Value` so that
-/// [`to_value`] can rebuild a [`Value::Enum`] exactly. Every other serializer
-/// sees an ordinary (transparent) newtype struct wrapping a one-entry map.
-const ENUM_TOKEN: &str = "$fluxio_core::value::Enum";
-
-/// Converts any serializable value into a [`Value`].
-///
-/// Integers narrower than 64 bits are widened (`i8..i64` to `I64`, `u8..u64`
-/// to `U64`), `f32` to `F64`; newtype structs are transparent; structs become
-/// maps keyed by field name (fields skipped by serde are absent).
-///
-/// # Errors
-///
-/// Fails only if the type's `Serialize` implementation reports an error or
-/// misuses the serializer API (e.g. a map value without a key).
-pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, ValueError> {
-    value.serialize(ValueSerializer)
+/// Writes values in the wire format into a buffer, within a byte budget and
+/// (unless told otherwise) [`MAX_DEPTH`].
+#[derive(Debug)]
+pub(crate) struct Writer {
+    pub(crate) buf: Vec<u8>,
+    /// Bytes already spent outside `buf` (the key of a context entry).
+    base: u64,
+    /// The most `base + buf.len()` may reach.
+    limit: u64,
+    /// The deepest level allowed.
+    max_depth: usize,
+    /// The depth of the value written next (the root is 0).
+    depth: usize,
+    /// The deepest level written.
+    pub(crate) deepest: usize,
 }
 
-/// The serializer behind [`to_value`].
-struct ValueSerializer;
+/// What a writer that stopped says.
+type Result<T, E = ValueError> = std::result::Result<T, E>;
 
-/// Builder for sequences, tuples and tuple structs.
-struct SeqBuilder {
-    items: Vec<Value>,
+impl Writer {
+    /// A writer whose output may take `limit - base` bytes, nested at most
+    /// `max_depth` levels.
+    pub(crate) fn new(base: u64, limit: u64, max_depth: usize) -> Self {
+        Writer {
+            buf: Vec::new(),
+            base,
+            limit,
+            max_depth,
+            depth: 0,
+            deepest: 0,
+        }
+    }
+
+    /// Refuses `n` more bytes past the budget.
+    #[inline]
+    fn room(&self, n: usize) -> Result<()> {
+        let size = self.base + self.buf.len() as u64 + n as u64;
+        if size > self.limit {
+            return Err(ValueError::refused(Refusal::TooLarge {
+                size,
+                limit: self.limit,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Refuses a value at `depth` past the deepest level allowed.
+    #[inline]
+    fn at(&mut self, depth: usize) -> Result<()> {
+        if depth > self.max_depth {
+            return Err(ValueError::refused(Refusal::TooDeep));
+        }
+        self.deepest = self.deepest.max(depth);
+        Ok(())
+    }
+
+    #[inline]
+    fn head(&mut self, tag: u8, payload: usize) -> Result<()> {
+        self.at(self.depth)?;
+        self.room(1 + payload)?;
+        self.buf.push(tag);
+        Ok(())
+    }
+
+    fn str_value(&mut self, tag: u8, s: &[u8]) -> Result<()> {
+        self.head(tag, varint_len(s.len() as u64) + s.len())?;
+        self.buf.reserve(varint_len(s.len() as u64) + s.len());
+        put_str(&mut self.buf, s);
+        Ok(())
+    }
+
+    fn u64_value(&mut self, v: u64) -> Result<()> {
+        self.head(tag::U64, varint_len(v))?;
+        put_varint(&mut self.buf, v);
+        Ok(())
+    }
+
+    fn i64_value(&mut self, v: i64) -> Result<()> {
+        let v = zigzag(v);
+        self.head(tag::I64, varint_len(v))?;
+        put_varint(&mut self.buf, v);
+        Ok(())
+    }
+
+    fn f64_value(&mut self, v: f64) -> Result<()> {
+        self.head(tag::F64, 8)?;
+        self.buf.extend_from_slice(&v.to_bits().to_le_bytes());
+        Ok(())
+    }
+
+    /// Writes `value` one level down.
+    fn child<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
+        self.depth += 1;
+        let out = value.serialize(&mut *self);
+        self.depth -= 1;
+        out
+    }
+
+    /// Writes the tag of an enum variant and its name; its payload follows
+    /// one level down.
+    fn variant(&mut self, variant: &str) -> Result<()> {
+        self.str_value(tag::ENUM, variant.as_bytes())?;
+        self.at(self.depth + 1)
+    }
+
+    // ---- containers ----------------------------------------------------------
+
+    /// Starts a sequence or map at the current depth, `len` items long if
+    /// known, each at least `min` bytes: the tag and the count are written
+    /// by [`Writer::close`].
+    fn open(&mut self, len: Option<usize>, min: usize) -> Result<Frame> {
+        self.at(self.depth)?;
+        let reserved = varint_len(len.unwrap_or(0) as u64);
+        self.room(1 + reserved + len.unwrap_or(0).saturating_mul(min))?;
+        if len.is_some_and(|n| n > 0) {
+            self.at(self.depth + 1)?;
+        }
+        let start = self.buf.len();
+        self.buf.resize(start + 1 + reserved, 0);
+        Ok(Frame {
+            start,
+            data: start + 1 + reserved,
+            count: 0,
+        })
+    }
+
+    /// Writes the tag and the count of a container started by [`Writer::open`].
+    fn close(&mut self, frame: &Frame, tag: u8) -> Result<()> {
+        self.buf[frame.start] = tag;
+        let mut count = Vec::with_capacity(9);
+        put_varint(&mut count, frame.count as u64);
+        let reserved = frame.data - frame.start - 1;
+        if count.len() == reserved {
+            self.buf[frame.start + 1..frame.data].copy_from_slice(&count);
+        } else {
+            self.room(count.len().saturating_sub(reserved))?;
+            self.buf.splice(frame.start + 1..frame.data, count);
+        }
+        Ok(())
+    }
+
+    /// Writes a whole slice of primitives as one packed sequence (an empty
+    /// one as an empty `Seq`).
+    fn packed_slice<P: Primitive>(&mut self, items: &[P]) -> Result<()> {
+        if items.is_empty() {
+            self.head(tag::SEQ, 1)?;
+            self.buf.push(0);
+            return Ok(());
+        }
+        let bytes = items.len().saturating_mul(P::KIND.width());
+        self.head(P::KIND.tag(), varint_len(items.len() as u64) + bytes)?;
+        self.at(self.depth + 1)?;
+        self.buf.reserve(varint_len(items.len() as u64) + bytes);
+        put_varint(&mut self.buf, items.len() as u64);
+        P::put_all(items, &mut self.buf);
+        Ok(())
+    }
+
+    /// Tries the slice fast path for every primitive.
+    fn try_slice<I>(&mut self, iter: &I) -> Option<Result<()>> {
+        macro_rules! try_kinds {
+            ($($ty:ty),*) => {
+                $(if let Some(items) = fast::as_slice::<I, $ty>(iter) {
+                    return Some(self.packed_slice(items));
+                })*
+            };
+        }
+        try_kinds!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64, bool);
+        None
+    }
+
+    // ---- a Value, exactly ----------------------------------------------------
+
+    /// Writes `value` exactly: the encoding that decodes back to it.
+    pub(crate) fn value(&mut self, value: &Value) -> Result<()> {
+        match value {
+            Value::Unit => self.head(tag::UNIT, 0),
+            Value::None => self.head(tag::NONE, 0),
+            Value::Bool(v) => {
+                self.head(tag::BOOL, 1)?;
+                self.buf.push(u8::from(*v));
+                Ok(())
+            }
+            Value::I64(v) => self.i64_value(*v),
+            Value::U64(v) => self.u64_value(*v),
+            Value::I128(v) => {
+                let v = zigzag128(*v);
+                self.head(tag::I128, varint128_len(v))?;
+                put_varint128(&mut self.buf, v);
+                Ok(())
+            }
+            Value::U128(v) => {
+                self.head(tag::U128, varint128_len(*v))?;
+                put_varint128(&mut self.buf, *v);
+                Ok(())
+            }
+            Value::F64(v) => self.f64_value(*v),
+            Value::Char(c) => {
+                self.head(tag::CHAR, c.len_utf8())?;
+                let mut b = [0u8; 4];
+                self.buf.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+                Ok(())
+            }
+            Value::String(s) => self.str_value(tag::STRING, s.as_bytes()),
+            Value::Bytes(b) => self.str_value(tag::BYTES, b),
+            Value::Some(v) => {
+                self.head(tag::SOME, 0)?;
+                self.depth += 1;
+                let out = self.value(v);
+                self.depth -= 1;
+                out
+            }
+            Value::Seq(items) => {
+                let mut frame = self.open(Some(items.len()), 1)?;
+                self.depth += 1;
+                for item in items {
+                    self.value(item)?;
+                    frame.count += 1;
+                }
+                self.depth -= 1;
+                self.close(&frame, tag::SEQ)
+            }
+            Value::Map(map) => {
+                let mut entries = Entries::new(self.open(Some(map.len()), 2)?);
+                self.depth += 1;
+                for (k, v) in map {
+                    let key_start = self.buf.len();
+                    self.value(k)?;
+                    entries.key(&self.buf, key_start);
+                    self.value(v)?;
+                    entries.value(self.buf.len());
+                }
+                self.depth -= 1;
+                entries.finish(self)
+            }
+            Value::Enum { variant, value } => {
+                self.variant(variant)?;
+                self.depth += 1;
+                let out = self.value(value);
+                self.depth -= 1;
+                out
+            }
+            Value::Packed(p) => super::packed::with_vec!(p, v => self.packed_slice(v)),
+        }
+    }
 }
 
-/// Builder for tuple variants.
-struct TupleVariantBuilder {
-    variant: &'static str,
-    items: Vec<Value>,
+/// A container being written: where its tag goes, where its items start,
+/// and how many there are so far.
+#[derive(Debug)]
+struct Frame {
+    start: usize,
+    data: usize,
+    count: usize,
 }
 
-/// Builder for maps.
-struct MapBuilder {
-    map: BTreeMap<Value, Value>,
-    pending_key: Option<Value>,
+/// A map being written: its entries' places, to put them in the canonical
+/// order (by the bytes of their encoded keys) at the end.
+#[derive(Debug)]
+struct Entries {
+    frame: Frame,
+    /// `(key start, key end, entry end)` of every entry.
+    spans: Vec<(usize, usize, usize)>,
+    /// Whether the keys so far came in strictly increasing order.
+    sorted: bool,
+    /// The span of the key written last, waiting for its value.
+    key: Option<(usize, usize)>,
 }
 
-/// Builder for structs.
-struct StructBuilder {
-    map: BTreeMap<Value, Value>,
+impl Entries {
+    fn new(frame: Frame) -> Self {
+        Entries {
+            frame,
+            spans: Vec::new(),
+            sorted: true,
+            key: None,
+        }
+    }
+
+    /// A key was written from `start` to the end of `buf`.
+    fn key(&mut self, buf: &[u8], start: usize) {
+        let end = buf.len();
+        if let Some(&(ps, pe, _)) = self.spans.last() {
+            if buf[ps..pe] >= buf[start..end] {
+                self.sorted = false;
+            }
+        }
+        self.key = Some((start, end));
+    }
+
+    /// Its value was written, up to `end`.
+    fn value(&mut self, end: usize) {
+        if let Some((ks, ke)) = self.key.take() {
+            self.spans.push((ks, ke, end));
+            self.frame.count += 1;
+        }
+    }
+
+    /// Puts the entries in order (the last of equal keys wins) and writes the
+    /// map's tag and count.
+    fn finish(mut self, w: &mut Writer) -> Result<()> {
+        if !self.sorted {
+            let data = self.frame.data;
+            let region = w.buf.split_off(data);
+            let key = |&(ks, ke, _): &(usize, usize, usize)| &region[ks - data..ke - data];
+            self.spans.sort_by(|a, b| key(a).cmp(key(b)));
+            let mut kept: Vec<(usize, usize, usize)> = Vec::with_capacity(self.spans.len());
+            for span in self.spans {
+                match kept.last_mut() {
+                    Some(last) if key(last) == key(&span) => *last = span,
+                    _ => kept.push(span),
+                }
+            }
+            for &(ks, _, end) in &kept {
+                w.buf.extend_from_slice(&region[ks - data..end - data]);
+            }
+            self.frame.count = kept.len();
+        }
+        w.close(&self.frame, tag::MAP)
+    }
 }
 
-/// Builder for struct variants.
-struct StructVariantBuilder {
-    variant: &'static str,
-    map: BTreeMap<Value, Value>,
+// ---- primitives, and the probe that finds them ------------------------------
+
+/// One element of a packed sequence.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Prim {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+    Bool(bool),
 }
 
-impl ser::Serializer for ValueSerializer {
-    type Ok = Value;
+impl Prim {
+    fn kind(self) -> Kind {
+        match self {
+            Prim::U8(_) => Kind::U8,
+            Prim::I8(_) => Kind::I8,
+            Prim::U16(_) => Kind::U16,
+            Prim::I16(_) => Kind::I16,
+            Prim::U32(_) => Kind::U32,
+            Prim::I32(_) => Kind::I32,
+            Prim::U64(_) => Kind::U64,
+            Prim::I64(_) => Kind::I64,
+            Prim::F32(_) => Kind::F32,
+            Prim::F64(_) => Kind::F64,
+            Prim::Bool(_) => Kind::Bool,
+        }
+    }
+
+    /// Its little-endian bytes, as a packed element.
+    fn put(self, out: &mut Vec<u8>) {
+        match self {
+            Prim::U8(v) => out.push(v),
+            Prim::I8(v) => out.extend(v.to_le_bytes()),
+            Prim::U16(v) => out.extend(v.to_le_bytes()),
+            Prim::I16(v) => out.extend(v.to_le_bytes()),
+            Prim::U32(v) => out.extend(v.to_le_bytes()),
+            Prim::I32(v) => out.extend(v.to_le_bytes()),
+            Prim::U64(v) => out.extend(v.to_le_bytes()),
+            Prim::I64(v) => out.extend(v.to_le_bytes()),
+            Prim::F32(v) => out.extend(v.to_bits().to_le_bytes()),
+            Prim::F64(v) => out.extend(v.to_bits().to_le_bytes()),
+            Prim::Bool(v) => out.push(u8::from(v)),
+        }
+    }
+
+    /// Writes it as a value of its own, as a generic sequence holds it.
+    fn write_generic(self, w: &mut Writer) -> Result<()> {
+        match self {
+            Prim::U8(v) => w.u64_value(v.into()),
+            Prim::U16(v) => w.u64_value(v.into()),
+            Prim::U32(v) => w.u64_value(v.into()),
+            Prim::U64(v) => w.u64_value(v),
+            Prim::I8(v) => w.i64_value(v.into()),
+            Prim::I16(v) => w.i64_value(v.into()),
+            Prim::I32(v) => w.i64_value(v.into()),
+            Prim::I64(v) => w.i64_value(v),
+            Prim::F32(v) => w.f64_value(v.into()),
+            Prim::F64(v) => w.f64_value(v),
+            Prim::Bool(v) => {
+                w.head(tag::BOOL, 1)?;
+                w.buf.push(u8::from(v));
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A primitive a slice of which is written as one packed sequence.
+pub(crate) trait Primitive: Copy + 'static {
+    const KIND: Kind;
+    fn put_all(items: &[Self], out: &mut Vec<u8>);
+}
+
+macro_rules! primitive {
+    ($($ty:ty => $kind:ident, |$x:ident| $bytes:expr;)*) => {
+        $(impl Primitive for $ty {
+            const KIND: Kind = Kind::$kind;
+            fn put_all(items: &[Self], out: &mut Vec<u8>) {
+                // Sized first, then filled in fixed-width chunks: a loop the
+                // compiler turns into wide copies.
+                const W: usize = size_of::<$ty>();
+                let start = out.len();
+                out.resize(start + items.len() * W, 0);
+                for (chunk, &$x) in out[start..].chunks_exact_mut(W).zip(items) {
+                    chunk.copy_from_slice(&$bytes);
+                }
+            }
+        })*
+    };
+}
+
+primitive! {
+    i8 => I8, |x| x.to_le_bytes();
+    u16 => U16, |x| x.to_le_bytes();
+    i16 => I16, |x| x.to_le_bytes();
+    u32 => U32, |x| x.to_le_bytes();
+    i32 => I32, |x| x.to_le_bytes();
+    u64 => U64, |x| x.to_le_bytes();
+    i64 => I64, |x| x.to_le_bytes();
+    f32 => F32, |x| x.to_bits().to_le_bytes();
+    f64 => F64, |x| x.to_bits().to_le_bytes();
+    bool => Bool, |x| [u8::from(x)];
+}
+
+impl Primitive for u8 {
+    const KIND: Kind = Kind::U8;
+    fn put_all(items: &[Self], out: &mut Vec<u8>) {
+        out.extend_from_slice(items);
+    }
+}
+
+/// Not a primitive of a packed sequence.
+#[derive(Debug)]
+pub(crate) struct NotPrim;
+
+impl std::fmt::Display for NotPrim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not a packable primitive")
+    }
+}
+
+impl std::error::Error for NotPrim {}
+
+impl ser::Error for NotPrim {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        NotPrim
+    }
+}
+
+/// A serializer that only says which primitive a value is (newtype structs
+/// are transparent, as everywhere); anything else is [`NotPrim`].
+pub(crate) struct Probe;
+
+macro_rules! probe_prim {
+    ($($method:ident($ty:ty) => $variant:ident),*) => {
+        $(fn $method(self, v: $ty) -> Result<Prim, NotPrim> {
+            Ok(Prim::$variant(v))
+        })*
+    };
+}
+
+macro_rules! probe_not {
+    ($($method:ident($($arg:ty),*)),*) => {
+        $(fn $method(self, $(_: $arg),*) -> Result<Prim, NotPrim> {
+            Err(NotPrim)
+        })*
+    };
+}
+
+impl ser::Serializer for Probe {
+    type Ok = Prim;
+    type Error = NotPrim;
+    type SerializeSeq = Impossible<Prim, NotPrim>;
+    type SerializeTuple = Impossible<Prim, NotPrim>;
+    type SerializeTupleStruct = Impossible<Prim, NotPrim>;
+    type SerializeTupleVariant = Impossible<Prim, NotPrim>;
+    type SerializeMap = Impossible<Prim, NotPrim>;
+    type SerializeStruct = Impossible<Prim, NotPrim>;
+    type SerializeStructVariant = Impossible<Prim, NotPrim>;
+
+    probe_prim! {
+        serialize_bool(bool) => Bool, serialize_i8(i8) => I8, serialize_i16(i16) => I16,
+        serialize_i32(i32) => I32, serialize_i64(i64) => I64, serialize_u8(u8) => U8,
+        serialize_u16(u16) => U16, serialize_u32(u32) => U32, serialize_u64(u64) => U64,
+        serialize_f32(f32) => F32, serialize_f64(f64) => F64
+    }
+
+    probe_not! {
+        serialize_i128(i128), serialize_u128(u128), serialize_char(char), serialize_str(&str),
+        serialize_bytes(&[u8]), serialize_none(), serialize_unit(),
+        serialize_unit_struct(&'static str),
+        serialize_unit_variant(&'static str, u32, &'static str)
+    }
+
+    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<Prim, NotPrim> {
+        Err(NotPrim)
+    }
+
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        name: &'static str,
+        value: &T,
+    ) -> Result<Prim, NotPrim> {
+        if name == VALUE_TOKEN {
+            return Err(NotPrim);
+        }
+        value.serialize(self)
+    }
+
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &T,
+    ) -> Result<Prim, NotPrim> {
+        Err(NotPrim)
+    }
+
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotPrim> {
+        Err(NotPrim)
+    }
+
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotPrim> {
+        Err(NotPrim)
+    }
+
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, NotPrim> {
+        Err(NotPrim)
+    }
+
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, NotPrim> {
+        Err(NotPrim)
+    }
+
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotPrim> {
+        Err(NotPrim)
+    }
+
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, NotPrim> {
+        Err(NotPrim)
+    }
+
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, NotPrim> {
+        Err(NotPrim)
+    }
+
+    fn is_human_readable(&self) -> bool {
+        false
+    }
+}
+
+// ---- the serializer -----------------------------------------------------------
+
+impl<'w> ser::Serializer for &'w mut Writer {
+    type Ok = ();
     type Error = ValueError;
-    type SerializeSeq = SeqBuilder;
-    type SerializeTuple = SeqBuilder;
-    type SerializeTupleStruct = SeqBuilder;
-    type SerializeTupleVariant = TupleVariantBuilder;
-    type SerializeMap = MapBuilder;
-    type SerializeStruct = StructBuilder;
-    type SerializeStructVariant = StructVariantBuilder;
+    type SerializeSeq = SeqWriter<'w>;
+    type SerializeTuple = SeqWriter<'w>;
+    type SerializeTupleStruct = SeqWriter<'w>;
+    type SerializeTupleVariant = SeqWriter<'w>;
+    type SerializeMap = MapWriter<'w>;
+    type SerializeStruct = MapWriter<'w>;
+    type SerializeStructVariant = MapWriter<'w>;
 
-    fn serialize_bool(self, v: bool) -> Result<Value, ValueError> {
-        Ok(Value::Bool(v))
+    fn serialize_bool(self, v: bool) -> Result<()> {
+        Prim::Bool(v).write_generic(self)
     }
 
-    fn serialize_i8(self, v: i8) -> Result<Value, ValueError> {
-        Ok(Value::I64(v.into()))
+    fn serialize_i8(self, v: i8) -> Result<()> {
+        self.i64_value(v.into())
     }
 
-    fn serialize_i16(self, v: i16) -> Result<Value, ValueError> {
-        Ok(Value::I64(v.into()))
+    fn serialize_i16(self, v: i16) -> Result<()> {
+        self.i64_value(v.into())
     }
 
-    fn serialize_i32(self, v: i32) -> Result<Value, ValueError> {
-        Ok(Value::I64(v.into()))
+    fn serialize_i32(self, v: i32) -> Result<()> {
+        self.i64_value(v.into())
     }
 
-    fn serialize_i64(self, v: i64) -> Result<Value, ValueError> {
-        Ok(Value::I64(v))
+    fn serialize_i64(self, v: i64) -> Result<()> {
+        self.i64_value(v)
     }
 
-    fn serialize_i128(self, v: i128) -> Result<Value, ValueError> {
-        Ok(Value::I128(v))
+    fn serialize_i128(self, v: i128) -> Result<()> {
+        self.value(&Value::I128(v))
     }
 
-    fn serialize_u8(self, v: u8) -> Result<Value, ValueError> {
-        Ok(Value::U64(v.into()))
+    fn serialize_u8(self, v: u8) -> Result<()> {
+        self.u64_value(v.into())
     }
 
-    fn serialize_u16(self, v: u16) -> Result<Value, ValueError> {
-        Ok(Value::U64(v.into()))
+    fn serialize_u16(self, v: u16) -> Result<()> {
+        self.u64_value(v.into())
     }
 
-    fn serialize_u32(self, v: u32) -> Result<Value, ValueError> {
-        Ok(Value::U64(v.into()))
+    fn serialize_u32(self, v: u32) -> Result<()> {
+        self.u64_value(v.into())
     }
 
-    fn serialize_u64(self, v: u64) -> Result<Value, ValueError> {
-        Ok(Value::U64(v))
+    fn serialize_u64(self, v: u64) -> Result<()> {
+        self.u64_value(v)
     }
 
-    fn serialize_u128(self, v: u128) -> Result<Value, ValueError> {
-        Ok(Value::U128(v))
+    fn serialize_u128(self, v: u128) -> Result<()> {
+        self.value(&Value::U128(v))
     }
 
-    fn serialize_f32(self, v: f32) -> Result<Value, ValueError> {
-        Ok(Value::F64(v.into()))
+    fn serialize_f32(self, v: f32) -> Result<()> {
+        self.f64_value(v.into())
     }
 
-    fn serialize_f64(self, v: f64) -> Result<Value, ValueError> {
-        Ok(Value::F64(v))
+    fn serialize_f64(self, v: f64) -> Result<()> {
+        self.f64_value(v)
     }
 
-    fn serialize_char(self, v: char) -> Result<Value, ValueError> {
-        Ok(Value::Char(v))
+    fn serialize_char(self, v: char) -> Result<()> {
+        self.value(&Value::Char(v))
     }
 
-    fn serialize_str(self, v: &str) -> Result<Value, ValueError> {
-        check_len("a string", "bytes", v.len(), 1)?;
-        Ok(Value::String(v.to_owned()))
+    fn serialize_str(self, v: &str) -> Result<()> {
+        self.str_value(tag::STRING, v.as_bytes())
     }
 
-    fn serialize_bytes(self, v: &[u8]) -> Result<Value, ValueError> {
-        check_len("a byte buffer", "bytes", v.len(), 1)?;
-        Ok(Value::Bytes(v.to_vec()))
+    fn serialize_bytes(self, v: &[u8]) -> Result<()> {
+        self.str_value(tag::BYTES, v)
     }
 
-    fn serialize_none(self) -> Result<Value, ValueError> {
-        Ok(Value::None)
+    fn serialize_none(self) -> Result<()> {
+        self.head(tag::NONE, 0)
     }
 
-    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<Value, ValueError> {
-        Ok(Value::Some(Box::new(to_value(value)?)))
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<()> {
+        self.head(tag::SOME, 0)?;
+        self.child(value)
     }
 
-    fn serialize_unit(self) -> Result<Value, ValueError> {
-        Ok(Value::Unit)
+    fn serialize_unit(self) -> Result<()> {
+        self.head(tag::UNIT, 0)
     }
 
-    fn serialize_unit_struct(self, _name: &'static str) -> Result<Value, ValueError> {
-        Ok(Value::Unit)
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<()> {
+        self.head(tag::UNIT, 0)
     }
 
     fn serialize_unit_variant(
@@ -156,35 +698,24 @@ impl ser::Serializer for ValueSerializer {
         _name: &'static str,
         _variant_index: u32,
         variant: &'static str,
-    ) -> Result<Value, ValueError> {
-        Ok(enum_value(variant, Value::Unit))
+    ) -> Result<()> {
+        self.variant(variant)?;
+        self.room(1)?;
+        self.buf.push(tag::UNIT);
+        Ok(())
     }
 
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
         name: &'static str,
         value: &T,
-    ) -> Result<Value, ValueError> {
-        let inner = to_value(value)?;
-        if name != ENUM_TOKEN {
-            return Ok(inner);
+    ) -> Result<()> {
+        if name == VALUE_TOKEN {
+            if let Some(v) = downcast_value(value) {
+                return self.value(v);
+            }
         }
-        // Emitted by `impl Serialize for Value` for `Value::Enum`: the inner
-        // value is a one-entry map `{variant: value}`.
-        Ok(match inner {
-            Value::Map(mut map) if map.len() == 1 => match map.pop_first() {
-                Some((Value::String(variant), value)) => Value::Enum {
-                    variant,
-                    value: Box::new(value),
-                },
-                Some((key, value)) => {
-                    map.insert(key, value);
-                    Value::Map(map)
-                }
-                None => Value::Map(map),
-            },
-            other => other,
-        })
+        value.serialize(self)
     }
 
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -193,28 +724,26 @@ impl ser::Serializer for ValueSerializer {
         _variant_index: u32,
         variant: &'static str,
         value: &T,
-    ) -> Result<Value, ValueError> {
-        Ok(enum_value(variant, to_value(value)?))
+    ) -> Result<()> {
+        self.variant(variant)?;
+        self.child(value)
     }
 
-    fn serialize_seq(self, len: Option<usize>) -> Result<SeqBuilder, ValueError> {
-        if let Some(len) = len {
-            check_len("a sequence", "elements", len, SEQ_SLOT)?;
-        }
-        Ok(SeqBuilder {
-            items: Vec::with_capacity(len.unwrap_or(0).min(PREALLOC_LIMIT)),
+    fn serialize_seq(self, len: Option<usize>) -> Result<SeqWriter<'w>> {
+        let frame = self.open(len, 1)?;
+        Ok(SeqWriter {
+            w: self,
+            frame,
+            mode: SeqMode::Empty,
+            variant: false,
         })
     }
 
-    fn serialize_tuple(self, len: usize) -> Result<SeqBuilder, ValueError> {
+    fn serialize_tuple(self, len: usize) -> Result<SeqWriter<'w>> {
         self.serialize_seq(Some(len))
     }
 
-    fn serialize_tuple_struct(
-        self,
-        _name: &'static str,
-        len: usize,
-    ) -> Result<SeqBuilder, ValueError> {
+    fn serialize_tuple_struct(self, _name: &'static str, len: usize) -> Result<SeqWriter<'w>> {
         self.serialize_seq(Some(len))
     }
 
@@ -224,32 +753,29 @@ impl ser::Serializer for ValueSerializer {
         _variant_index: u32,
         variant: &'static str,
         len: usize,
-    ) -> Result<TupleVariantBuilder, ValueError> {
-        check_len("a sequence", "elements", len, SEQ_SLOT)?;
-        Ok(TupleVariantBuilder {
-            variant,
-            items: Vec::with_capacity(len.min(PREALLOC_LIMIT)),
+    ) -> Result<SeqWriter<'w>> {
+        self.variant(variant)?;
+        self.depth += 1;
+        let frame = self.open(Some(len), 1)?;
+        Ok(SeqWriter {
+            w: self,
+            frame,
+            mode: SeqMode::Empty,
+            variant: true,
         })
     }
 
-    fn serialize_map(self, len: Option<usize>) -> Result<MapBuilder, ValueError> {
-        if let Some(len) = len {
-            check_len("a map", "entries", len, MAP_SLOT)?;
-        }
-        Ok(MapBuilder {
-            map: BTreeMap::new(),
-            pending_key: None,
+    fn serialize_map(self, len: Option<usize>) -> Result<MapWriter<'w>> {
+        let entries = Entries::new(self.open(len, 2)?);
+        Ok(MapWriter {
+            w: self,
+            entries,
+            variant: false,
         })
     }
 
-    fn serialize_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<StructBuilder, ValueError> {
-        Ok(StructBuilder {
-            map: BTreeMap::new(),
-        })
+    fn serialize_struct(self, _name: &'static str, len: usize) -> Result<MapWriter<'w>> {
+        self.serialize_map(Some(len))
     }
 
     fn serialize_struct_variant(
@@ -257,12 +783,36 @@ impl ser::Serializer for ValueSerializer {
         _name: &'static str,
         _variant_index: u32,
         variant: &'static str,
-        _len: usize,
-    ) -> Result<StructVariantBuilder, ValueError> {
-        Ok(StructVariantBuilder {
-            variant,
-            map: BTreeMap::new(),
+        len: usize,
+    ) -> Result<MapWriter<'w>> {
+        self.variant(variant)?;
+        self.depth += 1;
+        let entries = Entries::new(self.open(Some(len), 2)?);
+        Ok(MapWriter {
+            w: self,
+            entries,
+            variant: true,
         })
+    }
+
+    fn collect_seq<I>(self, iter: I) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: Serialize,
+    {
+        let iter = iter.into_iter();
+        if let Some(done) = self.try_slice(&iter) {
+            return done;
+        }
+        let len = match iter.size_hint() {
+            (lo, Some(hi)) if lo == hi => Some(lo),
+            _ => None,
+        };
+        let mut seq = ser::Serializer::serialize_seq(self, len)?;
+        for item in iter {
+            ser::SerializeSeq::serialize_element(&mut seq, &item)?;
+        }
+        ser::SerializeSeq::end(seq)
     }
 
     fn is_human_readable(&self) -> bool {
@@ -270,142 +820,295 @@ impl ser::Serializer for ValueSerializer {
     }
 }
 
-impl ser::SerializeSeq for SeqBuilder {
-    type Ok = Value;
-    type Error = ValueError;
+/// The [`Value`] inside the private newtype `impl Serialize for Value`
+/// writes, when `value` is one.
+fn downcast_value<T: ?Sized>(value: &T) -> Option<&Value> {
+    fast::as_natural(value).map(|n| n.0)
+}
 
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ValueError> {
-        self.items.push(to_value(value)?);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SeqMode {
+    /// No element yet.
+    Empty,
+    /// Every element so far was this primitive.
+    Packed(Kind),
+    /// The elements are written as values of their own.
+    Generic,
+}
+
+/// [`serde::ser::SerializeSeq`] (and tuples, tuple structs and tuple
+/// variants) for the [`Writer`]: packed while every element is the same
+/// primitive, generic from the first one that is not.
+#[derive(Debug)]
+pub(crate) struct SeqWriter<'w> {
+    w: &'w mut Writer,
+    frame: Frame,
+    mode: SeqMode,
+    /// A tuple variant's fields: one level below the variant.
+    variant: bool,
+}
+
+impl SeqWriter<'_> {
+    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
+        if self.mode != SeqMode::Generic {
+            match value.serialize(Probe) {
+                Ok(prim) => match self.mode {
+                    SeqMode::Packed(kind) if kind == prim.kind() => {
+                        self.w.room(kind.width())?;
+                        prim.put(&mut self.w.buf);
+                        self.frame.count += 1;
+                        return Ok(());
+                    }
+                    SeqMode::Empty => {
+                        self.w.at(self.w.depth + 1)?;
+                        self.w.room(prim.kind().width())?;
+                        prim.put(&mut self.w.buf);
+                        self.mode = SeqMode::Packed(prim.kind());
+                        self.frame.count += 1;
+                        return Ok(());
+                    }
+                    _ => self.unpack()?,
+                },
+                Err(NotPrim) => self.unpack()?,
+            }
+        }
+        self.w.child(value)?;
+        self.frame.count += 1;
         Ok(())
     }
 
-    fn end(self) -> Result<Value, ValueError> {
-        Ok(Value::Seq(self.items))
-    }
-}
-
-impl ser::SerializeTuple for SeqBuilder {
-    type Ok = Value;
-    type Error = ValueError;
-
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ValueError> {
-        ser::SerializeSeq::serialize_element(self, value)
-    }
-
-    fn end(self) -> Result<Value, ValueError> {
-        ser::SerializeSeq::end(self)
-    }
-}
-
-impl ser::SerializeTupleStruct for SeqBuilder {
-    type Ok = Value;
-    type Error = ValueError;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ValueError> {
-        ser::SerializeSeq::serialize_element(self, value)
-    }
-
-    fn end(self) -> Result<Value, ValueError> {
-        ser::SerializeSeq::end(self)
-    }
-}
-
-impl ser::SerializeTupleVariant for TupleVariantBuilder {
-    type Ok = Value;
-    type Error = ValueError;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ValueError> {
-        self.items.push(to_value(value)?);
+    /// From packed to generic: the elements written so far become values of
+    /// their own.
+    fn unpack(&mut self) -> Result<()> {
+        if let SeqMode::Packed(kind) = self.mode {
+            let data = self.w.buf.split_off(self.frame.data);
+            let Some(packed) = Packed::from_le(kind, &data) else {
+                return Err(ValueError::new("fluxio bug: unreadable packed elements"));
+            };
+            self.w.depth += 1;
+            let out = super::packed::with_vec!(&packed, v => v
+                .iter()
+                .try_for_each(|&x| prim_of(x).write_generic(self.w)));
+            self.w.depth -= 1;
+            out?;
+        }
+        self.mode = SeqMode::Generic;
         Ok(())
     }
 
-    fn end(self) -> Result<Value, ValueError> {
-        Ok(enum_value(self.variant, Value::Seq(self.items)))
+    fn finish(self) -> Result<()> {
+        let tag = match self.mode {
+            SeqMode::Packed(kind) => kind.tag(),
+            SeqMode::Empty | SeqMode::Generic => tag::SEQ,
+        };
+        self.w.close(&self.frame, tag)?;
+        if self.variant {
+            self.w.depth -= 1;
+        }
+        Ok(())
     }
 }
 
-impl ser::SerializeMap for MapBuilder {
-    type Ok = Value;
+/// A primitive as a [`Prim`].
+fn prim_of<P: Into<Prim>>(x: P) -> Prim {
+    x.into()
+}
+
+macro_rules! into_prim {
+    ($($ty:ty => $variant:ident),*) => {
+        $(impl From<$ty> for Prim {
+            fn from(v: $ty) -> Prim {
+                Prim::$variant(v)
+            }
+        })*
+    };
+}
+
+into_prim!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32,
+    u64 => U64, i64 => I64, f32 => F32, f64 => F64, bool => Bool);
+
+impl ser::SerializeSeq for SeqWriter<'_> {
+    type Ok = ();
     type Error = ValueError;
 
-    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), ValueError> {
-        if self.pending_key.is_some() {
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
+        self.element(value)
+    }
+
+    fn end(self) -> Result<()> {
+        self.finish()
+    }
+}
+
+impl ser::SerializeTuple for SeqWriter<'_> {
+    type Ok = ();
+    type Error = ValueError;
+
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
+        self.element(value)
+    }
+
+    fn end(self) -> Result<()> {
+        self.finish()
+    }
+}
+
+impl ser::SerializeTupleStruct for SeqWriter<'_> {
+    type Ok = ();
+    type Error = ValueError;
+
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
+        self.element(value)
+    }
+
+    fn end(self) -> Result<()> {
+        self.finish()
+    }
+}
+
+impl ser::SerializeTupleVariant for SeqWriter<'_> {
+    type Ok = ();
+    type Error = ValueError;
+
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
+        self.element(value)
+    }
+
+    fn end(self) -> Result<()> {
+        self.finish()
+    }
+}
+
+/// [`serde::ser::SerializeMap`] (and structs and struct variants) for the
+/// [`Writer`]: entries in the canonical order, the last of equal keys
+/// winning.
+#[derive(Debug)]
+pub(crate) struct MapWriter<'w> {
+    w: &'w mut Writer,
+    entries: Entries,
+    /// A struct variant's fields: one level below the variant.
+    variant: bool,
+}
+
+impl MapWriter<'_> {
+    fn key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<()> {
+        if self.entries.key.is_some() {
             return Err(ValueError::new(
                 "serialize_key called twice without serialize_value",
             ));
         }
-        self.pending_key = Some(to_value(key)?);
+        let start = self.w.buf.len();
+        self.w.child(key)?;
+        self.entries.key(&self.w.buf, start);
         Ok(())
     }
 
-    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), ValueError> {
-        let Some(key) = self.pending_key.take() else {
+    fn value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
+        if self.entries.key.is_none() {
             return Err(ValueError::new(
                 "serialize_value called without a preceding serialize_key",
             ));
-        };
-        self.map.insert(key, to_value(value)?);
+        }
+        self.w.child(value)?;
+        self.entries.value(self.w.buf.len());
         Ok(())
+    }
+
+    fn field<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Result<()> {
+        let start = self.w.buf.len();
+        self.w.depth += 1;
+        let out = self.w.str_value(tag::STRING, name.as_bytes());
+        self.w.depth -= 1;
+        out?;
+        self.entries.key(&self.w.buf, start);
+        self.value(value)
+    }
+
+    fn finish(self) -> Result<()> {
+        if self.entries.key.is_some() {
+            return Err(ValueError::new("map ended with a key but no value"));
+        }
+        let variant = self.variant;
+        let w = self.w;
+        self.entries.finish(w)?;
+        if variant {
+            w.depth -= 1;
+        }
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for MapWriter<'_> {
+    type Ok = ();
+    type Error = ValueError;
+
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<()> {
+        self.key(key)
+    }
+
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
+        self.value(value)
     }
 
     fn serialize_entry<K: Serialize + ?Sized, V: Serialize + ?Sized>(
         &mut self,
         key: &K,
         value: &V,
-    ) -> Result<(), ValueError> {
-        if self.pending_key.is_some() {
+    ) -> Result<()> {
+        if self.entries.key.is_some() {
             return Err(ValueError::new(
                 "serialize_entry called after serialize_key without serialize_value",
             ));
         }
-        let key = to_value(key)?;
-        self.map.insert(key, to_value(value)?);
-        Ok(())
+        self.key(key)?;
+        self.value(value)
     }
 
-    fn end(self) -> Result<Value, ValueError> {
-        if self.pending_key.is_some() {
-            return Err(ValueError::new("map ended with a key but no value"));
-        }
-        Ok(Value::Map(self.map))
+    fn end(self) -> Result<()> {
+        self.finish()
     }
 }
 
-impl ser::SerializeStruct for StructBuilder {
-    type Ok = Value;
+impl ser::SerializeStruct for MapWriter<'_> {
+    type Ok = ();
     type Error = ValueError;
 
     fn serialize_field<T: Serialize + ?Sized>(
         &mut self,
         key: &'static str,
         value: &T,
-    ) -> Result<(), ValueError> {
-        self.map.insert(Value::from(key), to_value(value)?);
-        Ok(())
+    ) -> Result<()> {
+        self.field(key, value)
     }
 
-    fn end(self) -> Result<Value, ValueError> {
-        Ok(Value::Map(self.map))
+    fn end(self) -> Result<()> {
+        self.finish()
     }
 }
 
-impl ser::SerializeStructVariant for StructVariantBuilder {
-    type Ok = Value;
+impl ser::SerializeStructVariant for MapWriter<'_> {
+    type Ok = ();
     type Error = ValueError;
 
     fn serialize_field<T: Serialize + ?Sized>(
         &mut self,
         key: &'static str,
         value: &T,
-    ) -> Result<(), ValueError> {
-        self.map.insert(Value::from(key), to_value(value)?);
-        Ok(())
+    ) -> Result<()> {
+        self.field(key, value)
     }
 
-    fn end(self) -> Result<Value, ValueError> {
-        Ok(enum_value(self.variant, Value::Map(self.map)))
+    fn end(self) -> Result<()> {
+        self.finish()
     }
 }
+
+// ---- Serialize for Value ----------------------------------------------------------
+
+/// A [`Value`] in its natural serde form, inside the private newtype that
+/// marks it (see [`VALUE_TOKEN`]).
+#[derive(Debug)]
+pub(super) struct Natural<'a>(pub(super) &'a Value);
 
 /// `Value::Enum` as a one-entry map `{variant: value}`.
 struct EnumEntry<'a> {
@@ -415,18 +1118,16 @@ struct EnumEntry<'a> {
 
 impl Serialize for EnumEntry<'_> {
     fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use ser::SerializeMap as _;
         let mut map = serializer.serialize_map(Some(1))?;
         map.serialize_entry(self.variant, self.value)?;
         map.end()
     }
 }
 
-/// Serializes a value in its natural serde form. `Enum` is written as a
-/// one-entry map `{variant: value}` (wrapped in a private newtype struct that
-/// formats treat transparently, so that [`to_value`] restores the `Enum`).
-impl Serialize for Value {
+impl Serialize for Natural<'_> {
     fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
+        match self.0 {
             Value::Unit => serializer.serialize_unit(),
             Value::Bool(v) => serializer.serialize_bool(*v),
             Value::I64(v) => serializer.serialize_i64(*v),
@@ -441,11 +1142,45 @@ impl Serialize for Value {
             Value::Some(v) => serializer.serialize_some(&**v),
             Value::Seq(items) => serializer.collect_seq(items),
             Value::Map(map) => serializer.collect_map(map),
-            Value::Enum { variant, value } => {
-                serializer.serialize_newtype_struct(ENUM_TOKEN, &EnumEntry { variant, value })
-            }
+            Value::Enum { variant, value } => EnumEntry { variant, value }.serialize(serializer),
+            Value::Packed(p) => super::packed::with_vec!(p, v => serializer.collect_seq(v)),
         }
     }
+}
+
+/// Serializes a value in its natural serde form (an `Enum` as a one-entry
+/// map `{variant: value}`, a packed sequence as a sequence), inside a
+/// private newtype struct that formats treat as transparent, so that the
+/// context's writer (and [`to_value`]) keep it exactly.
+impl Serialize for Value {
+    fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_newtype_struct(VALUE_TOKEN, &Natural(self))
+    }
+}
+
+/// Converts any serializable value into a [`Value`]: the value
+/// [`Context::set`](crate::Context::set) stores, decoded.
+///
+/// Integers narrower than 64 bits are widened (`i8..i64` to `I64`, `u8..u64`
+/// to `U64`), `f32` to `F64`, except in a sequence whose elements are all of
+/// one primitive type, which is a [`Value::Packed`] of that type; newtype
+/// structs are transparent; structs become maps keyed by field name (fields
+/// skipped by serde are absent).
+///
+/// # Errors
+///
+/// Fails if the type's `Serialize` implementation reports an error or
+/// misuses the serializer API (e.g. a map value without a key), or if the
+/// value is larger than any checkpoint can hold
+/// ([`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD) bytes encoded).
+pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, ValueError> {
+    let mut w = Writer::new(0, crate::store::MAX_PAYLOAD as u64, usize::MAX);
+    value.serialize(&mut w)?;
+    super::decode::decode_value(&w.buf, usize::MAX).map_err(|e| {
+        ValueError::new(format!(
+            "fluxio bug: the writer wrote an invalid value: {e}"
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -57,8 +57,8 @@ impl CacheEntry {
     pub fn writes(out: &Context) -> Self {
         let mut writes = Context::new();
         for key in out.written() {
-            writes = match out.value(key) {
-                Some(v) => writes.set_value(key, v.clone()),
+            writes = match out.encoded(key) {
+                Some(v) => writes.set_encoded(key.to_owned(), v.clone()),
                 None => writes.remove(key),
             };
         }
@@ -139,7 +139,20 @@ impl Encode for CacheEntry {
                 (writes.written().count() as u64).encode(e)?;
                 for key in writes.written() {
                     key.encode(e)?;
-                    writes.value(key).encode(e)?;
+                    // `Option<Value>`: the value's encoding, copied
+                    match writes.encoded(key) {
+                        Some(v) if v.depth() > crate::value::MAX_DEPTH => {
+                            return Err(EncodeError::OtherString(format!(
+                                "the value of `{key}` is nested deeper than MAX_DEPTH ({})",
+                                crate::value::MAX_DEPTH
+                            )));
+                        }
+                        Some(v) => {
+                            1u8.encode(e)?;
+                            bincode::enc::write::Writer::write(e.writer(), v.bytes())?;
+                        }
+                        None => 0u8.encode(e)?,
+                    }
                 }
             }
             Cached::Route(send) => {

@@ -11,20 +11,25 @@ use crate::error::{Error, Result};
 use crate::stage::Stage;
 
 /// The domain tag that starts every cache key digest.
-pub const CACHE_DOMAIN: &[u8] = b"fluxio/cache/v1";
+pub const CACHE_DOMAIN: &[u8] = b"fluxio/cache/v2";
 
 /// The key of one cached call: the stage's name and a sha256 digest.
 ///
-/// # Digest (`fluxio/cache/v1`)
+/// # Digest (`fluxio/cache/v2`)
 ///
 /// SHA-256 of, in order:
-/// 1. the domain tag `fluxio/cache/v1`, length-prefixed (u64 little endian);
+/// 1. the domain tag `fluxio/cache/v2`, length-prefixed (u64 little endian);
 /// 2. the stage's name, length-prefixed;
 /// 3. the stage's 32-byte hash ([`StageMeta::hash`](crate::StageMeta::hash),
 ///    so editing the stage changes every key);
 /// 4. the context's data in its checkpoint encoding: the bincode (standard
 ///    configuration) encoding of its [`Snapshot`](crate::Snapshot), i.e.
-///    the key count, then each key and its [`Value`](crate::Value) in key order.
+///    the key count, then each key and its value's encoding (the
+///    [wire format](crate::value#wire-format), copied as the context holds
+///    it) in key order.
+///
+/// (`v1` hashed the values' format 2 encoding; `v2` came with format 3's
+/// packed sequences and canonical map order.)
 ///
 /// Only the data counts: the written set and the branch name do not. The
 /// same data gives the same key in every process and on every machine, so a
@@ -144,7 +149,7 @@ mod tests {
         let hex = key.to_string();
         let expected = {
             let mut h = VersionHasher::new()
-                .part(b"fluxio/cache/v1")
+                .part(b"fluxio/cache/v2")
                 .part(b"enrich")
                 .update(&[7; 32]);
             // the snapshot encoding: 2 keys, then "n" => U64 42, "user" => String "ada"
@@ -157,7 +162,7 @@ mod tests {
         assert_eq!(key.digest(), &expected);
         assert_eq!(
             hex,
-            "enrich/56bda303af1950642a7fbc3dd03592f8a8f0714b4952f4db2e2578b7ab4bcaa6"
+            "enrich/5bb924236cc6413de802ad0e261026f1c18ad9b3783d7f28d41fb529ccb3d877"
         );
     }
 

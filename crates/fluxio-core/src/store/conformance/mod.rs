@@ -775,7 +775,7 @@ pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
     let framed = |format: u16, payload: &[u8]| {
         let mut bytes = good[..4].to_vec();
         bytes.extend_from_slice(&format.to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        bytes.extend_from_slice(&super::checkpoint::checksum(format, payload).to_le_bytes());
         bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
         bytes.extend_from_slice(payload);
         bytes

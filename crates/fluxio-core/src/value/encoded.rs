@@ -1,0 +1,388 @@
+//! [`EncodedValue`]: how a context holds a value, as its encoding.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::decode::decode_value;
+use super::error::Refusal;
+use super::ser::Writer;
+use super::wire::varint_len;
+use super::{MAX_DEPTH, Value, ValueError, from_encoded, tag};
+use crate::error::Error;
+use crate::store::MAX_PAYLOAD;
+
+/// A context value in its wire encoding (see the
+/// [module documentation](super#wire-format)), shared: a clone is O(1).
+///
+/// The bytes are what a checkpoint stores, byte for byte. A [`Value`] is
+/// built from them only when someone asks for one
+/// ([`Context::value`](crate::Context::value), `iter`), and then kept beside
+/// them.
+#[derive(Clone)]
+pub(crate) struct EncodedValue(Arc<Inner>);
+
+struct Inner {
+    bytes: Box<[u8]>,
+    /// The deepest level of the value (the root is 0).
+    depth: usize,
+    value: OnceLock<Value>,
+}
+
+impl EncodedValue {
+    /// Bytes a checkpoint knows to be valid (written by the writer, or
+    /// checked by `decode::validate`), `depth` levels deep.
+    pub(crate) fn from_valid(bytes: Box<[u8]>, depth: usize) -> Self {
+        EncodedValue(Arc::new(Inner {
+            bytes,
+            depth,
+            value: OnceLock::new(),
+        }))
+    }
+
+    /// `value`, encoded as it is, whatever its size and depth (the
+    /// checkpoint refuses it if it is past a limit).
+    pub(crate) fn from_value(value: &Value) -> Self {
+        let mut w = Writer::new(0, u64::MAX, usize::MAX);
+        // An unlimited writer refuses nothing, and a `Value` cannot misuse
+        // the serializer API: nothing can fail.
+        let _ = w.value(value);
+        Self::from_valid(w.buf.into_boxed_slice(), w.deepest)
+    }
+
+    /// The encoding.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0.bytes
+    }
+
+    /// The deepest level of the value (0 for a scalar).
+    pub(crate) fn depth(&self) -> usize {
+        self.0.depth
+    }
+
+    /// The value, decoded on first use and kept.
+    pub(crate) fn value(&self) -> &Value {
+        self.0.value.get_or_init(|| self.decode())
+    }
+
+    /// The value, decoded now (not kept).
+    pub(crate) fn decode(&self) -> Value {
+        // The bytes are valid (see `from_valid`): decoding cannot fail; a
+        // fluxio bug would show as this string.
+        decode_value(&self.0.bytes, usize::MAX)
+            .unwrap_or_else(|e| Value::String(format!("<undecodable value: {e}>")))
+    }
+
+    /// The value as a `T`.
+    pub(crate) fn deserialize<T: DeserializeOwned>(&self) -> Result<T, ValueError> {
+        if let Some(vec) = super::fast::packed_vec::<T>(&self.0.bytes) {
+            return Ok(vec);
+        }
+        from_encoded(&self.0.bytes)
+    }
+
+    /// The kind of the value ([`Value::kind`]).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self.0.bytes.first() {
+            Some(&tag::UNIT) => "unit",
+            Some(&tag::BOOL) => "bool",
+            Some(&tag::I64) => "i64",
+            Some(&tag::U64) => "u64",
+            Some(&tag::I128) => "i128",
+            Some(&tag::U128) => "u128",
+            Some(&tag::F64) => "f64",
+            Some(&tag::CHAR) => "char",
+            Some(&tag::STRING) => "string",
+            Some(&tag::BYTES) => "bytes",
+            Some(&tag::NONE) => "none",
+            Some(&tag::SOME) => "some",
+            Some(&tag::MAP) => "map",
+            Some(&tag::ENUM) => "enum",
+            _ => "seq",
+        }
+    }
+
+    /// Whether two handles share one encoding (a cheap equality).
+    pub(crate) fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl PartialEq for EncodedValue {
+    /// Equal encodings: equal values (the encoding is canonical).
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr_eq(other) || self.0.bytes == other.0.bytes
+    }
+}
+
+impl Eq for EncodedValue {}
+
+impl fmt::Debug for EncodedValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for EncodedValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.value.get() {
+            Some(v) => fmt::Display::fmt(v, f),
+            None => fmt::Display::fmt(&self.decode(), f),
+        }
+    }
+}
+
+/// What a key costs in a checkpoint's context: its length and its bytes.
+pub(crate) fn key_size(key: &str) -> u64 {
+    (varint_len(key.len() as u64) + key.len()) as u64
+}
+
+/// Encodes `value` for storing under `key` in a context, refusing it past
+/// the limits ([`MAX_DEPTH`], and [`MAX_PAYLOAD`] bytes for the key and the
+/// value together) as soon as the writer reaches them.
+///
+/// # Errors
+/// [`Error::ValueTooDeep`], [`Error::ValueTooLarge`] or
+/// [`Error::Serialize`], naming `key`.
+pub(crate) fn encode_entry<T: Serialize + ?Sized>(
+    key: &str,
+    value: &T,
+) -> crate::Result<EncodedValue> {
+    encode_within(key, value, MAX_PAYLOAD as u64)
+}
+
+/// [`encode_entry`] within `limit` bytes (the tests try small limits).
+pub(crate) fn encode_within<T: Serialize + ?Sized>(
+    key: &str,
+    value: &T,
+    limit: u64,
+) -> crate::Result<EncodedValue> {
+    let mut w = Writer::new(key_size(key), limit, MAX_DEPTH);
+    value.serialize(&mut w).map_err(|e| refusal_error(key, e))?;
+    Ok(EncodedValue::from_valid(
+        w.buf.into_boxed_slice(),
+        w.deepest,
+    ))
+}
+
+/// The writer's error as the context reports it, naming `key`.
+pub(crate) fn refusal_error(key: &str, e: ValueError) -> Error {
+    match e.refusal {
+        Some(Refusal::TooLarge { size, limit }) => Error::ValueTooLarge {
+            key: key.to_owned(),
+            size,
+            limit,
+        },
+        Some(Refusal::TooDeep) => Error::ValueTooDeep {
+            key: key.to_owned(),
+            limit: MAX_DEPTH as u32,
+        },
+        None => Error::Serialize {
+            key: key.to_owned(),
+            source: Box::new(e),
+        },
+    }
+}
+
+/// Refuses an entry past the limits (a value given as a [`Value`], encoded
+/// without them): the check a checkpoint makes of every entry.
+///
+/// # Errors
+/// [`Error::ValueTooDeep`] or [`Error::ValueTooLarge`] naming `key`.
+pub(crate) fn check_entry(key: &str, value: &EncodedValue, limit: u64) -> crate::Result<u64> {
+    if value.depth() > MAX_DEPTH {
+        return Err(Error::ValueTooDeep {
+            key: key.to_owned(),
+            limit: MAX_DEPTH as u32,
+        });
+    }
+    let size = key_size(key) + value.bytes().len() as u64;
+    if size > limit {
+        return Err(Error::ValueTooLarge {
+            key: key.to_owned(),
+            size,
+            limit,
+        });
+    }
+    Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Context;
+    use crate::store::Checkpoint;
+    use crate::value::roundtrip::{arbitrary, nested_some};
+    use crate::value::{Cursor, Packed, validate};
+
+    /// Values growing with `n`, one kind per way of reaching the limit.
+    fn grow(kind: usize, n: usize) -> Value {
+        match kind {
+            0 => Value::Seq(vec![Value::Unit; n]),
+            1 => Value::Seq(vec![Value::U64(u64::MAX); n]),
+            2 => Value::Map(
+                (0..n as u64)
+                    .map(|i| (Value::U64(i), Value::Bool(true)))
+                    .collect(),
+            ),
+            3 => Value::String("é".repeat(n / 2) + &"x".repeat(n % 2)),
+            4 => Value::Bytes(vec![7; n]),
+            5 => Value::Enum {
+                variant: "v".repeat(n),
+                value: Box::new(Value::I128(i128::MIN)),
+            },
+            6 => Value::Packed(Packed::U8(vec![1; n + 1])),
+            7 => Value::Packed(Packed::F32(vec![0.5; n + 1])),
+            8 => Value::Seq((0..n).map(|i| Value::String("s".repeat(i % 70))).collect()),
+            _ => Value::Some(Box::new(Value::Map(
+                (0..n as i64)
+                    .map(|i| {
+                        (
+                            Value::I64(-i),
+                            Value::Packed(Packed::U16(vec![3; 1 + (i % 5) as usize])),
+                        )
+                    })
+                    .collect(),
+            ))),
+        }
+    }
+
+    fn refused_at(key: &str, value: &Value, limit: u64) -> Option<(u64, u64)> {
+        match encode_within(key, value, limit) {
+            Ok(_) => None,
+            Err(Error::ValueTooLarge {
+                key: k,
+                size,
+                limit,
+            }) => {
+                assert_eq!(k, key);
+                Some((size, limit))
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rule17_the_size_limit_is_the_encodings_size_at_every_boundary() {
+        for limit in [40u64, 100, 333, 1000, 4096] {
+            for kind in 0..10 {
+                let key = format!("key-{kind}");
+                let mut n = 0;
+                while refused_at(&key, &grow(kind, n + 1), limit).is_none() {
+                    n += 1;
+                }
+                // The largest accepted: key and encoding within the limit,
+                // its bytes canonical, read back by a checkpoint.
+                let at = encode_within(&key, &grow(kind, n), limit).expect("at the limit");
+                let size = key_size(&key) + at.bytes().len() as u64;
+                assert!(size <= limit, "kind {kind}, n {n}: {size} > {limit}");
+                assert_eq!(at.bytes(), EncodedValue::from_value(&grow(kind, n)).bytes());
+                // One more is refused, and what it would take is past the limit.
+                let past = EncodedValue::from_value(&grow(kind, n + 1));
+                let (said, l) = refused_at(&key, &grow(kind, n + 1), limit).expect("refused");
+                assert_eq!(l, limit);
+                assert!(said > limit, "kind {kind}: {said}");
+                assert!(
+                    key_size(&key) + past.bytes().len() as u64 > limit,
+                    "kind {kind}, n {n}, limit {limit}: said {said}, takes {}",
+                    key_size(&key) + past.bytes().len() as u64
+                );
+                assert!(
+                    said <= key_size(&key) + past.bytes().len() as u64 + 16,
+                    "kind {kind}"
+                );
+                // check_entry (what a checkpoint asks of set_value's values)
+                // draws the same line.
+                assert!(check_entry(&key, &at, limit).is_ok());
+                assert!(matches!(
+                    check_entry(&key, &past, limit),
+                    Err(Error::ValueTooLarge { .. })
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn rule17_everything_set_accepts_survives_a_checkpoint() {
+        let mut seed = 8;
+        let mut ctx = Context::new();
+        for i in 0..3000 {
+            let value = arbitrary(&mut seed, 1 + i % 5);
+            let key = format!("k{}", i % 97);
+            // through serde, as any user value is set
+            let next = ctx.set(key.clone(), &value).expect("accepted");
+            let entry = next.encoded(&key).expect("set");
+            let mut c = Cursor::new(entry.bytes());
+            assert_eq!(validate(&mut c), Ok(entry.depth()), "{value}");
+            assert_eq!(c.remaining(), 0);
+            assert_eq!(next.value(&key), Some(&value), "exact");
+            assert_eq!(next.get::<Value>(&key).ok().as_ref(), Some(&value));
+            ctx = next;
+            if i % 300 == 299 {
+                let cp = Checkpoint::new("r", "v", 1, "s", ctx.snapshot());
+                let bytes = cp.to_bytes().expect("encodes");
+                let back = Checkpoint::from_bytes("r", &bytes).expect("decodes");
+                assert_eq!(back, cp);
+                assert_eq!(back.to_bytes().expect("re-encodes"), bytes);
+                for (k, v) in ctx.iter() {
+                    assert_eq!(back.context.get(k), Some(v));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rule17_the_depth_limit_is_the_same_at_set_at_save_and_at_load() {
+        let at = nested_some(MAX_DEPTH);
+        let ctx = Context::new().set("k", &at).expect("MAX_DEPTH is allowed");
+        assert_eq!(ctx.encoded("k").map(EncodedValue::depth), Some(MAX_DEPTH));
+        let cp = Checkpoint::new("r", "v", 1, "s", ctx.snapshot());
+        let back = Checkpoint::from_bytes("r", &cp.to_bytes().expect("encodes")).expect("decodes");
+        assert_eq!(back.context.get("k"), Some(&at));
+        match Context::new().set("k", nested_some(MAX_DEPTH + 1)) {
+            Err(Error::ValueTooDeep { key, limit }) => {
+                assert_eq!((key.as_str(), limit as usize), ("k", MAX_DEPTH));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A non-empty sequence at MAX_DEPTH puts its elements one deeper,
+        // packed or not; an empty one is fine.
+        let seq_at = |inner: Value| {
+            let mut v = inner;
+            for _ in 0..MAX_DEPTH {
+                v = Value::Some(Box::new(v));
+            }
+            v
+        };
+        for (inner, ok) in [
+            (Value::Seq(vec![]), true),
+            (Value::Seq(vec![Value::Unit]), false),
+            (Value::Packed(Packed::U8(vec![1])), false),
+            (
+                Value::Enum {
+                    variant: "E".into(),
+                    value: Box::new(Value::Unit),
+                },
+                false,
+            ),
+        ] {
+            let value = seq_at(inner);
+            let set = Context::new().set("k", &value);
+            assert_eq!(set.is_ok(), ok, "{value}");
+            let saved = Checkpoint::new(
+                "r",
+                "v",
+                1,
+                "s",
+                Context::new().set_value("k", value.clone()).snapshot(),
+            )
+            .to_bytes();
+            assert_eq!(saved.is_ok(), ok, "{value}");
+            let encoded = EncodedValue::from_value(&value);
+            let mut c = Cursor::new(encoded.bytes());
+            assert_eq!(validate(&mut c).is_ok(), ok, "{value}");
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! The cost of context values: `set` and `get` by serde shape, and a
+//! checkpoint's encoding.
+//!
+//! `cargo bench -p fluxio --bench context -- --warm-up-time 1 --measurement-time 3`
+//!
+//! - `set/string_1mb` and `get/string_1mb`: 1 MiB of text, the baseline.
+//! - `set/vec_u8_1mb` and `get/vec_u8_1mb`: the same bytes as a plain
+//!   `Vec<u8>` (no `serde_bytes`).
+//! - `set/vec_f32_256k` and `get/vec_f32_256k`: 256 Ki `f32`s (1 MiB).
+//! - `set/twelve_keys_one`: one small key set on a context of twelve.
+//! - `checkpoint/to_bytes_1mb` and `checkpoint/from_bytes_1mb`: a checkpoint
+//!   whose context holds 1 MiB (a `Vec<u8>`, a string and small keys).
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_main};
+use fluxio::Context;
+use fluxio::store::Checkpoint;
+
+const MIB: usize = 1024 * 1024;
+
+fn bytes() -> Vec<u8> {
+    (0..MIB).map(|i| (i % 251) as u8).collect()
+}
+
+fn text() -> String {
+    "abcdefghijklmnopqrstuvwxyz0123456789"
+        .chars()
+        .cycle()
+        .take(MIB)
+        .collect()
+}
+
+fn floats() -> Vec<f32> {
+    (0..MIB / 4).map(|i| i as f32 * 0.25).collect()
+}
+
+fn twelve_keys() -> Context {
+    (0..12u64).fold(Context::new(), |c, i| {
+        let key = format!("key-{i:02}");
+        match i % 3 {
+            0 => c.set(key, i),
+            1 => c.set(key, format!("value number {i}")),
+            _ => c.set(key, vec![i; 4]),
+        }
+        .expect("serializable")
+    })
+}
+
+fn set(c: &mut Criterion) {
+    let mut g = c.benchmark_group("set");
+    let empty = Context::new();
+    let (b, t, f) = (bytes(), text(), floats());
+    g.bench_function("string_1mb", |bench| {
+        bench.iter(|| black_box(empty.set("v", black_box(&t)).expect("set")));
+    });
+    g.bench_function("vec_u8_1mb", |bench| {
+        bench.iter(|| black_box(empty.set("v", black_box(&b)).expect("set")));
+    });
+    g.bench_function("vec_f32_256k", |bench| {
+        bench.iter(|| black_box(empty.set("v", black_box(&f)).expect("set")));
+    });
+    let twelve = twelve_keys();
+    g.bench_function("twelve_keys_one", |bench| {
+        bench.iter(|| black_box(twelve.set("key-05", black_box(7u64)).expect("set")));
+    });
+    g.finish();
+}
+
+fn get(c: &mut Criterion) {
+    let mut g = c.benchmark_group("get");
+    let ctx = Context::new()
+        .set("t", text())
+        .and_then(|c| c.set("b", bytes()))
+        .and_then(|c| c.set("f", floats()))
+        .expect("set");
+    g.bench_function("string_1mb", |bench| {
+        bench.iter(|| black_box(ctx.get::<String>("t").expect("get")));
+    });
+    g.bench_function("vec_u8_1mb", |bench| {
+        bench.iter(|| black_box(ctx.get::<Vec<u8>>("b").expect("get")));
+    });
+    g.bench_function("vec_f32_256k", |bench| {
+        bench.iter(|| black_box(ctx.get::<Vec<f32>>("f").expect("get")));
+    });
+    g.finish();
+}
+
+fn checkpoint(c: &mut Criterion) {
+    let mut g = c.benchmark_group("checkpoint");
+    let ctx = twelve_keys()
+        .set("blob", {
+            let mut b = bytes();
+            b.truncate(MIB / 2);
+            b
+        })
+        .and_then(|c| c.set("text", text()[..MIB / 2].to_owned()))
+        .expect("set");
+    let cp = Checkpoint::new("run-1", "0123456789ab", 3, "stage", ctx.snapshot());
+    let encoded = cp.to_bytes().expect("encodes");
+    g.bench_function("to_bytes_1mb", |bench| {
+        bench.iter(|| black_box(cp.to_bytes().expect("encodes")));
+    });
+    g.bench_function("from_bytes_1mb", |bench| {
+        bench.iter(|| black_box(Checkpoint::from_bytes("run-1", &encoded).expect("decodes")));
+    });
+    g.finish();
+}
+
+mod group {
+    #![allow(missing_docs)]
+    use super::{checkpoint, get, set};
+    criterion::criterion_group!(benches, set, get, checkpoint);
+}
+
+criterion_main!(group::benches);
