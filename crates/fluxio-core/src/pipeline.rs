@@ -406,17 +406,6 @@ impl ResumeOptions {
     }
 }
 
-/// [`Error::Cancelled`] for a cancelled run (rule 14), checked before the
-/// version: a cancelled run is cancelled on any code.
-fn refuse_cancelled(key: &str, cp: &Checkpoint) -> Result<()> {
-    if cp.is_cancelled() {
-        return Err(Error::Cancelled {
-            run_id: key.to_owned(),
-        });
-    }
-    Ok(())
-}
-
 /// How a run continues from its stored checkpoint.
 #[derive(Clone, Copy, Debug)]
 enum Continue {
@@ -592,10 +581,7 @@ impl Pipeline {
                 {
                     None => self.run_fresh(store, &owner, run_id, &key, input).await,
                     Some(cp) => {
-                        refuse_cancelled(&key, &cp)?;
-                        let runner = self.version_for(&key, &cp, Continue::Resume, options)?;
-                        runner
-                            .continue_locked(store, &owner, run_id, cp, Continue::Resume)
+                        self.continue_stored(store, &owner, run_id, cp, Continue::Resume, options)
                             .await
                     }
                 }
@@ -744,9 +730,8 @@ impl Pipeline {
                     .ok_or_else(|| Error::CheckpointNotFound {
                         run_id: key.clone(),
                     })?;
-                refuse_cancelled(&key, &cp)?;
-                let runner = self.version_for(&key, &cp, how, options)?;
-                runner.continue_locked(store, &owner, run_id, cp, how).await
+                self.continue_stored(store, &owner, run_id, cp, how, options)
+                    .await
             }
             .await;
             owner.release().await;
@@ -754,6 +739,28 @@ impl Pipeline {
         }
         .instrument(span)
         .await
+    }
+
+    /// Continues the stored run `cp` under `owner`'s lease, on the version
+    /// that runs it: refused when it was cancelled (before the version
+    /// check: a cancelled run is cancelled on any code).
+    async fn continue_stored(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: &Ownership,
+        run_id: &str,
+        cp: Checkpoint,
+        how: Continue,
+        options: ResumeOptions,
+    ) -> Result<Context> {
+        let key = owner.lease().run_id();
+        if cp.is_cancelled() {
+            return Err(Error::Cancelled {
+                run_id: key.to_owned(),
+            });
+        }
+        let runner = self.version_for(key, &cp, how, options)?;
+        runner.continue_locked(store, owner, run_id, cp, how).await
     }
 
     /// The checkpoint stored for `run_id` under this pipeline's key, or one

@@ -84,27 +84,12 @@ fn ship(ctx: Context, resources: &Resources) -> StageFuture {
 /// `reserve, price, charge, ship`, each counting its calls in `probe`. Every
 /// call builds the same pipeline, version included.
 fn checkout(probe: &Probe) -> PipelineBuilder {
-    const TAKES_PROBE: &[fn() -> ResourceReq] = &[ResourceReq::of::<Probe>];
     let calls: [CallFn; 4] = [reserve, price, charge, ship];
     let nodes = STAGES
         .iter()
         .zip(calls)
         .zip(1u8..)
-        .map(|((&name, call), n)| {
-            let meta = StageMeta {
-                name,
-                hash: [n; 32],
-                kind: StageKind::Async,
-                router: false,
-                reads: None,
-                writes: None,
-                timeout: None,
-                input: None,
-                output: None,
-                resources: TAKES_PROBE,
-            };
-            Node::Stage(Stage::new(meta, call))
-        })
+        .map(|((&name, call), n)| probe_stage(name, n, call))
         .collect();
     let digest = *b"fluxio/conformance/checkout/v1\0\0";
     PipelineBuilder::new(nodes, digest, digest)
@@ -113,30 +98,36 @@ fn checkout(probe: &Probe) -> PipelineBuilder {
         .lease_ttl(Duration::from_secs(5))
 }
 
+/// The stage `name` of [`checkout`]: async, taking the [`Probe`], with a
+/// code hash of `n`s.
+fn probe_stage(name: &'static str, n: u8, call: CallFn) -> Node {
+    const TAKES_PROBE: &[fn() -> ResourceReq] = &[ResourceReq::of::<Probe>];
+    let meta = StageMeta {
+        name,
+        hash: [n; 32],
+        kind: StageKind::Async,
+        router: false,
+        reads: None,
+        writes: None,
+        timeout: None,
+        input: None,
+        output: None,
+        resources: TAKES_PROBE,
+    };
+    Node::Stage(Stage::new(meta, call))
+}
+
 /// The name of [`checkout`]: the store keeps its runs under `checkout/<run id>`.
 const CHECKOUT: &str = "checkout";
 
 /// `parallel![reserve, charge]` of [`checkout`]'s stages, under the same
 /// name (`charge` reads `total` from the input).
 fn reserve_and_charge(probe: &Probe) -> PipelineBuilder {
-    const TAKES_PROBE: &[fn() -> ResourceReq] = &[ResourceReq::of::<Probe>];
-    let stage = |name: &'static str, n: u8, call: CallFn| {
-        let meta = StageMeta {
-            name,
-            hash: [n; 32],
-            kind: StageKind::Async,
-            router: false,
-            reads: None,
-            writes: None,
-            timeout: None,
-            input: None,
-            output: None,
-            resources: TAKES_PROBE,
-        };
-        vec![Node::Stage(Stage::new(meta, call))]
-    };
     let block = Node::Parallel {
-        branches: vec![stage("reserve", 1, reserve), stage("charge", 3, charge)],
+        branches: vec![
+            vec![probe_stage("reserve", 1, reserve)],
+            vec![probe_stage("charge", 3, charge)],
+        ],
         detached: false,
     };
     let digest = *b"fluxio/conformance/parallel/v1\0\0";
