@@ -491,14 +491,11 @@ impl Pipeline {
                 let run = interpret::run(&self.inner.program, &key, 0, input.clear_written(), None);
                 return RunBodies::scope(None, run).await;
             };
-            let owner = self.own(store, &key).await?;
-            let result = async {
+            self.owning(store, &key, async |owner| {
                 store.delete_fenced(&key, owner.lease()).await?;
-                self.run_fresh(store, &owner, run_id, &key, input).await
-            }
-            .await;
-            owner.release().await;
-            result
+                self.run_fresh(store, owner, run_id, &key, input).await
+            })
+            .await
         }
         .instrument(span)
         .await
@@ -573,22 +570,19 @@ impl Pipeline {
                     return Ok(cp.context.to_context());
                 }
             }
-            let owner = self.own(store, &key).await?;
-            let result = async {
+            self.owning(store, &key, async |owner| {
                 match self
-                    .load_or_adopt(store, &owner, run_id, Continue::Resume, options)
+                    .load_or_adopt(store, owner, run_id, Continue::Resume, options)
                     .await?
                 {
-                    None => self.run_fresh(store, &owner, run_id, &key, input).await,
+                    None => self.run_fresh(store, owner, run_id, &key, input).await,
                     Some(cp) => {
-                        self.continue_stored(store, &owner, run_id, cp, Continue::Resume, options)
+                        self.continue_stored(store, owner, run_id, cp, Continue::Resume, options)
                             .await
                     }
                 }
-            }
-            .await;
-            owner.release().await;
-            result
+            })
+            .await
         }
         .instrument(span)
         .await
@@ -722,20 +716,17 @@ impl Pipeline {
         check_runtime(what, &key)?;
         let span = self.span(&key, true);
         async {
-            let owner = self.own(store, &key).await?;
-            let result = async {
+            self.owning(store, &key, async |owner| {
                 let cp = self
-                    .load_or_adopt(store, &owner, run_id, how, options)
+                    .load_or_adopt(store, owner, run_id, how, options)
                     .await?
                     .ok_or_else(|| Error::CheckpointNotFound {
                         run_id: key.clone(),
                     })?;
-                self.continue_stored(store, &owner, run_id, cp, how, options)
+                self.continue_stored(store, owner, run_id, cp, how, options)
                     .await
-            }
-            .await;
-            owner.release().await;
-            result
+            })
+            .await
         }
         .instrument(span)
         .await
@@ -798,8 +789,7 @@ impl Pipeline {
         if self.inner.name.is_empty() {
             return Ok(None);
         }
-        let old = self.own(store, run_id).await?;
-        let result = async {
+        self.owning(store, run_id, async |old| {
             let Some(mut cp) = store.load(run_id).await? else {
                 return Ok(None);
             };
@@ -816,10 +806,8 @@ impl Pipeline {
                 "adopted a run stored before pipelines had names (under its bare run id)"
             );
             Ok(Some(cp))
-        }
-        .await;
-        old.release().await;
-        result
+        })
+        .await
     }
 
     /// The pipeline that continues `cp`: this one, or the held version that
@@ -1300,6 +1288,21 @@ impl Pipeline {
     }
 
     /// Takes `run_id` for a run of this pipeline (refused once it is shut down).
+    /// Runs `body` owning `key` (its lease taken, [`RunIdInUse`](Error::RunIdInUse)
+    /// when another run holds it), and gives the lease back after, whatever
+    /// `body` returned.
+    async fn owning<T>(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        key: &str,
+        body: impl AsyncFnOnce(&Ownership) -> Result<T>,
+    ) -> Result<T> {
+        let owner = self.own(store, key).await?;
+        let result = body(&owner).await;
+        owner.release().await;
+        result
+    }
+
     async fn own(&self, store: &Arc<dyn CheckpointStore>, run_id: &str) -> Result<Ownership> {
         Ownership::acquire(store, run_id, self.inner.lease_ttl, &self.inner.leases).await
     }
