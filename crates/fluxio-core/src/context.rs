@@ -401,6 +401,41 @@ impl Snapshot {
         self.0.iter().map(|(k, v)| (k.as_str(), v))
     }
 
+    /// The encoded value under `key`.
+    pub(crate) fn encoded(&self, key: &str) -> Option<&EncodedValue> {
+        self.0.get(key)
+    }
+
+    /// The keys set (new or changed) and the keys removed between `before`
+    /// and this snapshot, each in key order. Subtrees the two share are
+    /// skipped, so consecutive checkpoints of a run compare in about the
+    /// time their changes take.
+    pub(crate) fn changes_since(&self, before: &Snapshot) -> (Vec<String>, Vec<String>) {
+        let (mut written, mut removed) = (Vec::new(), Vec::new());
+        for item in before.0.diff(&self.0) {
+            match item {
+                imbl::ordmap::DiffItem::Add(key, _)
+                | imbl::ordmap::DiffItem::Update { new: (key, _), .. } => {
+                    written.push(key.clone());
+                }
+                imbl::ordmap::DiffItem::Remove(key, _) => removed.push(key.clone()),
+            }
+        }
+        (written, removed)
+    }
+
+    /// This snapshot with `written` set and `removed` taken out.
+    pub(crate) fn apply(&self, written: &Snapshot, removed: &[String]) -> Snapshot {
+        let mut map = self.0.clone();
+        for (key, value) in &written.0 {
+            map.insert(key.clone(), value.clone());
+        }
+        for key in removed {
+            map.remove(key);
+        }
+        Snapshot(map)
+    }
+
     /// A snapshot of `entries`, in strictly increasing key order.
     pub(crate) fn from_sorted(entries: Vec<(String, EncodedValue)>) -> Self {
         Snapshot(entries.into_iter().collect())

@@ -19,10 +19,13 @@ use tracing::Instrument as _;
 use crate::callback::{CHUNK_SINK, ChunkSink, StepEvent, emit};
 use crate::compile::{Event, Instr, Program};
 use crate::context::Context;
+use crate::context::Snapshot;
 use crate::error::{Error, Result};
 use crate::middleware::Next;
 use crate::stage::{Output, STAGE_INFO, StageInfo, StageKind};
-use crate::store::{BranchRecord, Checkpoint, CheckpointStore, Lease, RunStatus};
+use crate::store::{
+    BranchRecord, COMPACT_EVERY, Change, Checkpoint, CheckpointStore, Lease, RunStatus,
+};
 use crate::structure::Structure;
 
 /// What a durable run needs to write its checkpoints.
@@ -46,6 +49,108 @@ pub(crate) struct Durable<'a> {
     pub(crate) resumed_branches: Vec<BranchRecord>,
     /// Delete the run once its completed checkpoint is written.
     pub(crate) delete_completed: bool,
+    /// Where the run's journal stands: what the next checkpoint is written
+    /// against (rule 18).
+    pub(crate) tail: std::sync::Mutex<Tail>,
+}
+
+/// The end of a durable run's journal as this process wrote (or loaded) it:
+/// the next checkpoint's number and the context of the last one, so that
+/// the next checkpoint writes only what changed.
+#[derive(Debug, Default)]
+pub(crate) struct Tail {
+    next_seq: u32,
+    last: Option<Snapshot>,
+    /// Bytes of the deltas written since the last whole checkpoint, and the
+    /// size of that one's context: past it, the next one is whole again.
+    delta_bytes: u64,
+    full_bytes: u64,
+    /// Keep at most about this many checkpoints of history (`None`: all).
+    depth: Option<u32>,
+}
+
+impl Tail {
+    /// The journal of a fresh run: its first checkpoint is whole.
+    pub(crate) fn fresh(depth: Option<u32>) -> Self {
+        Tail {
+            depth,
+            ..Tail::default()
+        }
+    }
+
+    /// The journal of a stored run whose latest checkpoint is `cp`.
+    pub(crate) fn after(cp: &Checkpoint, depth: Option<u32>) -> Self {
+        Tail {
+            next_seq: cp.seq.saturating_add(1),
+            last: Some(cp.context.clone()),
+            full_bytes: context_size(&cp.context),
+            depth,
+            ..Tail::default()
+        }
+    }
+
+    /// Numbers `cp` and says what it writes: the whole context at the
+    /// run's first checkpoint, at every [`COMPACT_EVERY`]th one and once
+    /// the deltas since the last whole one outweigh it; else what changed.
+    /// Returns the delta's size (0 for a whole checkpoint).
+    fn stamp(&self, cp: &mut Checkpoint) -> u64 {
+        cp.seq = self.next_seq;
+        let delta = self
+            .last
+            .as_ref()
+            .filter(|_| cp.seq % COMPACT_EVERY != 0)
+            .map(|last| Change::between(last, &cp.context))
+            .map(|change| {
+                let size = match &change {
+                    Change::Delta { written, removed } => {
+                        written
+                            .iter()
+                            .chain(removed)
+                            .map(|k| k.len() as u64 + 2)
+                            .sum::<u64>()
+                            + written
+                                .iter()
+                                .filter_map(|k| cp.context.encoded(k))
+                                .map(|v| v.bytes().len() as u64)
+                                .sum::<u64>()
+                    }
+                    Change::Full => 0,
+                };
+                (change, size)
+            })
+            .filter(|(_, size)| self.delta_bytes + size <= self.full_bytes.max(4096));
+        match delta {
+            Some((change, size)) => {
+                cp.change = change;
+                size
+            }
+            None => {
+                cp.change = Change::Full;
+                cp.keep_from = self.depth.map_or(0, |d| cp.seq.saturating_sub(d));
+                0
+            }
+        }
+    }
+
+    /// `cp`, numbered by [`stamp`](Self::stamp), was written.
+    fn advance(&mut self, seq: u32, context: Snapshot, full: bool, delta: u64) {
+        self.next_seq = seq.saturating_add(1);
+        if full {
+            self.full_bytes = context_size(&context);
+            self.delta_bytes = 0;
+        } else {
+            self.delta_bytes += delta;
+        }
+        self.last = Some(context);
+    }
+}
+
+/// About how many bytes a whole checkpoint of `context` takes.
+fn context_size(context: &Snapshot) -> u64 {
+    context
+        .entries()
+        .map(|(k, v)| k.len() as u64 + 2 + v.bytes().len() as u64)
+        .sum()
 }
 
 impl Durable<'_> {
@@ -223,6 +328,11 @@ impl From<Error> for Halt {
     }
 }
 
+fn lock(tail: &std::sync::Mutex<Tail>) -> std::sync::MutexGuard<'_, Tail> {
+    tail.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs the whole program from `ip` (a resume point) with `ctx`, durably when
 /// `durable` is given.
 pub(crate) async fn run(
@@ -255,9 +365,14 @@ pub(crate) async fn run(
 /// Saves `cp` fenced, telling the callbacks how long the store took. A run
 /// that was cancelled (rule 14) learns of it here, and only here: the store
 /// refuses the write with [`Error::Cancelled`], and the run stops.
-async fn save(program: &Program, d: &Durable<'_>, cp: Checkpoint) -> Result<()> {
+async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint) -> Result<()> {
     let (ip, status, started) = (cp.ip as usize, cp.status, Instant::now());
+    let delta = lock(&d.tail).stamp(&mut cp);
+    let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());
     let saved = d.store.save_fenced(cp, d.lease).await;
+    if saved.is_ok() {
+        lock(&d.tail).advance(seq, context, full, delta);
+    }
     if let Err(Error::Cancelled { .. }) = &saved {
         tracing::info!(
             run_id = d.key,

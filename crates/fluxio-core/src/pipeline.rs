@@ -10,7 +10,7 @@ use crate::callback::Callback;
 use crate::compile::{Node, Program};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::interpret::{self, Durable};
+use crate::interpret::{self, Durable, Tail};
 use crate::middleware::Middleware;
 use crate::stage::{Output, Resources, RunBodies};
 use crate::store::{
@@ -42,6 +42,7 @@ pub struct PipelineBuilder {
     auto_parallel: bool,
     lease_ttl: Duration,
     delete_completed: bool,
+    history_depth: Option<u32>,
     stream_buffer: usize,
     middleware: Vec<Arc<dyn Middleware>>,
     stage_middleware: Vec<(String, Arc<dyn Middleware>)>,
@@ -62,6 +63,7 @@ impl PipelineBuilder {
             auto_parallel: true,
             lease_ttl: Duration::from_secs(30),
             delete_completed: false,
+            history_depth: None,
             stream_buffer: DEFAULT_STREAM_BUFFER,
             middleware: Vec::new(),
             stage_middleware: Vec::new(),
@@ -155,6 +157,17 @@ impl PipelineBuilder {
     /// result lives elsewhere once they complete.
     pub fn delete_completed(mut self, on: bool) -> Self {
         self.delete_completed = on;
+        self
+    }
+
+    /// Bounds the history a durable run keeps (contract rule 20; default:
+    /// every checkpoint until the run is removed). With `Some(n)`, each
+    /// whole checkpoint lets the store drop the run's checkpoints before
+    /// the last whole one at least `n` checkpoints back, so a run keeps
+    /// between `n` and `n +` [`COMPACT_EVERY`](crate::store::COMPACT_EVERY)
+    /// checkpoints of history, whatever its length. `Some(0)` counts as 1.
+    pub fn history_depth(mut self, checkpoints: Option<u32>) -> Self {
+        self.history_depth = checkpoints.map(|n| n.max(1));
         self
     }
 
@@ -295,6 +308,7 @@ impl PipelineBuilder {
                 store,
                 lease_ttl: self.lease_ttl,
                 delete_completed: self.delete_completed,
+                history_depth: self.history_depth,
                 stream_buffer: self.stream_buffer,
                 leases: LeaseTracker::default(),
             }),
@@ -324,6 +338,7 @@ struct Inner {
     store: Option<Arc<dyn CheckpointStore>>,
     lease_ttl: Duration,
     delete_completed: bool,
+    history_depth: Option<u32>,
     stream_buffer: usize,
     /// The leases of this pipeline's runs, for `shutdown`.
     leases: LeaseTracker,
@@ -598,7 +613,14 @@ impl Pipeline {
         key: &str,
         input: Context,
     ) -> Result<Context> {
-        let durable = self.durable(store.as_ref(), owner.lease(), (run_id, key), now_ms(), None);
+        let durable = self.durable(
+            store.as_ref(),
+            owner.lease(),
+            (run_id, key),
+            now_ms(),
+            None,
+            Tail::fresh(self.inner.history_depth),
+        );
         let run = interpret::run(
             &self.inner.program,
             key,
@@ -799,6 +821,9 @@ impl Pipeline {
             let key = self.key(run_id)?;
             self.version_for(&key, &cp, how, options)?;
             cp.pipeline.clone_from(&self.inner.name);
+            // the run moves as its latest checkpoint, whole
+            cp.change = crate::store::Change::Full;
+            cp.earlier.clear();
             store.save_fenced(cp.clone(), owner.lease()).await?;
             store.delete_fenced(run_id, old.lease()).await?;
             tracing::info!(
@@ -895,6 +920,7 @@ impl Pipeline {
                 (run_id, &key),
                 cp.created_at_ms,
                 resumed,
+                Tail::after(&cp, self.inner.history_depth),
             );
             // the finished branches of the block the run stopped in (rule
             // 19); a replay from a named step runs that step whole
@@ -1323,6 +1349,7 @@ impl Pipeline {
         (run_id, key): (&'a str, &'a str),
         created_at_ms: u64,
         resumed: Option<(usize, u32)>,
+        tail: Tail,
     ) -> Durable<'a> {
         Durable {
             store,
@@ -1336,6 +1363,7 @@ impl Pipeline {
             resumed,
             resumed_branches: Vec::new(),
             delete_completed: self.inner.delete_completed,
+            tail: std::sync::Mutex::new(tail),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `InMemoryStore` passes the store conformance suite; a store with only the
-//! four required methods passes its cancel checks (rule 14) with the
-//! default `cancel`, `save_fenced` and `delete_fenced`.
+//! four required methods passes its cancel checks (rule 14) and its journal
+//! checks (rules 18 and 20: the journal lives in its one blob) with the
+//! default `cancel`, `save_fenced`, `delete_fenced` and `history`.
 
 use fluxio_core::store::conformance::SharedMemory;
 
@@ -92,5 +93,10 @@ mod four_methods {
         rule14_a_plain_save_replaces_a_cancel,
         rule14_cancel_does_not_touch_another_key,
         rule14_a_cancel_racing_fenced_saves_wins_for_good,
+        rule18_deltas_are_stored_and_loaded_whole,
+        rule18_a_delta_without_its_predecessor_is_refused,
+        rule18_a_checkpoint_sent_again_replaces_the_later_ones,
+        rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
+        rule20_a_plain_save_stores_the_journal_it_carries,
     );
 }

@@ -15,6 +15,7 @@ use crate::error::{BoxError, Error, Result};
 use crate::structure::{StageCode, Structure};
 
 use super::branch::{BranchRecord, decode_records};
+use super::journal::Change;
 use crate::value::{
     Cursor, EncodedValue, WireError, check_entry, decode_legacy, decode_string, validate,
     varint_len,
@@ -75,7 +76,11 @@ pub enum RunStatus {
 /// is the one the derived ones had): every string is read without trusting
 /// its claimed length, so corrupt bytes claiming a 1 GiB string fail without
 /// allocating it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Two checkpoints are equal when all their fields but
+/// [`earlier`](Checkpoint::earlier) are: a checkpoint is the same whether
+/// it was read with its journal or without.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Checkpoint {
     /// The name of the pipeline the run belongs to (contract rule 10); empty
@@ -114,6 +119,50 @@ pub struct Checkpoint {
     /// instead of running them again. Empty anywhere else, and in formats 1
     /// and 2, which predate them.
     pub branches: Vec<BranchRecord>,
+    /// This checkpoint's number in its run's journal (contract rule 18):
+    /// 0 for the run's first, one more for each checkpoint after it. Format
+    /// 1 to 3 checkpoints, which kept no journal, read as 0.
+    pub seq: u32,
+    /// What this checkpoint writes: the whole context, or the keys that
+    /// changed since checkpoint `seq - 1` of the run. A store that keeps
+    /// the journal writes only those; see [`Checkpoint::entry_bytes`].
+    pub change: Change,
+    /// A store may drop the run's checkpoints numbered below the last full
+    /// checkpoint at or before this one ([`cut_point`](super::cut_point)):
+    /// the bound on a run's history depth. 0 keeps them all.
+    pub keep_from: u32,
+    /// The run's earlier checkpoints, oldest first, when this one was read
+    /// with its journal: from a store that keeps the whole journal in one
+    /// blob (which [`Checkpoint::to_bytes`] writes and
+    /// [`Checkpoint::from_bytes`] reads), or built by
+    /// [`appended`](super::appended). Empty when loaded from a store that
+    /// keeps the journal itself; [`CheckpointStore::history`](super::CheckpointStore::history)
+    /// reads the whole journal from any store.
+    pub earlier: Vec<Checkpoint>,
+}
+
+impl PartialEq for Checkpoint {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.pipeline,
+            &self.run_id,
+            &self.version,
+            self.ip,
+            &self.step,
+        ) == (
+            &other.pipeline,
+            &other.run_id,
+            &other.version,
+            other.ip,
+            &other.step,
+        ) && (&self.context, self.status, &self.error_message)
+            == (&other.context, other.status, &other.error_message)
+            && (self.created_at_ms, self.updated_at_ms, self.attempt)
+                == (other.created_at_ms, other.updated_at_ms, other.attempt)
+            && (&self.structure, &self.branches) == (&other.structure, &other.branches)
+            && (self.seq, &self.change, self.keep_from)
+                == (other.seq, &other.change, other.keep_from)
+    }
 }
 
 /// The key a store keeps the run `run_id` of the pipeline named `pipeline`
@@ -139,7 +188,7 @@ pub fn run_key(pipeline: &str, run_id: &str) -> String {
 pub const MAGIC: [u8; 4] = *b"FXCP";
 /// The format version this build writes (and the newest it reads; it reads
 /// formats 1 and 2 too).
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = 4;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
 /// The largest checkpoint payload this build writes and decodes (1 GiB):
@@ -179,7 +228,21 @@ impl Checkpoint {
             attempt: 1,
             structure: None,
             branches: Vec::new(),
+            seq: 0,
+            change: Change::Full,
+            keep_from: 0,
+            earlier: Vec::new(),
         }
+    }
+
+    /// The run's journal as far as this checkpoint holds it: the
+    /// [`earlier`](Checkpoint::earlier) checkpoints, then this one (with no
+    /// earlier ones of its own), oldest first.
+    #[must_use]
+    pub fn into_journal(mut self) -> Vec<Checkpoint> {
+        let mut all = std::mem::take(&mut self.earlier);
+        all.push(self);
+        all
     }
 
     /// The same checkpoint, of a run of the pipeline named `pipeline`.
@@ -214,12 +277,13 @@ impl Checkpoint {
 
     /// The same checkpoint, saying that the run was cancelled (rule 14) and
     /// written now: the position, context, attempt and error message stay
-    /// as they were. Stores write this in place of the stored checkpoint
+    /// as they were; the branch records go (a cancelled run resumes no block). Stores write this in place of the stored checkpoint
     /// when they [cancel](super::CheckpointStore::cancel) a run; see
     /// [`cancelled_checkpoint`](super::cancelled_checkpoint).
     #[must_use]
     pub fn cancelled(mut self) -> Self {
         self.status = RunStatus::Cancelled;
+        self.branches.clear();
         self.updated_at_ms = now_ms();
         self
     }
@@ -236,31 +300,42 @@ impl Checkpoint {
         self.status == RunStatus::Cancelled
     }
 
-    /// Encodes the checkpoint.
+    /// Encodes the checkpoint with its [`earlier`](Checkpoint::earlier)
+    /// ones: the run's journal as this checkpoint holds it, in one blob.
+    /// This is what a store with the four required methods keeps.
     ///
     /// Layout (all integers little endian):
     ///
     /// | bytes | content |
     /// |---|---|
     /// | 4 | magic `FXCP` |
-    /// | 2 | format version (`3`) |
+    /// | 2 | format version (`4`) |
     /// | 4 | CRC-32 (IEEE) of the format version (its 2 bytes) and the payload |
     /// | 8 | payload length |
-    /// | n | payload: the fields in bincode 2's `standard` configuration (varint integers, length-prefixed strings), each context value in its [wire format](crate::value#wire-format) |
+    /// | n | payload: the number of checkpoints, then each checkpoint, oldest first, its fields in bincode 2's `standard` configuration (varint integers, length-prefixed strings), each context value in its [wire format](crate::value#wire-format) |
     ///
-    /// The payload of format 3 is, in order: `pipeline`, `run_id`, `version`,
-    /// `ip`, `step`, `context` (the key count, then each key, in increasing
+    /// Each checkpoint of format 4 is, in order: `pipeline`, `run_id`,
+    /// `version`, `seq`, `keep_from`, `ip`, `step`, `status` (0 running, 1
+    /// failed, 2 completed, 3 cancelled), `error_message`, `created_at_ms`,
+    /// `updated_at_ms`, `attempt`, `structure` (an option of the shape text
+    /// and the list of stage names with their 32-byte hashes), `branches`
+    /// (a count, then each [`BranchRecord`]: index, name, the written keys
+    /// as a context's are written, the removed keys), and `change`: `0`
+    /// then the whole context (the key count, then each key, in increasing
     /// byte order, and its value's encoding, copied as the context holds
-    /// it), `status` (0 running, 1 failed, 2 completed, 3 cancelled),
-    /// `error_message`, `created_at_ms`, `updated_at_ms`, `attempt`,
-    /// `structure` (an option of the shape text and the list of stage names
-    /// with their 32-byte hashes), and `branches` (a count, then each
-    /// [`BranchRecord`]: index, name, the written keys as the context's are
-    /// written, the removed keys). Format 2 had the same fields but
-    /// `branches`, with values in the tags 0 to 14 only (no packed
-    /// sequences) and maps in `Value`'s order; format 1 had no `pipeline` and no `structure`, an `error` flag
-    /// after `status`, and no cancelled status. [`Checkpoint::from_bytes`]
-    /// reads all three.
+    /// it), or `1` then the keys written since checkpoint `seq - 1` with
+    /// their values (as a context) and the removed keys (a count, then
+    /// each key, in increasing order). The first checkpoint of a blob is
+    /// whole, and each one after it is numbered one more than the one
+    /// before. [`Checkpoint::entry_bytes`] writes one checkpoint alone in
+    /// the same frame.
+    ///
+    /// Format 3 was one checkpoint with the context after `step`, no `seq`,
+    /// `keep_from` or `change`; format 2 had no `branches`, with values in
+    /// the tags 0 to 14 only (no packed sequences) and maps in `Value`'s
+    /// order; format 1 had no `pipeline` and no `structure`, an `error`
+    /// flag after `status`, and no cancelled status.
+    /// [`Checkpoint::from_bytes`] reads all four.
     ///
     /// It encodes only what [`Checkpoint::from_bytes`] decodes: the checks of
     /// [`Checkpoint::check`] come first, and the bytes are written once,
@@ -269,34 +344,46 @@ impl Checkpoint {
     /// # Errors
     /// As [`Checkpoint::check`].
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let size = self.check()?;
-        let mut out = Vec::with_capacity(HEADER + size as usize);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&[0; 4]); // the CRC, below
-        out.extend_from_slice(&size.to_le_bytes());
-        bincode::encode_into_std_write(self, &mut out, bincode::config::standard()).map_err(
-            |e| Error::Internal {
-                message: format!("encoding a checkpoint into memory failed: {e}"),
-            },
-        )?;
-        if out.len() != HEADER + size as usize {
-            return Err(Error::Internal {
-                message: format!(
-                    "checkpoint of run `{}`: {} payload bytes written, {size} counted",
-                    self.run_id,
-                    out.len() - HEADER
-                ),
-            });
-        }
-        let crc = checksum(FORMAT_VERSION, &out[HEADER..]);
-        out[6..10].copy_from_slice(&crc.to_le_bytes());
-        Ok(out)
+        let entries: Vec<&Checkpoint> = self.earlier.iter().chain([self]).collect();
+        frame(&self.key(), &entries)
     }
 
-    /// Checks that [`Checkpoint::from_bytes`] would read this checkpoint back
-    /// once encoded, without encoding it, and returns the length of its
-    /// payload (counted, not written: O(keys), whatever the values' sizes).
+    /// Encodes this checkpoint alone (not its [`earlier`](Checkpoint::earlier)
+    /// ones), in the frame of [`Checkpoint::to_bytes`], writing what its
+    /// [`change`](Checkpoint::change) says: the whole context, or only the
+    /// keys that changed. This is what a store that keeps the journal
+    /// itself appends for each checkpoint; [`Checkpoint::from_entries`]
+    /// reads the run back from the stored entries.
+    ///
+    /// ```
+    /// use fluxio_core::store::{Change, Checkpoint};
+    /// use fluxio_core::Context;
+    /// # fn main() -> fluxio_core::Result<()> {
+    /// let big = Context::new().set("blob", vec![7u8; 100_000])?;
+    /// let first = Checkpoint::new("r", "v1", 0, "a", big.snapshot()).in_pipeline("p");
+    /// let after = big.set("n", 1)?;
+    /// let mut second = Checkpoint::new("r", "v1", 2, "b", after.snapshot()).in_pipeline("p");
+    /// second.seq = 1;
+    /// second.change = Change::between(&big.snapshot(), &after.snapshot());
+    ///
+    /// let (a, b) = (first.entry_bytes()?, second.entry_bytes()?);
+    /// assert!(a.len() > 100_000 && b.len() < 200, "the delta holds one small key");
+    /// let back = Checkpoint::from_entries("p/r", [&a, &b])?;
+    /// assert_eq!((back.seq, back.ip), (1, 2));
+    /// assert_eq!(back.context, after.snapshot());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Checkpoint::check`].
+    pub fn entry_bytes(&self) -> Result<Vec<u8>> {
+        frame(&self.key(), &[self])
+    }
+
+    /// Checks that [`Checkpoint::from_bytes`] would read this checkpoint
+    /// (with its [`earlier`](Checkpoint::earlier) ones) back once encoded,
+    /// without encoding it, and returns the length of its payload (counted,
+    /// not written: O(keys), whatever the values' sizes).
     /// [`Checkpoint::to_bytes`] calls it; a store that keeps checkpoints as
     /// values may call it to refuse what a byte store refuses.
     ///
@@ -318,19 +405,37 @@ impl Checkpoint {
     /// does. (Values set with [`Context::set`](crate::Context::set) were
     /// checked then; these catch values given as a [`Value`](crate::Value)
     /// with [`Context::set_value`](crate::Context::set_value).)
+    /// [`Error::CorruptCheckpoint`] when the journal would not read back:
+    /// it starts with a delta, its numbers do not follow each other, or a
+    /// delta names a key its context does not hold (or removes one it does).
     pub fn check(&self) -> Result<u64> {
+        let entries: Vec<&Checkpoint> = self.earlier.iter().chain([self]).collect();
+        payload_size(&self.key(), &entries)
+    }
+
+    /// The payload length of this checkpoint alone, as [`check`](Self::check)
+    /// counts it.
+    fn entry_size(&self) -> Result<u64> {
+        if self.keep_from > self.seq {
+            return Err(Error::CorruptCheckpoint {
+                run_id: self.key(),
+                reason: format!(
+                    "checkpoint {} keeps the history from checkpoint {}, a later one",
+                    self.seq, self.keep_from
+                ),
+                source: None,
+            });
+        }
         let string = |s: &str| (varint_len(s.len() as u64) + s.len()) as u64;
         let int = |v: u64| varint_len(v) as u64;
         let mut size = string(&self.pipeline)
             + string(&self.run_id)
             + string(&self.version)
+            + int(self.seq.into())
+            + int(self.keep_from.into())
             + int(self.ip.into())
             + string(&self.step)
-            + int(self.context.len() as u64);
-        for (key, value) in self.context.entries() {
-            size = size.saturating_add(check_entry(key, value, MAX_PAYLOAD as u64)?);
-        }
-        size += 1 // the status
+            + 1 // the status
             + 1 + self.error_message.as_deref().map_or(0, string)
             + int(self.created_at_ms)
             + int(self.updated_at_ms)
@@ -346,23 +451,55 @@ impl Checkpoint {
         for record in &self.branches {
             size = size.saturating_add(record.size(MAX_PAYLOAD as u64)?);
         }
-        if size > MAX_PAYLOAD as u64 {
-            return Err(Error::CheckpointTooLarge {
-                run_id: self.run_id.clone(),
-                size,
-                limit: MAX_PAYLOAD as u64,
-            });
+        size += 1; // the change's tag
+        match &self.change {
+            Change::Full => {
+                size += int(self.context.len() as u64);
+                for (key, value) in self.context.entries() {
+                    size = size.saturating_add(check_entry(key, value, MAX_PAYLOAD as u64)?);
+                }
+            }
+            Change::Delta { written, removed } => {
+                let bad = |reason: String| Error::CorruptCheckpoint {
+                    run_id: self.key(),
+                    reason: format!("checkpoint {}: {reason}", self.seq),
+                    source: None,
+                };
+                if !written.is_sorted_by(|a, b| a < b) || !removed.is_sorted_by(|a, b| a < b) {
+                    return Err(bad(
+                        "its delta's keys are not in strictly increasing order".into()
+                    ));
+                }
+                size += int(written.len() as u64) + int(removed.len() as u64);
+                for key in written {
+                    let value = self.context.encoded(key).ok_or_else(|| {
+                        bad(format!(
+                            "its delta writes `{key}`, which its context does not hold"
+                        ))
+                    })?;
+                    size = size.saturating_add(check_entry(key, value, MAX_PAYLOAD as u64)?);
+                }
+                for key in removed {
+                    if self.context.encoded(key).is_some() {
+                        return Err(bad(format!(
+                            "its delta removes `{key}`, which its context holds"
+                        )));
+                    }
+                    size += string(key);
+                }
+            }
         }
         Ok(size)
     }
 
-    /// Decodes bytes written by [`Checkpoint::to_bytes`] (format 3, or
-    /// formats 1 and 2 of earlier builds), stored under the key `run_id`
-    /// (see [`Checkpoint::key`]).
+    /// Decodes bytes written by [`Checkpoint::to_bytes`] (format 4, or
+    /// formats 1 to 3 of earlier builds), stored under the key `run_id`
+    /// (see [`Checkpoint::key`]): the latest checkpoint, with the earlier
+    /// ones of the blob in [`earlier`](Checkpoint::earlier).
     ///
-    /// A format 3 context value is checked, not built: its bytes must be the
-    /// canonical encoding within the limits `set` enforces (known tags,
-    /// valid UTF-8, shortest varints, map keys in order, at most
+    /// A format 3 or 4 context value is checked, not built: its bytes must
+    /// be the canonical encoding within the limits `set` enforces (known
+    /// tags, valid UTF-8, shortest varints, map keys in order, at most
     /// [`MAX_DEPTH`](crate::value::MAX_DEPTH) levels), and are then copied
     /// as they are. Format 1 and 2 values are decoded as before and
     /// re-encoded.
@@ -384,82 +521,233 @@ impl Checkpoint {
     /// # Errors
     /// As above.
     pub fn from_bytes(run_id: &str, bytes: &[u8]) -> Result<Checkpoint> {
-        let corrupt = |reason: String| Error::CorruptCheckpoint {
+        let mut journal = decode_parts(run_id, [bytes], true)?;
+        let mut latest = journal.pop().ok_or_else(|| Error::CorruptCheckpoint {
             run_id: run_id.to_owned(),
-            reason,
+            reason: "it holds no checkpoint".to_owned(),
             source: None,
+        })?;
+        latest.earlier = journal;
+        Ok(latest)
+    }
+
+    /// The latest checkpoint of the run stored under `run_id` as `parts`,
+    /// oldest first: what [`Checkpoint::entry_bytes`] (or
+    /// [`Checkpoint::to_bytes`]) wrote for each of its checkpoints, from a
+    /// whole one on. Each delta is applied to the context before it, so
+    /// the result holds the whole context; [`earlier`](Checkpoint::earlier)
+    /// stays empty. Decoded as safely as [`Checkpoint::from_bytes`].
+    ///
+    /// # Errors
+    /// [`Error::CorruptCheckpoint`] naming `run_id` when a part does not
+    /// decode, the first is a delta, the numbers do not follow each other,
+    /// or there are no parts.
+    pub fn from_entries<B: AsRef<[u8]>>(
+        run_id: &str,
+        parts: impl IntoIterator<Item = B>,
+    ) -> Result<Checkpoint> {
+        decode_parts(run_id, parts, false)?
+            .pop()
+            .ok_or_else(|| Error::CorruptCheckpoint {
+                run_id: run_id.to_owned(),
+                reason: "the store holds no checkpoint for it".to_owned(),
+                source: None,
+            })
+    }
+
+    /// Every checkpoint of the run stored under `run_id` as `parts` (as for
+    /// [`Checkpoint::from_entries`]), oldest first, each with its whole
+    /// context (the contexts share their unchanged parts).
+    ///
+    /// # Errors
+    /// As [`Checkpoint::from_entries`], except that no parts is an empty
+    /// journal.
+    pub fn journal_from_entries<B: AsRef<[u8]>>(
+        run_id: &str,
+        parts: impl IntoIterator<Item = B>,
+    ) -> Result<Vec<Checkpoint>> {
+        decode_parts(run_id, parts, true)
+    }
+}
+
+/// The payload length of `entries` encoded as one blob, checking that the
+/// blob would decode: it starts with a whole checkpoint and its numbers
+/// follow each other.
+fn payload_size(key: &str, entries: &[&Checkpoint]) -> Result<u64> {
+    let mut size = varint_len(entries.len() as u64) as u64;
+    for (i, entry) in entries.iter().enumerate() {
+        let follows = match i.checked_sub(1) {
+            None => true,
+            Some(before) => entries[before].seq.checked_add(1) == Some(entry.seq),
         };
-        let magic = bytes.len() >= MAGIC.len() && bytes[..MAGIC.len()] == MAGIC;
-        // The version first: another format may have another header.
-        if magic && bytes.len() >= 6 {
-            let format = u16::from_le_bytes([bytes[4], bytes[5]]);
-            if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&format) {
-                let age = if format > FORMAT_VERSION {
-                    "newer"
-                } else {
-                    "older"
-                };
-                return Err(corrupt(format!(
-                    "written in checkpoint format {format} ({age} than the formats \
-                     this build reads: format {OLDEST_FORMAT_VERSION} to format {FORMAT_VERSION})"
-                )));
-            }
+        if (i == 0 && !entry.change.is_full() && entries.len() > 1) || !follows {
+            return Err(Error::CorruptCheckpoint {
+                run_id: key.to_owned(),
+                reason: format!(
+                    "its journal does not read back: checkpoint {} {}",
+                    entry.seq,
+                    if follows {
+                        "is a delta with no checkpoint before it"
+                    } else {
+                        "does not follow the one before it"
+                    }
+                ),
+                source: None,
+            });
         }
-        if bytes.len() < HEADER {
+        size = size.saturating_add(entry.entry_size()?);
+    }
+    if size > MAX_PAYLOAD as u64 {
+        return Err(Error::CheckpointTooLarge {
+            run_id: key.to_owned(),
+            size,
+            limit: MAX_PAYLOAD as u64,
+        });
+    }
+    Ok(size)
+}
+
+/// `entries` in one frame (see [`Checkpoint::to_bytes`]), written once into
+/// a buffer of the exact size.
+fn frame(key: &str, entries: &[&Checkpoint]) -> Result<Vec<u8>> {
+    let size = payload_size(key, entries)?;
+    let mut out = Vec::with_capacity(HEADER + size as usize);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&[0; 4]); // the CRC, below
+    out.extend_from_slice(&size.to_le_bytes());
+    let encoded =
+        bincode::encode_into_std_write(&Blob(entries), &mut out, bincode::config::standard());
+    encoded.map_err(|e| Error::Internal {
+        message: format!("encoding a checkpoint into memory failed: {e}"),
+    })?;
+    if out.len() != HEADER + size as usize {
+        return Err(Error::Internal {
+            message: format!(
+                "checkpoint of run `{key}`: {} payload bytes written, {size} counted",
+                out.len() - HEADER
+            ),
+        });
+    }
+    let crc = checksum(FORMAT_VERSION, &out[HEADER..]);
+    out[6..10].copy_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// The header's checks: the payload of `bytes` and its format version.
+fn unframe<'b>(run_id: &str, bytes: &'b [u8]) -> Result<(u16, &'b [u8])> {
+    let corrupt = |reason: String| Error::CorruptCheckpoint {
+        run_id: run_id.to_owned(),
+        reason,
+        source: None,
+    };
+    let magic = bytes.len() >= MAGIC.len() && bytes[..MAGIC.len()] == MAGIC;
+    // The version first: another format may have another header.
+    if magic && bytes.len() >= 6 {
+        let format = u16::from_le_bytes([bytes[4], bytes[5]]);
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&format) {
+            let age = if format > FORMAT_VERSION {
+                "newer"
+            } else {
+                "older"
+            };
             return Err(corrupt(format!(
-                "{} bytes is shorter than the {HEADER}-byte header",
-                bytes.len()
+                "written in checkpoint format {format} ({age} than the formats \
+                 this build reads: format {OLDEST_FORMAT_VERSION} to format {FORMAT_VERSION})"
             )));
         }
-        if !magic {
-            return Err(corrupt(
-                "not a fluxio checkpoint (bad magic bytes)".to_owned(),
-            ));
-        }
-        let (header, payload) = bytes.split_at(HEADER);
-        let crc = u32::from_le_bytes([header[6], header[7], header[8], header[9]]);
-        let mut len_bytes = [0u8; 8];
-        len_bytes.copy_from_slice(&header[10..18]);
-        let len = u64::from_le_bytes(len_bytes);
-        if len != payload.len() as u64 {
-            return Err(corrupt(format!(
-                "header says {len} payload bytes, found {}",
-                payload.len()
-            )));
-        }
-        if payload.len() > MAX_PAYLOAD {
-            return Err(corrupt(format!(
-                "payload of {} bytes exceeds the {MAX_PAYLOAD}-byte limit",
-                payload.len()
-            )));
-        }
-        let format = u16::from_le_bytes([header[4], header[5]]);
-        if checksum(format, payload) != crc {
-            return Err(corrupt("checksum mismatch".to_owned()));
-        }
+    }
+    if bytes.len() < HEADER {
+        return Err(corrupt(format!(
+            "{} bytes is shorter than the {HEADER}-byte header",
+            bytes.len()
+        )));
+    }
+    if !magic {
+        return Err(corrupt(
+            "not a fluxio checkpoint (bad magic bytes)".to_owned(),
+        ));
+    }
+    let (header, payload) = bytes.split_at(HEADER);
+    let crc = u32::from_le_bytes([header[6], header[7], header[8], header[9]]);
+    let mut len_bytes = [0u8; 8];
+    len_bytes.copy_from_slice(&header[10..18]);
+    let len = u64::from_le_bytes(len_bytes);
+    if len != payload.len() as u64 {
+        return Err(corrupt(format!(
+            "header says {len} payload bytes, found {}",
+            payload.len()
+        )));
+    }
+    if payload.len() > MAX_PAYLOAD {
+        return Err(corrupt(format!(
+            "payload of {} bytes exceeds the {MAX_PAYLOAD}-byte limit",
+            payload.len()
+        )));
+    }
+    let format = u16::from_le_bytes([header[4], header[5]]);
+    if checksum(format, payload) != crc {
+        return Err(corrupt("checksum mismatch".to_owned()));
+    }
+    Ok((format, payload))
+}
+
+/// The checkpoints of `parts` (see [`Checkpoint::from_entries`]), folded:
+/// all of them when `keep` is set, else only the latest.
+fn decode_parts<B: AsRef<[u8]>>(
+    run_id: &str,
+    parts: impl IntoIterator<Item = B>,
+    keep: bool,
+) -> Result<Vec<Checkpoint>> {
+    let corrupt = |reason: String| Error::CorruptCheckpoint {
+        run_id: run_id.to_owned(),
+        reason,
+        source: None,
+    };
+    let mut journal: Vec<Checkpoint> = Vec::new();
+    for part in parts {
+        let (format, payload) = unframe(run_id, part.as_ref())?;
         // Allocation stays proportional to `payload`: strings and byte buffers
         // are copied only once their bytes are known to be there, containers
         // pre-allocate at most a few hundred slots, and values nest at most
-        // `MAX_DEPTH` deep (see `decode_v3`, `Format2`, and `crate::value`).
-        let cp = if format == FORMAT_VERSION {
-            decode_v3(payload).map_err(|e| undecodable_v3(run_id, e))?
-        } else {
-            let decoded = if format == 1 {
-                bincode::decode_from_slice(payload, config()).map(|(Format1(cp), used)| (cp, used))
-            } else {
-                bincode::decode_from_slice(payload, config()).map(|(Format2(cp), used)| (cp, used))
-            };
-            let (cp, used) = decoded.map_err(|e| undecodable(run_id, e))?;
-            if used != payload.len() {
-                return Err(corrupt(format!("{} trailing bytes", payload.len() - used)));
+        // `MAX_DEPTH` deep (see `decode_v4`, `Format2`, and `crate::value`).
+        let decoded = match format {
+            FORMAT_VERSION => {
+                decode_v4(payload, journal.last()).map_err(|e| undecodable_v3(run_id, e))?
             }
-            cp
+            3 => vec![decode_v3(payload).map_err(|e| undecodable_v3(run_id, e))?],
+            _ => {
+                let decoded = if format == 1 {
+                    bincode::decode_from_slice(payload, config())
+                        .map(|(Format1(cp), used)| (cp, used))
+                } else {
+                    bincode::decode_from_slice(payload, config())
+                        .map(|(Format2(cp), used)| (cp, used))
+                };
+                let (cp, used) = decoded.map_err(|e| undecodable(run_id, e))?;
+                if used != payload.len() {
+                    return Err(corrupt(format!("{} trailing bytes", payload.len() - used)));
+                }
+                vec![cp]
+            }
         };
-        if cp.key() != run_id {
-            return Err(corrupt(format!("it belongs to run `{}`", cp.key())));
+        for cp in decoded {
+            if cp.key() != run_id {
+                return Err(corrupt(format!("it belongs to run `{}`", cp.key())));
+            }
+            if !cp.change.is_full() && journal.last().is_none() {
+                return Err(corrupt(format!(
+                    "checkpoint {} is a delta with no checkpoint before it",
+                    cp.seq
+                )));
+            }
+            if !keep {
+                journal.clear();
+            }
+            journal.push(cp);
         }
-        Ok(cp)
     }
+    Ok(journal)
 }
 
 /// [`Error::CorruptCheckpoint`] for a payload the decoder refused. A message
@@ -546,38 +834,73 @@ fn decode_opt_string<D: Decoder>(decoder: &mut D) -> Result<Option<String>, Deco
     }
 }
 
-/// Format 3's payload, field by field (see [`Checkpoint::to_bytes`]).
-impl Encode for Checkpoint {
+/// A format 4 payload: the number of checkpoints, then each (see
+/// [`Checkpoint::to_bytes`]).
+struct Blob<'a>(&'a [&'a Checkpoint]);
+
+impl Encode for Blob<'_> {
     fn encode<E: Encoder>(&self, encoder: &mut E) -> std::result::Result<(), EncodeError> {
-        self.pipeline.encode(encoder)?;
-        self.run_id.encode(encoder)?;
-        self.version.encode(encoder)?;
-        self.ip.encode(encoder)?;
-        self.step.encode(encoder)?;
-        self.context.encode(encoder)?;
-        self.status.encode(encoder)?;
-        self.error_message.encode(encoder)?;
-        self.created_at_ms.encode(encoder)?;
-        self.updated_at_ms.encode(encoder)?;
-        self.attempt.encode(encoder)?;
-        match &self.structure {
-            None => 0u8.encode(encoder)?,
-            Some(structure) => {
-                1u8.encode(encoder)?;
-                structure.shape.encode(encoder)?;
-                (structure.stages.len() as u64).encode(encoder)?;
-                for stage in &structure.stages {
-                    stage.name.encode(encoder)?;
-                    stage.hash.encode(encoder)?;
-                }
-            }
-        }
-        (self.branches.len() as u64).encode(encoder)?;
-        for record in &self.branches {
-            record.encode(encoder)?;
+        (self.0.len() as u64).encode(encoder)?;
+        for cp in self.0 {
+            encode_entry(cp, encoder)?;
         }
         Ok(())
     }
+}
+
+/// One checkpoint of format 4, field by field (see [`Checkpoint::to_bytes`]).
+fn encode_entry<E: Encoder>(
+    cp: &Checkpoint,
+    encoder: &mut E,
+) -> std::result::Result<(), EncodeError> {
+    cp.pipeline.encode(encoder)?;
+    cp.run_id.encode(encoder)?;
+    cp.version.encode(encoder)?;
+    cp.seq.encode(encoder)?;
+    cp.keep_from.encode(encoder)?;
+    cp.ip.encode(encoder)?;
+    cp.step.encode(encoder)?;
+    cp.status.encode(encoder)?;
+    cp.error_message.encode(encoder)?;
+    cp.created_at_ms.encode(encoder)?;
+    cp.updated_at_ms.encode(encoder)?;
+    cp.attempt.encode(encoder)?;
+    match &cp.structure {
+        None => 0u8.encode(encoder)?,
+        Some(structure) => {
+            1u8.encode(encoder)?;
+            structure.shape.encode(encoder)?;
+            (structure.stages.len() as u64).encode(encoder)?;
+            for stage in &structure.stages {
+                stage.name.encode(encoder)?;
+                stage.hash.encode(encoder)?;
+            }
+        }
+    }
+    (cp.branches.len() as u64).encode(encoder)?;
+    for record in &cp.branches {
+        record.encode(encoder)?;
+    }
+    match &cp.change {
+        Change::Full => {
+            0u8.encode(encoder)?;
+            cp.context.encode(encoder)?;
+        }
+        Change::Delta { written, removed } => {
+            1u8.encode(encoder)?;
+            // `entry_size` checked that the context holds every written key
+            let values: Vec<(String, EncodedValue)> = written
+                .iter()
+                .filter_map(|k| cp.context.encoded(k).map(|v| (k.clone(), v.clone())))
+                .collect();
+            Snapshot::from_sorted(values).encode(encoder)?;
+            (removed.len() as u64).encode(encoder)?;
+            for key in removed {
+                key.encode(encoder)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A format 2 checkpoint: format 3's fields, its values in the tags 0 to
@@ -601,6 +924,10 @@ impl<C> Decode<C> for Format2 {
             attempt: u32::decode(decoder)?,
             structure: decode_structure(decoder)?,
             branches: Vec::new(),
+            seq: 0,
+            change: Change::Full,
+            keep_from: 0,
+            earlier: Vec::new(),
         }))
     }
 }
@@ -617,13 +944,7 @@ fn decode_v3(payload: &[u8]) -> std::result::Result<Checkpoint, WireError> {
     let ip = c.varint_u32()?;
     let step = string(&mut c)?;
     let context = snapshot_v3(&mut c)?;
-    let status = match c.varint_u32()? {
-        0 => RunStatus::Running,
-        1 => RunStatus::Failed,
-        2 => RunStatus::Completed,
-        3 => RunStatus::Cancelled,
-        _ => return Err(WireError::Invalid("an unknown run status")),
-    };
+    let status = decode_status(&mut c)?;
     let error_message = match c.byte()? {
         0 => None,
         1 => Some(string(&mut c)?),
@@ -632,22 +953,7 @@ fn decode_v3(payload: &[u8]) -> std::result::Result<Checkpoint, WireError> {
     let created_at_ms = c.varint()?;
     let updated_at_ms = c.varint()?;
     let attempt = c.varint_u32()?;
-    let structure = match c.byte()? {
-        0 => None,
-        1 => {
-            let shape = string(&mut c)?;
-            let n = c.len(33)?;
-            let mut stages = Vec::with_capacity(n);
-            for _ in 0..n {
-                let name = string(&mut c)?;
-                let mut hash = [0u8; 32];
-                hash.copy_from_slice(c.take(32)?);
-                stages.push(StageCode { name, hash });
-            }
-            Some(Arc::new(Structure { shape, stages }))
-        }
-        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
-    };
+    let structure = decode_structure_v3(&mut c)?;
     let branches = decode_records(&mut c)?;
     if !branches.is_empty() && !matches!(status, RunStatus::Running | RunStatus::Failed) {
         return Err(WireError::Invalid(
@@ -671,6 +977,151 @@ fn decode_v3(payload: &[u8]) -> std::result::Result<Checkpoint, WireError> {
         attempt,
         structure,
         branches,
+        seq: 0,
+        change: Change::Full,
+        keep_from: 0,
+        earlier: Vec::new(),
+    })
+}
+
+/// A format 4 payload (see [`Checkpoint::to_bytes`]): its checkpoints,
+/// each delta applied to the context before it (`before`, the last
+/// checkpoint of an earlier part, for the first).
+fn decode_v4(
+    payload: &[u8],
+    mut before: Option<&Checkpoint>,
+) -> std::result::Result<Vec<Checkpoint>, WireError> {
+    let mut c = Cursor::new(payload);
+    let count = c.len(16)?;
+    let mut out: Vec<Checkpoint> = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        let cp = decode_entry(&mut c, out.last().or(before))?;
+        out.push(cp);
+        before = None;
+    }
+    if c.remaining() != 0 {
+        return Err(WireError::Invalid("trailing bytes after the checkpoints"));
+    }
+    Ok(out)
+}
+
+/// One checkpoint of format 4, on top of `before`.
+fn decode_entry(
+    c: &mut Cursor<'_>,
+    before: Option<&Checkpoint>,
+) -> std::result::Result<Checkpoint, WireError> {
+    let string = |c: &mut Cursor<'_>| c.str().map(str::to_owned);
+    let pipeline = string(c)?;
+    let run_id = string(c)?;
+    let version = string(c)?;
+    let seq = c.varint_u32()?;
+    let keep_from = c.varint_u32()?;
+    if keep_from > seq {
+        return Err(WireError::Invalid("a checkpoint kept from a later one"));
+    }
+    if let Some(before) = before {
+        if before.seq.checked_add(1) != Some(seq) {
+            return Err(WireError::Invalid(
+                "checkpoints whose numbers do not follow each other",
+            ));
+        }
+    }
+    let ip = c.varint_u32()?;
+    let step = string(c)?;
+    let status = decode_status(c)?;
+    let error_message = match c.byte()? {
+        0 => None,
+        1 => Some(string(c)?),
+        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+    };
+    let created_at_ms = c.varint()?;
+    let updated_at_ms = c.varint()?;
+    let attempt = c.varint_u32()?;
+    let structure = decode_structure_v3(c)?;
+    let branches = decode_records(c)?;
+    if !branches.is_empty() && !matches!(status, RunStatus::Running | RunStatus::Failed) {
+        return Err(WireError::Invalid(
+            "branch records in a checkpoint that is neither running nor failed",
+        ));
+    }
+    let (context, change) = match c.byte()? {
+        0 => (snapshot_v3(c)?, Change::Full),
+        1 => {
+            let Some(before) = before else {
+                return Err(WireError::Invalid("a delta with no checkpoint before it"));
+            };
+            let written = snapshot_v3(c)?;
+            let count = c.len(1)?;
+            let mut removed: Vec<String> = Vec::new();
+            for _ in 0..count {
+                let key = c.str()?;
+                if removed.last().is_some_and(|last| last.as_str() >= key) {
+                    return Err(WireError::Invalid(
+                        "a delta's removed keys are out of order or repeated",
+                    ));
+                }
+                if written.encoded(key).is_some() || before.context.encoded(key).is_none() {
+                    return Err(WireError::Invalid(
+                        "a delta removes a key it writes, or one the context does not hold",
+                    ));
+                }
+                removed.push(key.to_owned());
+            }
+            let context = before.context.apply(&written, &removed);
+            let written = written.entries().map(|(k, _)| k.to_owned()).collect();
+            (context, Change::Delta { written, removed })
+        }
+        _ => return Err(WireError::Invalid("a change tag other than 0 or 1")),
+    };
+    Ok(Checkpoint {
+        pipeline,
+        run_id,
+        version,
+        ip,
+        step,
+        context,
+        status,
+        error_message,
+        created_at_ms,
+        updated_at_ms,
+        attempt,
+        structure,
+        branches,
+        seq,
+        change,
+        keep_from,
+        earlier: Vec::new(),
+    })
+}
+
+fn decode_status(c: &mut Cursor<'_>) -> std::result::Result<RunStatus, WireError> {
+    Ok(match c.varint_u32()? {
+        0 => RunStatus::Running,
+        1 => RunStatus::Failed,
+        2 => RunStatus::Completed,
+        3 => RunStatus::Cancelled,
+        _ => return Err(WireError::Invalid("an unknown run status")),
+    })
+}
+
+fn decode_structure_v3(
+    c: &mut Cursor<'_>,
+) -> std::result::Result<Option<Arc<Structure>>, WireError> {
+    Ok(match c.byte()? {
+        0 => None,
+        1 => {
+            let shape = c.str()?.to_owned();
+            let n = c.len(33)?;
+            let mut stages = Vec::with_capacity(n);
+            for _ in 0..n {
+                let name = c.str()?.to_owned();
+                let mut hash = [0u8; 32];
+                hash.copy_from_slice(c.take(32)?);
+                stages.push(StageCode { name, hash });
+            }
+            Some(Arc::new(Structure { shape, stages }))
+        }
+        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
     })
 }
 
@@ -763,6 +1214,10 @@ impl<C> Decode<C> for Format1 {
             attempt: u32::decode(decoder)?,
             structure: None,
             branches: Vec::new(),
+            seq: 0,
+            change: Change::Full,
+            keep_from: 0,
+            earlier: Vec::new(),
         }))
     }
 }
@@ -824,6 +1279,10 @@ mod tests {
             } else {
                 Vec::new()
             },
+            seq: (i % 7) as u32,
+            change: Change::Full,
+            keep_from: ((i % 3) as u32).min((i % 7) as u32),
+            earlier: Vec::new(),
         }
     }
 
@@ -908,7 +1367,8 @@ mod tests {
         assert!(cp.is_cancelled() && !cp.is_failed());
         let bytes = cp.to_bytes().expect("encodes");
         // pipeline "", run id "r", version "v", ip 1, step "s", empty context
-        let status_at = HEADER + 1 + 2 + 2 + 1 + 2 + 1;
+        // count 1, pipeline "", run id "r", version "v", seq 0, keep_from 0, ip 1, step "s"
+        let status_at = HEADER + 1 + 1 + 2 + 2 + 1 + 1 + 1 + 2;
         assert_eq!(bytes[status_at], 3, "the status byte");
         assert_eq!(Checkpoint::from_bytes("r", &bytes).expect("decodes"), cp);
 

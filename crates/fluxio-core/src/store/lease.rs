@@ -488,8 +488,9 @@ pub(crate) async fn cancel_local<S: CheckpointStore + ?Sized>(
 
 /// The default `save_fenced`: refuses a run that is marked and whose stored
 /// checkpoint is still cancelled (a plain `save` or `delete` may have
-/// replaced or removed it since: then the mark goes), and saves otherwise.
-/// An unmarked run costs no store call besides the save.
+/// replaced or removed it since: then the mark goes), and otherwise saves
+/// the stored blob with `checkpoint` appended to its journal: one load and
+/// one save.
 pub(crate) async fn save_local<S: CheckpointStore + ?Sized>(
     store: &S,
     store_type: TypeId,
@@ -497,20 +498,17 @@ pub(crate) async fn save_local<S: CheckpointStore + ?Sized>(
 ) -> Result<()> {
     let key = checkpoint.key();
     let mut mark = MarkGuard::lock(store_type, &key).await;
+    let stored = store.load(&key).await?;
     if mark.is_marked() {
-        if store
-            .load(&key)
-            .await?
-            .is_some_and(|stored| stored.is_cancelled())
-        {
+        if stored.as_ref().is_some_and(Checkpoint::is_cancelled) {
             return Err(Error::Cancelled { run_id: key });
         }
         mark.set(false);
     }
-    if checkpoint.is_cancelled() {
-        mark.set(true);
-    }
-    store.save(checkpoint).await
+    let cancelled = checkpoint.is_cancelled();
+    store.save(super::appended(stored, checkpoint)?).await?;
+    mark.set(cancelled);
+    Ok(())
 }
 
 /// The default `delete_fenced`: deletes, then clears the run's mark.

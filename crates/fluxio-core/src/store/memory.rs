@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Checkpoint, CheckpointStore, Lease, cancelled_checkpoint};
+use super::{Checkpoint, CheckpointStore, Lease, append, cancelled_checkpoint};
 use crate::error::{Error, Result};
 
 /// A process-local checkpoint store: the default.
 ///
-/// Checkpoints are kept as values, not bytes: a save is O(1) whatever the
+/// Checkpoints are kept as values, not bytes: each run's journal is a list
+/// of its checkpoints, and a save appends one in O(1) whatever the
 /// context's size, because the context snapshot shares structure with the
-/// live context. Nothing survives the process; use it for tests and
+/// live context (and with the run's earlier checkpoints). Nothing survives the process; use it for tests and
 /// single-process services.
 ///
 /// Leases have the same semantics as in the shared stores: they expire after
@@ -41,7 +42,7 @@ use crate::error::{Error, Result};
 /// ```
 #[derive(Debug, Default)]
 pub struct InMemoryStore {
-    map: Mutex<HashMap<String, Checkpoint>>,
+    map: Mutex<HashMap<String, Vec<Checkpoint>>>,
     leases: Mutex<HashMap<String, LeaseState>>,
 }
 
@@ -100,11 +101,11 @@ impl InMemoryStore {
         run_id: &str,
         lease: &Lease,
         save: bool,
-        f: impl FnOnce(&mut HashMap<String, Checkpoint>),
+        f: impl FnOnce(&mut HashMap<String, Vec<Checkpoint>>) -> Result<()>,
     ) -> Result<()> {
         let leases = lock(&self.leases);
         let mut map = lock(&self.map);
-        if save && map.get(run_id).is_some_and(Checkpoint::is_cancelled) {
+        if save && latest(&map, run_id).is_some_and(Checkpoint::is_cancelled) {
             return Err(Error::Cancelled {
                 run_id: run_id.to_owned(),
             });
@@ -119,9 +120,12 @@ impl InMemoryStore {
                 token: lease.token(),
             });
         }
-        f(&mut map);
-        Ok(())
+        f(&mut map)
     }
+}
+
+fn latest<'m>(map: &'m HashMap<String, Vec<Checkpoint>>, key: &str) -> Option<&'m Checkpoint> {
+    map.get(key).and_then(|journal| journal.last())
 }
 
 #[async_trait::async_trait]
@@ -129,13 +133,14 @@ impl CheckpointStore for InMemoryStore {
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
         let key = checkpoint.key();
         crate::store::check_run_id(&key)?;
-        lock(&self.map).insert(key, checkpoint);
+        checkpoint.check()?;
+        lock(&self.map).insert(key, checkpoint.into_journal());
         Ok(())
     }
 
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
         crate::store::check_run_id(run_id)?;
-        Ok(lock(&self.map).get(run_id).cloned())
+        Ok(latest(&lock(&self.map), run_id).cloned())
     }
 
     async fn delete(&self, run_id: &str) -> Result<()> {
@@ -147,6 +152,11 @@ impl CheckpointStore for InMemoryStore {
     async fn exists(&self, run_id: &str) -> Result<bool> {
         crate::store::check_run_id(run_id)?;
         Ok(lock(&self.map).contains_key(run_id))
+    }
+
+    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
+        crate::store::check_run_id(run_id)?;
+        Ok(lock(&self.map).get(run_id).cloned().unwrap_or_default())
     }
 
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
@@ -198,13 +208,16 @@ impl CheckpointStore for InMemoryStore {
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let key = checkpoint.key();
         self.fenced(&key, lease, true, |map| {
-            map.insert(key.clone(), checkpoint);
+            append(map.entry(key.clone()).or_default(), checkpoint).inspect_err(|_| {
+                map.retain(|_, journal| !journal.is_empty());
+            })
         })
     }
 
     async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
         self.fenced(run_id, lease, false, |map| {
             map.remove(run_id);
+            Ok(())
         })
     }
 
@@ -213,8 +226,7 @@ impl CheckpointStore for InMemoryStore {
     async fn cancel(&self, run_id: &str) -> Result<()> {
         crate::store::check_run_id(run_id)?;
         let mut map = lock(&self.map);
-        let cancelled = cancelled_checkpoint(run_id, map.get(run_id).cloned())?;
-        map.insert(run_id.to_owned(), cancelled);
-        Ok(())
+        let cancelled = cancelled_checkpoint(run_id, latest(&map, run_id).cloned())?;
+        append(map.entry(run_id.to_owned()).or_default(), cancelled)
     }
 }

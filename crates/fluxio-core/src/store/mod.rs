@@ -66,6 +66,7 @@ mod checkpoint;
 #[cfg(feature = "test-util")]
 pub mod conformance;
 mod error_kind;
+mod journal;
 mod lease;
 mod memory;
 mod redact;
@@ -83,6 +84,7 @@ pub use checkpoint::{
     Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_FORMAT_VERSION, RunStatus, run_key,
 };
 pub use error_kind::StoreErrorKind;
+pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::Lease;
 pub(crate) use lease::{KeepLease, LeaseTracker, Ownership};
 pub use memory::InMemoryStore;
@@ -165,10 +167,14 @@ pub fn check_run_id(run_id: &str) -> Result<()> {
     })
 }
 
-/// What a [cancel](CheckpointStore::cancel) of `run_id` writes in place of
-/// `stored`, the checkpoint it found: the same checkpoint, now
-/// [`RunStatus::Cancelled`] and written now ([`Checkpoint::cancelled`]).
-/// Every store decides with it, so a cancel answers alike everywhere.
+/// What a [cancel](CheckpointStore::cancel) of `run_id` appends to the run
+/// whose latest checkpoint is `stored`: the next checkpoint of its journal,
+/// the same as `stored` but [`RunStatus::Cancelled`], written now
+/// ([`Checkpoint::cancelled`]), with an empty [`Change`] and the journal so
+/// far in [`earlier`](Checkpoint::earlier) (what a one-blob store saves;
+/// a store that keeps the journal appends
+/// [`entry_bytes`](Checkpoint::entry_bytes)). Every store decides with it,
+/// so a cancel answers alike everywhere.
 ///
 /// ```
 /// use fluxio_core::store::{Checkpoint, RunStatus, cancelled_checkpoint};
@@ -177,7 +183,8 @@ pub fn check_run_id(run_id: &str) -> Result<()> {
 /// let running = Checkpoint::new("7", "0123456789ab", 3, "charge", Context::new().snapshot())
 ///     .in_pipeline("orders");
 /// let cancelled = cancelled_checkpoint("orders/7", Some(running))?;
-/// assert_eq!((cancelled.status, cancelled.ip), (RunStatus::Cancelled, 3));
+/// assert_eq!((cancelled.status, cancelled.ip, cancelled.seq), (RunStatus::Cancelled, 3, 1));
+/// assert_eq!(cancelled.earlier.len(), 1);
 ///
 /// let again = cancelled_checkpoint("orders/7", Some(cancelled));
 /// assert!(matches!(again, Err(Error::RunFinished { status: RunStatus::Cancelled, .. })));
@@ -200,7 +207,22 @@ pub fn cancelled_checkpoint(run_id: &str, stored: Option<Checkpoint>) -> Result<
         });
     };
     match checkpoint.status {
-        RunStatus::Running | RunStatus::Failed => Ok(checkpoint.cancelled()),
+        RunStatus::Running | RunStatus::Failed => {
+            let mut journal = checkpoint.into_journal();
+            let mut next = journal
+                .last()
+                .cloned()
+                .ok_or_else(|| crate::Error::Internal {
+                    message: "a journal is empty".to_owned(),
+                })?;
+            next = next.cancelled();
+            next.seq = next.seq.saturating_add(1);
+            next.change = Change::none();
+            next.keep_from = 0;
+            journal.shrink_to_fit();
+            next.earlier = journal;
+            Ok(next)
+        }
         status => Err(crate::Error::RunFinished {
             run_id: run_id.to_owned(),
             status,
@@ -267,8 +289,11 @@ pub fn check_sql_identifier(value: &str) -> std::result::Result<(), &'static str
 /// operation, never half-way: a single write or delete per call does that.
 #[async_trait::async_trait]
 pub trait CheckpointStore: Debug + Send + Sync + 'static {
-    /// Stores `checkpoint` under its key, `checkpoint.key()`, replacing any previous
-    /// one. Atomic: a concurrent `load` sees the old or the new checkpoint.
+    /// Stores `checkpoint` under its key, `checkpoint.key()`, replacing the
+    /// run stored there: the run is then `checkpoint` with its
+    /// [`earlier`](Checkpoint::earlier) ones. Atomic: a concurrent `load`
+    /// sees the old or the new run. A store of bytes keeps
+    /// [`Checkpoint::to_bytes`], which holds them all.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()>;
 
     /// The checkpoint stored for `run_id`, or `None`.
@@ -279,6 +304,23 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
 
     /// Whether a checkpoint is stored for `run_id`.
     async fn exists(&self, run_id: &str) -> Result<bool>;
+
+    /// Every checkpoint of the run `run_id` the store still keeps, oldest
+    /// first, each with its whole context (contract rule 20); empty when
+    /// nothing is stored. The last one is what [`load`](Self::load)
+    /// returns.
+    ///
+    /// The default reads the one blob `load` returns: a store with the four
+    /// required methods keeps the run's journal in it (the default
+    /// [`save_fenced`](Self::save_fenced) appends each checkpoint to it).
+    /// A store that keeps the journal itself overrides this.
+    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
+        Ok(self
+            .load(run_id)
+            .await?
+            .map(Checkpoint::into_journal)
+            .unwrap_or_default())
+    }
 
     /// Takes ownership of `run_id` for a run, for `ttl` unless renewed.
     ///
@@ -321,18 +363,24 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
         Ok(())
     }
 
-    /// [`save`](Self::save), but only while `lease` is the run's current,
-    /// unexpired lease, and the stored checkpoint is not cancelled
-    /// ([`cancel`](Self::cancel)), atomically with those checks.
+    /// Appends `checkpoint` to the run's journal as [`append`] does (it
+    /// replaces the checkpoints numbered [`seq`](Checkpoint::seq) or later;
+    /// a [`Change::Delta`] needs checkpoint `seq - 1` stored), but only
+    /// while `lease` is the run's current, unexpired lease, and the stored
+    /// checkpoint is not cancelled ([`cancel`](Self::cancel)), atomically
+    /// with those checks. A store that keeps the journal writes
+    /// [`Checkpoint::entry_bytes`]: only what changed.
     ///
     /// # Errors
     /// [`Error::Cancelled`](crate::Error::Cancelled) when the stored
     /// checkpoint is cancelled, whatever the lease;
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) when the lease is not
-    /// current. The stored checkpoint is then left as it was. The default
-    /// (in-process leases, which cannot be lost) refuses only a cancelled
-    /// run, as [`cancel`](Self::cancel)'s default marked it; for any other
-    /// run it saves.
+    /// current; [`missing_predecessor`]'s error for a delta whose
+    /// predecessor is not stored. The stored run is then left as it was.
+    /// The default (in-process leases, which cannot be lost) refuses only a
+    /// cancelled run, as [`cancel`](Self::cancel)'s default marked it; for
+    /// any other run it loads the stored blob, appends ([`appended`]) and
+    /// saves it, so the journal lives in the one blob.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let _ = lease;
         lease::save_local(self, TypeId::of::<Self>(), checkpoint).await
@@ -407,6 +455,9 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     async fn exists(&self, run_id: &str) -> Result<bool> {
         (**self).exists(run_id).await
+    }
+    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
+        (**self).history(run_id).await
     }
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
         (**self).acquire_lease(run_id, ttl).await

@@ -45,6 +45,11 @@ fn assert_cancelled_version_of(stored: &Checkpoint, before: &Checkpoint, what: &
     let mut expected = before.clone();
     expected.status = RunStatus::Cancelled;
     expected.updated_at_ms = stored.updated_at_ms;
+    // the cancel is the next checkpoint of the run's journal (rule 18)
+    expected.seq = before.seq + 1;
+    expected.change = crate::store::Change::none();
+    expected.keep_from = 0;
+    expected.branches.clear();
     assert_eq!(
         stored, &expected,
         "{what}: only the status and the time change"

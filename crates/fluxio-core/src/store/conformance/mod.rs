@@ -33,6 +33,7 @@
 //! not apply.
 
 mod cancel;
+mod journal;
 mod retention;
 mod run;
 
@@ -44,6 +45,12 @@ pub use cancel::{
     rule14_cancel_of_a_completed_run_is_run_finished,
     rule14_cancel_of_an_unknown_run_is_checkpoint_not_found,
     rule14_cancel_twice_is_run_finished_cancelled, rule14_delete_clears_a_cancel,
+};
+pub use journal::{
+    rule18_a_checkpoint_sent_again_replaces_the_later_ones,
+    rule18_a_delta_without_its_predecessor_is_refused, rule18_deltas_are_stored_and_loaded_whole,
+    rule20_a_plain_save_stores_the_journal_it_carries,
+    rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
 };
 pub use retention::{
     completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
@@ -1164,6 +1171,11 @@ macro_rules! __store_conformance_each {
             rule14_a_plain_save_replaces_a_cancel,
             rule14_cancel_does_not_touch_another_key,
             rule14_a_cancel_racing_fenced_saves_wins_for_good,
+            rule18_deltas_are_stored_and_loaded_whole,
+            rule18_a_delta_without_its_predecessor_is_refused,
+            rule18_a_checkpoint_sent_again_replaces_the_later_ones,
+            rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
+            rule20_a_plain_save_stores_the_journal_it_carries,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
