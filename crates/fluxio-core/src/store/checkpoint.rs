@@ -326,8 +326,9 @@ impl Checkpoint {
     /// it), or `1` then the keys written since checkpoint `seq - 1` with
     /// their values (as a context) and the removed keys (a count, then
     /// each key, in increasing order). The first checkpoint of a blob is
-    /// whole, and each one after it is numbered one more than the one
-    /// before. [`Checkpoint::entry_bytes`] writes one checkpoint alone in
+    /// whole (whatever its [`change`](Checkpoint::change) says: its context
+    /// is whole in memory), and each one after it is numbered one more than
+    /// the one before. [`Checkpoint::entry_bytes`] writes one checkpoint alone in
     /// the same frame.
     ///
     /// Format 3 was one checkpoint with the context after `step`, no `seq`,
@@ -345,7 +346,7 @@ impl Checkpoint {
     /// As [`Checkpoint::check`].
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let entries: Vec<&Checkpoint> = self.earlier.iter().chain([self]).collect();
-        frame(&self.key(), &entries)
+        frame(&self.key(), &entries, true)
     }
 
     /// Encodes this checkpoint alone (not its [`earlier`](Checkpoint::earlier)
@@ -377,7 +378,7 @@ impl Checkpoint {
     /// # Errors
     /// As [`Checkpoint::check`].
     pub fn entry_bytes(&self) -> Result<Vec<u8>> {
-        frame(&self.key(), &[self])
+        frame(&self.key(), &[self], false)
     }
 
     /// Checks that [`Checkpoint::from_bytes`] would read this checkpoint
@@ -410,12 +411,12 @@ impl Checkpoint {
     /// delta names a key its context does not hold (or removes one it does).
     pub fn check(&self) -> Result<u64> {
         let entries: Vec<&Checkpoint> = self.earlier.iter().chain([self]).collect();
-        payload_size(&self.key(), &entries)
+        payload_size(&self.key(), &entries, true)
     }
 
     /// The payload length of this checkpoint alone, as [`check`](Self::check)
     /// counts it.
-    fn entry_size(&self) -> Result<u64> {
+    fn entry_size(&self, whole: bool) -> Result<u64> {
         if self.keep_from > self.seq {
             return Err(Error::CorruptCheckpoint {
                 run_id: self.key(),
@@ -453,6 +454,12 @@ impl Checkpoint {
         }
         size += 1; // the change's tag
         match &self.change {
+            _ if whole => {
+                size += int(self.context.len() as u64);
+                for (key, value) in self.context.entries() {
+                    size = size.saturating_add(check_entry(key, value, MAX_PAYLOAD as u64)?);
+                }
+            }
             Change::Full => {
                 size += int(self.context.len() as u64);
                 for (key, value) in self.context.entries() {
@@ -573,29 +580,27 @@ impl Checkpoint {
 /// The payload length of `entries` encoded as one blob, checking that the
 /// blob would decode: it starts with a whole checkpoint and its numbers
 /// follow each other.
-fn payload_size(key: &str, entries: &[&Checkpoint]) -> Result<u64> {
+/// With `head_whole`, the first is written whole whatever its change says
+/// (its context is whole in memory), as [`Checkpoint::to_bytes`] does.
+fn payload_size(key: &str, entries: &[&Checkpoint], head_whole: bool) -> Result<u64> {
     let mut size = varint_len(entries.len() as u64) as u64;
     for (i, entry) in entries.iter().enumerate() {
         let follows = match i.checked_sub(1) {
             None => true,
             Some(before) => entries[before].seq.checked_add(1) == Some(entry.seq),
         };
-        if (i == 0 && !entry.change.is_full() && entries.len() > 1) || !follows {
+        if !follows {
             return Err(Error::CorruptCheckpoint {
                 run_id: key.to_owned(),
                 reason: format!(
-                    "its journal does not read back: checkpoint {} {}",
+                    "its journal does not read back: checkpoint {} does not follow checkpoint {}",
                     entry.seq,
-                    if follows {
-                        "is a delta with no checkpoint before it"
-                    } else {
-                        "does not follow the one before it"
-                    }
+                    entries[i - 1].seq
                 ),
                 source: None,
             });
         }
-        size = size.saturating_add(entry.entry_size()?);
+        size = size.saturating_add(entry.entry_size(head_whole && i == 0)?);
     }
     if size > MAX_PAYLOAD as u64 {
         return Err(Error::CheckpointTooLarge {
@@ -609,15 +614,18 @@ fn payload_size(key: &str, entries: &[&Checkpoint]) -> Result<u64> {
 
 /// `entries` in one frame (see [`Checkpoint::to_bytes`]), written once into
 /// a buffer of the exact size.
-fn frame(key: &str, entries: &[&Checkpoint]) -> Result<Vec<u8>> {
-    let size = payload_size(key, entries)?;
+fn frame(key: &str, entries: &[&Checkpoint], head_whole: bool) -> Result<Vec<u8>> {
+    let size = payload_size(key, entries, head_whole)?;
     let mut out = Vec::with_capacity(HEADER + size as usize);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&[0; 4]); // the CRC, below
     out.extend_from_slice(&size.to_le_bytes());
-    let encoded =
-        bincode::encode_into_std_write(&Blob(entries), &mut out, bincode::config::standard());
+    let encoded = bincode::encode_into_std_write(
+        &Blob(entries, head_whole),
+        &mut out,
+        bincode::config::standard(),
+    );
     encoded.map_err(|e| Error::Internal {
         message: format!("encoding a checkpoint into memory failed: {e}"),
     })?;
@@ -836,13 +844,13 @@ fn decode_opt_string<D: Decoder>(decoder: &mut D) -> Result<Option<String>, Deco
 
 /// A format 4 payload: the number of checkpoints, then each (see
 /// [`Checkpoint::to_bytes`]).
-struct Blob<'a>(&'a [&'a Checkpoint]);
+struct Blob<'a>(&'a [&'a Checkpoint], bool);
 
 impl Encode for Blob<'_> {
     fn encode<E: Encoder>(&self, encoder: &mut E) -> std::result::Result<(), EncodeError> {
         (self.0.len() as u64).encode(encoder)?;
-        for cp in self.0 {
-            encode_entry(cp, encoder)?;
+        for (i, cp) in self.0.iter().enumerate() {
+            encode_entry(cp, self.1 && i == 0, encoder)?;
         }
         Ok(())
     }
@@ -851,6 +859,7 @@ impl Encode for Blob<'_> {
 /// One checkpoint of format 4, field by field (see [`Checkpoint::to_bytes`]).
 fn encode_entry<E: Encoder>(
     cp: &Checkpoint,
+    whole: bool,
     encoder: &mut E,
 ) -> std::result::Result<(), EncodeError> {
     cp.pipeline.encode(encoder)?;
@@ -882,6 +891,10 @@ fn encode_entry<E: Encoder>(
         record.encode(encoder)?;
     }
     match &cp.change {
+        _ if whole => {
+            0u8.encode(encoder)?;
+            cp.context.encode(encoder)?;
+        }
         Change::Full => {
             0u8.encode(encoder)?;
             cp.context.encode(encoder)?;

@@ -132,8 +132,9 @@ pub fn missing_predecessor(key: &str, seq: u32) -> Error {
 /// Appends `next` to `journal` (a run's checkpoints, oldest first): the
 /// checkpoints numbered `next.seq` or later are replaced (a write that was
 /// sent again, or a fresh run under the same key), the ones before the
-/// [`cut_point`] dropped. What a store that keeps the journal as values
-/// does on a save.
+/// [`cut_point`] dropped; the oldest one left is the journal's base, whole
+/// (its context is whole in memory). What a store that keeps the journal
+/// as values does on a save.
 ///
 /// # Errors
 /// [`missing_predecessor`] when `next` is a delta and the journal has no
@@ -152,6 +153,11 @@ pub fn append(journal: &mut Vec<Checkpoint>, mut next: Checkpoint) -> Result<()>
     }
     next.earlier.clear();
     journal.push(next);
+    // The oldest checkpoint kept holds its whole context in memory: it is
+    // the journal's base, whatever it was written as.
+    if let Some(head) = journal.first_mut() {
+        head.change = Change::Full;
+    }
     Ok(())
 }
 
