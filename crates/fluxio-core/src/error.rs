@@ -193,6 +193,17 @@ pub enum Error {
         available: Vec<String>,
     },
 
+    /// `replay`, `fork` or `diff` named a step (a stage name or a step
+    /// number) that the run's kept history does not hold: the run never
+    /// reached it, or a history depth bound cut it.
+    #[error("run `{run_id}` has no checkpoint before step `{step}` in its history")]
+    StepNotInHistory {
+        /// The run's store key.
+        run_id: String,
+        /// The step asked for.
+        step: String,
+    },
+
     /// A stage's declared input or output did not match the context.
     #[error("validation failed for stage `{stage}`: {message}")]
     Validation {

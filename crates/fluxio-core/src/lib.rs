@@ -9,6 +9,7 @@ pub mod callback;
 pub mod compile;
 pub mod context;
 pub mod error;
+pub mod history;
 mod interpret;
 pub mod middleware;
 pub mod pipeline;
@@ -22,6 +23,7 @@ pub mod version;
 
 pub use context::{Context, Snapshot};
 pub use error::{BoxError, Error, Result};
+pub use history::{History, Step, StepStatus};
 pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder, ResumeOptions};
 pub use stage::{Resource, Route, Stage, StageInfo, StageKind, StageMeta};
 pub use store::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};

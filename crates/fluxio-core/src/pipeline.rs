@@ -8,7 +8,7 @@ use tracing::Instrument as _;
 
 use crate::callback::Callback;
 use crate::compile::{Node, Program};
-use crate::context::Context;
+use crate::context::{Context, Snapshot};
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable, Tail};
 use crate::middleware::Middleware;
@@ -423,12 +423,13 @@ impl ResumeOptions {
 
 /// How a run continues from its stored checkpoint.
 #[derive(Clone, Copy, Debug)]
-enum Continue {
+enum Continue<'a> {
     /// From the checkpoint; a completed run returns its final context.
     Resume,
     /// From the top-level checkpoint `from` (a step's; runs again even when
-    /// the run completed), or, without a step, like `Resume`.
-    Replay { from: Option<usize> },
+    /// the run completed) with the context the run had there (rule 20),
+    /// or, without a step, like `Resume`.
+    Replay { from: Option<(usize, &'a Snapshot)> },
 }
 
 /// A durable run needs a tokio runtime (its lease is renewed by a timer
@@ -698,18 +699,48 @@ impl Pipeline {
         self.continue_run(run_id, Continue::Resume, options).await
     }
 
-    /// Re-runs `run_id` from its stored checkpoint, or from the stage named
-    /// `from_step` (a stage inside a parallel block replays its whole block),
-    /// with the stored context. Works on failed and completed runs, not on
-    /// cancelled ones ([`Error::Cancelled`]).
+    /// Re-runs `run_id` from its stored checkpoint, or from `from_step`
+    /// with the context the run had *before* that step (contract rule 20),
+    /// read from the run's history. `from_step` is a stage name (its latest
+    /// run; a stage inside a parallel block replays its whole block) or a
+    /// step number from [`history`](Self::history). The replay continues the
+    /// same run: its journal records the replay as further checkpoints, so
+    /// the history keeps both passes. Works on failed and completed runs,
+    /// not on cancelled ones ([`Error::Cancelled`]).
     ///
     /// # Errors
-    /// [`Error::UnknownStep`] for a step the pipeline does not have; the
-    /// errors of [`resume`](Self::resume).
+    /// [`Error::UnknownStep`] for a stage name the pipeline does not have;
+    /// [`Error::StepNotInHistory`] for a step the kept history does not
+    /// hold; the errors of [`resume`](Self::resume).
     pub async fn replay(&self, run_id: &str, from_step: Option<&str>) -> Result<Context> {
-        let ip = match from_step {
-            None => None,
-            Some(step) => match self.inner.program.steps.get(step) {
+        let Some(step) = from_step else {
+            return self
+                .continue_run(
+                    run_id,
+                    Continue::Replay { from: None },
+                    ResumeOptions::new(),
+                )
+                .await;
+        };
+        let at = self.before_step("replay", run_id, step).await?;
+        let from = Some((at.ip as usize, &at.context));
+        self.continue_run(run_id, Continue::Replay { from }, ResumeOptions::new())
+            .await
+    }
+
+    /// The checkpoint `run_id` stood at before `step` (a stage name or a
+    /// step number), from its history.
+    async fn before_step(
+        &self,
+        operation: &'static str,
+        run_id: &str,
+        step: &str,
+    ) -> Result<Checkpoint> {
+        let key = self.key(run_id)?;
+        let ip = if step.parse::<u32>().is_ok() {
+            None
+        } else {
+            match self.inner.program.steps.get(step) {
                 Some(ip) => Some(*ip),
                 None => {
                     return Err(Error::UnknownStep {
@@ -717,16 +748,134 @@ impl Pipeline {
                         available: self.inner.program.stage_names(),
                     });
                 }
-            },
+            }
         };
-        self.continue_run(run_id, Continue::Replay { from: ip }, ResumeOptions::new())
+        let journal = self.require_store(operation)?.history(&key).await?;
+        if journal.is_empty() {
+            return Err(Error::CheckpointNotFound { run_id: key });
+        }
+        crate::history::before(&journal, step, ip)
+            .cloned()
+            .ok_or_else(|| Error::StepNotInHistory {
+                run_id: key,
+                step: step.to_owned(),
+            })
+    }
+
+    /// The history of the run `run_id` (contract rule 20): every step it
+    /// took that its store still keeps, with its attempt, status, times,
+    /// the keys it wrote and its error. It prints as a table.
+    ///
+    /// ```
+    /// # use fluxio_core::{Context, InMemoryStore, StepStatus};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .name("orders")
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// pipeline.invoke("order-1", Context::new()).await?;
+    /// let history = pipeline.history("order-1").await?;
+    /// assert!(history.steps.iter().all(|s| s.status == StepStatus::Completed));
+    /// println!("{history}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store;
+    /// [`Error::CheckpointNotFound`] when nothing is stored for `run_id`;
+    /// [`Error::InvalidRunId`], [`Error::Store`] and
+    /// [`Error::CorruptCheckpoint`] as for [`checkpoint`](Self::checkpoint).
+    pub async fn history(&self, run_id: &str) -> Result<crate::History> {
+        let key = self.key(run_id)?;
+        let journal = self.require_store("history")?.history(&key).await?;
+        if journal.is_empty() {
+            return Err(Error::CheckpointNotFound { run_id: key });
+        }
+        Ok(crate::History::of(&key, &journal))
+    }
+
+    /// Starts a new run, `new_run_id`, from `from_step` of the run `run_id`
+    /// (a stage name or a step number, as for [`replay`](Self::replay)),
+    /// with the context `run_id` had before that step (contract rule 20).
+    /// The original run is read, never written: its checkpoints, status and
+    /// lease stay as they are. The new run is an ordinary durable run from
+    /// there on (its history starts at the fork), and this returns its
+    /// result, like [`invoke`](Self::invoke).
+    ///
+    /// # Errors
+    /// [`Error::InvalidRunId`] when `new_run_id` is malformed, is `run_id`,
+    /// or names a run that is already stored; [`Error::RunIdInUse`] when
+    /// another run holds it; [`Error::UnknownStep`],
+    /// [`Error::StepNotInHistory`] and [`Error::CheckpointNotFound`] as for
+    /// [`replay`](Self::replay); [`Error::CheckpointVersion`] when the step
+    /// was written by another version of the pipeline; the errors of
+    /// [`invoke`](Self::invoke).
+    pub async fn fork(&self, run_id: &str, from_step: &str, new_run_id: &str) -> Result<Context> {
+        let new_key = self.key(new_run_id)?;
+        let store = self.require_store("fork")?;
+        check_runtime("fork", &new_key)?;
+        if new_run_id == run_id {
+            return Err(Error::InvalidRunId {
+                run_id: new_run_id.to_owned(),
+                reason: "a fork needs a new run id, not the id of the run it forks",
+            });
+        }
+        let at = self.before_step("fork", run_id, from_step).await?;
+        let how = Continue::Replay {
+            from: Some((at.ip as usize, &at.context)),
+        };
+        let runner = self.version_for(&self.key(run_id)?, &at, how, ResumeOptions::new())?;
+        let span = self.span(&new_key, true);
+        async {
+            self.owning(store, &new_key, async |owner| {
+                if store.exists(&new_key).await? {
+                    return Err(Error::InvalidRunId {
+                        run_id: new_run_id.to_owned(),
+                        reason: "a run with this id is stored: fork into a new run id",
+                    });
+                }
+                runner
+                    .run_from(
+                        store,
+                        owner,
+                        (new_run_id, &new_key),
+                        at.ip as usize,
+                        &at.context,
+                    )
+                    .await
+            })
             .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Runs a fresh durable run `key` under `owner` from the top-level
+    /// checkpoint `ip` with `context` (a fork).
+    async fn run_from(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: &Ownership,
+        (run_id, key): (&str, &str),
+        ip: usize,
+        context: &Snapshot,
+    ) -> Result<Context> {
+        let durable = self.durable(
+            store.as_ref(),
+            owner.lease(),
+            (run_id, key),
+            now_ms(),
+            None,
+            Tail::fresh(self.inner.history_depth),
+        );
+        self.run_at(owner, &durable, ip, context).await
     }
 
     async fn continue_run(
         &self,
         run_id: &str,
-        how: Continue,
+        how: Continue<'_>,
         options: ResumeOptions,
     ) -> Result<Context> {
         let key = self.key(run_id)?;
@@ -763,7 +912,7 @@ impl Pipeline {
         owner: &Ownership,
         run_id: &str,
         cp: Checkpoint,
-        how: Continue,
+        how: Continue<'_>,
         options: ResumeOptions,
     ) -> Result<Context> {
         let key = owner.lease().run_id();
@@ -783,7 +932,7 @@ impl Pipeline {
         store: &Arc<dyn CheckpointStore>,
         owner: &Ownership,
         run_id: &str,
-        how: Continue,
+        how: Continue<'_>,
         options: ResumeOptions,
     ) -> Result<Option<Checkpoint>> {
         match store.load(owner.lease().run_id()).await? {
@@ -805,7 +954,7 @@ impl Pipeline {
         store: &Arc<dyn CheckpointStore>,
         owner: &Ownership,
         run_id: &str,
-        how: Continue,
+        how: Continue<'_>,
         options: ResumeOptions,
     ) -> Result<Option<Checkpoint>> {
         if self.inner.name.is_empty() {
@@ -843,7 +992,7 @@ impl Pipeline {
         &self,
         key: &str,
         cp: &Checkpoint,
-        how: Continue,
+        how: Continue<'_>,
         options: ResumeOptions,
     ) -> Result<&Pipeline> {
         if cp.version == self.inner.version {
@@ -888,82 +1037,117 @@ impl Pipeline {
         owner: &Ownership,
         run_id: &str,
         cp: Checkpoint,
-        how: Continue,
+        how: Continue<'_>,
     ) -> Result<Context> {
         let key = cp.key();
-        {
-            let ip = match how {
-                Continue::Replay { from: Some(ip) } => ip,
-                Continue::Resume | Continue::Replay { from: None }
-                    if cp.status == RunStatus::Completed =>
-                {
-                    return Ok(cp.context.to_context());
-                }
-                Continue::Resume | Continue::Replay { from: None } => cp.ip as usize,
-            };
-            if !self.inner.program.is_resume_point(ip) {
-                return Err(Error::CorruptCheckpoint {
-                    run_id: key,
-                    reason: format!(
-                        "ip {ip} is not a checkpoint of pipeline version {}",
-                        self.inner.version
-                    ),
-                    source: None,
-                });
+        let (ip, start) = match how {
+            Continue::Replay {
+                from: Some((ip, context)),
+            } => (ip, context.clone()),
+            Continue::Resume | Continue::Replay { from: None }
+                if cp.status == RunStatus::Completed =>
+            {
+                return Ok(cp.context.to_context());
             }
-            // a retry of the stage the checkpoint points at is its next attempt
-            let resumed =
-                (cp.status != RunStatus::Completed).then_some((cp.ip as usize, cp.attempt));
-            let mut durable = self.durable(
-                store.as_ref(),
-                owner.lease(),
-                (run_id, &key),
-                cp.created_at_ms,
-                resumed,
-                Tail::after(&cp, self.inner.history_depth),
-            );
-            // the finished branches of the block the run stopped in (rule
-            // 19); a replay from a named step runs that step whole
-            if ip == cp.ip as usize && !matches!(how, Continue::Replay { from: Some(_) }) {
-                durable.resumed_branches = cp.branches;
+            Continue::Resume | Continue::Replay { from: None } => {
+                (cp.ip as usize, cp.context.clone())
             }
-            let run = interpret::run(
-                &self.inner.program,
-                &key,
-                ip,
-                cp.context.to_context(),
-                Some(&durable),
-            );
-            RunBodies::scope(Some(owner.keep()), run).await
+        };
+        // a retry of the stage the checkpoint points at is its next attempt
+        let resumed = (cp.status != RunStatus::Completed).then_some((cp.ip as usize, cp.attempt));
+        let mut durable = self.durable(
+            store.as_ref(),
+            owner.lease(),
+            (run_id, &key),
+            cp.created_at_ms,
+            resumed,
+            Tail::after(&cp, self.inner.history_depth),
+        );
+        // the finished branches of the block the run stopped in (rule
+        // 19); a replay from a named step runs that step whole
+        if ip == cp.ip as usize && !matches!(how, Continue::Replay { from: Some(_) }) {
+            durable.resumed_branches = cp.branches;
         }
+        self.run_at(owner, &durable, ip, &start).await
     }
 
-    /// Compares the stored contexts of two runs key by key.
+    /// Runs `durable`'s run from the top-level checkpoint `ip` with
+    /// `context`, under `owner`'s lease.
+    async fn run_at(
+        &self,
+        owner: &Ownership,
+        durable: &Durable<'_>,
+        ip: usize,
+        context: &Snapshot,
+    ) -> Result<Context> {
+        if !self.inner.program.is_resume_point(ip) {
+            return Err(Error::CorruptCheckpoint {
+                run_id: durable.key.to_owned(),
+                reason: format!(
+                    "ip {ip} is not a checkpoint of pipeline version {}",
+                    self.inner.version
+                ),
+                source: None,
+            });
+        }
+        let run = interpret::run(
+            &self.inner.program,
+            durable.key,
+            ip,
+            context.to_context(),
+            Some(durable),
+        );
+        RunBodies::scope(Some(owner.keep()), run).await
+    }
+
+    /// Compares two points of runs key by key (contract rule 20). A point
+    /// is a run id (its latest checkpoint), or `run@step`: the context the
+    /// run had before `step`, a stage name or a step number from
+    /// [`history`](Self::history) (see [`context_at`](Self::context_at)).
+    /// Two points of one run show what the steps between them changed.
     ///
     /// # Errors
     /// [`Error::NotDurable`] when the pipeline has no store;
     /// [`Error::CheckpointNotFound`] naming the run that has no checkpoint;
+    /// [`Error::StepNotInHistory`] naming a step its history does not hold;
     /// [`Error::InvalidRunId`] naming a malformed run id.
-    pub async fn diff(&self, run_a: &str, run_b: &str) -> Result<Diff> {
-        let (key_a, key_b) = (self.key(run_a)?, self.key(run_b)?);
-        let store = self.require_store("diff")?;
-        let load = |id: &str| {
-            let store = Arc::clone(store);
-            let id = id.to_owned();
-            async move {
-                store
-                    .load(&id)
-                    .await?
-                    .ok_or(Error::CheckpointNotFound { run_id: id })
+    pub async fn diff(&self, a: &str, b: &str) -> Result<Diff> {
+        let (context_a, context_b) = (self.context_at(a).await?, self.context_at(b).await?);
+        Ok(Diff::between(a, &context_a, b, &context_b))
+    }
+
+    /// The context of a run at `point`: `run_id` alone is its latest
+    /// checkpoint's; `run_id@step` is the context it had before `step` (a
+    /// stage name of this pipeline, or a step number from
+    /// [`history`](Self::history)), read from its history. A run id that
+    /// itself contains `@` followed by neither is taken whole.
+    ///
+    /// # Errors
+    /// As [`diff`](Self::diff).
+    pub async fn context_at(&self, point: &str) -> Result<Context> {
+        let (run_id, step) = match point.rsplit_once('@') {
+            Some((run, step))
+                if !run.is_empty()
+                    && (step.parse::<u32>().is_ok()
+                        || self.inner.program.steps.contains_key(step)) =>
+            {
+                (run, Some(step))
             }
+            _ => (point, None),
         };
-        let (a, b) = (load(&key_a).await?, load(&key_b).await?);
-        Ok(Diff::between(
-            run_a,
-            &a.context.to_context(),
-            run_b,
-            &b.context.to_context(),
-        ))
+        if let Some(step) = step {
+            return Ok(self
+                .before_step("diff", run_id, step)
+                .await?
+                .context
+                .to_context());
+        }
+        let key = self.key(run_id)?;
+        let store = self.require_store("diff")?;
+        match store.load(&key).await? {
+            Some(cp) => Ok(cp.context.to_context()),
+            None => Err(Error::CheckpointNotFound { run_id: key }),
+        }
     }
 
     /// The stored checkpoint of `run_id`, if any: the pipeline's own, or a

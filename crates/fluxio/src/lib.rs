@@ -157,10 +157,10 @@
 
 pub use fluxio_core::{
     BoxError, Changes, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError,
-    Emitter, Error, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result, ResumeOptions,
-    Route, RunStatus, RunStream, Snapshot, Stage, StageCode, StageInfo, StageKind, StageMeta,
-    StageResult, StreamEvent, Structure, Value, callback, context, ctx, error, middleware, stage,
-    store, stream, structure, testing, value,
+    Emitter, Error, History, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result,
+    ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode, StageInfo, StageKind,
+    StageMeta, StageResult, Step, StepStatus, StreamEvent, Structure, Value, callback, context,
+    ctx, error, history, middleware, stage, store, stream, structure, testing, value,
 };
 pub use fluxio_macros::{pipeline, stage};
 

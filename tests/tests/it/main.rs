@@ -17,6 +17,7 @@ mod empty_pipeline;
 mod facade_stores;
 mod golden_checkpoints;
 mod hardening;
+mod history;
 mod lifecycle;
 mod middleware;
 mod middleware_builtins;

@@ -622,7 +622,7 @@ fn frame(key: &str, entries: &[&Checkpoint], head_whole: bool) -> Result<Vec<u8>
     out.extend_from_slice(&[0; 4]); // the CRC, below
     out.extend_from_slice(&size.to_le_bytes());
     let encoded = bincode::encode_into_std_write(
-        &Blob(entries, head_whole),
+        Blob(entries, head_whole),
         &mut out,
         bincode::config::standard(),
     );

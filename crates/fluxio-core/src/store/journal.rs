@@ -205,7 +205,7 @@ mod tests {
         // checkpoint 3 sent again (its first write's answer was lost)
         run = appended(Some(run), entry(3, Change::none(), 0)).expect("again");
         assert_eq!(seqs(&run), [0, 1, 2, 3]);
-        let gap = appended(Some(run.clone()), entry(5, Change::none(), 0)).unwrap_err();
+        let gap = appended(Some(run.clone()), entry(5, Change::none(), 0)).expect_err("a gap");
         assert!(gap.to_string().contains("checkpoint 4"), "{gap}");
         assert!(appended(None, entry(1, Change::none(), 0)).is_err());
         // a full checkpoint at 4 asking to keep from 2: 0 is the last full

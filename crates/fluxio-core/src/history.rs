@@ -1,0 +1,337 @@
+//! A run's history (contract rule 20): the steps it took, read from its
+//! journal of checkpoints ([`Pipeline::history`](crate::Pipeline::history)).
+//!
+//! A *step* is one attempt of one stage (or parallel block) of the run: it
+//! starts at the running checkpoint written before the stage, and ends at
+//! the next checkpoint: the next stage's (it completed, and the keys it
+//! wrote are what changed), its failure checkpoint, the completed
+//! checkpoint, a cancel, or a later attempt of the same stage (it was
+//! interrupted: its worker died). Steps are numbered by the checkpoint
+//! they start at, which is what `replay`, `fork` and `diff` accept besides
+//! a stage name.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::Snapshot;
+use crate::store::{Checkpoint, RunStatus};
+
+/// How a step of a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum StepStatus {
+    /// Still running (or its worker died and nobody resumed it yet).
+    Running,
+    /// The stage finished and the run moved on.
+    Completed,
+    /// The stage failed.
+    Failed,
+    /// The worker running it died (or the run was replayed): a later
+    /// attempt, or a replay, started over.
+    Interrupted,
+    /// The run was cancelled while it ran.
+    Cancelled,
+}
+
+impl fmt::Display for StepStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StepStatus::Running => "running",
+            StepStatus::Completed => "completed",
+            StepStatus::Failed => "failed",
+            StepStatus::Interrupted => "interrupted",
+            StepStatus::Cancelled => "cancelled",
+        })
+    }
+}
+
+/// One step of a run: see the [module docs](self).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Step {
+    /// The number of the checkpoint written before the step: what
+    /// `replay`, `fork` and `diff` take to name this point.
+    pub number: u32,
+    /// The position of the stage (or block) in the program.
+    pub ip: u32,
+    /// The stage's name (a parallel block's is its first branch's).
+    pub stage: String,
+    /// Which attempt of the stage this was, from 1.
+    pub attempt: u32,
+    /// How it ended.
+    pub status: StepStatus,
+    /// When it started, in milliseconds since the Unix epoch.
+    pub started_at_ms: u64,
+    /// When it ended, if it did.
+    pub finished_at_ms: Option<u64>,
+    /// The keys it set (completed steps only), in key order.
+    pub written: Vec<String>,
+    /// The keys it removed (completed steps only), in key order.
+    pub removed: Vec<String>,
+    /// How it failed.
+    pub error: Option<String>,
+}
+
+/// The steps of a run, oldest first, as its kept journal tells them
+/// ([`Pipeline::history`](crate::Pipeline::history)). It prints as a table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct History {
+    /// The run's store key (`pipeline/run_id`).
+    pub run: String,
+    /// Where the run stands: its latest checkpoint's status.
+    pub status: RunStatus,
+    /// The steps, oldest first.
+    pub steps: Vec<Step>,
+    /// How many checkpoints the journal holds (its oldest may have been
+    /// cut by a history depth bound).
+    pub checkpoints: usize,
+}
+
+impl History {
+    /// The history told by `journal`, the checkpoints of the run `run`,
+    /// oldest first.
+    #[must_use]
+    pub fn of(run: &str, journal: &[Checkpoint]) -> History {
+        let mut steps: Vec<Step> = Vec::new();
+        let mut open: Option<usize> = None;
+        let mut before: Option<&Snapshot> = None;
+        for cp in journal {
+            let close = |steps: &mut Vec<Step>, status: StepStatus, keys: bool| {
+                if let Some(step) = open.and_then(|i| steps.get_mut(i)) {
+                    step.status = status;
+                    step.finished_at_ms = Some(cp.updated_at_ms);
+                    if let (true, Some(before)) = (keys, before) {
+                        (step.written, step.removed) = cp.context.changes_since(before);
+                    }
+                }
+            };
+            match cp.status {
+                RunStatus::Running => {
+                    let same = open.and_then(|i| steps.get(i)).is_some_and(|s| {
+                        s.ip == cp.ip
+                            && s.attempt == cp.attempt
+                            && before.is_some_and(|b| *b == cp.context)
+                    });
+                    if !same {
+                        let moved_on = open
+                            .and_then(|i| steps.get(i))
+                            .is_some_and(|s| cp.ip > s.ip);
+                        if moved_on {
+                            close(&mut steps, StepStatus::Completed, true);
+                        } else {
+                            close(&mut steps, StepStatus::Interrupted, false);
+                        }
+                        open = Some(steps.len());
+                        steps.push(Step {
+                            number: cp.seq,
+                            ip: cp.ip,
+                            stage: cp.step.clone(),
+                            attempt: cp.attempt,
+                            status: StepStatus::Running,
+                            started_at_ms: cp.updated_at_ms,
+                            finished_at_ms: None,
+                            written: Vec::new(),
+                            removed: Vec::new(),
+                            error: None,
+                        });
+                    }
+                }
+                RunStatus::Failed => {
+                    close(&mut steps, StepStatus::Failed, false);
+                    if let Some(step) = open.and_then(|i| steps.get_mut(i)) {
+                        step.error.clone_from(&cp.error_message);
+                    }
+                    open = None;
+                }
+                RunStatus::Completed => {
+                    close(&mut steps, StepStatus::Completed, true);
+                    open = None;
+                }
+                RunStatus::Cancelled => {
+                    close(&mut steps, StepStatus::Cancelled, false);
+                    open = None;
+                }
+            }
+            before = Some(&cp.context);
+        }
+        History {
+            run: run.to_owned(),
+            status: journal.last().map_or(RunStatus::Running, |cp| cp.status),
+            steps,
+            checkpoints: journal.len(),
+        }
+    }
+}
+
+/// The checkpoint a run stood at before `step`: the one numbered `step`
+/// when it is a number, else the latest running checkpoint at `ip` (the
+/// position of the stage named `step`).
+pub(crate) fn before<'j>(
+    journal: &'j [Checkpoint],
+    step: &str,
+    ip: Option<usize>,
+) -> Option<&'j Checkpoint> {
+    if let Ok(number) = step.parse::<u32>() {
+        return journal
+            .iter()
+            .find(|cp| cp.seq == number && cp.status == RunStatus::Running);
+    }
+    let ip = u32::try_from(ip?).ok()?;
+    journal
+        .iter()
+        .rev()
+        .find(|cp| cp.ip == ip && cp.status == RunStatus::Running)
+}
+
+fn when(ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+impl fmt::Display for History {
+    /// A table, one row per step, then the run's status.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rows: Vec<[String; 7]> = self
+            .steps
+            .iter()
+            .map(|s| {
+                let mut keys: Vec<String> = s.written.clone();
+                keys.extend(s.removed.iter().map(|k| format!("-{k}")));
+                [
+                    s.number.to_string(),
+                    s.stage.clone(),
+                    s.attempt.to_string(),
+                    s.status.to_string(),
+                    when(s.started_at_ms),
+                    s.finished_at_ms
+                        .map(|e| format!("{} ms", e.saturating_sub(s.started_at_ms)))
+                        .unwrap_or_default(),
+                    match &s.error {
+                        Some(e) => e.clone(),
+                        None => keys.join(", "),
+                    },
+                ]
+            })
+            .collect();
+        let head = [
+            "step",
+            "stage",
+            "try",
+            "status",
+            "started",
+            "took",
+            "keys written / error",
+        ];
+        let mut widths = head.map(str::len);
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |f: &mut fmt::Formatter<'_>, cells: &[&str]| -> fmt::Result {
+            let mut out = String::new();
+            for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+                if i + 1 == cells.len() {
+                    out.push_str(cell);
+                } else {
+                    out.push_str(&format!("{cell:<w$}  "));
+                }
+            }
+            writeln!(f, "{}", out.trim_end())
+        };
+        line(f, &head)?;
+        for row in &rows {
+            line(f, &row.each_ref().map(String::as_str))?;
+        }
+        let status = match self.status {
+            RunStatus::Running => "running",
+            RunStatus::Failed => "failed",
+            RunStatus::Completed => "completed",
+            RunStatus::Cancelled => "cancelled",
+        };
+        writeln!(
+            f,
+            "run {}: {status} ({} checkpoints kept)",
+            self.run, self.checkpoints
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Context;
+    use crate::store::Change;
+
+    fn cp(
+        seq: u32,
+        ip: u32,
+        step: &str,
+        attempt: u32,
+        status: RunStatus,
+        ctx: &Context,
+    ) -> Checkpoint {
+        let mut cp = Checkpoint::new("r", "v", ip, step, ctx.snapshot()).in_pipeline("p");
+        (cp.seq, cp.attempt, cp.status, cp.change) = (seq, attempt, status, Change::Full);
+        cp.updated_at_ms = 1_000 * u64::from(seq);
+        cp
+    }
+
+    #[test]
+    fn rule20_history_tells_completed_failed_interrupted_and_retried_steps() {
+        let c0 = Context::new().set("n", 0).expect("set");
+        let c1 = c0.set("a", 1).expect("set").remove("n");
+        let journal = [
+            cp(0, 1, "a", 1, RunStatus::Running, &c0),
+            cp(1, 3, "b", 1, RunStatus::Running, &c1),
+            cp(2, 3, "b", 1, RunStatus::Failed, &c1).failed("boom"),
+            cp(3, 3, "b", 2, RunStatus::Running, &c1),
+            cp(4, 3, "b", 3, RunStatus::Running, &c1),
+            cp(
+                5,
+                9,
+                "",
+                1,
+                RunStatus::Completed,
+                &c1.set("b", true).expect("set"),
+            ),
+        ];
+        let h = History::of("p/r", &journal);
+        assert_eq!(
+            h.steps
+                .iter()
+                .map(|s| (s.number, s.stage.as_str(), s.attempt, s.status))
+                .collect::<Vec<_>>(),
+            [
+                (0, "a", 1, StepStatus::Completed),
+                (1, "b", 1, StepStatus::Failed),
+                (3, "b", 2, StepStatus::Interrupted),
+                (4, "b", 3, StepStatus::Completed),
+            ]
+        );
+        assert_eq!(
+            (h.steps[0].written.clone(), h.steps[0].removed.clone()),
+            (vec!["a".into()], vec!["n".into()])
+        );
+        assert_eq!(h.steps[1].error.as_deref(), Some("boom"));
+        assert_eq!(h.steps[3].written, ["b"]);
+        assert_eq!(h.steps[0].finished_at_ms, Some(1_000));
+        assert_eq!(h.status, RunStatus::Completed);
+        let table = h.to_string();
+        assert!(table.starts_with("step  stage"), "{table}");
+        assert!(table.contains("1970-01-01T00:00:01.000Z"), "{table}");
+        assert!(
+            table.ends_with("run p/r: completed (6 checkpoints kept)\n"),
+            "{table}"
+        );
+        assert_eq!(before(&journal, "b", Some(3)).map(|c| c.seq), Some(4));
+        assert_eq!(before(&journal, "1", None).map(|c| c.seq), Some(1));
+        assert!(
+            before(&journal, "2", None).is_none(),
+            "a failure is no step start"
+        );
+        assert!(before(&journal, "c", Some(7)).is_none());
+    }
+}
