@@ -35,7 +35,7 @@ use std::time::Instant;
 
 use fluxio_core::store::conformance::{self, Harness};
 use fluxio_core::store::{
-    BranchRecord, Checkpoint, CheckpointStore, FORMAT_VERSION, MAGIC, MAX_PAYLOAD,
+    BranchRecord, Change, Checkpoint, CheckpointStore, FORMAT_VERSION, MAGIC, MAX_PAYLOAD,
     OLDEST_FORMAT_VERSION,
 };
 use fluxio_core::value::Packed;
@@ -266,50 +266,68 @@ impl Walker<'_> {
         }
     }
 
+    fn context(&mut self) {
+        for _ in 0..self.length() {
+            self.string();
+            self.value();
+        }
+    }
+
+    /// A format 4 payload: the number of checkpoints, then each.
     fn checkpoint(p: &[u8]) -> Layout {
         let mut w = Walker {
             p,
             pos: 0,
             layout: Layout::default(),
         };
-        w.string(); // pipeline
-        w.string(); // run_id
-        w.string(); // version
-        w.varint(); // ip
-        w.string(); // step
         for _ in 0..w.length() {
-            w.string();
-            w.value();
-        }
-        w.tag(); // status
-        if w.tag() == 1 {
-            w.string(); // error_message
-        }
-        w.varint(); // created_at_ms
-        w.varint(); // updated_at_ms
-        w.varint(); // attempt
-        if w.tag() == 1 {
-            w.string(); // the structure's shape
-            for _ in 0..w.length() {
-                w.string(); // a stage's name
-                w.pos += 32; // and its hash
-            }
-        }
-        for _ in 0..w.length() {
-            // a branch record: index, name, the written keys and values (as
-            // the context's), the removed keys
-            w.varint();
-            w.string();
-            for _ in 0..w.length() {
-                w.string();
-                w.value();
-            }
-            for _ in 0..w.length() {
-                w.string();
-            }
+            w.entry();
         }
         assert_eq!(w.pos, p.len(), "the walker read the whole payload");
         w.layout
+    }
+
+    fn entry(&mut self) {
+        self.string(); // pipeline
+        self.string(); // run_id
+        self.string(); // version
+        self.varint(); // seq
+        self.varint(); // keep_from
+        self.varint(); // ip
+        self.string(); // step
+        self.tag(); // status
+        if self.tag() == 1 {
+            self.string(); // error_message
+        }
+        self.varint(); // created_at_ms
+        self.varint(); // updated_at_ms
+        self.varint(); // attempt
+        if self.tag() == 1 {
+            self.string(); // the structure's shape
+            for _ in 0..self.length() {
+                self.string(); // a stage's name
+                self.pos += 32; // and its hash
+            }
+        }
+        for _ in 0..self.length() {
+            // a branch record: index, name, the written keys and values (as
+            // the context's), the removed keys
+            self.varint();
+            self.string();
+            self.context();
+            for _ in 0..self.length() {
+                self.string();
+            }
+        }
+        // the change: the whole context, or the written keys and the removed ones
+        if self.tag() == 0 {
+            self.context();
+        } else {
+            self.context();
+            for _ in 0..self.length() {
+                self.string();
+            }
+        }
     }
 }
 
@@ -500,7 +518,35 @@ fn seeds() -> Vec<Seed> {
         cp.attempt = 0;
         cp
     };
+    // format 4: a journal of four checkpoints in one blob, three of them
+    // deltas (a key written, one changed, one removed; a failure; a cancel)
+    let journal = {
+        let mut base = checkpoint(
+            "journal",
+            [("n", Value::U64(1)), ("gone", s("x"))]
+                .into_iter()
+                .collect(),
+        );
+        base.keep_from = 0;
+        let mut next = base.clone();
+        next.context = base
+            .context
+            .to_context()
+            .set_value("n", Value::U64(2))
+            .set_value("nested", nested_every_variant())
+            .remove("gone")
+            .snapshot();
+        next.change = Change::between(&base.context, &next.context);
+        (next.seq, next.ip) = (1, 9);
+        let mut failed = next.clone().failed("stage `charge` failed");
+        (failed.seq, failed.change) = (2, Change::none());
+        let mut cancelled = failed.clone().cancelled();
+        (cancelled.seq, cancelled.change, cancelled.keep_from) = (3, Change::none(), 1);
+        cancelled.earlier = vec![base, next, failed];
+        cancelled
+    };
     [
+        ("journal", journal),
         ("small", small),
         ("every_variant", every),
         ("large", large),
@@ -516,6 +562,10 @@ fn seeds() -> Vec<Seed> {
         let bytes = cp.to_bytes().expect("a seed encodes");
         let back = Checkpoint::from_bytes(&cp.run_id, &bytes).expect("a seed decodes");
         assert_eq!(back, cp, "seed {name} round-trips");
+        assert_eq!(
+            back.earlier, cp.earlier,
+            "seed {name} round-trips its journal"
+        );
         let payload = bytes[HEADER..].to_vec();
         let layout = Walker::checkpoint(&payload);
         Seed {
@@ -1169,20 +1219,26 @@ fn the_walker_agrees_with_the_encoder() {
         assert_eq!(
             seed.layout.lengths[0],
             (0, 1),
-            "{}: the pipeline name's length comes first",
+            "{}: the number of checkpoints comes first",
             seed.name
         );
-        assert_eq!(seed.payload[0], 0, "{}: the seeds are unnamed", seed.name);
+        assert_eq!(
+            seed.layout.lengths[1],
+            (1, 2),
+            "{}: then the pipeline name's length",
+            seed.name
+        );
+        assert_eq!(seed.payload[1], 0, "{}: the seeds are unnamed", seed.name);
         let mut expected = Vec::new();
         varint(seed.run_id.len() as u64, &mut expected);
         assert_eq!(
-            seed.layout.lengths[1],
-            (1, 1 + expected.len()),
+            seed.layout.lengths[2],
+            (2, 2 + expected.len()),
             "{}: then the run id's",
             seed.name
         );
         assert_eq!(
-            seed.payload[1..=expected.len()],
+            seed.payload[2..2 + expected.len()],
             expected[..],
             "{}",
             seed.name
@@ -1208,7 +1264,13 @@ fn values_nested_to_max_depth_decode_on_a_small_stack() {
             assert_eq!(Checkpoint::from_bytes("deep", &bytes).expect("decodes"), ok);
             // Hand-made one level deeper (the encoder refuses it).
             let mut payload = bytes[HEADER..].to_vec();
-            let at = Walker::checkpoint(&payload).lengths[4].1 + 1 + 1; // key "v", then the value
+            // the key "v" (its length 1, then `v`) is the context's last; its value follows
+            let key = payload
+                .windows(2)
+                .rposition(|w| w == [1, b'v'])
+                .expect("the key is there");
+            Walker::checkpoint(&payload);
+            let at = key + 2;
             payload.insert(at, 11); // one more `Some`
             match Checkpoint::from_bytes("deep", &frame(FORMAT_VERSION, &payload)) {
                 Err(Error::CorruptCheckpoint { reason, .. }) => {

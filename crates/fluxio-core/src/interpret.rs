@@ -61,6 +61,9 @@ pub(crate) struct Durable<'a> {
 pub(crate) struct Tail {
     next_seq: u32,
     last: Option<Snapshot>,
+    /// The version of the last one: a checkpoint of another version (a
+    /// resume on changed code) is written whole.
+    version: String,
     /// Bytes of the deltas written since the last whole checkpoint, and the
     /// size of that one's context: past it, the next one is whole again.
     delta_bytes: u64,
@@ -83,6 +86,7 @@ impl Tail {
         Tail {
             next_seq: cp.seq.saturating_add(1),
             last: Some(cp.context.clone()),
+            version: cp.version.clone(),
             full_bytes: context_size(&cp.context),
             depth,
             ..Tail::default()
@@ -98,7 +102,7 @@ impl Tail {
         let delta = self
             .last
             .as_ref()
-            .filter(|_| cp.seq % COMPACT_EVERY != 0)
+            .filter(|_| cp.seq % COMPACT_EVERY != 0 && cp.version == self.version)
             .map(|last| Change::between(last, &cp.context))
             .map(|change| {
                 let size = match &change {
@@ -133,8 +137,11 @@ impl Tail {
     }
 
     /// `cp`, numbered by [`stamp`](Self::stamp), was written.
-    fn advance(&mut self, seq: u32, context: Snapshot, full: bool, delta: u64) {
+    fn advance(&mut self, seq: u32, context: Snapshot, full: bool, delta: u64, version: &str) {
         self.next_seq = seq.saturating_add(1);
+        if self.version != version {
+            version.clone_into(&mut self.version);
+        }
         if full {
             self.full_bytes = context_size(&context);
             self.delta_bytes = 0;
@@ -371,7 +378,7 @@ async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint) -> Result<
     let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());
     let saved = d.store.save_fenced(cp, d.lease).await;
     if saved.is_ok() {
-        lock(&d.tail).advance(seq, context, full, delta);
+        lock(&d.tail).advance(seq, context, full, delta, d.version);
     }
     if let Err(Error::Cancelled { .. }) = &saved {
         tracing::info!(

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use fluxio_core::store::{BranchRecord, Checkpoint, FORMAT_VERSION, MAGIC};
+use fluxio_core::store::{BranchRecord, Change, Checkpoint, FORMAT_VERSION, MAGIC};
 use fluxio_core::value::Packed;
 use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
 
@@ -275,7 +275,41 @@ fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
         ("v3_empty.bin", 3, empty()),
         ("v3_cancelled.bin", 3, named(cancelled())),
         ("v3_failed_in_a_block.bin", 3, named(failed_in_a_block())),
+        ("v4_running.bin", 4, named(running())),
+        ("v4_failed.bin", 4, named(failed())),
+        ("v4_completed_every_value.bin", 4, named(completed_v3())),
+        ("v4_empty.bin", 4, empty()),
+        ("v4_cancelled.bin", 4, named(cancelled())),
+        ("v4_failed_in_a_block.bin", 4, named(failed_in_a_block())),
+        ("v4_journal.bin", 4, journal()),
     ]
+}
+
+/// A run's journal in one blob (format 4, rules 18 and 20), as a store
+/// with the four required methods keeps it: the running checkpoint of
+/// `v4_running.bin` (whole, kept from 0), then three deltas: the next stage
+/// set a key, changed one and removed one; that stage failed (nothing
+/// changed); the run was cancelled there.
+fn journal() -> Checkpoint {
+    let base = named(running());
+    let mut next = base.clone();
+    let before = base.context.clone();
+    next.context = before
+        .to_context()
+        .set_value("score", Value::F64(0.75))
+        .set_value("tier", string("gold"))
+        .remove("name")
+        .snapshot();
+    next.change = Change::between(&before, &next.context);
+    (next.seq, next.ip, next.step, next.updated_at_ms) =
+        (1, 5, "score".to_owned(), 1_700_000_000_500);
+    let mut failed = next.clone().failed("stage `score` failed: timeout");
+    (failed.seq, failed.change, failed.updated_at_ms) = (2, Change::none(), 1_700_000_000_900);
+    let mut cancelled = failed.clone().cancelled();
+    (cancelled.seq, cancelled.change, cancelled.updated_at_ms) =
+        (3, Change::none(), 1_700_000_001_000);
+    cancelled.earlier = vec![base, next, failed];
+    cancelled
 }
 
 /// A run whose parallel block failed in one branch after another finished
@@ -328,6 +362,10 @@ fn golden_files_decode_to_the_expected_checkpoints_and_re_encode_identically() {
         let decoded = Checkpoint::from_bytes(&expected.key(), &stored)
             .unwrap_or_else(|e| panic!("{name} no longer decodes: {e}"));
         assert_eq!(decoded, expected, "{name} decodes to another checkpoint");
+        assert_eq!(
+            decoded.earlier, expected.earlier,
+            "{name} decodes to another journal"
+        );
         if !newest {
             continue;
         }
@@ -345,6 +383,55 @@ fn golden_files_decode_to_the_expected_checkpoints_and_re_encode_identically() {
             stored.len()
         );
     }
+}
+
+/// What a store that keeps the journal itself writes per checkpoint
+/// ([`Checkpoint::entry_bytes`]) is the same frame with one checkpoint: the
+/// deltas of `v4_journal.bin`, written alone, read back on top of its base.
+#[test]
+fn golden_journal_entries_written_alone_read_back_on_their_base() {
+    if bless() {
+        return;
+    }
+    let stored = std::fs::read(dir().join("v4_journal.bin")).expect("run with FLUXIO_BLESS=1");
+    let latest = Checkpoint::from_bytes(&journal().key(), &stored).expect("decodes");
+    let all = latest.clone().into_journal();
+    assert_eq!(all.len(), 4);
+    assert_eq!(all.iter().map(|c| c.seq).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    let parts: Vec<Vec<u8>> = all
+        .iter()
+        .map(|c| c.entry_bytes().expect("encodes alone"))
+        .collect();
+    assert_eq!(
+        parts[0],
+        std::fs::read(dir().join("v4_running.bin")).expect("read")
+    );
+    let whole = |c: &Checkpoint| {
+        let mut c = c.clone();
+        c.change = Change::Full;
+        c.entry_bytes().expect("encodes").len()
+    };
+    let sizes = [
+        parts[1].len(),
+        whole(&all[1]),
+        parts[2].len(),
+        whole(&all[2]),
+    ];
+    assert!(
+        sizes[0] < sizes[1] && sizes[2] * 2 < sizes[3],
+        "deltas write less than whole checkpoints (no context, no structure): {sizes:?}"
+    );
+    let back = Checkpoint::from_entries(&latest.key(), &parts).expect("folds");
+    assert_eq!(back, latest);
+    assert_eq!(back.context.get("tier"), Some(&string("gold")));
+    assert_eq!(back.context.get("name"), None, "removed");
+    assert!(
+        Checkpoint::from_entries(&latest.key(), &parts[1..]).is_err(),
+        "a delta without its base is refused"
+    );
+    let journal =
+        Checkpoint::journal_from_entries(&latest.key(), &parts).expect("the whole journal");
+    assert_eq!(journal, all);
 }
 
 #[test]

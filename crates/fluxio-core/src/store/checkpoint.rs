@@ -442,7 +442,8 @@ impl Checkpoint {
             + int(self.updated_at_ms)
             + int(self.attempt.into())
             + 1;
-        if let Some(structure) = &self.structure {
+        let delta = !whole && !self.change.is_full();
+        if let Some(structure) = self.structure.as_ref().filter(|_| !delta) {
             size += string(&structure.shape) + int(structure.stages.len() as u64);
             for stage in &structure.stages {
                 size += string(&stage.name) + 32;
@@ -589,6 +590,22 @@ fn payload_size(key: &str, entries: &[&Checkpoint], head_whole: bool) -> Result<
             None => true,
             Some(before) => entries[before].seq.checked_add(1) == Some(entry.seq),
         };
+        let delta = !entry.change.is_full() && !(head_whole && i == 0);
+        let same_code = i.checked_sub(1).is_none_or(|before| {
+            (&entries[before].version, &entries[before].structure)
+                == (&entry.version, &entry.structure)
+        });
+        if delta && !same_code {
+            return Err(Error::CorruptCheckpoint {
+                run_id: key.to_owned(),
+                reason: format!(
+                    "checkpoint {} is a delta written by other code than the checkpoint \
+                     before it (a change of version is written whole)",
+                    entry.seq
+                ),
+                source: None,
+            });
+        }
         if !follows {
             return Err(Error::CorruptCheckpoint {
                 run_id: key.to_owned(),
@@ -874,7 +891,10 @@ fn encode_entry<E: Encoder>(
     cp.created_at_ms.encode(encoder)?;
     cp.updated_at_ms.encode(encoder)?;
     cp.attempt.encode(encoder)?;
+    let delta = !whole && !cp.change.is_full();
     match &cp.structure {
+        // a delta has the structure of the checkpoint before it
+        _ if delta => 2u8.encode(encoder)?,
         None => 0u8.encode(encoder)?,
         Some(structure) => {
             1u8.encode(encoder)?;
@@ -1050,7 +1070,12 @@ fn decode_entry(
     let created_at_ms = c.varint()?;
     let updated_at_ms = c.varint()?;
     let attempt = c.varint_u32()?;
-    let structure = decode_structure_v3(c)?;
+    // 2: a delta's, the structure of the checkpoint before it (checked below)
+    let structure_tag = c.byte()?;
+    let structure = match structure_tag {
+        2 => before.and_then(|b| b.structure.clone()),
+        tag => structure_body(c, tag)?,
+    };
     let branches = decode_records(c)?;
     if !branches.is_empty() && !matches!(status, RunStatus::Running | RunStatus::Failed) {
         return Err(WireError::Invalid(
@@ -1086,6 +1111,14 @@ fn decode_entry(
         }
         _ => return Err(WireError::Invalid("a change tag other than 0 or 1")),
     };
+    let same_code = before.is_some_and(|b| b.version == version);
+    let delta = !change.is_full();
+    if (structure_tag == 2) != delta || (delta && !same_code) {
+        return Err(WireError::Invalid(
+            "a delta with a structure of its own, of another version than the checkpoint \
+             before it, or a whole checkpoint without its structure",
+        ));
+    }
     Ok(Checkpoint {
         pipeline,
         run_id,
@@ -1120,7 +1153,16 @@ fn decode_status(c: &mut Cursor<'_>) -> std::result::Result<RunStatus, WireError
 fn decode_structure_v3(
     c: &mut Cursor<'_>,
 ) -> std::result::Result<Option<Arc<Structure>>, WireError> {
-    Ok(match c.byte()? {
+    let tag = c.byte()?;
+    structure_body(c, tag)
+}
+
+/// The structure option after its tag `tag` (0 or 1).
+fn structure_body(
+    c: &mut Cursor<'_>,
+    tag: u8,
+) -> std::result::Result<Option<Arc<Structure>>, WireError> {
+    Ok(match tag {
         0 => None,
         1 => {
             let shape = c.str()?.to_owned();
