@@ -590,7 +590,7 @@ fn payload_size(key: &str, entries: &[&Checkpoint], head_whole: bool) -> Result<
             None => true,
             Some(before) => entries[before].seq.checked_add(1) == Some(entry.seq),
         };
-        let delta = !entry.change.is_full() && !(head_whole && i == 0);
+        let delta = !(entry.change.is_full() || (head_whole && i == 0));
         let same_code = i.checked_sub(1).is_none_or(|before| {
             (&entries[before].version, &entries[before].structure)
                 == (&entry.version, &entry.structure)
