@@ -33,13 +33,17 @@ async fn apply_coupon(ctx: Context) -> StageResult {
     } else {
         0
     };
-    Ok(ctx.set("discount_cents", off)?.set("total_cents", subtotal - off)?)
+    Ok(ctx
+        .set("discount_cents", off)?
+        .set("total_cents", subtotal - off)?)
 }
 
 #[stage]
 async fn add_tax(ctx: Context) -> StageResult {
     let total: u64 = ctx.get("total_cents")?;
-    Ok(ctx.set("tax_cents", total / 5)?.set("total_cents", total + total / 5)?)
+    Ok(ctx
+        .set("tax_cents", total / 5)?
+        .set("total_cents", total + total / 5)?)
 }
 
 #[stage]
@@ -75,17 +79,26 @@ async fn main() -> anyhow::Result<()> {
         "receipt_png" => vec![0x89u8; 256 * 1024],
     }?;
     let failed = checkout.invoke("order-1", input).await;
-    println!("   invoke: {}", failed.err().map_or("ok".into(), |e| e.to_string()));
+    println!(
+        "   invoke: {}",
+        failed.err().map_or("ok".into(), |e| e.to_string())
+    );
     DECLINE.store(false, Ordering::SeqCst);
     let done = checkout.resume("order-1").await?;
-    println!("   resume: charged {} cents", done.get::<u64>("charged_cents")?);
+    println!(
+        "   resume: charged {} cents",
+        done.get::<u64>("charged_cents")?
+    );
 
     println!("\n2. its history, step by step");
     let history = checkout.history("order-1").await?;
     print!("{history}");
 
     println!("\n3. the context as it was before `add_tax` (not the final one)");
-    show("   order-1@add_tax:", &checkout.context_at("order-1@add_tax").await?);
+    show(
+        "   order-1@add_tax:",
+        &checkout.context_at("order-1@add_tax").await?,
+    );
 
     println!("\n4. a replay from `add_tax` starts from that context, so tax is not added twice");
     let replayed = checkout.replay("order-1", Some("add_tax")).await?;
@@ -95,9 +108,13 @@ async fn main() -> anyhow::Result<()> {
         done.get::<u64>("total_cents")?
     );
 
-    println!("\n5. a fork: a new run, order-1-copy, from before `apply_coupon`; order-1 is untouched");
+    println!(
+        "\n5. a fork: a new run, order-1-copy, from before `apply_coupon`; order-1 is untouched"
+    );
     let before = checkout.history("order-1").await?.checkpoints;
-    let fork = checkout.fork("order-1", "apply_coupon", "order-1-copy").await?;
+    let fork = checkout
+        .fork("order-1", "apply_coupon", "order-1-copy")
+        .await?;
     let after = checkout.history("order-1").await?.checkpoints;
     println!(
         "   order-1-copy charged {} cents; order-1 still holds {before} checkpoints ({after} now)",
@@ -108,7 +125,9 @@ async fn main() -> anyhow::Result<()> {
     println!("\n6. what `apply_coupon` and `add_tax` changed: a diff of two points");
     print!(
         "{}",
-        checkout.diff("order-1@apply_coupon", "order-1@charge").await?
+        checkout
+            .diff("order-1@apply_coupon", "order-1@charge")
+            .await?
     );
 
     let size = std::fs::metadata(dir.join("runs.db")).map_or(0, |m| m.len());
