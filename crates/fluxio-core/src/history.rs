@@ -173,7 +173,8 @@ pub(crate) fn before<'j>(
     step: &str,
     ip: Option<usize>,
 ) -> Option<&'j Checkpoint> {
-    if let Ok(number) = step.parse::<u32>() {
+    if !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit()) {
+        let number = step.parse::<u32>().ok()?;
         return journal
             .iter()
             .find(|cp| cp.seq == number && cp.status == RunStatus::Running);

@@ -432,6 +432,12 @@ enum Continue<'a> {
     Replay { from: Option<(usize, &'a Snapshot)> },
 }
 
+/// Whether `step` names a step by its number (digits only; stage names are
+/// Rust identifiers, so never all digits).
+fn is_number(step: &str) -> bool {
+    !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// A durable run needs a tokio runtime (its lease is renewed by a timer
 /// task): say so with a typed error instead of panicking inside the lease code.
 fn check_runtime(what: &str, run_id: &str) -> Result<()> {
@@ -737,7 +743,7 @@ impl Pipeline {
         step: &str,
     ) -> Result<Checkpoint> {
         let key = self.key(run_id)?;
-        let ip = if step.parse::<u32>().is_ok() {
+        let ip = if is_number(step) {
             None
         } else {
             match self.inner.program.steps.get(step) {
@@ -1128,8 +1134,7 @@ impl Pipeline {
         let (run_id, step) = match point.rsplit_once('@') {
             Some((run, step))
                 if !run.is_empty()
-                    && (step.parse::<u32>().is_ok()
-                        || self.inner.program.steps.contains_key(step)) =>
+                    && (is_number(step) || self.inner.program.steps.contains_key(step)) =>
             {
                 (run, Some(step))
             }

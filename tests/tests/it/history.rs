@@ -341,7 +341,9 @@ async fn rule18_a_run_with_a_1_mb_context_writes_about_1_mb_in_all() {
 #[stage]
 async fn grow(ctx: Context) -> StageResult {
     let n: u64 = ctx.get_opt("n").unwrap_or(0);
-    Ok(ctx.set("n", n + 1)?.set(format!("page-{n}"), "x".repeat(1500))?)
+    Ok(ctx
+        .set("n", n + 1)?
+        .set(format!("page-{n}"), "x".repeat(1500))?)
 }
 
 /// Rule 20: `history_depth(Some(2))` keeps the last few checkpoints, cut
@@ -360,9 +362,15 @@ async fn rule20_history_depth_bounds_the_checkpoints_a_run_keeps() {
     assert_eq!(out.get::<u64>("n").expect("n"), 10);
     let journal = store.history("deep/r20").await.expect("history");
     let seqs: Vec<u32> = journal.iter().map(|cp| cp.seq).collect();
-    assert!(journal.len() < 11, "some checkpoints were dropped: {seqs:?}");
+    assert!(
+        journal.len() < 11,
+        "some checkpoints were dropped: {seqs:?}"
+    );
     assert!(journal.len() >= 3, "at least the depth is kept: {seqs:?}");
-    assert!(journal[0].change.is_full(), "the kept history starts whole: {seqs:?}");
+    assert!(
+        journal[0].change.is_full(),
+        "the kept history starts whole: {seqs:?}"
+    );
     assert_eq!(seqs.last(), Some(&10));
     let history = p.history("r20").await.expect("history");
     let first = history.steps.first().map(|s| s.number).expect("a step");
