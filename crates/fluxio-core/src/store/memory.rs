@@ -44,6 +44,8 @@ use crate::error::{Error, Result};
 pub struct InMemoryStore {
     map: Mutex<HashMap<String, Vec<Checkpoint>>>,
     leases: Mutex<HashMap<String, LeaseState>>,
+    /// Keep at most this many completed runs per pipeline (`None`: all).
+    keep_completed: Option<usize>,
 }
 
 /// The lease of one run id. Kept after release, so tokens keep growing.
@@ -78,6 +80,36 @@ impl InMemoryStore {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Keeps at most the `n` newest completed runs of each pipeline
+    /// (contract rule 20's keep-the-last-N retention): when a run
+    /// completes, the pipeline's older completed runs beyond `n` are
+    /// deleted, each whole. Running, failed and cancelled runs are never
+    /// touched. `InMemoryStore::new()` keeps every run.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// use fluxio_core::store::{Checkpoint, CheckpointStore, InMemoryStore};
+    /// use fluxio_core::Context;
+    ///
+    /// let store = InMemoryStore::new().keep_completed(2);
+    /// for (i, run) in ["a", "b", "c"].into_iter().enumerate() {
+    ///     let mut done = Checkpoint::new(run, "v1", 9, "", Context::new().snapshot())
+    ///         .in_pipeline("orders")
+    ///         .completed();
+    ///     done.updated_at_ms = i as u64;
+    ///     store.save(done).await?;
+    /// }
+    /// assert!(!store.exists("orders/a").await?, "the oldest went");
+    /// assert!(store.exists("orders/b").await? && store.exists("orders/c").await?);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn keep_completed(mut self, n: usize) -> Self {
+        self.keep_completed = Some(n);
+        self
     }
 
     /// Number of stored checkpoints.
@@ -124,6 +156,36 @@ impl InMemoryStore {
     }
 }
 
+/// The pipeline of a run's key: what comes before its first `/` (empty for
+/// an unnamed pipeline's bare run id).
+fn pipeline_of(key: &str) -> &str {
+    key.split_once('/').map_or("", |(pipeline, _)| pipeline)
+}
+
+/// After `key` completed: drops the oldest completed runs of its pipeline
+/// beyond `keep`.
+fn trim_completed(map: &mut HashMap<String, Vec<Checkpoint>>, key: &str, keep: Option<usize>) {
+    let Some(keep) = keep else { return };
+    if !latest(map, key).is_some_and(|cp| cp.status == super::RunStatus::Completed) {
+        return;
+    }
+    let pipeline = pipeline_of(key);
+    let mut completed: Vec<(u64, String)> = map
+        .iter()
+        .filter(|(k, _)| pipeline_of(k) == pipeline)
+        .filter_map(|(k, journal)| journal.last().map(|cp| (k, cp)))
+        .filter(|(_, cp)| cp.status == super::RunStatus::Completed)
+        .map(|(k, cp)| (cp.updated_at_ms, k.clone()))
+        .collect();
+    if completed.len() <= keep {
+        return;
+    }
+    completed.sort();
+    for (_, old) in &completed[..completed.len() - keep] {
+        map.remove(old);
+    }
+}
+
 fn latest<'m>(map: &'m HashMap<String, Vec<Checkpoint>>, key: &str) -> Option<&'m Checkpoint> {
     map.get(key).and_then(|journal| journal.last())
 }
@@ -134,7 +196,9 @@ impl CheckpointStore for InMemoryStore {
         let key = checkpoint.key();
         crate::store::check_run_id(&key)?;
         checkpoint.check()?;
-        lock(&self.map).insert(key, checkpoint.into_journal());
+        let mut map = lock(&self.map);
+        map.insert(key.clone(), checkpoint.into_journal());
+        trim_completed(&mut map, &key, self.keep_completed);
         Ok(())
     }
 
@@ -210,7 +274,9 @@ impl CheckpointStore for InMemoryStore {
         self.fenced(&key, lease, true, |map| {
             append(map.entry(key.clone()).or_default(), checkpoint).inspect_err(|_| {
                 map.retain(|_, journal| !journal.is_empty());
-            })
+            })?;
+            trim_completed(map, &key, self.keep_completed);
+            Ok(())
         })
     }
 

@@ -248,3 +248,61 @@ pub async fn rule20_a_plain_save_stores_the_journal_it_carries<H: Harness>(h: &H
     store.save(entry(&run, 0, &c0, None)).await.expect("save");
     assert_eq!(seqs(&history(&store, &key).await), [0], "replaced");
 }
+
+/// Rule 20, keep the last N: a store keeping 2 completed runs per pipeline
+/// deletes the oldest completed runs of a pipeline (whole) when another
+/// completes; failed and running runs, and other pipelines' runs, stay.
+/// Applies to a store with the setting ([`Harness::store_keeping_completed`]).
+pub async fn rule20_keep_completed_keeps_the_newest_completed_runs_of_each_pipeline<H: Harness>(
+    h: &H,
+) {
+    let ns = namespace("rule20_keep");
+    let Some(store) = h.store_keeping_completed(&ns, 2).await else {
+        return;
+    };
+    let ctx = set(&Context::new(), "n", 1);
+    let run = |pipeline: &str, id: &str, end: Option<RunStatus>| {
+        let (store, ctx) = (&store, &ctx);
+        let key = format!("{pipeline}/{ns}-{id}");
+        let id = format!("{ns}-{id}");
+        let pipeline = pipeline.to_owned();
+        async move {
+            let lease = store.acquire_lease(&key, TTL).await.expect("lease");
+            let mut first = entry(&id, 0, ctx, None);
+            first.pipeline.clone_from(&pipeline);
+            save(store, first, &lease).await;
+            if let Some(status) = end {
+                let mut last = entry(&id, 1, ctx, Some(ctx));
+                last.pipeline = pipeline;
+                last.status = status;
+                if status == RunStatus::Failed {
+                    last.error_message = Some("boom".into());
+                }
+                save(store, last, &lease).await;
+            }
+            store.release_lease(lease).await.expect("release");
+            key
+        }
+    };
+    let q1 = run("q", "q1", Some(RunStatus::Completed)).await;
+    let failed = run("p", "failed", Some(RunStatus::Failed)).await;
+    let running = run("p", "running", None).await;
+    let mut done = Vec::new();
+    for i in 0..4 {
+        done.push(run("p", &format!("c{i}"), Some(RunStatus::Completed)).await);
+        // completion times that differ on any store clock
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for (key, kept) in [
+        (&done[0], false),
+        (&done[1], false),
+        (&done[2], true),
+        (&done[3], true),
+        (&failed, true),
+        (&running, true),
+        (&q1, true),
+    ] {
+        assert_eq!(store.exists(key).await.expect("exists"), kept, "{key}");
+        assert_eq!(!history(&store, key).await.is_empty(), kept, "{key}'s journal");
+    }
+}

@@ -51,6 +51,7 @@ pub use journal::{
     rule18_a_delta_without_its_predecessor_is_refused, rule18_deltas_are_stored_and_loaded_whole,
     rule20_a_plain_save_stores_the_journal_it_carries,
     rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
+    rule20_keep_completed_keeps_the_newest_completed_runs_of_each_pipeline,
 };
 pub use retention::{
     completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
@@ -119,6 +120,15 @@ pub trait Harness: Send + Sync + 'static {
         let _ = ns;
         None
     }
+
+    /// For a store that keeps only the newest completed runs of each
+    /// pipeline (contract rule 20's keep-the-last-N): a store over `ns`
+    /// keeping `n`. `None` (the default) for a store without the setting;
+    /// the check then does not apply.
+    async fn store_keeping_completed(&self, ns: &str, n: usize) -> Option<Self::Store> {
+        let _ = (ns, n);
+        None
+    }
 }
 
 /// What a store keeps in one namespace, as [`Harness::records`] reads it.
@@ -164,6 +174,11 @@ impl<H: Harness> Harness for DynHarness<H> {
     async fn purge_expired(&self, ns: &str) -> Option<u64> {
         self.0.purge_expired(ns).await
     }
+
+    async fn store_keeping_completed(&self, ns: &str, n: usize) -> Option<Self::Store> {
+        let store = self.0.store_keeping_completed(ns, n).await?;
+        Some(Arc::new(store))
+    }
 }
 
 /// The harness of [`InMemoryStore`]: one shared store per namespace.
@@ -177,6 +192,14 @@ impl Harness for SharedMemory {
     async fn store(&self, ns: &str) -> Self::Store {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::clone(map.entry(ns.to_owned()).or_default())
+    }
+
+    async fn store_keeping_completed(&self, ns: &str, n: usize) -> Option<Self::Store> {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let store = map
+            .entry(format!("{ns}#keep{n}"))
+            .or_insert_with(|| Arc::new(InMemoryStore::new().keep_completed(n)));
+        Some(Arc::clone(store))
     }
 }
 
@@ -1176,6 +1199,7 @@ macro_rules! __store_conformance_each {
             rule18_a_checkpoint_sent_again_replaces_the_later_ones,
             rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
             rule20_a_plain_save_stores_the_journal_it_carries,
+            rule20_keep_completed_keeps_the_newest_completed_runs_of_each_pipeline,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
