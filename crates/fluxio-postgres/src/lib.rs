@@ -162,6 +162,7 @@
 mod builder;
 mod connection;
 mod error;
+mod journal;
 mod migrate;
 mod names;
 mod store;

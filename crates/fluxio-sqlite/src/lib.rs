@@ -184,6 +184,7 @@
 mod builder;
 mod connection;
 mod error;
+mod journal;
 mod migrate;
 mod names;
 mod store;
