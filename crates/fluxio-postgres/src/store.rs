@@ -1,5 +1,5 @@
 //! [`PostgresStore`]: its tables, migrations and retention, and the trait
-//! implementation, one statement per method.
+//! implementation, one statement or one transaction per method.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! [`SqliteStore`]: its file, retention, and the trait implementation,
-//! one statement per method.
+//! one statement or one transaction per method.
 
 use std::fmt;
 use std::future::Future;
