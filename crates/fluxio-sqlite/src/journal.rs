@@ -32,12 +32,6 @@ impl Step {
             payload: checkpoint.entry_bytes()?,
         })
     }
-
-    /// The bytes this step writes.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.payload.len()
-    }
 }
 
 /// The run's row: whether it is cancelled (`None`: no row).
