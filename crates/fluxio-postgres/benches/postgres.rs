@@ -15,6 +15,16 @@
 //!   a durable pipeline of 10 no-op stages; criterion reports runs/s. Each
 //!   run saves 11 checkpoints (one before each stage and the completed one),
 //!   plus a lease acquire, a fenced delete and a release.
+//! - `pg_resume_1mb/journal`: a resume of a crashed 10-stage run whose
+//!   context holds 1 MB (a whole checkpoint, then five deltas of one small
+//!   key each): `load` plus the resume's first checkpoint, an empty delta,
+//!   `save_fenced`. Against `pg_resume_1mb/blob_baseline`, what that cost
+//!   before the journal: read the run's 1 MB blob and write it back whole
+//!   (raw SQL, no decoding or encoding). Target: at most 10 ms.
+//! - `pg_run_1mb/durable_10_stages`: a whole durable run of 10 stages, each
+//!   setting one small key, on a 1 MB context; it prints the bytes of the
+//!   steps the run wrote (before the journal: 11 whole checkpoints, about
+//!   11.5 MB).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -24,11 +34,18 @@ use fluxio::store::{Checkpoint, CheckpointStore};
 use fluxio::{Context, StageResult, pipeline, stage};
 use fluxio_core::store::conformance;
 use fluxio_postgres::PostgresStore;
+use fluxio_test_support::journal;
 use sqlx::Connection;
 
 #[stage]
 async fn noop(ctx: Context) -> StageResult {
     Ok(ctx)
+}
+
+#[stage]
+async fn stamp(ctx: Context) -> StageResult {
+    let n: u64 = ctx.get_opt("n").unwrap_or(0);
+    Ok(ctx.set("n", n + 1)?)
 }
 
 fn context_of(bytes: usize) -> Context {
@@ -122,6 +139,98 @@ fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &PostgresS
     g.finish();
 }
 
+fn resume(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &PostgresStore) {
+    let mut run = journal::crashed_run();
+    let mut crashed = run.pop().expect("a journal");
+    crashed.earlier = run;
+    let next = journal::resumed(&crashed);
+    let blob = crashed.earlier[0].to_bytes().expect("encode");
+    let raw = format!("\"{}\".raw_resume", store.schema());
+    rt.block_on(async {
+        store.save(crashed).await.expect("the crashed run");
+        sqlx::query(&format!(
+            "CREATE TABLE IF NOT EXISTS {raw} \
+             (run_id TEXT PRIMARY KEY, payload BYTEA NOT NULL)"
+        ))
+        .execute(store.pool())
+        .await
+        .expect("raw table");
+    });
+    let lease = rt
+        .block_on(store.acquire_lease(journal::KEY, Duration::from_secs(3600)))
+        .expect("lease");
+    let raw_upsert = &format!(
+        "INSERT INTO {raw} (run_id, payload) VALUES ($1, $2) \
+         ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload"
+    );
+    let raw_read = &format!("SELECT payload FROM {raw} WHERE run_id = 'blob'");
+    rt.block_on(
+        sqlx::query(raw_upsert)
+            .bind("blob")
+            .bind(&blob)
+            .execute(store.pool()),
+    )
+    .expect("the baseline's blob");
+
+    let mut g = c.benchmark_group("pg_resume_1mb");
+    g.bench_function("journal", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let latest = store.load(journal::KEY).await.expect("load");
+                assert_eq!(latest.map(|cp| cp.context.len()), Some(next.context.len()));
+                store.save_fenced(next.clone(), &lease).await.expect("save");
+            });
+        });
+    });
+    g.bench_function("blob_baseline", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let bytes: Vec<u8> = sqlx::query_scalar(raw_read)
+                    .fetch_one(store.pool())
+                    .await
+                    .expect("read");
+                sqlx::query(raw_upsert)
+                    .bind("blob")
+                    .bind(bytes)
+                    .execute(store.pool())
+                    .await
+                    .expect("write");
+            });
+        });
+    });
+    g.finish();
+}
+
+fn run_1mb(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &PostgresStore) {
+    let steps = format!("\"{}\".\"{}_steps\"", store.schema(), store.table());
+    let p = pipeline![
+        stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp
+    ]
+    .name("bench1mb")
+    .store(store.clone())
+    .build()
+    .expect("valid");
+    let input = Context::new()
+        .set("blob", vec![7u8; journal::MB])
+        .expect("1 MB");
+    rt.block_on(p.invoke("once", input.clone())).expect("run");
+    let (steps, bytes): (i64, i64) = rt
+        .block_on(
+            sqlx::query_as(&format!(
+                "SELECT count(*), sum(length(payload))::bigint FROM {steps} \
+                 WHERE run_id = 'bench1mb/once'"
+            ))
+            .fetch_one(store.pool()),
+        )
+        .expect("count");
+    eprintln!("run_1mb: a 10-stage durable run wrote {steps} steps, {bytes} bytes");
+    let mut g = c.benchmark_group("pg_run_1mb");
+    g.bench_function("durable_10_stages", |b| {
+        b.iter(|| rt.block_on(p.invoke("run", input.clone())).expect("run"));
+    });
+    g.finish();
+}
+
 fn main() {
     let url = fluxio_test_support::postgres::url();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -158,6 +267,8 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     per_checkpoint(&mut c, &rt, &store);
     throughput(&mut c, &rt, &store);
+    resume(&mut c, &rt, &store);
+    run_1mb(&mut c, &rt, &store);
     c.final_summary();
 
     rt.block_on(async {

@@ -43,6 +43,7 @@ pub(crate) fn render(migration: &Migration, names: &Names) -> String {
         .sql
         .replace("{checkpoints}", &names.checkpoints_qualified())
         .replace("{leases}", &names.leases_qualified())
+        .replace("{steps}", &names.steps_qualified())
 }
 
 /// Applies the pending migrations in one transaction, under a
@@ -153,11 +154,15 @@ mod tests {
     #[test]
     fn templates_leave_no_placeholder() {
         let names = Names::new("s", "t").expect("valid");
-        assert!(MIGRATOR.iter().count() >= 1);
+        assert!(MIGRATOR.iter().count() >= 2);
+        let mut all = String::new();
         for m in MIGRATOR.iter() {
             let sql = render(m, &names);
-            assert!(!sql.contains("{checkpoints}") && !sql.contains("{leases}"));
-            assert!(sql.contains("\"s\".\"t\"") && sql.contains("\"s\".\"t_leases\""));
+            assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");
+            all.push_str(&sql);
+        }
+        for name in ["\"s\".\"t\"", "\"s\".\"t_leases\"", "\"s\".\"t_steps\""] {
+            assert!(all.contains(name), "{name} in {all}");
         }
     }
 }

@@ -78,6 +78,15 @@ impl Names {
     }
 
     /// `"schema"."_fluxio_migrations"`.
+    /// `"<schema>"."<table>_steps"`: the runs' journals, a row per checkpoint.
+    pub(crate) fn steps_qualified(&self) -> String {
+        format!(
+            "{}.{}",
+            quote(&self.schema),
+            quote(&format!("{}_steps", self.table))
+        )
+    }
+
     pub(crate) fn migrations_qualified(&self) -> String {
         format!("{}.{}", quote(&self.schema), quote("_fluxio_migrations"))
     }
@@ -94,11 +103,15 @@ pub(crate) fn quote(ident: &str) -> String {
 #[derive(Debug)]
 pub(crate) struct Sql {
     pub(crate) save: String,
-    pub(crate) save_fenced: String,
-    pub(crate) cancel_read: String,
-    pub(crate) cancel: String,
-    pub(crate) cancelled: String,
+    pub(crate) status: String,
+    pub(crate) lease_lock: String,
+    pub(crate) step_exists: String,
+    pub(crate) insert_step: String,
+    pub(crate) delete_steps_from: String,
+    pub(crate) delete_steps_below: String,
+    pub(crate) whole_steps: String,
     pub(crate) load: String,
+    pub(crate) history: String,
     pub(crate) exists: String,
     pub(crate) delete: String,
     pub(crate) delete_fenced: String,
@@ -108,16 +121,18 @@ pub(crate) struct Sql {
     pub(crate) purge: String,
 }
 
-/// The columns a save writes, in bind order `$1..$9`.
+/// The columns of the run's row a save writes, in bind order `$1..$8`. The
+/// `payload` column is empty since schema version 2 (the checkpoints are
+/// rows of `<table>_steps`).
 const COLUMNS: &str =
     "run_id, payload, version, ip, step, status, error_message, created_at, updated_at, expires_at";
-/// `$1..$9` as the values of [`COLUMNS`]: `$8` is the run's start in seconds
-/// since the epoch, `$9` the retention in seconds (NULL: never expires).
-const VALUES: &str = "$1::text, $2::bytea, $3::text, $4::bigint, $5::text, $6::text, $7::text, \
-     to_timestamp($8::float8), clock_timestamp(), \
-     clock_timestamp() + make_interval(secs => $9::float8)";
+/// `$1..$8` as the values of [`COLUMNS`]: `$7` is the run's start in seconds
+/// since the epoch, `$8` the retention in seconds (NULL: never expires).
+const VALUES: &str = "$1::text, ''::bytea, $2::text, $3::bigint, $4::text, $5::text, $6::text, \
+     to_timestamp($7::float8), clock_timestamp(), \
+     clock_timestamp() + make_interval(secs => $8::float8)";
 const UPSERT: &str = "ON CONFLICT (run_id) DO UPDATE SET \
-     payload = EXCLUDED.payload, version = EXCLUDED.version, ip = EXCLUDED.ip, \
+     version = EXCLUDED.version, ip = EXCLUDED.ip, \
      step = EXCLUDED.step, status = EXCLUDED.status, error_message = EXCLUDED.error_message, \
      created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, \
      expires_at = EXCLUDED.expires_at";
@@ -142,45 +157,51 @@ impl Sql {
                  AND l.expires_at > clock_timestamp() FOR SHARE"
             )
         };
+        let steps = names.steps_qualified();
+        let visible_run = format!("EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})");
         Sql {
+            // The run's row: `$1` the key, then the latest checkpoint's fields.
             save: format!("INSERT INTO {cp} AS c ({COLUMNS}) VALUES ({VALUES}) {UPSERT}"),
-            // One statement: the upsert happens only when the lease row
-            // exists, carries this token, is unexpired, and is share-locked.
-            // It replaces the stored row only while that row is not
-            // cancelled (rule 14): `ON CONFLICT DO UPDATE` locks the row's
-            // newest version and checks its `WHERE` on it, so a cancel (which
-            // holds that row lock until it commits) lands entirely before,
-            // and this writes nothing, or entirely after.
-            save_fenced: format!(
-                "INSERT INTO {cp} AS c ({COLUMNS}) SELECT {VALUES} WHERE EXISTS ({}) {UPSERT} \
-                 WHERE c.status <> '{CANCELLED}'",
-                current_lease("$10::bigint")
+            // Locks the run's row for the rest of the transaction: a cancel
+            // (which locks it too) and a fenced save take turns.
+            status: format!("SELECT status FROM {cp} WHERE run_id = $1 FOR UPDATE"),
+            // Whether the lease with token `$2` is current, locking the
+            // lease row: the fenced writes of a run take turns (a fresh
+            // run has no row of its own to lock yet), and a takeover (which
+            // updates the row) waits for the fenced write to commit, and a
+            // fenced write that waited reads the new token.
+            lease_lock: format!(
+                "SELECT token = $2 AND expires_at > clock_timestamp() FROM {leases} \
+                 WHERE run_id = $1 FOR UPDATE"
             ),
-            // A cancel's transaction: the row, locked, then its new payload.
-            cancel_read: format!(
-                "SELECT payload FROM {cp} WHERE run_id = $1 AND {VISIBLE} FOR UPDATE"
+            step_exists: format!(
+                "SELECT EXISTS (SELECT 1 FROM {steps} WHERE run_id = $1 AND seq = $2)"
             ),
-            cancel: format!(
-                "UPDATE {cp} SET payload = $2::bytea, status = '{CANCELLED}', \
-                 updated_at = clock_timestamp() WHERE run_id = $1"
+            insert_step: format!(
+                "INSERT INTO {steps} (run_id, seq, whole, payload) VALUES ($1, $2, $3, $4)"
             ),
-            cancelled: format!(
-                "SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND status = '{CANCELLED}')"
+            delete_steps_from: format!("DELETE FROM {steps} WHERE run_id = $1 AND seq >= $2"),
+            delete_steps_below: format!("DELETE FROM {steps} WHERE run_id = $1 AND seq < $2"),
+            whole_steps: format!("SELECT seq FROM {steps} WHERE run_id = $1 AND whole"),
+            // From the last whole checkpoint on (the partial index finds
+            // it), in one statement: one snapshot.
+            load: format!(
+                "SELECT payload FROM {steps} WHERE run_id = $1 AND seq >= \
+                 (SELECT coalesce(max(seq), 0) FROM {steps} WHERE run_id = $1 AND whole) \
+                 AND {visible_run} ORDER BY seq"
             ),
-            load: format!("SELECT payload FROM {cp} WHERE run_id = $1 AND {VISIBLE}"),
+            history: format!(
+                "SELECT payload FROM {steps} WHERE run_id = $1 AND {visible_run} ORDER BY seq"
+            ),
             exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})"),
+            // The steps go with the row (`ON DELETE CASCADE`).
             delete: format!("DELETE FROM {cp} WHERE run_id = $1"),
-            // One statement; it says whether the lease held, so a missing
-            // checkpoint (nothing to delete) is told apart from a lost lease.
             delete_fenced: format!(
                 "WITH lease AS MATERIALIZED ({}), \
                  deleted AS (DELETE FROM {cp} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM lease)) \
                  SELECT EXISTS (SELECT 1 FROM lease)",
                 current_lease("$2::bigint")
             ),
-            // Insert the first lease, or take over a released or expired
-            // one; the token comes from the column's identity sequence, so
-            // it is greater than every earlier token. No row: held by another.
             acquire: format!(
                 "INSERT INTO {leases} AS l (run_id, expires_at) \
                  VALUES ($1::text, clock_timestamp() + make_interval(secs => $2::float8)) \
@@ -247,6 +268,10 @@ mod tests {
     fn statements_quote_the_names() {
         let sql = Sql::new(&Names::new("s1", "t1").expect("valid"));
         assert!(sql.save.starts_with("INSERT INTO \"s1\".\"t1\" AS c"));
+        assert!(
+            sql.insert_step
+                .starts_with("INSERT INTO \"s1\".\"t1_steps\" (")
+        );
         assert!(sql.acquire.contains("\"s1\".\"t1_leases\""));
     }
 }

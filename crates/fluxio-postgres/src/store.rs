@@ -1,13 +1,12 @@
 //! [`PostgresStore`]: its tables, migrations and retention, and the trait
-//! implementation, one statement per method.
+//! implementation, one statement or one transaction per method.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunStatus, cancelled_checkpoint,
-    check_lease_ttl,
+    Checkpoint, CheckpointStore, Lease, RedactedUrl, cancelled_checkpoint, check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
 use sqlx::Connection as _;
@@ -16,8 +15,9 @@ use sqlx::postgres::PgPool;
 use crate::builder::{PostgresStoreBuilder, Source};
 use crate::connection::{Failure, Retry};
 use crate::error::BACKEND;
+use crate::journal::{self, Step};
 use crate::migrate;
-use crate::names::{CANCELLED, Names, Sql};
+use crate::names::{Names, Sql};
 
 /// A [`CheckpointStore`] in PostgreSQL, on a sqlx [`PgPool`].
 ///
@@ -154,40 +154,6 @@ impl PostgresStore {
         })
         .await
     }
-
-    /// Binds the `$1..$9` of a save.
-    fn bind_save<'q>(
-        &self,
-        sql: &'q str,
-        checkpoint: &'q Checkpoint,
-        payload: &'q [u8],
-    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        let retention = match checkpoint.status {
-            RunStatus::Completed => self.inner.completed_retention.map(|d| d.as_secs_f64()),
-            _ => None,
-        };
-        sqlx::query(sql)
-            .bind(checkpoint.key())
-            .bind(payload)
-            .bind(checkpoint.version.as_str())
-            .bind(i64::from(checkpoint.ip))
-            .bind(checkpoint.step.as_str())
-            .bind(status_name(checkpoint.status))
-            .bind(checkpoint.error_message.as_deref())
-            // milliseconds up to 2^53 are exact in an f64
-            .bind(checkpoint.created_at_ms as f64 / 1000.0)
-            .bind(retention)
-    }
-}
-
-fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Running => "running",
-        RunStatus::Failed => "failed",
-        RunStatus::Completed => "completed",
-        RunStatus::Cancelled => CANCELLED,
-        _ => "other",
-    }
 }
 
 fn lease_lost(lease: &Lease) -> Error {
@@ -204,34 +170,56 @@ fn ttl_secs(ttl: Duration) -> f64 {
 
 #[async_trait::async_trait]
 impl CheckpointStore for PostgresStore {
-    /// One upsert.
+    /// One transaction: the run's row, then its steps replaced by the
+    /// checkpoint's journal ([`earlier`](Checkpoint::earlier), then itself).
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        fluxio_core::store::check_run_id(&checkpoint.key())?;
-        let payload = checkpoint.to_bytes()?;
-        let (inner, checkpoint, payload) = (&self.inner, &checkpoint, &payload[..]);
+        let key = checkpoint.key();
+        fluxio_core::store::check_run_id(&key)?;
+        checkpoint.check()?;
+        let steps = checkpoint
+            .earlier
+            .iter()
+            .chain([&checkpoint])
+            .map(Step::of)
+            .collect::<Result<Vec<_>>>()?;
+        let (inner, key, checkpoint, steps) = (&self.inner, &key, &checkpoint, &steps);
         self.call("save", Retry::Once, |mut conn| async move {
-            self.bind_save(&inner.sql.save, checkpoint, payload)
-                .execute(&mut *conn)
-                .await?;
+            let mut tx = conn.begin().await?;
+            let retention = inner.completed_retention;
+            journal::replace(&mut tx, &inner.sql, key, checkpoint, steps, retention).await?;
+            tx.commit().await?;
             Ok::<_, Failure>(())
         })
         .await
     }
 
-    /// Expired rows (completed runs past their retention) read as absent.
+    /// One statement: the steps from the run's last whole checkpoint on
+    /// (at most [`COMPACT_EVERY`](fluxio_core::store::COMPACT_EVERY) or
+    /// so), folded by [`Checkpoint::from_entries`]. Expired runs (completed
+    /// runs past their retention) read as absent.
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.call("load", Retry::Once, |mut conn| async move {
-            let payload: Option<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
+            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
                 .bind(run_id)
-                .fetch_optional(&mut *conn)
+                .fetch_all(&mut *conn)
                 .await?;
-            Ok::<_, Failure>(
-                payload
-                    .map(|bytes| Checkpoint::from_bytes(run_id, &bytes))
-                    .transpose()?,
-            )
+            Ok::<_, Failure>(journal::latest(run_id, parts)?)
+        })
+        .await
+    }
+
+    /// One statement: every stored step of the run, oldest first.
+    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
+        fluxio_core::store::check_run_id(run_id)?;
+        let inner = &self.inner;
+        self.call("history", Retry::Once, |mut conn| async move {
+            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.history)
+                .bind(run_id)
+                .fetch_all(&mut *conn)
+                .await?;
+            Ok::<_, Failure>(Checkpoint::journal_from_entries(run_id, parts)?)
         })
         .await
     }
@@ -326,66 +314,62 @@ impl CheckpointStore for PostgresStore {
         .await
     }
 
-    /// One statement: the upsert of [`save`](Self::save), guarded by the
-    /// share-locked lease row and by the stored row's status (not
-    /// cancelled). When it writes nothing, a second statement tells a
-    /// cancelled run from a lost lease: a cancelled row stays cancelled
-    /// until it is deleted or replaced by a plain save.
+    /// One transaction: the lease row read `FOR UPDATE`, the run's row read
+    /// `FOR UPDATE` (a cancelled run is refused with `Cancelled`), the lease
+    /// checked (`LeaseLost`), and the checkpoint appended to the journal: only its
+    /// [`entry_bytes`](Checkpoint::entry_bytes), the keys that changed. Sent
+    /// again after a connection failure: appending checkpoint `seq` again
+    /// replaces what the first attempt may have written.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
+        let key = checkpoint.key();
         let token = match i64::try_from(lease.token()) {
-            Ok(token) if lease.run_id() == checkpoint.key() => token,
+            Ok(token) if lease.run_id() == key => token,
             _ => return Err(lease_lost(lease)),
         };
-        let payload = checkpoint.to_bytes()?;
-        let (inner, checkpoint, payload) = (&self.inner, &checkpoint, &payload[..]);
+        let step = Step::of(&checkpoint)?;
+        let (inner, key, checkpoint, step) = (&self.inner, &key, &checkpoint, &step);
         self.call("save_fenced", Retry::Once, |mut conn| async move {
-            let done = self
-                .bind_save(&inner.sql.save_fenced, checkpoint, payload)
+            let mut tx = conn.begin().await?;
+            let held: Option<Option<bool>> = sqlx::query_scalar(&inner.sql.lease_lock)
+                .bind(key)
                 .bind(token)
-                .execute(&mut *conn)
+                .fetch_optional(&mut *tx)
                 .await?;
-            if done.rows_affected() == 1 {
-                return Ok(());
+            if journal::cancelled(&mut tx, &inner.sql, key).await? {
+                return Err(Failure::Fluxio(Error::Cancelled {
+                    run_id: key.clone(),
+                }));
             }
-            let cancelled: bool = sqlx::query_scalar(&inner.sql.cancelled)
-                .bind(lease.run_id())
-                .fetch_one(&mut *conn)
-                .await?;
-            Err(Failure::Fluxio(if cancelled {
-                Error::Cancelled {
-                    run_id: lease.run_id().to_owned(),
-                }
-            } else {
-                lease_lost(lease)
-            }))
+            if held != Some(Some(true)) {
+                return Err(Failure::Fluxio(lease_lost(lease)));
+            }
+            let retention = inner.completed_retention;
+            journal::append(&mut tx, &inner.sql, key, checkpoint, step, retention).await?;
+            tx.commit().await?;
+            Ok(())
         })
         .await
     }
 
-    /// One transaction: the run's row read `FOR UPDATE`, the decision of
-    /// [`cancelled_checkpoint`], and the cancelled payload written with
-    /// `status = 'cancelled'`. A fenced save waits for the row lock and then
-    /// finds the row cancelled. Never sent twice (like `acquire_lease`): a
-    /// repeat after a commit whose reply was lost would report the run as
-    /// already cancelled.
+    /// One transaction: the run's row locked `FOR UPDATE`, the run loaded,
+    /// the decision of [`cancelled_checkpoint`], and that checkpoint (the
+    /// next one, an empty delta) appended with `status = 'cancelled'`. A
+    /// fenced save waits for the row lock and then finds the row cancelled.
+    /// Never sent twice (like `acquire_lease`): a repeat after a commit
+    /// whose reply was lost would report the run as already cancelled.
     async fn cancel(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.call("cancel", Retry::Never, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            let payload: Option<Vec<u8>> = sqlx::query_scalar(&inner.sql.cancel_read)
+            journal::cancelled(&mut tx, &inner.sql, run_id).await?;
+            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
                 .bind(run_id)
-                .fetch_optional(&mut *tx)
+                .fetch_all(&mut *tx)
                 .await?;
-            let stored = payload
-                .map(|bytes| Checkpoint::from_bytes(run_id, &bytes))
-                .transpose()?;
-            let payload = cancelled_checkpoint(run_id, stored)?.to_bytes()?;
-            sqlx::query(&inner.sql.cancel)
-                .bind(run_id)
-                .bind(payload)
-                .execute(&mut *tx)
-                .await?;
+            let next = cancelled_checkpoint(run_id, journal::latest(run_id, parts)?)?;
+            let step = Step::of(&next)?;
+            journal::append(&mut tx, &inner.sql, run_id, &next, &step, None).await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })

@@ -20,6 +20,17 @@
 //!   one), plus a lease acquire, a fenced delete and a release: 14 commits,
 //!   one after the other through the store's single writing connection.
 //!
+//! - `sqlite_resume_1mb/journal`: a resume of a crashed 10-stage run whose
+//!   context holds 1 MB (a whole checkpoint, then five deltas of one small
+//!   key each): `load` plus the resume's first checkpoint, an empty delta,
+//!   `save_fenced`. Against `sqlite_resume_1mb/blob_baseline`, what that
+//!   cost before the journal: read the run's 1 MB blob and write it back
+//!   whole (raw SQL, no decoding or encoding). Target: at most 10 ms.
+//! - `sqlite_run_1mb/durable_10_stages`: a whole durable run of 10 stages,
+//!   each setting one small key, on a 1 MB context; it prints the bytes of
+//!   the steps the run wrote (before the journal: 11 whole checkpoints,
+//!   about 11.5 MB).
+//!
 //! The groups carry the `sqlite_` prefix so that their baselines under
 //! `target/criterion` are not mixed up with the other stores' benchmarks.
 
@@ -32,10 +43,17 @@ use fluxio::store::{Checkpoint, CheckpointStore};
 use fluxio::{Context, StageResult, pipeline, stage};
 use fluxio_core::store::conformance;
 use fluxio_sqlite::{SqliteStore, Synchronous};
+use fluxio_test_support::journal;
 
 #[stage]
 async fn noop(ctx: Context) -> StageResult {
     Ok(ctx)
+}
+
+#[stage]
+async fn stamp(ctx: Context) -> StageResult {
+    let n: u64 = ctx.get_opt("n").unwrap_or(0);
+    Ok(ctx.set("n", n + 1)?)
 }
 
 fn context_of(bytes: usize) -> Context {
@@ -178,6 +196,94 @@ fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &SqliteSto
     g.finish();
 }
 
+fn resume(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &SqliteStore) {
+    let mut run = journal::crashed_run();
+    let mut crashed = run.pop().expect("a journal");
+    crashed.earlier = run;
+    let next = journal::resumed(&crashed);
+    let blob = crashed.earlier[0].to_bytes().expect("encode");
+    rt.block_on(async {
+        store.save(crashed).await.expect("the crashed run");
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS raw_checkpoints \
+             (run_id TEXT PRIMARY KEY, payload BLOB NOT NULL)",
+        )
+        .execute(store.pool())
+        .await
+        .expect("raw table");
+    });
+    let lease = rt
+        .block_on(store.acquire_lease(journal::KEY, Duration::from_secs(3600)))
+        .expect("lease");
+    let raw_upsert = "INSERT INTO raw_checkpoints (run_id, payload) VALUES (?1, ?2) \
+         ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload";
+    rt.block_on(
+        sqlx::query(raw_upsert)
+            .bind("blob")
+            .bind(&blob)
+            .execute(store.pool()),
+    )
+    .expect("the baseline's blob");
+
+    let mut g = c.benchmark_group("sqlite_resume_1mb");
+    g.bench_function("journal", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let latest = store.load(journal::KEY).await.expect("load");
+                assert_eq!(latest.map(|cp| cp.context.len()), Some(next.context.len()));
+                store.save_fenced(next.clone(), &lease).await.expect("save");
+            });
+        });
+    });
+    g.bench_function("blob_baseline", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let bytes: Vec<u8> =
+                    sqlx::query_scalar("SELECT payload FROM raw_checkpoints WHERE run_id = 'blob'")
+                        .fetch_one(store.pool())
+                        .await
+                        .expect("read");
+                sqlx::query(raw_upsert)
+                    .bind("blob")
+                    .bind(bytes)
+                    .execute(store.pool())
+                    .await
+                    .expect("write");
+            });
+        });
+    });
+    g.finish();
+}
+
+fn run_1mb(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &SqliteStore) {
+    let p = pipeline![
+        stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp
+    ]
+    .name("bench1mb")
+    .store(store.clone())
+    .build()
+    .expect("valid");
+    let input = Context::new()
+        .set("blob", vec![7u8; journal::MB])
+        .expect("1 MB");
+    rt.block_on(p.invoke("once", input.clone())).expect("run");
+    let (steps, bytes): (i64, i64) = rt
+        .block_on(
+            sqlx::query_as(
+                "SELECT count(*), sum(length(payload)) FROM fluxio_checkpoints_steps \
+                 WHERE run_id = 'bench1mb/once'",
+            )
+            .fetch_one(store.pool()),
+        )
+        .expect("count");
+    eprintln!("run_1mb: a 10-stage durable run wrote {steps} steps, {bytes} bytes");
+    let mut g = c.benchmark_group("sqlite_run_1mb");
+    g.bench_function("durable_10_stages", |b| {
+        b.iter(|| rt.block_on(p.invoke("run", input.clone())).expect("run"));
+    });
+    g.finish();
+}
+
 fn remove_database(file: &Path) {
     for suffix in ["", "-wal", "-shm"] {
         let mut name = file.as_os_str().to_owned();
@@ -208,6 +314,8 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     per_checkpoint(&mut c, &rt, &store, &normal);
     throughput(&mut c, &rt, &store);
+    resume(&mut c, &rt, &store);
+    run_1mb(&mut c, &rt, &store);
     c.final_summary();
 
     drop((store, normal));

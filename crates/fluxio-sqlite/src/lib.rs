@@ -62,16 +62,16 @@
 //!
 //! # Schema
 //!
-//! Two tables (the name is validated as `^[a-z_][a-z0-9_]{0,62}$` and
+//! Three tables (the name is validated as `^[a-z_][a-z0-9_]{0,62}$` and
 //! double-quoted in SQL; values are always bind parameters). Times are
 //! milliseconds since the Unix epoch; `datetime(updated_at / 1000.0,
 //! 'unixepoch')` shows one.
 //!
 //! ```sql
-//! CREATE TABLE "<table>" (
+//! CREATE TABLE "<table>" (                -- one row per run
 //!     run_id        TEXT    NOT NULL PRIMARY KEY,
-//!     payload       BLOB    NOT NULL,  -- exactly Checkpoint::to_bytes()
-//!     version       TEXT    NOT NULL,  -- the rest mirror the payload,
+//!     payload       BLOB    NOT NULL,  -- empty since schema version 2
+//!     version       TEXT    NOT NULL,  -- the rest mirror the latest checkpoint,
 //!     ip            INTEGER NOT NULL,  -- for operators; never read back
 //!     step          TEXT    NOT NULL,  -- (but fenced saves check status)
 //!     status        TEXT    NOT NULL,  -- running | failed | completed | cancelled
@@ -80,12 +80,52 @@
 //!     updated_at    INTEGER NOT NULL,  -- last write (SQLite's clock)
 //!     expires_at    INTEGER            -- completed runs only
 //! ) STRICT;
+//! CREATE TABLE "<table>_steps" (          -- the run's journal (rules 18, 20)
+//!     run_id  TEXT    NOT NULL,
+//!     seq     INTEGER NOT NULL,        -- Checkpoint::seq
+//!     whole   INTEGER NOT NULL,        -- 1: the whole context; 0: a delta
+//!     payload BLOB    NOT NULL,        -- exactly Checkpoint::entry_bytes()
+//!     PRIMARY KEY (run_id, seq)
+//! ) STRICT;                            -- + a partial index on (run_id, seq) WHERE whole = 1
 //! CREATE TABLE "<table>_leases" (
 //!     run_id     TEXT    NOT NULL PRIMARY KEY,
 //!     token      INTEGER NOT NULL,     -- fencing token, unique
 //!     expires_at INTEGER               -- NULL: released
 //! ) STRICT;
 //! ```
+//!
+//! # The journal
+//!
+//! Each checkpoint of a run is a row of `<table>_steps`
+//! ([`Checkpoint::entry_bytes`](fluxio_core::store::Checkpoint::entry_bytes)):
+//! the whole context at checkpoint 0 and at each compaction point, and
+//! otherwise only the keys changed since the checkpoint before it.
+//!
+//! - `save_fenced` is one `BEGIN IMMEDIATE` transaction: the run's row
+//!   (cancelled: refused), the lease, the predecessor of a delta (missing:
+//!   refused, nothing written), then the steps numbered `seq` or later
+//!   deleted (a write sent again, or a fresh run), the run's row upserted,
+//!   the step inserted, and the steps below
+//!   [`cut_point`](fluxio_core::store::cut_point) deleted. It reads no
+//!   payload and writes only the new step's: a delta costs the keys that
+//!   changed, whatever the context's size.
+//! - `load` is one statement: the steps from the run's last whole
+//!   checkpoint on (the partial index finds it), folded by
+//!   [`Checkpoint::from_entries`](fluxio_core::store::Checkpoint::from_entries).
+//!   `history` reads every step.
+//! - `save` (plain) replaces the run's steps with the checkpoint's journal
+//!   in one transaction; `cancel` appends the cancelled checkpoint.
+//! - A trigger deletes a run's steps with its row, so `delete`,
+//!   `delete_fenced` and `purge_expired` stay one statement each and
+//!   remove a run in one piece.
+//!
+//! **Runs of earlier builds** (schema version 1: one blob per run, formats
+//! 1 to 3) are migrated, not read through a fallback: migration 2 copies
+//! each row's blob, as it is, into step 0 (whole) and empties the row's
+//! `payload`. A format 3 blob reads as a whole checkpoint numbered 0, so such
+//! a run loads, resumes (its next checkpoint is a delta after step 0) and
+//! cancels as any other. Builds before this one cannot read format 4
+//! anyway: stop them before the upgrade.
 //!
 //! The SQL lives in `migrations/` as templates over the table names, is
 //! embedded with `sqlx::migrate!`, and is applied by
@@ -110,13 +150,14 @@
 //!   run id grow with every acquisition, even across purges;
 //! - renew and release match the run id and the token;
 //! - `save_fenced` / `delete_fenced` write only while the row holds this token
-//!   and is unexpired, in the same statement
+//!   and is unexpired, checked in the same transaction (`save_fenced`) or
+//!   statement (`delete_fenced`) that writes
 //!   ([`Error::LeaseLost`](fluxio_core::Error::LeaseLost) otherwise, the
 //!   checkpoint untouched).
 //!
 //! SQLite lets one connection, of all processes, write to a file at a time,
-//! and a writing statement takes that lock before it reads, from the newest
-//! committed state. So the check of the lease and the write are one step: a
+//! and a writing statement (or a `BEGIN IMMEDIATE` transaction) takes that
+//! lock before it reads, from the newest committed state. So the check of the lease and the write are one step: a
 //! takeover commits entirely before a fenced write (which then sees the new
 //! token and writes nothing) or entirely after it. No write of a previous
 //! owner lands after the new owner took over.
@@ -124,15 +165,14 @@
 //! # Cancel
 //!
 //! [`cancel`](fluxio_core::store::CheckpointStore::cancel) (contract rule 14)
-//! reads the run's row, and writes its cancelled payload and
-//! `status = 'cancelled'`, in one `BEGIN IMMEDIATE` transaction, which holds
-//! the write lock throughout. A fenced save replaces a row only while its
-//! `status` is not `'cancelled'`, in the same statement as its lease check,
+//! loads the run, and appends its cancelled checkpoint (the next step, an
+//! empty delta) with `status = 'cancelled'` on the run's row, in one
+//! `BEGIN IMMEDIATE` transaction, which holds the write lock throughout. A
+//! fenced save reads the row's `status` first, in its own such transaction,
 //! so the owner's next fenced save after a cancel, from any process, is
 //! refused with [`Error::Cancelled`](fluxio_core::Error::Cancelled) and
-//! changes nothing. A delete removes the row, cancel and all; a plain save
-//! replaces it. No column was added: `status` is written with every payload
-//! and always says what the payload says.
+//! changes nothing. A delete removes the run, cancel and all; a plain save
+//! replaces it.
 //!
 //! # Clock
 //!
@@ -149,11 +189,11 @@
 //!
 //! # Retention
 //!
-//! A completed run's checkpoint gets `expires_at = now + retention` (default
+//! A completed run's row gets `expires_at = now + retention` (default
 //! 7 days, [`None`] keeps it forever); running, failed and cancelled runs
 //! never expire.
-//! From then on `load` and `exists` treat the row as absent, and
-//! [`purge_expired`](SqliteStore::purge_expired) deletes it.
+//! From then on `load`, `history` and `exists` treat the run as absent, and
+//! [`purge_expired`](SqliteStore::purge_expired) deletes it, steps and all.
 //!
 //! # Errors
 //!
@@ -174,8 +214,8 @@
 //! # Cancel safety
 //!
 //! Each call writes with one statement, a transaction of its own
-//! (`cancel`, `purge_expired` and the migrations: one transaction of
-//! several).
+//! (`save`, `save_fenced`, `cancel`, `purge_expired` and the migrations:
+//! one transaction of several).
 //! Dropping its future leaves the file before or after that transaction,
 //! never half-way; a statement already handed to SQLite may still complete
 //! (sqlx runs it on the connection's own thread), and a transaction left
@@ -184,6 +224,7 @@
 mod builder;
 mod connection;
 mod error;
+mod journal;
 mod migrate;
 mod names;
 mod store;

@@ -43,6 +43,9 @@ pub(crate) fn render(migration: &Migration, names: &Names) -> String {
         .sql
         .replace("{checkpoints_expires_at}", &names.checkpoints_expires_at())
         .replace("{leases_token}", &names.leases_token())
+        .replace("{steps_whole}", &names.steps_whole())
+        .replace("{steps_cascade}", &names.steps_cascade())
+        .replace("{steps}", &names.steps())
         .replace("{checkpoints}", &names.checkpoints())
         .replace("{leases}", &names.leases())
 }
@@ -175,18 +178,23 @@ mod tests {
     #[test]
     fn templates_leave_no_placeholder() {
         let names = Names::new("t").expect("valid");
-        assert!(MIGRATOR.iter().count() >= 1);
+        assert!(MIGRATOR.iter().count() >= 2);
+        let mut all = String::new();
         for m in MIGRATOR.iter() {
             let sql = render(m, &names);
             assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");
-            for name in [
-                "\"t\"",
-                "\"t_leases\"",
-                "\"t_expires_at\"",
-                "\"t_leases_token\"",
-            ] {
-                assert!(sql.contains(name), "{name} in {sql}");
-            }
+            all.push_str(&sql);
+        }
+        for name in [
+            "\"t\"",
+            "\"t_leases\"",
+            "\"t_expires_at\"",
+            "\"t_leases_token\"",
+            "\"t_steps\"",
+            "\"t_steps_whole\"",
+            "\"t_steps_cascade\"",
+        ] {
+            assert!(all.contains(name), "{name} in {all}");
         }
     }
 }

@@ -95,6 +95,21 @@ impl Names {
     pub(crate) fn leases_token(&self) -> String {
         quote(&format!("{}_leases_token", self.table))
     }
+
+    /// `"<table>_steps"`: the runs' journals, a row per checkpoint.
+    pub(crate) fn steps(&self) -> String {
+        quote(&format!("{}_steps", self.table))
+    }
+
+    /// The partial index on the steps that hold a whole context.
+    pub(crate) fn steps_whole(&self) -> String {
+        quote(&format!("{}_steps_whole", self.table))
+    }
+
+    /// The trigger that deletes a run's steps with its row.
+    pub(crate) fn steps_cascade(&self) -> String {
+        quote(&format!("{}_steps_cascade", self.table))
+    }
 }
 
 /// A double-quoted SQL identifier. The names are validated before they get
@@ -115,10 +130,14 @@ const NOW: &str = "CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER)";
 #[derive(Debug)]
 pub(crate) struct Sql {
     pub(crate) save: String,
-    pub(crate) save_fenced: String,
-    pub(crate) cancel: String,
-    pub(crate) cancelled: String,
+    pub(crate) status: String,
+    pub(crate) step_exists: String,
+    pub(crate) insert_step: String,
+    pub(crate) delete_steps_from: String,
+    pub(crate) delete_steps_below: String,
+    pub(crate) whole_steps: String,
     pub(crate) load: String,
+    pub(crate) history: String,
     pub(crate) exists: String,
     pub(crate) delete: String,
     pub(crate) delete_fenced: String,
@@ -133,9 +152,10 @@ pub(crate) struct Sql {
 /// The `status` of a cancelled run's row (rule 14): what fenced saves check.
 pub(crate) const CANCELLED: &str = "cancelled";
 
-/// The columns a save writes; `?1..?9` are bound by `bind_save`: `?8` is the
-/// run's start in milliseconds, `?9` the retention in milliseconds (NULL:
-/// never expires).
+/// The columns of the run's row a save writes; `?1..?8` are bound by
+/// `bind_run`: `?7` is the run's start in milliseconds, `?8` the retention
+/// in milliseconds (NULL: never expires). The `payload` column is empty
+/// since schema version 2 (the checkpoints are rows of `<table>_steps`).
 const COLUMNS: &str =
     "run_id, payload, version, ip, step, status, error_message, created_at, updated_at, expires_at";
 
@@ -143,13 +163,15 @@ impl Sql {
     pub(crate) fn new(names: &Names) -> Self {
         let cp = names.checkpoints();
         let leases = names.leases();
-        let values = format!("?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NOW}, {NOW} + ?9");
+        let steps = names.steps();
+        let values = format!("?1, X'', ?2, ?3, ?4, ?5, ?6, ?7, {NOW}, {NOW} + ?8");
         let upsert = "ON CONFLICT (run_id) DO UPDATE SET \
-             payload = excluded.payload, version = excluded.version, ip = excluded.ip, \
+             version = excluded.version, ip = excluded.ip, \
              step = excluded.step, status = excluded.status, \
              error_message = excluded.error_message, created_at = excluded.created_at, \
              updated_at = excluded.updated_at, expires_at = excluded.expires_at";
         let visible = format!("(expires_at IS NULL OR expires_at > {NOW})");
+        let visible_run = format!("EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})");
         // The current, unexpired lease of run `?1` with token `tok`.
         let current_lease = |tok: &str| {
             format!(
@@ -159,36 +181,40 @@ impl Sql {
         };
         // Why a fenced write cannot land after a takeover: SQLite lets one
         // connection of all processes write to the file at a time (the WAL
-        // write lock), and a statement that writes takes that lock before it
-        // reads anything, from the newest committed state. So each of these
-        // statements checks the lease and writes as one indivisible step: a
-        // takeover (the acquire statement, which changes the token) commits
-        // either entirely before it, and the check sees the new token and
-        // writes nothing, or entirely after it.
+        // write lock). A fenced save is a `BEGIN IMMEDIATE` transaction,
+        // which takes that lock before its first read, and the guarded
+        // deletes are one statement each, which takes it before it reads
+        // anything, from the newest committed state. So each checks the
+        // lease and writes as one indivisible step: a takeover (the acquire
+        // statement, which changes the token) commits either entirely
+        // before it, and the check sees the new token and writes nothing,
+        // or entirely after it.
         Sql {
+            // The run's row: `?1` the key, then the latest checkpoint's
+            // fields.
             save: format!("INSERT INTO {cp} ({COLUMNS}) VALUES ({values}) {upsert}"),
-            // `WHERE` on the SELECT also keeps SQLite's parser from reading
-            // `ON CONFLICT` as a join constraint.
-            // ... and it replaces the stored row only while that row is not
-            // cancelled (rule 14): a cancel (which writes the row under the
-            // same lock) lands either entirely before, and this writes
-            // nothing, or entirely after, and cancels what this wrote.
-            save_fenced: format!(
-                "INSERT INTO {cp} AS c ({COLUMNS}) SELECT {values} WHERE EXISTS ({}) {upsert} \
-                 WHERE c.status <> '{CANCELLED}'",
-                current_lease("?10")
+            status: format!("SELECT status FROM {cp} WHERE run_id = ?1"),
+            step_exists: format!(
+                "SELECT EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?1 AND seq = ?2)"
             ),
-            // The payload of the row being cancelled was read (and changed)
-            // in the same `BEGIN IMMEDIATE` transaction.
-            cancel: format!(
-                "UPDATE {cp} SET payload = ?2, status = '{CANCELLED}', updated_at = {NOW} \
-                 WHERE run_id = ?1"
+            insert_step: format!(
+                "INSERT INTO {steps} (run_id, seq, whole, payload) VALUES (?1, ?2, ?3, ?4)"
             ),
-            cancelled: format!(
-                "SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND status = '{CANCELLED}')"
+            delete_steps_from: format!("DELETE FROM {steps} WHERE run_id = ?1 AND seq >= ?2"),
+            delete_steps_below: format!("DELETE FROM {steps} WHERE run_id = ?1 AND seq < ?2"),
+            whole_steps: format!("SELECT seq FROM {steps} WHERE run_id = ?1 AND whole = 1"),
+            // From the last whole checkpoint on (the partial index finds
+            // it), in one statement: one read snapshot.
+            load: format!(
+                "SELECT payload FROM {steps} WHERE run_id = ?1 AND seq >= \
+                 (SELECT coalesce(max(seq), 0) FROM {steps} WHERE run_id = ?1 AND whole = 1) \
+                 AND {visible_run} ORDER BY seq"
             ),
-            load: format!("SELECT payload FROM {cp} WHERE run_id = ?1 AND {visible}"),
+            history: format!(
+                "SELECT payload FROM {steps} WHERE run_id = ?1 AND {visible_run} ORDER BY seq"
+            ),
             exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})"),
+            // The steps go with the row (the trigger of schema version 2).
             delete: format!("DELETE FROM {cp} WHERE run_id = ?1"),
             delete_fenced: format!(
                 "DELETE FROM {cp} WHERE run_id = ?1 AND EXISTS ({})",

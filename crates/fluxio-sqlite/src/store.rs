@@ -1,5 +1,5 @@
 //! [`SqliteStore`]: its file, retention, and the trait implementation,
-//! one statement per method.
+//! one statement or one transaction per method.
 
 use std::fmt;
 use std::future::Future;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Checkpoint, CheckpointStore, Lease, RunStatus, cancelled_checkpoint, check_lease_ttl,
+    Checkpoint, CheckpointStore, Lease, cancelled_checkpoint, check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::SqlitePool;
@@ -16,7 +16,8 @@ use sqlx::sqlite::SqlitePool;
 use crate::builder::{SqliteStoreBuilder, Synchronous};
 use crate::connection::{Failure, timed};
 use crate::error::BACKEND;
-use crate::names::{CANCELLED, Names, Sql};
+use crate::journal::{self, Step};
+use crate::names::{Names, Sql};
 
 /// Durations in SQL are capped here (about 100 years, in milliseconds), so
 /// that `now + duration` stays an INTEGER.
@@ -145,39 +146,6 @@ impl SqliteStore {
     ) -> Result<T> {
         timed(self.inner.timeout, operation, fut).await
     }
-
-    /// Binds the `?1..?9` of a save.
-    fn bind_save<'q>(
-        &self,
-        sql: &'q str,
-        checkpoint: &'q Checkpoint,
-        payload: Vec<u8>,
-    ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
-        let retention = match checkpoint.status {
-            RunStatus::Completed => self.inner.completed_retention.map(millis),
-            _ => None,
-        };
-        sqlx::query(sql)
-            .bind(checkpoint.key())
-            .bind(payload)
-            .bind(checkpoint.version.as_str())
-            .bind(i64::from(checkpoint.ip))
-            .bind(checkpoint.step.as_str())
-            .bind(status_name(checkpoint.status))
-            .bind(checkpoint.error_message.as_deref())
-            .bind(i64::try_from(checkpoint.created_at_ms).unwrap_or(i64::MAX))
-            .bind(retention)
-    }
-}
-
-fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Running => "running",
-        RunStatus::Failed => "failed",
-        RunStatus::Completed => "completed",
-        RunStatus::Cancelled => CANCELLED,
-        _ => "other",
-    }
 }
 
 fn lease_lost(lease: &Lease) -> Error {
@@ -188,40 +156,63 @@ fn lease_lost(lease: &Lease) -> Error {
 }
 
 /// A duration in whole milliseconds, as the SQL adds it to SQLite's clock.
-fn millis(d: Duration) -> i64 {
+pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).map_or(MAX_MILLIS, |ms| ms.min(MAX_MILLIS))
 }
 
 #[async_trait::async_trait]
 impl CheckpointStore for SqliteStore {
-    /// One upsert.
+    /// One `BEGIN IMMEDIATE` transaction: the run's steps replaced by the
+    /// checkpoint's journal ([`earlier`](Checkpoint::earlier), then itself),
+    /// and its row.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        fluxio_core::store::check_run_id(&checkpoint.key())?;
-        let payload = checkpoint.to_bytes()?;
+        let key = checkpoint.key();
+        fluxio_core::store::check_run_id(&key)?;
+        checkpoint.check()?;
+        let steps = checkpoint
+            .earlier
+            .iter()
+            .chain([&checkpoint])
+            .map(Step::of)
+            .collect::<Result<Vec<_>>>()?;
         let inner = &self.inner;
         self.timed("save", async {
-            self.bind_save(&inner.sql.save, &checkpoint, payload)
-                .execute(&inner.writer)
-                .await?;
+            let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
+            let retention = inner.completed_retention;
+            journal::replace(&mut tx, &inner.sql, &key, &checkpoint, &steps, retention).await?;
+            tx.commit().await?;
             Ok::<_, Failure>(())
         })
         .await
     }
 
-    /// Expired rows (completed runs past their retention) read as absent.
+    /// One statement: the steps from the run's last whole checkpoint on
+    /// (at most [`COMPACT_EVERY`](fluxio_core::store::COMPACT_EVERY) or
+    /// so), folded by [`Checkpoint::from_entries`]. Expired runs (completed
+    /// runs past their retention) read as absent.
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.timed("load", async {
-            let payload: Option<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
+            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
                 .bind(run_id)
-                .fetch_optional(&inner.reader)
+                .fetch_all(&inner.reader)
                 .await?;
-            Ok::<_, Failure>(
-                payload
-                    .map(|bytes| Checkpoint::from_bytes(run_id, &bytes))
-                    .transpose()?,
-            )
+            Ok::<_, Failure>(journal::latest(run_id, parts)?)
+        })
+        .await
+    }
+
+    /// One statement: every stored step of the run, oldest first.
+    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
+        fluxio_core::store::check_run_id(run_id)?;
+        let inner = &self.inner;
+        self.timed("history", async {
+            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.history)
+                .bind(run_id)
+                .fetch_all(&inner.reader)
+                .await?;
+            Ok::<_, Failure>(Checkpoint::journal_from_entries(run_id, parts)?)
         })
         .await
     }
@@ -317,65 +308,59 @@ impl CheckpointStore for SqliteStore {
         .await
     }
 
-    /// One statement: the upsert of [`save`](Self::save), guarded by the
-    /// lease row and by the stored row's status (not cancelled), under
-    /// SQLite's write lock. When it writes nothing, a read tells a cancelled
-    /// run from a lost lease: a cancelled row stays cancelled until it is
-    /// deleted or replaced by a plain save.
+    /// One `BEGIN IMMEDIATE` transaction, which holds the file's write
+    /// lock from its start: the run's row is read (a cancelled run is
+    /// refused with `Cancelled`), the lease row checked (`LeaseLost`), and
+    /// the checkpoint appended to the journal: only its
+    /// [`entry_bytes`](Checkpoint::entry_bytes), the keys that changed.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
+        let key = checkpoint.key();
         let token = match i64::try_from(lease.token()) {
-            Ok(token) if lease.run_id() == checkpoint.key() => token,
+            Ok(token) if lease.run_id() == key => token,
             _ => return Err(lease_lost(lease)),
         };
-        let payload = checkpoint.to_bytes()?;
+        let step = Step::of(&checkpoint)?;
         let inner = &self.inner;
         self.timed("save_fenced", async {
-            let done = self
-                .bind_save(&inner.sql.save_fenced, &checkpoint, payload)
-                .bind(token)
-                .execute(&inner.writer)
-                .await?;
-            if done.rows_affected() == 1 {
-                return Ok(());
+            let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
+            if journal::cancelled(&mut tx, &inner.sql, &key).await? {
+                return Err(Failure::Fluxio(Error::Cancelled {
+                    run_id: key.clone(),
+                }));
             }
-            let cancelled: bool = sqlx::query_scalar(&inner.sql.cancelled)
-                .bind(lease.run_id())
-                .fetch_one(&inner.reader)
+            let held: bool = sqlx::query_scalar(&inner.sql.lease_held)
+                .bind(&key)
+                .bind(token)
+                .fetch_one(&mut *tx)
                 .await?;
-            Err(Failure::Fluxio(if cancelled {
-                Error::Cancelled {
-                    run_id: lease.run_id().to_owned(),
-                }
-            } else {
-                lease_lost(lease)
-            }))
+            if !held {
+                return Err(Failure::Fluxio(lease_lost(lease)));
+            }
+            let retention = inner.completed_retention;
+            journal::append(&mut tx, &inner.sql, &key, &checkpoint, &step, retention).await?;
+            tx.commit().await?;
+            Ok(())
         })
         .await
     }
 
     /// One `BEGIN IMMEDIATE` transaction, which holds the file's write lock
-    /// from its start: it reads the run's row, decides with
-    /// [`cancelled_checkpoint`], and writes the cancelled payload and
-    /// `status = 'cancelled'`. No fenced save can land in between, and every
-    /// fenced save after it finds the row cancelled.
+    /// from its start: it loads the run, decides with
+    /// [`cancelled_checkpoint`], and appends that checkpoint (the next one,
+    /// an empty delta) with `status = 'cancelled'`. No fenced save can land
+    /// in between, and every fenced save after it finds the row cancelled.
     async fn cancel(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.timed("cancel", async {
             let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
-            let payload: Option<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
+            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
                 .bind(run_id)
-                .fetch_optional(&mut *tx)
+                .fetch_all(&mut *tx)
                 .await?;
-            let stored = payload
-                .map(|bytes| Checkpoint::from_bytes(run_id, &bytes))
-                .transpose()?;
-            let payload = cancelled_checkpoint(run_id, stored)?.to_bytes()?;
-            sqlx::query(&inner.sql.cancel)
-                .bind(run_id)
-                .bind(payload)
-                .execute(&mut *tx)
-                .await?;
+            let next = cancelled_checkpoint(run_id, journal::latest(run_id, parts)?)?;
+            let step = Step::of(&next)?;
+            journal::append(&mut tx, &inner.sql, run_id, &next, &step, None).await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })

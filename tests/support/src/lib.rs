@@ -6,6 +6,7 @@
 //!   fails when `CI` is set ([`skip_unless_ci`]; [`skip`] for other reasons).
 //! - [`sqlite`]: a raw connection to a store's file, as another program has.
 //! - [`TempDir`]: a scratch directory removed when dropped.
+//! - [`journal`]: a crashed run with a 1 MB context, for the journal benches.
 //! - [`child`]: runs one test of the current test binary in a child process.
 //! - [`namespace`] (a key prefix or schema no other test uses) and
 //!   [`checkpoint`] (the checkpoint tests write): the conformance suite's own,
@@ -16,6 +17,7 @@
 //! on a store backend, so every backend can use it without a cycle.
 
 pub mod child;
+pub mod journal;
 pub mod postgres;
 pub mod redis;
 pub mod sqlite;

@@ -59,11 +59,15 @@ impl Harness for PgHarness {
 
     async fn write_raw(&self, ns: &str, run_id: &str, bytes: &[u8]) -> bool {
         let store = self.store(ns).await;
+        // The run's row, and the bytes as its one, whole checkpoint.
         let sql = format!(
-            "INSERT INTO \"{ns}\".fluxio_checkpoints \
+            "WITH run AS (INSERT INTO \"{ns}\".fluxio_checkpoints \
                (run_id, payload, version, ip, step, status, created_at) \
-             VALUES ($1, $2, 'raw', 0, '', 'running', now()) \
-             ON CONFLICT (run_id) DO UPDATE SET payload = EXCLUDED.payload, expires_at = NULL"
+             VALUES ($1, '', 'raw', 0, '', 'running', now()) \
+             ON CONFLICT (run_id) DO UPDATE SET expires_at = NULL RETURNING run_id) \
+             INSERT INTO \"{ns}\".fluxio_checkpoints_steps (run_id, seq, whole, payload) \
+             SELECT run_id, 0, true, $2 FROM run \
+             ON CONFLICT (run_id, seq) DO UPDATE SET payload = EXCLUDED.payload"
         );
         sqlx::query(&sql)
             .bind(run_id)

@@ -8,6 +8,7 @@
 mod conformance;
 mod connect;
 mod error_kind;
+mod journal;
 mod schema;
 mod secrets;
 mod settings;

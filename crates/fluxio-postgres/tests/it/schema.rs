@@ -47,7 +47,10 @@ async fn eight_concurrent_first_connections_to_one_fresh_schema_all_succeed() {
     .fetch_one(stores[0].pool())
     .await
     .expect("bookkeeping");
-    assert_eq!(applied, 1, "each migration applied exactly once");
+    assert_eq!(
+        applied, 2,
+        "each migration (tables, run journal) applied exactly once"
+    );
     stores[0].save(checkpoint("r", 1)).await.expect("save");
     assert!(stores[7].exists("r").await.expect("exists"));
     drop(stores);
@@ -92,7 +95,15 @@ async fn two_tables_in_one_schema_are_independent() {
     .expect("tables");
     assert_eq!(
         tables,
-        ["_fluxio_migrations", "a", "a_leases", "b", "b_leases"]
+        [
+            "_fluxio_migrations",
+            "a",
+            "a_leases",
+            "a_steps",
+            "b",
+            "b_leases",
+            "b_steps"
+        ]
     );
     drop((a, b));
     support::postgres::drop_schema(&url, &schema).await;
@@ -150,7 +161,7 @@ async fn an_edited_migration_is_refused() {
 }
 
 #[tokio::test]
-async fn operator_columns_mirror_the_payload() {
+async fn operator_columns_mirror_the_checkpoint_and_steps_hold_its_entry() {
     let Some(url) = support::postgres::server().await else {
         return;
     };
@@ -187,8 +198,20 @@ async fn operator_columns_mirror_the_payload() {
             Some("boom".to_owned()),
             true,
             true,
-            cp.to_bytes().expect("encode"),
-        )
+            Vec::new(),
+        ),
+        "the row's payload is empty since version 2"
+    );
+    let steps: Vec<(i64, bool, Vec<u8>)> = sqlx::query_as(&format!(
+        "SELECT seq, whole, payload FROM \"{schema}\".fluxio_checkpoints_steps WHERE run_id = 'r'"
+    ))
+    .fetch_all(store.pool())
+    .await
+    .expect("steps");
+    assert_eq!(
+        steps,
+        [(0, true, cp.entry_bytes().expect("encode"))],
+        "the checkpoint is one step, exactly entry_bytes()"
     );
     drop(store);
     support::postgres::drop_schema(&url, &schema).await;

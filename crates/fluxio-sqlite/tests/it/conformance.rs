@@ -46,17 +46,27 @@ impl Harness for SqliteHarness {
         // through a connection of their own, as another program's would.
         drop(self.store(ns).await);
         let mut conn = support::sqlite::raw_connection(&self.file(ns)).await;
+        // The run's row, and the bytes as its one, whole checkpoint.
         sqlx::query(
             "INSERT INTO fluxio_checkpoints \
                (run_id, payload, version, ip, step, status, created_at, updated_at) \
-             VALUES (?1, ?2, 'raw', 0, '', 'running', 0, 0) \
-             ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload, expires_at = NULL",
+             VALUES (?1, X'', 'raw', 0, '', 'running', 0, 0) \
+             ON CONFLICT (run_id) DO UPDATE SET expires_at = NULL",
+        )
+        .bind(run_id)
+        .execute(&mut conn)
+        .await
+        .expect("raw write of the row");
+        sqlx::query(
+            "INSERT INTO fluxio_checkpoints_steps (run_id, seq, whole, payload) \
+             VALUES (?1, 0, 1, ?2) \
+             ON CONFLICT (run_id, seq) DO UPDATE SET payload = excluded.payload",
         )
         .bind(run_id)
         .bind(bytes)
         .execute(&mut conn)
         .await
-        .expect("raw write");
+        .expect("raw write of the step");
         true
     }
 

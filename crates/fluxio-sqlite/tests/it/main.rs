@@ -9,6 +9,7 @@
 mod conformance;
 mod error_kind;
 mod fencing;
+mod journal;
 mod open;
 mod resume;
 mod schema;

@@ -11,6 +11,10 @@ use fluxio_test_support as support;
 
 /// Set for the child processes of
 /// `four_processes_open_one_fresh_file_at_once`: the file to open.
+/// The migrations of this build: the tables and leases (1), the run
+/// journal (2).
+const MIGRATIONS: i64 = 2;
+
 const CHILD_FILE: &str = "FLUXIO_SQLITE_TEST_CHILD_FILE";
 /// When the children open it, in milliseconds since the Unix epoch.
 const CHILD_START: &str = "FLUXIO_SQLITE_TEST_CHILD_START";
@@ -47,7 +51,7 @@ async fn eight_concurrent_first_opens_of_one_fresh_file_all_succeed() {
         assert_eq!(stores.len(), 8);
         assert_eq!(
             count(&file, "SELECT count(*) FROM _fluxio_migrations").await,
-            1,
+            MIGRATIONS,
             "each migration applied exactly once"
         );
         stores[0]
@@ -114,7 +118,7 @@ fn four_processes_open_one_fresh_file_at_once() {
         rt.block_on(async {
             assert_eq!(
                 count(&file, "SELECT count(*) FROM _fluxio_migrations").await,
-                1
+                MIGRATIONS
             );
             assert_eq!(
                 count(&file, "SELECT count(*) FROM fluxio_checkpoints").await,
@@ -165,7 +169,15 @@ async fn two_tables_in_one_file_are_independent() {
             .expect("tables");
     assert_eq!(
         tables,
-        ["_fluxio_migrations", "a", "a_leases", "b", "b_leases"]
+        [
+            "_fluxio_migrations",
+            "a",
+            "a_leases",
+            "a_steps",
+            "b",
+            "b_leases",
+            "b_steps"
+        ]
     );
 }
 
@@ -181,7 +193,7 @@ async fn reopening_changes_nothing_and_an_edited_migration_is_refused() {
     assert_eq!(again.load("r").await.expect("load"), Some(cp));
     assert_eq!(
         count(&file, "SELECT count(*) FROM _fluxio_migrations").await,
-        1
+        MIGRATIONS
     );
 
     let mut conn = support::sqlite::raw_connection(&file).await;
@@ -201,7 +213,7 @@ async fn reopening_changes_nothing_and_an_edited_migration_is_refused() {
 }
 
 #[tokio::test]
-async fn operator_columns_mirror_the_payload() {
+async fn operator_columns_mirror_the_checkpoint_and_steps_hold_its_entry() {
     let dir = support::TempDir::new("columns");
     let file = dir.db("x");
     let store = SqliteStore::connect(&file).await.expect("open");
@@ -257,10 +269,20 @@ async fn operator_columns_mirror_the_payload() {
         (before..=after).contains(&updated),
         "updated_at {updated} by SQLite's clock"
     );
+    assert!(
+        payload.is_empty(),
+        "the row's payload is empty since version 2"
+    );
+    let steps: Vec<(i64, bool, Vec<u8>)> = sqlx::query_as(
+        "SELECT seq, whole, payload FROM fluxio_checkpoints_steps WHERE run_id = 'r'",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("steps");
     assert_eq!(
-        payload,
-        cp.to_bytes().expect("encode"),
-        "the payload is exactly to_bytes()"
+        steps,
+        [(0, true, cp.entry_bytes().expect("encode"))],
+        "the checkpoint is one step, exactly entry_bytes()"
     );
 }
 
