@@ -130,9 +130,13 @@ async fn main() -> anyhow::Result<()> {
             .await?
     );
 
-    let size = std::fs::metadata(dir.join("runs.db")).map_or(0, |m| m.len());
+    // the database and its write-ahead log
+    let size: u64 = std::fs::read_dir(&dir)?
+        .filter_map(|entry| entry.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
     println!(
-        "\nthe SQLite file holds {} KiB for {} checkpoints of runs carrying a 256 KiB receipt",
+        "\nSQLite holds {} KiB for {} checkpoints of two runs carrying a 256 KiB receipt",
         size / 1024,
         before + checkout.history("order-1-copy").await?.checkpoints
     );
