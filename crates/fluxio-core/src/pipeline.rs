@@ -620,22 +620,8 @@ impl Pipeline {
         key: &str,
         input: Context,
     ) -> Result<Context> {
-        let durable = self.durable(
-            store.as_ref(),
-            owner.lease(),
-            (run_id, key),
-            now_ms(),
-            None,
-            Tail::fresh(self.inner.history_depth),
-        );
-        let run = interpret::run(
-            &self.inner.program,
-            key,
-            0,
-            input.clear_written(),
-            Some(&durable),
-        );
-        RunBodies::scope(Some(owner.keep()), run).await
+        self.run_from(store, owner, (run_id, key), 0, &input.snapshot())
+            .await
     }
 
     /// Runs the pipeline on `input` as a fresh run, like
@@ -757,8 +743,13 @@ impl Pipeline {
             }
         };
         let journal = self.require_store(operation)?.history(&key).await?;
-        if journal.is_empty() {
-            return Err(Error::CheckpointNotFound { run_id: key });
+        match journal.last() {
+            None => return Err(Error::CheckpointNotFound { run_id: key }),
+            // a cancelled run never runs again under its id (rule 14)
+            Some(latest) if operation == "replay" && latest.is_cancelled() => {
+                return Err(Error::Cancelled { run_id: key });
+            }
+            Some(_) => {}
         }
         crate::history::before(&journal, step, ip)
             .cloned()

@@ -91,23 +91,7 @@ impl BranchRecord {
     pub(crate) fn decode(c: &mut Cursor<'_>) -> std::result::Result<Self, WireError> {
         let branch = c.varint_u32()?;
         let name = c.str()?.to_owned();
-        let written = crate::store::checkpoint::snapshot_v3(c)?;
-        let count = c.len(1)?;
-        let mut removed: Vec<String> = Vec::new();
-        for _ in 0..count {
-            let key = c.str()?;
-            if removed.last().is_some_and(|last| last.as_str() >= key) {
-                return Err(WireError::Invalid(
-                    "a branch record's removed keys are out of order or repeated",
-                ));
-            }
-            if written.get(key).is_some() {
-                return Err(WireError::Invalid(
-                    "a branch record both writes and removes a key",
-                ));
-            }
-            removed.push(key.to_owned());
-        }
+        let (written, removed) = writes_and_removals(c)?;
         Ok(BranchRecord {
             branch,
             name,
@@ -115,6 +99,28 @@ impl BranchRecord {
             removed,
         })
     }
+}
+
+/// The written keys with their values (as a context's), then the removed
+/// keys, strictly increasing and none of them written: how a branch record
+/// and a delta checkpoint say what changed.
+pub(crate) fn writes_and_removals(
+    c: &mut Cursor<'_>,
+) -> std::result::Result<(Snapshot, Vec<String>), WireError> {
+    let written = crate::store::checkpoint::snapshot_v3(c)?;
+    let count = c.len(1)?;
+    let mut removed: Vec<String> = Vec::new();
+    for _ in 0..count {
+        let key = c.str()?;
+        if removed.last().is_some_and(|last| last.as_str() >= key) {
+            return Err(WireError::Invalid("removed keys out of order or repeated"));
+        }
+        if written.get(key).is_some() {
+            return Err(WireError::Invalid("a key both written and removed"));
+        }
+        removed.push(key.to_owned());
+    }
+    Ok((written, removed))
 }
 
 /// `branch`, `name`, the written keys as a context is written (count, then

@@ -1088,22 +1088,14 @@ fn decode_entry(
             let Some(before) = before else {
                 return Err(WireError::Invalid("a delta with no checkpoint before it"));
             };
-            let written = snapshot_v3(c)?;
-            let count = c.len(1)?;
-            let mut removed: Vec<String> = Vec::new();
-            for _ in 0..count {
-                let key = c.str()?;
-                if removed.last().is_some_and(|last| last.as_str() >= key) {
-                    return Err(WireError::Invalid(
-                        "a delta's removed keys are out of order or repeated",
-                    ));
-                }
-                if written.encoded(key).is_some() || before.context.encoded(key).is_none() {
-                    return Err(WireError::Invalid(
-                        "a delta removes a key it writes, or one the context does not hold",
-                    ));
-                }
-                removed.push(key.to_owned());
+            let (written, removed) = super::branch::writes_and_removals(c)?;
+            if removed
+                .iter()
+                .any(|key| before.context.encoded(key).is_none())
+            {
+                return Err(WireError::Invalid(
+                    "a delta removes a key the context does not hold",
+                ));
             }
             let context = before.context.apply(&written, &removed);
             let written = written.entries().map(|(k, _)| k.to_owned()).collect();
