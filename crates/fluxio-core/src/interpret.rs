@@ -18,8 +18,7 @@ use tracing::Instrument as _;
 
 use crate::callback::{CHUNK_SINK, ChunkSink, StepEvent, emit};
 use crate::compile::{Event, Instr, Program};
-use crate::context::Context;
-use crate::context::Snapshot;
+use crate::context::{Context, Snapshot};
 use crate::error::{Error, Result};
 use crate::middleware::Next;
 use crate::stage::{Output, STAGE_INFO, StageInfo, StageKind};
