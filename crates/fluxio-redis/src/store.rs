@@ -519,7 +519,9 @@ impl CheckpointStore for RedisStore {
         let key = self.checkpoint_key(run_id);
         let deadline = self.deadline();
         loop {
-            let read = self.read_within(op::CANCEL, run_id, false, deadline).await?;
+            let read = self
+                .read_within(op::CANCEL, run_id, false, deadline)
+                .await?;
             let (version, stored) = match read {
                 Some(read) => (
                     read.version,
