@@ -128,8 +128,11 @@ impl RedisStore {
         self.inner.command_timeout
     }
 
-    /// The key holding the checkpoint of `run_id`: `{prefix}:{run_id}`. Its
-    /// value is exactly [`Checkpoint::to_bytes`].
+    /// The key holding the journal of `run_id`: `{prefix}:{run_id}`, a hash
+    /// with a field per checkpoint number holding its
+    /// [`Checkpoint::entry_bytes`], and meta fields (see the
+    /// [crate documentation](crate)); a string there is a run of an earlier
+    /// build, exactly its [`Checkpoint::to_bytes`].
     #[must_use]
     pub fn checkpoint_key(&self, run_id: &str) -> String {
         format!("{}:{run_id}", self.inner.key_prefix)
