@@ -207,6 +207,11 @@ impl RedisStore {
             .await
     }
 
+    /// The journal's meta (`META`), then its entries with one `HMGET`
+    /// that reads `born` and `ver` too: when they are still the ones the
+    /// meta said, the entries are of that journal. Otherwise (a write came
+    /// in between), and for a run of an earlier build, the `LOAD` script
+    /// reads it all in one step.
     async fn read_within(
         &self,
         operation: &'static str,
@@ -215,6 +220,42 @@ impl RedisStore {
         deadline: tokio::time::Instant,
     ) -> Result<Option<Read>> {
         let key = self.checkpoint_key(run_id);
+        let mut script = scripts::META_SCRIPT.prepare_invoke();
+        script.key(&key).arg(u8::from(all));
+        let meta: Vec<String> = self.invoke(operation, &key, deadline, &script).await?;
+        let range = match meta.as_slice() {
+            [] => return Ok(None),
+            [version, from, last] => from
+                .parse::<u32>()
+                .ok()
+                .zip(last.parse::<u32>().ok())
+                .map(|range| (version.as_bytes(), range)),
+            _ => None,
+        };
+        if let Some((version, (from, last))) = range {
+            let mut hmget = redis::cmd("HMGET");
+            hmget.arg(&key).arg("born").arg("ver");
+            for seq in from..=last {
+                hmget.arg(seq);
+            }
+            let mut reply: Vec<Option<Vec<u8>>> =
+                self.query(operation, &key, deadline, &hmget).await?;
+            let same = match reply.get(..2) {
+                Some([Some(born), Some(ver)]) => [born, &b":"[..], ver].concat() == version,
+                _ => false,
+            };
+            if same {
+                let parts = reply.split_off(2);
+                return Ok(Some(Read {
+                    version: version.to_vec(),
+                    parts: complete(run_id, &key, parts)?,
+                }));
+            }
+            tracing::debug!(
+                run_id,
+                "the journal changed while it was read; reading it in one step"
+            );
+        }
         let mut script = scripts::LOAD_SCRIPT.prepare_invoke();
         script.key(&key).arg(u8::from(all));
         let reply: Vec<Option<Vec<u8>>> = self.invoke(operation, &key, deadline, &script).await?;
@@ -222,22 +263,27 @@ impl RedisStore {
         let Some(version) = reply.next() else {
             return Ok(None);
         };
-        let parts = reply
-            .map(|part| {
-                part.ok_or_else(|| Error::CorruptCheckpoint {
-                    run_id: run_id.to_owned(),
-                    reason: format!(
-                        "the journal hash {key} lacks a checkpoint between its `first` and `last`"
-                    ),
-                    source: None,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
         Ok(Some(Read {
             version: version.unwrap_or_default(),
-            parts,
+            parts: complete(run_id, &key, reply.collect())?,
         }))
     }
+}
+
+/// The entries read, each of them there.
+fn complete(run_id: &str, key: &str, parts: Vec<Option<Vec<u8>>>) -> Result<Vec<Vec<u8>>> {
+    parts
+        .into_iter()
+        .map(|part| {
+            part.ok_or_else(|| Error::CorruptCheckpoint {
+                run_id: run_id.to_owned(),
+                reason: format!(
+                    "the journal hash {key} lacks a checkpoint between its `first` and `last`"
+                ),
+                source: None,
+            })
+        })
+        .collect()
 }
 
 fn lease_lost(lease: &Lease) -> Error {
@@ -383,6 +429,7 @@ impl CheckpointStore for RedisStore {
             .key(&lease_key)
             .key(self.epoch_key(run_id))
             .key(&nonce_key)
+            .key(self.checkpoint_key(run_id))
             .arg(lease_ms)
             .arg(self.epoch_px(lease_ms))
             .arg(&nonce);

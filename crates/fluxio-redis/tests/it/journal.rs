@@ -166,7 +166,11 @@ async fn rule18_a_delta_save_writes_few_bytes() {
         "the whole checkpoint is left as it was"
     );
     let fields: u64 = cmd(&mut raw, &[b"HLEN", key.as_bytes()]).await;
-    assert_eq!(fields, 6 + 5, "six checkpoints and the meta fields");
+    assert_eq!(
+        fields,
+        6 + 5,
+        "six checkpoints and the meta fields (no `exp`)"
+    );
     let latest = store.load("p/big").await.expect("load").expect("stored");
     assert_eq!((latest.seq, latest.context.clone()), (5, ctx.snapshot()));
     store.release_lease(lease).await.expect("release");

@@ -122,7 +122,7 @@ async fn key_layout_values_and_expiry() {
     );
     assert_eq!(
         fields(&mut raw, &ck).await,
-        ["0", "born", "first", "fulls", "last", "ver"]
+        ["0", "born", "exp", "first", "fulls", "last", "ver"]
     );
     for (field, value) in [("first", "0"), ("last", "0"), ("fulls", "0")] {
         assert_eq!(
@@ -146,8 +146,27 @@ async fn key_layout_values_and_expiry() {
     assert_eq!(get(&mut raw, &ek).await, Some(token));
     let ttl = pttl(&mut raw, &lk).await;
     assert!(ttl > 0 && ttl <= 5_000, "lease PTTL {ttl}");
-    let ttl = pttl(&mut raw, &ek).await;
-    assert!(ttl > 5_000 && ttl <= 86_400_000, "a new epoch's PTTL {ttl}");
+    assert_eq!(
+        pttl(&mut raw, &ek).await,
+        -1,
+        "a new epoch of a run stored with no expiry has none either"
+    );
+    let other = "not-saved";
+    let other_lease = store
+        .acquire_lease(other, Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    let ttl = pttl(&mut raw, &store.epoch_key(other)).await;
+    assert!(
+        ttl > 5_000 && ttl <= 86_400_000,
+        "a new epoch of a run not stored: PTTL {ttl}"
+    );
+    store.release_lease(other_lease).await.expect("release");
+    let _: () = redis::cmd("DEL")
+        .arg(store.epoch_key(other))
+        .query_async(&mut raw)
+        .await
+        .expect("DEL");
     let mut all = vec![ck.clone(), ek.clone(), lk.clone()];
     all.sort();
     assert_eq!(support::redis::keys(&mut raw, &prefix).await, all);
