@@ -80,6 +80,8 @@ return 0
 ///   string key is a run of an earlier build (one format 1 to 3 blob): it
 ///   reads as a journal of one whole checkpoint, 0, with `legacy` set.
 /// - `migrate(key)`: turns such a string into a hash of that one checkpoint.
+/// - `int(n)`: the number `n` in decimal (what Rust writes and reads;
+///   Redis may write a number argument as `1e+07`).
 /// - `drop(key, from, to)`: deletes the checkpoints `from..=to`.
 /// - `get(key, from, to)`: the checkpoints `from..=to`, in order.
 /// - `born()`: a `born` for a new hash.
@@ -120,7 +122,7 @@ local function born()
   return t[1] .. '.' .. t[2]
 end
 local function version(m)
-  return m.born .. ':' .. m.ver
+  return m.born .. ':' .. string.format('%d', m.ver)
 end
 local function migrate(key, m)
   local blob = redis.call('GET', key)
@@ -128,10 +130,13 @@ local function migrate(key, m)
   m.born, m.ver = born(), 0
   redis.call('HSET', key, 0, blob, 'first', 0, 'last', 0, 'fulls', '0', 'born', m.born, 'ver', 0)
 end
+local function int(n)
+  return string.format('%d', n)
+end
 local function drop(key, from, to)
   local batch = {}
   for s = from, to do
-    batch[#batch + 1] = s
+    batch[#batch + 1] = int(s)
     if #batch == 1000 or s == to then
       redis.call('HDEL', key, unpack(batch))
       batch = {}
@@ -141,7 +146,7 @@ end
 local function get(key, from, to)
   local out, batch = {}, {}
   for s = from, to do
-    batch[#batch + 1] = s
+    batch[#batch + 1] = int(s)
     if #batch == 1000 or s == to then
       local got = redis.call('HMGET', key, unpack(batch))
       for i = 1, #batch do
@@ -209,7 +214,9 @@ return 1
 /// whatever the lease; 0 (nothing written) when the lease is not `token`'s;
 /// 3 (nothing written) when the checkpoint is a delta and its predecessor
 /// is not stored. Appending drops the stored checkpoints numbered at or
-/// after it (the whole hash when that is all of them), migrates a run of an
+/// after it (the whole hash when that is all of them, or when a whole
+/// checkpoint leaves a gap after the last: every number from `first` to
+/// `last` stays stored), migrates a run of an
 /// earlier build, and drops the checkpoints before the cut point, computed
 /// as `fluxio_core::store::cut_point` does.
 pub(crate) const SAVE_FENCED: &str = concat!(
@@ -229,7 +236,7 @@ if not full and not (m and m.first < seq and seq - 1 <= m.last) then
   return 3
 end
 local had = m and m.exp
-if m and seq <= m.first then
+if m and (seq <= m.first or (full and seq > m.last + 1)) then
   redis.call('DEL', j)
   m, had = nil, false
 end
@@ -238,7 +245,7 @@ if m and m.legacy then
   migrate(j, m)
 end
 -- the fields to write: the entry, and the meta fields that change
-local set = {seq, ARGV[5], 'last', seq}
+local set = {ARGV[2], ARGV[5], 'last', ARGV[2]}
 local fulls, fulls_changed = {}, full
 if m then
   if seq <= m.last then
@@ -256,7 +263,7 @@ else
   set[#set + 1] = 'born'
   set[#set + 1] = m.born
   set[#set + 1] = 'first'
-  set[#set + 1] = seq
+  set[#set + 1] = ARGV[2]
 end
 local cut = nil
 if keep > 0 then
@@ -276,7 +283,7 @@ if cut and cut > m.first then
   drop(j, m.first, cut - 1)
   m.first = cut
   set[#set + 1] = 'first'
-  set[#set + 1] = cut
+  set[#set + 1] = int(cut)
   local kept = {}
   for _, s in ipairs(fulls) do
     if s >= cut then
@@ -290,7 +297,7 @@ if fulls_changed then
   set[#set + 1] = table.concat(fulls, ' ')
 end
 set[#set + 1] = 'ver'
-set[#set + 1] = m.ver + 1
+set[#set + 1] = int(m.ver + 1)
 if had or ARGV[6] ~= '0' then
   set[#set + 1] = 'exp'
   set[#set + 1] = ARGV[6] ~= '0' and '1' or '0'
@@ -354,7 +361,7 @@ local from = m.first
 if ARGV[1] == '0' then
   from = m.fulls[#m.fulls] or m.first
 end
-return {version(m), tostring(from), tostring(m.last)}
+return {version(m), int(from), int(m.last)}
 "
 );
 
@@ -407,14 +414,14 @@ if m.legacy then
   end
   migrate(KEYS[1], m)
 else
-  if m.last == seq and redis.call('HGET', KEYS[1], seq) == ARGV[3] then
+  if m.last == seq and redis.call('HGET', KEYS[1], ARGV[2]) == ARGV[3] then
     return 1
   end
   if version(m) ~= ARGV[1] or m.last + 1 ~= seq then
     return 0
   end
 end
-redis.call('HSET', KEYS[1], seq, ARGV[3], 'last', seq, 'ver', m.ver + 1, 'exp', '0')
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3], 'last', ARGV[2], 'ver', int(m.ver + 1), 'exp', '0')
 redis.call('SET', KEYS[2], 1)
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[3])

@@ -32,7 +32,8 @@ use crate::scripts;
 /// Every method is one round trip: one command, or one Lua script run with
 /// `EVALSHA` (the scripts are loaded when connecting; a server that lost them
 /// gets them again, once, through redis-rs's `Script`); `acquire_lease`
-/// adds a second one to delete its nonce, and `cancel` reads the checkpoint
+/// adds a second one to delete its nonce, `load` and `history` read the
+/// journal's meta before its entries, and `cancel` loads the checkpoint
 /// before its script (and again if the script finds it changed). A call that fails because the
 /// connection dropped (a server restart, a reset) is sent once more on a new
 /// connection, within the same command timeout. See the
@@ -199,7 +200,7 @@ struct Read {
 
 impl RedisStore {
     /// The run's entries from its last whole checkpoint on, or all of them
-    /// (`all`), in one script; `None` when nothing is stored.
+    /// (`all`); `None` when nothing is stored.
     async fn read(&self, run_id: &str, all: bool) -> Result<Option<Read>> {
         fluxio_core::store::check_run_id(run_id)?;
         let operation = if all { op::HISTORY } else { op::LOAD };
@@ -359,8 +360,8 @@ impl CheckpointStore for RedisStore {
             .await?)
     }
 
-    /// One script reading the journal's entries from its last whole
-    /// checkpoint on (at most [`COMPACT_EVERY`](fluxio_core::store::COMPACT_EVERY)
+    /// A script reading the journal's meta, then one `HMGET` of its entries
+    /// from its last whole checkpoint on (at most [`COMPACT_EVERY`](fluxio_core::store::COMPACT_EVERY)
     /// and a few), decoded with [`Checkpoint::from_entries`], so undecodable
     /// bytes are [`Error::CorruptCheckpoint`] and stay in place. A run of an
     /// earlier build (one blob) is decoded as it is.
@@ -372,7 +373,8 @@ impl CheckpointStore for RedisStore {
             .transpose()?)
     }
 
-    /// One script reading every entry of the journal, decoded with
+    /// As [`load`](CheckpointStore::load), reading every entry of the
+    /// journal, decoded with
     /// [`Checkpoint::journal_from_entries`].
     async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
         match self.read(run_id, true).await? {
