@@ -37,8 +37,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`RedisStore::builder`] sets the checkpoint time-to-live (default one
-//! day), the key prefix (default `fluxio:checkpoint`), the per-call timeout
+//! [`RedisStore::builder`] sets how long a completed run is kept (default
+//! one day), the key prefix (default `fluxio:checkpoint`), the per-call timeout
 //! (default 10 s) and, for `rediss://` URLs, a private CA.
 //!
 //! ## Key layout
@@ -47,7 +47,7 @@
 //!
 //! | key | type | content | expiry |
 //! |---|---|---|---|
-//! | `P:R` | hash | the run's journal (contract rules 18 and 20): see below | a completed run's: the store's `completed_retention`, set by the save that completed it; every other run's: none |
+//! | `P:R` | hash (a string for a run of an earlier build: see below) | the run's journal (contract rules 18 and 20): see below | a completed run's: the store's `completed_retention`, set by the save that completed it; every other run's: none |
 //! | `P.lease:R` | string | the fencing token of the current lease, in decimal | the lease's time-to-live, reset by every renewal |
 //! | `P.epoch:R` | integer | the last token handed out for `R` | none while `P:R` has none; otherwise the longest of a day, `completed_retention` and the lease's, reset by every acquire, renewal and save |
 //! | `P.nonce:R` | string | the nonce of the `acquire_lease` call in progress that took the lease | the lease's time-to-live; deleted when that call returns |
