@@ -15,6 +15,7 @@ pub(crate) mod op {
     pub(crate) const CONNECT: &str = "connect";
     pub(crate) const SAVE: &str = "save";
     pub(crate) const LOAD: &str = "load";
+    pub(crate) const HISTORY: &str = "history";
     pub(crate) const DELETE: &str = "delete";
     pub(crate) const EXISTS: &str = "exists";
     pub(crate) const ACQUIRE: &str = "acquire_lease";

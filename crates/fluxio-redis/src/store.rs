@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fluxio_core::store::{
     Checkpoint, CheckpointStore, Lease, RedactedUrl, RunStatus, cancelled_checkpoint,
-    check_lease_ttl,
+    check_lease_ttl, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
 use redis::Client;
@@ -32,7 +32,8 @@ use crate::scripts;
 /// Every method is one round trip: one command, or one Lua script run with
 /// `EVALSHA` (the scripts are loaded when connecting; a server that lost them
 /// gets them again, once, through redis-rs's `Script`); `acquire_lease`
-/// adds a second one to delete its nonce, and `cancel` reads the checkpoint
+/// adds a second one to delete its nonce, `load` and `history` read the
+/// journal's meta before its entries, and `cancel` loads the checkpoint
 /// before its script (and again if the script finds it changed). A call that fails because the
 /// connection dropped (a server restart, a reset) is sent once more on a new
 /// connection, within the same command timeout. See the
@@ -128,8 +129,11 @@ impl RedisStore {
         self.inner.command_timeout
     }
 
-    /// The key holding the checkpoint of `run_id`: `{prefix}:{run_id}`. Its
-    /// value is exactly [`Checkpoint::to_bytes`].
+    /// The key holding the journal of `run_id`: `{prefix}:{run_id}`, a hash
+    /// with a field per checkpoint number holding its
+    /// [`Checkpoint::entry_bytes`], and meta fields (see the
+    /// [crate documentation](crate)); a string there is a run of an earlier
+    /// build, exactly its [`Checkpoint::to_bytes`].
     #[must_use]
     pub fn checkpoint_key(&self, run_id: &str) -> String {
         format!("{}:{run_id}", self.inner.key_prefix)
@@ -187,6 +191,102 @@ impl RedisStore {
     }
 }
 
+/// What the load script read of a run: the journal's `born:ver` (or
+/// `legacy`) and the entries, oldest first.
+struct Read {
+    version: Vec<u8>,
+    parts: Vec<Vec<u8>>,
+}
+
+impl RedisStore {
+    /// The run's entries from its last whole checkpoint on, or all of them
+    /// (`all`); `None` when nothing is stored.
+    async fn read(&self, run_id: &str, all: bool) -> Result<Option<Read>> {
+        fluxio_core::store::check_run_id(run_id)?;
+        let operation = if all { op::HISTORY } else { op::LOAD };
+        self.read_within(operation, run_id, all, self.deadline())
+            .await
+    }
+
+    /// The journal's meta (`META`), then its entries with one `HMGET`
+    /// that reads `born` and `ver` too: when they are still the ones the
+    /// meta said, the entries are of that journal. Otherwise (a write came
+    /// in between), and for a run of an earlier build, the `LOAD` script
+    /// reads it all in one step.
+    async fn read_within(
+        &self,
+        operation: &'static str,
+        run_id: &str,
+        all: bool,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Read>> {
+        let key = self.checkpoint_key(run_id);
+        let mut script = scripts::META_SCRIPT.prepare_invoke();
+        script.key(&key).arg(u8::from(all));
+        let meta: Vec<String> = self.invoke(operation, &key, deadline, &script).await?;
+        let range = match meta.as_slice() {
+            [] => return Ok(None),
+            [version, from, last] => from
+                .parse::<u32>()
+                .ok()
+                .zip(last.parse::<u32>().ok())
+                .map(|range| (version.as_bytes(), range)),
+            _ => None,
+        };
+        if let Some((version, (from, last))) = range {
+            let mut hmget = redis::cmd("HMGET");
+            hmget.arg(&key).arg("born").arg("ver");
+            for seq in from..=last {
+                hmget.arg(seq);
+            }
+            let mut reply: Vec<Option<Vec<u8>>> =
+                self.query(operation, &key, deadline, &hmget).await?;
+            let same = match reply.get(..2) {
+                Some([Some(born), Some(ver)]) => [born, &b":"[..], ver].concat() == version,
+                _ => false,
+            };
+            if same {
+                let parts = reply.split_off(2);
+                return Ok(Some(Read {
+                    version: version.to_vec(),
+                    parts: complete(run_id, &key, parts)?,
+                }));
+            }
+            tracing::debug!(
+                run_id,
+                "the journal changed while it was read; reading it in one step"
+            );
+        }
+        let mut script = scripts::LOAD_SCRIPT.prepare_invoke();
+        script.key(&key).arg(u8::from(all));
+        let reply: Vec<Option<Vec<u8>>> = self.invoke(operation, &key, deadline, &script).await?;
+        let mut reply = reply.into_iter();
+        let Some(version) = reply.next() else {
+            return Ok(None);
+        };
+        Ok(Some(Read {
+            version: version.unwrap_or_default(),
+            parts: complete(run_id, &key, reply.collect())?,
+        }))
+    }
+}
+
+/// The entries read, each of them there.
+fn complete(run_id: &str, key: &str, parts: Vec<Option<Vec<u8>>>) -> Result<Vec<Vec<u8>>> {
+    parts
+        .into_iter()
+        .map(|part| {
+            part.ok_or_else(|| Error::CorruptCheckpoint {
+                run_id: run_id.to_owned(),
+                reason: format!(
+                    "the journal hash {key} lacks a checkpoint between its `first` and `last`"
+                ),
+                source: None,
+            })
+        })
+        .collect()
+}
+
 fn lease_lost(lease: &Lease) -> Error {
     Error::LeaseLost {
         run_id: lease.run_id().to_owned(),
@@ -217,39 +317,70 @@ fn nonce() -> String {
 
 #[async_trait::async_trait]
 impl CheckpointStore for RedisStore {
-    /// One script: `SET {prefix}:{run_id} <bytes> PX <ttl>`, and the
-    /// cancel mark `{prefix}.cancelled:{run_id}` set (same expiry) when the
-    /// checkpoint is cancelled, deleted otherwise.
+    /// One script: the journal hash `{prefix}:{run_id}` replaced by the
+    /// checkpoint's journal ([`Checkpoint::into_journal`]: its `earlier`
+    /// ones, then itself), one field per checkpoint, with the expiry of a
+    /// completed run when it completed; and the cancel mark
+    /// `{prefix}.cancelled:{run_id}` set when the checkpoint is cancelled,
+    /// deleted otherwise.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
         let run_key = checkpoint.key();
         fluxio_core::store::check_run_id(&run_key)?;
-        let bytes = checkpoint.to_bytes()?;
+        // the journal as a whole reads back (starts whole, numbers follow)
+        checkpoint.check()?;
         let key = self.checkpoint_key(&run_key);
         let mut script = scripts::SAVE_SCRIPT.prepare_invoke();
         script
             .key(&key)
             .key(self.cancelled_key(&run_key))
             .key(self.epoch_key(&run_key))
-            .arg(bytes)
             .arg(self.checkpoint_px(&checkpoint))
             .arg(u8::from(checkpoint.is_cancelled()))
             .arg(self.epoch_px(0));
+        let journal = checkpoint.into_journal();
+        let fulls: Vec<String> = journal
+            .iter()
+            .filter(|cp| cp.change.is_full())
+            .map(|cp| cp.seq.to_string())
+            .collect();
+        let (first, last) = match (journal.first(), journal.last()) {
+            (Some(first), Some(last)) => (first.seq, last.seq),
+            _ => {
+                return Err(Error::Internal {
+                    message: "a checkpoint's journal is empty".to_owned(),
+                });
+            }
+        };
+        script.arg(first).arg(last).arg(fulls.join(" "));
+        for cp in &journal {
+            script.arg(cp.seq).arg(cp.entry_bytes()?);
+        }
         Ok(self
             .invoke::<()>(op::SAVE, &key, self.deadline(), &script)
             .await?)
     }
 
-    /// One `GET`; the bytes are decoded with [`Checkpoint::from_bytes`], so
-    /// undecodable bytes are [`Error::CorruptCheckpoint`] and stay in place.
+    /// A script reading the journal's meta, then one `HMGET` of its entries
+    /// from its last whole checkpoint on (at most [`COMPACT_EVERY`](fluxio_core::store::COMPACT_EVERY)
+    /// and a few), decoded with [`Checkpoint::from_entries`], so undecodable
+    /// bytes are [`Error::CorruptCheckpoint`] and stay in place. A run of an
+    /// earlier build (one blob) is decoded as it is.
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        fluxio_core::store::check_run_id(run_id)?;
-        let key = self.checkpoint_key(run_id);
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(&key);
-        let bytes: Option<Vec<u8>> = self.query(op::LOAD, &key, self.deadline(), &cmd).await?;
-        bytes
-            .map(|b| Checkpoint::from_bytes(run_id, &b))
-            .transpose()
+        Ok(self
+            .read(run_id, false)
+            .await?
+            .map(|read| Checkpoint::from_entries(run_id, read.parts))
+            .transpose()?)
+    }
+
+    /// As [`load`](CheckpointStore::load), reading every entry of the
+    /// journal, decoded with
+    /// [`Checkpoint::journal_from_entries`].
+    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
+        match self.read(run_id, true).await? {
+            Some(read) => Checkpoint::journal_from_entries(run_id, read.parts),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// One script: `DEL` of the checkpoint and its cancel mark, and an
@@ -300,6 +431,7 @@ impl CheckpointStore for RedisStore {
             .key(&lease_key)
             .key(self.epoch_key(run_id))
             .key(&nonce_key)
+            .key(self.checkpoint_key(run_id))
             .arg(lease_ms)
             .arg(self.epoch_px(lease_ms))
             .arg(&nonce);
@@ -356,15 +488,21 @@ impl CheckpointStore for RedisStore {
     }
 
     /// One script: if the run is marked cancelled, `Cancelled`; else if
-    /// the lease holds this token, the `SET` of
-    /// [`save`](CheckpointStore::save); otherwise `LeaseLost`. Nothing is
-    /// written when it is refused.
+    /// the lease does not hold this token, `LeaseLost`; else if the
+    /// checkpoint is a delta whose predecessor is not stored,
+    /// [`missing_predecessor`]'s error; otherwise the checkpoint's
+    /// [`entry_bytes`](Checkpoint::entry_bytes) appended to the journal hash
+    /// (as [`append`](fluxio_core::store::append) does: later checkpoints
+    /// dropped, the journal cut at [`cut_point`](fluxio_core::store::cut_point)),
+    /// with the expiry of a completed run when it completed. Nothing is
+    /// written when it is refused, and nothing stored is read or rewritten
+    /// but the hash's few meta fields: a delta costs what it changed.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let run_key = checkpoint.key();
         if lease.run_id() != run_key {
             return Err(lease_lost(lease));
         }
-        let bytes = checkpoint.to_bytes()?;
+        let bytes = checkpoint.entry_bytes()?;
         let key = self.checkpoint_key(&run_key);
         let mut script = scripts::SAVE_FENCED_SCRIPT.prepare_invoke();
         script
@@ -373,6 +511,9 @@ impl CheckpointStore for RedisStore {
             .key(self.cancelled_key(&run_key))
             .key(self.epoch_key(&run_key))
             .arg(lease.token())
+            .arg(checkpoint.seq)
+            .arg(u8::from(checkpoint.change.is_full()))
+            .arg(checkpoint.keep_from)
             .arg(bytes)
             .arg(self.checkpoint_px(&checkpoint))
             .arg(u8::from(checkpoint.is_cancelled()))
@@ -383,6 +524,7 @@ impl CheckpointStore for RedisStore {
         match saved {
             1 => Ok(()),
             2 => Err(Error::Cancelled { run_id: run_key }),
+            3 => Err(missing_predecessor(&run_key, checkpoint.seq)),
             _ => Err(lease_lost(lease)),
         }
     }
@@ -413,10 +555,12 @@ impl CheckpointStore for RedisStore {
         }
     }
 
-    /// A `GET` of the checkpoint, decided with [`cancelled_checkpoint`],
-    /// then one script that writes the cancelled bytes and the cancel mark
-    /// `{prefix}.cancelled:{run_id}` only if the checkpoint still holds the
-    /// bytes read (a compare-and-set). When a write landed in between (the
+    /// A [`load`](CheckpointStore::load) of the latest checkpoint, decided
+    /// with [`cancelled_checkpoint`], then one script that appends the
+    /// cancelled checkpoint (the run's next, an empty delta) and sets the
+    /// cancel mark `{prefix}.cancelled:{run_id}` only if the journal is
+    /// still the one read (a compare-and-set on its `born:ver`; see the
+    /// crate docs). When a write landed in between (the
     /// owner's next checkpoint), it reads again, within the one command
     /// timeout: a run that writes checkpoints faster than a round trip may
     /// keep it retrying until it ends (then the cancel finds it completed)
@@ -427,21 +571,25 @@ impl CheckpointStore for RedisStore {
         let key = self.checkpoint_key(run_id);
         let deadline = self.deadline();
         loop {
-            let mut get = redis::cmd("GET");
-            get.arg(&key);
-            let read: Option<Vec<u8>> = self.query(op::CANCEL, &key, deadline, &get).await?;
-            let stored = read
-                .as_deref()
-                .map(|bytes| Checkpoint::from_bytes(run_id, bytes))
-                .transpose()?;
-            let cancelled = cancelled_checkpoint(run_id, stored)?.to_bytes()?;
+            let read = self
+                .read_within(op::CANCEL, run_id, false, deadline)
+                .await?;
+            let (version, stored) = match read {
+                Some(read) => (
+                    read.version,
+                    Some(Checkpoint::from_entries(run_id, read.parts)?),
+                ),
+                None => (Vec::new(), None),
+            };
+            let cancelled = cancelled_checkpoint(run_id, stored)?;
             let mut script = scripts::CANCEL_SCRIPT.prepare_invoke();
             script
                 .key(&key)
                 .key(self.cancelled_key(run_id))
                 .key(self.epoch_key(run_id))
-                .arg(read.unwrap_or_default())
-                .arg(cancelled);
+                .arg(version)
+                .arg(cancelled.seq)
+                .arg(cancelled.entry_bytes()?);
             let done: u8 = self.invoke(op::CANCEL, &key, deadline, &script).await?;
             if done == 1 {
                 return Ok(());
@@ -616,9 +764,10 @@ mod tests {
             .expect("DEL");
     }
 
-    /// The cancel's script writes only over the bytes the cancel read, and
-    /// a repeat of it (its first attempt applied, its reply lost) finds its
-    /// own write and answers done, not "changed".
+    /// The cancel's script appends only to the journal the cancel read
+    /// (its `born:ver`), a run deleted and written again in between is not
+    /// that journal, and a repeat of it (its first attempt applied, its
+    /// reply lost) finds its own write and answers done, not "changed".
     #[tokio::test]
     async fn rule14_the_cancel_script_is_a_compare_and_set_that_a_repeat_finds_done() {
         let Some(mut raw) = support::redis::raw().await else {
@@ -633,34 +782,46 @@ mod tests {
         let run = "r";
         let running = checkpoint(run, 1);
         store.save(running.clone()).await.expect("save");
-        let old = running.to_bytes().expect("encode");
-        let new = running.clone().cancelled().to_bytes().expect("encode");
-        let cas = |old: &[u8], new: &[u8]| {
+        let version = |store: &RedisStore| {
+            let store = store.clone();
+            async move {
+                store
+                    .read(run, false)
+                    .await
+                    .expect("read")
+                    .expect("stored")
+                    .version
+            }
+        };
+        let stale = version(&store).await;
+        // the same run written again: same `ver`, another `born`
+        store.delete(run).await.expect("delete");
+        store.save(running.clone()).await.expect("save");
+        let read = version(&store).await;
+        assert_ne!(stale, read, "a rewritten run is another journal");
+        let cancelled = cancelled_checkpoint(run, Some(running.clone())).expect("cancel");
+        let new = cancelled.entry_bytes().expect("encode");
+        let cas = |version: &[u8]| {
             let mut script = scripts::CANCEL_SCRIPT.prepare_invoke();
             script
                 .key(store.checkpoint_key(run))
                 .key(store.cancelled_key(run))
                 .key(store.epoch_key(run))
-                .arg(old)
-                .arg(new);
+                .arg(version)
+                .arg(cancelled.seq)
+                .arg(&new);
             script
         };
-        let stale = checkpoint(run, 0).to_bytes().expect("encode");
-        let refused: u8 = cas(&stale, &new)
-            .invoke_async(&mut raw)
-            .await
-            .expect("script");
-        assert_eq!(refused, 0, "the checkpoint is not the one read");
+        let refused: u8 = cas(&stale).invoke_async(&mut raw).await.expect("script");
+        assert_eq!(refused, 0, "the journal is not the one read");
         assert_eq!(store.load(run).await.expect("load"), Some(running));
         for attempt in ["first", "repeated"] {
-            let done: u8 = cas(&old, &new)
-                .invoke_async(&mut raw)
-                .await
-                .expect("script");
+            let done: u8 = cas(&read).invoke_async(&mut raw).await.expect("script");
             assert_eq!(done, 1, "{attempt} attempt");
         }
         let stored = store.load(run).await.expect("load").expect("stored");
         assert!(stored.is_cancelled());
+        assert_eq!(stored.seq, 1, "the cancel is the run's next checkpoint");
         let mark = get(&mut raw, &store.cancelled_key(run)).await;
         assert_eq!(mark.as_deref(), Some("1"));
         store.delete(run).await.expect("delete");

@@ -7,6 +7,7 @@
 
 mod conformance;
 mod error_kind;
+mod journal;
 mod secrets;
 mod store;
 mod timeout;

@@ -26,6 +26,30 @@ async fn get(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<V
         .expect("GET")
 }
 
+async fn hget(
+    raw: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    field: &str,
+) -> Option<Vec<u8>> {
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(field)
+        .query_async(raw)
+        .await
+        .expect("HGET")
+}
+
+/// The field names of the hash `key`, sorted.
+async fn fields(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<String> {
+    let mut names: Vec<String> = redis::cmd("HKEYS")
+        .arg(key)
+        .query_async(raw)
+        .await
+        .expect("HKEYS");
+    names.sort();
+    names
+}
+
 async fn pttl(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
     redis::cmd("PTTL")
         .arg(key)
@@ -87,14 +111,25 @@ async fn key_layout_values_and_expiry() {
         (ck.clone(), lk.clone(), ek.clone())
     );
 
-    // save: `{prefix}:{run_id}` holds exactly to_bytes(); a running run
-    // never expires
+    // save: `{prefix}:{run_id}` is the journal hash: a field per
+    // checkpoint number holding its entry_bytes(), and the meta fields; a
+    // running run never expires
     let cp = checkpoint(run, 1);
     store.save(cp.clone()).await.expect("save");
     assert_eq!(
-        get(&mut raw, &ck).await,
-        Some(cp.to_bytes().expect("encode"))
+        hget(&mut raw, &ck, "0").await,
+        Some(cp.entry_bytes().expect("encode"))
     );
+    assert_eq!(
+        fields(&mut raw, &ck).await,
+        ["0", "born", "exp", "first", "fulls", "last", "ver"]
+    );
+    for (field, value) in [("first", "0"), ("last", "0"), ("fulls", "0")] {
+        assert_eq!(
+            hget(&mut raw, &ck, field).await,
+            Some(value.as_bytes().to_vec())
+        );
+    }
     assert_eq!(pttl(&mut raw, &ck).await, -1, "no expiry");
     assert_eq!(
         support::redis::keys(&mut raw, &prefix).await,
@@ -111,21 +146,53 @@ async fn key_layout_values_and_expiry() {
     assert_eq!(get(&mut raw, &ek).await, Some(token));
     let ttl = pttl(&mut raw, &lk).await;
     assert!(ttl > 0 && ttl <= 5_000, "lease PTTL {ttl}");
-    let ttl = pttl(&mut raw, &ek).await;
-    assert!(ttl > 5_000 && ttl <= 86_400_000, "a new epoch's PTTL {ttl}");
+    assert_eq!(
+        pttl(&mut raw, &ek).await,
+        -1,
+        "a new epoch of a run stored with no expiry has none either"
+    );
+    let other = "not-saved";
+    let other_lease = store
+        .acquire_lease(other, Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    let ttl = pttl(&mut raw, &store.epoch_key(other)).await;
+    assert!(
+        ttl > 5_000 && ttl <= 86_400_000,
+        "a new epoch of a run not stored: PTTL {ttl}"
+    );
+    store.release_lease(other_lease).await.expect("release");
+    let _: () = redis::cmd("DEL")
+        .arg(store.epoch_key(other))
+        .query_async(&mut raw)
+        .await
+        .expect("DEL");
     let mut all = vec![ck.clone(), ek.clone(), lk.clone()];
     all.sort();
     assert_eq!(support::redis::keys(&mut raw, &prefix).await, all);
 
-    // a fenced save writes the same bytes under the same key
-    let cp2 = checkpoint(run, 2);
+    // a fenced save of a delta appends its entry_bytes() under its number
+    let mut cp2 = checkpoint(run, 2);
+    let before = cp.context.clone();
+    cp2.context = Context::from(before.clone())
+        .set("n", 2)
+        .expect("set")
+        .snapshot();
+    cp2.seq = 1;
+    cp2.change = fluxio_core::store::Change::between(&before, &cp2.context);
     store
         .save_fenced(cp2.clone(), &lease)
         .await
         .expect("save_fenced");
     assert_eq!(
-        get(&mut raw, &ck).await,
-        Some(cp2.to_bytes().expect("encode"))
+        hget(&mut raw, &ck, "1").await,
+        Some(cp2.entry_bytes().expect("encode"))
+    );
+    assert_eq!(hget(&mut raw, &ck, "last").await, Some(b"1".to_vec()));
+    assert_eq!(
+        hget(&mut raw, &ck, "0").await,
+        Some(cp.entry_bytes().expect("encode")),
+        "the base is left as it was"
     );
     assert_eq!(store.load(run).await.expect("load"), Some(cp2));
     assert_eq!(
@@ -269,7 +336,7 @@ async fn the_password_never_shows() {
             &format!(">{password}"),
             "~*",
             "+@all",
-            "-set",
+            "-hset",
         ])
         .query_async(&mut raw)
         .await
@@ -284,7 +351,7 @@ async fn the_password_never_shows() {
         let err = store
             .save(checkpoint("r", 1))
             .await
-            .expect_err("SET is denied");
+            .expect_err("HSET is denied");
         let source = redis_source(&err);
         assert_eq!(source.operation(), "save");
         assert!(
@@ -293,7 +360,7 @@ async fn the_password_never_shows() {
         );
         let shown = every_rendering(&err);
         assert!(!shown.contains(password), "{shown}");
-        // `save` is a script: the server refuses the `SET` inside it
+        // `save` is a script: the server refuses the `HSET` inside it
         assert!(
             shown.contains("NOPERM")
                 || shown.contains("permission")
