@@ -51,6 +51,7 @@ const MAX_TTL_MS: u64 = 1 << 48;
 pub struct RedisStoreBuilder {
     pub(crate) url: String,
     pub(crate) completed_retention: Option<Duration>,
+    pub(crate) keep_completed: Option<usize>,
     pub(crate) key_prefix: String,
     pub(crate) command_timeout: Duration,
     pub(crate) tls_root_certificates: Option<Vec<u8>>,
@@ -61,6 +62,7 @@ impl fmt::Debug for RedisStoreBuilder {
         f.debug_struct("RedisStoreBuilder")
             .field("url", &RedactedUrl::new(&self.url).url)
             .field("completed_retention", &self.completed_retention)
+            .field("keep_completed", &self.keep_completed)
             .field("key_prefix", &self.key_prefix)
             .field("command_timeout", &self.command_timeout)
             .field(
@@ -76,6 +78,7 @@ impl RedisStoreBuilder {
         RedisStoreBuilder {
             url: url.into(),
             completed_retention: Some(DEFAULT_COMPLETED_RETENTION),
+            keep_completed: None,
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             tls_root_certificates: None,
@@ -91,6 +94,30 @@ impl RedisStoreBuilder {
     /// or inspected. Millisecond precision; at least 1 ms.
     pub fn completed_retention(mut self, retention: Option<Duration>) -> Self {
         self.completed_retention = retention;
+        self
+    }
+
+    /// Keep at most the `n` newest completed runs of each pipeline
+    /// (contract rule 20's keep-the-last-N retention; default `None`: keep
+    /// every completed run until its
+    /// [`completed_retention`](Self::completed_retention) is up). When a
+    /// run completes (a `save` or `save_fenced` of a completed checkpoint),
+    /// the oldest completed runs of the same pipeline beyond the newest `n`
+    /// are deleted, each whole, by the script that writes the completion:
+    /// atomically with it. The pipeline of a run is the part of its key
+    /// before the first `/` (empty for a bare run id). Running, failed and
+    /// cancelled runs are never touched, and neither is a run that has been
+    /// written again (a fresh run under the same key) since it completed.
+    /// `Some(0)` deletes each run as it completes. As
+    /// [`InMemoryStore::keep_completed`](fluxio_core::store::InMemoryStore::keep_completed).
+    ///
+    /// The completed runs are indexed per pipeline in a sorted set,
+    /// `{prefix}.completed:{pipeline}` (see the [crate docs](crate)). Stores
+    /// that share a key prefix should share this setting and
+    /// `completed_retention`: a store without it does not index the runs
+    /// it completes, so they are not counted (kept, never trimmed).
+    pub fn keep_completed(mut self, n: Option<usize>) -> Self {
+        self.keep_completed = n;
         self
     }
 

@@ -77,6 +77,7 @@ impl RedisStore {
                 url,
                 key_prefix: config.key_prefix,
                 completed_retention: config.completed_retention,
+                keep_completed: config.keep_completed,
                 retention_ms,
                 command_timeout: timeout,
                 client,

@@ -38,7 +38,9 @@
 //! ```
 //!
 //! [`RedisStore::builder`] sets how long a completed run is kept (default
-//! one day), the key prefix (default `fluxio:checkpoint`), the per-call timeout
+//! one day), how many completed runs of each pipeline are kept
+//! ([`keep_completed`](RedisStoreBuilder::keep_completed), default all),
+//! the key prefix (default `fluxio:checkpoint`), the per-call timeout
 //! (default 10 s) and, for `rediss://` URLs, a private CA.
 //!
 //! ## Key layout
@@ -52,13 +54,14 @@
 //! | `P.epoch:R` | integer | the last token handed out for `R` | none while `P:R` has none; otherwise the longest of a day, `completed_retention` and the lease's, reset by every acquire, renewal and save |
 //! | `P.nonce:R` | string | the nonce of the `acquire_lease` call in progress that took the lease | the lease's time-to-live; deleted when that call returns |
 //! | `P.cancelled:R` | string | `1` while the checkpoint `P:R` is cancelled (contract rule 14) | none, like the cancelled checkpoint: deleted with it |
+//! | `P.completed:N` | sorted set | only with [`keep_completed`](RedisStoreBuilder::keep_completed): the completed runs of the pipeline `N` (the part of a run id before its first `/`, empty for a bare id), a member per run (its id `R`) scored by its `done` | the newest member's run's: `completed_retention`, reset by every completion; none without it |
 //!
 //! The journal hash `P:R` holds, for each stored checkpoint, a field named
 //! by its number ([`seq`](fluxio_core::store::Checkpoint::seq), in decimal:
 //! `0`, `1`, ...) whose value is exactly its
 //! [`entry_bytes`](fluxio_core::store::Checkpoint::entry_bytes): the whole
 //! context for a whole checkpoint, only the changed keys for a delta. And
-//! six meta fields:
+//! seven meta fields:
 //!
 //! | field | content |
 //! |---|---|
@@ -67,6 +70,7 @@
 //! | `born` | the server's clock (`TIME`, `seconds.microseconds`) when the hash was created |
 //! | `ver` | the number of writes to the hash since; `born:ver` names one state of the journal (a run deleted and written again never repeats one), which the cancel's compare-and-set and the reads check |
 //! | `exp` | `1` while the hash has an expiry (a completed run's), else `0` or absent: a save that keeps a journal without expiry then leaves it, and the epoch, alone |
+//! | `done` | when the run completed (the server's clock, `TIME`, in ms), written by the save of its completed checkpoint; absent while its latest checkpoint is not completed |
 //!
 //! A run is one key, so its deletion and its expiry are never partial: all
 //! of its checkpoints go together. A load reads the fields from the last
@@ -86,7 +90,7 @@
 //! of format 4 with several checkpoints, which no released build wrote to
 //! Redis, is read whole but appended to as if it held checkpoint 0 only.)
 //!
-//! The lease, epoch, nonce and cancel keys have `.` after the prefix where a
+//! The lease, epoch, nonce, cancel and completed keys have `.` after the prefix where a
 //! checkpoint key has `:`, so no run id's checkpoint can collide with them.
 //! The nonce key exists only while an `acquire_lease` call is under way (or,
 //! if that call was cut off, until it expires with the lease).
@@ -104,7 +108,8 @@
 //!   [`earlier`](fluxio_core::store::Checkpoint::earlier) ones, then
 //!   itself; with `PEXPIRE <completed_retention>` when the run completed),
 //!   and `P.cancelled:R` set when the checkpoint is cancelled, deleted
-//!   otherwise, and the epoch's expiry adjusted (one script). `load`: a
+//!   otherwise, and the epoch's expiry adjusted, and the completion
+//!   recorded (below) (one script). `load`: a
 //!   script reading the meta fields (the numbers of the last whole
 //!   checkpoint and of the last one), then one `HMGET` of `born`, `ver` and
 //!   those entries, put together with
@@ -117,8 +122,8 @@
 //!   script. Two round trips rather than one script because a script is
 //!   slow to return large values: Redis 7 takes about 2.4 ms to return 1 MB
 //!   from Lua, 0.08 ms from `HMGET`.
-//!   `delete`: `DEL P:R P.cancelled:R` and an expiry for the epoch (one
-//!   script); `exists`: `EXISTS`.
+//!   `delete`: `DEL P:R P.cancelled:R`, `ZREM P.completed:N R` and an
+//!   expiry for the epoch (one script); `exists`: `EXISTS`.
 //! - `acquire_lease`: if `P.lease:R` exists, [`Error::RunIdInUse`](fluxio_core::Error::RunIdInUse);
 //!   else `INCR P.epoch:R` (a new epoch gets an expiry unless `P:R` is
 //!   stored without one), `SET P.lease:R <token> PX <lease ttl>` and
@@ -138,7 +143,8 @@
 //!   its `entry_bytes` written under its number, the meta updated, and the
 //!   fields before the [`cut_point`](fluxio_core::store::cut_point) (which
 //!   the script computes from `fulls` and the checkpoint's `keep_from`)
-//!   deleted; then the expiry (a completed run's, or none). A delta whose
+//!   deleted; then the expiry (a completed run's, or none), and the
+//!   completion recorded (below). A delta whose
 //!   predecessor is not stored is refused with
 //!   [`missing_predecessor`](fluxio_core::store::missing_predecessor)'s
 //!   error; `LeaseLost` when the lease is not the token's; and first of all
@@ -148,8 +154,27 @@
 //!   lease expired (paused, cut off) cannot overwrite the new owner's
 //!   checkpoint, and a delta save sends and writes only its entry (about
 //!   the size of the keys it changed), never the whole context.
-//!   `delete_fenced`: the `DEL` of `P:R` and `P.cancelled:R` under the same
-//!   lease check.
+//!   `delete_fenced`: the `DEL` of `P:R` and `P.cancelled:R` (and the
+//!   `ZREM` from `P.completed:N`) under the same lease check.
+//! - The completion, in `save`'s and `save_fenced`'s script (contract rule
+//!   20, keep the last N): a completed checkpoint sets `done` in `P:R`; with
+//!   [`keep_completed(Some(n))`](RedisStoreBuilder::keep_completed), the
+//!   members of `P.completed:N` whose runs have expired (scored more than
+//!   `completed_retention` less one second ago) are removed, `R` is added,
+//!   and while the set holds more than `n` members its oldest is popped and
+//!   that run deleted whole, as `delete` does (its `P:R` and cancel mark;
+//!   its epoch gets an expiry, never deleted, so tokens keep growing), only
+//!   if its `P:R` still carries the `done` the member was scored with: a
+//!   run written again since it completed (a fresh `invoke` under the same
+//!   key), deleted or expired is only taken out of the set. A save of a
+//!   checkpoint that is not completed over a run that was removes `done`
+//!   and the member. Running, failed and cancelled runs are never indexed,
+//!   so never deleted by the trim. Stores sharing a prefix should share
+//!   `keep_completed` and `completed_retention`: a run a store without the
+//!   setting completes is not indexed (so kept), and a member the set
+//!   holds for a run that is gone without a script seeing it (a key deleted
+//!   by hand; a run with a longer retention than the store trimming) is
+//!   still counted, so a trim may then keep one run fewer than `n`.
 //! - `cancel` (rule 14): a `load`, decided here (a Lua script cannot read
 //!   the status inside the payload), then one script that, only if the
 //!   journal is still the one read (its `born:ver`), appends the cancelled
@@ -201,12 +226,20 @@
 //! - **Redis Cluster is not supported**: the scripts touch several keys
 //!   (lease, epoch and nonce, or lease, journal, cancel mark and epoch), and this store does
 //!   not speak the cluster protocol. The journal adds no key: all of a
-//!   run's checkpoints are fields of its one hash. A prefix that is a hash tag (`{fx}`:
+//!   run's checkpoints are fields of its one hash. Keep-the-last-N adds
+//!   one: the save scripts (and the deletes) touch the pipeline's index
+//!   `P.completed:N` besides the run's keys, and a trim deletes other runs
+//!   of the pipeline, whose keys the script builds from the prefix rather
+//!   than declares. A cluster client (a later issue) will need the index,
+//!   and the runs of one pipeline, in the run's hash slot (a hash tag on
+//!   the pipeline); nothing here is designed for that yet. A prefix that is a hash tag (`{fx}`:
 //!   keys `{fx}:R`, `{fx}.lease:R`) would put all of a prefix's keys in one
 //!   slot, were a cluster client ever added.
 //! - Retention: a completed run's journal (its one key) expires
 //!   [`completed_retention`](RedisStoreBuilder::completed_retention) after it
-//!   completed (default one day; `None` keeps it). Every other run (running,
+//!   completed (default one day; `None` keeps it), or sooner when
+//!   [`keep_completed`](RedisStoreBuilder::keep_completed) trims it (see
+//!   the completion above). Every other run (running,
 //!   failed, abandoned, cancelled) has no expiry: it stays until deleted, so
 //!   it can always be resumed or inspected. A run's fencing epoch has no
 //!   expiry either while its checkpoint has none; it expires a day (or the

@@ -66,15 +66,16 @@ return 0
 /// The Lua functions the journal's scripts share (see the crate docs' key
 /// layout): a run's journal is one hash, `P:R`, whose fields are the
 /// checkpoints' numbers (each holding that checkpoint's
-/// [`entry_bytes`](fluxio_core::store::Checkpoint::entry_bytes)) and six
+/// [`entry_bytes`](fluxio_core::store::Checkpoint::entry_bytes)) and seven
 /// meta fields: `first` and `last` (the numbers of the oldest and newest
 /// stored checkpoints: every number between is stored), `fulls` (the
 /// numbers of the stored whole checkpoints, ascending, space-separated;
 /// `first` is always one), `born` (the server's clock, `TIME`, when the
 /// hash was created), `ver` (the number of writes since; `born:ver` names
 /// one state of the journal: a deleted and rewritten run never shows one
-/// seen before) and `exp` (`1` while the hash has an expiry: a completed
-/// run's).
+/// seen before), `exp` (`1` while the hash has an expiry: a completed
+/// run's) and `done` (when the run completed, the server's clock in ms;
+/// absent while its latest checkpoint is not completed).
 ///
 /// - `meta(key)`: the journal's meta, or `nil` when nothing is stored. A
 ///   string key is a run of an earlier build (one format 1 to 3 blob): it
@@ -86,6 +87,23 @@ return 0
 /// - `get(key, from, to)`: the checkpoints `from..=to`, in order.
 /// - `born()`: a `born` for a new hash.
 /// - `version(m)`: the `born:ver` of meta `m`.
+/// - `remove_run(prefix, run, epoch_px)`: deletes the run `run` as `DELETE`
+///   does (journal and cancel mark; the epoch only gets an expiry, so its
+///   tokens keep growing).
+/// - `completion(j, idx, c, was_done)`: keep-the-last-N (contract rule 20),
+///   after a save wrote journal `j`. `c`: `completed` (the latest
+///   checkpoint is), `keep` (`nil`: keep all), `prefix`, `run` (the run's
+///   key, its member in `idx`), `px` (the journal's ttl) and `epoch_px`;
+///   `was_done`: the journal replaced or appended to had a `done` field.
+///   A run that is not completed loses its `done` and its member of `idx`
+///   (the pipeline's sorted set of completed runs, scored by completion
+///   time, the server's clock in ms). A completed one gets `done` = now;
+///   then, with `keep`, the members whose runs have expired (scored more
+///   than `px` less a second ago) are dropped, the run is added, and while
+///   `idx` holds more than `keep`, its oldest member is popped and that run
+///   deleted with `remove_run`, only if its hash still carries that very
+///   `done` (a run written again since, or deleted or expired, is left
+///   alone); `idx` expires with its newest run.
 /// - `expire(key, px, epoch, epoch_px, had, fresh)`: the journal's expiry,
 ///   `px` ms, or none when `px` is `'0'` (a run that did not complete); the
 ///   run's epoch `epoch` then keeps no expiry either, and otherwise lasts at
@@ -100,7 +118,7 @@ macro_rules! journal_fns {
     () => {
         r"
 local function meta(key)
-  local m = redis.pcall('HMGET', key, 'first', 'last', 'fulls', 'born', 'ver', 'exp')
+  local m = redis.pcall('HMGET', key, 'first', 'last', 'fulls', 'born', 'ver', 'exp', 'done')
   if m['err'] then
     if redis.call('TYPE', key)['ok'] == 'string' then
       return {first = 0, last = 0, fulls = {0}, legacy = true}
@@ -115,7 +133,7 @@ local function meta(key)
     fulls[#fulls + 1] = tonumber(s)
   end
   return {first = tonumber(m[1]), last = tonumber(m[2]), fulls = fulls, born = m[4],
-    ver = tonumber(m[5]), exp = m[6] == '1'}
+    ver = tonumber(m[5]), exp = m[6] == '1', done = m[7]}
 end
 local function born()
   local t = redis.call('TIME')
@@ -157,6 +175,46 @@ local function get(key, from, to)
   end
   return out
 end
+local function remove_run(prefix, run, epoch_px)
+  redis.call('DEL', prefix .. ':' .. run, prefix .. '.cancelled:' .. run)
+  local epoch = prefix .. '.epoch:' .. run
+  if redis.call('PTTL', epoch) == -1 then
+    redis.call('PEXPIRE', epoch, epoch_px)
+  end
+end
+local function completion(j, idx, c, was_done)
+  if not c.completed then
+    if was_done then
+      redis.call('HDEL', j, 'done')
+      redis.call('ZREM', idx, c.run)
+    end
+    return
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', j, 'done', int(now))
+  if not c.keep then
+    if was_done then
+      redis.call('ZREM', idx, c.run)
+    end
+    return
+  end
+  if c.px ~= '0' then
+    redis.call('ZREMRANGEBYSCORE', idx, '-inf', int(now - tonumber(c.px) + 1000))
+  end
+  redis.call('ZADD', idx, int(now), c.run)
+  while redis.call('ZCARD', idx) > c.keep do
+    local oldest = redis.call('ZRANGE', idx, 0, 0, 'WITHSCORES')
+    redis.call('ZREM', idx, oldest[1])
+    local done = redis.pcall('HGET', c.prefix .. ':' .. oldest[1], 'done')
+    if type(done) == 'string' and tonumber(done) == tonumber(oldest[2]) then
+      remove_run(c.prefix, oldest[1], c.epoch_px)
+    end
+  end
+  if c.px ~= '0' and redis.call('EXISTS', idx) == 1 then
+    redis.call('PEXPIRE', idx, c.px)
+  end
+end
 local function expire(key, px, epoch, epoch_px, had, fresh)
   if px == '0' then
     if had then
@@ -176,17 +234,22 @@ end
     };
 }
 
-/// `KEYS`: journal, cancel mark, epoch. `ARGV`: journal ttl (ms, `0` for
-/// none), `1` when the latest checkpoint is cancelled, epoch ttl (ms), the
-/// journal's `first`, `last` and `fulls`, then each checkpoint's number and
-/// entry bytes. The plain `save`: the journal replaced by the one given,
-/// and the cancel mark set or deleted to match its latest checkpoint.
+/// `KEYS`: journal, cancel mark, epoch, the pipeline's completed index.
+/// `ARGV`: journal ttl (ms, `0` for none), `1` when the latest checkpoint
+/// is cancelled, epoch ttl (ms), the journal's `first`, `last` and `fulls`,
+/// `1` when the latest checkpoint is completed, the number of completed
+/// runs to keep (`none`: all), the key prefix, the run's key, then each
+/// checkpoint's number and entry bytes. The plain `save`: the journal
+/// replaced by the one given, the cancel mark set or deleted to match its
+/// latest checkpoint, and the completion recorded (`completion`: the run
+/// indexed and the pipeline trimmed when it completed, taken out of the
+/// index when it did not).
 pub(crate) const SAVE: &str = concat!(
     journal_fns!(),
     r"
 redis.call('DEL', KEYS[1])
 local fields = {'first', ARGV[4], 'last', ARGV[5], 'fulls', ARGV[6], 'born', born(), 'ver', 0}
-for i = 7, #ARGV, 2 do
+for i = 11, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
   if #fields >= 1000 or i + 2 > #ARGV then
@@ -201,14 +264,19 @@ if ARGV[2] == '1' then
 else
   redis.call('DEL', KEYS[2])
 end
+completion(KEYS[1], KEYS[4], {completed = ARGV[7] == '1', keep = tonumber(ARGV[8]),
+  prefix = ARGV[9], run = ARGV[10], px = ARGV[1], epoch_px = ARGV[3]},
+  -- a plain save replaces whatever was there: drop a stale index entry
+  true)
 return 1
 "
 );
 
-/// `KEYS`: lease, journal, cancel mark, epoch. `ARGV`: token, the
-/// checkpoint's number, `1` when it is whole, its `keep_from`, its entry
-/// bytes, journal ttl (ms, `0` for none), `1` when it is cancelled, epoch
-/// ttl (ms).
+/// `KEYS`: lease, journal, cancel mark, epoch, the pipeline's completed
+/// index. `ARGV`: token, the checkpoint's number, `1` when it is whole, its
+/// `keep_from`, its entry bytes, journal ttl (ms, `0` for none), `1` when
+/// it is cancelled, epoch ttl (ms), `1` when it is completed, the number of
+/// completed runs to keep (`none`: all), the key prefix, the run's key.
 ///
 /// Returns 1 when appended; 2 (nothing written) when the run is cancelled,
 /// whatever the lease; 0 (nothing written) when the lease is not `token`'s;
@@ -218,7 +286,9 @@ return 1
 /// checkpoint leaves a gap after the last: every number from `first` to
 /// `last` stays stored), migrates a run of an
 /// earlier build, and drops the checkpoints before the cut point, computed
-/// as `fluxio_core::store::cut_point` does.
+/// as `fluxio_core::store::cut_point` does. Then `completion`: a completed
+/// run is indexed and its pipeline trimmed; a run that was completed and
+/// is not any more leaves the index.
 pub(crate) const SAVE_FENCED: &str = concat!(
     journal_fns!(),
     r"
@@ -236,6 +306,7 @@ if not full and not (m and m.first < seq and seq - 1 <= m.last) then
   return 3
 end
 local had = m and m.exp
+local was_done = m and m.done and true
 if m and (seq <= m.first or (full and seq > m.last + 1)) then
   redis.call('DEL', j)
   m, had = nil, false
@@ -307,6 +378,8 @@ expire(j, ARGV[6], KEYS[4], ARGV[8], had, fresh)
 if ARGV[7] == '1' then
   redis.call('SET', KEYS[3], 1)
 end
+completion(j, KEYS[5], {completed = ARGV[9] == '1', keep = tonumber(ARGV[10]),
+  prefix = ARGV[11], run = ARGV[12], px = ARGV[6], epoch_px = ARGV[8]}, was_done)
 return 1
 "
 );
@@ -365,25 +438,29 @@ return {version(m), int(from), int(m.last)}
 "
 );
 
-/// `KEYS`: lease, journal, cancel mark, epoch. `ARGV`: token, epoch ttl
-/// (ms). Returns 1 when deleted (or already absent), 0 when the lease is not
-/// `token`'s. A cancelled run is deleted like any other, mark and all; an
-/// epoch left without expiry gets the epoch ttl.
+/// `KEYS`: lease, journal, cancel mark, epoch, the pipeline's completed
+/// index. `ARGV`: token, epoch ttl (ms), the run's key. Returns 1 when
+/// deleted (or already absent), 0 when the lease is not `token`'s. A
+/// cancelled run is deleted like any other, mark and all; a completed one
+/// leaves the index; an epoch left without expiry gets the epoch ttl.
 pub(crate) const DELETE_FENCED: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('ZREM', KEYS[5], ARGV[3])
 if redis.call('PTTL', KEYS[4]) == -1 then
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 return 1
 ";
 
-/// `KEYS`: journal, cancel mark, epoch. `ARGV`: epoch ttl (ms). The plain
-/// `delete`: as `DELETE_FENCED` without the lease check.
+/// `KEYS`: journal, cancel mark, epoch, the pipeline's completed index.
+/// `ARGV`: epoch ttl (ms), the run's key. The plain `delete`: as
+/// `DELETE_FENCED` without the lease check.
 pub(crate) const DELETE: &str = r"
 redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[4], ARGV[2])
 if redis.call('PTTL', KEYS[3]) == -1 then
   redis.call('PEXPIRE', KEYS[3], ARGV[1])
 end

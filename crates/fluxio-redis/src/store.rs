@@ -63,6 +63,8 @@ pub(crate) struct Inner {
     pub(crate) url: RedactedUrl,
     pub(crate) key_prefix: String,
     pub(crate) completed_retention: Option<Duration>,
+    /// How many completed runs of each pipeline to keep; `None`: all.
+    pub(crate) keep_completed: Option<usize>,
     /// `completed_retention` in milliseconds; 0 for none.
     pub(crate) retention_ms: u64,
     pub(crate) command_timeout: Duration,
@@ -77,6 +79,7 @@ impl fmt::Debug for RedisStore {
             .field("url", &self.inner.url.url)
             .field("key_prefix", &self.inner.key_prefix)
             .field("completed_retention", &self.inner.completed_retention)
+            .field("keep_completed", &self.inner.keep_completed)
             .field("command_timeout", &self.inner.command_timeout)
             .finish()
     }
@@ -123,6 +126,13 @@ impl RedisStore {
         self.inner.completed_retention
     }
 
+    /// How many completed runs of each pipeline are kept (`None`: all);
+    /// see [`RedisStoreBuilder::keep_completed`].
+    #[must_use]
+    pub fn keep_completed(&self) -> Option<usize> {
+        self.inner.keep_completed
+    }
+
     /// How long one call may take.
     #[must_use]
     pub fn command_timeout(&self) -> Duration {
@@ -137,6 +147,32 @@ impl RedisStore {
     #[must_use]
     pub fn checkpoint_key(&self, run_id: &str) -> String {
         format!("{}:{run_id}", self.inner.key_prefix)
+    }
+
+    /// The sorted set of the completed runs of `pipeline` (the part of a
+    /// run's key before its first `/`, empty for a bare run id):
+    /// `{prefix}.completed:{pipeline}`, a member per completed run (its
+    /// key), scored by when it completed (the server's clock, in ms). Kept
+    /// by a store built with
+    /// [`keep_completed`](RedisStoreBuilder::keep_completed), which deletes
+    /// the runs beyond the newest `n` from it.
+    #[must_use]
+    pub fn completed_key(&self, pipeline: &str) -> String {
+        format!("{}.completed:{pipeline}", self.inner.key_prefix)
+    }
+
+    /// [`completed_key`](Self::completed_key) of the pipeline of the run
+    /// key `run_key`.
+    fn completed_key_of(&self, run_key: &str) -> String {
+        self.completed_key(run_key.split_once('/').map_or("", |(pipeline, _)| pipeline))
+    }
+
+    /// The number of completed runs per pipeline to keep, as the save
+    /// scripts take it: `none` for all.
+    fn keep_arg(&self) -> String {
+        self.inner
+            .keep_completed
+            .map_or_else(|| "none".to_owned(), |n| n.to_string())
     }
 
     /// The key holding the fencing token of the lease on `run_id`, while
@@ -334,9 +370,11 @@ impl CheckpointStore for RedisStore {
             .key(&key)
             .key(self.cancelled_key(&run_key))
             .key(self.epoch_key(&run_key))
+            .key(self.completed_key_of(&run_key))
             .arg(self.checkpoint_px(&checkpoint))
             .arg(u8::from(checkpoint.is_cancelled()))
             .arg(self.epoch_px(0));
+        let completed = checkpoint.status == RunStatus::Completed;
         let journal = checkpoint.into_journal();
         let fulls: Vec<String> = journal
             .iter()
@@ -351,7 +389,14 @@ impl CheckpointStore for RedisStore {
                 });
             }
         };
-        script.arg(first).arg(last).arg(fulls.join(" "));
+        script
+            .arg(first)
+            .arg(last)
+            .arg(fulls.join(" "))
+            .arg(u8::from(completed))
+            .arg(self.keep_arg())
+            .arg(&self.inner.key_prefix)
+            .arg(&run_key);
         for cp in &journal {
             script.arg(cp.seq).arg(cp.entry_bytes()?);
         }
@@ -393,7 +438,9 @@ impl CheckpointStore for RedisStore {
             .key(&key)
             .key(self.cancelled_key(run_id))
             .key(self.epoch_key(run_id))
-            .arg(self.epoch_px(0));
+            .key(self.completed_key_of(run_id))
+            .arg(self.epoch_px(0))
+            .arg(run_id);
         Ok(self
             .invoke::<()>(op::DELETE, &key, self.deadline(), &script)
             .await?)
@@ -510,6 +557,7 @@ impl CheckpointStore for RedisStore {
             .key(&key)
             .key(self.cancelled_key(&run_key))
             .key(self.epoch_key(&run_key))
+            .key(self.completed_key_of(&run_key))
             .arg(lease.token())
             .arg(checkpoint.seq)
             .arg(u8::from(checkpoint.change.is_full()))
@@ -517,7 +565,11 @@ impl CheckpointStore for RedisStore {
             .arg(bytes)
             .arg(self.checkpoint_px(&checkpoint))
             .arg(u8::from(checkpoint.is_cancelled()))
-            .arg(self.epoch_px(0));
+            .arg(self.epoch_px(0))
+            .arg(u8::from(checkpoint.status == RunStatus::Completed))
+            .arg(self.keep_arg())
+            .arg(&self.inner.key_prefix)
+            .arg(&run_key);
         let saved: u8 = self
             .invoke(op::SAVE_FENCED, &key, self.deadline(), &script)
             .await?;
@@ -543,8 +595,10 @@ impl CheckpointStore for RedisStore {
             .key(&key)
             .key(self.cancelled_key(run_id))
             .key(self.epoch_key(run_id))
+            .key(self.completed_key_of(run_id))
             .arg(lease.token())
-            .arg(self.epoch_px(0));
+            .arg(self.epoch_px(0))
+            .arg(run_id);
         let deleted: u8 = self
             .invoke(op::DELETE_FENCED, &key, self.deadline(), &script)
             .await?;

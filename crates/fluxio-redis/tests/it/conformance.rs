@@ -39,6 +39,18 @@ impl Harness for RedisHarness {
             .expect("connect to redis")
     }
 
+    /// A store keeping the `n` newest completed runs of each pipeline.
+    async fn store_keeping_completed(&self, ns: &str, n: usize) -> Option<RedisStore> {
+        let store = RedisStore::builder(&self.url)
+            .key_prefix(ns)
+            .completed_retention(Some(TTL))
+            .keep_completed(Some(n))
+            .connect()
+            .await
+            .expect("connect to redis");
+        Some(store)
+    }
+
     async fn write_raw(&self, ns: &str, run_id: &str, bytes: &[u8]) -> bool {
         let mut raw = self.raw.clone();
         redis::cmd("SET")

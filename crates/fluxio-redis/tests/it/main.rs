@@ -8,6 +8,7 @@
 mod conformance;
 mod error_kind;
 mod journal;
+mod keep;
 mod secrets;
 mod store;
 mod timeout;
