@@ -119,6 +119,8 @@ pub(crate) struct Sql {
     pub(crate) renew: String,
     pub(crate) release: String,
     pub(crate) purge: String,
+    pub(crate) keep_lock: String,
+    pub(crate) keep_completed: String,
 }
 
 /// The columns of the run's row a save writes, in bind order `$1..$8`. The
@@ -138,6 +140,12 @@ const UPSERT: &str = "ON CONFLICT (run_id) DO UPDATE SET \
      expires_at = EXCLUDED.expires_at";
 /// The `status` of a cancelled run's row (rule 14): what fenced saves check.
 pub(crate) const CANCELLED: &str = "cancelled";
+/// The `status` of a completed run's row: what `keep_completed` trims.
+pub(crate) const COMPLETED: &str = "completed";
+/// The first key of the transaction-level advisory lock a completion takes
+/// before trimming its pipeline (`"keep"`); the second is the hash of the
+/// table and the pipeline.
+const KEEP_LOCK_CLASS: i32 = 0x6b65_6570;
 /// A row that is not expired (database clock).
 const VISIBLE: &str = "(expires_at IS NULL OR expires_at > clock_timestamp())";
 
@@ -223,6 +231,27 @@ impl Sql {
                 "WITH dead_leases AS (DELETE FROM {leases} \
                  WHERE expires_at IS NULL OR expires_at <= clock_timestamp()) \
                  DELETE FROM {cp} WHERE expires_at <= clock_timestamp()"
+            ),
+            // Held until the transaction ends: the completions of pipeline
+            // `$1` in this table trim one after the other, each (a new
+            // statement, a new snapshot under READ COMMITTED) seeing the
+            // runs the ones before it completed. The names are validated
+            // identifiers (no quote can occur in them).
+            keep_lock: format!(
+                "SELECT pg_advisory_xact_lock({KEEP_LOCK_CLASS}, \
+                 hashtext('{}.{}/' || $1::text))",
+                names.schema, names.table
+            ),
+            // The completed runs of pipeline `$1` but the `$2` newest
+            // visible ones (expired ones go too: they are purgeable). Both
+            // scans are one range of the `(pipeline, status, updated_at)`
+            // index of schema version 3; the steps go with the rows
+            // (`ON DELETE CASCADE`).
+            keep_completed: format!(
+                "DELETE FROM {cp} WHERE pipeline = $1 AND status = '{COMPLETED}' \
+                 AND run_id NOT IN (SELECT run_id FROM {cp} \
+                 WHERE pipeline = $1 AND status = '{COMPLETED}' AND {VISIBLE} \
+                 ORDER BY updated_at DESC, run_id DESC LIMIT $2)"
             ),
         }
     }

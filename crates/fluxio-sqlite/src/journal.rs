@@ -13,7 +13,7 @@ use fluxio_core::store::{Checkpoint, RunStatus, cut_point, missing_predecessor};
 use sqlx::SqliteConnection;
 
 use crate::connection::Failure;
-use crate::names::{CANCELLED, Sql};
+use crate::names::{CANCELLED, COMPLETED, Sql};
 
 /// One checkpoint as a row of `<table>_steps`: its number, whether it holds
 /// the whole context, and [`Checkpoint::entry_bytes`]. Encoded before the
@@ -32,6 +32,24 @@ impl Step {
             payload: checkpoint.entry_bytes()?,
         })
     }
+}
+
+/// What a store keeps of its completed runs (contract rule 20): how long
+/// each stays visible (`None`: until deleted), and how many of the newest
+/// of each pipeline (`None`: all).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Retention {
+    pub(crate) expire_after: Option<Duration>,
+    pub(crate) keep_completed: Option<usize>,
+}
+
+impl Retention {
+    /// Nothing expires and nothing is trimmed: for writes that never
+    /// complete a run (a cancel).
+    pub(crate) const NONE: Retention = Retention {
+        expire_after: None,
+        keep_completed: None,
+    };
 }
 
 /// The run's row: whether it is cancelled (`None`: no row).
@@ -58,7 +76,7 @@ pub(crate) async fn append(
     key: &str,
     checkpoint: &Checkpoint,
     step: &Step,
-    retention: Option<Duration>,
+    retention: Retention,
 ) -> std::result::Result<(), Failure> {
     if !step.whole {
         let before: bool = sqlx::query_scalar(&sql.step_exists)
@@ -75,7 +93,7 @@ pub(crate) async fn append(
         .bind(step.seq)
         .execute(&mut *conn)
         .await?;
-    write_run(conn, sql, key, checkpoint, retention).await?;
+    write_run(conn, sql, key, checkpoint, retention.expire_after).await?;
     insert(conn, sql, key, step).await?;
     if checkpoint.keep_from > 0 {
         let whole: Vec<i64> = sqlx::query_scalar(&sql.whole_steps)
@@ -91,7 +109,7 @@ pub(crate) async fn append(
                 .await?;
         }
     }
-    Ok(())
+    keep_completed(conn, sql, key, checkpoint, retention.keep_completed).await
 }
 
 /// Replaces the whole journal of run `key` with `steps` (oldest first),
@@ -103,9 +121,9 @@ pub(crate) async fn replace(
     key: &str,
     latest: &Checkpoint,
     steps: &[Step],
-    retention: Option<Duration>,
+    retention: Retention,
 ) -> std::result::Result<(), Failure> {
-    write_run(conn, sql, key, latest, retention).await?;
+    write_run(conn, sql, key, latest, retention.expire_after).await?;
     sqlx::query(&sql.delete_steps_from)
         .bind(key)
         .bind(0_i64)
@@ -114,6 +132,31 @@ pub(crate) async fn replace(
     for step in steps {
         insert(conn, sql, key, step).await?;
     }
+    keep_completed(conn, sql, key, latest, retention.keep_completed).await
+}
+
+/// After `checkpoint` was written as the latest of run `key`: when it
+/// completes the run and the store keeps `keep` completed runs per
+/// pipeline, deletes the completed runs of the run's pipeline (the part of
+/// `key` before its first `/`) but the `keep` newest, each whole (its row,
+/// and its steps with it). In the completing write's transaction.
+async fn keep_completed(
+    conn: &mut SqliteConnection,
+    sql: &Sql,
+    key: &str,
+    checkpoint: &Checkpoint,
+    keep: Option<usize>,
+) -> std::result::Result<(), Failure> {
+    let Some(keep) = keep else { return Ok(()) };
+    if checkpoint.status != RunStatus::Completed {
+        return Ok(());
+    }
+    let pipeline = key.split_once('/').map_or("", |(pipeline, _)| pipeline);
+    sqlx::query(&sql.keep_completed)
+        .bind(pipeline)
+        .bind(i64::try_from(keep).unwrap_or(i64::MAX))
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
@@ -164,7 +207,7 @@ fn status_name(status: RunStatus) -> &'static str {
     match status {
         RunStatus::Running => "running",
         RunStatus::Failed => "failed",
-        RunStatus::Completed => "completed",
+        RunStatus::Completed => COMPLETED,
         RunStatus::Cancelled => CANCELLED,
         _ => "other",
     }

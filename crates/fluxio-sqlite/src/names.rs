@@ -91,6 +91,12 @@ impl Names {
         quote(&format!("{}_expires_at", self.table))
     }
 
+    /// The index of schema version 3 on the checkpoints' `(pipeline,
+    /// status, updated_at)`.
+    pub(crate) fn checkpoints_pipeline(&self) -> String {
+        quote(&format!("{}_pipeline", self.table))
+    }
+
     /// The unique index on the leases' `token`.
     pub(crate) fn leases_token(&self) -> String {
         quote(&format!("{}_leases_token", self.table))
@@ -147,10 +153,13 @@ pub(crate) struct Sql {
     pub(crate) release: String,
     pub(crate) purge_leases: String,
     pub(crate) purge_checkpoints: String,
+    pub(crate) keep_completed: String,
 }
 
 /// The `status` of a cancelled run's row (rule 14): what fenced saves check.
 pub(crate) const CANCELLED: &str = "cancelled";
+/// The `status` of a completed run's row: what `keep_completed` trims.
+pub(crate) const COMPLETED: &str = "completed";
 
 /// The columns of the run's row a save writes; `?1..?8` are bound by
 /// `bind_run`: `?7` is the run's start in milliseconds, `?8` the retention
@@ -248,6 +257,17 @@ impl Sql {
                  AND token < (SELECT max(token) FROM {leases})"
             ),
             purge_checkpoints: format!("DELETE FROM {cp} WHERE expires_at <= {NOW}"),
+            // The completed runs of pipeline `?1` but the `?2` newest
+            // visible ones (expired ones go too: they are purgeable). Both
+            // scans are one range of the `(pipeline, status, updated_at)`
+            // index of schema version 3; the steps go with the rows (the
+            // trigger of version 2).
+            keep_completed: format!(
+                "DELETE FROM {cp} WHERE pipeline = ?1 AND status = '{COMPLETED}' \
+                 AND run_id NOT IN (SELECT run_id FROM {cp} \
+                 WHERE pipeline = ?1 AND status = '{COMPLETED}' AND {visible} \
+                 ORDER BY updated_at DESC, run_id DESC LIMIT ?2)"
+            ),
         }
     }
 }
