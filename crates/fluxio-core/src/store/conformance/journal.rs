@@ -303,6 +303,10 @@ pub async fn rule20_keep_completed_keeps_the_newest_completed_runs_of_each_pipel
         (&q1, true),
     ] {
         assert_eq!(store.exists(key).await.expect("exists"), kept, "{key}");
-        assert_eq!(!history(&store, key).await.is_empty(), kept, "{key}'s journal");
+        assert_eq!(
+            !history(&store, key).await.is_empty(),
+            kept,
+            "{key}'s journal"
+        );
     }
 }
