@@ -15,7 +15,7 @@ use sqlx::postgres::PgPool;
 use crate::builder::{PostgresStoreBuilder, Source};
 use crate::connection::{Failure, Retry};
 use crate::error::BACKEND;
-use crate::journal::{self, Retention, Step};
+use crate::journal::{self, Journal, Retention, Step};
 use crate::migrate;
 use crate::names::{Names, Sql};
 
@@ -198,7 +198,15 @@ impl CheckpointStore for PostgresStore {
         self.call("save", Retry::Once, |mut conn| async move {
             let mut tx = conn.begin().await?;
             let retention = inner.retention();
-            journal::replace(&mut tx, &inner.sql, key, checkpoint, steps, retention).await?;
+            Journal::replace(
+                &mut tx,
+                &inner.sql.journal,
+                key,
+                checkpoint,
+                steps,
+                retention,
+            )
+            .await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })
@@ -347,7 +355,7 @@ impl CheckpointStore for PostgresStore {
                 .bind(token)
                 .fetch_optional(&mut *tx)
                 .await?;
-            if journal::cancelled(&mut tx, &inner.sql, key).await? {
+            if Journal::cancelled(&mut tx, &inner.sql.journal, key).await? {
                 return Err(Failure::Fluxio(Error::Cancelled {
                     run_id: key.clone(),
                 }));
@@ -356,7 +364,15 @@ impl CheckpointStore for PostgresStore {
                 return Err(Failure::Fluxio(lease_lost(lease)));
             }
             let retention = inner.retention();
-            journal::append(&mut tx, &inner.sql, key, checkpoint, step, retention).await?;
+            Journal::append(
+                &mut tx,
+                &inner.sql.journal,
+                key,
+                checkpoint,
+                step,
+                retention,
+            )
+            .await?;
             tx.commit().await?;
             Ok(())
         })
@@ -374,14 +390,22 @@ impl CheckpointStore for PostgresStore {
         let inner = &self.inner;
         self.call("cancel", Retry::Never, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            journal::cancelled(&mut tx, &inner.sql, run_id).await?;
+            Journal::cancelled(&mut tx, &inner.sql.journal, run_id).await?;
             let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
                 .bind(run_id)
                 .fetch_all(&mut *tx)
                 .await?;
             let next = cancelled_checkpoint(run_id, journal::latest(run_id, parts)?)?;
             let step = Step::of(&next)?;
-            journal::append(&mut tx, &inner.sql, run_id, &next, &step, Retention::NONE).await?;
+            Journal::append(
+                &mut tx,
+                &inner.sql.journal,
+                run_id,
+                &next,
+                &step,
+                Retention::NONE,
+            )
+            .await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })

@@ -118,6 +118,9 @@
 //!   `history` reads every step.
 //! - `save` (plain) replaces the run's steps with the checkpoint's journal
 //!   in one transaction; `cancel` appends the cancelled checkpoint.
+//! - The order of these statements is written once for both SQL stores, in
+//!   the internal crate `fluxio-sql` (generic over the sqlx driver); the
+//!   SQL text, the transactions and their locks are this crate's.
 //! - A trigger deletes a run's steps with its row, so `delete`,
 //!   `delete_fenced` and `purge_expired` stay one statement each and
 //!   remove a run in one piece.

@@ -16,7 +16,7 @@ use sqlx::sqlite::SqlitePool;
 use crate::builder::{SqliteStoreBuilder, Synchronous};
 use crate::connection::{Failure, timed};
 use crate::error::BACKEND;
-use crate::journal::{self, Retention, Step};
+use crate::journal::{self, Journal, Retention, Step};
 use crate::names::{Names, Sql};
 
 /// Durations in SQL are capped here (about 100 years, in milliseconds), so
@@ -191,7 +191,15 @@ impl CheckpointStore for SqliteStore {
         self.timed("save", async {
             let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
             let retention = inner.retention();
-            journal::replace(&mut tx, &inner.sql, &key, &checkpoint, &steps, retention).await?;
+            Journal::replace(
+                &mut tx,
+                &inner.sql.journal,
+                &key,
+                &checkpoint,
+                &steps,
+                retention,
+            )
+            .await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })
@@ -335,7 +343,7 @@ impl CheckpointStore for SqliteStore {
         let inner = &self.inner;
         self.timed("save_fenced", async {
             let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
-            if journal::cancelled(&mut tx, &inner.sql, &key).await? {
+            if Journal::cancelled(&mut tx, &inner.sql.journal, &key).await? {
                 return Err(Failure::Fluxio(Error::Cancelled {
                     run_id: key.clone(),
                 }));
@@ -349,7 +357,15 @@ impl CheckpointStore for SqliteStore {
                 return Err(Failure::Fluxio(lease_lost(lease)));
             }
             let retention = inner.retention();
-            journal::append(&mut tx, &inner.sql, &key, &checkpoint, &step, retention).await?;
+            Journal::append(
+                &mut tx,
+                &inner.sql.journal,
+                &key,
+                &checkpoint,
+                &step,
+                retention,
+            )
+            .await?;
             tx.commit().await?;
             Ok(())
         })
@@ -372,7 +388,15 @@ impl CheckpointStore for SqliteStore {
                 .await?;
             let next = cancelled_checkpoint(run_id, journal::latest(run_id, parts)?)?;
             let step = Step::of(&next)?;
-            journal::append(&mut tx, &inner.sql, run_id, &next, &step, Retention::NONE).await?;
+            Journal::append(
+                &mut tx,
+                &inner.sql.journal,
+                run_id,
+                &next,
+                &step,
+                Retention::NONE,
+            )
+            .await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })
@@ -427,7 +451,7 @@ mod tests {
         let store = SqliteStore::connect(dir.db("plan")).await.expect("open");
         let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(&format!(
             "EXPLAIN QUERY PLAN {}",
-            store.inner.sql.keep_completed
+            store.inner.sql.journal.keep_completed
         ))
         .bind("orders")
         .bind(2_i64)
