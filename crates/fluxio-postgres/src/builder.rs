@@ -57,6 +57,7 @@ pub struct PostgresStoreBuilder {
     table: String,
     max_connections: u32,
     completed_retention: Option<Duration>,
+    keep_completed: Option<usize>,
     timeout: Duration,
 }
 
@@ -72,6 +73,7 @@ impl fmt::Debug for PostgresStoreBuilder {
             .field("table", &self.table)
             .field("max_connections", &self.max_connections)
             .field("completed_retention", &self.completed_retention)
+            .field("keep_completed", &self.keep_completed)
             .field("timeout", &self.timeout)
             .finish()
     }
@@ -85,6 +87,7 @@ impl PostgresStoreBuilder {
             table: DEFAULT_TABLE.to_owned(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             completed_retention: Some(DEFAULT_COMPLETED_RETENTION),
+            keep_completed: None,
             timeout: DEFAULT_TIMEOUT,
         }
     }
@@ -120,6 +123,25 @@ impl PostgresStoreBuilder {
     #[must_use]
     pub fn completed_retention(mut self, retention: Option<Duration>) -> Self {
         self.completed_retention = retention;
+        self
+    }
+
+    /// Keeps at most the `n` newest completed runs of each pipeline
+    /// (default `None`: all of them, each until its
+    /// [`completed_retention`](Self::completed_retention) passes). When a
+    /// run completes (a save, fenced or not, of a
+    /// [`RunStatus::Completed`](fluxio_core::store::RunStatus::Completed)
+    /// checkpoint), the completed runs of its pipeline but the `n` newest
+    /// (by when they completed, on the database's clock) are deleted, each
+    /// whole (its row and its journal), in the transaction of that save.
+    /// The pipeline of a run is the part of its key before the first `/`
+    /// (empty for a bare run id), as in
+    /// [`InMemoryStore::keep_completed`](fluxio_core::store::InMemoryStore::keep_completed).
+    /// Running, failed and cancelled runs are never deleted by it. `Some(0)`
+    /// deletes each run as it completes.
+    #[must_use]
+    pub fn keep_completed(mut self, n: Option<usize>) -> Self {
+        self.keep_completed = n;
         self
     }
 
@@ -191,6 +213,7 @@ impl PostgresStoreBuilder {
                 sql,
                 timeout: self.timeout,
                 completed_retention: self.completed_retention,
+                keep_completed: self.keep_completed,
                 url,
             }),
         })

@@ -29,8 +29,8 @@
 //!
 //! [`PostgresStore::builder`] sets the schema (default `public`), the table
 //! (default `fluxio_checkpoints`), the pool size, the retention of completed
-//! runs and the timeout; [`PostgresStore::from_pool`] runs on a pool you
-//! already have.
+//! runs (how long, and how many per pipeline) and the timeout;
+//! [`PostgresStore::from_pool`] runs on a pool you already have.
 //!
 //! # Schema
 //!
@@ -49,8 +49,10 @@
 //!     error_message TEXT,
 //!     created_at    TIMESTAMPTZ NOT NULL,  -- the run's start (client clock)
 //!     updated_at    TIMESTAMPTZ NOT NULL,  -- last write (database clock)
-//!     expires_at    TIMESTAMPTZ            -- completed runs only
-//! );
+//!     expires_at    TIMESTAMPTZ,           -- completed runs only
+//!     pipeline      TEXT NOT NULL GENERATED ALWAYS AS (...) STORED
+//!                                          -- run_id before its first `/` ('' if none)
+//! );                                       -- + an index on (pipeline, status, updated_at)
 //! CREATE TABLE "<schema>"."<table>_steps" (  -- the run's journal (rules 18, 20)
 //!     run_id  TEXT    NOT NULL REFERENCES "<schema>"."<table>" ON DELETE CASCADE,
 //!     seq     BIGINT  NOT NULL,            -- Checkpoint::seq
@@ -87,6 +89,9 @@
 //!   `history` reads every step.
 //! - `save` (plain) replaces the run's steps with the checkpoint's journal
 //!   in one transaction; `cancel` appends the cancelled checkpoint.
+//! - The order of these statements is written once for both SQL stores, in
+//!   the internal crate `fluxio-sql` (generic over the sqlx driver); the
+//!   SQL text, the transactions and their locks are this crate's.
 //! - The steps go with the run's row (`ON DELETE CASCADE`), so `delete`,
 //!   `delete_fenced` and `purge_expired` stay one statement each and remove
 //!   a run in one piece.
@@ -119,6 +124,25 @@
 //! and `exists` treat the run as absent (so `resume` of that run id fails
 //! with `CheckpointNotFound`), and
 //! [`purge_expired`](PostgresStore::purge_expired) deletes it, steps and all.
+//!
+//! [`keep_completed(Some(n))`](PostgresStoreBuilder::keep_completed) keeps
+//! only the `n` newest completed runs of each pipeline (contract rule 20):
+//! the save (fenced or plain) that writes a run's completed checkpoint also
+//! deletes, in its transaction, the completed runs of the run's pipeline
+//! but the `n` whose rows were written last (`updated_at`, the database
+//! clock; expired ones are deleted too), each whole: the row, and its
+//! steps through `ON DELETE CASCADE`. Running, failed and cancelled runs
+//! are never touched. Completions of one pipeline trim one at a time (a
+//! transaction-level advisory lock per table and pipeline, taken after the
+//! run's row is written), so runs completing together on several workers
+//! still leave exactly `n`. The pipeline of a run is the part of its key
+//! before the first `/` (empty for a bare run id); schema version 3 adds it
+//! as the column `pipeline`, which PostgreSQL generates from `run_id`
+//! (filled for the existing rows by the migration, and written right by
+//! older builds, which never name it), with an index on
+//! `(pipeline, status, updated_at)`, so the trim reads one range of the
+//! index, however many runs the table holds. Both limits apply: a kept run
+//! still expires after its `completed_retention`.
 //!
 //! # Guarantees
 //!

@@ -1,5 +1,7 @@
 //! Identifier validation, quoting and the SQL of the store.
 
+use fluxio_sql::{COMPLETED, Statements};
+
 use crate::error::PostgresStoreError;
 
 /// Longest identifier PostgreSQL keeps without truncating it (`NAMEDATALEN - 1`).
@@ -102,14 +104,9 @@ pub(crate) fn quote(ident: &str) -> String {
 /// Values are always bind parameters.
 #[derive(Debug)]
 pub(crate) struct Sql {
-    pub(crate) save: String,
-    pub(crate) status: String,
+    /// The journal's writes (`fluxio-sql` runs them).
+    pub(crate) journal: Statements,
     pub(crate) lease_lock: String,
-    pub(crate) step_exists: String,
-    pub(crate) insert_step: String,
-    pub(crate) delete_steps_from: String,
-    pub(crate) delete_steps_below: String,
-    pub(crate) whole_steps: String,
     pub(crate) load: String,
     pub(crate) history: String,
     pub(crate) exists: String,
@@ -136,8 +133,10 @@ const UPSERT: &str = "ON CONFLICT (run_id) DO UPDATE SET \
      step = EXCLUDED.step, status = EXCLUDED.status, error_message = EXCLUDED.error_message, \
      created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, \
      expires_at = EXCLUDED.expires_at";
-/// The `status` of a cancelled run's row (rule 14): what fenced saves check.
-pub(crate) const CANCELLED: &str = "cancelled";
+/// The first key of the transaction-level advisory lock a completion takes
+/// before trimming its pipeline (`"keep"`); the second is the hash of the
+/// table and the pipeline.
+const KEEP_LOCK_CLASS: i32 = 0x6b65_6570;
 /// A row that is not expired (database clock).
 const VISIBLE: &str = "(expires_at IS NULL OR expires_at > clock_timestamp())";
 
@@ -160,11 +159,43 @@ impl Sql {
         let steps = names.steps_qualified();
         let visible_run = format!("EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})");
         Sql {
-            // The run's row: `$1` the key, then the latest checkpoint's fields.
-            save: format!("INSERT INTO {cp} AS c ({COLUMNS}) VALUES ({VALUES}) {UPSERT}"),
-            // Locks the run's row for the rest of the transaction: a cancel
-            // (which locks it too) and a fenced save take turns.
-            status: format!("SELECT status FROM {cp} WHERE run_id = $1 FOR UPDATE"),
+            journal: Statements {
+                // The run's row: `$1` the key, then the latest checkpoint's fields.
+                save: format!("INSERT INTO {cp} AS c ({COLUMNS}) VALUES ({VALUES}) {UPSERT}"),
+                // Locks the run's row for the rest of the transaction: a cancel
+                // (which locks it too) and a fenced save take turns.
+                status: format!("SELECT status FROM {cp} WHERE run_id = $1 FOR UPDATE"),
+                step_exists: format!(
+                    "SELECT EXISTS (SELECT 1 FROM {steps} WHERE run_id = $1 AND seq = $2)"
+                ),
+                insert_step: format!(
+                    "INSERT INTO {steps} (run_id, seq, whole, payload) VALUES ($1, $2, $3, $4)"
+                ),
+                delete_steps_from: format!("DELETE FROM {steps} WHERE run_id = $1 AND seq >= $2"),
+                delete_steps_below: format!("DELETE FROM {steps} WHERE run_id = $1 AND seq < $2"),
+                whole_steps: format!("SELECT seq FROM {steps} WHERE run_id = $1 AND whole"),
+                // Held until the transaction ends: the completions of pipeline
+                // `$1` in this table trim one after the other, each (a new
+                // statement, a new snapshot under READ COMMITTED) seeing the
+                // runs the ones before it completed. The names are validated
+                // identifiers (no quote can occur in them).
+                keep_lock: Some(format!(
+                    "SELECT pg_advisory_xact_lock({KEEP_LOCK_CLASS}, \
+                     hashtext('{}.{}/' || $1::text))",
+                    names.schema, names.table
+                )),
+                // The completed runs of pipeline `$1` but the `$2` newest
+                // visible ones (expired ones go too: they are purgeable). Both
+                // scans are one range of the `(pipeline, status, updated_at)`
+                // index of schema version 3; the steps go with the rows
+                // (`ON DELETE CASCADE`).
+                keep_completed: format!(
+                    "DELETE FROM {cp} WHERE pipeline = $1 AND status = '{COMPLETED}' \
+                     AND run_id NOT IN (SELECT run_id FROM {cp} \
+                     WHERE pipeline = $1 AND status = '{COMPLETED}' AND {VISIBLE} \
+                     ORDER BY updated_at DESC, run_id DESC LIMIT $2)"
+                ),
+            },
             // Whether the lease with token `$2` is current, locking the
             // lease row: the fenced writes of a run take turns (a fresh
             // run has no row of its own to lock yet), and a takeover (which
@@ -174,15 +205,6 @@ impl Sql {
                 "SELECT token = $2 AND expires_at > clock_timestamp() FROM {leases} \
                  WHERE run_id = $1 FOR UPDATE"
             ),
-            step_exists: format!(
-                "SELECT EXISTS (SELECT 1 FROM {steps} WHERE run_id = $1 AND seq = $2)"
-            ),
-            insert_step: format!(
-                "INSERT INTO {steps} (run_id, seq, whole, payload) VALUES ($1, $2, $3, $4)"
-            ),
-            delete_steps_from: format!("DELETE FROM {steps} WHERE run_id = $1 AND seq >= $2"),
-            delete_steps_below: format!("DELETE FROM {steps} WHERE run_id = $1 AND seq < $2"),
-            whole_steps: format!("SELECT seq FROM {steps} WHERE run_id = $1 AND whole"),
             // From the last whole checkpoint on (the partial index finds
             // it), in one statement: one snapshot.
             load: format!(
@@ -267,9 +289,14 @@ mod tests {
     #[test]
     fn statements_quote_the_names() {
         let sql = Sql::new(&Names::new("s1", "t1").expect("valid"));
-        assert!(sql.save.starts_with("INSERT INTO \"s1\".\"t1\" AS c"));
         assert!(
-            sql.insert_step
+            sql.journal
+                .save
+                .starts_with("INSERT INTO \"s1\".\"t1\" AS c")
+        );
+        assert!(
+            sql.journal
+                .insert_step
                 .starts_with("INSERT INTO \"s1\".\"t1_steps\" (")
         );
         assert!(sql.acquire.contains("\"s1\".\"t1_leases\""));

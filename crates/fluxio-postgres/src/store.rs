@@ -15,7 +15,7 @@ use sqlx::postgres::PgPool;
 use crate::builder::{PostgresStoreBuilder, Source};
 use crate::connection::{Failure, Retry};
 use crate::error::BACKEND;
-use crate::journal::{self, Step};
+use crate::journal::{self, Journal, Retention, Step};
 use crate::migrate;
 use crate::names::{Names, Sql};
 
@@ -35,6 +35,7 @@ pub(crate) struct Inner {
     pub(crate) sql: Sql,
     pub(crate) timeout: Duration,
     pub(crate) completed_retention: Option<Duration>,
+    pub(crate) keep_completed: Option<usize>,
     /// The URL with its password replaced by `***`; `None` for a given pool.
     pub(crate) url: Option<RedactedUrl>,
 }
@@ -43,6 +44,16 @@ impl Inner {
     /// The URL as messages show it.
     pub(crate) fn shown_url(&self) -> &str {
         self.url.as_ref().map_or("<given pool>", |u| u.url.as_str())
+    }
+}
+
+impl Inner {
+    /// What the store keeps of its completed runs.
+    pub(crate) fn retention(&self) -> Retention {
+        Retention {
+            expire_after: self.completed_retention,
+            keep_completed: self.keep_completed,
+        }
     }
 }
 
@@ -55,6 +66,7 @@ impl fmt::Debug for PostgresStore {
             .field("table", &inner.names.table)
             .field("timeout", &inner.timeout)
             .field("completed_retention", &inner.completed_retention)
+            .field("keep_completed", &inner.keep_completed)
             .finish_non_exhaustive()
     }
 }
@@ -185,8 +197,16 @@ impl CheckpointStore for PostgresStore {
         let (inner, key, checkpoint, steps) = (&self.inner, &key, &checkpoint, &steps);
         self.call("save", Retry::Once, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            let retention = inner.completed_retention;
-            journal::replace(&mut tx, &inner.sql, key, checkpoint, steps, retention).await?;
+            let retention = inner.retention();
+            Journal::replace(
+                &mut tx,
+                &inner.sql.journal,
+                key,
+                checkpoint,
+                steps,
+                retention,
+            )
+            .await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })
@@ -335,7 +355,7 @@ impl CheckpointStore for PostgresStore {
                 .bind(token)
                 .fetch_optional(&mut *tx)
                 .await?;
-            if journal::cancelled(&mut tx, &inner.sql, key).await? {
+            if Journal::cancelled(&mut tx, &inner.sql.journal, key).await? {
                 return Err(Failure::Fluxio(Error::Cancelled {
                     run_id: key.clone(),
                 }));
@@ -343,8 +363,16 @@ impl CheckpointStore for PostgresStore {
             if held != Some(Some(true)) {
                 return Err(Failure::Fluxio(lease_lost(lease)));
             }
-            let retention = inner.completed_retention;
-            journal::append(&mut tx, &inner.sql, key, checkpoint, step, retention).await?;
+            let retention = inner.retention();
+            Journal::append(
+                &mut tx,
+                &inner.sql.journal,
+                key,
+                checkpoint,
+                step,
+                retention,
+            )
+            .await?;
             tx.commit().await?;
             Ok(())
         })
@@ -362,14 +390,22 @@ impl CheckpointStore for PostgresStore {
         let inner = &self.inner;
         self.call("cancel", Retry::Never, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            journal::cancelled(&mut tx, &inner.sql, run_id).await?;
+            Journal::cancelled(&mut tx, &inner.sql.journal, run_id).await?;
             let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
                 .bind(run_id)
                 .fetch_all(&mut *tx)
                 .await?;
             let next = cancelled_checkpoint(run_id, journal::latest(run_id, parts)?)?;
             let step = Step::of(&next)?;
-            journal::append(&mut tx, &inner.sql, run_id, &next, &step, None).await?;
+            Journal::append(
+                &mut tx,
+                &inner.sql.journal,
+                run_id,
+                &next,
+                &step,
+                Retention::NONE,
+            )
+            .await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })

@@ -80,6 +80,7 @@ pub struct SqliteStoreBuilder {
     pub(crate) path: PathBuf,
     pub(crate) table: String,
     pub(crate) completed_retention: Option<Duration>,
+    pub(crate) keep_completed: Option<usize>,
     pub(crate) timeout: Duration,
     pub(crate) busy_timeout: Duration,
     pub(crate) synchronous: Synchronous,
@@ -92,6 +93,7 @@ impl SqliteStoreBuilder {
             path,
             table: DEFAULT_TABLE.to_owned(),
             completed_retention: Some(DEFAULT_COMPLETED_RETENTION),
+            keep_completed: None,
             timeout: DEFAULT_TIMEOUT,
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             synchronous: Synchronous::Full,
@@ -115,6 +117,25 @@ impl SqliteStoreBuilder {
     #[must_use]
     pub fn completed_retention(mut self, retention: Option<Duration>) -> Self {
         self.completed_retention = retention;
+        self
+    }
+
+    /// Keeps at most the `n` newest completed runs of each pipeline
+    /// (default `None`: all of them, each until its
+    /// [`completed_retention`](Self::completed_retention) passes). When a
+    /// run completes (a save, fenced or not, of a
+    /// [`RunStatus::Completed`](fluxio_core::store::RunStatus::Completed)
+    /// checkpoint), the completed runs of its pipeline but the `n` newest
+    /// (by when they completed, on the database's clock) are deleted, each
+    /// whole (its row and its journal), in the transaction of that save.
+    /// The pipeline of a run is the part of its key before the first `/`
+    /// (empty for a bare run id), as in
+    /// [`InMemoryStore::keep_completed`](fluxio_core::store::InMemoryStore::keep_completed).
+    /// Running, failed and cancelled runs are never deleted by it. `Some(0)`
+    /// deletes each run as it completes.
+    #[must_use]
+    pub fn keep_completed(mut self, n: Option<usize>) -> Self {
+        self.keep_completed = n;
         self
     }
 
@@ -223,6 +244,7 @@ impl SqliteStoreBuilder {
                 synchronous: self.synchronous,
                 max_connections: self.max_connections,
                 completed_retention: self.completed_retention,
+                keep_completed: self.keep_completed,
             }),
         })
     }

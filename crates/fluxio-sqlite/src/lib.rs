@@ -28,8 +28,9 @@
 //! ```
 //!
 //! [`SqliteStore::builder`] sets the table (default `fluxio_checkpoints`),
-//! the retention of completed runs, the timeout of every call, SQLite's busy
-//! timeout and `synchronous` setting, and the number of connections.
+//! the retention of completed runs (how long, and how many per pipeline),
+//! the timeout of every call, SQLite's busy timeout and `synchronous`
+//! setting, and the number of connections.
 //!
 //! # Where it fits
 //!
@@ -78,8 +79,10 @@
 //!     error_message TEXT,
 //!     created_at    INTEGER NOT NULL,  -- the run's start (the writer's clock)
 //!     updated_at    INTEGER NOT NULL,  -- last write (SQLite's clock)
-//!     expires_at    INTEGER            -- completed runs only
-//! ) STRICT;
+//!     expires_at    INTEGER,           -- completed runs only
+//!     pipeline      TEXT GENERATED ALWAYS AS (...) VIRTUAL
+//!                                      -- run_id before its first `/` ('' if none)
+//! ) STRICT;                            -- + an index on (pipeline, status, updated_at)
 //! CREATE TABLE "<table>_steps" (          -- the run's journal (rules 18, 20)
 //!     run_id  TEXT    NOT NULL,
 //!     seq     INTEGER NOT NULL,        -- Checkpoint::seq
@@ -115,6 +118,9 @@
 //!   `history` reads every step.
 //! - `save` (plain) replaces the run's steps with the checkpoint's journal
 //!   in one transaction; `cancel` appends the cancelled checkpoint.
+//! - The order of these statements is written once for both SQL stores, in
+//!   the internal crate `fluxio-sql` (generic over the sqlx driver); the
+//!   SQL text, the transactions and their locks are this crate's.
 //! - A trigger deletes a run's steps with its row, so `delete`,
 //!   `delete_fenced` and `purge_expired` stay one statement each and
 //!   remove a run in one piece.
@@ -194,6 +200,21 @@
 //! never expire.
 //! From then on `load`, `history` and `exists` treat the run as absent, and
 //! [`purge_expired`](SqliteStore::purge_expired) deletes it, steps and all.
+//!
+//! [`keep_completed(Some(n))`](SqliteStoreBuilder::keep_completed) keeps
+//! only the `n` newest completed runs of each pipeline (contract rule 20):
+//! the save (fenced or plain) that writes a run's completed checkpoint also
+//! deletes, in its transaction, the completed runs of the run's pipeline
+//! but the `n` whose rows were written last (`updated_at`, SQLite's clock;
+//! expired ones are deleted too), each whole: the row, and its steps
+//! through the trigger. Running, failed and cancelled runs are never
+//! touched. The pipeline of a run is the part of its key before the first
+//! `/` (empty for a bare run id); schema version 3 adds it as the column
+//! `pipeline`, which SQLite generates from `run_id` (no backfill, and
+//! older builds, which never name it, still write it right), with an index
+//! on `(pipeline, status, updated_at)`, so the trim reads one range of the
+//! index, however many runs the table holds. Both limits apply: a kept run
+//! still expires after its `completed_retention`.
 //!
 //! # Errors
 //!

@@ -42,6 +42,7 @@ pub(crate) fn render(migration: &Migration, names: &Names) -> String {
     migration
         .sql
         .replace("{checkpoints_expires_at}", &names.checkpoints_expires_at())
+        .replace("{checkpoints_pipeline}", &names.checkpoints_pipeline())
         .replace("{leases_token}", &names.leases_token())
         .replace("{steps_whole}", &names.steps_whole())
         .replace("{steps_cascade}", &names.steps_cascade())
@@ -178,7 +179,7 @@ mod tests {
     #[test]
     fn templates_leave_no_placeholder() {
         let names = Names::new("t").expect("valid");
-        assert!(MIGRATOR.iter().count() >= 2);
+        assert!(MIGRATOR.iter().count() >= 3);
         let mut all = String::new();
         for m in MIGRATOR.iter() {
             let sql = render(m, &names);
@@ -193,6 +194,7 @@ mod tests {
             "\"t_steps\"",
             "\"t_steps_whole\"",
             "\"t_steps_cascade\"",
+            "\"t_pipeline\"",
         ] {
             assert!(all.contains(name), "{name} in {all}");
         }

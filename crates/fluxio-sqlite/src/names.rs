@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use fluxio_sql::{COMPLETED, Statements};
+
 use crate::error::SqliteStoreError;
 
 /// The bookkeeping table of the migrations, shared by all stores of a file.
@@ -91,6 +93,12 @@ impl Names {
         quote(&format!("{}_expires_at", self.table))
     }
 
+    /// The index of schema version 3 on the checkpoints' `(pipeline,
+    /// status, updated_at)`.
+    pub(crate) fn checkpoints_pipeline(&self) -> String {
+        quote(&format!("{}_pipeline", self.table))
+    }
+
     /// The unique index on the leases' `token`.
     pub(crate) fn leases_token(&self) -> String {
         quote(&format!("{}_leases_token", self.table))
@@ -129,13 +137,8 @@ const NOW: &str = "CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER)";
 /// Values are always bind parameters.
 #[derive(Debug)]
 pub(crate) struct Sql {
-    pub(crate) save: String,
-    pub(crate) status: String,
-    pub(crate) step_exists: String,
-    pub(crate) insert_step: String,
-    pub(crate) delete_steps_from: String,
-    pub(crate) delete_steps_below: String,
-    pub(crate) whole_steps: String,
+    /// The journal's writes (`fluxio-sql` runs them).
+    pub(crate) journal: Statements,
     pub(crate) load: String,
     pub(crate) history: String,
     pub(crate) exists: String,
@@ -149,12 +152,10 @@ pub(crate) struct Sql {
     pub(crate) purge_checkpoints: String,
 }
 
-/// The `status` of a cancelled run's row (rule 14): what fenced saves check.
-pub(crate) const CANCELLED: &str = "cancelled";
-
 /// The columns of the run's row a save writes; `?1..?8` are bound by
-/// `bind_run`: `?7` is the run's start in milliseconds, `?8` the retention
-/// in milliseconds (NULL: never expires). The `payload` column is empty
+/// `fluxio_sql::Journal` (in the order of `Statements::save`): `?7` is the
+/// run's start in milliseconds, `?8` the retention in milliseconds (NULL:
+/// never expires). The `payload` column is empty
 /// since schema version 2 (the checkpoints are rows of `<table>_steps`).
 const COLUMNS: &str =
     "run_id, payload, version, ip, step, status, error_message, created_at, updated_at, expires_at";
@@ -190,19 +191,34 @@ impl Sql {
         // before it, and the check sees the new token and writes nothing,
         // or entirely after it.
         Sql {
-            // The run's row: `?1` the key, then the latest checkpoint's
-            // fields.
-            save: format!("INSERT INTO {cp} ({COLUMNS}) VALUES ({values}) {upsert}"),
-            status: format!("SELECT status FROM {cp} WHERE run_id = ?1"),
-            step_exists: format!(
-                "SELECT EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?1 AND seq = ?2)"
-            ),
-            insert_step: format!(
-                "INSERT INTO {steps} (run_id, seq, whole, payload) VALUES (?1, ?2, ?3, ?4)"
-            ),
-            delete_steps_from: format!("DELETE FROM {steps} WHERE run_id = ?1 AND seq >= ?2"),
-            delete_steps_below: format!("DELETE FROM {steps} WHERE run_id = ?1 AND seq < ?2"),
-            whole_steps: format!("SELECT seq FROM {steps} WHERE run_id = ?1 AND whole = 1"),
+            journal: Statements {
+                // The run's row: `?1` the key, then the latest checkpoint's
+                // fields.
+                save: format!("INSERT INTO {cp} ({COLUMNS}) VALUES ({values}) {upsert}"),
+                status: format!("SELECT status FROM {cp} WHERE run_id = ?1"),
+                step_exists: format!(
+                    "SELECT EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?1 AND seq = ?2)"
+                ),
+                insert_step: format!(
+                    "INSERT INTO {steps} (run_id, seq, whole, payload) VALUES (?1, ?2, ?3, ?4)"
+                ),
+                delete_steps_from: format!("DELETE FROM {steps} WHERE run_id = ?1 AND seq >= ?2"),
+                delete_steps_below: format!("DELETE FROM {steps} WHERE run_id = ?1 AND seq < ?2"),
+                whole_steps: format!("SELECT seq FROM {steps} WHERE run_id = ?1 AND whole = 1"),
+                // The completed runs of pipeline `?1` but the `?2` newest
+                // visible ones (expired ones go too: they are purgeable). Both
+                // scans are one range of the `(pipeline, status, updated_at)`
+                // index of schema version 3; the steps go with the rows (the
+                // trigger of version 2).
+                keep_completed: format!(
+                    "DELETE FROM {cp} WHERE pipeline = ?1 AND status = '{COMPLETED}' \
+                     AND run_id NOT IN (SELECT run_id FROM {cp} \
+                     WHERE pipeline = ?1 AND status = '{COMPLETED}' AND {visible} \
+                     ORDER BY updated_at DESC, run_id DESC LIMIT ?2)"
+                ),
+                // One write at a time already (the write lock).
+                keep_lock: None,
+            },
             // From the last whole checkpoint on (the partial index finds
             // it), in one statement: one read snapshot.
             load: format!(
@@ -293,7 +309,7 @@ mod tests {
     #[test]
     fn statements_quote_the_names() {
         let sql = Sql::new(&Names::new("t1").expect("valid"));
-        assert!(sql.save.starts_with("INSERT INTO \"t1\" ("));
+        assert!(sql.journal.save.starts_with("INSERT INTO \"t1\" ("));
         assert!(sql.acquire.starts_with("INSERT INTO \"t1_leases\" AS l"));
         assert!(sql.purge_leases.contains("\"t1_leases\""));
     }

@@ -16,7 +16,7 @@ use sqlx::sqlite::SqlitePool;
 use crate::builder::{SqliteStoreBuilder, Synchronous};
 use crate::connection::{Failure, timed};
 use crate::error::BACKEND;
-use crate::journal::{self, Step};
+use crate::journal::{self, Journal, Retention, Step};
 use crate::names::{Names, Sql};
 
 /// Durations in SQL are capped here (about 100 years, in milliseconds), so
@@ -49,6 +49,17 @@ pub(crate) struct Inner {
     pub(crate) synchronous: Synchronous,
     pub(crate) max_connections: u32,
     pub(crate) completed_retention: Option<Duration>,
+    pub(crate) keep_completed: Option<usize>,
+}
+
+impl Inner {
+    /// What the store keeps of its completed runs.
+    pub(crate) fn retention(&self) -> Retention {
+        Retention {
+            expire_after: self.completed_retention,
+            keep_completed: self.keep_completed,
+        }
+    }
 }
 
 impl fmt::Debug for SqliteStore {
@@ -62,6 +73,7 @@ impl fmt::Debug for SqliteStore {
             .field("synchronous", &inner.synchronous)
             .field("max_connections", &inner.max_connections)
             .field("completed_retention", &inner.completed_retention)
+            .field("keep_completed", &inner.keep_completed)
             .finish_non_exhaustive()
     }
 }
@@ -178,8 +190,16 @@ impl CheckpointStore for SqliteStore {
         let inner = &self.inner;
         self.timed("save", async {
             let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
-            let retention = inner.completed_retention;
-            journal::replace(&mut tx, &inner.sql, &key, &checkpoint, &steps, retention).await?;
+            let retention = inner.retention();
+            Journal::replace(
+                &mut tx,
+                &inner.sql.journal,
+                &key,
+                &checkpoint,
+                &steps,
+                retention,
+            )
+            .await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })
@@ -323,7 +343,7 @@ impl CheckpointStore for SqliteStore {
         let inner = &self.inner;
         self.timed("save_fenced", async {
             let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
-            if journal::cancelled(&mut tx, &inner.sql, &key).await? {
+            if Journal::cancelled(&mut tx, &inner.sql.journal, &key).await? {
                 return Err(Failure::Fluxio(Error::Cancelled {
                     run_id: key.clone(),
                 }));
@@ -336,8 +356,16 @@ impl CheckpointStore for SqliteStore {
             if !held {
                 return Err(Failure::Fluxio(lease_lost(lease)));
             }
-            let retention = inner.completed_retention;
-            journal::append(&mut tx, &inner.sql, &key, &checkpoint, &step, retention).await?;
+            let retention = inner.retention();
+            Journal::append(
+                &mut tx,
+                &inner.sql.journal,
+                &key,
+                &checkpoint,
+                &step,
+                retention,
+            )
+            .await?;
             tx.commit().await?;
             Ok(())
         })
@@ -360,7 +388,15 @@ impl CheckpointStore for SqliteStore {
                 .await?;
             let next = cancelled_checkpoint(run_id, journal::latest(run_id, parts)?)?;
             let step = Step::of(&next)?;
-            journal::append(&mut tx, &inner.sql, run_id, &next, &step, None).await?;
+            Journal::append(
+                &mut tx,
+                &inner.sql.journal,
+                run_id,
+                &next,
+                &step,
+                Retention::NONE,
+            )
+            .await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })
@@ -399,5 +435,41 @@ impl CheckpointStore for SqliteStore {
             }
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Trimming a pipeline's completed runs reads ranges of the
+    /// `(pipeline, status, updated_at)` index of schema version 3, never
+    /// the whole table.
+    #[tokio::test]
+    async fn keeping_the_newest_completed_runs_searches_the_pipeline_index() {
+        let dir = fluxio_test_support::TempDir::new("keep_plan");
+        let store = SqliteStore::connect(dir.db("plan")).await.expect("open");
+        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            store.inner.sql.journal.keep_completed
+        ))
+        .bind("orders")
+        .bind(2_i64)
+        .fetch_all(store.pool())
+        .await
+        .expect("plan");
+        let reads: Vec<&str> = plan
+            .iter()
+            .map(|(.., detail)| detail.as_str())
+            .filter(|detail| detail.contains("fluxio_checkpoints"))
+            .collect();
+        assert_eq!(reads.len(), 2, "{plan:?}");
+        for read in reads {
+            assert!(
+                read.starts_with("SEARCH fluxio_checkpoints USING ")
+                    && read.contains("INDEX fluxio_checkpoints_pipeline (pipeline=? AND status=?"),
+                "{plan:?}"
+            );
+        }
     }
 }

@@ -115,6 +115,16 @@ impl Harness for PgHarness {
     async fn purge_expired(&self, ns: &str) -> Option<u64> {
         Some(self.store(ns).await.purge_expired().await.expect("purge"))
     }
+
+    async fn store_keeping_completed(&self, ns: &str, n: usize) -> Option<PostgresStore> {
+        let store = PostgresStore::from_pool(self.pool(ns))
+            .schema(ns)
+            .keep_completed(Some(n))
+            .connect()
+            .await
+            .expect("a store keeping n completed runs");
+        Some(store)
+    }
 }
 
 impl Drop for PgHarness {

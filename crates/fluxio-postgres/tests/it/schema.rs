@@ -48,8 +48,8 @@ async fn eight_concurrent_first_connections_to_one_fresh_schema_all_succeed() {
     .await
     .expect("bookkeeping");
     assert_eq!(
-        applied, 2,
-        "each migration (tables, run journal) applied exactly once"
+        applied, 3,
+        "each migration (tables, run journal, pipeline column) applied exactly once"
     );
     stores[0].save(checkpoint("r", 1)).await.expect("save");
     assert!(stores[7].exists("r").await.expect("exists"));
@@ -242,6 +242,58 @@ async fn purge_deletes_every_released_lease_row() {
     .await
     .expect("leases");
     assert_eq!(leases, ["held"], "the released lease rows were purged");
+    drop(store);
+    support::postgres::drop_schema(&url, &schema).await;
+}
+
+/// Schema version 3: a run's pipeline (its key before the first `/`) is a
+/// column PostgreSQL generates from `run_id`, so rows written without
+/// naming it, as builds before version 3 write them, have it right too;
+/// and it leads an index `(pipeline, status, updated_at)`, which trimming
+/// a pipeline's completed runs searches.
+#[tokio::test]
+async fn the_pipeline_column_is_generated_from_the_run_id_and_indexed() {
+    let Some(url) = support::postgres::server().await else {
+        return;
+    };
+    let schema = support::namespace("pipeline");
+    let store = store(&url, &schema).await;
+    for key in ["orders/r1", "r2", "a/b/c", "/x"] {
+        sqlx::query(&format!(
+            "INSERT INTO \"{schema}\".fluxio_checkpoints \
+               (run_id, payload, version, ip, step, status, created_at) \
+             VALUES ($1, '', 'v', 0, '', 'completed', now())"
+        ))
+        .bind(key)
+        .execute(store.pool())
+        .await
+        .expect("a row as an older build writes it");
+    }
+    let rows: Vec<(String, String)> = sqlx::query_as(&format!(
+        "SELECT run_id, pipeline FROM \"{schema}\".fluxio_checkpoints ORDER BY run_id COLLATE \"C\""
+    ))
+    .fetch_all(store.pool())
+    .await
+    .expect("rows");
+    let rows: Vec<(&str, &str)> = rows.iter().map(|(k, p)| (k.as_str(), p.as_str())).collect();
+    assert_eq!(
+        rows,
+        [
+            ("/x", ""),
+            ("a/b/c", "a"),
+            ("orders/r1", "orders"),
+            ("r2", "")
+        ]
+    );
+    let index: Vec<String> = sqlx::query_scalar(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 \
+         AND tablename = 'fluxio_checkpoints' AND indexdef LIKE '%(pipeline, status, updated_at)'",
+    )
+    .bind(&schema)
+    .fetch_all(store.pool())
+    .await
+    .expect("indexes");
+    assert_eq!(index.len(), 1, "{index:?}");
     drop(store);
     support::postgres::drop_schema(&url, &schema).await;
 }

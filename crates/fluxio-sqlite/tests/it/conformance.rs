@@ -108,6 +108,16 @@ impl Harness for SqliteHarness {
     async fn purge_expired(&self, ns: &str) -> Option<u64> {
         Some(self.store(ns).await.purge_expired().await.expect("purge"))
     }
+
+    async fn store_keeping_completed(&self, ns: &str, n: usize) -> Option<SqliteStore> {
+        let store = SqliteStore::builder(self.file(ns))
+            .max_connections(2)
+            .keep_completed(Some(n))
+            .connect()
+            .await
+            .expect("a store keeping n completed runs");
+        Some(store)
+    }
 }
 
 fluxio_core::store_conformance_tests!(harness);

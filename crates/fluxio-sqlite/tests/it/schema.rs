@@ -12,8 +12,8 @@ use fluxio_test_support as support;
 /// Set for the child processes of
 /// `four_processes_open_one_fresh_file_at_once`: the file to open.
 /// The migrations of this build: the tables and leases (1), the run
-/// journal (2).
-const MIGRATIONS: i64 = 2;
+/// journal (2), the pipeline column (3).
+const MIGRATIONS: i64 = 3;
 
 const CHILD_FILE: &str = "FLUXIO_SQLITE_TEST_CHILD_FILE";
 /// When the children open it, in milliseconds since the Unix epoch.
@@ -324,5 +324,43 @@ async fn opening_a_fresh_file_waits_for_a_foreign_writer_to_finish() {
         count(&file, "SELECT count(*) FROM app_data").await,
         0,
         "the application's table is still there"
+    );
+}
+
+/// Schema version 3: a run's pipeline (its key before the first `/`) is a
+/// column SQLite generates from `run_id`, so rows written without naming
+/// it, as builds before version 3 write them, have it right too.
+#[tokio::test]
+async fn the_pipeline_column_is_generated_from_the_run_id() {
+    let dir = support::TempDir::new("pipeline");
+    let file = dir.db("p");
+    drop(SqliteStore::connect(&file).await.expect("open"));
+    let mut conn = support::sqlite::raw_connection(&file).await;
+    for key in ["orders/r1", "r2", "a/b/c", "/x", "émoji/1"] {
+        sqlx::query(
+            "INSERT INTO fluxio_checkpoints \
+               (run_id, payload, version, ip, step, status, created_at, updated_at) \
+             VALUES (?1, X'', 'v', 0, '', 'completed', 0, 0)",
+        )
+        .bind(key)
+        .execute(&mut conn)
+        .await
+        .expect("a row as an older build writes it");
+    }
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT run_id, pipeline FROM fluxio_checkpoints ORDER BY run_id")
+            .fetch_all(&mut conn)
+            .await
+            .expect("rows");
+    let rows: Vec<(&str, &str)> = rows.iter().map(|(k, p)| (k.as_str(), p.as_str())).collect();
+    assert_eq!(
+        rows,
+        [
+            ("/x", ""),
+            ("a/b/c", "a"),
+            ("orders/r1", "orders"),
+            ("r2", ""),
+            ("émoji/1", "émoji")
+        ]
     );
 }

@@ -1,0 +1,345 @@
+//! Internal to `fluxio-sqlite` and `fluxio-postgres`; no stable API (every
+//! item is `#[doc(hidden)]`, and may change in any release). Depend on the
+//! stores, not on this crate.
+//!
+//! A run's journal in SQL (contract rules 18 and 20): the order of the
+//! statements of one write, once, generic over the sqlx driver. Each store
+//! runs it inside a transaction of its own kind (SQLite: `BEGIN IMMEDIATE`,
+//! which holds the file's write lock; Postgres: the run's row and lease
+//! locked `FOR UPDATE`, or the row written first), and keeps its own SQL
+//! text: a [`Statements`] built from its validated table names, and a
+//! [`Dialect`] saying how a time is bound.
+//!
+//! The decisions (which checkpoint a delta needs, where the journal may be
+//! cut, how the entries fold into a context) are fluxio-core's:
+//! [`missing_predecessor`], [`cut_point`], [`Checkpoint::from_entries`].
+//! What is left here is the order of the statements.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use fluxio_core::Result;
+use fluxio_core::store::{Checkpoint, RunStatus, cut_point, missing_predecessor};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
+
+/// The `status` of a cancelled run's row (rule 14): what fenced saves check.
+#[doc(hidden)]
+pub const CANCELLED: &str = "cancelled";
+/// The `status` of a completed run's row: what `keep_completed` trims.
+#[doc(hidden)]
+pub const COMPLETED: &str = "completed";
+
+/// What differs between the drivers in the journal's writes: the driver,
+/// and how the run's row binds a time (SQLite: INTEGER milliseconds;
+/// Postgres: seconds, as a float the SQL turns into a timestamp).
+#[doc(hidden)]
+pub trait Dialect {
+    /// The sqlx driver.
+    type Db: Database;
+    /// What the store's calls fail with: a driver error or fluxio's.
+    type Failure: From<sqlx::Error> + From<fluxio_core::Error>;
+    /// A time or a duration as the row's statement binds it.
+    type Time: for<'q> Encode<'q, Self::Db> + Type<Self::Db> + Send + 'static;
+    /// The run's start, `ms` milliseconds since the Unix epoch.
+    fn instant(ms: u64) -> Self::Time;
+    /// A completed run's retention.
+    fn span(d: Duration) -> Self::Time;
+}
+
+/// The journal's statements of one store, built by the store from its
+/// validated, quoted names; values are bind parameters, in the order the
+/// fields' docs give (`?1` / `$1` first).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Statements {
+    /// Upserts the run's row: key, version, ip, step, status, error message,
+    /// start ([`Dialect::instant`]), retention ([`Dialect::span`], NULL:
+    /// never expires).
+    pub save: String,
+    /// The run's `status` (key), locking the row if the store needs it.
+    pub status: String,
+    /// Whether step (key, seq) is stored: one boolean.
+    pub step_exists: String,
+    /// Inserts a step: key, seq, whole, payload.
+    pub insert_step: String,
+    /// Deletes the steps (key, seq or later).
+    pub delete_steps_from: String,
+    /// Deletes the steps (key, below seq).
+    pub delete_steps_below: String,
+    /// The `seq` of the run's whole steps (key).
+    pub whole_steps: String,
+    /// Taken before trimming pipeline (pipeline), if the store's
+    /// transactions do not already run one at a time.
+    pub keep_lock: Option<String>,
+    /// Deletes the completed runs of (pipeline) but the (n) newest.
+    pub keep_completed: String,
+}
+
+/// One checkpoint as a row of `<table>_steps`: its number, whether it holds
+/// the whole context, and [`Checkpoint::entry_bytes`]. Encoded before the
+/// transaction starts, so no encoding happens under a lock.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Step {
+    seq: i64,
+    whole: bool,
+    payload: Vec<u8>,
+}
+
+impl Step {
+    /// Encodes `checkpoint`.
+    ///
+    /// # Errors
+    /// [`Checkpoint::entry_bytes`]'s.
+    pub fn of(checkpoint: &Checkpoint) -> Result<Step> {
+        Ok(Step {
+            seq: i64::from(checkpoint.seq),
+            whole: checkpoint.change.is_full(),
+            payload: checkpoint.entry_bytes()?,
+        })
+    }
+}
+
+/// What a store keeps of its completed runs (contract rule 20): how long
+/// each stays visible (`None`: until deleted), and how many of the newest
+/// of each pipeline (`None`: all).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct Retention {
+    /// How long a completed run stays visible.
+    pub expire_after: Option<Duration>,
+    /// How many completed runs of each pipeline are kept.
+    pub keep_completed: Option<usize>,
+}
+
+impl Retention {
+    /// Nothing expires and nothing is trimmed: for writes that never
+    /// complete a run (a cancel).
+    pub const NONE: Retention = Retention {
+        expire_after: None,
+        keep_completed: None,
+    };
+}
+
+/// The latest checkpoint of run `key` from the payloads a load selected
+/// (from its last whole checkpoint on); `None` when there are none.
+///
+/// # Errors
+/// [`Checkpoint::from_entries`]'s.
+#[doc(hidden)]
+pub fn latest(key: &str, parts: Vec<Vec<u8>>) -> Result<Option<Checkpoint>> {
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    Checkpoint::from_entries(key, parts).map(Some)
+}
+
+/// The journal's writes for dialect `D`, on a connection of its driver (in
+/// practice a transaction), failing with the dialect's failure type.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Journal<D>(PhantomData<D>);
+
+impl<D, DB> Journal<D>
+where
+    D: Dialect<Db = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<D::Time>: Encode<'q, DB>,
+    str: Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB>,
+    [u8]: Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    /// The run's row: whether it is cancelled (no row: not).
+    ///
+    /// # Errors
+    /// The driver's.
+    pub async fn cancelled(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+    ) -> std::result::Result<bool, D::Failure> {
+        let status: Option<String> = sqlx::query_scalar(&sql.status)
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await?;
+        Ok(status.as_deref() == Some(CANCELLED))
+    }
+
+    /// Appends `checkpoint` (encoded as `step`) to the journal of run
+    /// `key`, as [`fluxio_core::store::append`] does to a list: refuses a
+    /// delta whose predecessor is not stored (before writing anything),
+    /// drops the steps numbered `seq` or later, writes the run's row and the
+    /// step, cuts the journal at [`cut_point`], and trims the pipeline's
+    /// completed runs (see [`Retention`]). Reads no payload.
+    ///
+    /// # Errors
+    /// The driver's, or `CorruptCheckpoint` for a delta without its
+    /// predecessor.
+    pub async fn append(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        checkpoint: &Checkpoint,
+        step: &Step,
+        retention: Retention,
+    ) -> std::result::Result<(), D::Failure> {
+        if !step.whole {
+            let before: bool = sqlx::query_scalar(&sql.step_exists)
+                .bind(key)
+                .bind(step.seq - 1)
+                .fetch_one(&mut *conn)
+                .await?;
+            if !before {
+                return Err(missing_predecessor(key, checkpoint.seq).into());
+            }
+        }
+        Self::delete_steps_from(conn, sql, key, step.seq).await?;
+        Self::write_run(conn, sql, key, checkpoint, retention.expire_after).await?;
+        Self::insert(conn, sql, key, step).await?;
+        if checkpoint.keep_from > 0 {
+            let whole: Vec<i64> = sqlx::query_scalar(&sql.whole_steps)
+                .bind(key)
+                .fetch_all(&mut *conn)
+                .await?;
+            let whole = whole.into_iter().filter_map(|s| u32::try_from(s).ok());
+            if let Some(cut) = cut_point(checkpoint, whole) {
+                sqlx::query(&sql.delete_steps_below)
+                    .bind(key)
+                    .bind(i64::from(cut))
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        Self::keep_completed(conn, sql, key, checkpoint, retention.keep_completed).await?;
+        Ok(())
+    }
+
+    /// Replaces the whole journal of run `key` with `steps` (oldest first),
+    /// its row describing `latest`, and trims the pipeline's completed runs
+    /// (see [`Retention`]). The row is written first: concurrent plain
+    /// saves of one run take turns on it.
+    ///
+    /// # Errors
+    /// The driver's.
+    pub async fn replace(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        latest: &Checkpoint,
+        steps: &[Step],
+        retention: Retention,
+    ) -> std::result::Result<(), D::Failure> {
+        Self::write_run(conn, sql, key, latest, retention.expire_after).await?;
+        Self::delete_steps_from(conn, sql, key, 0).await?;
+        for step in steps {
+            Self::insert(conn, sql, key, step).await?;
+        }
+        Self::keep_completed(conn, sql, key, latest, retention.keep_completed).await?;
+        Ok(())
+    }
+
+    async fn delete_steps_from(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        seq: i64,
+    ) -> sqlx::Result<()> {
+        sqlx::query(&sql.delete_steps_from)
+            .bind(key)
+            .bind(seq)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn insert(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        step: &Step,
+    ) -> sqlx::Result<()> {
+        sqlx::query(&sql.insert_step)
+            .bind(key)
+            .bind(step.seq)
+            .bind(step.whole)
+            .bind(step.payload.as_slice())
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Upserts the run's row with the fields of its latest checkpoint; a
+    /// completed run expires `retention` from now.
+    async fn write_run(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        checkpoint: &Checkpoint,
+        retention: Option<Duration>,
+    ) -> sqlx::Result<()> {
+        let retention = match checkpoint.status {
+            RunStatus::Completed => retention.map(D::span),
+            _ => None,
+        };
+        sqlx::query(&sql.save)
+            .bind(key)
+            .bind(checkpoint.version.as_str())
+            .bind(i64::from(checkpoint.ip))
+            .bind(checkpoint.step.as_str())
+            .bind(status_name(checkpoint.status))
+            .bind(checkpoint.error_message.as_deref())
+            .bind(D::instant(checkpoint.created_at_ms))
+            .bind(retention)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// After `checkpoint` was written as the latest of run `key`: when it
+    /// completes the run and the store keeps `keep` completed runs per
+    /// pipeline, deletes the completed runs of the run's pipeline (the part
+    /// of `key` before its first `/`) but the `keep` newest, each whole
+    /// (its row, and its steps with it). In the completing write's
+    /// transaction.
+    async fn keep_completed(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        checkpoint: &Checkpoint,
+        keep: Option<usize>,
+    ) -> sqlx::Result<()> {
+        let Some(keep) = keep else { return Ok(()) };
+        if checkpoint.status != RunStatus::Completed {
+            return Ok(());
+        }
+        let pipeline = key.split_once('/').map_or("", |(pipeline, _)| pipeline);
+        if let Some(lock) = &sql.keep_lock {
+            sqlx::query(lock).bind(pipeline).execute(&mut *conn).await?;
+        }
+        sqlx::query(&sql.keep_completed)
+            .bind(pipeline)
+            .bind(i64::try_from(keep).unwrap_or(i64::MAX))
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+}
+
+/// The row's `status` of a checkpoint's.
+fn status_name(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Running => "running",
+        RunStatus::Failed => "failed",
+        RunStatus::Completed => COMPLETED,
+        RunStatus::Cancelled => CANCELLED,
+        _ => "other",
+    }
+}
