@@ -1109,7 +1109,10 @@ impl Pipeline {
     /// [`Error::StepNotInHistory`] naming a step its history does not hold;
     /// [`Error::InvalidRunId`] naming a malformed run id.
     pub async fn diff(&self, a: &str, b: &str) -> Result<Diff> {
-        let (context_a, context_b) = (self.context_at(a).await?, self.context_at(b).await?);
+        // both run ids are checked before either run is read
+        let (point_a, point_b) = (self.point(a)?, self.point(b)?);
+        let context_a = self.context_at_point(point_a).await?;
+        let context_b = self.context_at_point(point_b).await?;
         Ok(Diff::between(a, &context_a, b, &context_b))
     }
 
@@ -1122,6 +1125,12 @@ impl Pipeline {
     /// # Errors
     /// As [`diff`](Self::diff).
     pub async fn context_at(&self, point: &str) -> Result<Context> {
+        let point = self.point(point)?;
+        self.context_at_point(point).await
+    }
+
+    /// `point` split into its run id, checked, and its step, if any.
+    fn point<'p>(&self, point: &'p str) -> Result<(&'p str, Option<&'p str>)> {
         let (run_id, step) = match point.rsplit_once('@') {
             Some((run, step))
                 if !run.is_empty()
@@ -1131,6 +1140,11 @@ impl Pipeline {
             }
             _ => (point, None),
         };
+        self.key(run_id)?;
+        Ok((run_id, step))
+    }
+
+    async fn context_at_point(&self, (run_id, step): (&str, Option<&str>)) -> Result<Context> {
         if let Some(step) = step {
             return Ok(self
                 .before_step("diff", run_id, step)
