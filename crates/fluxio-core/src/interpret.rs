@@ -63,10 +63,14 @@ pub(crate) struct Tail {
     /// The version of the last one: a checkpoint of another version (a
     /// resume on changed code) is written whole.
     version: String,
-    /// Bytes of the deltas written since the last whole checkpoint, and the
-    /// size of that one's context: past it, the next one is whole again.
+    /// Bytes of the deltas written since the last whole checkpoint: past
+    /// that one's size (at least 4 KiB), the next one is whole again.
     delta_bytes: u64,
-    full_bytes: u64,
+    /// The context of the last whole checkpoint (or of the loaded one),
+    /// and its size once it was needed: counting it is O(keys), so it is
+    /// counted only when the deltas pass 4 KiB.
+    full: Option<Snapshot>,
+    full_bytes: Option<u64>,
     /// Keep at most about this many checkpoints of history (`None`: all).
     depth: Option<u32>,
 }
@@ -86,7 +90,7 @@ impl Tail {
             next_seq: cp.seq.saturating_add(1),
             last: Some(cp.context.clone()),
             version: cp.version.clone(),
-            full_bytes: context_size(&cp.context),
+            full: Some(cp.context.clone()),
             depth,
             ..Tail::default()
         }
@@ -96,7 +100,7 @@ impl Tail {
     /// run's first checkpoint, at every [`COMPACT_EVERY`]th one and once
     /// the deltas since the last whole one outweigh it; else what changed.
     /// Returns the delta's size (0 for a whole checkpoint).
-    fn stamp(&self, cp: &mut Checkpoint) -> u64 {
+    fn stamp(&mut self, cp: &mut Checkpoint) -> u64 {
         cp.seq = self.next_seq;
         let delta = self
             .last
@@ -121,7 +125,10 @@ impl Tail {
                 };
                 (change, size)
             })
-            .filter(|(_, size)| self.delta_bytes + size <= self.full_bytes.max(4096));
+            .filter(|(_, size)| {
+                let total = self.delta_bytes + size;
+                total <= 4096 || total <= self.full_size()
+            });
         match delta {
             Some((change, size)) => {
                 cp.change = change;
@@ -135,6 +142,14 @@ impl Tail {
         }
     }
 
+    /// The size of the last whole checkpoint's context, counted once.
+    fn full_size(&mut self) -> u64 {
+        let full = &self.full;
+        *self
+            .full_bytes
+            .get_or_insert_with(|| full.as_ref().map_or(0, context_size))
+    }
+
     /// `cp`, numbered by [`stamp`](Self::stamp), was written.
     fn advance(&mut self, seq: u32, context: Snapshot, full: bool, delta: u64, version: &str) {
         self.next_seq = seq.saturating_add(1);
@@ -142,7 +157,8 @@ impl Tail {
             version.clone_into(&mut self.version);
         }
         if full {
-            self.full_bytes = context_size(&context);
+            self.full = Some(context.clone());
+            self.full_bytes = None;
             self.delta_bytes = 0;
         } else {
             self.delta_bytes += delta;
