@@ -44,6 +44,17 @@ async fn save<S: CheckpointStore>(store: &S, cp: Checkpoint, lease: &Lease) {
         .unwrap_or_else(|e| panic!("{what}: {e}"));
 }
 
+/// A store over the check's own namespace, the run `{ns}-run` of pipeline
+/// `p` (its key `p/{ns}-run`) and a lease on it.
+async fn leased_run<H: Harness>(h: &H, check: &str) -> (H::Store, String, String, String, Lease) {
+    let ns = namespace(check);
+    let store = h.store(&ns).await;
+    let run = format!("{ns}-run");
+    let key = format!("p/{run}");
+    let lease = store.acquire_lease(&key, TTL).await.expect("lease");
+    (store, ns, run, key, lease)
+}
+
 fn seqs(journal: &[Checkpoint]) -> Vec<u32> {
     journal.iter().map(|cp| cp.seq).collect()
 }
@@ -52,11 +63,7 @@ fn seqs(journal: &[Checkpoint]) -> Vec<u32> {
 /// key changed, a key removed, a failure with nothing changed) loads with
 /// its whole context, and its history holds each checkpoint's context.
 pub async fn rule18_deltas_are_stored_and_loaded_whole<H: Harness>(h: &H) {
-    let ns = namespace("rule18_deltas");
-    let store = h.store(&ns).await;
-    let run = format!("{ns}-run");
-    let key = format!("p/{run}");
-    let lease = store.acquire_lease(&key, TTL).await.expect("lease");
+    let (store, ns, run, key, lease) = leased_run(h, "rule18_deltas").await;
     let c0 = set(&set(&Context::new(), "big", vec![7u8; 200_000]), "n", 0);
     let c0 = set(&c0, "gone", "soon");
     let c1 = set(&c0, "n", 1);
@@ -106,11 +113,7 @@ pub async fn rule18_deltas_are_stored_and_loaded_whole<H: Harness>(h: &H) {
 /// while it ran, or nothing was ever stored) is refused, and nothing is
 /// written.
 pub async fn rule18_a_delta_without_its_predecessor_is_refused<H: Harness>(h: &H) {
-    let ns = namespace("rule18_gap");
-    let store = h.store(&ns).await;
-    let run = format!("{ns}-run");
-    let key = format!("p/{run}");
-    let lease = store.acquire_lease(&key, TTL).await.expect("lease");
+    let (store, _, run, key, lease) = leased_run(h, "rule18_gap").await;
     let c0 = set(&Context::new(), "n", 0);
     let c1 = set(&c0, "n", 1);
     let refused = store
@@ -155,11 +158,7 @@ pub async fn rule18_a_delta_without_its_predecessor_is_refused<H: Harness>(h: &H
 /// replaces the one stored under its number and any after it; a fresh run
 /// (a whole checkpoint 0) replaces the whole journal.
 pub async fn rule18_a_checkpoint_sent_again_replaces_the_later_ones<H: Harness>(h: &H) {
-    let ns = namespace("rule18_again");
-    let store = h.store(&ns).await;
-    let run = format!("{ns}-run");
-    let key = format!("p/{run}");
-    let lease = store.acquire_lease(&key, TTL).await.expect("lease");
+    let (store, _, run, key, lease) = leased_run(h, "rule18_again").await;
     let c0 = set(&Context::new(), "n", 0);
     let c1 = set(&c0, "n", 1);
     let c2 = set(&c1, "n", 2);
@@ -185,11 +184,7 @@ pub async fn rule18_a_checkpoint_sent_again_replaces_the_later_ones<H: Harness>(
 pub async fn rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run<H: Harness>(
     h: &H,
 ) {
-    let ns = namespace("rule20_cut");
-    let store = h.store(&ns).await;
-    let run = format!("{ns}-run");
-    let key = format!("p/{run}");
-    let lease = store.acquire_lease(&key, TTL).await.expect("lease");
+    let (store, _, run, key, lease) = leased_run(h, "rule20_cut").await;
     let mut ctx = set(&Context::new(), "n", 0);
     save(&store, entry(&run, 0, &ctx, None), &lease).await;
     for seq in 1..=8u32 {
