@@ -332,6 +332,19 @@ pub enum Error {
         source: Option<BoxError>,
     },
 
+    /// The store cannot do this: a store with only the four required
+    /// methods cannot list runs (contract rule 21), say. Everything else
+    /// keeps working.
+    #[error(
+        "the `{store}` store cannot {operation}: it implements only the methods that need no index of runs"
+    )]
+    Unsupported {
+        /// What was asked, e.g. `"list runs"`.
+        operation: &'static str,
+        /// The store's type.
+        store: &'static str,
+    },
+
     /// A fluxio bug: the interpreter met a state the compiler or `#[stage]`
     /// should have made impossible. Please report it.
     #[error("internal error (a bug in fluxio, please report it): {message}")]

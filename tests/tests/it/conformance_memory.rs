@@ -98,5 +98,6 @@ mod four_methods {
         rule18_a_checkpoint_sent_again_replaces_the_later_ones,
         rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
         rule20_a_plain_save_stores_the_journal_it_carries,
+        rule21_a_store_without_listing_says_so,
     );
 }

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Checkpoint, CheckpointStore, Lease, append, cancelled_checkpoint};
+use super::{
+    Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, RunSummary, append,
+    cancelled_checkpoint,
+};
 use crate::error::{Error, Result};
 
 /// A process-local checkpoint store: the default.
@@ -221,6 +224,44 @@ impl CheckpointStore for InMemoryStore {
     async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
         crate::store::check_run_id(run_id)?;
         Ok(lock(&self.map).get(run_id).cloned().unwrap_or_default())
+    }
+
+    /// Scans every run (the store is a map in memory): fine for tests and
+    /// one process, not an index.
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
+        let now = Instant::now();
+        let wall = super::now_ms();
+        let leases = lock(&self.leases);
+        let map = lock(&self.map);
+        let mut keys: Vec<&String> = map
+            .keys()
+            .filter(|k| filter.after.as_ref().is_none_or(|after| *k > after))
+            .collect();
+        keys.sort();
+        let mut page = RunPage::default();
+        for key in keys {
+            let Some(cp) = latest(&map, key) else {
+                continue;
+            };
+            let lease = leases
+                .get(key.as_str())
+                .and_then(|l| l.expires.filter(|e| *e > now))
+                .map(|e| {
+                    wall.saturating_add(
+                        u64::try_from(e.duration_since(now).as_millis()).unwrap_or(u64::MAX),
+                    )
+                });
+            let summary = RunSummary::of(key, cp, lease);
+            if !filter.matches(key, cp, summary.state) {
+                continue;
+            }
+            if page.runs.len() == filter.limit.max(1) {
+                page.next = page.runs.last().map(|r| r.key.clone());
+                break;
+            }
+            page.runs.push(summary);
+        }
+        Ok(page)
     }
 
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {

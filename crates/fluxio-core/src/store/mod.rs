@@ -68,6 +68,7 @@ pub mod conformance;
 mod error_kind;
 mod journal;
 mod lease;
+mod list;
 mod memory;
 mod redact;
 
@@ -87,6 +88,7 @@ pub use error_kind::StoreErrorKind;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::Lease;
 pub(crate) use lease::{KeepLease, LeaseTracker, Ownership};
+pub use list::{RunFilter, RunPage, RunState, RunSummary};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
 
@@ -322,6 +324,22 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
             .unwrap_or_default())
     }
 
+    /// A page of the runs the store keeps that pass `filter`, in key order
+    /// (contract rule 21), with each run's state: a running run whose lease
+    /// no worker holds is [`RunState::Abandoned`].
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) by default: a store
+    /// with only the four required methods has no index of its runs.
+    /// `InMemoryStore` lists them.
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
+        let _ = filter;
+        Err(crate::Error::Unsupported {
+            operation: "list runs",
+            store: std::any::type_name::<Self>(),
+        })
+    }
+
     /// Takes ownership of `run_id` for a run, for `ttl` unless renewed.
     ///
     /// Exactly one of any number of concurrent callers wins. The lease's
@@ -458,6 +476,9 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
         (**self).history(run_id).await
+    }
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
+        (**self).list_runs(filter).await
     }
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
         (**self).acquire_lease(run_id, ttl).await

@@ -34,6 +34,7 @@
 
 mod cancel;
 mod journal;
+mod list;
 mod retention;
 mod run;
 
@@ -52,6 +53,10 @@ pub use journal::{
     rule20_a_plain_save_stores_the_journal_it_carries,
     rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
     rule20_keep_completed_keeps_the_newest_completed_runs_of_each_pipeline,
+};
+pub use list::{
+    rule21_a_store_without_listing_says_so,
+    rule21_runs_are_listed_by_pipeline_state_version_and_time,
 };
 pub use retention::{
     completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
@@ -1200,6 +1205,8 @@ macro_rules! __store_conformance_each {
             rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
             rule20_a_plain_save_stores_the_journal_it_carries,
             rule20_keep_completed_keeps_the_newest_completed_runs_of_each_pipeline,
+            rule21_runs_are_listed_by_pipeline_state_version_and_time,
+            rule21_a_store_without_listing_says_so,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

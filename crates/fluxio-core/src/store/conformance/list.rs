@@ -1,0 +1,150 @@
+//! Checks of listing runs (contract rule 21).
+
+use std::time::Duration;
+
+use super::{Harness, checkpoint, namespace};
+use crate::error::Error;
+use crate::store::{Checkpoint, CheckpointStore, RunFilter, RunState};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// Rule 21: a store lists its runs with their states (a running run with
+/// no lease held is abandoned), filtered by pipeline, state, version and
+/// time, a page at a time; the pages together are the whole list. A store
+/// that answers `Unsupported` is not checked here (see
+/// [`rule21_a_store_without_listing_says_so`]).
+pub async fn rule21_runs_are_listed_by_pipeline_state_version_and_time<H: Harness>(h: &H) {
+    let ns = namespace("rule21_list");
+    let store = h.store(&ns).await;
+    match store.list_runs(&RunFilter::new()).await {
+        Err(Error::Unsupported { .. }) => return,
+        Err(e) => panic!("list_runs: {e}"),
+        Ok(page) => assert!(page.runs.is_empty(), "a fresh namespace: {page:?}"),
+    }
+    let at = |pipeline: &str, id: &str, ip: u32| -> Checkpoint {
+        let mut cp = checkpoint(&format!("{ns}-{id}"), ip).in_pipeline(pipeline);
+        cp.created_at_ms = 1_700_000_000_000 + u64::from(ip);
+        cp
+    };
+    // held: running, its lease held; gone: running, its lease released
+    let held = at("p", "held", 1);
+    let held_lease = store.acquire_lease(&held.key(), TTL).await.expect("lease");
+    store
+        .save_fenced(held.clone(), &held_lease)
+        .await
+        .expect("save");
+    let gone = at("p", "gone", 2);
+    let lease = store.acquire_lease(&gone.key(), TTL).await.expect("lease");
+    store.save_fenced(gone.clone(), &lease).await.expect("save");
+    store.release_lease(lease).await.expect("release");
+    let failed = at("p", "failed", 3).failed("card declined");
+    store.save(failed.clone()).await.expect("save");
+    let mut done = at("p", "done", 4).completed();
+    done.version = "fedcba987654".into();
+    store.save(done.clone()).await.expect("save");
+    let other = at("q", "other", 5).completed();
+    store.save(other.clone()).await.expect("save");
+    let cancelled = at("p", "cancelled", 6);
+    store.save(cancelled.clone()).await.expect("save");
+    store.cancel(&cancelled.key()).await.expect("cancel");
+
+    let list = |filter: RunFilter| {
+        let store = &store;
+        async move {
+            let page = store.list_runs(&filter).await.expect("list");
+            page.runs
+                .iter()
+                .map(|r| (r.key.clone(), r.state))
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut all = vec![
+        (held.key(), RunState::Running),
+        (gone.key(), RunState::Abandoned),
+        (failed.key(), RunState::Failed),
+        (done.key(), RunState::Completed),
+        (other.key(), RunState::Completed),
+        (cancelled.key(), RunState::Cancelled),
+    ];
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(list(RunFilter::new()).await, all);
+    let one = |key: String, state| vec![(key, state)];
+    assert_eq!(
+        list(RunFilter::new().state(RunState::Failed)).await,
+        one(failed.key(), RunState::Failed)
+    );
+    assert_eq!(
+        list(RunFilter::new().state(RunState::Abandoned)).await,
+        one(gone.key(), RunState::Abandoned)
+    );
+    assert_eq!(
+        list(RunFilter::new().pipeline("q")).await,
+        one(other.key(), RunState::Completed)
+    );
+    assert_eq!(
+        list(RunFilter::new().version("fedcba987654")).await,
+        one(done.key(), RunState::Completed)
+    );
+    let mut recent = RunFilter::new().pipeline("p");
+    recent.created_after_ms = Some(1_700_000_000_004);
+    let mut expected = vec![
+        (done.key(), RunState::Completed),
+        (cancelled.key(), RunState::Cancelled),
+    ];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(list(recent).await, expected);
+
+    let page = store
+        .list_runs(&RunFilter::new().state(RunState::Failed))
+        .await
+        .expect("list");
+    let summary = &page.runs[0];
+    assert_eq!(summary.error_message.as_deref(), Some("card declined"));
+    assert_eq!(
+        (summary.pipeline.as_str(), summary.step.as_str()),
+        ("p", "step-3")
+    );
+    let page = store
+        .list_runs(&RunFilter::new().state(RunState::Running))
+        .await
+        .expect("list");
+    assert!(
+        page.runs[0].lease_expires_at_ms.is_some(),
+        "a held lease shows its expiry"
+    );
+
+    // pages of two, chained by their cursors, are the whole list
+    let mut paged = Vec::new();
+    let mut filter = RunFilter::new().limit(2);
+    loop {
+        let page = store.list_runs(&filter).await.expect("page");
+        assert!(page.runs.len() <= 2);
+        paged.extend(page.runs.iter().map(|r| (r.key.clone(), r.state)));
+        match page.next {
+            Some(next) => filter = filter.after(next),
+            None => break,
+        }
+    }
+    assert_eq!(paged, all);
+    store.release_lease(held_lease).await.expect("release");
+}
+
+/// Rule 21: a store without listing (the four required methods) answers
+/// with the typed `Unsupported` error; everything else still works.
+pub async fn rule21_a_store_without_listing_says_so<H: Harness>(h: &H) {
+    let ns = namespace("rule21_unsupported");
+    let store = h.store(&ns).await;
+    let key = format!("p/{ns}-run");
+    store
+        .save(checkpoint(&format!("{ns}-run"), 1).in_pipeline("p"))
+        .await
+        .expect("save");
+    match store.list_runs(&RunFilter::new()).await {
+        Err(Error::Unsupported { operation, .. }) => {
+            assert_eq!(operation, "list runs");
+            assert!(store.exists(&key).await.expect("exists"));
+        }
+        Ok(page) => assert_eq!(page.runs.len(), 1, "a store that lists, lists it"),
+        Err(e) => panic!("expected Unsupported or a list, got {e}"),
+    }
+}

@@ -1,0 +1,190 @@
+//! Listing runs (contract rule 21): what an operator asks a store after a
+//! crash or a redeploy, such as which runs failed and which ones a dead
+//! worker left behind.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Checkpoint, RunStatus};
+
+/// Where a run stands, as a listing sees it: its latest checkpoint's
+/// status, with a running run whose lease is not held (its worker died, or
+/// it was dropped) told apart as abandoned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum RunState {
+    /// Running, its lease held by a worker.
+    Running,
+    /// Running, but no worker holds its lease: any worker may resume it.
+    Abandoned,
+    /// Its stage failed; a resume retries it.
+    Failed,
+    /// Finished.
+    Completed,
+    /// Cancelled (contract rule 14).
+    Cancelled,
+}
+
+/// Which runs to list, a page at a time. Every filter is optional; a page
+/// holds at most [`limit`](RunFilter::limit) runs, in key order, and
+/// [`RunPage::next`] is the cursor of the next page.
+///
+/// ```
+/// use fluxio_core::store::{RunFilter, RunState};
+/// let failed = RunFilter::new().pipeline("orders").state(RunState::Failed).limit(50);
+/// assert_eq!(failed.limit, 50);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunFilter {
+    /// Only runs of this pipeline (`""`: runs of unnamed pipelines).
+    pub pipeline: Option<String>,
+    /// Only runs in this state.
+    pub state: Option<RunState>,
+    /// Only runs whose latest checkpoint this version wrote.
+    pub version: Option<String>,
+    /// Only runs created at or after this time (ms since the Unix epoch).
+    pub created_after_ms: Option<u64>,
+    /// Only runs last written before this time (ms since the Unix epoch).
+    pub updated_before_ms: Option<u64>,
+    /// At most this many runs per page (at least 1, at most 10,000).
+    pub limit: usize,
+    /// The cursor a previous page returned: list the runs after it.
+    pub after: Option<String>,
+}
+
+impl Default for RunFilter {
+    fn default() -> Self {
+        RunFilter {
+            pipeline: None,
+            state: None,
+            version: None,
+            created_after_ms: None,
+            updated_before_ms: None,
+            limit: 100,
+            after: None,
+        }
+    }
+}
+
+impl RunFilter {
+    /// Every run, 100 a page.
+    #[must_use]
+    pub fn new() -> Self {
+        RunFilter::default()
+    }
+
+    /// Only runs of `pipeline`.
+    #[must_use]
+    pub fn pipeline(mut self, pipeline: impl Into<String>) -> Self {
+        self.pipeline = Some(pipeline.into());
+        self
+    }
+
+    /// Only runs in `state`.
+    #[must_use]
+    pub fn state(mut self, state: RunState) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Only runs whose latest checkpoint `version` wrote.
+    #[must_use]
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
+    }
+
+    /// At most `runs` a page, clamped to 1..=10,000.
+    #[must_use]
+    pub fn limit(mut self, runs: usize) -> Self {
+        self.limit = runs.clamp(1, 10_000);
+        self
+    }
+
+    /// The page after the cursor `next` of a previous page.
+    #[must_use]
+    pub fn after(mut self, next: impl Into<String>) -> Self {
+        self.after = Some(next.into());
+        self
+    }
+
+    /// Whether the run stored under `key`, whose latest checkpoint is `cp`
+    /// and which is in `state`, passes the filter (the cursor aside).
+    #[must_use]
+    pub fn matches(&self, key: &str, cp: &Checkpoint, state: RunState) -> bool {
+        let pipeline = key.split_once('/').map_or("", |(p, _)| p);
+        self.pipeline.as_deref().is_none_or(|p| p == pipeline)
+            && self.state.is_none_or(|s| s == state)
+            && self.version.as_deref().is_none_or(|v| v == cp.version)
+            && self.created_after_ms.is_none_or(|t| cp.created_at_ms >= t)
+            && self.updated_before_ms.is_none_or(|t| cp.updated_at_ms < t)
+    }
+}
+
+/// One run, as a listing shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunSummary {
+    /// The run's store key (`pipeline/run_id`).
+    pub key: String,
+    /// Its pipeline's name (empty when unnamed).
+    pub pipeline: String,
+    /// Its run id.
+    pub run_id: String,
+    /// The version that wrote its latest checkpoint.
+    pub version: String,
+    /// Where it stands.
+    pub state: RunState,
+    /// The stage it is at (empty once completed).
+    pub step: String,
+    /// The attempt of that stage.
+    pub attempt: u32,
+    /// How that stage failed, when it did.
+    pub error_message: Option<String>,
+    /// When the run started and when it was last written (ms since the
+    /// Unix epoch).
+    pub created_at_ms: u64,
+    /// See `created_at_ms`.
+    pub updated_at_ms: u64,
+    /// When its lease runs out (ms since the Unix epoch), while one is held.
+    pub lease_expires_at_ms: Option<u64>,
+}
+
+impl RunSummary {
+    /// The summary of the run stored under `key` whose latest checkpoint is
+    /// `cp`, with its lease held until `lease_expires_at_ms` (`None`: not
+    /// held).
+    #[must_use]
+    pub fn of(key: &str, cp: &Checkpoint, lease_expires_at_ms: Option<u64>) -> RunSummary {
+        let state = match cp.status {
+            RunStatus::Running if lease_expires_at_ms.is_some() => RunState::Running,
+            RunStatus::Running => RunState::Abandoned,
+            RunStatus::Failed => RunState::Failed,
+            RunStatus::Completed => RunState::Completed,
+            RunStatus::Cancelled => RunState::Cancelled,
+        };
+        RunSummary {
+            key: key.to_owned(),
+            pipeline: cp.pipeline.clone(),
+            run_id: cp.run_id.clone(),
+            version: cp.version.clone(),
+            state,
+            step: cp.step.clone(),
+            attempt: cp.attempt,
+            error_message: cp.error_message.clone(),
+            created_at_ms: cp.created_at_ms,
+            updated_at_ms: cp.updated_at_ms,
+            lease_expires_at_ms,
+        }
+    }
+}
+
+/// A page of runs: [`CheckpointStore::list_runs`](super::CheckpointStore::list_runs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunPage {
+    /// The runs, in key order.
+    pub runs: Vec<RunSummary>,
+    /// The cursor of the next page ([`RunFilter::after`]); `None` on the last.
+    pub next: Option<String>,
+}
