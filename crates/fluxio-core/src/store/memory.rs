@@ -255,7 +255,7 @@ impl CheckpointStore for InMemoryStore {
             if !filter.matches(key, cp, summary.state) {
                 continue;
             }
-            if page.runs.len() == filter.limit.max(1) {
+            if page.runs.len() == filter.limit.clamp(1, 10_000) {
                 page.next = page.runs.last().map(|r| r.key.clone());
                 break;
             }
