@@ -5,9 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{
-    Checkpoint, CheckpointStore, Lease, RedactedUrl, cancelled_checkpoint, check_lease_ttl,
-};
+use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RedactedUrl, check_lease_ttl};
 use fluxio_core::{Error, Result};
 use sqlx::Connection as _;
 use sqlx::postgres::PgPool;
@@ -391,21 +389,7 @@ impl CheckpointStore for PostgresStore {
         self.call("cancel", Retry::Never, |mut conn| async move {
             let mut tx = conn.begin().await?;
             Journal::cancelled(&mut tx, &inner.sql.journal, run_id).await?;
-            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
-                .bind(run_id)
-                .fetch_all(&mut *tx)
-                .await?;
-            let next = cancelled_checkpoint(run_id, journal::latest(run_id, parts)?)?;
-            let step = Step::of(&next)?;
-            Journal::append(
-                &mut tx,
-                &inner.sql.journal,
-                run_id,
-                &next,
-                &step,
-                Retention::NONE,
-            )
-            .await?;
+            Journal::cancel(&mut tx, &inner.sql.journal, &inner.sql.load, run_id).await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })

@@ -19,7 +19,9 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use fluxio_core::Result;
-use fluxio_core::store::{Checkpoint, RunStatus, cut_point, missing_predecessor};
+use fluxio_core::store::{
+    Checkpoint, RunStatus, cancelled_checkpoint, cut_point, missing_predecessor,
+};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
 /// The `status` of a cancelled run's row (rule 14): what fenced saves check.
@@ -155,8 +157,32 @@ where
     for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
 {
+    /// Appends the cancel of run `key` (contract rule 14): reads its steps
+    /// with `load` (the dialect's load statement, from the last whole
+    /// step on), and appends [`cancelled_checkpoint`] of its latest
+    /// checkpoint. Run it in the transaction that locked the run.
+    ///
+    /// # Errors
+    /// The driver's; `CheckpointNotFound` and `RunFinished` as
+    /// [`cancelled_checkpoint`] says.
+    pub async fn cancel(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        load: &str,
+        key: &str,
+    ) -> std::result::Result<(), D::Failure> {
+        let parts: Vec<Vec<u8>> = sqlx::query_scalar(load)
+            .bind(key)
+            .fetch_all(&mut *conn)
+            .await?;
+        let next = cancelled_checkpoint(key, latest(key, parts)?)?;
+        let step = Step::of(&next)?;
+        Self::append(conn, sql, key, &next, &step, Retention::NONE).await
+    }
+
     /// The run's row: whether it is cancelled (no row: not).
     ///
     /// # Errors

@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{
-    Checkpoint, CheckpointStore, Lease, cancelled_checkpoint, check_lease_ttl,
-};
+use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, check_lease_ttl};
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::SqlitePool;
 
@@ -382,21 +380,7 @@ impl CheckpointStore for SqliteStore {
         let inner = &self.inner;
         self.timed("cancel", async {
             let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
-            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
-                .bind(run_id)
-                .fetch_all(&mut *tx)
-                .await?;
-            let next = cancelled_checkpoint(run_id, journal::latest(run_id, parts)?)?;
-            let step = Step::of(&next)?;
-            Journal::append(
-                &mut tx,
-                &inner.sql.journal,
-                run_id,
-                &next,
-                &step,
-                Retention::NONE,
-            )
-            .await?;
+            Journal::cancel(&mut tx, &inner.sql.journal, &inner.sql.load, run_id).await?;
             tx.commit().await?;
             Ok::<_, Failure>(())
         })
