@@ -378,7 +378,7 @@ impl CheckpointStore for PostgresStore {
     }
 
     /// One transaction: the run's row locked `FOR UPDATE`, the run loaded,
-    /// the decision of [`cancelled_checkpoint`], and that checkpoint (the
+    /// the decision of [`cancelled_checkpoint`](fluxio_core::store::cancelled_checkpoint), and that checkpoint (the
     /// next one, an empty delta) appended with `status = 'cancelled'`. A
     /// fenced save waits for the row lock and then finds the row cancelled.
     /// Never sent twice (like `acquire_lease`): a repeat after a commit

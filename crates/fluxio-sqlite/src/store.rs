@@ -372,7 +372,7 @@ impl CheckpointStore for SqliteStore {
 
     /// One `BEGIN IMMEDIATE` transaction, which holds the file's write lock
     /// from its start: it loads the run, decides with
-    /// [`cancelled_checkpoint`], and appends that checkpoint (the next one,
+    /// [`cancelled_checkpoint`](fluxio_core::store::cancelled_checkpoint), and appends that checkpoint (the next one,
     /// an empty delta) with `status = 'cancelled'`. No fenced save can land
     /// in between, and every fenced save after it finds the row cancelled.
     async fn cancel(&self, run_id: &str) -> Result<()> {
