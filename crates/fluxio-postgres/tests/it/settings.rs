@@ -269,6 +269,13 @@ async fn a_statement_that_blocks_times_out_and_the_store_recovers() {
         return;
     };
     let schema = support::namespace("blocked");
+    // the schema's migrations run first, under the default timeout: on a
+    // busy machine three of them can take longer than the 500 ms below
+    PostgresStore::builder(url.as_str())
+        .schema(&schema)
+        .connect()
+        .await
+        .expect("migrate");
     let timeout = Duration::from_millis(500);
     let store = PostgresStore::builder(url.as_str())
         .schema(&schema)
