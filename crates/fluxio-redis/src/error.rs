@@ -24,6 +24,8 @@ pub(crate) mod op {
     pub(crate) const SAVE_FENCED: &str = "save_fenced";
     pub(crate) const DELETE_FENCED: &str = "delete_fenced";
     pub(crate) const CANCEL: &str = "cancel";
+    pub(crate) const LIST: &str = "list_runs";
+    pub(crate) const REINDEX: &str = "reindex";
 }
 
 /// Why a [`RedisStore`](crate::RedisStore) call failed.

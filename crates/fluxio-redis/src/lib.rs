@@ -264,6 +264,8 @@
 mod builder;
 mod connection;
 mod error;
+mod index;
+mod list;
 mod scripts;
 mod store;
 

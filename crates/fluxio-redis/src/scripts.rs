@@ -63,6 +63,94 @@ end
 return 0
 ";
 
+/// The Lua functions that keep the run index (contract rule 21; see the
+/// crate docs' key layout), shared by every script that writes a run. The
+/// index of the key prefix `P` is the sorted sets `P.runs` (every run) and
+/// `P.runs.S` (the runs whose latest checkpoint has status `S`), each
+/// member a run's key scored 0, so they are in key order
+/// (`ZRANGEBYLEX`), and a pipeline's runs (`N/...`) are one range of them;
+/// plus `P.expiring`, the completed runs whose journal expires, scored by
+/// when (the server's clock, ms), so the expired ones leave the index.
+///
+/// - `STATUSES`: every status a run's `status` field may hold.
+/// - `summarize(j, at)`: writes the summary meta fields of journal `j` from
+///   the nine `ARGV` from `at` on (status, step, attempt, version, `1` when
+///   there is an error message, the message, created, updated, pipeline;
+///   see `crate::index::summary_args`) and returns the status.
+/// - `index(prefix, run, old, new)`: the run `run`, indexed under status
+///   `old` (`nil`: not indexed), is indexed under `new`.
+/// - `unindex(prefix, run, status)`: the run leaves the index; `status`
+///   `nil` when unknown (its journal is gone): every status set.
+/// - `expiring(c, now)`: after a save that completed the run `c.run`
+///   (`c.prefix`; `c.px` its journal's ttl, `'0'` for none), at the
+///   server's `now` (ms): the run is in `P.expiring`, scored `now + px`,
+///   when it has a ttl, and not otherwise; then up to 8 runs due by `now`
+///   leave the index, each only if its journal is gone (one still there,
+///   kept longer by another store's retention, is scored again by its
+///   ttl). So the index does not grow with expired runs while runs
+///   complete, whether or not anyone lists.
+macro_rules! index_fns {
+    () => {
+        r"
+local STATUSES = {'running', 'failed', 'completed', 'cancelled', 'needs_attention'}
+local function summarize(j, at)
+  local f = {'status', ARGV[at], 'step', ARGV[at + 1], 'attempt', ARGV[at + 2],
+    'version', ARGV[at + 3], 'created', ARGV[at + 6], 'updated', ARGV[at + 7],
+    'pipeline', ARGV[at + 8]}
+  if ARGV[at + 4] == '1' then
+    f[#f + 1] = 'error'
+    f[#f + 1] = ARGV[at + 5]
+  else
+    redis.call('HDEL', j, 'error')
+  end
+  redis.call('HSET', j, unpack(f))
+  return ARGV[at]
+end
+local function index(prefix, run, old, new)
+  if old == new then
+    return
+  end
+  if old then
+    redis.call('ZREM', prefix .. '.runs.' .. old, run)
+  else
+    redis.call('ZADD', prefix .. '.runs', 0, run)
+  end
+  redis.call('ZADD', prefix .. '.runs.' .. new, 0, run)
+end
+local function unindex(prefix, run, status)
+  redis.call('ZREM', prefix .. '.runs', run)
+  if status then
+    redis.call('ZREM', prefix .. '.runs.' .. status, run)
+  else
+    for _, s in ipairs(STATUSES) do
+      redis.call('ZREM', prefix .. '.runs.' .. s, run)
+    end
+  end
+  redis.call('ZREM', prefix .. '.expiring', run)
+end
+local function expiring(c, now)
+  local set = c.prefix .. '.expiring'
+  if c.px ~= '0' then
+    redis.call('ZADD', set, string.format('%d', now + tonumber(c.px)), c.run)
+  else
+    redis.call('ZREM', set, c.run)
+  end
+  local due = redis.call('ZRANGEBYSCORE', set, '-inf', string.format('%d', now), 'LIMIT', 0, 8)
+  for _, run in ipairs(due) do
+    local ttl = redis.call('PTTL', c.prefix .. ':' .. run)
+    if ttl == -2 then
+      unindex(c.prefix, run, nil)
+    elseif ttl > 0 then
+      redis.call('ZADD', set, string.format('%d', now + ttl), run)
+    else
+      redis.call('ZREM', set, run)
+    end
+  end
+end
+"
+    };
+}
+
 /// The Lua functions the journal's scripts share (see the crate docs' key
 /// layout): a run's journal is one hash, `P:R`, whose fields are the
 /// checkpoints' numbers (each holding that checkpoint's
@@ -116,9 +204,12 @@ return 0
 ///   one).
 macro_rules! journal_fns {
     () => {
-        r"
+        concat!(
+            index_fns!(),
+            r"
 local function meta(key)
-  local m = redis.pcall('HMGET', key, 'first', 'last', 'fulls', 'born', 'ver', 'exp', 'done')
+  local m = redis.pcall('HMGET', key, 'first', 'last', 'fulls', 'born', 'ver', 'exp', 'done',
+    'status')
   if m['err'] then
     if redis.call('TYPE', key)['ok'] == 'string' then
       return {first = 0, last = 0, fulls = {0}, legacy = true}
@@ -133,7 +224,7 @@ local function meta(key)
     fulls[#fulls + 1] = tonumber(s)
   end
   return {first = tonumber(m[1]), last = tonumber(m[2]), fulls = fulls, born = m[4],
-    ver = tonumber(m[5]), exp = m[6] == '1', done = m[7]}
+    ver = tonumber(m[5]), exp = m[6] == '1', done = m[7], status = m[8] or nil}
 end
 local function born()
   local t = redis.call('TIME')
@@ -176,6 +267,8 @@ local function get(key, from, to)
   return out
 end
 local function remove_run(prefix, run, epoch_px)
+  local status = redis.call('HGET', prefix .. ':' .. run, 'status')
+  unindex(prefix, run, status or nil)
   redis.call('DEL', prefix .. ':' .. run, prefix .. '.cancelled:' .. run)
   local epoch = prefix .. '.epoch:' .. run
   if redis.call('PTTL', epoch) == -1 then
@@ -187,12 +280,14 @@ local function completion(j, idx, c, was_done)
     if was_done then
       redis.call('HDEL', j, 'done')
       redis.call('ZREM', idx, c.run)
+      redis.call('ZREM', c.prefix .. '.expiring', c.run)
     end
     return
   end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('HSET', j, 'done', int(now))
+  expiring(c, now)
   if not c.keep then
     if was_done then
       redis.call('ZREM', idx, c.run)
@@ -231,6 +326,7 @@ local function expire(key, px, epoch, epoch_px, had, fresh)
   end
 end
 "
+        )
     };
 }
 
@@ -238,18 +334,24 @@ end
 /// `ARGV`: journal ttl (ms, `0` for none), `1` when the latest checkpoint
 /// is cancelled, epoch ttl (ms), the journal's `first`, `last` and `fulls`,
 /// `1` when the latest checkpoint is completed, the number of completed
-/// runs to keep (`none`: all), the key prefix, the run's key, then each
-/// checkpoint's number and entry bytes. The plain `save`: the journal
-/// replaced by the one given, the cancel mark set or deleted to match its
-/// latest checkpoint, and the completion recorded (`completion`: the run
+/// runs to keep (`none`: all), the key prefix, the run's key, the latest
+/// checkpoint's summary (nine: see `summarize`), then each checkpoint's
+/// number and entry bytes. The plain `save`: the journal replaced by the
+/// one given, the cancel mark set or deleted to match its latest
+/// checkpoint, the run's summary written and the run indexed under its
+/// status (rule 21), and the completion recorded (`completion`: the run
 /// indexed and the pipeline trimmed when it completed, taken out of the
 /// index when it did not).
 pub(crate) const SAVE: &str = concat!(
     journal_fns!(),
     r"
+local old = redis.pcall('HGET', KEYS[1], 'status')
+if type(old) ~= 'string' then
+  old = nil
+end
 redis.call('DEL', KEYS[1])
 local fields = {'first', ARGV[4], 'last', ARGV[5], 'fulls', ARGV[6], 'born', born(), 'ver', 0}
-for i = 11, #ARGV, 2 do
+for i = 20, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
   if #fields >= 1000 or i + 2 > #ARGV then
@@ -258,6 +360,7 @@ for i = 11, #ARGV, 2 do
   end
 end
 redis.call('HSET', KEYS[1], 'exp', ARGV[1] ~= '0' and '1' or '0')
+index(ARGV[9], ARGV[10], old, summarize(KEYS[1], 11))
 expire(KEYS[1], ARGV[1], KEYS[3], ARGV[3], false, true)
 if ARGV[2] == '1' then
   redis.call('SET', KEYS[2], 1)
@@ -276,7 +379,8 @@ return 1
 /// index. `ARGV`: token, the checkpoint's number, `1` when it is whole, its
 /// `keep_from`, its entry bytes, journal ttl (ms, `0` for none), `1` when
 /// it is cancelled, epoch ttl (ms), `1` when it is completed, the number of
-/// completed runs to keep (`none`: all), the key prefix, the run's key.
+/// completed runs to keep (`none`: all), the key prefix, the run's key,
+/// the checkpoint's summary (nine: see `summarize`).
 ///
 /// Returns 1 when appended; 2 (nothing written) when the run is cancelled,
 /// whatever the lease; 0 (nothing written) when the lease is not `token`'s;
@@ -286,9 +390,10 @@ return 1
 /// checkpoint leaves a gap after the last: every number from `first` to
 /// `last` stays stored), migrates a run of an
 /// earlier build, and drops the checkpoints before the cut point, computed
-/// as `fluxio_core::store::cut_point` does. Then `completion`: a completed
-/// run is indexed and its pipeline trimmed; a run that was completed and
-/// is not any more leaves the index.
+/// as `fluxio_core::store::cut_point` does. The run's summary is written
+/// and the run indexed under its status (rule 21). Then `completion`: a
+/// completed run is indexed and its pipeline trimmed; a run that was
+/// completed and is not any more leaves that index.
 pub(crate) const SAVE_FENCED: &str = concat!(
     journal_fns!(),
     r"
@@ -307,6 +412,7 @@ if not full and not (m and m.first < seq and seq - 1 <= m.last) then
 end
 local had = m and m.exp
 local was_done = m and m.done and true
+local old = m and m.status
 if m and (seq <= m.first or (full and seq > m.last + 1)) then
   redis.call('DEL', j)
   m, had = nil, false
@@ -374,6 +480,7 @@ if had or ARGV[6] ~= '0' then
   set[#set + 1] = ARGV[6] ~= '0' and '1' or '0'
 end
 redis.call('HSET', j, unpack(set))
+index(ARGV[11], ARGV[12], old, summarize(j, 13))
 expire(j, ARGV[6], KEYS[4], ARGV[8], had, fresh)
 if ARGV[7] == '1' then
   redis.call('SET', KEYS[3], 1)
@@ -439,38 +546,51 @@ return {version(m), int(from), int(m.last)}
 );
 
 /// `KEYS`: lease, journal, cancel mark, epoch, the pipeline's completed
-/// index. `ARGV`: token, epoch ttl (ms), the run's key. Returns 1 when
-/// deleted (or already absent), 0 when the lease is not `token`'s. A
-/// cancelled run is deleted like any other, mark and all; a completed one
-/// leaves the index; an epoch left without expiry gets the epoch ttl.
-pub(crate) const DELETE_FENCED: &str = r"
+/// index. `ARGV`: token, epoch ttl (ms), the run's key, the key prefix.
+/// Returns 1 when deleted (or already absent), 0 when the lease is not
+/// `token`'s. A cancelled run is deleted like any other, mark and all; the
+/// run leaves the run index, and a completed one the completed index; an
+/// epoch left without expiry gets the epoch ttl.
+pub(crate) const DELETE_FENCED: &str = concat!(
+    index_fns!(),
+    r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
+local status = redis.pcall('HGET', KEYS[2], 'status')
+unindex(ARGV[4], ARGV[3], type(status) == 'string' and status or nil)
 redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('ZREM', KEYS[5], ARGV[3])
 if redis.call('PTTL', KEYS[4]) == -1 then
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
 end
 return 1
-";
+"
+);
 
 /// `KEYS`: journal, cancel mark, epoch, the pipeline's completed index.
-/// `ARGV`: epoch ttl (ms), the run's key. The plain `delete`: as
-/// `DELETE_FENCED` without the lease check.
-pub(crate) const DELETE: &str = r"
+/// `ARGV`: epoch ttl (ms), the run's key, the key prefix. The plain
+/// `delete`: as `DELETE_FENCED` without the lease check.
+pub(crate) const DELETE: &str = concat!(
+    index_fns!(),
+    r"
+local status = redis.pcall('HGET', KEYS[1], 'status')
+unindex(ARGV[3], ARGV[2], type(status) == 'string' and status or nil)
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[4], ARGV[2])
 if redis.call('PTTL', KEYS[3]) == -1 then
   redis.call('PEXPIRE', KEYS[3], ARGV[1])
 end
 return 1
-";
+"
+);
 
 /// `KEYS`: journal, cancel mark, epoch. `ARGV`: the journal's `born:ver` as the
 /// cancel read it (`legacy` for a run of an earlier build), the cancelled
-/// checkpoint's number and its entry bytes. Appends the cancelled
-/// checkpoint and sets the mark, with no expiry (a cancelled run is kept
+/// checkpoint's number and its entry bytes, the key prefix, the run's key,
+/// the cancelled checkpoint's summary (nine: see `summarize`). Appends the
+/// cancelled checkpoint, writes its summary and indexes the run as
+/// cancelled, and sets the mark, with no expiry (a cancelled run is kept
 /// until deleted, and so is its epoch), only if the journal is still the
 /// one read (a compare-and-set on `born:ver`): returns 1 then, and also when the
 /// journal ends with the cancelled checkpoint already (an earlier attempt of
@@ -499,6 +619,7 @@ else
   end
 end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3], 'last', ARGV[2], 'ver', int(m.ver + 1), 'exp', '0')
+index(ARGV[4], ARGV[5], m.status, summarize(KEYS[1], 6))
 redis.call('SET', KEYS[2], 1)
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[3])
@@ -506,7 +627,168 @@ return 1
 "
 );
 
-pub(crate) const ALL: [&str; 10] = [
+/// `KEYS`: the index set to read (`P.runs`, or `P.runs.S` for one
+/// status). `ARGV`: the key prefix, the `ZRANGEBYLEX` bounds `min` and
+/// `max`, how many runs to find at most (`want`), how many members to
+/// look at at most (`budget`), then the filters: the status (`''`: any),
+/// the lease (`held`, `free`, `''`: either; running runs only), `1` and the
+/// version (`0` and anything: any), created at or after (ms, decimal,
+/// `''`: any), updated before (likewise), `1` for runs with no pipeline
+/// only (keys without `/`).
+///
+/// Returns `{more, last, rows...}`: `more` is 0 when the range is
+/// exhausted, 1 when the script stopped at `want` runs or `budget` members
+/// (`last`, the last member looked at, is then where the next call starts
+/// after); each row is ten values: the run's key, pipeline, status, step,
+/// attempt, version, error message (nil: none), created, updated, and when
+/// its lease expires (the server's clock, ms; nil unless the run is running
+/// with its lease held).
+///
+/// A member whose journal is gone (a completed run that expired before a
+/// save swept it from `P.expiring`, or a key deleted by hand) leaves the
+/// index here, in this script, and is skipped: the index never shows a run
+/// that is not stored. Reads and writes only the index and the runs'
+/// meta fields, never a checkpoint's entry.
+pub(crate) const LIST: &str = concat!(
+    index_fns!(),
+    r"
+local prefix, max = ARGV[1], ARGV[3]
+local want, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
+local status, lease = ARGV[6], ARGV[7]
+local has_version, version = ARGV[8] == '1', ARGV[9]
+local created_after, updated_before, bare = ARGV[10], ARGV[11], ARGV[12] == '1'
+-- a < b for decimal numbers written without leading zeros (exact past
+-- 2^53, and free of the server's locale)
+local function below(a, b)
+  if #a ~= #b then
+    return #a < #b
+  end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return false
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {1, ''}
+local found, looked, min = 0, 0, ARGV[2]
+while true do
+  local batch = redis.call('ZRANGEBYLEX', KEYS[1], min, max, 'LIMIT', 0,
+    math.min(200, budget - looked))
+  if #batch == 0 then
+    out[1] = 0
+    return out
+  end
+  for _, run in ipairs(batch) do
+    looked = looked + 1
+    out[2] = run
+    if not (bare and string.find(run, '/', 1, true)) then
+      local j = prefix .. ':' .. run
+      local h = redis.pcall('HMGET', j, 'status', 'step', 'attempt', 'version', 'error',
+        'created', 'updated', 'pipeline')
+      if h['err'] then
+        -- not a hash: nothing this build indexes; skipped
+      elseif not h[1] then
+        if redis.call('EXISTS', j) == 0 then
+          unindex(prefix, run, nil)
+        end
+      elseif (status == '' or h[1] == status)
+        and (not has_version or h[4] == version)
+        and (created_after == '' or not below(h[6], created_after))
+        and (updated_before == '' or below(h[7], updated_before)) then
+        local expires = false
+        if h[1] == 'running' then
+          local ttl = redis.call('PTTL', prefix .. '.lease:' .. run)
+          if ttl > 0 then
+            expires = string.format('%d', now + ttl)
+          end
+        end
+        if lease == '' or h[1] ~= 'running' or (lease == 'held') == (expires ~= false) then
+          local row = {run, h[8], h[1], h[2], h[3], h[4], h[5], h[6], h[7], expires}
+          for i = 1, 10 do
+            out[#out + 1] = row[i]
+          end
+          found = found + 1
+          if found == want then
+            return out
+          end
+        end
+      end
+    end
+    if looked >= budget then
+      return out
+    end
+  end
+  min = '(' .. batch[#batch]
+end
+"
+);
+
+/// `KEYS`: journals. Returns, for each, `1` when it is indexed (a hash with
+/// a `status`), `0` when it is not (a hash an earlier build wrote, or a
+/// string: a run of a build before the journal), `-1` when it is gone.
+pub(crate) const INDEXED: &str = r"
+local out = {}
+for i, key in ipairs(KEYS) do
+  local status = redis.pcall('HGET', key, 'status')
+  if type(status) == 'string' then
+    out[i] = 1
+  elseif redis.call('EXISTS', key) == 1 then
+    out[i] = 0
+  else
+    out[i] = -1
+  end
+end
+return out
+";
+
+/// `KEYS`: journal. `ARGV`: the journal's `born:ver` as read (`legacy` for
+/// a run of a build before the journal), the key prefix, the run's key,
+/// the latest checkpoint's summary (nine: see `summarize`). Indexes a run
+/// an earlier build wrote, only if its journal is still the one read (a
+/// compare-and-set, as `CANCEL`'s) and has no `status` yet: its summary
+/// written, stale members of the index dropped, the run indexed under its
+/// status, and, when it is completed and expires, in `P.expiring`. A run
+/// of a build before the journal is first migrated to the hash (keeping
+/// its expiry). Returns 1 when indexed, 0 when the journal changed or is
+/// indexed already (nothing written).
+pub(crate) const REINDEX: &str = concat!(
+    journal_fns!(),
+    r"
+local m = meta(KEYS[1])
+if not m then
+  return 0
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if m.legacy then
+  if ARGV[1] ~= 'legacy' then
+    return 0
+  end
+  migrate(KEYS[1], m)
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('HSET', KEYS[1], 'exp', '1')
+  end
+elseif m.status or version(m) ~= ARGV[1] then
+  return 0
+end
+local prefix, run = ARGV[2], ARGV[3]
+unindex(prefix, run, nil)
+local status = summarize(KEYS[1], 4)
+index(prefix, run, nil, status)
+if status == 'completed' and ttl > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', prefix .. '.expiring', int(now + ttl), run)
+end
+return 1
+"
+);
+
+pub(crate) const ALL: [&str; 13] = [
     ACQUIRE,
     RENEW,
     RELEASE,
@@ -517,6 +799,9 @@ pub(crate) const ALL: [&str; 10] = [
     DELETE_FENCED,
     DELETE,
     CANCEL,
+    LIST,
+    INDEXED,
+    REINDEX,
 ];
 
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
@@ -530,3 +815,6 @@ pub(crate) static DELETE_FENCED_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(DELETE_FENCED));
 pub(crate) static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DELETE));
 pub(crate) static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CANCEL));
+pub(crate) static LIST_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LIST));
+pub(crate) static INDEXED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INDEXED));
+pub(crate) static REINDEX_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REINDEX));

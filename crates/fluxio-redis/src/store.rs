@@ -9,8 +9,8 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fluxio_core::store::{
-    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunStatus, cancelled_checkpoint,
-    check_lease_ttl, missing_predecessor,
+    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunFilter, RunPage, RunStatus,
+    cancelled_checkpoint, check_lease_ttl, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
 use redis::Client;
@@ -19,6 +19,7 @@ use redis::aio::ConnectionManagerConfig;
 use crate::builder::{RedisStoreBuilder, px};
 use crate::connection::Conn;
 use crate::error::op;
+use crate::index::summary_args;
 use crate::scripts;
 
 /// A [`CheckpointStore`] in Redis: checkpoints, leases and fencing shared by
@@ -229,9 +230,9 @@ impl RedisStore {
 
 /// What the load script read of a run: the journal's `born:ver` (or
 /// `legacy`) and the entries, oldest first.
-struct Read {
-    version: Vec<u8>,
-    parts: Vec<Vec<u8>>,
+pub(crate) struct Read {
+    pub(crate) version: Vec<u8>,
+    pub(crate) parts: Vec<Vec<u8>>,
 }
 
 impl RedisStore {
@@ -249,7 +250,7 @@ impl RedisStore {
     /// meta said, the entries are of that journal. Otherwise (a write came
     /// in between), and for a run of an earlier build, the `LOAD` script
     /// reads it all in one step.
-    async fn read_within(
+    pub(crate) async fn read_within(
         &self,
         operation: &'static str,
         run_id: &str,
@@ -381,8 +382,8 @@ impl CheckpointStore for RedisStore {
             .filter(|cp| cp.change.is_full())
             .map(|cp| cp.seq.to_string())
             .collect();
-        let (first, last) = match (journal.first(), journal.last()) {
-            (Some(first), Some(last)) => (first.seq, last.seq),
+        let (first, latest) = match (journal.first(), journal.last()) {
+            (Some(first), Some(last)) => (first.seq, last),
             _ => {
                 return Err(Error::Internal {
                     message: "a checkpoint's journal is empty".to_owned(),
@@ -391,12 +392,13 @@ impl CheckpointStore for RedisStore {
         };
         script
             .arg(first)
-            .arg(last)
+            .arg(latest.seq)
             .arg(fulls.join(" "))
             .arg(u8::from(completed))
             .arg(self.keep_arg())
             .arg(&self.inner.key_prefix)
             .arg(&run_key);
+        summary_args(&mut script, latest)?;
         for cp in &journal {
             script.arg(cp.seq).arg(cp.entry_bytes()?);
         }
@@ -440,10 +442,24 @@ impl CheckpointStore for RedisStore {
             .key(self.epoch_key(run_id))
             .key(self.completed_key_of(run_id))
             .arg(self.epoch_px(0))
-            .arg(run_id);
+            .arg(run_id)
+            .arg(&self.inner.key_prefix);
         Ok(self
             .invoke::<()>(op::DELETE, &key, self.deadline(), &script)
             .await?)
+    }
+
+    /// The run index (see the [crate documentation](crate)): a script per
+    /// slice of at most 2,000 index members, reading each candidate's
+    /// summary (meta fields of its journal hash, never a checkpoint) and,
+    /// for a running run, its lease key, in key order from the cursor on,
+    /// until the page and one run more are found or the index ends. A
+    /// pipeline's runs are one range of the index, and a status has its own
+    /// set, so a page of one pipeline's runs in one status reads only those
+    /// runs. A member whose journal is gone (an expired completed run) is
+    /// removed by the script that finds it, and not listed.
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
+        self.list(filter).await
     }
 
     /// One `EXISTS`.
@@ -570,6 +586,7 @@ impl CheckpointStore for RedisStore {
             .arg(self.keep_arg())
             .arg(&self.inner.key_prefix)
             .arg(&run_key);
+        summary_args(&mut script, &checkpoint)?;
         let saved: u8 = self
             .invoke(op::SAVE_FENCED, &key, self.deadline(), &script)
             .await?;
@@ -598,7 +615,8 @@ impl CheckpointStore for RedisStore {
             .key(self.completed_key_of(run_id))
             .arg(lease.token())
             .arg(self.epoch_px(0))
-            .arg(run_id);
+            .arg(run_id)
+            .arg(&self.inner.key_prefix);
         let deleted: u8 = self
             .invoke(op::DELETE_FENCED, &key, self.deadline(), &script)
             .await?;
@@ -643,7 +661,10 @@ impl CheckpointStore for RedisStore {
                 .key(self.epoch_key(run_id))
                 .arg(version)
                 .arg(cancelled.seq)
-                .arg(cancelled.entry_bytes()?);
+                .arg(cancelled.entry_bytes()?)
+                .arg(&self.inner.key_prefix)
+                .arg(run_id);
+            summary_args(&mut script, &cancelled)?;
             let done: u8 = self.invoke(op::CANCEL, &key, deadline, &script).await?;
             if done == 1 {
                 return Ok(());
@@ -863,7 +884,10 @@ mod tests {
                 .key(store.epoch_key(run))
                 .arg(version)
                 .arg(cancelled.seq)
-                .arg(&new);
+                .arg(&new)
+                .arg(&prefix)
+                .arg(run);
+            summary_args(&mut script, &cancelled).expect("a known status");
             script
         };
         let refused: u8 = cas(&stale).invoke_async(&mut raw).await.expect("script");

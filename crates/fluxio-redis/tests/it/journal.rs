@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use fluxio_core::Context;
-use fluxio_core::store::{Change, Checkpoint, CheckpointStore, RunStatus, conformance};
+use fluxio_core::store::{
+    Change, Checkpoint, CheckpointStore, RunFilter, RunStatus, conformance,
+};
 use fluxio_redis::RedisStore;
 use fluxio_test_support as support;
 use redis::aio::MultiplexedConnection;
@@ -168,8 +170,9 @@ async fn rule18_a_delta_save_writes_few_bytes() {
     let fields: u64 = cmd(&mut raw, &[b"HLEN", key.as_bytes()]).await;
     assert_eq!(
         fields,
-        6 + 5,
-        "six checkpoints and the meta fields (no `exp`)"
+        6 + 5 + 7,
+        "six checkpoints, the journal's meta fields (no `exp`) and the run's summary \
+         (no `error`)"
     );
     let latest = store.load("p/big").await.expect("load").expect("stored");
     assert_eq!((latest.seq, latest.context.clone()), (5, ctx.snapshot()));
@@ -207,16 +210,32 @@ async fn rule20_expiry_of_a_completed_run_removes_all_its_keys() {
     let journal = store.checkpoint_key(key);
     let ttl = pttl(&mut raw, &journal).await;
     assert!(ttl > 1_000 && ttl <= 1_500, "completed: PTTL {ttl}");
+    let index = [
+        format!("{prefix}.expiring"),
+        format!("{prefix}.runs"),
+        format!("{prefix}.runs.completed"),
+    ];
     let run_keys: Vec<String> = support::redis::keys(&mut raw, &prefix)
         .await
         .into_iter()
-        .filter(|k| k != &store.epoch_key(key))
+        .filter(|k| k != &store.epoch_key(key) && !index.contains(k))
         .collect();
     assert_eq!(run_keys, vec![journal.clone()], "the run is one key");
     assert_eq!(store.history(key).await.expect("history").len(), 4);
     tokio::time::sleep(Duration::from_millis(1_800)).await;
     assert!(!store.exists(key).await.expect("exists"));
     assert!(store.history(key).await.expect("history").is_empty());
+    let mut left = vec![store.epoch_key(key)];
+    left.extend(index.iter().cloned());
+    left.sort();
+    assert_eq!(
+        support::redis::keys(&mut raw, &prefix).await,
+        left,
+        "the epoch is left, and the index still names the run"
+    );
+    // a listing finds the run gone: it is not listed, and leaves the index
+    let page = store.list_runs(&RunFilter::new()).await.expect("list");
+    assert!(page.runs.is_empty(), "an expired run is not listed: {page:?}");
     assert_eq!(
         support::redis::keys(&mut raw, &prefix).await,
         vec![store.epoch_key(key)],
@@ -262,8 +281,8 @@ async fn rule20_a_cancelled_or_failed_run_keeps_all_its_keys_without_expiry() {
     let keys = support::redis::keys(&mut raw, &prefix).await;
     assert_eq!(
         keys.len(),
-        5,
-        "two journals, two epochs, one mark: {keys:?}"
+        5 + 3,
+        "two journals, two epochs, one mark, the index (all, failed, cancelled): {keys:?}"
     );
     for k in &keys {
         assert_eq!(pttl(&mut raw, k).await, -1, "{k} has no expiry");

@@ -112,8 +112,9 @@ async fn key_layout_values_and_expiry() {
     );
 
     // save: `{prefix}:{run_id}` is the journal hash: a field per
-    // checkpoint number holding its entry_bytes(), and the meta fields; a
-    // running run never expires
+    // checkpoint number holding its entry_bytes(), the journal's meta
+    // fields and the run's summary; a running run never expires. The run
+    // index names it: `.runs` and `.runs.running`, scored 0
     let cp = checkpoint(run, 1);
     store.save(cp.clone()).await.expect("save");
     assert_eq!(
@@ -122,19 +123,57 @@ async fn key_layout_values_and_expiry() {
     );
     assert_eq!(
         fields(&mut raw, &ck).await,
-        ["0", "born", "exp", "first", "fulls", "last", "ver"]
+        [
+            "0", "attempt", "born", "created", "exp", "first", "fulls", "last", "pipeline",
+            "status", "step", "updated", "ver", "version"
+        ]
     );
-    for (field, value) in [("first", "0"), ("last", "0"), ("fulls", "0")] {
+    let (attempt, created, updated) = (
+        cp.attempt.to_string(),
+        cp.created_at_ms.to_string(),
+        cp.updated_at_ms.to_string(),
+    );
+    for (field, value) in [
+        ("first", "0"),
+        ("last", "0"),
+        ("fulls", "0"),
+        ("status", "running"),
+        ("step", "step-1"),
+        ("attempt", &attempt),
+        ("version", cp.version.as_str()),
+        ("created", &created),
+        ("updated", &updated),
+        ("pipeline", ""),
+    ] {
         assert_eq!(
             hget(&mut raw, &ck, field).await,
-            Some(value.as_bytes().to_vec())
+            Some(value.as_bytes().to_vec()),
+            "{field}"
         );
     }
     assert_eq!(pttl(&mut raw, &ck).await, -1, "no expiry");
+    let (runs, running) = (format!("{prefix}.runs"), format!("{prefix}.runs.running"));
+    assert_eq!(store.runs_key(), runs);
     assert_eq!(
-        support::redis::keys(&mut raw, &prefix).await,
-        vec![ck.clone()]
+        store
+            .runs_in_status_key(fluxio_core::RunStatus::Running)
+            .expect("indexed"),
+        running
     );
+    for set in [&runs, &running] {
+        let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(set)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut raw)
+            .await
+            .expect("ZRANGE");
+        assert_eq!(members, [(run.to_owned(), 0.0)], "{set}");
+    }
+    let mut all = vec![ck.clone(), runs.clone(), running.clone()];
+    all.sort();
+    assert_eq!(support::redis::keys(&mut raw, &prefix).await, all);
 
     // a lease: the token at `.lease:`, the counter at `.epoch:`
     let lease = store
@@ -167,7 +206,7 @@ async fn key_layout_values_and_expiry() {
         .query_async(&mut raw)
         .await
         .expect("DEL");
-    let mut all = vec![ck.clone(), ek.clone(), lk.clone()];
+    let mut all = vec![ck.clone(), ek.clone(), lk.clone(), runs, running];
     all.sort();
     assert_eq!(support::redis::keys(&mut raw, &prefix).await, all);
 
@@ -201,7 +240,8 @@ async fn key_layout_values_and_expiry() {
         "the epoch of a run that does not expire does not expire"
     );
 
-    // release drops the lease and keeps the counter; delete drops the checkpoint
+    // release drops the lease and keeps the counter; delete drops the
+    // checkpoint, and the run leaves the index
     store.release_lease(lease).await.expect("release");
     store.delete(run).await.expect("delete");
     assert_eq!(support::redis::keys(&mut raw, &prefix).await, vec![ek]);
