@@ -9,6 +9,7 @@ mod conformance;
 mod error_kind;
 mod journal;
 mod keep;
+mod list;
 mod secrets;
 mod store;
 mod timeout;
