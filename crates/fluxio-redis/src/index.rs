@@ -29,6 +29,7 @@ pub(crate) fn status_name(status: RunStatus) -> Result<&'static str> {
         RunStatus::Failed => "failed",
         RunStatus::Completed => "completed",
         RunStatus::Cancelled => "cancelled",
+        RunStatus::NeedsAttention => "needs_attention",
         _ => {
             return Err(Error::Unsupported {
                 operation: "index a run in this status",
@@ -46,6 +47,7 @@ pub(crate) fn status_of(name: &str) -> Option<RunStatus> {
         "failed" => RunStatus::Failed,
         "completed" => RunStatus::Completed,
         "cancelled" => RunStatus::Cancelled,
+        "needs_attention" => RunStatus::NeedsAttention,
         _ => return None,
     })
 }
@@ -209,6 +211,7 @@ mod tests {
             RunStatus::Failed,
             RunStatus::Completed,
             RunStatus::Cancelled,
+            RunStatus::NeedsAttention,
         ] {
             let name = status_name(status).expect("a name");
             assert_eq!(status_of(name), Some(status));

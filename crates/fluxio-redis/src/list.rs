@@ -48,6 +48,7 @@ impl Query {
             Some(RunState::Failed) => ("failed", ""),
             Some(RunState::Completed) => ("completed", ""),
             Some(RunState::Cancelled) => ("cancelled", ""),
+            Some(RunState::NeedsAttention) => ("needs_attention", ""),
             Some(_) => {
                 return Err(Error::Unsupported {
                     operation: "list runs in this state",
@@ -97,7 +98,7 @@ impl RedisStore {
 
     /// The sorted set of the runs whose latest checkpoint has `status`:
     /// `{prefix}.runs.{status}` (`running`, `failed`, `completed`,
-    /// `cancelled`); a running run is abandoned when its lease key does not
+    /// `cancelled`, `needs_attention`); a running run is abandoned when its lease key does not
     /// exist.
     ///
     /// # Errors

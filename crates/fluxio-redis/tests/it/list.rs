@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fluxio_core::store::{
     Change, Checkpoint, CheckpointStore, InMemoryStore, RunFilter, RunState, RunStatus,
-    RunSummary, conformance,
+    RunSummary, conformance, retry_run,
 };
 use fluxio_core::{Context, Error};
 use fluxio_redis::RedisStore;
@@ -79,6 +79,7 @@ async fn agrees(store: &RedisStore, keys: &[&str]) -> BTreeMap<String, RunState>
             RunState::Failed => RunStatus::Failed,
             RunState::Completed => RunStatus::Completed,
             RunState::Cancelled => RunStatus::Cancelled,
+            RunState::NeedsAttention => RunStatus::NeedsAttention,
             other => panic!("{other:?}"),
         };
         assert_eq!(
@@ -119,8 +120,8 @@ fn entry(run: &str, seq: u32) -> Checkpoint {
 /// Rule 21 on Redis: every write keeps the index in its own script: plain
 /// and fenced saves (a status change moves the run between the status
 /// sets; a fresh run over an old one too), cancel, delete, delete_fenced,
-/// the keep-the-last-N trim, and the migration of a run of an earlier
-/// build by its first write. After each, the listing agrees with `load`,
+/// the keep-the-last-N trim, the migration of a run of an earlier build by
+/// its first write, and needs-attention and its retry (rule 22). After each, the listing agrees with `load`,
 /// and the index sets hold exactly the runs in their status.
 #[tokio::test]
 async fn rule21_every_write_keeps_the_index_in_its_script() {
@@ -129,7 +130,7 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
     };
     let prefix = support::namespace("list_writes");
     let store = store(&prefix, Some(TTL), Some(1)).await;
-    let keys = ["p/a", "p/b", "p/c", "orders/golden:run/ü 🦀", "p/d"];
+    let keys = ["p/a", "p/b", "p/c", "orders/golden:run/ü 🦀", "p/d", "p/e"];
     let set = |status: &str| format!("{prefix}.runs.{status}");
 
     // a: running under a lease, then failed, then running again, then completed
@@ -248,6 +249,18 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
     assert_eq!(agrees(&store, &keys).await[old], RunState::Cancelled);
     store.delete(old).await.expect("delete");
 
+    // e: recovery gave up on it; an operator's retry hands it back
+    store
+        .save(entry("e", 0).failed("timeout").needing_attention())
+        .await
+        .expect("save");
+    assert_eq!(members(&mut raw, &set("needs_attention")).await, ["p/e"]);
+    assert_eq!(agrees(&store, &keys).await["p/e"], RunState::NeedsAttention);
+    retry_run(&store, "p/e").await.expect("retry");
+    assert!(members(&mut raw, &set("needs_attention")).await.is_empty());
+    assert_eq!(agrees(&store, &keys).await["p/e"], RunState::Abandoned);
+    store.delete("p/e").await.expect("delete");
+
     // d: a lease that lapses makes the run abandoned
     let lease = store
         .acquire_lease("p/d", Duration::from_millis(200))
@@ -331,8 +344,9 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
             cp.created_at_ms = 1_000 + n;
             cp.updated_at_ms = 2_000 + n * 7 % 31;
             cp.step = format!("step-{n}");
-            let cp = match n % 6 {
+            let cp = match n % 7 {
                 0 => cp.failed(format!("failure {n}")),
+                4 => cp.failed(format!("failure {n}")).needing_attention(),
                 1 => cp.completed(),
                 2 => {
                     // as a cancel writes it, but with a fixed time
@@ -344,7 +358,7 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
             };
             let key = cp.key();
             for store in stores {
-                if n % 6 == 3 {
+                if n % 7 == 3 {
                     let lease = store.acquire_lease(&key, TTL).await.expect("lease");
                     store.save_fenced(cp.clone(), &lease).await.expect("save");
                     held.push((store, lease));
@@ -354,14 +368,9 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
             }
         }
     }
-    let states = [
-        None,
-        Some(RunState::Running),
-        Some(RunState::Abandoned),
-        Some(RunState::Failed),
-        Some(RunState::Completed),
-        Some(RunState::Cancelled),
-    ];
+    let states: Vec<Option<RunState>> = std::iter::once(None)
+        .chain(RunState::ALL.into_iter().map(Some))
+        .collect();
     let without_lease_time = |mut runs: Vec<RunSummary>| {
         for r in &mut runs {
             r.lease_expires_at_ms = r.lease_expires_at_ms.map(|_| 1);
@@ -370,7 +379,7 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
     };
     let mut compared = 0;
     for pipeline in [None, Some("p"), Some("p2"), Some("p.x"), Some(""), Some("a"), Some("p/r")] {
-        for state in states {
+        for state in states.iter().copied() {
             for version in [None, Some("v2")] {
                 for (created, updated) in [(None, None), (Some(1_010), None), (None, Some(2_015))] {
                     for limit in [1, 4, 100] {
@@ -396,7 +405,7 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
             }
         }
     }
-    assert_eq!(compared, 7 * 6 * 2 * 3 * 3 * 4);
+    assert_eq!(compared, 7 * 7 * 2 * 3 * 3 * 4);
     // and whole listings, page after page
     for limit in [1, 7] {
         assert_eq!(
