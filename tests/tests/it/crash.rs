@@ -13,7 +13,12 @@
 //! 3. only the step that was running when a process died (or failed) ran
 //!    again, once per death, with the next attempt number;
 //! 4. a stage error leaves an error checkpoint at that stage, and no run is
-//!    left locked: after a kill, a resume wins once the lease lapses.
+//!    left locked: after a kill, a resume wins once the lease lapses;
+//! 5. (rule 21) after every kill, stage error and completion, listing the
+//!    harness pipeline's runs agrees with `load` of every run started so
+//!    far: the same runs, each with the status, step, attempt and version
+//!    of its latest checkpoint. A store whose `list_runs` answers
+//!    `Unsupported` skips this check, saying so loudly.
 //!
 //! `FLUXIO_CRASH_ITERATIONS` (default 20 per store) sets the number of runs.
 
@@ -22,8 +27,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fluxio::store::CheckpointStore;
-use fluxio::store::run_key;
+use fluxio::Error;
+use fluxio::store::{CheckpointStore, RunFilter, RunState, RunStatus, run_key};
 use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::process::{OUTCOMES, Worker};
 use fluxio_tests::{CRASH_PIPELINE, CRASH_STEPS_X, StoreKind};
@@ -160,6 +165,89 @@ fn check_ledger(entries: &[Entry], processes: &[(u32, End)], ctx: &str) {
     }
 }
 
+/// The runs the harness started, for the listing check (rule 21).
+struct Listing {
+    /// Their keys, `crash/<run id>`.
+    keys: Vec<String>,
+    /// `false` once the store answered `Unsupported`.
+    supported: bool,
+    /// How many times the listing was checked.
+    checks: usize,
+}
+
+impl Listing {
+    /// Rule 21 after a crash: `list_runs` of the crash pipeline (every
+    /// page, two runs a page) names exactly the runs of `self.keys` that
+    /// `load` finds, each with its latest checkpoint's status (running for
+    /// running and abandoned), step, attempt and version. The loads are
+    /// read before and after the listing, and the check is made when both
+    /// agree (a write of the killed worker that the server was still
+    /// applying is then over).
+    fn check(&mut self, store: &Arc<dyn CheckpointStore>, rt: &tokio::runtime::Runtime, ctx: &str) {
+        if !self.supported {
+            return;
+        }
+        let loads = || {
+            rt.block_on(async {
+                let mut stored = BTreeMap::new();
+                for key in &self.keys {
+                    if let Some(cp) = store.load(key).await.expect("load") {
+                        stored.insert(
+                            key.clone(),
+                            (cp.status, cp.step.clone(), cp.attempt, cp.version.clone()),
+                        );
+                    }
+                }
+                stored
+            })
+        };
+        for _ in 0..10 {
+            let before = loads();
+            let mut filter = RunFilter::new().pipeline(CRASH_PIPELINE).limit(2);
+            let mut listed = BTreeMap::new();
+            loop {
+                let page = match rt.block_on(store.list_runs(&filter)) {
+                    Ok(page) => page,
+                    Err(Error::Unsupported { store, .. }) => {
+                        eprintln!(
+                            "!!! crash harness: {store} does not list runs (Unsupported): \
+                             the rule 21 listing check is SKIPPED for this store !!!"
+                        );
+                        self.supported = false;
+                        return;
+                    }
+                    Err(e) => panic!("{ctx}: list_runs: {e}"),
+                };
+                for run in page.runs {
+                    let status = match run.state {
+                        RunState::Running | RunState::Abandoned => RunStatus::Running,
+                        RunState::Failed => RunStatus::Failed,
+                        RunState::Completed => RunStatus::Completed,
+                        RunState::Cancelled => RunStatus::Cancelled,
+                        RunState::NeedsAttention => RunStatus::NeedsAttention,
+                        other => panic!("{ctx}: a state this harness does not know: {other:?}"),
+                    };
+                    listed.insert(run.key, (status, run.step, run.attempt, run.version));
+                }
+                match page.next {
+                    Some(next) => filter = filter.after(next),
+                    None => break,
+                }
+            }
+            if loads() == before {
+                assert_eq!(
+                    listed, before,
+                    "{ctx}: the listing disagrees with the checkpoints after a crash (rule 21)"
+                );
+                self.checks += 1;
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("{ctx}: the runs kept changing after their worker was killed");
+    }
+}
+
 fn harness(kind: StoreKind) {
     let iterations: u64 = std::env::var("FLUXIO_CRASH_ITERATIONS")
         .ok()
@@ -195,6 +283,11 @@ fn harness(kind: StoreKind) {
     ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let mut rng = Rng(seed);
+    let mut listing = Listing {
+        keys: Vec::new(),
+        supported: true,
+        checks: 0,
+    };
 
     // the reference: one uninterrupted run (its first c4 attempt fails, then a resume)
     let reference = run_to_completion(
@@ -208,6 +301,7 @@ fn harness(kind: StoreKind) {
         &mut rng,
         false,
         seed,
+        &mut listing,
     );
 
     let (mut kills, mut errors, mut kept) = (0usize, 0usize, 0usize);
@@ -215,7 +309,17 @@ fn harness(kind: StoreKind) {
         let run_id = format!("crash-{i}");
         let ledger = dir.join(format!("{run_id}.ledger"));
         let (out, k, e, b) = run_to_completion(
-            kind, &url, &ns, &run_id, &ledger, &store, &rt, &mut rng, true, seed,
+            kind,
+            &url,
+            &ns,
+            &run_id,
+            &ledger,
+            &store,
+            &rt,
+            &mut rng,
+            true,
+            seed,
+            &mut listing,
         );
         assert_eq!(
             out, reference.0,
@@ -228,8 +332,14 @@ fn harness(kind: StoreKind) {
     eprintln!(
         "crash harness on {}: {iterations} runs, {kills} kills, {errors} stage errors, \
          {kept} finished branches found recorded after a kill (none of them ran again), \
-         all checks passed (seed {seed})",
-        kind.name()
+         the listing checked against the checkpoints {} times{}, all checks passed (seed {seed})",
+        kind.name(),
+        listing.checks,
+        if listing.supported {
+            ""
+        } else {
+            " (then SKIPPED: the store does not list)"
+        }
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -250,8 +360,10 @@ fn run_to_completion(
     rng: &mut Rng,
     kill: bool,
     seed: u64,
+    listing: &mut Listing,
 ) -> (String, usize, usize, usize) {
     let ctx = format!("seed {seed}, {} run {run_id}", kind.name());
+    listing.keys.push(run_key(CRASH_PIPELINE, run_id));
     let mut processes: Vec<(u32, End)> = Vec::new();
     let (mut kills, mut errors) = (0, 0);
     // branch stage -> its ledger entries when its record was seen committed
@@ -293,9 +405,11 @@ fn run_to_completion(
                     let ran = entries.iter().filter(|e| e.stage == record.name).count();
                     recorded.entry(record.name.clone()).or_insert(ran);
                 }
+                listing.check(store, rt, &ctx);
             }
             Some(line) if line.starts_with("ok ") => {
                 processes.push((pid, End::Completed));
+                listing.check(store, rt, &ctx);
                 let entries = read_ledger(ledger, run_id);
                 check_ledger(&entries, &processes, &ctx);
                 for (stage, ran) in &recorded {
@@ -336,6 +450,7 @@ fn run_to_completion(
                     ("c4", 1),
                     "{ctx}: the error checkpoint points at c4"
                 );
+                listing.check(store, rt, &ctx);
                 mode = "resume";
             }
             Some(line) if line.starts_with("error no checkpoint found") => {
