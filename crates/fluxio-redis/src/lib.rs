@@ -55,6 +55,9 @@
 //! | `P.nonce:R` | string | the nonce of the `acquire_lease` call in progress that took the lease | the lease's time-to-live; deleted when that call returns |
 //! | `P.cancelled:R` | string | `1` while the checkpoint `P:R` is cancelled (contract rule 14) | none, like the cancelled checkpoint: deleted with it |
 //! | `P.completed:N` | sorted set | only with [`keep_completed`](RedisStoreBuilder::keep_completed): the completed runs of the pipeline `N` (the part of a run id before its first `/`, empty for a bare id), a member per run (its id `R`) scored by its `done` | the newest member's run's: `completed_retention`, reset by every completion; none without it |
+//! | `P.runs` | sorted set | the run index (contract rule 21; see [Listing](#listing-runs)): every run, a member per run (its id `R`) scored 0, so in key order | none |
+//! | `P.runs.S` | sorted set | the runs whose latest checkpoint has status `S`: `running`, `failed`, `completed`, `cancelled`, `needs_attention` | none |
+//! | `P.expiring` | sorted set | the completed runs whose journal expires, each scored by when (the server's clock, ms) | none |
 //!
 //! The journal hash `P:R` holds, for each stored checkpoint, a field named
 //! by its number ([`seq`](fluxio_core::store::Checkpoint::seq), in decimal:
@@ -71,6 +74,18 @@
 //! | `ver` | the number of writes to the hash since; `born:ver` names one state of the journal (a run deleted and written again never repeats one), which the cancel's compare-and-set and the reads check |
 //! | `exp` | `1` while the hash has an expiry (a completed run's), else `0` or absent: a save that keeps a journal without expiry then leaves it, and the epoch, alone |
 //! | `done` | when the run completed (the server's clock, `TIME`, in ms), written by the save of its completed checkpoint; absent while its latest checkpoint is not completed |
+//!
+//! And the run's summary, what a listing shows (contract rule 21), of its
+//! latest checkpoint, written by every script that writes the journal:
+//!
+//! | field | content |
+//! |---|---|
+//! | `status` | `running`, `failed`, `completed`, `cancelled` or `needs_attention` (a running run is abandoned when `P.lease:R` does not exist) |
+//! | `step`, `attempt` | the stage it is at (empty once completed) and its attempt |
+//! | `version` | the pipeline version that wrote it (not `ver`, the journal's write count) |
+//! | `error` | how its stage failed; absent when it did not |
+//! | `created`, `updated` | when the run started and was last written (ms since the Unix epoch, decimal) |
+//! | `pipeline` | the checkpoint's pipeline name (empty for a bare run id) |
 //!
 //! A run is one key, so its deletion and its expiry are never partial: all
 //! of its checkpoints go together. A load reads the fields from the last
@@ -90,7 +105,7 @@
 //! of format 4 with several checkpoints, which no released build wrote to
 //! Redis, is read whole but appended to as if it held checkpoint 0 only.)
 //!
-//! The lease, epoch, nonce, cancel and completed keys have `.` after the prefix where a
+//! The lease, epoch, nonce, cancel, completed and index keys have `.` after the prefix where a
 //! checkpoint key has `:`, so no run id's checkpoint can collide with them.
 //! The nonce key exists only while an `acquire_lease` call is under way (or,
 //! if that call was cut off, until it expires with the lease).
@@ -183,6 +198,59 @@
 //!   owner's next checkpoint landed in between, the cancel reads again,
 //!   within its one command timeout; once the script has run, every fenced
 //!   save of the run, from any process, is refused.
+//! - The index, in the script of every write above (`save`, `save_fenced`,
+//!   `cancel`, `delete`, `delete_fenced`, the keep-the-last-N trim, and the
+//!   migration of a run of an earlier build, which happens inside a write):
+//!   the run's summary fields written from the checkpoint the script
+//!   writes (Rust hands them over: a script cannot decode a checkpoint),
+//!   and the run moved from `P.runs.<old status>` to `P.runs.<new>` (added
+//!   to `P.runs` when new), or taken out of every index set when deleted.
+//!   A completion with a retention scores the run in `P.expiring`; see
+//!   [Listing](#listing-runs) for how expired runs leave the index.
+//! - `list_runs`: see [Listing](#listing-runs).
+//!
+//! ## Listing runs
+//!
+//! [`list_runs`](fluxio_core::store::CheckpointStore::list_runs) (contract
+//! rule 21) answers as `InMemoryStore`'s: runs in key order, the cursor
+//! the last key of a page, `limit` clamped to 1..=10,000, filters by
+//! pipeline, state, version and time, abandoned = running with no live
+//! lease. It reads the index, never a checkpoint: the `LIST` script takes
+//! one sorted set (`P.runs.S` when the filter names a state, else
+//! `P.runs`) and walks it with `ZRANGEBYLEX` from the cursor on. A
+//! pipeline `N`'s runs are the keys `N/...`, one lexical range of that set
+//! (from `[N/` to `(N0`), so a page of one pipeline's failed runs reads
+//! only those. For each candidate the script reads the summary fields
+//! with one `HMGET` and, for a running run, the `PTTL` of its lease key
+//! (held: running, its expiry shown; else abandoned), applies the
+//! filters the sets do not cover (version, times), and stops at the page
+//! and one run more (whether there is a next page). It looks at 500
+//! members at most per call; a filter few runs pass (a version, a time
+//! window, or the bare ids' pipeline `""`, whose keys are spread through
+//! the set) is answered in several such scripts, so none holds the
+//! server long. A page of the 50 failed runs of a pipeline of 100,000
+//! takes one script (see `benches/list.rs` and the changelog's figures).
+//!
+//! The index never disagrees with the journals: each write changes both in
+//! one script, so a crash (of the client or the server, given
+//! persistence) leaves both before or both after. Expiry is the one change
+//! no script makes: a completed run's journal expires on its own, leaving
+//! its members behind. They go two ways, both in a script: each save that
+//! completes a run takes up to 8 runs due in `P.expiring` and drops from
+//! the index the ones whose journal is gone (so the index does not grow
+//! with expired runs while runs complete, whether anyone lists or not),
+//! and a listing that meets a member whose journal is gone drops it
+//! (lazily, in its own script) and skips it, so a listing never shows a
+//! run that is not stored.
+//!
+//! **Runs of earlier builds** (written before the index: a journal hash
+//! without the summary, or a string of a build before the journal) are not
+//! listed until they are written again by this build, or until
+//! [`RedisStore::reindex`] indexes them: run it once after upgrading, when
+//! no process of an earlier build writes any more. A process of an earlier
+//! build that writes a run meanwhile leaves the index out of step for that
+//! run until the next `reindex` (it does not know the index); stores of
+//! this build never do.
 //!
 //! ## Reconnecting
 //!
@@ -232,7 +300,16 @@
 //!   of the pipeline, whose keys the script builds from the prefix rather
 //!   than declares. A cluster client (a later issue) will need the index,
 //!   and the runs of one pipeline, in the run's hash slot (a hash tag on
-//!   the pipeline); nothing here is designed for that yet. A prefix that is a hash tag (`{fx}`:
+//!   the pipeline); nothing here is designed for that yet. The run index
+//!   (contract rule 21) adds more: every write's script touches `P.runs`,
+//!   `P.runs.S` for the old and new status and (on completion)
+//!   `P.expiring`, keys shared by every pipeline of the prefix and built
+//!   in Lua from the prefix rather than declared in `KEYS`; the listing's
+//!   script reads the runs' hashes and lease keys the same way, and the
+//!   sweep of expired runs touches other runs' keys. Cluster support
+//!   (issue 13) must revisit these names: per-pipeline index sets with the
+//!   pipeline as a hash tag (`P.runs.S:{N}`, runs at `P:{N}/R`), declared
+//!   keys, and a listing across pipelines that merges their sets. A prefix that is a hash tag (`{fx}`:
 //!   keys `{fx}:R`, `{fx}.lease:R`) would put all of a prefix's keys in one
 //!   slot, were a cluster client ever added.
 //! - Retention: a completed run's journal (its one key) expires

@@ -17,7 +17,7 @@ const MAX_PAGE: usize = 10_000;
 /// The most index members one `LIST` script looks at: a filter that few
 /// runs pass (a version, a time) is answered in several short scripts, so
 /// no call holds the server for long.
-const BUDGET: usize = 2_000;
+const BUDGET: usize = 500;
 
 /// The values of one run in `LIST`'s reply.
 const ROW: usize = 10;
@@ -91,6 +91,18 @@ impl RedisStore {
     /// The sorted set of every run in the index: `{prefix}.runs`, each
     /// run's key a member, scored 0, so in key order. See the
     /// [crate documentation](crate) for the index.
+    ///
+    /// ```no_run
+    /// # async fn f() -> fluxio_core::Result<()> {
+    /// use fluxio_redis::RedisStore;
+    ///
+    /// let store = RedisStore::builder("redis://127.0.0.1:6379")
+    ///     .key_prefix("billing")
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(store.runs_key(), "billing.runs");
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn runs_key(&self) -> String {
         format!("{}.runs", self.inner.key_prefix)
@@ -100,6 +112,19 @@ impl RedisStore {
     /// `{prefix}.runs.{status}` (`running`, `failed`, `completed`,
     /// `cancelled`, `needs_attention`); a running run is abandoned when its lease key does not
     /// exist.
+    ///
+    /// ```no_run
+    /// # async fn f() -> fluxio_core::Result<()> {
+    /// use fluxio_core::RunStatus;
+    /// use fluxio_redis::RedisStore;
+    ///
+    /// let store = RedisStore::builder("redis://127.0.0.1:6379")
+    ///     .key_prefix("billing")
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(store.runs_in_status_key(RunStatus::Failed)?, "billing.runs.failed");
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Unsupported`] for a status this build does not index.
@@ -135,12 +160,21 @@ impl RedisStore {
                 .arg(query.lease)
                 .arg(u8::from(filter.version.is_some()))
                 .arg(filter.version.as_deref().unwrap_or_default())
-                .arg(filter.created_after_ms.map(|t| t.to_string()).unwrap_or_default())
-                .arg(filter.updated_before_ms.map(|t| t.to_string()).unwrap_or_default())
+                .arg(
+                    filter
+                        .created_after_ms
+                        .map(|t| t.to_string())
+                        .unwrap_or_default(),
+                )
+                .arg(
+                    filter
+                        .updated_before_ms
+                        .map(|t| t.to_string())
+                        .unwrap_or_default(),
+                )
                 .arg(u8::from(query.bare));
-            let reply: Vec<Option<String>> = self
-                .invoke(op::LIST, &query.set, deadline, &script)
-                .await?;
+            let reply: Vec<Option<String>> =
+                self.invoke(op::LIST, &query.set, deadline, &script).await?;
             let mut reply = reply.into_iter();
             let more = reply.next().flatten();
             let last = reply.next().flatten().unwrap_or_default();

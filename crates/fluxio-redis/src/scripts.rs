@@ -165,7 +165,8 @@ end
 /// run's) and `done` (when the run completed, the server's clock in ms;
 /// absent while its latest checkpoint is not completed).
 ///
-/// - `meta(key)`: the journal's meta, or `nil` when nothing is stored. A
+/// - `meta(key)`: the journal's meta (and its `status`, `nil` when not
+///   indexed), or `nil` when nothing is stored. A
 ///   string key is a run of an earlier build (one format 1 to 3 blob): it
 ///   reads as a journal of one whole checkpoint, 0, with `legacy` set.
 /// - `migrate(key)`: turns such a string into a hash of that one checkpoint.
@@ -176,17 +177,17 @@ end
 /// - `born()`: a `born` for a new hash.
 /// - `version(m)`: the `born:ver` of meta `m`.
 /// - `remove_run(prefix, run, epoch_px)`: deletes the run `run` as `DELETE`
-///   does (journal and cancel mark; the epoch only gets an expiry, so its
-///   tokens keep growing).
+///   does (journal, cancel mark and index members; the epoch only gets an
+///   expiry, so its tokens keep growing).
 /// - `completion(j, idx, c, was_done)`: keep-the-last-N (contract rule 20),
 ///   after a save wrote journal `j`. `c`: `completed` (the latest
 ///   checkpoint is), `keep` (`nil`: keep all), `prefix`, `run` (the run's
 ///   key, its member in `idx`), `px` (the journal's ttl) and `epoch_px`;
 ///   `was_done`: the journal replaced or appended to had a `done` field.
-///   A run that is not completed loses its `done` and its member of `idx`
+///   A run that is not completed loses its `done`, its member of `idx`
 ///   (the pipeline's sorted set of completed runs, scored by completion
-///   time, the server's clock in ms). A completed one gets `done` = now;
-///   then, with `keep`, the members whose runs have expired (scored more
+///   time, the server's clock in ms) and of `P.expiring`. A completed one
+///   gets `done` = now and `expiring`'s bookkeeping; then, with `keep`, the members whose runs have expired (scored more
 ///   than `px` less a second ago) are dropped, the run is added, and while
 ///   `idx` holds more than `keep`, its oldest member is popped and that run
 ///   deleted with `remove_run`, only if its hash still carries that very

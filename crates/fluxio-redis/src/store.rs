@@ -450,7 +450,7 @@ impl CheckpointStore for RedisStore {
     }
 
     /// The run index (see the [crate documentation](crate)): a script per
-    /// slice of at most 2,000 index members, reading each candidate's
+    /// slice of at most 500 index members, reading each candidate's
     /// summary (meta fields of its journal hash, never a checkpoint) and,
     /// for a running run, its lease key, in key order from the cursor on,
     /// until the page and one run more are found or the index ends. A
@@ -458,6 +458,11 @@ impl CheckpointStore for RedisStore {
     /// set, so a page of one pipeline's runs in one status reads only those
     /// runs. A member whose journal is gone (an expired completed run) is
     /// removed by the script that finds it, and not listed.
+    ///
+    /// The listing is one call: all its scripts end within the command
+    /// timeout. A filter the index does not cover (a version, a time, the
+    /// bare ids' pipeline `""`) reads the index until the page is full, so
+    /// over millions of runs it may not: narrow it by pipeline or state.
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
         self.list(filter).await
     }

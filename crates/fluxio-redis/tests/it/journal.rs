@@ -6,9 +6,7 @@
 use std::time::Duration;
 
 use fluxio_core::Context;
-use fluxio_core::store::{
-    Change, Checkpoint, CheckpointStore, RunFilter, RunStatus, conformance,
-};
+use fluxio_core::store::{Change, Checkpoint, CheckpointStore, RunFilter, RunStatus, conformance};
 use fluxio_redis::RedisStore;
 use fluxio_test_support as support;
 use redis::aio::MultiplexedConnection;
@@ -235,7 +233,10 @@ async fn rule20_expiry_of_a_completed_run_removes_all_its_keys() {
     );
     // a listing finds the run gone: it is not listed, and leaves the index
     let page = store.list_runs(&RunFilter::new()).await.expect("list");
-    assert!(page.runs.is_empty(), "an expired run is not listed: {page:?}");
+    assert!(
+        page.runs.is_empty(),
+        "an expired run is not listed: {page:?}"
+    );
     assert_eq!(
         support::redis::keys(&mut raw, &prefix).await,
         vec![store.epoch_key(key)],

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Change, Checkpoint, CheckpointStore, InMemoryStore, RunFilter, RunState, RunStatus,
-    RunSummary, conformance, retry_run,
+    Change, Checkpoint, CheckpointStore, InMemoryStore, RunFilter, RunState, RunStatus, RunSummary,
+    conformance, retry_run,
 };
 use fluxio_core::{Context, Error};
 use fluxio_redis::RedisStore;
@@ -153,10 +153,7 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
         .list_runs(&RunFilter::new().state(RunState::Failed))
         .await
         .expect("list");
-    assert_eq!(
-        page.runs[0].error_message.as_deref(),
-        Some("card declined")
-    );
+    assert_eq!(page.runs[0].error_message.as_deref(), Some("card declined"));
     store
         .save_fenced(entry("a", 2), &lease)
         .await
@@ -187,7 +184,10 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
         Some(&RunState::Cancelled)
     );
     assert_eq!(members(&mut raw, &set("cancelled")).await, ["p/b"]);
-    assert_eq!(members(&mut raw, &set("running")).await, Vec::<String>::new());
+    assert_eq!(
+        members(&mut raw, &set("running")).await,
+        Vec::<String>::new()
+    );
     // a plain save replaces the cancelled run: running again
     store.save(entry("b", 0)).await.expect("save");
     assert_eq!(members(&mut raw, &set("running")).await, ["p/b"]);
@@ -215,7 +215,11 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
     for status in ["running", "failed", "completed", "cancelled"] {
         assert!(members(&mut raw, &set(status)).await.is_empty(), "{status}");
     }
-    assert!(members(&mut raw, &format!("{prefix}.runs")).await.is_empty());
+    assert!(
+        members(&mut raw, &format!("{prefix}.runs"))
+            .await
+            .is_empty()
+    );
 
     // a run of an earlier build (one string) is not indexed until written:
     // its first fenced save migrates and indexes it in one script
@@ -289,11 +293,11 @@ async fn rule21_expired_runs_leave_the_index_when_others_complete() {
     let prefix = support::namespace("list_expiry");
     let store = store(&prefix, Some(Duration::from_millis(300)), None).await;
     let (runs, expiring) = (format!("{prefix}.runs"), format!("{prefix}.expiring"));
+    store.save(entry("old", 0).completed()).await.expect("save");
     store
-        .save(entry("old", 0).completed())
+        .save(entry("kept", 0).failed("boom"))
         .await
         .expect("save");
-    store.save(entry("kept", 0).failed("boom")).await.expect("save");
     assert_eq!(members(&mut raw, &expiring).await, ["p/old"]);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!store.exists("p/old").await.expect("exists"));
@@ -302,10 +306,7 @@ async fn rule21_expired_runs_leave_the_index_when_others_complete() {
         ["p/kept", "p/old"],
         "expired: still named until swept"
     );
-    store
-        .save(entry("new", 0).completed())
-        .await
-        .expect("save");
+    store.save(entry("new", 0).completed()).await.expect("save");
     assert_eq!(members(&mut raw, &runs).await, ["p/kept", "p/new"]);
     assert_eq!(members(&mut raw, &expiring).await, ["p/new"]);
     assert!(
@@ -314,7 +315,10 @@ async fn rule21_expired_runs_leave_the_index_when_others_complete() {
             .contains(&"p/new".to_owned())
     );
     // a completed run that becomes failed leaves `P.expiring`
-    store.save(entry("new", 0).failed("boom")).await.expect("save");
+    store
+        .save(entry("new", 0).failed("boom"))
+        .await
+        .expect("save");
     assert!(members(&mut raw, &expiring).await.is_empty());
     support::redis::cleanup(&mut raw, &prefix).await;
 }
@@ -378,7 +382,15 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
         runs
     };
     let mut compared = 0;
-    for pipeline in [None, Some("p"), Some("p2"), Some("p.x"), Some(""), Some("a"), Some("p/r")] {
+    for pipeline in [
+        None,
+        Some("p"),
+        Some("p2"),
+        Some("p.x"),
+        Some(""),
+        Some("a"),
+        Some("p/r"),
+    ] {
         for state in states.iter().copied() {
             for version in [None, Some("v2")] {
                 for (created, updated) in [(None, None), (Some(1_010), None), (None, Some(2_015))] {
@@ -428,7 +440,7 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
 }
 
 /// Rule 21 on Redis: a filter few runs pass is answered through several
-/// bounded scripts (each looks at 2,000 index members at most), and still
+/// bounded scripts (each looks at 500 index members at most), and still
 /// finds the run past them; a page larger than 10,000 is clamped.
 #[tokio::test]
 async fn rule21_a_sparse_filter_reads_the_index_in_bounded_slices() {
