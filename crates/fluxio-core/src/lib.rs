@@ -13,6 +13,7 @@ pub mod history;
 mod interpret;
 pub mod middleware;
 pub mod pipeline;
+pub mod recovery;
 pub mod stage;
 pub mod store;
 pub mod stream;

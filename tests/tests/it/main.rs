@@ -24,6 +24,7 @@ mod middleware_builtins;
 mod multiprocess;
 mod not_durable;
 mod pipeline;
+mod recovery;
 mod release;
 mod resources;
 mod retention;
