@@ -11,6 +11,7 @@ pub mod context;
 pub mod error;
 pub mod history;
 mod interpret;
+pub mod metrics;
 pub mod middleware;
 pub mod pipeline;
 pub mod recovery;

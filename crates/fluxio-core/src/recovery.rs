@@ -578,6 +578,7 @@ impl RecoveryWorker {
         match claimed {
             Ok(Recovered::Resumed(Ok(_))) => {
                 tracing::info!(run = %run.key, "recovered a run");
+                crate::metrics::recovered(&run.pipeline);
                 self.emit(&RecoveryEvent::Recovered {
                     key: run.key.clone(),
                 });
@@ -598,6 +599,7 @@ impl RecoveryWorker {
                     error = cp.error_message.as_deref().unwrap_or("(it crashed)"),
                     "recovery gave up on a run: it needs attention"
                 );
+                crate::metrics::gave_up(&run.pipeline);
                 self.emit(&RecoveryEvent::GaveUp {
                     key: run.key.clone(),
                     attempts: cp.attempt,

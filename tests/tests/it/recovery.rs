@@ -396,3 +396,84 @@ async fn rule22_a_worker_needs_durable_pipelines() {
         .expect_err("not durable");
     assert!(err.to_string().contains("give it a store"), "{err}");
 }
+
+/// The snapshotter of this test binary's global metrics recorder.
+fn metrics_snapshotter() -> &'static metrics_util::debugging::Snapshotter {
+    static SNAPSHOTTER: std::sync::OnceLock<metrics_util::debugging::Snapshotter> =
+        std::sync::OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("the only recorder of this binary");
+        snapshotter
+    })
+}
+
+/// The metrics of pipeline `pipeline`: name -> counter/gauge value, or the
+/// number of histogram samples.
+fn metrics_of(pipeline: &str) -> HashMap<String, f64> {
+    use metrics_util::debugging::DebugValue;
+    let mut out = HashMap::new();
+    for (key, _, _, value) in metrics_snapshotter().snapshot().into_vec() {
+        let key = key.key();
+        if !key
+            .labels()
+            .any(|l| l.key() == "pipeline" && l.value() == pipeline)
+        {
+            continue;
+        }
+        let v = match value {
+            DebugValue::Counter(n) => n as f64,
+            DebugValue::Gauge(g) => g.into_inner(),
+            DebugValue::Histogram(samples) => samples.len() as f64,
+        };
+        *out.entry(key.name().to_owned()).or_default() += v;
+    }
+    out
+}
+
+#[tokio::test]
+async fn metrics_count_runs_checkpoints_and_recoveries() {
+    let _serial = SERIAL.lock().await;
+    metrics_snapshotter();
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let metered = || {
+        pipeline![prepare, finish]
+            .name("metered")
+            .store_arc(Arc::clone(&store))
+            .build()
+            .expect("valid")
+    };
+    let p = metered();
+    let input = |id: &str| Context::new().set("id", id.to_owned()).expect("set");
+    p.invoke("m-1", input("m-1")).await.expect("completes");
+    FAIL.store(true, Ordering::SeqCst);
+    p.invoke("m-2", input("m-2")).await.expect_err("fails");
+    FAIL.store(false, Ordering::SeqCst);
+    p.invoke("m-3", input("m-3")).await.expect("completes");
+    p.cancel("m-3")
+        .await
+        .expect_err("a completed run cannot be cancelled");
+    let worker = RecoveryWorker::builder()
+        .pipeline(metered())
+        .policy(quick().retry_failed(true))
+        .build()
+        .expect("worker");
+    assert_eq!(worker.run_once().await.expect("sweep").resumed, 1);
+    let _ = ledger();
+    let m = metrics_of("metered");
+    assert_eq!(m.get("fluxio_runs_started_total"), Some(&4.0), "{m:?}");
+    assert_eq!(m.get("fluxio_runs_completed_total"), Some(&3.0), "{m:?}");
+    assert_eq!(m.get("fluxio_runs_failed_total"), Some(&1.0), "{m:?}");
+    assert_eq!(m.get("fluxio_runs_recovered_total"), Some(&1.0), "{m:?}");
+    assert_eq!(m.get("fluxio_runs_in_flight"), Some(&0.0), "{m:?}");
+    // 3 writes a run (before each stage, then completed or failed), and 2
+    // for the resume (before finish again, then completed)
+    assert_eq!(
+        m.get("fluxio_checkpoint_write_seconds"),
+        Some(&11.0),
+        "{m:?}"
+    );
+}
