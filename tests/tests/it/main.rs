@@ -25,6 +25,7 @@ mod multiprocess;
 mod not_durable;
 mod pipeline;
 mod recovery;
+mod recovery_processes;
 mod release;
 mod resources;
 mod retention;
