@@ -285,9 +285,10 @@ impl RecoveryWorkerBuilder {
         self
     }
 
-    /// At most `runs` resumed at once by this worker (default 8; at least 1).
+    /// At most `runs` resumed at once by this worker (default 8; clamped
+    /// to 1..=100,000).
     pub fn concurrency(mut self, runs: usize) -> Self {
-        self.concurrency = runs.max(1);
+        self.concurrency = runs.clamp(1, 100_000);
         self
     }
 
@@ -607,7 +608,10 @@ impl RecoveryWorker {
                 });
                 Outcome::GaveUp
             }
-            Ok(Recovered::Left) | Err(Error::RunIdInUse { .. }) => Outcome::Left,
+            // taken by another worker, or this pipeline was shut down
+            Ok(Recovered::Left) | Err(Error::RunIdInUse { .. } | Error::ShutDown { .. }) => {
+                Outcome::Left
+            }
             Err(e) => {
                 tracing::warn!(run = %run.key, error = %e, "recovering a run failed");
                 self.emit(&RecoveryEvent::StoreFailed {
