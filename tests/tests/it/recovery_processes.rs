@@ -62,7 +62,12 @@ fn four_workers_recover(kind: StoreKind, kill_one: bool) {
         Ok(store) => store,
         Err(e) => return skip_unless_ci(kind.name(), &e).unwrap_or(()),
     };
-    let dir = std::env::temp_dir().join(format!("fluxio-recover-{}", std::process::id()));
+    // a directory per test: the tests run in parallel, and each deletes its own at the end
+    let dir = std::env::temp_dir().join(format!(
+        "fluxio-recover-{}-{}-{kill_one}",
+        std::process::id(),
+        kind.name()
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let ledger = dir.join(format!("{}-{kill_one}.ledger", kind.name()));
     let _ = std::fs::remove_file(&ledger);
