@@ -430,7 +430,7 @@ fn finished(status: RunStatus) -> &'static str {
     match status {
         RunStatus::Completed => "already completed",
         RunStatus::Cancelled => "was already cancelled",
-        RunStatus::Running | RunStatus::Failed => "is not finished",
+        RunStatus::Running | RunStatus::Failed | RunStatus::NeedsAttention => "is not finished",
     }
 }
 

@@ -154,6 +154,12 @@ impl History {
                     close(&mut steps, StepStatus::Cancelled, false);
                     open = None;
                 }
+                // Recovery gave up (rule 22): a step still open was
+                // interrupted by the crash that left the run behind.
+                RunStatus::NeedsAttention => {
+                    close(&mut steps, StepStatus::Interrupted, false);
+                    open = None;
+                }
             }
             before = Some(&cp.context);
         }
@@ -352,6 +358,7 @@ impl fmt::Display for History {
             RunStatus::Failed => "failed",
             RunStatus::Completed => "completed",
             RunStatus::Cancelled => "cancelled",
+            RunStatus::NeedsAttention => "needs attention",
         };
         writeln!(
             f,

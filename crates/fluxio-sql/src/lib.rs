@@ -27,6 +27,9 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type}
 /// The `status` of a cancelled run's row (rule 14): what fenced saves check.
 #[doc(hidden)]
 pub const CANCELLED: &str = "cancelled";
+/// The `status` of a run recovery gave up on (rule 22).
+#[doc(hidden)]
+pub const NEEDS_ATTENTION: &str = "needs_attention";
 /// The `status` of a completed run's row: what `keep_completed` trims.
 #[doc(hidden)]
 pub const COMPLETED: &str = "completed";
@@ -366,6 +369,7 @@ fn status_name(status: RunStatus) -> &'static str {
         RunStatus::Failed => "failed",
         RunStatus::Completed => COMPLETED,
         RunStatus::Cancelled => CANCELLED,
+        RunStatus::NeedsAttention => NEEDS_ATTENTION,
         _ => "other",
     }
 }

@@ -48,6 +48,13 @@ pub enum RunStatus {
     /// replay refuse it, and fenced writes of its owner are refused, until
     /// the run is deleted (a fresh `invoke` deletes it).
     Cancelled,
+    /// Recovery gave up on the run at `ip` (contract rule 22): recovery
+    /// workers tried it as many times as their policy allows
+    /// ([`attempt`](Checkpoint::attempt) says how many) and now leave it
+    /// alone. `error_message` is the last failure, when there was one. An
+    /// operator's [`retry_run`](super::retry_run) hands it back to the
+    /// workers; an explicit resume retries it like a failed run.
+    NeedsAttention,
 }
 
 /// The state of one run, saved before every stage call.
@@ -284,6 +291,16 @@ impl Checkpoint {
     pub fn cancelled(mut self) -> Self {
         self.status = RunStatus::Cancelled;
         self.branches.clear();
+        self.updated_at_ms = now_ms();
+        self
+    }
+
+    /// The same checkpoint, saying that recovery gave up on the run
+    /// (contract rule 22) and written now: the position, context, attempt
+    /// and error message stay as they were.
+    #[must_use]
+    pub fn needing_attention(mut self) -> Self {
+        self.status = RunStatus::NeedsAttention;
         self.updated_at_ms = now_ms();
         self
     }
@@ -988,9 +1005,14 @@ fn decode_v3(payload: &[u8]) -> std::result::Result<Checkpoint, WireError> {
     let attempt = c.varint_u32()?;
     let structure = decode_structure_v3(&mut c)?;
     let branches = decode_records(&mut c)?;
-    if !branches.is_empty() && !matches!(status, RunStatus::Running | RunStatus::Failed) {
+    if !branches.is_empty()
+        && !matches!(
+            status,
+            RunStatus::Running | RunStatus::Failed | RunStatus::NeedsAttention
+        )
+    {
         return Err(WireError::Invalid(
-            "branch records in a checkpoint that is neither running nor failed",
+            "branch records in a checkpoint that is not running, failed or needing attention",
         ));
     }
     if c.remaining() != 0 {
@@ -1077,9 +1099,14 @@ fn decode_entry(
         tag => structure_body(c, tag)?,
     };
     let branches = decode_records(c)?;
-    if !branches.is_empty() && !matches!(status, RunStatus::Running | RunStatus::Failed) {
+    if !branches.is_empty()
+        && !matches!(
+            status,
+            RunStatus::Running | RunStatus::Failed | RunStatus::NeedsAttention
+        )
+    {
         return Err(WireError::Invalid(
-            "branch records in a checkpoint that is neither running nor failed",
+            "branch records in a checkpoint that is not running, failed or needing attention",
         ));
     }
     let (context, change) = match c.byte()? {
@@ -1138,6 +1165,7 @@ fn decode_status(c: &mut Cursor<'_>) -> std::result::Result<RunStatus, WireError
         1 => RunStatus::Failed,
         2 => RunStatus::Completed,
         3 => RunStatus::Cancelled,
+        4 => RunStatus::NeedsAttention,
         _ => return Err(WireError::Invalid("an unknown run status")),
     })
 }
@@ -1242,6 +1270,9 @@ impl<C> Decode<C> for Format1 {
         if status == RunStatus::Cancelled {
             return Err(DecodeError::Other("format 1 has no cancelled status"));
         }
+        if status == RunStatus::NeedsAttention {
+            return Err(DecodeError::Other("format 1 has no needs-attention status"));
+        }
         if bool::decode(decoder)? != (status == RunStatus::Failed) {
             return Err(DecodeError::Other(
                 "the error flag disagrees with the status",
@@ -1305,14 +1336,16 @@ mod tests {
                 RunStatus::Failed,
                 RunStatus::Completed,
                 RunStatus::Cancelled,
-            ][(i % 4) as usize],
+                RunStatus::NeedsAttention,
+            ][(i % 5) as usize],
             error_message: (i % 2 == 0).then(|| "e".repeat((i % 400) as usize)),
             created_at_ms: i << (i % 60),
             updated_at_ms: u64::MAX - i,
             attempt: (i % 70_000) as u32,
             structure: (i % 5 != 0).then(|| Arc::new(structure)),
-            // branch records, in running and failed checkpoints only
-            branches: if i % 4 < 2 && i % 3 == 0 {
+            // branch records, in running, failed and needs-attention
+            // checkpoints only
+            branches: if matches!(i % 5, 0 | 1 | 4) && i % 3 == 0 {
                 let base = context(i + 1).clear_written();
                 (0..(i % 7) as u32)
                     .map(|b| {

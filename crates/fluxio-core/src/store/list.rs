@@ -22,6 +22,66 @@ pub enum RunState {
     Completed,
     /// Cancelled (contract rule 14).
     Cancelled,
+    /// Recovery gave up on it (contract rule 22); it waits for an operator.
+    NeedsAttention,
+}
+
+impl RunState {
+    /// Every state, in the order a listing documents them.
+    pub const ALL: [RunState; 6] = [
+        RunState::Running,
+        RunState::Abandoned,
+        RunState::Failed,
+        RunState::Completed,
+        RunState::Cancelled,
+        RunState::NeedsAttention,
+    ];
+
+    /// The state's name, as the CLI and logs spell it: `running`,
+    /// `abandoned`, `failed`, `completed`, `cancelled`, `needs-attention`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Abandoned => "abandoned",
+            RunState::Failed => "failed",
+            RunState::Completed => "completed",
+            RunState::Cancelled => "cancelled",
+            RunState::NeedsAttention => "needs-attention",
+        }
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RunState {
+    type Err = crate::Error;
+
+    /// Reads a state by the name [`RunState::as_str`] gives it
+    /// (`needs_attention` is accepted too).
+    ///
+    /// ```
+    /// use fluxio_core::store::RunState;
+    /// assert_eq!("failed".parse::<RunState>().unwrap(), RunState::Failed);
+    /// assert!("broken".parse::<RunState>().unwrap_err().to_string().contains("broken"));
+    /// ```
+    fn from_str(s: &str) -> crate::Result<RunState> {
+        let wanted = s.trim().replace('_', "-").to_ascii_lowercase();
+        RunState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == wanted)
+            .ok_or_else(|| crate::Error::InvalidSetting {
+                setting: "run state",
+                message: format!(
+                    "{s:?} is not a run state; the states are running, abandoned, failed, \
+                     completed, cancelled and needs-attention"
+                ),
+            })
+    }
 }
 
 /// Which runs to list, a page at a time. Every filter is optional; a page
@@ -162,6 +222,7 @@ impl RunSummary {
             RunStatus::Failed => RunState::Failed,
             RunStatus::Completed => RunState::Completed,
             RunStatus::Cancelled => RunState::Cancelled,
+            RunStatus::NeedsAttention => RunState::NeedsAttention,
         };
         RunSummary {
             key: key.to_owned(),

@@ -71,6 +71,7 @@ mod lease;
 mod list;
 mod memory;
 mod redact;
+mod retry;
 
 use std::any::TypeId;
 use std::fmt::Debug;
@@ -91,6 +92,8 @@ pub(crate) use lease::{KeepLease, LeaseTracker, Ownership};
 pub use list::{RunFilter, RunPage, RunState, RunSummary};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
+pub(crate) use retry::mark_needs_attention;
+pub use retry::retry_run;
 
 use crate::error::Result;
 
@@ -209,7 +212,7 @@ pub fn cancelled_checkpoint(run_id: &str, stored: Option<Checkpoint>) -> Result<
         });
     };
     match checkpoint.status {
-        RunStatus::Running | RunStatus::Failed => {
+        RunStatus::Running | RunStatus::Failed | RunStatus::NeedsAttention => {
             let mut journal = checkpoint.into_journal();
             let mut next = journal
                 .last()

@@ -47,6 +47,8 @@ pub async fn rule21_runs_are_listed_by_pipeline_state_version_and_time<H: Harnes
     let cancelled = at("p", "cancelled", 6);
     store.save(cancelled.clone()).await.expect("save");
     store.cancel(&cancelled.key()).await.expect("cancel");
+    let stuck = at("p", "stuck", 7).failed("timeout").needing_attention();
+    store.save(stuck.clone()).await.expect("save");
 
     let list = |filter: RunFilter| {
         let store = &store;
@@ -65,6 +67,7 @@ pub async fn rule21_runs_are_listed_by_pipeline_state_version_and_time<H: Harnes
         (done.key(), RunState::Completed),
         (other.key(), RunState::Completed),
         (cancelled.key(), RunState::Cancelled),
+        (stuck.key(), RunState::NeedsAttention),
     ];
     all.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(list(RunFilter::new()).await, all);
@@ -85,11 +88,16 @@ pub async fn rule21_runs_are_listed_by_pipeline_state_version_and_time<H: Harnes
         list(RunFilter::new().version("fedcba987654")).await,
         one(done.key(), RunState::Completed)
     );
+    assert_eq!(
+        list(RunFilter::new().state(RunState::NeedsAttention)).await,
+        one(stuck.key(), RunState::NeedsAttention)
+    );
     let mut recent = RunFilter::new().pipeline("p");
     recent.created_after_ms = Some(1_700_000_000_004);
     let mut expected = vec![
         (done.key(), RunState::Completed),
         (cancelled.key(), RunState::Cancelled),
+        (stuck.key(), RunState::NeedsAttention),
     ];
     expected.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(list(recent).await, expected);

@@ -35,6 +35,7 @@
 mod cancel;
 mod journal;
 mod list;
+mod recover;
 mod retention;
 mod run;
 
@@ -58,6 +59,7 @@ pub use list::{
     rule21_a_store_without_listing_says_so,
     rule21_runs_are_listed_by_pipeline_state_version_and_time,
 };
+pub use recover::rule22_retry_hands_a_failed_run_back_to_the_workers;
 pub use retention::{
     completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
     purging_dead_leases_keeps_tokens_growing,
@@ -1207,6 +1209,7 @@ macro_rules! __store_conformance_each {
             rule20_keep_completed_keeps_the_newest_completed_runs_of_each_pipeline,
             rule21_runs_are_listed_by_pipeline_state_version_and_time,
             rule21_a_store_without_listing_says_so,
+            rule22_retry_hands_a_failed_run_back_to_the_workers,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

@@ -1,0 +1,107 @@
+//! Handing runs back to the recovery workers, and taking them away
+//! (contract rule 22): what an operator's `fluxio runs retry` and a worker
+//! that gives up on a run write.
+
+use std::time::Duration;
+
+use super::{Change, Checkpoint, CheckpointStore, Lease, RunStatus};
+use crate::error::{Error, Result};
+
+/// How long [`retry_run`] holds a run's lease while it writes: long enough
+/// for one write on a slow store, short enough that a worker is not kept
+/// waiting if the operator's process dies holding it.
+const RETRY_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// The checkpoint written after `latest` that changes only what the caller
+/// sets on it: the next number, no keys changed, nothing cut.
+pub(crate) fn successor(mut latest: Checkpoint) -> Checkpoint {
+    latest.earlier = Vec::new();
+    latest.seq = latest.seq.saturating_add(1);
+    latest.change = Change::none();
+    latest.keep_from = 0;
+    latest
+}
+
+/// Hands the failed run stored under `key` (`pipeline/run_id`), or one
+/// recovery gave up on ([`RunStatus::NeedsAttention`]), back to the
+/// recovery workers (contract rule 22): its journal gains a checkpoint that
+/// says running, at the same stage and context, with the attempt count
+/// started over (a worker's resume runs attempt 1) and the error cleared
+/// (the history keeps it). No worker holds it, so it lists as
+/// [abandoned](super::RunState::Abandoned) and the next worker that holds
+/// its pipeline resumes it. A run that is already abandoned is returned as
+/// it is. Returns the run's checkpoint afterwards.
+///
+/// It takes the run's lease for the write, so it never races the run's
+/// owner or a worker.
+///
+/// ```
+/// use fluxio_core::store::{retry_run, Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
+/// use fluxio_core::Context;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> fluxio_core::Result<()> {
+/// let store = InMemoryStore::new();
+/// let failed = Checkpoint::new("o-1", "v1", 2, "charge", Context::new().snapshot())
+///     .in_pipeline("orders")
+///     .failed("card declined");
+/// store.save(failed).await?;
+/// let retried = retry_run(&store, "orders/o-1").await?;
+/// assert_eq!((retried.status, retried.attempt, retried.seq), (RunStatus::Running, 0, 1));
+/// assert_eq!(store.history("orders/o-1").await?.len(), 2);
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::CheckpointNotFound`] naming `key` when nothing is stored;
+/// [`Error::RunFinished`] when the run completed or was cancelled;
+/// [`Error::RunIdInUse`] while a worker holds the run (it is running);
+/// [`Error::InvalidRunId`] for a malformed key; the store's errors.
+pub async fn retry_run<S: CheckpointStore + ?Sized>(store: &S, key: &str) -> Result<Checkpoint> {
+    super::check_run_id(key)?;
+    let lease = store.acquire_lease(key, RETRY_LEASE_TTL).await?;
+    let written = retry_locked(store, key, &lease).await;
+    let released = store.release_lease(lease).await;
+    let checkpoint = written?;
+    released?;
+    Ok(checkpoint)
+}
+
+async fn retry_locked<S: CheckpointStore + ?Sized>(
+    store: &S,
+    key: &str,
+    lease: &Lease,
+) -> Result<Checkpoint> {
+    let Some(latest) = store.load(key).await? else {
+        return Err(Error::CheckpointNotFound {
+            run_id: key.to_owned(),
+        });
+    };
+    match latest.status {
+        RunStatus::Running => Ok(latest),
+        RunStatus::Failed | RunStatus::NeedsAttention => {
+            let mut next = successor(latest);
+            next.status = RunStatus::Running;
+            next.error_message = None;
+            next.attempt = 0;
+            next.updated_at_ms = super::now_ms();
+            store.save_fenced(next.clone(), lease).await?;
+            Ok(next)
+        }
+        status => Err(Error::RunFinished {
+            run_id: key.to_owned(),
+            status,
+        }),
+    }
+}
+
+/// Marks the run `latest` belongs to as needing attention (rule 22), under
+/// `lease`, its owner's: the checkpoint after `latest`, at the same stage,
+/// context and attempt, says [`RunStatus::NeedsAttention`].
+pub(crate) async fn mark_needs_attention(
+    store: &dyn CheckpointStore,
+    latest: Checkpoint,
+    lease: &Lease,
+) -> Result<Checkpoint> {
+    let next = successor(latest).needing_attention();
+    store.save_fenced(next.clone(), lease).await?;
+    Ok(next)
+}
