@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use fluxio_core::store::RunState;
 
 const EXIT_CODES: &str = "\
@@ -76,44 +76,14 @@ pub(crate) enum Runs {
     Purge(PurgeArgs),
 }
 
-/// A run's state, as `--status` spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Status {
-    /// Running, its lease held by a worker.
-    Running,
-    /// Running, but no worker holds its lease.
-    Abandoned,
-    /// Its stage failed.
-    Failed,
-    /// Finished.
-    Completed,
-    /// Cancelled.
-    Cancelled,
-    /// Recovery gave up on it.
-    NeedsAttention,
-}
-
-impl From<Status> for RunState {
-    fn from(status: Status) -> Self {
-        match status {
-            Status::Running => RunState::Running,
-            Status::Abandoned => RunState::Abandoned,
-            Status::Failed => RunState::Failed,
-            Status::Completed => RunState::Completed,
-            Status::Cancelled => RunState::Cancelled,
-            Status::NeedsAttention => RunState::NeedsAttention,
-        }
-    }
-}
-
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
     /// Only runs of this pipeline.
     #[arg(long)]
     pub(crate) pipeline: Option<String>,
-    /// Only runs in this state.
-    #[arg(long)]
-    pub(crate) status: Option<Status>,
+    /// Only runs in this state: running, abandoned, failed, completed, cancelled, needs-attention.
+    #[arg(long, value_parser = state)]
+    pub(crate) status: Option<RunState>,
     /// Only runs whose latest checkpoint this pipeline version wrote.
     #[arg(long)]
     pub(crate) version: Option<String>,
@@ -168,9 +138,9 @@ pub(crate) struct DeleteArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct PurgeArgs {
-    /// The state of the runs to delete.
-    #[arg(long)]
-    pub(crate) status: Status,
+    /// The state of the runs to delete: running, abandoned, failed, completed, cancelled, needs-attention.
+    #[arg(long, value_parser = state)]
+    pub(crate) status: RunState,
     /// Only runs last written longer ago than this (7d, 12h...).
     #[arg(long, value_parser = duration)]
     pub(crate) older_than: Duration,
@@ -183,6 +153,17 @@ pub(crate) struct PurgeArgs {
     /// Do not ask.
     #[arg(long, short)]
     pub(crate) yes: bool,
+}
+
+/// A state by the name [`RunState::as_str`] gives it.
+fn state(text: &str) -> Result<RunState, String> {
+    text.parse().map_err(|_: fluxio_core::Error| {
+        let names: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
+        format!(
+            "`{text}` is not a run state; the states are {}",
+            names.join(", ")
+        )
+    })
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -223,6 +204,30 @@ mod tests {
     fn durations_name_the_bad_text() {
         assert_eq!(duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
         assert!(duration("soon").expect_err("bad").contains("`soon`"));
+    }
+
+    #[test]
+    fn states_are_read_by_their_names() {
+        for s in RunState::ALL {
+            assert_eq!(state(s.as_str()), Ok(s));
+        }
+        assert!(
+            state("sleeping")
+                .expect_err("no such state")
+                .contains("sleeping")
+        );
+    }
+
+    #[test]
+    fn the_help_shows_the_builders_defaults() {
+        assert_eq!(fluxio_sqlite::DEFAULT_TABLE, "fluxio_checkpoints");
+        assert_eq!(fluxio_postgres::DEFAULT_TABLE, "fluxio_checkpoints");
+        assert_eq!(fluxio_postgres::DEFAULT_SCHEMA, "public");
+        assert_eq!(fluxio_redis::DEFAULT_KEY_PREFIX, "fluxio:checkpoint");
+        assert_eq!(
+            fluxio_redis::DEFAULT_COMMAND_TIMEOUT,
+            Duration::from_secs(10)
+        );
     }
 
     #[test]

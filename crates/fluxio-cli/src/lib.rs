@@ -106,7 +106,11 @@ where
         Err(e) => {
             // help and version are "errors" that print to stdout and exit 0
             let _ = e.print();
-            return if e.use_stderr() { Exit::Usage } else { Exit::Ok };
+            return if e.use_stderr() {
+                Exit::Usage
+            } else {
+                Exit::Ok
+            };
         }
     };
     commands::run(cli)

@@ -6,7 +6,7 @@ use std::fmt::{self, Write as _};
 use std::io::IsTerminal as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use fluxio_core::store::{RunState, RunStatus};
+use fluxio_core::store::RunStatus;
 use fluxio_core::value::Packed;
 use fluxio_core::{Snapshot, Value};
 use serde_json::{Map, Value as Json, json};
@@ -34,19 +34,6 @@ pub(crate) fn ms_since_epoch(at: SystemTime) -> u64 {
 pub(crate) fn when(ms: u64) -> String {
     let at = UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_seconds(at).to_string()
-}
-
-/// A state as `--status` spells it.
-pub(crate) fn state_name(state: RunState) -> &'static str {
-    match state {
-        RunState::Running => "running",
-        RunState::Abandoned => "abandoned",
-        RunState::Failed => "failed",
-        RunState::Completed => "completed",
-        RunState::Cancelled => "cancelled",
-        RunState::NeedsAttention => "needs-attention",
-        _ => "unknown",
-    }
 }
 
 /// The state a listing would give a run whose latest checkpoint says
@@ -184,7 +171,10 @@ pub(crate) fn value_text(value: &Value, bytes: usize, limit: usize) -> String {
     }
     // one line: a newline inside a string is shown escaped already; keys
     // and enum variants could still hold control characters
-    out.text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+    out.text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// `text` on one line, cut at `limit` characters with `…`.
@@ -321,7 +311,10 @@ mod tests {
             (Value::F64(0.5), json!(0.5)),
             (Value::Char('x'), json!("x")),
             (Value::Bytes(vec![0, 255]), json!([0, 255])),
-            (Value::Packed(Packed::F32(vec![0.5, 1.0])), json!([0.5, 1.0])),
+            (
+                Value::Packed(Packed::F32(vec![0.5, 1.0])),
+                json!([0.5, 1.0]),
+            ),
             (Value::Map(fields), json!({"id": 7, "tags": ["a"]})),
             (
                 Value::Enum {

@@ -124,7 +124,12 @@ mod tests {
 
     #[test]
     fn a_bad_url_is_a_store_failure_without_its_password() {
-        for url in ["ftp://u:hunter2@h", "sqlite:", "hunter2", "mysql://root:hunter2@h/db"] {
+        for url in [
+            "ftp://u:hunter2@h",
+            "sqlite:",
+            "hunter2",
+            "mysql://root:hunter2@h/db",
+        ] {
             let failure = backend(url).expect_err(url);
             assert_eq!(failure.exit, crate::Exit::Store, "{url}");
             assert!(!failure.message.contains("hunter2"), "{}", failure.message);

@@ -1,7 +1,5 @@
 //! `fluxio runs cancel RUN`: [`CheckpointStore::cancel`] (contract rule 14).
 
-use std::io::Write as _;
-
 use fluxio_core::CheckpointStore;
 use serde_json::json;
 

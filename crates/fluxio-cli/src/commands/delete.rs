@@ -1,7 +1,6 @@
 //! `fluxio runs delete RUN`: deletes a run under its own lease, so no
 //! worker is running it meanwhile.
 
-use std::io::Write as _;
 use std::time::Duration;
 
 use fluxio_core::{CheckpointStore, Error};

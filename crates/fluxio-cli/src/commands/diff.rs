@@ -2,8 +2,6 @@
 //! (a run's latest checkpoint, or `RUN@STEP`), read through
 //! [`fluxio_core::history::checkpoint_at`] and compared by [`Diff::between`].
 
-use std::io::Write as _;
-
 use fluxio_core::history::checkpoint_at;
 use fluxio_core::{CheckpointStore, Diff, Value};
 use serde_json::{Map, Value as Json, json};

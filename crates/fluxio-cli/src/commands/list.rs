@@ -1,14 +1,12 @@
 //! `fluxio runs list`: [`CheckpointStore::list_runs`], a page or all of them.
 
-use std::io::Write as _;
-
 use fluxio_core::CheckpointStore;
 use fluxio_core::store::{RunFilter, RunSummary};
 
 use super::{Out, note};
 use crate::args::ListArgs;
 use crate::exit::Failure;
-use crate::render::{Table, one_line, state_name, when};
+use crate::render::{Table, one_line, when};
 
 pub(crate) async fn list(
     out: &mut Out<'_>,
@@ -20,7 +18,7 @@ pub(crate) async fn list(
         filter = filter.pipeline(pipeline);
     }
     if let Some(status) = args.status {
-        filter = filter.state(status.into());
+        filter = filter.state(status);
     }
     if let Some(version) = &args.version {
         filter = filter.version(version);
@@ -72,7 +70,7 @@ pub(crate) fn table(runs: &[RunSummary]) -> Table {
     for run in runs {
         table.row(vec![
             one_line(&run.key, 80),
-            state_name(run.state).to_owned(),
+            run.state.as_str().to_owned(),
             one_line(&run.step, 40),
             run.attempt.to_string(),
             run.version.clone(),

@@ -1,8 +1,6 @@
 //! `fluxio runs purge --status S --older-than D`: lists the runs in state
 //! `S` last written before `D` ago, asks, and deletes each as `delete` does.
 
-use std::io::Write as _;
-
 use fluxio_core::CheckpointStore;
 use fluxio_core::store::RunFilter;
 use serde_json::json;
@@ -22,7 +20,7 @@ pub(crate) async fn purge(
     let cutoff = std::time::SystemTime::now()
         .checked_sub(args.older_than)
         .map_or(0, ms_since_epoch);
-    let mut filter = RunFilter::new().state(args.status.into()).limit(1_000);
+    let mut filter = RunFilter::new().state(args.status).limit(1_000);
     if let Some(pipeline) = &args.pipeline {
         filter = filter.pipeline(pipeline);
     }

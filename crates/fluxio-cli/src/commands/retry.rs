@@ -1,8 +1,6 @@
 //! `fluxio runs retry RUN`: [`retry_run`] hands a failed or needs-attention
 //! run back to the recovery workers (contract rules 22, 23).
 
-use std::io::Write as _;
-
 use fluxio_core::CheckpointStore;
 use fluxio_core::store::retry_run;
 use serde_json::json;
@@ -16,13 +14,15 @@ pub(crate) async fn retry(
     key: &str,
 ) -> Result<(), Failure> {
     check_key(key)?;
-    retry_run(store, key).await?;
+    let retried = retry_run(store, key).await?;
     if out.json {
-        return out.json(&json!({ "run": key, "retry": true }));
+        return out.json(&json!({ "run": key, "retry": true, "step": retried.step }));
     }
     writeln!(
         out.out,
-        "run {key} is marked for retry: a recovery worker of its pipeline resumes it"
+        "run {key} is marked for retry at stage {}: it lists as abandoned until a \
+         recovery worker of its pipeline resumes it",
+        retried.step
     )?;
     Ok(())
 }

@@ -1,7 +1,5 @@
 //! `fluxio runs show RUN`: one run, readable without the pipeline's types.
 
-use std::io::Write as _;
-
 use fluxio_core::store::{Checkpoint, RunFilter, RunSummary};
 use fluxio_core::{CheckpointStore, Error, History};
 use serde_json::json;
@@ -9,9 +7,7 @@ use serde_json::json;
 use super::{Out, check_key};
 use crate::args::ShowArgs;
 use crate::exit::Failure;
-use crate::render::{
-    SHORT, Table, context_json, paint_state, state_name, status_name, value_text, when,
-};
+use crate::render::{SHORT, Table, context_json, paint_state, status_name, value_text, when};
 
 pub(crate) async fn show(
     out: &mut Out<'_>,
@@ -34,7 +30,7 @@ pub(crate) async fn show(
             "pipeline": latest.pipeline,
             "run_id": latest.run_id,
             "status": status_name(latest.status),
-            "state": listed.summary.as_ref().map(|s| state_name(s.state)),
+            "state": listed.summary.as_ref().map(|s| s.state.as_str()),
             "step": latest.step,
             "attempt": latest.attempt,
             "error_message": latest.error_message,
@@ -48,7 +44,7 @@ pub(crate) async fn show(
     }
     let state = listed.summary.as_ref().map_or_else(
         || status_name(latest.status),
-        |summary| state_name(summary.state),
+        |summary| summary.state.as_str(),
     );
     let mut head = Table::new(["", ""]);
     let mut field = |name: &str, value: String| head.row(vec![name.to_owned(), value]);

@@ -4,7 +4,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use fluxio::store::CheckpointStore;
-use fluxio::{Context, Pipeline, PostgresStore, RedisStore, SqliteStore, StageResult, pipeline, stage};
+use fluxio::{
+    Context, Pipeline, PostgresStore, RedisStore, SqliteStore, StageResult, pipeline, stage,
+};
 use fluxio_test_support::TempDir;
 
 /// What one run of the binary printed, and its exit code.
@@ -23,7 +25,7 @@ impl Ran {
 
     /// Asserts the exit code, showing the output when it differs.
     #[track_caller]
-    pub(crate) fn code(&self, want: i32) -> &Self {
+    pub(crate) fn code(self, want: i32) -> Self {
         assert_eq!(self.code, want, "{}", self.all());
         self
     }
@@ -58,7 +60,11 @@ pub(crate) fn fluxio(args: &[&str], secret: Option<&str>) -> Ran {
         ran.all()
     );
     if let Some(secret) = secret {
-        assert!(!ran.all().contains(secret), "the password was printed: {}", ran.all());
+        assert!(
+            !ran.all().contains(secret),
+            "the password was printed: {}",
+            ran.all()
+        );
     }
     ran
 }
