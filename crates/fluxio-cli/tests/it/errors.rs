@@ -119,3 +119,43 @@ fn rule23_the_environment_names_the_store_and_help_hides_it() {
     assert!(err.contains("ftp://u:***@h"), "{err}");
     assert!(!err.contains(secret), "{err}");
 }
+
+/// On a terminal (`script` gives the command one) a state is coloured,
+/// unless `NO_COLOR` is set; through a pipe never (every other test).
+#[tokio::test(flavor = "multi_thread")]
+async fn rule23_colour_only_on_a_terminal_and_never_with_no_color() {
+    let script = std::path::Path::new("/usr/bin/script");
+    if !script.exists() {
+        fluxio_test_support::skip(
+            &"no /usr/bin/script (util-linux) to give the command a terminal",
+        );
+        return;
+    }
+    let target = crate::common::sqlite("rule23_colour").await;
+    let p = crate::common::orders(&target.store, "orders");
+    p.invoke("r-1", crate::common::input(true))
+        .await
+        .expect_err("declined");
+    let mut command = vec![env!("CARGO_BIN_EXE_fluxio").to_owned()];
+    command.extend(target.with(&["runs", "show", "orders/r-1"]));
+    let line = command.join(" ");
+    let on_terminal = |no_color: bool| {
+        let mut script = std::process::Command::new(script);
+        script
+            .args(["-qec", &line, "/dev/null"])
+            .env_remove("NO_COLOR");
+        if no_color {
+            script.env("NO_COLOR", "1");
+        }
+        let out = script.output().expect("script runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let coloured = on_terminal(false);
+    assert!(coloured.contains("\x1b[31mfailed\x1b[0m"), "{coloured:?}");
+    let plain = on_terminal(true);
+    assert!(
+        plain.contains("failed") && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
+}
