@@ -27,7 +27,8 @@
 //! `running`, `abandoned` (running, but no worker holds its lease),
 //! `failed`, `completed`, `cancelled`, `needs-attention`. Every command
 //! takes `--json`: one JSON document on standard output (`list`: an array of
-//! [`RunSummary`](fluxio_core::store::RunSummary)s). Tables are plain text;
+//! [`RunSummary`](fluxio_core::store::RunSummary)s; states and statuses by
+//! their serde names, `"Failed"`, `"NeedsAttention"`). Tables are plain text;
 //! states are coloured only when standard output is a terminal and
 //! `NO_COLOR` is not set.
 //!

@@ -14,7 +14,7 @@ pub(crate) async fn cancel(
     check_key(key)?;
     store.cancel(key).await?;
     if out.json {
-        return out.json(&json!({ "run": key, "status": "cancelled" }));
+        return out.json(&json!({ "run": key, "status": fluxio_core::RunStatus::Cancelled }));
     }
     writeln!(
         out.out,

@@ -29,8 +29,9 @@ pub(crate) async fn show(
             "key": key,
             "pipeline": latest.pipeline,
             "run_id": latest.run_id,
-            "status": status_name(latest.status),
-            "state": listed.summary.as_ref().map(|s| s.state.as_str()),
+            // the serde names, as in `list --json` and the history
+            "status": latest.status,
+            "state": listed.summary.as_ref().map(|s| s.state),
             "step": latest.step,
             "attempt": latest.attempt,
             "error_message": latest.error_message,

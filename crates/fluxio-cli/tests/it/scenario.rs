@@ -79,6 +79,8 @@ async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
                 "orders/ok-1"
             ]
         );
+        assert_eq!(all[1]["state"], json!("Failed"), "{all}");
+        assert_eq!(all[1]["step"], json!("charge"), "{all}");
         // filtered, as a table
         let failed = run(&["runs", "list", "--pipeline", "orders", "--status", "failed"]).code(0);
         assert!(failed.stdout.starts_with("RUN"), "{}", failed.all());
@@ -121,7 +123,11 @@ async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
     let shown = run(&["runs", "show", "orders/bad-1", "--json"])
         .code(0)
         .json();
-    assert_eq!(shown["status"], json!("failed"));
+    assert_eq!(shown["status"], json!("Failed"));
+    if lists {
+        assert_eq!(shown["state"], json!("Failed"), "{shown}");
+        assert_eq!(shown["lease_expires_at_ms"], json!(null), "{shown}");
+    }
     assert_eq!(shown["step"], json!("charge"));
     assert_eq!(shown["attempt"], json!(1));
     assert_eq!(shown["context"]["total"], json!(10));
@@ -188,7 +194,7 @@ async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
     let cancelled = run(&["runs", "show", "orders/bad-2", "--json"])
         .code(0)
         .json();
-    assert_eq!(cancelled["status"], json!("cancelled"));
+    assert_eq!(cancelled["status"], json!("Cancelled"));
     let again = run(&["runs", "cancel", "orders/bad-2"]).code(1);
     assert!(again.stderr.contains("orders/bad-2"), "{}", again.all());
     run(&["runs", "cancel", "orders/nope"]).code(1);
@@ -198,9 +204,9 @@ async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
     let retried = run(&["runs", "show", "orders/bad-1", "--json"])
         .code(0)
         .json();
-    assert_eq!(retried["status"], json!("running"), "{retried}");
+    assert_eq!(retried["status"], json!("Running"), "{retried}");
     if lists {
-        assert_eq!(retried["state"], json!("abandoned"), "{retried}");
+        assert_eq!(retried["state"], json!("Abandoned"), "{retried}");
     } else {
         assert_eq!(retried["state"], json!(null), "{retried}");
     }
