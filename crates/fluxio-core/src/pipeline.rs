@@ -1167,7 +1167,8 @@ impl Pipeline {
         let (run_id, step) = match point.rsplit_once('@') {
             Some((run, step))
                 if !run.is_empty()
-                    && (crate::history::is_step_number(step) || self.inner.program.steps.contains_key(step)) =>
+                    && (crate::history::is_step_number(step)
+                        || self.inner.program.steps.contains_key(step)) =>
             {
                 (run, Some(step))
             }
