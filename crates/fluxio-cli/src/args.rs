@@ -15,7 +15,7 @@ RUN is a run's store key, pipeline/run_id.
 Exit codes:
   0  done
   1  the operation failed (no such run, a run in the wrong state, a store that cannot list)
-  2  usage: bad arguments, or a deletion that needs --yes without a terminal
+  2  usage: bad arguments (a malformed RUN too), or a deletion that needs --yes without a terminal
   3  the store: a bad or unsupported URL, or it cannot be reached or does not answer";
 
 /// Inspect and manage the runs of fluxio's durable pipelines in a store.

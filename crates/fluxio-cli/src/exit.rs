@@ -22,8 +22,8 @@ pub enum Exit {
     /// 1: the operation failed (no such run, a run in the wrong state, a
     /// store that cannot list...).
     Failed,
-    /// 2: bad arguments, or a confirmation that needs `--yes` because there
-    /// is no terminal to ask on.
+    /// 2: bad arguments (a malformed run key too), or a confirmation that
+    /// needs `--yes` because there is no terminal to ask on.
     Usage,
     /// 3: a bad or unsupported store URL, or a store that cannot be reached
     /// or does not answer.
@@ -79,8 +79,9 @@ impl Failure {
         }
     }
 
-    /// A fluxio error: an unreachable or silent store is [`Exit::Store`],
-    /// anything else [`Exit::Failed`]; the message keeps the causes.
+    /// A fluxio error: an unreachable or silent store is [`Exit::Store`], a
+    /// malformed run key [`Exit::Usage`], anything else [`Exit::Failed`];
+    /// the message keeps the causes.
     pub(crate) fn of(error: &Error) -> Self {
         let message = match error {
             Error::CheckpointNotFound { run_id } => format!("no run `{run_id}` in the store"),
@@ -91,6 +92,8 @@ impl Failure {
         };
         match error.store_error_kind() {
             Some(StoreErrorKind::Connection | StoreErrorKind::Timeout) => Failure::store(message),
+            // a malformed RUN is bad input, wherever it was caught
+            _ if matches!(error, Error::InvalidRunId { .. }) => Failure::usage(message),
             _ => Failure::failed(message),
         }
     }
@@ -133,5 +136,61 @@ impl From<serde_json::Error> for Failure {
             return Failure::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
         }
         Failure::failed(format_args!("cannot write the JSON output: {error}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_exit_codes() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let cases = [
+            (
+                Error::store_with_kind("redis", StoreErrorKind::Connection, refused),
+                Exit::Store,
+            ),
+            (
+                Error::store_with_kind("redis", StoreErrorKind::Timeout, "no answer"),
+                Exit::Store,
+            ),
+            (Error::store("redis", "WRONGTYPE"), Exit::Failed),
+            (
+                Error::CheckpointNotFound {
+                    run_id: "orders/9".into(),
+                },
+                Exit::Failed,
+            ),
+            (
+                Error::InvalidRunId {
+                    run_id: String::new(),
+                    reason: "it is empty",
+                },
+                Exit::Usage,
+            ),
+        ];
+        for (error, exit) in cases {
+            assert_eq!(Failure::of(&error).exit, exit, "{error}");
+        }
+        let missing = Failure::of(&Error::CheckpointNotFound {
+            run_id: "orders/9".into(),
+        });
+        assert_eq!(missing.message, "no run `orders/9` in the store");
+    }
+
+    #[test]
+    fn lines_are_scrubbed_of_the_password() {
+        let url = RedactedUrl::new("redis://u:hunter2@h");
+        let failure = Failure::failed("auth failed for hunter2");
+        assert_eq!(failure.line(Some(&url)), "fluxio: auth failed for ***");
+    }
+
+    #[test]
+    fn a_closed_pipe_ends_quietly() {
+        let closed = Failure::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert_eq!((closed.exit, closed.message.as_str()), (Exit::Ok, ""));
+        let full = Failure::from(std::io::Error::other("disk full"));
+        assert_eq!(full.exit, Exit::Failed);
     }
 }

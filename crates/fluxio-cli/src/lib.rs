@@ -57,7 +57,7 @@
 //! |---|---|
 //! | 0 | done |
 //! | 1 | the operation failed: no such run, a run in the wrong state, a store that cannot list |
-//! | 2 | usage: bad arguments, or a deletion needing `--yes` without a terminal |
+//! | 2 | usage: bad arguments (a malformed `RUN` too), or a deletion needing `--yes` without a terminal |
 //! | 3 | the store: a bad or unsupported URL, or a store that cannot be reached or does not answer |
 //!
 //! # Examples

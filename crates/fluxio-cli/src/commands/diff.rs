@@ -9,7 +9,7 @@ use serde_json::{Map, Value as Json, json};
 use super::Out;
 use crate::args::DiffArgs;
 use crate::exit::Failure;
-use crate::render::{SHORT, Table, value_json, value_text};
+use crate::render::{SHORT, Table, one_line, value_json, value_text};
 
 pub(crate) async fn diff(
     out: &mut Out<'_>,
@@ -55,7 +55,7 @@ pub(crate) async fn diff(
     let mut table = Table::new(["KEY", args.a.as_str(), args.b.as_str()]);
     for e in &diff.entries {
         table.row(vec![
-            e.key.clone(),
+            one_line(&e.key, SHORT),
             show(&e.a, a.context.encoded_len(&e.key)),
             show(&e.b, b.context.encoded_len(&e.key)),
         ]);

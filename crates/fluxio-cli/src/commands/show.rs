@@ -7,7 +7,9 @@ use serde_json::json;
 use super::{Out, check_key};
 use crate::args::ShowArgs;
 use crate::exit::Failure;
-use crate::render::{SHORT, Table, context_json, paint_state, status_name, value_text, when};
+use crate::render::{
+    SHORT, Table, context_json, one_line, paint_state, status_name, value_text, when,
+};
 
 pub(crate) async fn show(
     out: &mut Out<'_>,
@@ -85,7 +87,7 @@ pub(crate) async fn show(
     let mut context = Table::new(["KEY", "VALUE"]);
     for (name, value) in latest.context.iter() {
         let bytes = latest.context.encoded_len(name).unwrap_or(0);
-        context.row(vec![name.to_owned(), value_text(value, bytes, limit)]);
+        context.row(vec![one_line(name, limit), value_text(value, bytes, limit)]);
     }
     if !latest.context.is_empty() {
         write!(out.out, "{}", indent(&context.render(out.colour)))?;

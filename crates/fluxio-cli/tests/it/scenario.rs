@@ -186,6 +186,10 @@ async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
     assert_eq!(d["entries"], json!([{"key": "total", "b": 10}]));
     let same = run(&["runs", "diff", "orders/ok-1", "orders/ok-1"]).code(0);
     assert!(same.stdout.starts_with("no differences"), "{}", same.all());
+    // a malformed key is bad input (2), wherever it is caught
+    let bad = run(&["runs", "diff", "orders/ok-1", "a\u{1}b"]).code(2);
+    assert!(bad.stderr.contains("control characters"), "{}", bad.all());
+    run(&["runs", "show", ""]).code(2);
     let nostep = run(&["runs", "diff", "orders/ok-1@refund", "orders/ok-1"]).code(1);
     assert!(nostep.stderr.contains("refund"), "{}", nostep.all());
 
