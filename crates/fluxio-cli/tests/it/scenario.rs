@@ -33,8 +33,10 @@ async fn seed(target: &Target) {
 }
 
 /// Whether each store lists runs (contract rule 21) in this build: the
-/// scenario checks `list` and `purge` where it does, and the one-line
-/// "cannot list runs" failure where it does not.
+/// scenario checks `list`, `purge` and the lease in `show` where it does,
+/// and the one-line "cannot list runs" failure where it does not. Set one
+/// to `true` when that store's listing lands: the `false` branch fails then,
+/// by design. (With list-sql and list-redis merged, all three pass as `true`.)
 const SQLITE_LISTS: bool = false;
 const REDIS_LISTS: bool = false;
 const POSTGRES_LISTS: bool = false;
