@@ -396,6 +396,23 @@ impl Snapshot {
         self.0.get(key).map(EncodedValue::value)
     }
 
+    /// The size in bytes of the value under `key` as a checkpoint stores
+    /// it (its encoding), without decoding it: what a tool that shows
+    /// values checks before rendering a huge one.
+    ///
+    /// ```
+    /// # fn main() -> fluxio_core::Result<()> {
+    /// let ctx = fluxio_core::Context::new().set("blob", vec![0u8; 1000])?;
+    /// let size = ctx.snapshot().encoded_len("blob").unwrap_or(0);
+    /// assert!((1000..1010).contains(&size), "{size}");
+    /// assert_eq!(ctx.snapshot().encoded_len("missing"), None);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn encoded_len(&self, key: &str) -> Option<usize> {
+        self.0.get(key).map(|v| v.bytes().len())
+    }
+
     /// Keys and encoded values in key order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &EncodedValue)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v))

@@ -15,7 +15,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::context::Snapshot;
-use crate::store::{Checkpoint, RunStatus};
+use crate::error::{Error, Result};
+use crate::store::{Checkpoint, CheckpointStore, RunStatus};
 
 /// How a step of a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -173,23 +174,123 @@ impl History {
 
 /// The checkpoint a run stood at before `step`: the one numbered `step`
 /// when it is a number, else the latest running checkpoint at `ip` (the
-/// position of the stage named `step`).
+/// position of the stage named `step`) or, with no `ip` (a caller that has
+/// the journal but not the pipeline), the latest running checkpoint whose
+/// stage is named `step`.
 pub(crate) fn before<'j>(
     journal: &'j [Checkpoint],
     step: &str,
     ip: Option<usize>,
 ) -> Option<&'j Checkpoint> {
-    if !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit()) {
+    if is_step_number(step) {
         let number = step.parse::<u32>().ok()?;
         return journal
             .iter()
             .find(|cp| cp.seq == number && cp.status == RunStatus::Running);
     }
-    let ip = u32::try_from(ip?).ok()?;
-    journal
+    let running = journal
         .iter()
         .rev()
-        .find(|cp| cp.ip == ip && cp.status == RunStatus::Running)
+        .filter(|cp| cp.status == RunStatus::Running);
+    match ip {
+        Some(ip) => {
+            let ip = u32::try_from(ip).ok()?;
+            running.into_iter().find(|cp| cp.ip == ip)
+        }
+        None => running.into_iter().find(|cp| cp.step == step),
+    }
+}
+
+/// Whether `step` names a step by its number.
+pub(crate) fn is_step_number(step: &str) -> bool {
+    !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// [`before`], or the error naming what is missing: `key` has no journal
+/// at all, or its journal has no such step.
+pub(crate) fn point_in<'j>(
+    journal: &'j [Checkpoint],
+    key: &str,
+    step: &str,
+    ip: Option<usize>,
+) -> Result<&'j Checkpoint> {
+    if journal.is_empty() {
+        return Err(Error::CheckpointNotFound {
+            run_id: key.to_owned(),
+        });
+    }
+    before(journal, step, ip).ok_or_else(|| Error::StepNotInHistory {
+        run_id: key.to_owned(),
+        step: step.to_owned(),
+    })
+}
+
+/// The checkpoint at a point of a stored run, read from `store` alone,
+/// without the pipeline (what [`Pipeline::context_at`](crate::Pipeline::context_at)
+/// and [`Pipeline::diff`](crate::Pipeline::diff) read, and the `fluxio` CLI):
+/// `key` (a store key, `pipeline/run_id`) is the run's latest checkpoint;
+/// `key@step` the one written before `step`, a step number from its
+/// [`History`] or a stage name (its latest run; a stage inside a parallel
+/// block goes by its block's first stage, or by number). A key that itself
+/// contains `@` is taken whole when it is stored and the part after its
+/// last `@` is not a number.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> fluxio_core::Result<()> {
+/// use fluxio_core::history::checkpoint_at;
+/// use fluxio_core::store::{Checkpoint, CheckpointStore, InMemoryStore};
+/// use fluxio_core::{Context, Error};
+///
+/// let store = InMemoryStore::new();
+/// let ctx = Context::new().set("n", 1)?;
+/// let first = Checkpoint::new("r1", "v1", 1, "load", ctx.snapshot()).in_pipeline("orders");
+/// store.save(first).await?;
+/// assert_eq!(checkpoint_at(&store, "orders/r1").await?.step, "load");
+/// assert_eq!(checkpoint_at(&store, "orders/r1@load").await?.seq, 0);
+/// assert_eq!(checkpoint_at(&store, "orders/r1@0").await?.step, "load");
+/// assert!(matches!(
+///     checkpoint_at(&store, "orders/r1@ship").await,
+///     Err(Error::StepNotInHistory { .. })
+/// ));
+/// assert!(matches!(
+///     checkpoint_at(&store, "orders/r2").await,
+///     Err(Error::CheckpointNotFound { .. })
+/// ));
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::CheckpointNotFound`] naming the key when nothing is stored;
+/// [`Error::StepNotInHistory`] when the kept history has no such step;
+/// [`Error::InvalidRunId`] for a malformed key; the store's errors.
+pub async fn checkpoint_at<S: CheckpointStore + ?Sized>(
+    store: &S,
+    point: &str,
+) -> Result<Checkpoint> {
+    let (key, step) = match point.rsplit_once('@') {
+        Some((key, step)) if !key.is_empty() && !step.is_empty() => {
+            if is_step_number(step) || !store.exists(point).await? {
+                (key, Some(step))
+            } else {
+                (point, None)
+            }
+        }
+        _ => (point, None),
+    };
+    crate::store::check_run_id(key)?;
+    match step {
+        None => store
+            .load(key)
+            .await?
+            .ok_or_else(|| Error::CheckpointNotFound {
+                run_id: key.to_owned(),
+            }),
+        Some(step) => {
+            let journal = store.history(key).await?;
+            point_in(&journal, key, step, None).cloned()
+        }
+    }
 }
 
 fn when(ms: u64) -> String {

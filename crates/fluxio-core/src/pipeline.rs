@@ -432,12 +432,6 @@ enum Continue<'a> {
     Replay { from: Option<(usize, &'a Snapshot)> },
 }
 
-/// Whether `step` names a step by its number (digits only; stage names are
-/// Rust identifiers, so never all digits).
-fn is_number(step: &str) -> bool {
-    !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit())
-}
-
 /// A durable run needs a tokio runtime (its lease is renewed by a timer
 /// task): say so with a typed error instead of panicking inside the lease code.
 fn check_runtime(what: &str, run_id: &str) -> Result<()> {
@@ -729,7 +723,7 @@ impl Pipeline {
         step: &str,
     ) -> Result<Checkpoint> {
         let key = self.key(run_id)?;
-        let ip = if is_number(step) {
+        let ip = if crate::history::is_step_number(step) {
             None
         } else {
             match self.inner.program.steps.get(step) {
@@ -743,20 +737,11 @@ impl Pipeline {
             }
         };
         let journal = self.require_store(operation)?.history(&key).await?;
-        match journal.last() {
-            None => return Err(Error::CheckpointNotFound { run_id: key }),
-            // a cancelled run never runs again under its id (rule 14)
-            Some(latest) if operation == "replay" && latest.is_cancelled() => {
-                return Err(Error::Cancelled { run_id: key });
-            }
-            Some(_) => {}
+        // a cancelled run never runs again under its id (rule 14)
+        if operation == "replay" && journal.last().is_some_and(Checkpoint::is_cancelled) {
+            return Err(Error::Cancelled { run_id: key });
         }
-        crate::history::before(&journal, step, ip)
-            .cloned()
-            .ok_or_else(|| Error::StepNotInHistory {
-                run_id: key,
-                step: step.to_owned(),
-            })
+        crate::history::point_in(&journal, &key, step, ip).cloned()
     }
 
     /// The history of the run `run_id` (contract rule 20): every step it
@@ -1182,7 +1167,8 @@ impl Pipeline {
         let (run_id, step) = match point.rsplit_once('@') {
             Some((run, step))
                 if !run.is_empty()
-                    && (is_number(step) || self.inner.program.steps.contains_key(step)) =>
+                    && (crate::history::is_step_number(step)
+                        || self.inner.program.steps.contains_key(step)) =>
             {
                 (run, Some(step))
             }

@@ -1,0 +1,24 @@
+//! `fluxio runs cancel RUN`: [`CheckpointStore::cancel`] (contract rule 14).
+
+use fluxio_core::CheckpointStore;
+use serde_json::json;
+
+use super::{Out, check_key};
+use crate::exit::Failure;
+
+pub(crate) async fn cancel(
+    out: &mut Out<'_>,
+    store: &dyn CheckpointStore,
+    key: &str,
+) -> Result<(), Failure> {
+    check_key(key)?;
+    store.cancel(key).await?;
+    if out.json {
+        return out.json(&json!({ "run": key, "status": fluxio_core::RunStatus::Cancelled }));
+    }
+    writeln!(
+        out.out,
+        "cancelled run {key}: its worker, if any, stops before its next stage"
+    )?;
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `fluxio runs delete RUN`: deletes a run under its own lease, so no
+//! worker is running it meanwhile.
+
+use std::time::Duration;
+
+use fluxio_core::{CheckpointStore, Error};
+use serde_json::json;
+
+use super::{Out, check_key, confirm};
+use crate::args::DeleteArgs;
+use crate::exit::Failure;
+use crate::render::status_name;
+
+/// How long the lease a deletion takes lasts: it is released at once.
+const DELETE_LEASE: Duration = Duration::from_secs(30);
+
+pub(crate) async fn delete(
+    out: &mut Out<'_>,
+    store: &dyn CheckpointStore,
+    args: &DeleteArgs,
+) -> Result<(), Failure> {
+    let key = args.run.as_str();
+    check_key(key)?;
+    let Some(latest) = store.load(key).await? else {
+        return Err(Failure::of(&Error::CheckpointNotFound {
+            run_id: key.to_owned(),
+        }));
+    };
+    if !args.yes
+        && !confirm(&format!(
+            "delete run {key} ({}) and its history?",
+            status_name(latest.status)
+        ))?
+    {
+        return Err(Failure::failed(format_args!("run {key} was not deleted")));
+    }
+    delete_run(store, key, args.force).await?;
+    if out.json {
+        return out.json(&json!({ "run": key, "deleted": true }));
+    }
+    writeln!(out.out, "deleted run {key}")?;
+    Ok(())
+}
+
+/// Deletes `key` under its lease: taken, a fenced delete, released. A run
+/// whose lease a worker holds is refused with a message saying so, unless
+/// `force`, which deletes it without the lease (its worker's next write is
+/// then refused, or starts the run again).
+pub(crate) async fn delete_run(
+    store: &dyn CheckpointStore,
+    key: &str,
+    force: bool,
+) -> Result<(), Failure> {
+    match store.acquire_lease(key, DELETE_LEASE).await {
+        Ok(lease) => {
+            let deleted = store.delete_fenced(key, &lease).await;
+            let released = store.release_lease(lease).await;
+            deleted?;
+            released?;
+            Ok(())
+        }
+        Err(Error::RunIdInUse { .. }) if force => Ok(store.delete(key).await?),
+        Err(Error::RunIdInUse { .. }) => Err(Failure::failed(format_args!(
+            "run {key} is running: a worker holds its lease; cancel it first \
+             (fluxio runs cancel), or pass --force to delete it anyway"
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,126 @@
+//! The `runs` commands, one file each, and what they share: the runtime,
+//! the opened store, the output, and asking before deleting.
+
+mod cancel;
+mod delete;
+mod diff;
+mod list;
+mod purge;
+mod retry;
+mod show;
+
+use std::io::{IsTerminal as _, Write};
+use std::sync::Arc;
+
+use fluxio_core::CheckpointStore;
+use fluxio_core::store::RedactedUrl;
+
+use crate::args::{Cli, Command, Runs};
+use crate::exit::{Exit, Failure};
+
+/// What a command writes to, and how.
+pub(crate) struct Out<'w> {
+    /// Standard output.
+    pub(crate) out: &'w mut dyn Write,
+    /// One JSON document instead of tables.
+    pub(crate) json: bool,
+    /// ANSI colours in tables.
+    pub(crate) colour: bool,
+}
+
+impl Out<'_> {
+    /// Writes `value` as one pretty JSON document and a newline.
+    pub(crate) fn json(&mut self, value: &impl serde::Serialize) -> Result<(), Failure> {
+        serde_json::to_writer_pretty(&mut *self.out, value)?;
+        writeln!(self.out)?;
+        Ok(())
+    }
+}
+
+/// A note for the person at the terminal, on standard error (never mixed
+/// into the output a script parses).
+pub(crate) fn note(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
+/// Runs the parsed command line: opens the store, runs the command, prints
+/// a failure as one line on standard error.
+pub(crate) fn run(cli: Cli) -> Exit {
+    let url = cli.store.store.as_deref().map(RedactedUrl::new);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            note(&format!("fluxio: cannot start the async runtime: {e}"));
+            return Exit::Failed;
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    let mut out = Out {
+        out: &mut lock,
+        json: cli.json,
+        colour: !cli.json && crate::render::colour(),
+    };
+    let done = runtime.block_on(async {
+        let store = crate::store::open(&cli.store).await?;
+        let Command::Runs(command) = cli.command;
+        dispatch(&mut out, &store, command).await?;
+        out.out.flush()?;
+        Ok::<(), Failure>(())
+    });
+    match done {
+        Ok(()) => Exit::Ok,
+        Err(failure) => {
+            if !failure.message.is_empty() {
+                note(&failure.line(url.as_ref()));
+            }
+            failure.exit
+        }
+    }
+}
+
+async fn dispatch(
+    out: &mut Out<'_>,
+    store: &Arc<dyn CheckpointStore>,
+    command: Runs,
+) -> Result<(), Failure> {
+    let store = &**store;
+    match command {
+        Runs::List(args) => list::list(out, store, &args).await,
+        Runs::Show(args) => show::show(out, store, &args).await,
+        Runs::Diff(args) => diff::diff(out, store, &args).await,
+        Runs::Retry(args) => retry::retry(out, store, &args.run).await,
+        Runs::Cancel(args) => cancel::cancel(out, store, &args.run).await,
+        Runs::Delete(args) => delete::delete(out, store, &args).await,
+        Runs::Purge(args) => purge::purge(out, store, &args).await,
+    }
+}
+
+/// Asks `question [y/N]` on the terminal: `Ok(true)` on `y` or `yes`.
+/// Without a terminal on standard input it refuses ([`Exit::Usage`]),
+/// telling the caller to pass `--yes`.
+pub(crate) fn confirm(question: &str) -> Result<bool, Failure> {
+    if !std::io::stdin().is_terminal() {
+        return Err(Failure::usage(format_args!(
+            "{question}: standard input is not a terminal to ask on; pass --yes to go ahead"
+        )));
+    }
+    let mut stderr = std::io::stderr();
+    write!(stderr, "{question} [y/N] ")?;
+    stderr.flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
+
+/// The run `key`'s store key checked as every store checks it: a malformed
+/// one is a usage error naming it, before the store is asked.
+pub(crate) fn check_key(key: &str) -> Result<(), Failure> {
+    fluxio_core::store::check_run_id(key).map_err(|e| Failure::usage(e.message_with_causes()))
+}

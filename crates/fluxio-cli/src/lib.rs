@@ -1,0 +1,118 @@
+//! `fluxio`: the command line for the runs of fluxio's durable pipelines
+//! (contract rule 23). It reads and changes runs in any built-in store,
+//! shows their values without the pipeline's Rust types, prints tables for
+//! people and JSON for scripts, and never prints a password.
+//!
+//! # Install
+//!
+//! ```text
+//! cargo install --path crates/fluxio-cli     # from a checkout of fluxio
+//! fluxio --help
+//! ```
+//!
+//! # Commands
+//!
+//! ```text
+//! fluxio runs list   [--pipeline P] [--status S] [--version V] [--since 1h|RFC3339]
+//!                    [--limit N] [--after CURSOR] [--all]
+//! fluxio runs show   RUN [--full]
+//! fluxio runs diff   A B                  # RUN or RUN@STEP (a step number or a stage name)
+//! fluxio runs retry  RUN                  # a failed or needs-attention run, for the recovery workers
+//! fluxio runs cancel RUN
+//! fluxio runs delete RUN [--force] [--yes]
+//! fluxio runs purge  --status S --older-than 7d [--pipeline P] [--dry-run] [--yes]
+//! ```
+//!
+//! `RUN` is the run's store key, `pipeline/run_id`. `S` is one of
+//! `running`, `abandoned` (running, but no worker holds its lease),
+//! `failed`, `completed`, `cancelled`, `needs-attention`. Every command
+//! takes `--json`: one JSON document on standard output (`list`: an array of
+//! [`RunSummary`](fluxio_core::store::RunSummary)s; states and statuses by
+//! their serde names, `"Failed"`, `"NeedsAttention"`). Tables are plain text;
+//! states are coloured only when standard output is a terminal and
+//! `NO_COLOR` is not set.
+//!
+//! `delete` takes the run's lease before it deletes, so it never races a
+//! worker: a run whose lease a worker holds is refused unless `--force`.
+//! `delete` and `purge` ask `[y/N]` on a terminal; without one they need
+//! `--yes`.
+//!
+//! # The store
+//!
+//! `--store URL`, or the environment variable `FLUXIO_STORE`:
+//!
+//! | URL | store | its options (defaults as the store builders') |
+//! |---|---|---|
+//! | `sqlite://PATH`, `sqlite:PATH` (`sqlite:///abs/path`) | SQLite; the file must exist | `--table` (`fluxio_checkpoints`) |
+//! | `redis://…`, `rediss://…` | Redis | `--prefix` (`fluxio:checkpoint`) |
+//! | `postgres://…`, `postgresql://…` | PostgreSQL | `--schema` (`public`), `--table` (`fluxio_checkpoints`) |
+//!
+//! and `--timeout` (10 s) for every store call. The store is opened as a
+//! worker opens it: the SQL stores apply their pending migrations. A URL is
+//! shown only with its password masked, and a message is scrubbed of it.
+//!
+//! # Exit codes
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | done |
+//! | 1 | the operation failed: no such run, a run in the wrong state, a store that cannot list |
+//! | 2 | usage: bad arguments (a malformed `RUN` too), or a deletion needing `--yes` without a terminal |
+//! | 3 | the store: a bad or unsupported URL, or a store that cannot be reached or does not answer |
+//!
+//! # Examples
+//!
+//! The binary is [`run`] with the process's arguments:
+//!
+//! ```
+//! use fluxio_cli::{Exit, run};
+//!
+//! assert_eq!(run(["fluxio", "--version"]), Exit::Ok);
+//! assert_eq!(run(["fluxio", "runs", "frobnicate"]), Exit::Usage);
+//! assert_eq!(
+//!     run(["fluxio", "--store", "ftp://user:secret@host", "runs", "list"]),
+//!     Exit::Store
+//! );
+//! ```
+
+mod args;
+mod commands;
+mod exit;
+mod render;
+mod store;
+
+use std::ffi::OsString;
+
+use clap::Parser as _;
+
+pub use exit::Exit;
+
+/// Runs the `fluxio` command with `args` (the program name first), printing
+/// to standard output and standard error, and says how it ended: what the
+/// binary exits with.
+///
+/// ```
+/// use fluxio_cli::{Exit, run};
+///
+/// assert_eq!(run(["fluxio", "runs", "show"]), Exit::Usage, "RUN is missing");
+/// assert_eq!(run(["fluxio", "--store", "sqlite:///no/such/file.db", "runs", "show", "a/b"]), Exit::Store);
+/// ```
+pub fn run<I, T>(args: I) -> Exit
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match args::Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // help and version are "errors" that print to stdout and exit 0
+            let _ = e.print();
+            return if e.use_stderr() {
+                Exit::Usage
+            } else {
+                Exit::Ok
+            };
+        }
+    };
+    commands::run(cli)
+}

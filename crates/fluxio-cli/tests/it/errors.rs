@@ -1,0 +1,161 @@
+//! Exit codes a script can rely on: usage (2), a bad or unreachable store
+//! (3), each with one line on standard error that never shows a password.
+
+use crate::common::fluxio;
+
+#[test]
+fn rule23_a_bad_or_unreachable_store_exits_3_without_its_password() {
+    let secret = "hunter2-rule23";
+    let missing_file = std::env::temp_dir().join("fluxio-cli-no-such-dir/runs.db");
+    let cases = [
+        format!("ftp://admin:{secret}@127.0.0.1/runs"),
+        format!("mysql://root:{secret}@127.0.0.1/db"),
+        format!("sqlite://{}", missing_file.display()),
+        "sqlite:".to_owned(),
+        // nothing listens on port 1
+        format!("redis://:{secret}@127.0.0.1:1/0"),
+        format!("postgres://postgres:{secret}@127.0.0.1:1/test"),
+        format!("postgres//:{secret}@127.0.0.1:5432"),
+    ];
+    for url in &cases {
+        let ran = fluxio(
+            &["--store", url, "--timeout", "3s", "runs", "list"],
+            Some(secret),
+        )
+        .code(3);
+        assert_eq!(ran.stderr.lines().count(), 1, "{url}: {}", ran.all());
+        assert!(ran.stderr.starts_with("fluxio: "), "{url}: {}", ran.all());
+        assert!(ran.stdout.is_empty(), "{url}: {}", ran.all());
+    }
+}
+
+#[tokio::test]
+async fn rule23_a_redis_password_the_server_refuses_is_never_printed() {
+    if fluxio_test_support::redis::raw().await.is_none() {
+        return;
+    }
+    let url = fluxio_test_support::redis::url();
+    let Some(rest) = url.strip_prefix("redis://") else {
+        return;
+    };
+    let secret = "hunter2-rule23-redis";
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let url = format!("redis://nobody:{secret}@{host}");
+    let ran = fluxio(&["--store", &url, "runs", "show", "a/b"], Some(secret)).code(3);
+    assert!(ran.stderr.contains("nobody:***@"), "{}", ran.all());
+}
+
+#[test]
+fn rule23_bad_arguments_exit_2() {
+    let cases: [&[&str]; 6] = [
+        &["runs", "show"],
+        &["runs", "list", "--status", "sleeping"],
+        &["runs", "list", "--limit", "0"],
+        &["runs", "purge", "--status", "completed"],
+        &[
+            "runs",
+            "purge",
+            "--status",
+            "completed",
+            "--older-than",
+            "soon",
+        ],
+        &["runs", "frobnicate"],
+    ];
+    for args in cases {
+        let mut all = vec!["--store", "sqlite:unused.db"];
+        all.extend_from_slice(args);
+        let ran = fluxio(&all, None).code(2);
+        assert!(ran.stderr.starts_with("error: "), "{args:?}: {}", ran.all());
+    }
+    let no_store = fluxio(&["runs", "list"], None).code(2).stderr.clone();
+    assert!(no_store.contains("FLUXIO_STORE"), "{no_store}");
+}
+
+#[test]
+fn rule23_help_documents_the_commands_and_exit_codes() {
+    let help = fluxio(&["--help"], None).code(0);
+    for want in [
+        "runs",
+        "--store",
+        "FLUXIO_STORE",
+        "Exit codes",
+        "0  done",
+        "3  the store",
+    ] {
+        assert!(help.stdout.contains(want), "{want} missing: {}", help.all());
+    }
+    let runs = fluxio(&["runs", "--help"], None).code(0);
+    for command in ["list", "show", "diff", "retry", "cancel", "delete", "purge"] {
+        assert!(runs.stdout.contains(command), "{command}: {}", runs.all());
+    }
+    let version = fluxio(&["--version"], None).code(0);
+    assert!(version.stdout.starts_with("fluxio "), "{}", version.all());
+}
+
+/// The store's URL from the environment is used, and `--help` never shows
+/// its value (it may hold a password).
+#[test]
+fn rule23_the_environment_names_the_store_and_help_hides_it() {
+    let secret = "hunter2-rule23-env";
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fluxio"))
+        .args(["runs", "list", "--help"])
+        .env(
+            "FLUXIO_STORE",
+            format!("postgres://u:{secret}@127.0.0.1:1/db"),
+        )
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("FLUXIO_STORE"), "{text}");
+    assert!(!text.contains(secret), "{text}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fluxio"))
+        .args(["runs", "list"])
+        .env("FLUXIO_STORE", format!("ftp://u:{secret}@h"))
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ftp://u:***@h"), "{err}");
+    assert!(!err.contains(secret), "{err}");
+}
+
+/// On a terminal (`script` gives the command one) a state is coloured,
+/// unless `NO_COLOR` is set; through a pipe never (every other test).
+#[tokio::test(flavor = "multi_thread")]
+async fn rule23_colour_only_on_a_terminal_and_never_with_no_color() {
+    let script = std::path::Path::new("/usr/bin/script");
+    if !script.exists() {
+        fluxio_test_support::skip(
+            &"no /usr/bin/script (util-linux) to give the command a terminal",
+        );
+        return;
+    }
+    let target = crate::common::sqlite("rule23_colour").await;
+    let p = crate::common::orders(&target.store, "orders");
+    p.invoke("r-1", crate::common::input(true))
+        .await
+        .expect_err("declined");
+    let mut command = vec![env!("CARGO_BIN_EXE_fluxio").to_owned()];
+    command.extend(target.with(&["runs", "show", "orders/r-1"]));
+    let line = command.join(" ");
+    let on_terminal = |no_color: bool| {
+        let mut script = std::process::Command::new(script);
+        script
+            .args(["-qec", &line, "/dev/null"])
+            .env_remove("NO_COLOR");
+        if no_color {
+            script.env("NO_COLOR", "1");
+        }
+        let out = script.output().expect("script runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let coloured = on_terminal(false);
+    assert!(coloured.contains("\x1b[31mfailed\x1b[0m"), "{coloured:?}");
+    let plain = on_terminal(true);
+    assert!(
+        plain.contains("failed") && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
+}
