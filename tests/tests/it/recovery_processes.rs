@@ -74,13 +74,15 @@ fn four_workers_recover(kind: StoreKind, kill_one: bool) {
     let _ = std::fs::remove_file(keys_path(&ledger.to_string_lossy()));
     let ledger_arg = ledger.to_string_lossy().into_owned();
 
-    // a worker holding 200 runs in s2 dies
+    // a worker holding 200 runs in s2 dies. Leases of seconds, not one: on
+    // a loaded 2-core machine 200 runs' first writes (and the renewals of
+    // 200 leases) queue long enough to lose a 1 s lease before s2.
     let spec = format!("r:{RUNS}");
     let mut dead = spawn(
         kind,
         &url,
         &ns,
-        [&spec, "abandon", "1000", &ledger_arg, "s2=600000"],
+        [&spec, "abandon", "5000", &ledger_arg, "s2=600000"],
     );
     if let Err(e) = dead.ready() {
         panic!("the abandoning worker failed: {e}");
@@ -93,7 +95,7 @@ fn four_workers_recover(kind: StoreKind, kill_one: bool) {
     dead.kill();
 
     let mut workers: Vec<Worker> = (0..4)
-        .map(|_| spawn(kind, &url, &ns, ["-", "recover", "3000", &ledger_arg, "-"]))
+        .map(|_| spawn(kind, &url, &ns, ["-", "recover", "10000", &ledger_arg, "-"]))
         .collect();
     for w in &workers {
         if let Err(e) = w.ready() {
