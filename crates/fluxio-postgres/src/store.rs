@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RedactedUrl, check_lease_ttl};
+use fluxio_core::store::{
+    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunFilter, RunPage, check_lease_ttl,
+};
 use fluxio_core::{Error, Result};
 use sqlx::Connection as _;
 use sqlx::postgres::PgPool;
@@ -13,7 +15,7 @@ use sqlx::postgres::PgPool;
 use crate::builder::{PostgresStoreBuilder, Source};
 use crate::connection::{Failure, Retry};
 use crate::error::BACKEND;
-use crate::journal::{self, Journal, Retention, Step};
+use crate::journal::{self, Journal, Postgres, Retention, Step};
 use crate::migrate;
 use crate::names::{Names, Sql};
 
@@ -238,6 +240,22 @@ impl CheckpointStore for PostgresStore {
                 .fetch_all(&mut *conn)
                 .await?;
             Ok::<_, Failure>(Checkpoint::journal_from_entries(run_id, parts)?)
+        })
+        .await
+    }
+
+    /// One statement (one snapshot of the run rows and the leases), built
+    /// by `fluxio-sql` from the filter: no journal is read. Each filter is
+    /// one range of an index in key order (byte order, `COLLATE "C"`;
+    /// schema version 4), so a page costs about the rows it shows, however
+    /// many runs the table holds; a filter the indexes do not cover (a
+    /// version or a time alone) reads the rows in key order until the page
+    /// is full. Expired runs are not listed. Read-only, so sent again after
+    /// a dead connection. See the crate docs, "Listing".
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
+        let inner = &self.inner;
+        self.call("list_runs", Retry::Once, |mut conn| async move {
+            fluxio_sql::list::<Postgres, _>(&mut conn, &inner.sql.list, filter).await
         })
         .await
     }
