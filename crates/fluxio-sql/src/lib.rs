@@ -15,7 +15,7 @@
 //! [`missing_predecessor`], [`cut_point`], [`Checkpoint::from_entries`].
 //! What is left here is the order of the statements.
 //!
-//! Listing runs (contract rule 21) is here too, in [`list`](mod@list): the
+//! Listing runs (contract rule 21) is here too, in `list.rs`: the
 //! statement a filter asks for, over the run rows and the lease table.
 
 mod list;
