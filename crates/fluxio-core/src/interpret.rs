@@ -366,12 +366,15 @@ pub(crate) async fn run(
 ) -> Result<Context> {
     let cbs = &program.callbacks;
     let started = Instant::now();
+    let pipeline = durable.map_or("", |d| d.pipeline);
+    crate::metrics::run_started(pipeline);
     if !cbs.is_empty() {
         emit(cbs, "pipeline_start", |c| {
             c.on_pipeline_start(run_id, &program.version)
         });
     }
     let result = run_checkpointed(program, run_id, ip, ctx, durable).await;
+    crate::metrics::run_ended(pipeline, &result);
     if !cbs.is_empty() {
         if let Err(e) = &result {
             emit(cbs, "error", |c| c.on_error(run_id, e));
@@ -394,6 +397,7 @@ async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint) -> Result<
     let saved = d.store.save_fenced(cp, d.lease).await;
     if saved.is_ok() {
         lock(&d.tail).advance(seq, context, full, delta, d.version);
+        crate::metrics::checkpoint_written(d.pipeline, started.elapsed());
     }
     if let Err(Error::Cancelled { .. }) = &saved {
         tracing::info!(

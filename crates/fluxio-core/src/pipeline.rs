@@ -981,6 +981,54 @@ impl Pipeline {
         .await
     }
 
+    /// Recovery (rule 22): takes the lease of this pipeline's run `run_id`
+    /// and, holding it, asks `decide` what to do with the run's latest
+    /// checkpoint, which nobody can change meanwhile: resume it, give up on
+    /// it (it is marked [`RunStatus::NeedsAttention`]), or leave it (it was
+    /// finished, or retried, by someone else since it was listed).
+    pub(crate) async fn recover(
+        &self,
+        run_id: &str,
+        decide: impl FnOnce(&Checkpoint) -> Claim,
+    ) -> Result<Recovered> {
+        let key = self.key(run_id)?;
+        let store = self.require_store("recover")?;
+        check_runtime("recover", &key)?;
+        let span = self.span(&key, true);
+        async {
+            self.owning(store, &key, async |owner| {
+                let Some(cp) = store.load(&key).await? else {
+                    return Ok(Recovered::Left);
+                };
+                match decide(&cp) {
+                    Claim::Leave => Ok(Recovered::Left),
+                    Claim::GiveUp => {
+                        let marked =
+                            crate::store::mark_needs_attention(store.as_ref(), cp, owner.lease())
+                                .await?;
+                        Ok(Recovered::GaveUp(marked))
+                    }
+                    Claim::Resume => {
+                        let how = Continue::Resume;
+                        let result = self
+                            .continue_stored(store, owner, run_id, cp, how, ResumeOptions::new())
+                            .await;
+                        Ok(Recovered::Resumed(result))
+                    }
+                }
+            })
+            .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Whether this pipeline (or a version it holds) continues runs that
+    /// `version` wrote.
+    pub(crate) fn runs_version(&self, version: &str) -> bool {
+        self.inner.version == version || self.inner.held.iter().any(|p| p.inner.version == version)
+    }
+
     /// The pipeline that continues `cp`: this one, or the held version that
     /// wrote it, or this one on changed code when `options` allow it and
     /// only stage bodies changed. Replaying from a step needs the step's
@@ -1560,6 +1608,23 @@ impl Pipeline {
             tail: std::sync::Mutex::new(tail),
         }
     }
+}
+
+/// What a recovery worker does with a run it claimed: [`Pipeline::recover`].
+pub(crate) enum Claim {
+    Resume,
+    GiveUp,
+    Leave,
+}
+
+/// What became of a claimed run.
+pub(crate) enum Recovered {
+    /// It was resumed; how the resume ended.
+    Resumed(Result<Context>),
+    /// It was marked as needing attention: its new latest checkpoint.
+    GaveUp(Checkpoint),
+    /// It was left as it was.
+    Left,
 }
 
 /// How two runs' stored contexts differ: [`Pipeline::diff`].

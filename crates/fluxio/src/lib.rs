@@ -160,7 +160,7 @@ pub use fluxio_core::{
     Emitter, Error, History, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result,
     ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode, StageInfo, StageKind,
     StageMeta, StageResult, Step, StepStatus, StreamEvent, Structure, Value, callback, context,
-    ctx, error, history, middleware, stage, store, stream, structure, testing, value,
+    ctx, error, history, middleware, recovery, stage, store, stream, structure, testing, value,
 };
 pub use fluxio_macros::{pipeline, stage};
 

@@ -9,6 +9,16 @@
 //! process while it ran, or before a resume) or `error <message>`, exiting
 //! with 0, 10, 11, 12 or 1.
 //!
+//! `abandon` (rule 22): `<run-id>` is `prefix:count`; it invokes `count`
+//! runs `prefix-0`... at once (the test holds them in a stage and kills
+//! the process with SIGKILL: a worker that died holding several runs).
+//!
+//! `recover` (rule 22): runs a recovery worker over the worker pipeline
+//! (16 runs at a time, a sweep every 100 ms, no backoff) until a second
+//! line arrives on stdin; then it shuts the worker and the pipeline down
+//! and prints `ok {"recovered": n}`, `n` being the runs it resumed to
+//! completion.
+//!
 //! `drop` (rule 15) invokes the run and drops it, mid-stage, when a second
 //! line arrives on stdin; then it shuts the pipeline down (which gives the
 //! dropped run's lease back), prints `released` and `ok {}`, and exits at
@@ -83,6 +93,8 @@ async fn run() -> fluxio::Result<Context> {
         "resume" => pipeline.resume(&args[4]).await,
         "start" => pipeline.start(&args[4], Context::new()).await,
         "drop" => drop_and_shut_down(&pipeline, &args[4]).await,
+        "abandon" => abandon(&pipeline, &args[4]).await,
+        "recover" => recover(pipeline).await,
         _ => Err(usage()),
     }
 }
@@ -107,4 +119,61 @@ async fn drop_and_shut_down(pipeline: &Pipeline, run_id: &str) -> fluxio::Result
     pipeline.shutdown(Duration::from_secs(20)).await?;
     println!("released");
     Ok(Context::new())
+}
+
+/// Invokes the runs `prefix-0`..`prefix-{count-1}` at once, until the
+/// process is killed.
+async fn abandon(pipeline: &Pipeline, spec: &str) -> fluxio::Result<Context> {
+    let bad = || Error::Build {
+        message: format!("abandon wants <prefix>:<count>, got {spec:?}"),
+    };
+    let (prefix, count) = spec.split_once(':').ok_or_else(bad)?;
+    let count: usize = count.parse().map_err(|_| bad())?;
+    let runs = (0..count).map(|i| {
+        let pipeline = pipeline.clone();
+        let id = format!("{prefix}-{i}");
+        tokio::spawn(async move { pipeline.invoke(&id, Context::new()).await })
+    });
+    let runs: Vec<_> = runs.collect();
+    for run in runs {
+        let _ = run.await;
+    }
+    Err(Error::Build {
+        message: "the runs ended before the process was killed".to_owned(),
+    })
+}
+
+/// Runs a recovery worker until a line arrives on stdin.
+async fn recover(pipeline: Pipeline) -> fluxio::Result<Context> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use fluxio::recovery::{RecoveryEvent, RecoveryPolicy, RecoveryWorker};
+
+    let recovered = Arc::new(AtomicUsize::new(0));
+    let handle = RecoveryWorker::builder()
+        .pipeline(pipeline.clone())
+        .concurrency(16)
+        .interval(Duration::from_millis(100))
+        .policy(RecoveryPolicy::new().backoff(Duration::ZERO, Duration::ZERO))
+        .on_event({
+            let recovered = Arc::clone(&recovered);
+            move |e| {
+                if let RecoveryEvent::Recovered { .. } = e {
+                    recovered.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+        .build()?
+        .spawn()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+        let _ = stop.send(());
+    });
+    let _ = stopped.await;
+    handle.shutdown(Duration::from_secs(10)).await?;
+    pipeline.shutdown(Duration::from_secs(10)).await?;
+    Context::new().set("recovered", recovered.load(Ordering::SeqCst) as u64)
 }

@@ -24,6 +24,8 @@ mod middleware_builtins;
 mod multiprocess;
 mod not_durable;
 mod pipeline;
+mod recovery;
+mod recovery_processes;
 mod release;
 mod resources;
 mod retention;

@@ -1,0 +1,694 @@
+//! Recovery workers (contract rule 22): finish what dead workers left.
+//!
+//! A worker that crashed, was killed or lost its network mid-run leaves its
+//! runs *abandoned*: running, with nobody holding their lease. A
+//! [`RecoveryWorker`] holds one or more pipelines (several versions of one
+//! name too) and, at start and then on an interval, lists the abandoned runs
+//! of those pipelines (and, when its [`RecoveryPolicy`] says so, the failed
+//! ones) and resumes them, a bounded number at a time.
+//!
+//! - **Exactly one worker resumes a run.** A run is claimed through its
+//!   lease, the one a resume takes anyway; holding it, the worker reads the
+//!   run again and resumes it only if it still needs recovering, so a run
+//!   another worker finished or retried since it was listed is left alone.
+//! - **Backoff.** A run is recovered no sooner than
+//!   [`backoff`](RecoveryPolicy::backoff) after its last write, doubling
+//!   with each attempt of its stage up to a ceiling, so a run that keeps
+//!   failing does not keep a worker busy.
+//! - **Giving up.** A run whose stage already had
+//!   [`max_attempts`](RecoveryPolicy::max_attempts) attempts is not resumed
+//!   again: it is marked [`RunStatus::NeedsAttention`](crate::RunStatus::NeedsAttention)
+//!   and waits for an operator (`fluxio runs retry`, or
+//!   [`retry_run`](crate::store::retry_run)). Crashes count too: each resume
+//!   writes its attempt before the stage runs, so a run that kills its
+//!   worker every time is caught.
+//! - **Other versions are left alone.** A run whose version none of the
+//!   worker's pipelines runs (nor [holds](crate::Pipeline::hold)) is
+//!   reported ([`RecoveryEvent::NotHeld`], and a `tracing` warning) once per
+//!   worker, not touched: a worker of the next deploy finishes it.
+//! - **Shutdown.** [`WorkerHandle::shutdown`] stops taking runs, waits for
+//!   the ones in flight for a grace period, then drops the rest (a resume
+//!   repeats the stage they were in); their leases go back to the store.
+//!
+//! ```
+//! use std::time::Duration;
+//! use fluxio_core::recovery::{RecoveryPolicy, RecoveryWorker};
+//! use fluxio_core::InMemoryStore;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> fluxio_core::Result<()> {
+//! # // `fluxio::pipeline![...]` builds real ones; this one is empty
+//! let orders = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+//!     .name("orders")
+//!     .store(InMemoryStore::new())
+//!     .build()?;
+//! let worker = RecoveryWorker::builder()
+//!     .pipeline(orders)
+//!     .interval(Duration::from_secs(30))
+//!     .concurrency(16)
+//!     .policy(RecoveryPolicy::new().max_attempts(5).retry_failed(true))
+//!     .build()?;
+//! // in a service: runs beside it until shutdown
+//! let handle = worker.clone().spawn()?;
+//! handle.shutdown(Duration::from_secs(10)).await?;
+//! // or one pass over what is there now
+//! let sweep = worker.run_once().await?;
+//! assert_eq!(sweep.resumed, 0);
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::error::{Error, Result};
+use crate::pipeline::{Claim, Pipeline, Recovered};
+use crate::store::{Checkpoint, RunFilter, RunState, RunStatus, RunSummary};
+
+/// When a worker resumes a run, and when it gives up on one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecoveryPolicy {
+    max_attempts: u32,
+    retry_failed: bool,
+    backoff: Duration,
+    max_backoff: Duration,
+}
+
+impl Default for RecoveryPolicy {
+    fn default() -> Self {
+        RecoveryPolicy {
+            max_attempts: 5,
+            retry_failed: false,
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(300),
+        }
+    }
+}
+
+impl RecoveryPolicy {
+    /// At most 5 attempts of a stage, abandoned runs only, backoff from 1 s
+    /// doubling to 5 min.
+    #[must_use]
+    pub fn new() -> Self {
+        RecoveryPolicy::default()
+    }
+
+    /// Give up on a run (mark it needs-attention) once its stage had
+    /// `attempts` attempts, counting the first run and every resume
+    /// (at least 1).
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// Resume failed runs too (their stage returned an error), not only
+    /// abandoned ones. Off by default: a stage's error is usually a fact
+    /// about the input, and a blind retry repeats it.
+    #[must_use]
+    pub fn retry_failed(mut self, on: bool) -> Self {
+        self.retry_failed = on;
+        self
+    }
+
+    /// Wait `first` after a run's last write before recovering it, twice
+    /// that after its second attempt, and so on, never more than `max`.
+    /// A run an operator retried waits for nothing.
+    #[must_use]
+    pub fn backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.backoff = first;
+        self.max_backoff = max.max(first);
+        self
+    }
+
+    /// How long after its last write a run whose stage had `attempt`
+    /// attempts is due.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fluxio_core::recovery::RecoveryPolicy;
+    /// let p = RecoveryPolicy::new().backoff(Duration::from_secs(1), Duration::from_secs(10));
+    /// assert_eq!(p.wait_before(0), Duration::ZERO);
+    /// assert_eq!(p.wait_before(1), Duration::from_secs(1));
+    /// assert_eq!(p.wait_before(3), Duration::from_secs(4));
+    /// assert_eq!(p.wait_before(60), Duration::from_secs(10));
+    /// ```
+    #[must_use]
+    pub fn wait_before(&self, attempt: u32) -> Duration {
+        if attempt == 0 {
+            return Duration::ZERO;
+        }
+        let doubled = self
+            .backoff
+            .checked_mul(1u32 << (attempt - 1).min(31))
+            .unwrap_or(self.max_backoff);
+        doubled.min(self.max_backoff)
+    }
+
+    fn due(&self, attempt: u32, updated_at_ms: u64, now_ms: u64) -> bool {
+        let wait = u64::try_from(self.wait_before(attempt).as_millis()).unwrap_or(u64::MAX);
+        updated_at_ms.saturating_add(wait) <= now_ms
+    }
+
+    /// What a worker holding a run's lease does with `cp`.
+    fn decide(&self, cp: &Checkpoint, pipeline: &Pipeline, now_ms: u64) -> Claim {
+        let wanted = match cp.status {
+            RunStatus::Running => true,
+            RunStatus::Failed => self.retry_failed,
+            _ => false,
+        };
+        if !wanted || !pipeline.runs_version(&cp.version) {
+            Claim::Leave
+        } else if cp.attempt >= self.max_attempts {
+            Claim::GiveUp
+        } else if !self.due(cp.attempt, cp.updated_at_ms, now_ms) {
+            Claim::Leave
+        } else {
+            Claim::Resume
+        }
+    }
+}
+
+/// What a worker did, for [`RecoveryWorkerBuilder::on_event`] (each is also
+/// logged with `tracing`).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RecoveryEvent {
+    /// The run `key` was resumed and completed.
+    Recovered {
+        /// The run's store key (`pipeline/run_id`).
+        key: String,
+    },
+    /// The run `key` was resumed and failed again (or was cancelled
+    /// meanwhile): `error` says how.
+    Failed {
+        /// The run's store key.
+        key: String,
+        /// How the resume ended.
+        error: Arc<Error>,
+    },
+    /// The run `key` had `attempts` attempts of its stage: it was marked
+    /// needs-attention instead of being resumed again.
+    GaveUp {
+        /// The run's store key.
+        key: String,
+        /// The attempts its stage had.
+        attempts: u32,
+        /// Its last failure, when it failed (rather than crashed).
+        error_message: Option<String>,
+    },
+    /// The run `key` was written by `version`, which none of the worker's
+    /// pipelines runs: it was left alone.
+    NotHeld {
+        /// The run's store key.
+        key: String,
+        /// The version that wrote it.
+        version: String,
+    },
+    /// Listing, claiming or marking runs of `pipeline` failed: the worker
+    /// tries again at its next sweep.
+    StoreFailed {
+        /// The pipeline whose runs were being recovered.
+        pipeline: String,
+        /// The store's error.
+        error: Arc<Error>,
+    },
+}
+
+type EventSink = Arc<dyn Fn(&RecoveryEvent) + Send + Sync>;
+
+/// What one sweep found and did: [`RecoveryWorker::run_once`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Sweep {
+    /// Runs listed as abandoned (or failed, by policy) that this worker
+    /// holds the version of.
+    pub found: usize,
+    /// Runs resumed that completed.
+    pub resumed: usize,
+    /// Runs resumed that failed again.
+    pub failed: usize,
+    /// Runs marked needs-attention.
+    pub gave_up: usize,
+    /// Runs not yet due (backoff), taken by another worker, or finished
+    /// since they were listed.
+    pub left: usize,
+    /// Runs of versions this worker does not hold.
+    pub not_held: usize,
+}
+
+/// Configures a [`RecoveryWorker`]: [`RecoveryWorker::builder`].
+#[must_use]
+pub struct RecoveryWorkerBuilder {
+    pipelines: Vec<Pipeline>,
+    policy: RecoveryPolicy,
+    interval: Duration,
+    concurrency: usize,
+    page: usize,
+    on_event: Option<EventSink>,
+}
+
+impl fmt::Debug for RecoveryWorkerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecoveryWorkerBuilder")
+            .field("pipelines", &self.pipelines.len())
+            .field("policy", &self.policy)
+            .field("interval", &self.interval)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RecoveryWorkerBuilder {
+    /// Recover the runs of `pipeline` (named and durable). Add several
+    /// versions of one pipeline to recover the runs of each; a run goes to
+    /// the pipeline whose version wrote it, or that [holds](Pipeline::hold)
+    /// it.
+    pub fn pipeline(mut self, pipeline: Pipeline) -> Self {
+        self.pipelines.push(pipeline);
+        self
+    }
+
+    /// The recovery policy (default [`RecoveryPolicy::new`]).
+    pub fn policy(mut self, policy: RecoveryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How long a spawned worker waits between sweeps (default 10 s;
+    /// at least 1 ms).
+    pub fn interval(mut self, every: Duration) -> Self {
+        self.interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// At most `runs` resumed at once by this worker (default 8; clamped
+    /// to 1..=100,000).
+    pub fn concurrency(mut self, runs: usize) -> Self {
+        self.concurrency = runs.clamp(1, 100_000);
+        self
+    }
+
+    /// Calls `sink` with every [`RecoveryEvent`], from the task that caused
+    /// it: keep it quick.
+    pub fn on_event(mut self, sink: impl Fn(&RecoveryEvent) + Send + Sync + 'static) -> Self {
+        self.on_event = Some(Arc::new(sink));
+        self
+    }
+
+    /// The worker.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] (setting `"pipelines"`) when no pipeline
+    /// was added, or one has no store or no name.
+    pub fn build(self) -> Result<RecoveryWorker> {
+        let invalid = |message: String| Error::InvalidSetting {
+            setting: "pipelines",
+            message,
+        };
+        if self.pipelines.is_empty() {
+            return Err(invalid(
+                "a recovery worker needs at least one pipeline: add it with `.pipeline(p)`"
+                    .to_owned(),
+            ));
+        }
+        for p in &self.pipelines {
+            if p.store().is_none() {
+                return Err(invalid(format!(
+                    "pipeline {:?} (version {}) keeps no checkpoints, so it has no runs to recover: \
+                     give it a store",
+                    p.name(),
+                    p.version()
+                )));
+            }
+        }
+        Ok(RecoveryWorker {
+            inner: Arc::new(Inner {
+                pipelines: self.pipelines,
+                policy: self.policy,
+                interval: self.interval,
+                page: self.page,
+                permits: Arc::new(Semaphore::new(self.concurrency)),
+                on_event: self.on_event,
+                in_flight: Mutex::new(HashSet::new()),
+                reported: Mutex::new(HashSet::new()),
+            }),
+        })
+    }
+}
+
+/// Resumes the abandoned runs of the pipelines it holds: see the
+/// [module docs](self). Cheap to clone; clones share their state.
+#[derive(Clone)]
+pub struct RecoveryWorker {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RecoveryWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecoveryWorker")
+            .field("pipelines", &self.inner.pipelines)
+            .field("policy", &self.inner.policy)
+            .field("interval", &self.inner.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    pipelines: Vec<Pipeline>,
+    policy: RecoveryPolicy,
+    interval: Duration,
+    page: usize,
+    permits: Arc<Semaphore>,
+    on_event: Option<EventSink>,
+    /// Runs this worker is recovering now (keys).
+    in_flight: Mutex<HashSet<String>>,
+    /// Runs reported as [`RecoveryEvent::NotHeld`] already (keys).
+    reported: Mutex<HashSet<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One recovery's outcome, as a sweep counts it.
+#[derive(Clone, Copy)]
+enum Outcome {
+    Resumed,
+    Failed,
+    GaveUp,
+    Left,
+}
+
+impl RecoveryWorker {
+    /// A worker with no pipelines yet.
+    pub fn builder() -> RecoveryWorkerBuilder {
+        RecoveryWorkerBuilder {
+            pipelines: Vec::new(),
+            policy: RecoveryPolicy::default(),
+            interval: Duration::from_secs(10),
+            concurrency: 8,
+            page: 500,
+            on_event: None,
+        }
+    }
+
+    /// One sweep: lists the runs due for recovery now, recovers them
+    /// (at most the worker's concurrency at once), and returns when all are
+    /// done.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when a pipeline's store cannot list runs (a
+    /// store with only the four required methods). A store that fails is reported ([`RecoveryEvent::StoreFailed`]) and
+    /// counted out, not returned: the next sweep tries again.
+    pub async fn run_once(&self) -> Result<Sweep> {
+        let mut tasks = JoinSet::new();
+        let (_keep, stop) = watch::channel(false);
+        let mut sweep = self.sweep(&mut tasks, &stop).await?;
+        while let Some(done) = tasks.join_next().await {
+            if let Ok(outcome) = done {
+                count(&mut sweep, outcome);
+            }
+        }
+        Ok(sweep)
+    }
+
+    /// Runs the worker on the current tokio runtime: a sweep now, then one
+    /// every [interval](RecoveryWorkerBuilder::interval), until
+    /// [`WorkerHandle::shutdown`].
+    ///
+    /// # Errors
+    /// [`Error::NoRuntime`] outside a tokio runtime.
+    pub fn spawn(self) -> Result<WorkerHandle> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime {
+            operation: "RecoveryWorker::spawn".to_owned(),
+        })?;
+        let (stop_tx, stop) = watch::channel(false);
+        let task = runtime.spawn(async move { self.run(stop).await });
+        Ok(WorkerHandle {
+            stop: stop_tx,
+            task,
+        })
+    }
+
+    async fn run(self, mut stop: watch::Receiver<bool>) -> JoinSet<Outcome> {
+        let mut tasks = JoinSet::new();
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            match self.sweep(&mut tasks, &stop).await {
+                Ok(sweep) if sweep.found > 0 => tracing::debug!(?sweep, "recovery sweep"),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "recovery worker stops");
+                    break;
+                }
+            }
+            while tasks.try_join_next().is_some() {}
+            tokio::select! {
+                () = tokio::time::sleep(self.inner.interval) => {}
+                _ = stop.changed() => break,
+            }
+        }
+        tasks
+    }
+
+    /// Lists what is due and starts a recovery task for each run (waiting
+    /// for a permit when `concurrency` are running), until `stop`.
+    async fn sweep(
+        &self,
+        tasks: &mut JoinSet<Outcome>,
+        stop: &watch::Receiver<bool>,
+    ) -> Result<Sweep> {
+        let mut sweep = Sweep::default();
+        let mut names: Vec<&str> = self.inner.pipelines.iter().map(Pipeline::name).collect();
+        names.dedup();
+        names.sort_unstable();
+        names.dedup();
+        let mut states = vec![RunState::Abandoned];
+        if self.inner.policy.retry_failed {
+            states.push(RunState::Failed);
+        }
+        for name in names {
+            let Some(store) = self
+                .inner
+                .pipelines
+                .iter()
+                .find(|p| p.name() == name)
+                .and_then(Pipeline::store)
+            else {
+                continue;
+            };
+            for state in &states {
+                let mut filter = RunFilter::new()
+                    .pipeline(name)
+                    .state(*state)
+                    .limit(self.inner.page);
+                loop {
+                    let page = match store.list_runs(&filter).await {
+                        Ok(page) => page,
+                        // a store that cannot list cannot be recovered from
+                        Err(e @ Error::Unsupported { .. }) => return Err(e),
+                        Err(e) => {
+                            self.emit(&RecoveryEvent::StoreFailed {
+                                pipeline: name.to_owned(),
+                                error: Arc::new(e),
+                            });
+                            break;
+                        }
+                    };
+                    for run in page.runs {
+                        if *stop.borrow() {
+                            return Ok(sweep);
+                        }
+                        self.consider(run, &mut sweep, tasks, stop).await?;
+                    }
+                    match page.next {
+                        Some(next) => filter = filter.after(next),
+                        None => break,
+                    }
+                }
+            }
+        }
+        Ok(sweep)
+    }
+
+    /// Starts recovering `run` if it is due and held.
+    async fn consider(
+        &self,
+        run: RunSummary,
+        sweep: &mut Sweep,
+        tasks: &mut JoinSet<Outcome>,
+        stop: &watch::Receiver<bool>,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        let Some(pipeline) = self.pipeline_for(&run.pipeline, &run.version) else {
+            sweep.not_held += 1;
+            if lock(&inner.reported).insert(run.key.clone()) {
+                self.emit(&RecoveryEvent::NotHeld {
+                    key: run.key,
+                    version: run.version,
+                });
+            }
+            return Ok(());
+        };
+        sweep.found += 1;
+        let now = crate::store::now_ms();
+        let give_up = run.attempt >= inner.policy.max_attempts;
+        if !give_up && !inner.policy.due(run.attempt, run.updated_at_ms, now) {
+            sweep.left += 1;
+            return Ok(());
+        }
+        if !lock(&inner.in_flight).insert(run.key.clone()) {
+            sweep.left += 1;
+            return Ok(());
+        }
+        let mut stop = stop.clone();
+        let permit = tokio::select! {
+            permit = Arc::clone(&inner.permits).acquire_owned() => permit.ok(),
+            _ = stop.wait_for(|stopped| *stopped) => None,
+        };
+        let Some(permit) = permit else {
+            // stopping: this run stays for the next worker
+            lock(&inner.in_flight).remove(&run.key);
+            sweep.left += 1;
+            return Ok(());
+        };
+        let worker = self.clone();
+        let pipeline = pipeline.clone();
+        tasks.spawn(async move {
+            let outcome = worker.recover(&pipeline, &run).await;
+            lock(&worker.inner.in_flight).remove(&run.key);
+            drop(permit);
+            outcome
+        });
+        Ok(())
+    }
+
+    async fn recover(&self, pipeline: &Pipeline, run: &RunSummary) -> Outcome {
+        let policy = self.inner.policy;
+        let claimed = pipeline
+            .recover(&run.run_id, |cp| {
+                policy.decide(cp, pipeline, crate::store::now_ms())
+            })
+            .await;
+        match claimed {
+            Ok(Recovered::Resumed(Ok(_))) => {
+                tracing::info!(run = %run.key, "recovered a run");
+                crate::metrics::recovered(&run.pipeline);
+                self.emit(&RecoveryEvent::Recovered {
+                    key: run.key.clone(),
+                });
+                Outcome::Resumed
+            }
+            Ok(Recovered::Resumed(Err(e))) => {
+                tracing::warn!(run = %run.key, error = %e, "a recovered run failed again");
+                self.emit(&RecoveryEvent::Failed {
+                    key: run.key.clone(),
+                    error: Arc::new(e),
+                });
+                Outcome::Failed
+            }
+            Ok(Recovered::GaveUp(cp)) => {
+                tracing::warn!(
+                    run = %run.key,
+                    attempts = cp.attempt,
+                    error = cp.error_message.as_deref().unwrap_or("(it crashed)"),
+                    "recovery gave up on a run: it needs attention"
+                );
+                crate::metrics::gave_up(&run.pipeline);
+                self.emit(&RecoveryEvent::GaveUp {
+                    key: run.key.clone(),
+                    attempts: cp.attempt,
+                    error_message: cp.error_message,
+                });
+                Outcome::GaveUp
+            }
+            // taken by another worker, or this pipeline was shut down
+            Ok(Recovered::Left) | Err(Error::RunIdInUse { .. } | Error::ShutDown { .. }) => {
+                Outcome::Left
+            }
+            Err(e) => {
+                tracing::warn!(run = %run.key, error = %e, "recovering a run failed");
+                self.emit(&RecoveryEvent::StoreFailed {
+                    pipeline: run.pipeline.clone(),
+                    error: Arc::new(e),
+                });
+                Outcome::Left
+            }
+        }
+    }
+
+    /// The pipeline that runs `version` of `name`: the one whose version it
+    /// is, else one that holds it.
+    fn pipeline_for(&self, name: &str, version: &str) -> Option<&Pipeline> {
+        let named = || self.inner.pipelines.iter().filter(|p| p.name() == name);
+        named()
+            .find(|p| p.version() == version)
+            .or_else(|| named().find(|p| p.runs_version(version)))
+    }
+
+    fn emit(&self, event: &RecoveryEvent) {
+        if let RecoveryEvent::NotHeld { key, version } = event {
+            tracing::warn!(
+                run = %key,
+                %version,
+                "a run of a version this worker does not hold was left alone"
+            );
+        }
+        if let Some(sink) = &self.inner.on_event {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(event)));
+            if caught.is_err() {
+                tracing::error!("a recovery event callback panicked");
+            }
+        }
+    }
+}
+
+fn count(sweep: &mut Sweep, outcome: Outcome) {
+    match outcome {
+        Outcome::Resumed => sweep.resumed += 1,
+        Outcome::Failed => sweep.failed += 1,
+        Outcome::GaveUp => sweep.gave_up += 1,
+        Outcome::Left => sweep.left += 1,
+    }
+}
+
+/// A spawned [`RecoveryWorker`]: [`shutdown`](Self::shutdown) stops it.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<JoinSet<Outcome>>,
+}
+
+impl WorkerHandle {
+    /// Stops the worker: it takes no more runs, waits at most `grace` for
+    /// the runs it is recovering, then drops the rest (a later resume
+    /// repeats the stage each was in). Every run it resumed gives its lease
+    /// back: at once when it ended, from a background task when it was
+    /// dropped (call [`Pipeline::shutdown`] to wait for those before the
+    /// process exits, or they lapse after their time-to-live).
+    ///
+    /// # Errors
+    /// [`Error::Internal`] if the worker's task panicked.
+    pub async fn shutdown(self, grace: Duration) -> Result<()> {
+        let _ = self.stop.send(true);
+        let mut tasks = self.task.await.map_err(|e| Error::Internal {
+            message: format!("the recovery worker's task failed: {e}"),
+        })?;
+        let drained =
+            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(
+                runs = tasks.len(),
+                "recovery worker shutdown: dropping the runs still in flight"
+            );
+            tasks.shutdown().await;
+        }
+        Ok(())
+    }
+}
