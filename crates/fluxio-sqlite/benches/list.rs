@@ -98,8 +98,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let file = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("fluxio-sqlite-bench-list-{}.db", std::process::id()));
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "fluxio-sqlite-bench-list-{}.db",
+        std::process::id()
+    ));
     let store = rt
         .block_on(SqliteStore::connect(&file))
         .expect("open the bench file");
