@@ -508,8 +508,10 @@ mod tests {
     }
 
     /// Trimming a pipeline's completed runs reads ranges of the
-    /// `(pipeline, status, updated_at)` index of schema version 3, never
-    /// the whole table.
+    /// `(pipeline, status, updated_at)` index of schema version 3 (the
+    /// newest `n`, in `updated_at` order), and of it or the `(pipeline,
+    /// status, run_id)` index of version 4 (the rows to delete), never the
+    /// whole table.
     #[tokio::test]
     async fn keeping_the_newest_completed_runs_searches_the_pipeline_index() {
         let dir = fluxio_test_support::TempDir::new("keep_plan");
@@ -529,12 +531,20 @@ mod tests {
             .filter(|detail| detail.contains("fluxio_checkpoints"))
             .collect();
         assert_eq!(reads.len(), 2, "{plan:?}");
-        for read in reads {
+        for read in &reads {
             assert!(
                 read.starts_with("SEARCH fluxio_checkpoints USING ")
-                    && read.contains("INDEX fluxio_checkpoints_pipeline (pipeline=? AND status=?"),
+                    && (read
+                        .contains("INDEX fluxio_checkpoints_pipeline (pipeline=? AND status=?")
+                        || read.contains(
+                            "INDEX fluxio_checkpoints_pipeline_state (pipeline=? AND status=?"
+                        )),
                 "{plan:?}"
             );
         }
+        assert!(
+            reads[1].contains("INDEX fluxio_checkpoints_pipeline (pipeline=? AND status=?"),
+            "the newest are found in updated_at order: {plan:?}"
+        );
     }
 }
