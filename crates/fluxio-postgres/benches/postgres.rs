@@ -1,7 +1,7 @@
 //! What a checkpoint costs on PostgreSQL, and how many durable runs per
 //! second a store sustains.
 //!
-//! `cargo bench -p fluxio-postgres -- --warm-up-time 1 --measurement-time 5`
+//! `cargo bench -p fluxio-postgres --bench postgres -- --warm-up-time 1 --measurement-time 5`
 //! (against `FLUXIO_POSTGRES_URL`, see `fluxio_test_support::postgres`;
 //! skipped with a message when the server is down).
 //!

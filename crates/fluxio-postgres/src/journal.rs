@@ -1,6 +1,8 @@
-//! A run's journal in SQL (contract rules 18 and 20). The order of the
-//! statements of one write is `fluxio-sql`'s, shared with the SQLite
-//! store; what is PostgreSQL's is here (how a time is bound) and in
+//! A run's journal in SQL (contract rules 18 and 20), and the listing of
+//! runs (rule 21). The order of the statements of one write, and the
+//! listing's statement, are `fluxio-sql`'s, shared with the SQLite store;
+//! what is PostgreSQL's is here (how a parameter is named and a time
+//! bound) and in
 //! [`Sql`](crate::names::Sql) (the statements' text, and the advisory lock
 //! that makes the completions of one pipeline trim in turn). The store
 //! runs the writes inside a transaction that locks the run's row
@@ -30,7 +32,31 @@ impl fluxio_sql::Dialect for Postgres {
     fn span(d: Duration) -> f64 {
         d.as_secs_f64()
     }
+
+    /// Past the last instant a `timestamptz` holds (294276 AD), infinity:
+    /// `to_timestamp` refuses a larger number, and infinity is later than
+    /// every row.
+    fn bound(ms: u64) -> f64 {
+        if ms > LAST_MS {
+            f64::INFINITY
+        } else {
+            Self::instant(ms)
+        }
+    }
+
+    fn param(n: usize) -> String {
+        format!("${n}")
+    }
+
+    fn time_param(n: usize) -> String {
+        format!("to_timestamp(${n}::float8)")
+    }
 }
+
+/// The last millisecond a listing binds as it is: `to_timestamp` refuses
+/// 9,224,318,016,000 seconds and more; a second less, so that the float's
+/// rounding stays below that.
+const LAST_MS: u64 = 9_224_318_015_000_000;
 
 /// The journal's writes on this store's connections.
 pub(crate) type Journal = fluxio_sql::Journal<Postgres>;

@@ -1,6 +1,6 @@
 //! Identifier validation, quoting and the SQL of the store.
 
-use fluxio_sql::{COMPLETED, Statements};
+use fluxio_sql::{COMPLETED, Listing, Statements};
 
 use crate::error::PostgresStoreError;
 
@@ -106,6 +106,8 @@ pub(crate) fn quote(ident: &str) -> String {
 pub(crate) struct Sql {
     /// The journal's writes (`fluxio-sql` runs them).
     pub(crate) journal: Statements,
+    /// Listing runs (`fluxio-sql` builds the statement).
+    pub(crate) list: Listing,
     pub(crate) lease_lock: String,
     pub(crate) load: String,
     pub(crate) history: String,
@@ -118,21 +120,26 @@ pub(crate) struct Sql {
     pub(crate) purge: String,
 }
 
-/// The columns of the run's row a save writes, in bind order `$1..$8`. The
+/// The columns of the run's row a save writes, in bind order `$1..$9`. The
 /// `payload` column is empty since schema version 2 (the checkpoints are
 /// rows of `<table>_steps`).
-const COLUMNS: &str =
-    "run_id, payload, version, ip, step, status, error_message, created_at, updated_at, expires_at";
-/// `$1..$8` as the values of [`COLUMNS`]: `$7` is the run's start in seconds
-/// since the epoch, `$8` the retention in seconds (NULL: never expires).
+const COLUMNS: &str = "run_id, payload, version, ip, step, status, error_message, \
+     created_at, updated_at, expires_at, attempt";
+/// `$1..$9` as the values of [`COLUMNS`]: `$7` is the run's start in seconds
+/// since the epoch, `$8` the retention in seconds (NULL: never expires), `$9`
+/// the attempt (schema version 4).
 const VALUES: &str = "$1::text, ''::bytea, $2::text, $3::bigint, $4::text, $5::text, $6::text, \
      to_timestamp($7::float8), clock_timestamp(), \
-     clock_timestamp() + make_interval(secs => $8::float8)";
+     clock_timestamp() + make_interval(secs => $8::float8), $9::bigint";
 const UPSERT: &str = "ON CONFLICT (run_id) DO UPDATE SET \
      version = EXCLUDED.version, ip = EXCLUDED.ip, \
      step = EXCLUDED.step, status = EXCLUDED.status, error_message = EXCLUDED.error_message, \
      created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, \
-     expires_at = EXCLUDED.expires_at";
+     expires_at = EXCLUDED.expires_at, attempt = EXCLUDED.attempt";
+/// A `timestamptz` column as whole milliseconds since the Unix epoch.
+fn millis(column: &str) -> String {
+    format!("round(extract(epoch FROM {column}) * 1000)::int8")
+}
 /// The first key of the transaction-level advisory lock a completion takes
 /// before trimming its pipeline (`"keep"`); the second is the hash of the
 /// table and the pipeline.
@@ -195,6 +202,24 @@ impl Sql {
                      WHERE pipeline = $1 AND status = '{COMPLETED}' AND {VISIBLE} \
                      ORDER BY updated_at DESC, run_id DESC LIMIT $2)"
                 ),
+            },
+            // The run rows with their lease where it is held (database
+            // clock), in key order: byte order, `COLLATE "C"`, whatever the
+            // database's collation; schema version 4's indexes make each
+            // filter one range of keys in that order.
+            list: Listing {
+                select: format!(
+                    "SELECT c.run_id, c.version, c.status, c.step, c.attempt, \
+                     c.error_message, {}, {}, {} \
+                     FROM {cp} AS c LEFT JOIN {leases} AS l \
+                     ON l.run_id = c.run_id AND l.expires_at > clock_timestamp()",
+                    millis("c.created_at"),
+                    millis("c.updated_at"),
+                    millis("l.expires_at")
+                ),
+                visible: "(c.expires_at IS NULL OR c.expires_at > clock_timestamp())".to_owned(),
+                key: "c.run_id COLLATE \"C\"".to_owned(),
+                held: "l.expires_at".to_owned(),
             },
             // Whether the lease with token `$2` is current, locking the
             // lease row: the fenced writes of a run take turns (a fresh

@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RedactedUrl, check_lease_ttl};
+use fluxio_core::store::{
+    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunFilter, RunPage, check_lease_ttl,
+};
 use fluxio_core::{Error, Result};
 use sqlx::Connection as _;
 use sqlx::postgres::PgPool;
@@ -13,7 +15,7 @@ use sqlx::postgres::PgPool;
 use crate::builder::{PostgresStoreBuilder, Source};
 use crate::connection::{Failure, Retry};
 use crate::error::BACKEND;
-use crate::journal::{self, Journal, Retention, Step};
+use crate::journal::{self, Journal, Postgres, Retention, Step};
 use crate::migrate;
 use crate::names::{Names, Sql};
 
@@ -242,6 +244,22 @@ impl CheckpointStore for PostgresStore {
         .await
     }
 
+    /// One statement (one snapshot of the run rows and the leases), built
+    /// by `fluxio-sql` from the filter: no journal is read. Each filter is
+    /// one range of an index in key order (byte order, `COLLATE "C"`;
+    /// schema version 4), so a page costs about the rows it shows, however
+    /// many runs the table holds; a filter the indexes do not cover (a
+    /// version or a time alone) reads the rows in key order until the page
+    /// is full. Expired runs are not listed. Read-only, so sent again after
+    /// a dead connection. See the crate docs, "Listing".
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
+        let inner = &self.inner;
+        self.call("list_runs", Retry::Once, |mut conn| async move {
+            fluxio_sql::list::<Postgres, _>(&mut conn, &inner.sql.list, filter).await
+        })
+        .await
+    }
+
     async fn delete(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
@@ -416,5 +434,135 @@ impl CheckpointStore for PostgresStore {
             }
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fluxio_core::store::RunState;
+    use fluxio_test_support as support;
+
+    use super::*;
+
+    /// The query plan of the listing statement for `filter`, one line per
+    /// row of `EXPLAIN`.
+    async fn list_plan(store: &PostgresStore, filter: &RunFilter) -> Vec<String> {
+        let statement =
+            fluxio_sql::statement::<Postgres>(&store.inner.sql.list, filter).expect("statement");
+        let (text, arguments) = statement.into_parts::<sqlx::Postgres>().expect("arguments");
+        sqlx::query_scalar_with(&format!("EXPLAIN {text}"), arguments)
+            .fetch_all(store.pool())
+            .await
+            .expect("plan")
+    }
+
+    /// The name of the index of the checkpoint table whose columns are
+    /// `columns`, as `pg_indexes` spells them.
+    async fn index(store: &PostgresStore, columns: &str) -> String {
+        sqlx::query_scalar(
+            "SELECT indexname::text FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 \
+             AND indexdef LIKE '%(' || $3",
+        )
+        .bind(store.schema())
+        .bind(store.table())
+        .bind(format!("{columns})"))
+        .fetch_one(store.pool())
+        .await
+        .unwrap_or_else(|e| panic!("an index on ({columns}): {e}"))
+    }
+
+    /// Rule 21: on a table of 20,000 runs, a listing reads one range of an
+    /// index in key order for each filter the indexes of schema version 4
+    /// cover (no sort, no sequential scan), and finds the lease of each run
+    /// by its key.
+    #[tokio::test]
+    async fn rule21_listing_reads_one_index_range_in_key_order() {
+        let Some(url) = support::postgres::server().await else {
+            return;
+        };
+        let schema = support::namespace("list_plan");
+        let store = PostgresStore::builder(url.as_str())
+            .schema(&schema)
+            .max_connections(2)
+            .connect()
+            .await
+            .expect("connect");
+        let seed = support::checkpoint("seed", 3).in_pipeline("orders");
+        store.save(seed.clone()).await.expect("save");
+        let table = store.inner.names.checkpoints_qualified();
+        // The seed's row, cloned under new keys: 10,000 runs of `orders`,
+        // one in ten failed, and 10,000 of `other`, one in two failed (so
+        // that the pipeline's own index is the one that reads least).
+        sqlx::query(&format!(
+            "INSERT INTO {table} (run_id, payload, version, ip, step, status, error_message, \
+               created_at, updated_at, expires_at, attempt) \
+             SELECT (CASE WHEN i % 2 = 0 THEN 'other/' ELSE 'orders/' END) || lpad(i::text, 6, '0'), \
+               payload, version, ip, step, \
+               CASE WHEN i % 20 = 1 OR i % 4 = 0 THEN 'failed' ELSE status END, error_message, \
+               created_at, updated_at, expires_at, attempt \
+             FROM {table}, generate_series(1, 20000) AS i WHERE run_id = $1"
+        ))
+        .bind(seed.key())
+        .execute(store.pool())
+        .await
+        .expect("clone the seed's row");
+        // Every run had a lease once; they are released (as a worker leaves
+        // them), so the running runs are abandoned.
+        let leases = store.inner.names.leases_qualified();
+        sqlx::query(&format!(
+            "INSERT INTO {leases} (run_id, expires_at) SELECT run_id, NULL FROM {table}"
+        ))
+        .execute(store.pool())
+        .await
+        .expect("the leases");
+        sqlx::query(&format!("ANALYZE {table}, {leases}"))
+            .execute(store.pool())
+            .await
+            .expect("analyze");
+
+        let key = index(&store, "run_id COLLATE \"C\"").await;
+        let state = index(&store, "status, run_id COLLATE \"C\"").await;
+        let pipeline_state = index(&store, "pipeline, status, run_id COLLATE \"C\"").await;
+        let failed = RunFilter::new().state(RunState::Failed);
+        let cases = [
+            (failed.clone().pipeline("orders"), &pipeline_state),
+            (
+                failed.clone().pipeline("orders").after("orders/000500"),
+                &pipeline_state,
+            ),
+            (failed.clone(), &state),
+            (
+                RunFilter::new()
+                    .state(RunState::Abandoned)
+                    .after("orders/9"),
+                &state,
+            ),
+            (RunFilter::new().pipeline("orders"), &key),
+            (RunFilter::new(), &key),
+        ];
+        for (filter, index) in cases {
+            let plan = list_plan(&store, &filter).await;
+            let lines = plan.join("\n");
+            let table_reads: Vec<&String> = plan
+                .iter()
+                .filter(|line| line.contains(&format!(" on {} c", store.table())))
+                .collect();
+            assert_eq!(table_reads.len(), 1, "{filter:?}:\n{lines}");
+            assert!(
+                table_reads[0].contains(&format!("Index Scan using {index} on")),
+                "{filter:?} reads {index}:\n{lines}"
+            );
+            assert!(
+                plan.iter()
+                    .any(|line| line.contains("Index Scan using fluxio_checkpoints_leases_pkey")),
+                "{filter:?} finds the lease by its key:\n{lines}"
+            );
+            assert!(
+                !lines.contains("Sort") && !lines.contains("Seq Scan"),
+                "{filter:?}: no sort, no sequential scan:\n{lines}"
+            );
+        }
+        drop(store);
+        support::postgres::drop_schema(&url, &schema).await;
     }
 }

@@ -14,6 +14,13 @@
 //! cut, how the entries fold into a context) are fluxio-core's:
 //! [`missing_predecessor`], [`cut_point`], [`Checkpoint::from_entries`].
 //! What is left here is the order of the statements.
+//!
+//! Listing runs (contract rule 21) is here too, in `list.rs`: the
+//! statement a filter asks for, over the run rows and the lease table.
+
+mod list;
+
+pub use list::{Listing, Statement, list, statement};
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -24,6 +31,12 @@ use fluxio_core::store::{
 };
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
+/// The `status` of a running run's row (held or abandoned: its lease says).
+#[doc(hidden)]
+pub const RUNNING: &str = "running";
+/// The `status` of a failed run's row.
+#[doc(hidden)]
+pub const FAILED: &str = "failed";
 /// The `status` of a cancelled run's row (rule 14): what fenced saves check.
 #[doc(hidden)]
 pub const CANCELLED: &str = "cancelled";
@@ -34,9 +47,10 @@ pub const NEEDS_ATTENTION: &str = "needs_attention";
 #[doc(hidden)]
 pub const COMPLETED: &str = "completed";
 
-/// What differs between the drivers in the journal's writes: the driver,
-/// and how the run's row binds a time (SQLite: INTEGER milliseconds;
-/// Postgres: seconds, as a float the SQL turns into a timestamp).
+/// What differs between the drivers in the journal's writes and the
+/// listing's reads: the driver, how a statement names its parameters, and
+/// how the run's row binds a time (SQLite: INTEGER milliseconds; Postgres:
+/// seconds, as a float the SQL turns into a timestamp).
 #[doc(hidden)]
 pub trait Dialect {
     /// The sqlx driver.
@@ -49,6 +63,18 @@ pub trait Dialect {
     fn instant(ms: u64) -> Self::Time;
     /// A completed run's retention.
     fn span(d: Duration) -> Self::Time;
+    /// A time a listing compares the rows' times with, `ms` milliseconds
+    /// since the Unix epoch: as [`instant`](Dialect::instant), but any
+    /// `u64` is accepted (past what the database holds, it is later than
+    /// every row).
+    fn bound(ms: u64) -> Self::Time {
+        Self::instant(ms)
+    }
+    /// Bind parameter `n` (from 1) in the statement's text.
+    fn param(n: usize) -> String;
+    /// Bind parameter `n` holding a [`Time`](Dialect::Time), as an
+    /// expression of the type of the rows' time columns.
+    fn time_param(n: usize) -> String;
 }
 
 /// The journal's statements of one store, built by the store from its
@@ -59,7 +85,7 @@ pub trait Dialect {
 pub struct Statements {
     /// Upserts the run's row: key, version, ip, step, status, error message,
     /// start ([`Dialect::instant`]), retention ([`Dialect::span`], NULL:
-    /// never expires).
+    /// never expires), attempt.
     pub save: String,
     /// The run's `status` (key), locking the row if the store needs it.
     pub status: String,
@@ -327,6 +353,7 @@ where
             .bind(checkpoint.error_message.as_deref())
             .bind(D::instant(checkpoint.created_at_ms))
             .bind(retention)
+            .bind(i64::from(checkpoint.attempt))
             .execute(&mut *conn)
             .await?;
         Ok(())
@@ -365,8 +392,8 @@ where
 /// The row's `status` of a checkpoint's.
 fn status_name(status: RunStatus) -> &'static str {
     match status {
-        RunStatus::Running => "running",
-        RunStatus::Failed => "failed",
+        RunStatus::Running => RUNNING,
+        RunStatus::Failed => FAILED,
         RunStatus::Completed => COMPLETED,
         RunStatus::Cancelled => CANCELLED,
         RunStatus::NeedsAttention => NEEDS_ATTENTION,

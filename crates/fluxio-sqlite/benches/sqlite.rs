@@ -1,7 +1,7 @@
 //! What a checkpoint costs in an SQLite file, and how many durable runs per
 //! second a store sustains.
 //!
-//! `cargo bench -p fluxio-sqlite -- --warm-up-time 1 --measurement-time 5`
+//! `cargo bench -p fluxio-sqlite --bench sqlite -- --warm-up-time 1 --measurement-time 5`
 //! (the file is created under cargo's scratch directory, `target/tmp`, and
 //! removed at the end; what it measures is mostly that disk's `fsync`).
 //!

@@ -1,6 +1,8 @@
-//! A run's journal in SQL (contract rules 18 and 20). The order of the
-//! statements of one write is `fluxio-sql`'s, shared with the Postgres
-//! store; what is SQLite's is here (how a time is bound) and in
+//! A run's journal in SQL (contract rules 18 and 20), and the listing of
+//! runs (rule 21). The order of the statements of one write, and the
+//! listing's statement, are `fluxio-sql`'s, shared with the Postgres
+//! store; what is SQLite's is here (how a parameter is named and a time
+//! bound) and in
 //! [`Sql`](crate::names::Sql) (the statements' text). The store runs the
 //! writes inside a `BEGIN IMMEDIATE` transaction, which holds SQLite's
 //! write lock: the writes of all processes take turns, so nothing more is
@@ -28,6 +30,15 @@ impl fluxio_sql::Dialect for Sqlite {
 
     fn span(d: Duration) -> i64 {
         crate::store::millis(d)
+    }
+
+    fn param(n: usize) -> String {
+        format!("?{n}")
+    }
+
+    /// Times are INTEGER milliseconds, bound as they are.
+    fn time_param(n: usize) -> String {
+        format!("?{n}")
     }
 }
 

@@ -43,6 +43,11 @@ pub(crate) fn render(migration: &Migration, names: &Names) -> String {
         .sql
         .replace("{checkpoints_expires_at}", &names.checkpoints_expires_at())
         .replace("{checkpoints_pipeline}", &names.checkpoints_pipeline())
+        .replace(
+            "{checkpoints_pipeline_state}",
+            &names.checkpoints_pipeline_state(),
+        )
+        .replace("{checkpoints_state}", &names.checkpoints_state())
         .replace("{leases_token}", &names.leases_token())
         .replace("{steps_whole}", &names.steps_whole())
         .replace("{steps_cascade}", &names.steps_cascade())
@@ -179,7 +184,7 @@ mod tests {
     #[test]
     fn templates_leave_no_placeholder() {
         let names = Names::new("t").expect("valid");
-        assert!(MIGRATOR.iter().count() >= 3);
+        assert!(MIGRATOR.iter().count() >= 4);
         let mut all = String::new();
         for m in MIGRATOR.iter() {
             let sql = render(m, &names);
@@ -195,6 +200,8 @@ mod tests {
             "\"t_steps_whole\"",
             "\"t_steps_cascade\"",
             "\"t_pipeline\"",
+            "\"t_state\"",
+            "\"t_pipeline_state\"",
         ] {
             assert!(all.contains(name), "{name} in {all}");
         }

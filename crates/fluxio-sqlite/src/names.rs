@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use fluxio_sql::{COMPLETED, Statements};
+use fluxio_sql::{COMPLETED, Listing, Statements};
 
 use crate::error::SqliteStoreError;
 
@@ -99,6 +99,18 @@ impl Names {
         quote(&format!("{}_pipeline", self.table))
     }
 
+    /// The index of schema version 4 on the checkpoints' `(status,
+    /// run_id)`: the runs in one state, in key order.
+    pub(crate) fn checkpoints_state(&self) -> String {
+        quote(&format!("{}_state", self.table))
+    }
+
+    /// The index of schema version 4 on the checkpoints' `(pipeline,
+    /// status, run_id)`: a pipeline's runs in one state, in key order.
+    pub(crate) fn checkpoints_pipeline_state(&self) -> String {
+        quote(&format!("{}_pipeline_state", self.table))
+    }
+
     /// The unique index on the leases' `token`.
     pub(crate) fn leases_token(&self) -> String {
         quote(&format!("{}_leases_token", self.table))
@@ -139,6 +151,8 @@ const NOW: &str = "CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER)";
 pub(crate) struct Sql {
     /// The journal's writes (`fluxio-sql` runs them).
     pub(crate) journal: Statements,
+    /// Listing runs (`fluxio-sql` builds the statement).
+    pub(crate) list: Listing,
     pub(crate) load: String,
     pub(crate) history: String,
     pub(crate) exists: String,
@@ -152,25 +166,27 @@ pub(crate) struct Sql {
     pub(crate) purge_checkpoints: String,
 }
 
-/// The columns of the run's row a save writes; `?1..?8` are bound by
+/// The columns of the run's row a save writes; `?1..?9` are bound by
 /// `fluxio_sql::Journal` (in the order of `Statements::save`): `?7` is the
 /// run's start in milliseconds, `?8` the retention in milliseconds (NULL:
-/// never expires). The `payload` column is empty
-/// since schema version 2 (the checkpoints are rows of `<table>_steps`).
-const COLUMNS: &str =
-    "run_id, payload, version, ip, step, status, error_message, created_at, updated_at, expires_at";
+/// never expires), `?9` the attempt (schema version 4). The `payload`
+/// column is empty since schema version 2 (the checkpoints are rows of
+/// `<table>_steps`).
+const COLUMNS: &str = "run_id, payload, version, ip, step, status, error_message, \
+     created_at, updated_at, expires_at, attempt";
 
 impl Sql {
     pub(crate) fn new(names: &Names) -> Self {
         let cp = names.checkpoints();
         let leases = names.leases();
         let steps = names.steps();
-        let values = format!("?1, X'', ?2, ?3, ?4, ?5, ?6, ?7, {NOW}, {NOW} + ?8");
+        let values = format!("?1, X'', ?2, ?3, ?4, ?5, ?6, ?7, {NOW}, {NOW} + ?8, ?9");
         let upsert = "ON CONFLICT (run_id) DO UPDATE SET \
              version = excluded.version, ip = excluded.ip, \
              step = excluded.step, status = excluded.status, \
              error_message = excluded.error_message, created_at = excluded.created_at, \
-             updated_at = excluded.updated_at, expires_at = excluded.expires_at";
+             updated_at = excluded.updated_at, expires_at = excluded.expires_at, \
+             attempt = excluded.attempt";
         let visible = format!("(expires_at IS NULL OR expires_at > {NOW})");
         let visible_run = format!("EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})");
         // The current, unexpired lease of run `?1` with token `tok`.
@@ -218,6 +234,20 @@ impl Sql {
                 ),
                 // One write at a time already (the write lock).
                 keep_lock: None,
+            },
+            // The run rows with their lease where it is held (SQLite's
+            // clock), in key order (BINARY: bytes); schema version 4's
+            // indexes make each filter one range of keys.
+            list: Listing {
+                select: format!(
+                    "SELECT c.run_id, c.version, c.status, c.step, c.attempt, \
+                     c.error_message, c.created_at, c.updated_at, l.expires_at \
+                     FROM {cp} AS c LEFT JOIN {leases} AS l \
+                     ON l.run_id = c.run_id AND l.expires_at > {NOW}"
+                ),
+                visible: format!("(c.expires_at IS NULL OR c.expires_at > {NOW})"),
+                key: "c.run_id".to_owned(),
+                held: "l.expires_at".to_owned(),
             },
             // From the last whole checkpoint on (the partial index finds
             // it), in one statement: one read snapshot.

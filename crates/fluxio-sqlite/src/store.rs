@@ -7,14 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, check_lease_ttl};
+use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, check_lease_ttl};
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::SqlitePool;
 
 use crate::builder::{SqliteStoreBuilder, Synchronous};
 use crate::connection::{Failure, timed};
 use crate::error::BACKEND;
-use crate::journal::{self, Journal, Retention, Step};
+use crate::journal::{self, Journal, Retention, Sqlite, Step};
 use crate::names::{Names, Sql};
 
 /// Durations in SQL are capped here (about 100 years, in milliseconds), so
@@ -235,6 +235,22 @@ impl CheckpointStore for SqliteStore {
         .await
     }
 
+    /// One statement on a reading connection (one snapshot of the run
+    /// rows and the leases), built by `fluxio-sql` from the filter: no
+    /// journal is read. Each filter is one range of an index in key order
+    /// (schema version 4), so a page costs about the rows it shows, however
+    /// many runs the file holds; a filter the indexes do not cover (a
+    /// version or a time alone) reads the rows in key order until the page
+    /// is full. Expired runs are not listed. See the crate docs, "Listing".
+    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
+        let inner = &self.inner;
+        self.timed("list_runs", async {
+            let mut conn = inner.reader.acquire().await?;
+            fluxio_sql::list::<Sqlite, _>(&mut conn, &inner.sql.list, filter).await
+        })
+        .await
+    }
+
     async fn delete(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
@@ -424,11 +440,78 @@ impl CheckpointStore for SqliteStore {
 
 #[cfg(test)]
 mod tests {
+    use fluxio_core::store::RunState;
+
     use super::*;
 
+    /// The query plan of the listing statement for `filter` (its details,
+    /// one line per step), as SQLite plans it on a fresh file.
+    async fn list_plan(store: &SqliteStore, filter: &RunFilter) -> Vec<String> {
+        let statement =
+            fluxio_sql::statement::<Sqlite>(&store.inner.sql.list, filter).expect("statement");
+        let (text, arguments) = statement.into_parts::<sqlx::Sqlite>().expect("arguments");
+        let plan: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as_with(&format!("EXPLAIN QUERY PLAN {text}"), arguments)
+                .fetch_all(store.pool())
+                .await
+                .expect("plan");
+        plan.into_iter().map(|(.., detail)| detail).collect()
+    }
+
+    /// Rule 21: a listing reads one range of an index in key order for
+    /// each filter the indexes of schema version 4 cover (no sort, no scan
+    /// of other runs), and finds the lease of each run by its key.
+    #[tokio::test]
+    async fn rule21_listing_reads_one_index_range_in_key_order() {
+        let dir = fluxio_test_support::TempDir::new("list_plan");
+        let store = SqliteStore::connect(dir.db("plan")).await.expect("open");
+        let failed = RunFilter::new().state(RunState::Failed);
+        let cases = [
+            (
+                failed.clone().pipeline("orders"),
+                "SEARCH c USING INDEX fluxio_checkpoints_pipeline_state (pipeline=? AND status=?)",
+            ),
+            (
+                failed.clone().pipeline("orders").after("orders/9"),
+                "SEARCH c USING INDEX fluxio_checkpoints_pipeline_state \
+                 (pipeline=? AND status=? AND run_id>?)",
+            ),
+            (
+                failed.clone(),
+                "SEARCH c USING INDEX fluxio_checkpoints_state (status=?)",
+            ),
+            (
+                RunFilter::new()
+                    .state(RunState::Abandoned)
+                    .after("orders/9"),
+                "SEARCH c USING INDEX fluxio_checkpoints_state (status=? AND run_id>?)",
+            ),
+            (
+                RunFilter::new().pipeline("orders"),
+                "SEARCH c USING INDEX sqlite_autoindex_fluxio_checkpoints_1 (run_id>? AND run_id<?)",
+            ),
+            (
+                RunFilter::new(),
+                "SCAN c USING INDEX sqlite_autoindex_fluxio_checkpoints_1",
+            ),
+        ];
+        for (filter, read) in cases {
+            let plan = list_plan(&store, &filter).await;
+            assert_eq!(plan.len(), 2, "{filter:?}: {plan:?}");
+            assert_eq!(plan[0], read, "{filter:?}: {plan:?}");
+            assert_eq!(
+                plan[1],
+                "SEARCH l USING INDEX sqlite_autoindex_fluxio_checkpoints_leases_1 (run_id=?) LEFT-JOIN",
+                "{filter:?}: {plan:?}"
+            );
+        }
+    }
+
     /// Trimming a pipeline's completed runs reads ranges of the
-    /// `(pipeline, status, updated_at)` index of schema version 3, never
-    /// the whole table.
+    /// `(pipeline, status, updated_at)` index of schema version 3 (the
+    /// newest `n`, in `updated_at` order), and of it or the `(pipeline,
+    /// status, run_id)` index of version 4 (the rows to delete), never the
+    /// whole table.
     #[tokio::test]
     async fn keeping_the_newest_completed_runs_searches_the_pipeline_index() {
         let dir = fluxio_test_support::TempDir::new("keep_plan");
@@ -448,12 +531,20 @@ mod tests {
             .filter(|detail| detail.contains("fluxio_checkpoints"))
             .collect();
         assert_eq!(reads.len(), 2, "{plan:?}");
-        for read in reads {
+        for read in &reads {
             assert!(
                 read.starts_with("SEARCH fluxio_checkpoints USING ")
-                    && read.contains("INDEX fluxio_checkpoints_pipeline (pipeline=? AND status=?"),
+                    && (read
+                        .contains("INDEX fluxio_checkpoints_pipeline (pipeline=? AND status=?")
+                        || read.contains(
+                            "INDEX fluxio_checkpoints_pipeline_state (pipeline=? AND status=?"
+                        )),
                 "{plan:?}"
             );
         }
+        assert!(
+            reads[1].contains("INDEX fluxio_checkpoints_pipeline (pipeline=? AND status=?"),
+            "the newest are found in updated_at order: {plan:?}"
+        );
     }
 }

@@ -9,6 +9,7 @@ mod conformance;
 mod connect;
 mod error_kind;
 mod journal;
+mod list;
 mod schema;
 mod secrets;
 mod settings;

@@ -48,8 +48,8 @@ async fn eight_concurrent_first_connections_to_one_fresh_schema_all_succeed() {
     .await
     .expect("bookkeeping");
     assert_eq!(
-        applied, 3,
-        "each migration (tables, run journal, pipeline column) applied exactly once"
+        applied, 4,
+        "each migration (tables, run journal, pipeline column, listing) applied exactly once"
     );
     stores[0].save(checkpoint("r", 1)).await.expect("save");
     assert!(stores[7].exists("r").await.expect("exists"));

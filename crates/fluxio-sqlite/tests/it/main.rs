@@ -10,6 +10,7 @@ mod conformance;
 mod error_kind;
 mod fencing;
 mod journal;
+mod list;
 mod open;
 mod resume;
 mod schema;

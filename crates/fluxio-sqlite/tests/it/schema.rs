@@ -12,8 +12,8 @@ use fluxio_test_support as support;
 /// Set for the child processes of
 /// `four_processes_open_one_fresh_file_at_once`: the file to open.
 /// The migrations of this build: the tables and leases (1), the run
-/// journal (2), the pipeline column (3).
-const MIGRATIONS: i64 = 3;
+/// journal (2), the pipeline column (3), listing (4).
+const MIGRATIONS: i64 = 4;
 
 const CHILD_FILE: &str = "FLUXIO_SQLITE_TEST_CHILD_FILE";
 /// When the children open it, in milliseconds since the Unix epoch.

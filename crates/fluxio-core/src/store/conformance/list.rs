@@ -156,3 +156,170 @@ pub async fn rule21_a_store_without_listing_says_so<H: Harness>(h: &H) {
         Err(e) => panic!("expected Unsupported or a list, got {e}"),
     }
 }
+
+/// Rule 21: keys list in byte order (as Rust orders strings, whatever a
+/// database's collation says), page after page; a pipeline lists exactly
+/// its own runs (not those of a pipeline whose name starts like it, nor
+/// bare run ids); each summary mirrors its run's latest checkpoint; and
+/// filters at the ends of their ranges are answered, not refused. A store
+/// that answers `Unsupported` is not checked here.
+pub async fn rule21_keys_list_in_byte_order_and_every_filter_value_is_answered<H: Harness>(h: &H) {
+    let ns = namespace("rule21_order");
+    let store = h.store(&ns).await;
+    match store.list_runs(&RunFilter::new()).await {
+        Err(Error::Unsupported { .. }) => return,
+        Err(e) => panic!("list_runs: {e}"),
+        Ok(page) => assert!(page.runs.is_empty(), "a fresh namespace: {page:?}"),
+    }
+    // `a/x`: a run id may hold a `/`; `p-2` and `p0` sort just before and
+    // just after `p/`; `P` before them all; the bare run has no pipeline.
+    let mut saved = Vec::new();
+    for (ip, (pipeline, id)) in [
+        ("p", "B"),
+        ("p", "a"),
+        ("p", "é"),
+        ("p", "Z"),
+        ("p", "a-1"),
+        ("p", "a_1"),
+        ("p", "a/x"),
+        ("p", "~"),
+        ("p-2", "x"),
+        ("p0", "x"),
+        ("P", "x"),
+        ("", "bare"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ip = u32::try_from(ip).unwrap_or(u32::MAX);
+        let mut cp = checkpoint(&format!("{ns}-{id}"), ip).in_pipeline(pipeline);
+        cp.created_at_ms += u64::from(ip);
+        if ip % 2 == 1 {
+            cp = cp.failed(format!("failure {ip}"));
+        }
+        store.save(cp.clone()).await.expect("save");
+        saved.push(cp);
+    }
+    saved.sort_by_key(Checkpoint::key);
+    let keys = |runs: &[Checkpoint]| runs.iter().map(Checkpoint::key).collect::<Vec<_>>();
+    let list = |filter: RunFilter| {
+        let store = &store;
+        async move {
+            let page = store.list_runs(&filter).await.expect("list");
+            (
+                page.runs.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+                page.next,
+            )
+        }
+    };
+
+    let page = store.list_runs(&RunFilter::new()).await.expect("list").runs;
+    assert_eq!(
+        page.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+        keys(&saved),
+        "byte order"
+    );
+    for (summary, cp) in page.iter().zip(&saved) {
+        let mirrored = (
+            summary.pipeline.as_str(),
+            summary.version.as_str(),
+            summary.step.as_str(),
+            summary.attempt,
+            summary.error_message.as_deref(),
+            summary.created_at_ms,
+        );
+        let latest = (
+            cp.pipeline.as_str(),
+            cp.version.as_str(),
+            cp.step.as_str(),
+            cp.attempt,
+            cp.error_message.as_deref(),
+            cp.created_at_ms,
+        );
+        assert_eq!(mirrored, latest, "{}", summary.key);
+    }
+
+    // one run a page, the cursor through every awkward key
+    let mut paged = Vec::new();
+    let mut filter = RunFilter::new().limit(1);
+    loop {
+        let (runs, next) = list(filter.clone()).await;
+        assert!(runs.len() <= 1);
+        paged.extend(runs);
+        match next {
+            Some(next) => filter = filter.after(next),
+            None => break,
+        }
+    }
+    assert_eq!(paged, keys(&saved), "pages of one");
+
+    let of = |pipeline: &str| {
+        keys(
+            &saved
+                .iter()
+                .filter(|cp| cp.pipeline == pipeline)
+                .cloned()
+                .collect::<Vec<_>>(),
+        )
+    };
+    for pipeline in ["p", "p-2", "p0", "P", ""] {
+        assert_eq!(
+            list(RunFilter::new().pipeline(pipeline)).await,
+            (of(pipeline), None),
+            "pipeline {pipeline:?}"
+        );
+    }
+    let failed_p: Vec<String> = saved
+        .iter()
+        .filter(|cp| cp.pipeline == "p" && cp.is_failed())
+        .map(Checkpoint::key)
+        .collect();
+    assert_eq!(
+        list(RunFilter::new().pipeline("p").state(RunState::Failed)).await,
+        (failed_p, None)
+    );
+    for nothing in ["nope", "p/", "p/x", "q"] {
+        assert_eq!(
+            list(RunFilter::new().pipeline(nothing)).await,
+            (vec![], None),
+            "pipeline {nothing:?}"
+        );
+    }
+
+    // the ends of every range
+    let mut filter = RunFilter::new();
+    filter.created_after_ms = Some(u64::MAX);
+    assert_eq!(list(filter).await, (vec![], None), "created after the end");
+    let mut filter = RunFilter::new();
+    filter.created_after_ms = Some(0);
+    filter.updated_before_ms = Some(u64::MAX);
+    assert_eq!(list(filter).await, (keys(&saved), None), "any time");
+    let mut filter = RunFilter::new();
+    filter.updated_before_ms = Some(0);
+    assert_eq!(list(filter).await, (vec![], None), "updated before 1970");
+    let mut filter = RunFilter::new();
+    filter.limit = 0;
+    let first = saved[0].key();
+    assert_eq!(
+        list(filter).await,
+        (vec![first.clone()], Some(first)),
+        "a limit of 0 is 1"
+    );
+    let mut filter = RunFilter::new();
+    filter.limit = usize::MAX;
+    assert_eq!(list(filter).await, (keys(&saved), None), "a huge limit");
+    assert_eq!(
+        list(RunFilter::new().after("")).await,
+        (keys(&saved), None),
+        "after the empty key"
+    );
+    assert_eq!(
+        list(RunFilter::new().after("\u{10FFFF}")).await,
+        (vec![], None),
+        "after the last key there can be"
+    );
+    assert_eq!(
+        list(RunFilter::new().version("no such version")).await,
+        (vec![], None)
+    );
+}

@@ -57,6 +57,7 @@ pub use journal::{
 };
 pub use list::{
     rule21_a_store_without_listing_says_so,
+    rule21_keys_list_in_byte_order_and_every_filter_value_is_answered,
     rule21_runs_are_listed_by_pipeline_state_version_and_time,
 };
 pub use recover::rule22_retry_hands_a_failed_run_back_to_the_workers;
@@ -1209,6 +1210,7 @@ macro_rules! __store_conformance_each {
             rule20_keep_completed_keeps_the_newest_completed_runs_of_each_pipeline,
             rule21_runs_are_listed_by_pipeline_state_version_and_time,
             rule21_a_store_without_listing_says_so,
+            rule21_keys_list_in_byte_order_and_every_filter_value_is_answered,
             rule22_retry_hands_a_failed_run_back_to_the_workers,
         );
     };
