@@ -37,9 +37,9 @@ async fn seed(target: &Target) {
 /// and the one-line "cannot list runs" failure where it does not. Set one
 /// to `true` when that store's listing lands: the `false` branch fails then,
 /// by design. (With list-sql and list-redis merged, all three pass as `true`.)
-const SQLITE_LISTS: bool = false;
+const SQLITE_LISTS: bool = true;
 const REDIS_LISTS: bool = true;
-const POSTGRES_LISTS: bool = false;
+const POSTGRES_LISTS: bool = true;
 
 /// The keys of a `list --json` document.
 fn keys(list: &serde_json::Value) -> Vec<&str> {
