@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Nothing to install: the runs live in an embedded SQLite file. The
-//! listings are what `fluxio runs list --store sqlite://<file>` shows.
+//! listings are `fluxio runs list`'s, run through the CLI's library.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
@@ -80,25 +80,26 @@ async fn worker(db: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints the runs as `fluxio runs list` does.
-async fn list(store: &dyn CheckpointStore) -> anyhow::Result<Vec<RunState>> {
+/// Runs `fluxio runs list --pipeline orders` on the demo's file, and
+/// returns the runs' states.
+async fn list(db: &Path, store: &dyn CheckpointStore) -> anyhow::Result<Vec<RunState>> {
+    let url = format!("sqlite://{}", db.display());
+    let exit = tokio::task::spawn_blocking(move || {
+        fluxio_cli::run([
+            "fluxio",
+            "--store",
+            &url,
+            "runs",
+            "list",
+            "--pipeline",
+            "orders",
+        ])
+    })
+    .await?;
+    anyhow::ensure!(exit == fluxio_cli::Exit::Ok, "fluxio runs list: {exit:?}");
     let page = store
         .list_runs(&RunFilter::new().pipeline("orders"))
         .await?;
-    println!(
-        "    {:<20} {:<10} {:<16} {:>7}  error",
-        "RUN", "STEP", "STATUS", "ATTEMPT"
-    );
-    for run in &page.runs {
-        println!(
-            "    {:<20} {:<10} {:<16} {:>7}  {}",
-            run.key,
-            if run.step.is_empty() { "-" } else { &run.step },
-            run.state.to_string(),
-            run.attempt,
-            run.error_message.as_deref().unwrap_or("-")
-        );
-    }
     Ok(page.runs.iter().map(|r| r.state).collect())
 }
 
@@ -139,13 +140,13 @@ async fn main() -> anyhow::Result<()> {
 
     let store = SqliteStore::connect(&db).await?;
     println!("2. `fluxio runs list` right after the kill: the dead worker's leases still hold");
-    list(&store).await?;
+    list(&db, &store).await?;
     tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
     println!(
         "\n   and {} ms later, once they lapsed:",
         (LEASE + Duration::from_millis(200)).as_millis()
     );
-    let before = list(&store).await?;
+    let before = list(&db, &store).await?;
 
     println!(
         "\n3. a recovery worker (as a service runs one beside its pipelines) takes them over:"
@@ -181,7 +182,7 @@ async fn main() -> anyhow::Result<()> {
     pipeline.shutdown(Duration::from_secs(5)).await?;
 
     println!("\n4. `fluxio runs list` after recovery:");
-    let after = list(&store).await?;
+    let after = list(&db, &store).await?;
     let _ = std::fs::remove_file(&db);
     for ext in ["-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{ext}", db.display()));
