@@ -32,15 +32,6 @@ async fn seed(target: &Target) {
         .expect("ok-2 completes");
 }
 
-/// Whether each store lists runs (contract rule 21) in this build: the
-/// scenario checks `list`, `purge` and the lease in `show` where it does,
-/// and the one-line "cannot list runs" failure where it does not. Set one
-/// to `true` when that store's listing lands: the `false` branch fails then,
-/// by design. (With list-sql and list-redis merged, all three pass as `true`.)
-const SQLITE_LISTS: bool = true;
-const REDIS_LISTS: bool = true;
-const POSTGRES_LISTS: bool = true;
-
 /// The keys of a `list --json` document.
 fn keys(list: &serde_json::Value) -> Vec<&str> {
     list.as_array()
@@ -50,9 +41,9 @@ fn keys(list: &serde_json::Value) -> Vec<&str> {
         .collect()
 }
 
-/// The scenario on `target`, which lists runs or not; `secret`, when the
+/// The scenario on `target`; `secret`, when the
 /// URL holds a password, must appear in no output.
-async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
+async fn scenario(target: &Target, secret: Option<&str>) {
     seed(target).await;
     let run = |args: &[&str]| {
         let args = target.with(args);
@@ -60,46 +51,36 @@ async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
         fluxio(&args, secret)
     };
 
-    if !lists {
-        let refused = run(&["runs", "list"]).code(1);
-        assert!(
-            refused.stderr.contains("cannot list runs"),
-            "{}",
-            refused.all()
-        );
-        assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.all());
-    } else {
-        // list: everything, in key order, as JSON
-        let all = run(&["runs", "list", "--all", "--json"]).code(0).json();
-        assert_eq!(
-            keys(&all),
-            [
-                "billing/ok-2",
-                "orders/bad-1",
-                "orders/bad-2",
-                "orders/big-1",
-                "orders/ok-1"
-            ]
-        );
-        assert_eq!(all[1]["state"], json!("Failed"), "{all}");
-        assert_eq!(all[1]["step"], json!("charge"), "{all}");
-        // filtered, as a table
-        let failed = run(&["runs", "list", "--pipeline", "orders", "--status", "failed"]).code(0);
-        assert!(failed.stdout.starts_with("RUN"), "{}", failed.all());
-        assert!(failed.stdout.contains("orders/bad-1") && failed.stdout.contains("orders/bad-2"));
-        assert!(failed.stdout.contains("card declined"), "{}", failed.all());
-        assert!(!failed.stdout.contains("ok-1"), "{}", failed.all());
-        let since = run(&["runs", "list", "--since", "1h", "--json"])
-            .code(0)
-            .json();
-        assert_eq!(since.as_array().map(Vec::len), Some(5));
-        let future = run(&["runs", "list", "--since", "2999-01-01T00:00:00Z"]).code(0);
-        assert_eq!(future.stdout, "no runs\n");
-        // a page, and the cursor of the next one
-        let page = run(&["runs", "list", "--limit", "2"]).code(0);
-        assert_eq!(page.stdout.lines().count(), 3, "{}", page.all());
-        assert!(page.stderr.contains("--after"), "{}", page.all());
-    }
+    // list: everything, in key order, as JSON
+    let all = run(&["runs", "list", "--all", "--json"]).code(0).json();
+    assert_eq!(
+        keys(&all),
+        [
+            "billing/ok-2",
+            "orders/bad-1",
+            "orders/bad-2",
+            "orders/big-1",
+            "orders/ok-1"
+        ]
+    );
+    assert_eq!(all[1]["state"], json!("Failed"), "{all}");
+    assert_eq!(all[1]["step"], json!("charge"), "{all}");
+    // filtered, as a table
+    let failed = run(&["runs", "list", "--pipeline", "orders", "--status", "failed"]).code(0);
+    assert!(failed.stdout.starts_with("RUN"), "{}", failed.all());
+    assert!(failed.stdout.contains("orders/bad-1") && failed.stdout.contains("orders/bad-2"));
+    assert!(failed.stdout.contains("card declined"), "{}", failed.all());
+    assert!(!failed.stdout.contains("ok-1"), "{}", failed.all());
+    let since = run(&["runs", "list", "--since", "1h", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(since.as_array().map(Vec::len), Some(5));
+    let future = run(&["runs", "list", "--since", "2999-01-01T00:00:00Z"]).code(0);
+    assert_eq!(future.stdout, "no runs\n");
+    // a page, and the cursor of the next one
+    let page = run(&["runs", "list", "--limit", "2"]).code(0);
+    assert_eq!(page.stdout.lines().count(), 3, "{}", page.all());
+    assert!(page.stderr.contains("--after"), "{}", page.all());
 
     // show: status, step, attempt, error, context, history
     let shown = run(&["runs", "show", "orders/bad-1"]).code(0);
@@ -126,10 +107,9 @@ async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
         .code(0)
         .json();
     assert_eq!(shown["status"], json!("Failed"));
-    if lists {
-        assert_eq!(shown["state"], json!("Failed"), "{shown}");
-        assert_eq!(shown["lease_expires_at_ms"], json!(null), "{shown}");
-    }
+    assert_eq!(shown["state"], json!("Failed"), "{shown}");
+    assert_eq!(shown["lease_expires_at_ms"], json!(null), "{shown}");
+
     assert_eq!(shown["step"], json!("charge"));
     assert_eq!(shown["attempt"], json!(1));
     assert_eq!(shown["context"]["total"], json!(10));
@@ -211,11 +191,8 @@ async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
         .code(0)
         .json();
     assert_eq!(retried["status"], json!("Running"), "{retried}");
-    if lists {
-        assert_eq!(retried["state"], json!("Abandoned"), "{retried}");
-    } else {
-        assert_eq!(retried["state"], json!(null), "{retried}");
-    }
+    assert_eq!(retried["state"], json!("Abandoned"), "{retried}");
+
     run(&["runs", "retry", "orders/ok-1"]).code(1);
 
     // delete: asks (no terminal: refused), takes the lease, --force
@@ -240,24 +217,6 @@ async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
     run(&["runs", "show", "orders/ok-1"]).code(1);
     run(&["runs", "delete", "orders/ok-1", "--yes"]).code(1);
 
-    if !lists {
-        let refused = run(&[
-            "runs",
-            "purge",
-            "--status",
-            "completed",
-            "--older-than",
-            "0s",
-        ])
-        .code(1);
-        assert!(
-            refused.stderr.contains("cannot list runs"),
-            "{}",
-            refused.all()
-        );
-        run(&["runs", "show", "orders/big-1"]).code(0);
-        return;
-    }
     // purge: nothing that old; a dry run; no terminal; then for real
     let none = run(&[
         "runs",
@@ -313,7 +272,7 @@ async fn scenario(target: &Target, lists: bool, secret: Option<&str>) {
 #[tokio::test(flavor = "multi_thread")]
 async fn rule23_every_command_on_sqlite() {
     let target = crate::common::sqlite("rule23_sqlite").await;
-    scenario(&target, SQLITE_LISTS, None).await;
+    scenario(&target, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -322,7 +281,7 @@ async fn rule23_every_command_on_redis() {
     let Some(target) = crate::common::redis(&prefix).await else {
         return;
     };
-    scenario(&target, REDIS_LISTS, None).await;
+    scenario(&target, None).await;
     if let Some(mut raw) = fluxio_test_support::redis::raw().await {
         fluxio_test_support::redis::cleanup(&mut raw, &prefix).await;
     }
@@ -338,6 +297,6 @@ async fn rule23_every_command_on_postgres_and_its_password_is_never_printed() {
     let schema = namespace("rule23_pg");
     let url = with_password(&url, "hunter2-rule23");
     let target = crate::common::postgres(&url, &schema).await;
-    scenario(&target, POSTGRES_LISTS, Some("hunter2-rule23")).await;
+    scenario(&target, Some("hunter2-rule23")).await;
     fluxio_test_support::postgres::drop_schema(&url, &schema).await;
 }
