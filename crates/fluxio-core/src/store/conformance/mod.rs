@@ -561,10 +561,13 @@ pub async fn lease_is_exclusive_under_concurrent_acquires<H: Harness>(h: &H) {
 pub async fn renewal_keeps_the_lease<H: Harness>(h: &H) {
     let ns = namespace("renew");
     let (owner, other) = (h.store(&ns).await, h.store(&ns).await);
-    let ttl = Duration::from_millis(600);
+    // four renewals 500 ms apart hold the lease for 2 s, past its 1.5 s
+    // time-to-live; what follows the last one has 1.5 s, room for a
+    // loaded machine (600 ms was once not enough for a Postgres save)
+    let ttl = Duration::from_millis(1500);
     let lease = owner.acquire_lease("r", ttl).await.expect("acquire");
     for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
         owner
             .renew_lease(&lease, ttl)
             .await
@@ -575,7 +578,7 @@ pub async fn renewal_keeps_the_lease<H: Harness>(h: &H) {
             other.acquire_lease("r", ttl).await,
             Err(Error::RunIdInUse { .. })
         ),
-        "still held after 800 ms"
+        "still held after 2 s"
     );
     owner
         .save_fenced(checkpoint("r", 1), &lease)
