@@ -17,7 +17,7 @@
 //!   failing does not keep a worker busy.
 //! - **Giving up.** A run whose stage already had
 //!   [`max_attempts`](RecoveryPolicy::max_attempts) attempts is not resumed
-//!   again: it is marked [`RunStatus::NeedsAttention`](crate::RunStatus::NeedsAttention)
+//!   again: it is marked [`RunStatus::NeedsAttention`]
 //!   and waits for an operator (`fluxio runs retry`, or
 //!   [`retry_run`](crate::store::retry_run)). Crashes count too: each resume
 //!   writes its attempt before the stage runs, so a run that kills its
