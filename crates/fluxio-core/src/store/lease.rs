@@ -37,6 +37,42 @@ pub struct Lease {
     _local: Option<LocalLease>,
 }
 
+/// What [`CheckpointStore::begin_run`] does with a run already stored
+/// under the key of the run it begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Begin {
+    /// Replace it: the new run starts fresh
+    /// ([`Pipeline::invoke`](crate::Pipeline::invoke)).
+    Replace,
+    /// Keep it and write nothing: the caller holds the lease and decides
+    /// what to do with the stored run
+    /// ([`Pipeline::start`](crate::Pipeline::start)).
+    IfAbsent,
+}
+
+/// What [`CheckpointStore::begin_run`] did: it took `lease`, and wrote the
+/// first checkpoint when `started` (always for [`Begin::Replace`]; for
+/// [`Begin::IfAbsent`] only when nothing was stored).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Begun {
+    /// The run's lease, held by the caller from now on.
+    pub lease: Lease,
+    /// Whether the first checkpoint was written.
+    pub started: bool,
+}
+
+impl Begun {
+    /// A begun run: `lease` taken, the first checkpoint written when
+    /// `started`. For stores that override
+    /// [`begin_run`](CheckpointStore::begin_run).
+    #[must_use]
+    pub fn new(lease: Lease, started: bool) -> Self {
+        Begun { lease, started }
+    }
+}
+
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")

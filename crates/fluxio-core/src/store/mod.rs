@@ -87,7 +87,7 @@ pub use checkpoint::{
 };
 pub use error_kind::StoreErrorKind;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
-pub use lease::Lease;
+pub use lease::{Begin, Begun, Lease};
 pub(crate) use lease::{KeepLease, LeaseTracker, Ownership};
 pub use list::{RunFilter, RunPage, RunState, RunSummary};
 pub use memory::InMemoryStore;
@@ -419,6 +419,86 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
         lease::delete_local(self, TypeId::of::<Self>(), run_id).await
     }
 
+    /// Starts a run in one step (contract rule 24): takes the lease on
+    /// `first`'s key for `ttl` as [`acquire_lease`](Self::acquire_lease)
+    /// does, then, under that lease, either replaces whatever run is stored
+    /// under the key with `first` ([`Begin::Replace`], what
+    /// [`Pipeline::invoke`](crate::Pipeline::invoke) asks), or writes
+    /// `first` only when nothing is stored there ([`Begin::IfAbsent`], what
+    /// [`Pipeline::start`](crate::Pipeline::start) asks) and otherwise
+    /// leaves the stored run as it is. `first` is a run's first checkpoint
+    /// (`seq` 0, the whole context).
+    ///
+    /// The default makes the calls one by one (acquire, delete or exists,
+    /// fenced save), and releases the lease when a later call fails. A
+    /// store that can do all three in one round trip (a script, a
+    /// transaction) overrides it: a durable run then makes one round trip
+    /// where it made three.
+    ///
+    /// # Errors
+    /// Those of [`acquire_lease`](Self::acquire_lease),
+    /// [`delete_fenced`](Self::delete_fenced) and
+    /// [`save_fenced`](Self::save_fenced). On an error the lease is not
+    /// held (an override that cannot tell, after a lost connection, leaves
+    /// it to expire).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the lease taken, to expire after `ttl`
+    /// (the default in-process lease is given back when dropped).
+    async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
+        let key = first.key();
+        let lease = self.acquire_lease(&key, ttl).await?;
+        let written = async {
+            match begin {
+                Begin::Replace => self.delete_fenced(&key, &lease).await?,
+                Begin::IfAbsent => {
+                    if self.exists(&key).await? {
+                        return Ok(false);
+                    }
+                }
+            }
+            self.save_fenced(first, &lease).await.map(|()| true)
+        }
+        .await;
+        match written {
+            Ok(started) => Ok(Begun { lease, started }),
+            Err(e) => {
+                // the caller never sees the lease: give it back now
+                if let Err(release) = self.release_lease(lease).await {
+                    tracing::warn!(run_id = %key, error = %release, "could not release the lease of a run that did not begin; it will expire");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends a run in one step (contract rule 24): appends `last` (its
+    /// completed, failed or cancelled checkpoint) as
+    /// [`save_fenced`](Self::save_fenced) does, then, when `delete` is set,
+    /// deletes the run as [`delete_fenced`](Self::delete_fenced) does (a
+    /// pipeline that [deletes completed runs](crate::PipelineBuilder::delete_completed)),
+    /// and gives `lease` back as [`release_lease`](Self::release_lease)
+    /// does, whatever the writes returned.
+    ///
+    /// The default makes the calls one by one; a store that can do them in
+    /// one round trip overrides it.
+    ///
+    /// # Errors
+    /// Those of `save_fenced` and `delete_fenced`: the stored run is then as
+    /// those leave it, and the lease is given back all the same (a failed
+    /// release is logged, and the lease expires).
+    async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
+        let key = last.key();
+        let mut written = self.save_fenced(last, &lease).await;
+        if written.is_ok() && delete {
+            written = self.delete_fenced(&key, &lease).await;
+        }
+        if let Err(release) = self.release_lease(lease).await {
+            tracing::warn!(run_id = %key, error = %release, "could not release the run's lease; it will expire");
+        }
+        written
+    }
+
     /// Cancels the run `run_id` (contract rule 14), whoever owns it: the
     /// stored checkpoint becomes the one [`cancelled_checkpoint`] makes of
     /// it ([`RunStatus::Cancelled`]; its position, context, attempt and
@@ -497,6 +577,12 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
         (**self).delete_fenced(run_id, lease).await
+    }
+    async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
+        (**self).begin_run(first, ttl, begin).await
+    }
+    async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
+        (**self).finish_run(last, lease, delete).await
     }
     async fn cancel(&self, run_id: &str) -> Result<()> {
         (**self).cancel(run_id).await
