@@ -8,6 +8,12 @@
 //!   `Vec<u8>` (no `serde_bytes`).
 //! - `set/vec_f32_256k` and `get/vec_f32_256k`: 256 Ki `f32`s (1 MiB).
 //! - `set/twelve_keys_one`: one small key set on a context of twelve.
+//! - `small/{set,set_new,get}_{string,vec_u8}_{1,12,60}`: overwriting one
+//!   existing key with a small value (a 12-byte string, a 12-byte
+//!   `Vec<u8>`), adding a new key, and reading a small value, on contexts
+//!   of 1, 12 and 60 keys. `small/clone_{1,12,60}` is the baseline of the
+//!   group: the O(1) clone every `set` starts from.
+//! - `snapshot/{12,60,10k}`: taking a snapshot (O(1): all three close).
 //! - `checkpoint/to_bytes_1mb` and `checkpoint/from_bytes_1mb`: a checkpoint
 //!   whose context holds 1 MiB (a `Vec<u8>`, a string and small keys).
 
@@ -67,6 +73,60 @@ fn set(c: &mut Criterion) {
     g.finish();
 }
 
+/// A context of `n` keys `key-NN`, values alternating small strings,
+/// small byte vectors and integers.
+fn keys(n: u64) -> Context {
+    (0..n).fold(Context::new(), |c, i| {
+        let key = format!("key-{i:02}");
+        match i % 3 {
+            0 => c.set(key, i),
+            1 => c.set(key, format!("value nr {i:03}")),
+            _ => c.set(key, vec![i as u8; 12]),
+        }
+        .expect("serializable")
+    })
+}
+
+fn small(c: &mut Criterion) {
+    let mut g = c.benchmark_group("small");
+    let s = String::from("a small text");
+    let v = vec![7u8; 12];
+    for n in [1u64, 12, 60] {
+        let ctx = keys(n)
+            .set("target", "initial")
+            .and_then(|c| c.set("bytes", vec![1u8; 12]))
+            .expect("set");
+        g.bench_function(format!("clone_{n}"), |b| {
+            b.iter(|| black_box(black_box(&ctx).clone()));
+        });
+        g.bench_function(format!("set_string_{n}"), |b| {
+            b.iter(|| black_box(ctx.set("target", black_box(&s)).expect("set")));
+        });
+        g.bench_function(format!("set_vec_u8_{n}"), |b| {
+            b.iter(|| black_box(ctx.set("target", black_box(&v)).expect("set")));
+        });
+        g.bench_function(format!("set_new_string_{n}"), |b| {
+            b.iter(|| black_box(ctx.set("new-key", black_box(&s)).expect("set")));
+        });
+        g.bench_function(format!("get_string_{n}"), |b| {
+            b.iter(|| black_box(ctx.get::<String>(black_box("target")).expect("get")));
+        });
+        g.bench_function(format!("get_vec_u8_{n}"), |b| {
+            b.iter(|| black_box(ctx.get::<Vec<u8>>(black_box("bytes")).expect("get")));
+        });
+    }
+    g.finish();
+}
+
+fn snapshot(c: &mut Criterion) {
+    let mut g = c.benchmark_group("snapshot");
+    for (name, n) in [("12", 12u64), ("60", 60), ("10k", 10_000)] {
+        let ctx = keys(n);
+        g.bench_function(name, |b| b.iter(|| black_box(black_box(&ctx).snapshot())));
+    }
+    g.finish();
+}
+
 fn get(c: &mut Criterion) {
     let mut g = c.benchmark_group("get");
     let ctx = Context::new()
@@ -109,8 +169,8 @@ fn checkpoint(c: &mut Criterion) {
 
 mod group {
     #![allow(missing_docs)]
-    use super::{checkpoint, get, set};
-    criterion::criterion_group!(benches, set, get, checkpoint);
+    use super::{checkpoint, get, set, small, snapshot};
+    criterion::criterion_group!(benches, set, get, small, snapshot, checkpoint);
 }
 
 criterion_main!(group::benches);

@@ -5,6 +5,10 @@
 //! - `per_stage/*`: ten no-op stages run by the interpreter (not durable)
 //!   against a hand-written chain of the same ten async calls. The overhead
 //!   per stage is `(pipeline - hand_written) / 10`.
+//! - `per_stage/set_one_key_{hand_written_10,pipeline_10}_{string,vec_u8}`:
+//!   ten stages that each set one small key (a 12-byte string or
+//!   `Vec<u8>`) on a context of twelve keys, by a hand-written chain and by
+//!   the interpreter; per stage is the time divided by 10.
 //! - `per_stage/pipeline_10_one_middleware`: the same with one pass-through
 //!   middleware on every stage (a pipeline without middleware calls stages
 //!   directly, so an empty chain costs nothing).
@@ -24,6 +28,29 @@ use fluxio::{Context, InMemoryStore, Stage, StageResult, pipeline, stage};
 #[stage]
 async fn noop(ctx: Context) -> StageResult {
     Ok(ctx)
+}
+
+#[stage]
+async fn set_string(ctx: Context) -> StageResult {
+    Ok(ctx.set("out", "a small text")?)
+}
+
+#[stage]
+async fn set_bytes(ctx: Context) -> StageResult {
+    Ok(ctx.set("out", [7u8; 12].to_vec())?)
+}
+
+/// Twelve keys: small strings, byte vectors and integers.
+fn twelve_keys() -> Context {
+    (0..12u64).fold(Context::new(), |c, i| {
+        let key = format!("key-{i:02}");
+        match i % 3 {
+            0 => c.set(key, i),
+            1 => c.set(key, format!("value nr {i:03}")),
+            _ => c.set(key, vec![i as u8; 12]),
+        }
+        .expect("serializable")
+    })
 }
 
 /// A middleware that only calls the rest of the chain.
@@ -74,6 +101,65 @@ fn per_stage(c: &mut Criterion) {
                     ctx = noop(ctx).await.expect("no-op");
                 }
                 black_box(ctx)
+            })
+        });
+    });
+    let twelve = twelve_keys();
+    let strings = pipeline![
+        set_string, set_string, set_string, set_string, set_string, set_string, set_string,
+        set_string, set_string, set_string
+    ]
+    .build()
+    .expect("valid");
+    let bytes = pipeline![
+        set_bytes, set_bytes, set_bytes, set_bytes, set_bytes, set_bytes, set_bytes, set_bytes,
+        set_bytes, set_bytes
+    ]
+    .build()
+    .expect("valid");
+    g.bench_function("set_one_key_hand_written_10_string", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let mut ctx = black_box(twelve.clone());
+                for _ in 0..10 {
+                    ctx = set_string(ctx).await.expect("sets");
+                }
+                black_box(ctx)
+            })
+        });
+    });
+    g.bench_function("set_one_key_pipeline_10_string", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(
+                    strings
+                        .invoke("bench", black_box(twelve.clone()))
+                        .await
+                        .expect("runs"),
+                )
+            })
+        });
+    });
+    g.bench_function("set_one_key_hand_written_10_vec_u8", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let mut ctx = black_box(twelve.clone());
+                for _ in 0..10 {
+                    ctx = set_bytes(ctx).await.expect("sets");
+                }
+                black_box(ctx)
+            })
+        });
+    });
+    g.bench_function("set_one_key_pipeline_10_vec_u8", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(
+                    bytes
+                        .invoke("bench", black_box(twelve.clone()))
+                        .await
+                        .expect("runs"),
+                )
             })
         });
     });
