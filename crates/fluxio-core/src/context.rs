@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::value::{EncodedValue, Value, encode_entry};
 
+/// A key of a context: shared, so that copying a tree node (or keeping the
+/// key in the written set) costs a reference count, never an allocation.
+type Key = Arc<str>;
+
 /// The state a pipeline passes from stage to stage.
 ///
 /// A `Context` never changes: [`set`](Context::set), [`update`](Context::update)
@@ -45,10 +49,10 @@ use crate::value::{EncodedValue, Value, encode_entry};
 /// ```
 #[derive(Clone, Default)]
 pub struct Context {
-    /// Encoded values behind `Arc`: copying a tree node on update copies
-    /// pointers, never the values themselves.
-    data: OrdMap<String, EncodedValue>,
-    written: OrdSet<String>,
+    /// Keys and encoded values both behind `Arc`: copying a tree node on
+    /// update copies pointers, never a key or a value.
+    data: OrdMap<Key, EncodedValue>,
+    written: OrdSet<Key>,
     branch: Option<Arc<str>>,
 }
 
@@ -86,10 +90,10 @@ impl Context {
     /// [`Error::ValueTooLarge`] when it is too large for a checkpoint (see
     /// [`to_context_value`](crate::value::to_context_value) for its `size`).
     /// All name `key`.
-    pub fn set<T: Serialize>(&self, key: impl Into<String>, value: T) -> Result<Context> {
-        let key = key.into();
-        let encoded = encode_entry(&key, &value)?;
-        Ok(self.set_encoded(key, encoded))
+    pub fn set<T: Serialize>(&self, key: impl AsRef<str>, value: T) -> Result<Context> {
+        let key = key.as_ref();
+        let encoded = encode_entry(key, &value)?;
+        Ok(self.insert(key, encoded))
     }
 
     /// A new context with `key` set to an already converted [`Value`].
@@ -105,10 +109,39 @@ impl Context {
 
     /// A new context with `key` set to an encoded value.
     pub(crate) fn set_encoded(&self, key: String, value: EncodedValue) -> Context {
+        self.insert(&key, value)
+    }
+
+    /// A new context with `key` set to `value`. A key already present
+    /// (or already written) is shared, not allocated again; a key already
+    /// in the written set is not inserted again.
+    fn insert(&self, key: &str, value: EncodedValue) -> Context {
         let mut next = self.clone();
-        next.written.insert(key.clone());
-        next.data.insert(key, value);
+        let shared = match next.data.get_key_value_mut(key) {
+            Some((k, v)) => {
+                *v = value;
+                Arc::clone(k)
+            }
+            None => {
+                let k = self.shared_key(key);
+                next.data.insert(Arc::clone(&k), value);
+                k
+            }
+        };
+        if !next.written.contains(key) {
+            next.written.insert(shared);
+        }
         next
+    }
+
+    /// `key` as a [`Key`]: the one this context already holds in its data
+    /// or its written set, else a new one.
+    fn shared_key(&self, key: &str) -> Key {
+        self.data
+            .get_key_value(key)
+            .map(|(k, _)| k)
+            .or_else(|| self.written.get(key))
+            .map_or_else(|| Arc::from(key), Arc::clone)
     }
 
     /// The encoded value under `key`.
@@ -121,8 +154,10 @@ impl Context {
     #[must_use]
     pub fn remove(&self, key: &str) -> Context {
         let mut next = self.clone();
+        if !next.written.contains(key) {
+            next.written.insert(self.shared_key(key));
+        }
         next.data.remove(key);
-        next.written.insert(key.to_owned());
         next
     }
 
@@ -196,23 +231,23 @@ impl Context {
     /// Keys and values in key order (each value decoded on first use and
     /// kept, as [`value`](Context::value) does).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.data.iter().map(|(k, v)| (k.as_str(), v.value()))
+        self.data.iter().map(|(k, v)| (&**k, v.value()))
     }
 
     /// Keys and encoded values in key order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &EncodedValue)> {
-        self.data.iter().map(|(k, v)| (k.as_str(), v))
+        self.data.iter().map(|(k, v)| (&**k, v))
     }
 
     /// Keys in order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.data.keys().map(String::as_str)
+        self.data.keys().map(|k| &**k)
     }
 
     /// The keys written (set, updated or removed) since this context was
     /// created or forked, in order.
     pub fn written(&self) -> impl Iterator<Item = &str> {
-        self.written.iter().map(String::as_str)
+        self.written.iter().map(|k| &**k)
     }
 
     /// Whether `key` was written since this context was created or forked.
@@ -271,9 +306,9 @@ impl Context {
         let mut conflict_branches: Vec<usize> = Vec::new();
         for (i, b) in branches.iter().enumerate() {
             for key in &b.written {
-                if let Some(&first) = owner.get(key.as_str()) {
-                    if !conflict_keys.contains(key) {
-                        conflict_keys.push(key.clone());
+                if let Some(&first) = owner.get(&**key) {
+                    if !conflict_keys.iter().any(|k: &String| **k == **key) {
+                        conflict_keys.push(key.to_string());
                     }
                     for idx in [first, i] {
                         if !conflict_branches.contains(&idx) {
@@ -281,7 +316,7 @@ impl Context {
                         }
                     }
                 } else {
-                    owner.insert(key.as_str(), i);
+                    owner.insert(&**key, i);
                 }
             }
         }
@@ -299,9 +334,9 @@ impl Context {
         let mut merged = base.clone();
         for b in branches {
             for key in &b.written {
-                match b.data.get(key) {
+                match b.data.get(&**key) {
                     Some(v) => merged.data.insert(key.clone(), v.clone()),
-                    None => merged.data.remove(key),
+                    None => merged.data.remove(&**key),
                 };
                 merged.written.insert(key.clone());
             }
@@ -380,13 +415,13 @@ impl<K: Into<String>> FromIterator<(K, Value)> for Context {
 /// value's encoding, copied as it is: used by
 /// [`Checkpoint::to_bytes`](crate::store::Checkpoint::to_bytes)).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Snapshot(OrdMap<String, EncodedValue>);
+pub struct Snapshot(OrdMap<Key, EncodedValue>);
 
 impl Snapshot {
     /// Keys and values in key order (decoded on first use, as
     /// [`Context::value`] does).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.value()))
+        self.0.iter().map(|(k, v)| (&**k, v.value()))
     }
 
     /// The value under `key` (decoded on first use, as [`Context::value`]
@@ -415,7 +450,7 @@ impl Snapshot {
 
     /// Keys and encoded values in key order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &EncodedValue)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v))
+        self.0.iter().map(|(k, v)| (&**k, v))
     }
 
     /// The encoded value under `key`.
@@ -433,9 +468,9 @@ impl Snapshot {
             match item {
                 imbl::ordmap::DiffItem::Add(key, _)
                 | imbl::ordmap::DiffItem::Update { new: (key, _), .. } => {
-                    written.push(key.clone());
+                    written.push(key.to_string());
                 }
-                imbl::ordmap::DiffItem::Remove(key, _) => removed.push(key.clone()),
+                imbl::ordmap::DiffItem::Remove(key, _) => removed.push(key.to_string()),
             }
         }
         (written, removed)
@@ -448,14 +483,14 @@ impl Snapshot {
             map.insert(key.clone(), value.clone());
         }
         for key in removed {
-            map.remove(key);
+            map.remove(key.as_str());
         }
         Snapshot(map)
     }
 
     /// A snapshot of `entries`, in strictly increasing key order.
     pub(crate) fn from_sorted(entries: Vec<(String, EncodedValue)>) -> Self {
-        Snapshot(entries.into_iter().collect())
+        Snapshot(entries.into_iter().map(|(k, v)| (Key::from(k), v)).collect())
     }
 
     /// Number of keys.
@@ -504,7 +539,7 @@ impl<'de> Deserialize<'de> for Snapshot {
         let map = std::collections::BTreeMap::<String, Value>::deserialize(d)?;
         Ok(Snapshot(
             map.into_iter()
-                .map(|(k, v)| (k, EncodedValue::from_value(&v)))
+                .map(|(k, v)| (Key::from(k), EncodedValue::from_value(&v)))
                 .collect(),
         ))
     }
@@ -528,7 +563,8 @@ impl bincode::Encode for Snapshot {
                     crate::value::MAX_DEPTH
                 )));
             }
-            k.encode(e)?;
+            // a key encodes as the `String` it once was: length, bytes
+            str::encode(k, e)?;
             e.writer().write(v.bytes())?;
         }
         Ok(())

@@ -1,7 +1,10 @@
 //! [`EncodedValue`]: how a context holds a value, as its encoding.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
+
+use smallvec::SmallVec;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -25,16 +28,65 @@ use crate::store::MAX_PAYLOAD;
 pub(crate) struct EncodedValue(Arc<Inner>);
 
 struct Inner {
-    bytes: Box<[u8]>,
+    /// The encoding: inline up to [`INLINE`] bytes, else on the heap with
+    /// bounded spare capacity (see [`SLACK`]).
+    bytes: SmallVec<[u8; INLINE]>,
     /// The deepest level of the value (the root is 0).
     depth: usize,
     value: OnceLock<Value>,
+}
+
+/// Encodings up to this size live inside the value's one allocation.
+const INLINE: usize = 24;
+
+/// The spare capacity a large encoding may keep (past it, the buffer is
+/// shrunk to fit): at most 64 bytes or 1/16 of its size.
+const SLACK: usize = 64;
+
+/// Encodings up to this size are copied out of the writer's reused buffer
+/// (one exact allocation); larger ones take the buffer itself.
+const COPY_MAX: usize = 4096;
+
+/// The largest buffer a thread keeps for the next encoding.
+const SCRATCH_MAX: usize = 64 * 1024;
+
+thread_local! {
+    /// The writer's buffer, reused from one `set` to the next (taken while
+    /// in use, so a `Serialize` impl that sets a value itself just gets a
+    /// fresh buffer).
+    static SCRATCH: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
 impl EncodedValue {
     /// Bytes a checkpoint knows to be valid (written by the writer, or
     /// checked by `decode::validate`), `depth` levels deep.
     pub(crate) fn from_valid(bytes: Box<[u8]>, depth: usize) -> Self {
+        Self::from_buf(bytes.into_vec(), depth)
+    }
+
+    /// A writer's buffer, valid, `depth` levels deep: inline when small,
+    /// else kept as it is unless it holds too much spare capacity.
+    fn from_buf(mut bytes: Vec<u8>, depth: usize) -> Self {
+        if bytes.len() <= INLINE {
+            return Self::from_parts(SmallVec::from_slice(&bytes), depth);
+        }
+        if bytes.capacity() - bytes.len() > SLACK.max(bytes.len() / 16) {
+            bytes.shrink_to_fit();
+        }
+        Self::from_parts(SmallVec::from_vec(bytes), depth)
+    }
+
+    /// A reused writer buffer's contents, valid, `depth` levels deep: copied
+    /// when small enough, else taken (leaving `buf` empty).
+    fn from_scratch(buf: &mut Vec<u8>, depth: usize) -> Self {
+        if buf.len() <= COPY_MAX {
+            Self::from_parts(SmallVec::from_slice(buf), depth)
+        } else {
+            Self::from_buf(std::mem::take(buf), depth)
+        }
+    }
+
+    fn from_parts(bytes: SmallVec<[u8; INLINE]>, depth: usize) -> Self {
         EncodedValue(Arc::new(Inner {
             bytes,
             depth,
@@ -49,7 +101,7 @@ impl EncodedValue {
         // An unlimited writer refuses nothing, and a `Value` cannot misuse
         // the serializer API: nothing can fail.
         let _ = w.value(value);
-        Self::from_valid(w.buf.into_boxed_slice(), w.deepest)
+        Self::from_buf(w.buf, w.deepest)
     }
 
     /// The encoding.
@@ -160,11 +212,17 @@ pub(crate) fn encode_within<T: Serialize + ?Sized>(
     limit: u64,
 ) -> crate::Result<EncodedValue> {
     let mut w = Writer::new(key_size(key), limit, MAX_DEPTH);
-    value.serialize(&mut w).map_err(|e| refusal_error(key, e))?;
-    Ok(EncodedValue::from_valid(
-        w.buf.into_boxed_slice(),
-        w.deepest,
-    ))
+    w.buf = SCRATCH.take();
+    w.buf.clear();
+    let encoded = match value.serialize(&mut w) {
+        Ok(()) => Ok(EncodedValue::from_scratch(&mut w.buf, w.deepest)),
+        Err(e) => Err(refusal_error(key, e)),
+    };
+    if w.buf.capacity() <= SCRATCH_MAX {
+        w.buf.clear();
+        SCRATCH.set(w.buf);
+    }
+    encoded
 }
 
 /// The writer's error as the context reports it, naming `key`.
