@@ -594,3 +594,196 @@ macro_rules! ctx {
         })()
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::*;
+    use crate::store::Checkpoint;
+
+    /// What a context was before keys were shared: a sorted map and a
+    /// sorted written set, updated by copying.
+    #[derive(Clone, Default)]
+    struct Model {
+        data: BTreeMap<String, Value>,
+        written: BTreeSet<String>,
+    }
+
+    /// A deterministic xorshift, so a failure replays.
+    fn next(seed: &mut u64) -> u64 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    }
+
+    /// Small, inline-sized, medium and (rarely) large values of three kinds.
+    fn value(seed: &mut u64) -> Value {
+        let len = match next(seed) % 10 {
+            0..=5 => (next(seed) % 24) as usize,
+            6..=8 => 20 + (next(seed) % 200) as usize,
+            _ => 4000 + (next(seed) % 200) as usize,
+        };
+        match next(seed) % 3 {
+            0 => Value::String("é".repeat(len / 2)),
+            1 => Value::Bytes(vec![(len % 251) as u8; len]),
+            _ => Value::U64(next(seed)),
+        }
+    }
+
+    fn key(seed: &mut u64) -> String {
+        // 40 keys: contexts grow past one tree leaf
+        format!("k{:02}", next(seed) % 40)
+    }
+
+    /// One random `set` or `remove` on both.
+    fn step(seed: &mut u64, ctx: &Context, model: &mut Model) -> Context {
+        let k = key(seed);
+        model.written.insert(k.clone());
+        if next(seed) % 5 == 0 {
+            model.data.remove(&k);
+            ctx.remove(&k)
+        } else {
+            let v = value(seed);
+            model.data.insert(k.clone(), v.clone());
+            // both key forms `set` takes
+            let set = if next(seed) % 2 == 0 {
+                ctx.set(&k, &v)
+            } else {
+                ctx.set(k.clone(), &v)
+            };
+            set.expect("a small value is accepted")
+        }
+    }
+
+    fn check(ctx: &Context, model: &Model) {
+        let keys: Vec<&str> = model.data.keys().map(String::as_str).collect();
+        assert_eq!(ctx.keys().collect::<Vec<_>>(), keys);
+        assert_eq!(ctx.len(), model.data.len());
+        for (k, v) in &model.data {
+            assert_eq!(ctx.value(k), Some(v), "{k}");
+            assert!(ctx.contains_key(k));
+        }
+        let written: Vec<&str> = model.written.iter().map(String::as_str).collect();
+        assert_eq!(ctx.written().collect::<Vec<_>>(), written);
+        for k in &model.written {
+            assert!(ctx.was_written(k), "{k}");
+        }
+        // the same data built afresh: equal, and the same checkpoint bytes
+        let fresh: Context = model
+            .data
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(ctx, &fresh);
+        // one checkpoint (one timestamp), with either context in it
+        let mut cp = Checkpoint::new("r", "v", 1, "s", ctx.snapshot());
+        let got = cp.to_bytes().expect("encodes");
+        cp.context = fresh.snapshot();
+        let want = cp.to_bytes().expect("encodes");
+        let first = got.iter().zip(&want).position(|(a, b)| a != b);
+        assert!(
+            got == want,
+            "checkpoint bytes differ: {} vs {} bytes, first at {first:?}",
+            got.len(),
+            want.len()
+        );
+    }
+
+    #[test]
+    fn context_behaves_as_a_sorted_map_model_through_sets_removes_forks_and_merges() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15;
+        let (mut ctx, mut model) = (Context::new(), Model::default());
+        for round in 0..300 {
+            let before = (ctx.clone(), model.clone());
+            for _ in 0..(1 + next(&mut seed) % 6) {
+                ctx = step(&mut seed, &ctx, &mut model);
+            }
+            check(&ctx, &model);
+            // the context the steps started from is unchanged
+            check(&before.0, &before.1);
+            match next(&mut seed) % 4 {
+                0 => {
+                    // a snapshot, back to a context: same data, nothing written
+                    ctx = ctx.snapshot().to_context();
+                    model.written.clear();
+                }
+                1 => {
+                    ctx = ctx.clear_written();
+                    model.written.clear();
+                }
+                _ => {
+                    // two or three branches of random steps, merged
+                    let n = 2 + next(&mut seed) % 2;
+                    let (mut branches, mut models) = (Vec::new(), Vec::new());
+                    for b in 0..n {
+                        let (mut br, mut bm) = (
+                            ctx.fork(format!("b{b}")),
+                            Model {
+                                data: model.data.clone(),
+                                written: BTreeSet::new(),
+                            },
+                        );
+                        check(&br, &bm);
+                        for _ in 0..(next(&mut seed) % 3) {
+                            br = step(&mut seed, &br, &mut bm);
+                        }
+                        check(&br, &bm);
+                        branches.push(br);
+                        models.push(bm);
+                    }
+                    let mut owners: BTreeMap<&str, usize> = BTreeMap::new();
+                    for bm in &models {
+                        for k in &bm.written {
+                            *owners.entry(k.as_str()).or_default() += 1;
+                        }
+                    }
+                    let conflicts: Vec<String> = owners
+                        .iter()
+                        .filter(|(_, n)| **n > 1)
+                        .map(|(k, _)| (*k).to_owned())
+                        .collect();
+                    match Context::merge(&ctx, &branches) {
+                        Ok(merged) => {
+                            assert!(conflicts.is_empty(), "round {round}: {conflicts:?}");
+                            for bm in &models {
+                                for k in &bm.written {
+                                    match bm.data.get(k) {
+                                        Some(v) => model.data.insert(k.clone(), v.clone()),
+                                        None => model.data.remove(k),
+                                    };
+                                    model.written.insert(k.clone());
+                                }
+                            }
+                            ctx = merged;
+                        }
+                        Err(Error::MergeConflict { keys, .. }) => {
+                            assert_eq!(keys, conflicts, "round {round}");
+                        }
+                        Err(other) => panic!("{other:?}"),
+                    }
+                }
+            }
+            check(&ctx, &model);
+        }
+    }
+
+    #[test]
+    fn context_versions_share_keys_and_values() {
+        let a = Context::new().set("key", "value").expect("set");
+        let b = a.set("key", "other").expect("set");
+        let c = b.remove("key");
+        // one key allocation, shared by every version's data and written set
+        let (ka, _) = a.data.get_key_value("key").expect("present");
+        let (kb, _) = b.data.get_key_value("key").expect("present");
+        assert!(Arc::ptr_eq(ka, kb));
+        assert!(Arc::ptr_eq(ka, c.written.get("key").expect("written")));
+        // a clone and a snapshot share the value itself
+        let (va, vs) = (a.encoded("key"), a.snapshot().encoded("key").cloned());
+        assert!(va.zip(vs.as_ref()).is_some_and(|(x, y)| x.ptr_eq(y)));
+        assert_eq!(a.get::<String>("key").ok().as_deref(), Some("value"));
+        assert_eq!(b.get::<String>("key").ok().as_deref(), Some("other"));
+        assert!(!c.contains_key("key") && c.was_written("key"));
+    }
+}

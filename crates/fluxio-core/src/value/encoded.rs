@@ -443,4 +443,43 @@ mod tests {
             assert_eq!(validate(&mut c).is_ok(), ok, "{value}");
         }
     }
+
+    /// A `Serialize` impl that sets a value itself while it is being
+    /// written (it finds the reused buffer taken, and gets its own).
+    struct SetsInside(usize);
+
+    impl Serialize for SetsInside {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let inner = Context::new()
+                .set("inner", vec![9u8; self.0])
+                .map_err(serde::ser::Error::custom)?;
+            let len = inner.get::<Vec<u8>>("inner").map_or(0, |v| v.len());
+            s.serialize_u64(len as u64)
+        }
+    }
+
+    #[test]
+    fn rule17_encodings_of_every_size_are_exact_through_the_reused_buffer() {
+        // around the inline size, the copy limit and the kept-buffer limit,
+        // large then small (a large buffer is not handed to a small value)
+        let sizes = [0, 1, 22, 23, 24, 25, 4094, 4095, 4096, 4097, 70_000, 3, 65_536, 5];
+        for n in sizes {
+            for value in [Value::Bytes(vec![(n % 251) as u8; n]), grow(3, n)] {
+                let ctx = Context::new().set("k", &value).expect("set");
+                let entry = ctx.encoded("k").expect("present");
+                assert_eq!(entry.bytes(), EncodedValue::from_value(&value).bytes());
+                assert!(entry.0.bytes.capacity() - entry.bytes().len() <= SLACK.max(n / 16));
+                assert_eq!(ctx.value("k"), Some(&value), "{n}");
+            }
+        }
+        // a refused value leaves the buffer usable
+        assert!(encode_within("k", &grow(4, 100), 40).is_err());
+        let ok = Context::new().set("k", "after").expect("set");
+        assert_eq!(ok.get::<String>("k").ok().as_deref(), Some("after"));
+        // a value that sets a context while it is written
+        for n in [3, 5000] {
+            let ctx = Context::new().set("outer", SetsInside(n)).expect("set");
+            assert_eq!(ctx.get::<u64>("outer").ok(), Some(n as u64));
+        }
+    }
 }
