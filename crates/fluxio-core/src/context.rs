@@ -490,7 +490,12 @@ impl Snapshot {
 
     /// A snapshot of `entries`, in strictly increasing key order.
     pub(crate) fn from_sorted(entries: Vec<(String, EncodedValue)>) -> Self {
-        Snapshot(entries.into_iter().map(|(k, v)| (Key::from(k), v)).collect())
+        Snapshot(
+            entries
+                .into_iter()
+                .map(|(k, v)| (Key::from(k), v))
+                .collect(),
+        )
     }
 
     /// Number of keys.

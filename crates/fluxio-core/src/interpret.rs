@@ -674,7 +674,8 @@ async fn call(
     let chain = program.middleware.get(index).filter(|c| !c.is_empty());
     let run = async {
         match chain {
-            Some(chain) => Next::new(stage, chain).run_caught(ctx).await,
+            // boxed: keeps the common call (no middleware) small to move
+            Some(chain) => Box::pin(Next::new(stage, chain).run_caught(ctx)).await,
             None => stage.call(ctx).await,
         }
     };

@@ -266,7 +266,9 @@ impl Stage {
         let fut = AssertUnwindSafe((self.call)(ctx, &self.resources)).catch_unwind();
         let outcome = match self.meta.timeout {
             None => fut.await,
-            Some(t) => match tokio::time::timeout(t, fut).await {
+            // boxed: a timer is large, and a stage without a timeout should
+            // not carry its room in every call's future
+            Some(t) => match Box::pin(tokio::time::timeout(t, fut)).await {
                 Ok(r) => r,
                 Err(_) => {
                     return Err(Error::StageTimeout {

@@ -462,7 +462,9 @@ mod tests {
     fn rule17_encodings_of_every_size_are_exact_through_the_reused_buffer() {
         // around the inline size, the copy limit and the kept-buffer limit,
         // large then small (a large buffer is not handed to a small value)
-        let sizes = [0, 1, 22, 23, 24, 25, 4094, 4095, 4096, 4097, 70_000, 3, 65_536, 5];
+        let sizes = [
+            0, 1, 22, 23, 24, 25, 4094, 4095, 4096, 4097, 70_000, 3, 65_536, 5,
+        ];
         for n in sizes {
             for value in [Value::Bytes(vec![(n % 251) as u8; n]), grow(3, n)] {
                 let ctx = Context::new().set("k", &value).expect("set");
