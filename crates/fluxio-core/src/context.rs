@@ -6,13 +6,15 @@ use std::sync::Arc;
 use imbl::{OrdMap, OrdSet};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use smol_str::SmolStr;
 
 use crate::error::{Error, Result};
 use crate::value::{EncodedValue, Value, encode_entry};
 
-/// A key of a context: shared, so that copying a tree node (or keeping the
-/// key in the written set) costs a reference count, never an allocation.
-type Key = Arc<str>;
+/// A key of a context: up to 23 bytes inline (copying a tree node copies
+/// it, touching no reference count), longer ones shared (a reference
+/// count); never an allocation per copy.
+type Key = SmolStr;
 
 /// The state a pipeline passes from stage to stage.
 ///
@@ -120,11 +122,11 @@ impl Context {
         let shared = match next.data.get_key_value_mut(key) {
             Some((k, v)) => {
                 *v = value;
-                Arc::clone(k)
+                k.clone()
             }
             None => {
                 let k = self.shared_key(key);
-                next.data.insert(Arc::clone(&k), value);
+                next.data.insert(k.clone(), value);
                 k
             }
         };
@@ -141,7 +143,7 @@ impl Context {
             .get_key_value(key)
             .map(|(k, _)| k)
             .or_else(|| self.written.get(key))
-            .map_or_else(|| Arc::from(key), Arc::clone)
+            .map_or_else(|| Key::new(key), Key::clone)
     }
 
     /// The encoded value under `key`.
@@ -535,7 +537,7 @@ impl Serialize for Decoded<'_> {
 
 impl Serialize for Snapshot {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().map(|(k, v)| (k, Decoded(v))))
+        s.collect_map(self.0.iter().map(|(k, v)| (k.as_str(), Decoded(v))))
     }
 }
 
@@ -776,19 +778,25 @@ mod tests {
 
     #[test]
     fn context_versions_share_keys_and_values() {
+        // a key too long to be inline: one allocation, shared by every
+        // version's data and written set
+        let long = "a key longer than twenty-three bytes";
+        let a = Context::new().set(long, "value").expect("set");
+        let b = a.set(long, "other").expect("set");
+        let c = b.remove(long);
+        let at = |k: &Key| k.as_str().as_ptr();
+        let (ka, _) = a.data.get_key_value(long).expect("present");
+        let (kb, _) = b.data.get_key_value(long).expect("present");
+        assert!(ka.is_heap_allocated());
+        assert_eq!(at(ka), at(kb));
+        assert_eq!(at(ka), at(c.written.get(long).expect("written")));
         let a = Context::new().set("key", "value").expect("set");
         let b = a.set("key", "other").expect("set");
-        let c = b.remove("key");
-        // one key allocation, shared by every version's data and written set
-        let (ka, _) = a.data.get_key_value("key").expect("present");
-        let (kb, _) = b.data.get_key_value("key").expect("present");
-        assert!(Arc::ptr_eq(ka, kb));
-        assert!(Arc::ptr_eq(ka, c.written.get("key").expect("written")));
         // a clone and a snapshot share the value itself
         let (va, vs) = (a.encoded("key"), a.snapshot().encoded("key").cloned());
         assert!(va.zip(vs.as_ref()).is_some_and(|(x, y)| x.ptr_eq(y)));
         assert_eq!(a.get::<String>("key").ok().as_deref(), Some("value"));
         assert_eq!(b.get::<String>("key").ok().as_deref(), Some("other"));
-        assert!(!c.contains_key("key") && c.was_written("key"));
+        assert!(!b.remove("key").contains_key("key") && b.remove("key").was_written("key"));
     }
 }
