@@ -674,8 +674,7 @@ async fn call(
     let chain = program.middleware.get(index).filter(|c| !c.is_empty());
     let run = async {
         match chain {
-            // boxed: keeps the common call (no middleware) small to move
-            Some(chain) => Box::pin(Next::new(stage, chain).run_caught(ctx)).await,
+            Some(chain) => Next::new(stage, chain).run_caught(ctx).await,
             None => stage.call(ctx).await,
         }
     };
