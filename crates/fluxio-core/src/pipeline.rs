@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
@@ -14,7 +14,7 @@ use crate::interpret::{self, Durable, Tail};
 use crate::middleware::Middleware;
 use crate::stage::{Output, Resources, RunBodies};
 use crate::store::{
-    Checkpoint, CheckpointStore, InMemoryStore, Lease, LeaseTracker, Ownership, RunStatus, now_ms,
+    Begin, Checkpoint, CheckpointStore, InMemoryStore, LeaseTracker, Ownership, RunStatus, now_ms,
 };
 use crate::stream::{DEFAULT_STREAM_BUFFER, RunStream, STREAM_TX, StreamEvent};
 use crate::structure::{Changes, Structure};
@@ -507,11 +507,23 @@ impl Pipeline {
                 let run = interpret::run(&self.inner.program, &key, 0, input.clear_written(), None);
                 return RunBodies::scope(None, run).await;
             };
-            self.owning(store, &key, async |owner| {
-                store.delete_fenced(&key, owner.lease()).await?;
-                self.run_fresh(store, owner, run_id, &key, input).await
-            })
-            .await
+            match self
+                .begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
+                .await?
+            {
+                Fresh::Ran(result) => result,
+                // `Replace` always begins; a program with no stage takes
+                // the lease and replaces the stored run itself
+                Fresh::Stored(owner) => {
+                    let result = async {
+                        store.delete_fenced(&key, owner.lease()).await?;
+                        self.run_fresh(store, &owner, run_id, &key, input).await
+                    }
+                    .await;
+                    owner.release().await;
+                    result
+                }
+            }
         }
         .instrument(span)
         .await
@@ -585,23 +597,108 @@ impl Pipeline {
                 {
                     return Ok(cp.context.to_context());
                 }
-            }
-            self.owning(store, &key, async |owner| {
-                match self
-                    .load_or_adopt(store, owner, run_id, Continue::Resume, options)
-                    .await?
-                {
-                    None => self.run_fresh(store, owner, run_id, &key, input).await,
-                    Some(cp) => {
-                        self.continue_stored(store, owner, run_id, cp, Continue::Resume, options)
-                            .await
+            } else {
+                // nothing stored under the key (and, for a named pipeline,
+                // no run of before names under the bare id to adopt): the
+                // lease and the first checkpoint in one call, which leaves a
+                // run stored meanwhile by a concurrent start alone
+                let adoptable = !self.inner.name.is_empty() && store.exists(run_id).await?;
+                if !adoptable {
+                    match self
+                        .begin(store, (run_id, &key), &input.snapshot(), Begin::IfAbsent)
+                        .await?
+                    {
+                        Fresh::Ran(result) => return result,
+                        Fresh::Stored(owner) => {
+                            let result = self.start_owned(store, &owner, run_id, &key, input).await;
+                            owner.release().await;
+                            return result;
+                        }
                     }
                 }
+            }
+            self.owning(store, &key, async |owner| {
+                self.start_owned(store, owner, run_id, &key, input).await
             })
             .await
         }
         .instrument(span)
         .await
+    }
+
+    /// `start` holding the run's lease: the stored run decides (see
+    /// [`start`](Self::start)); with none, the run starts on `input`.
+    async fn start_owned(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: &Ownership,
+        run_id: &str,
+        key: &str,
+        input: Context,
+    ) -> Result<Context> {
+        let options = ResumeOptions::new();
+        match self
+            .load_or_adopt(store, owner, run_id, Continue::Resume, options)
+            .await?
+        {
+            None => self.run_fresh(store, owner, run_id, key, input).await,
+            Some(cp) => {
+                self.continue_stored(store, owner, run_id, cp, Continue::Resume, options)
+                    .await
+            }
+        }
+    }
+
+    /// A fresh run of `key` on `input` that takes its lease and writes its
+    /// first checkpoint in one call ([`CheckpointStore::begin_run`], rule
+    /// 24), then runs to its end and gives the lease back with its last
+    /// checkpoint. [`Fresh::Stored`] when it did not begin: `begin` is
+    /// [`Begin::IfAbsent`] and a run is stored, or the program has no stage
+    /// (nothing to write before one); the caller then holds the lease.
+    async fn begin(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        (run_id, key): (&str, &str),
+        input: &Snapshot,
+        begin: Begin,
+    ) -> Result<Fresh> {
+        let created = now_ms();
+        let mut tail = Tail::fresh(self.inner.history_depth);
+        let meta = [
+            self.inner.name.as_str(),
+            run_id,
+            self.inner.version.as_str(),
+        ];
+        let first = interpret::first_checkpoint(
+            &self.inner.program,
+            meta,
+            &self.inner.structure,
+            created,
+            input,
+            &mut tail,
+        );
+        let (ttl, leases) = (self.inner.lease_ttl, &self.inner.leases);
+        let Some(first) = first else {
+            return Ok(Fresh::Stored(
+                Ownership::acquire(store, key, ttl, leases).await?,
+            ));
+        };
+        let (seq, context) = (first.seq, first.context.clone());
+        let started = Instant::now();
+        let (owner, begun) = Ownership::begin(store, first, ttl, leases, begin).await?;
+        if !begun {
+            return Ok(Fresh::Stored(owner));
+        }
+        tail.advance(seq, context, true, 0, &self.inner.version);
+        let durable = self.durable(store.as_ref(), &owner, (run_id, key), created, None, tail);
+        *durable
+            .prewritten
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(started.elapsed());
+        let result = self.run_at(&owner, &durable, 0, input).await;
+        drop(durable);
+        owner.release().await;
+        Ok(Fresh::Ran(result))
     }
 
     /// Runs the pipeline from its first stage on `input`, under `owner`'s
@@ -845,7 +942,7 @@ impl Pipeline {
     ) -> Result<Context> {
         let durable = self.durable(
             store.as_ref(),
-            owner.lease(),
+            owner,
             (run_id, key),
             now_ms(),
             None,
@@ -1087,7 +1184,7 @@ impl Pipeline {
         let resumed = (cp.status != RunStatus::Completed).then_some((cp.ip as usize, cp.attempt));
         let mut durable = self.durable(
             store.as_ref(),
-            owner.lease(),
+            owner,
             (run_id, &key),
             cp.created_at_ms,
             resumed,
@@ -1573,7 +1670,7 @@ impl Pipeline {
     fn durable<'a>(
         &'a self,
         store: &'a dyn CheckpointStore,
-        lease: &'a Lease,
+        owner: &'a Ownership,
         (run_id, key): (&'a str, &'a str),
         created_at_ms: u64,
         resumed: Option<(usize, u32)>,
@@ -1581,7 +1678,7 @@ impl Pipeline {
     ) -> Durable<'a> {
         Durable {
             store,
-            lease,
+            owner,
             pipeline: &self.inner.name,
             run_id,
             key,
@@ -1592,8 +1689,17 @@ impl Pipeline {
             resumed_branches: Vec::new(),
             delete_completed: self.inner.delete_completed,
             tail: std::sync::Mutex::new(tail),
+            prewritten: std::sync::Mutex::new(None),
         }
     }
+}
+
+/// What [`Pipeline::begin`] did with a fresh run.
+enum Fresh {
+    /// It began and ran: how it ended.
+    Ran(Result<Context>),
+    /// It did not begin; the lease is held.
+    Stored(Ownership),
 }
 
 /// What a recovery worker does with a run it claimed: [`Pipeline::recover`].

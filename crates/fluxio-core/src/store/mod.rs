@@ -71,6 +71,7 @@ mod lease;
 mod list;
 mod memory;
 mod redact;
+mod renew;
 mod retry;
 
 use std::any::TypeId;
@@ -88,7 +89,7 @@ pub use checkpoint::{
 pub use error_kind::StoreErrorKind;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::{Begin, Begun, Lease};
-pub(crate) use lease::{KeepLease, LeaseTracker, Ownership};
+pub(crate) use lease::{BodyLease, KeepLease, LeaseTracker, Ownership};
 pub use list::{RunFilter, RunPage, RunState, RunSummary};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
