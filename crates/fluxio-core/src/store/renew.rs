@@ -211,3 +211,111 @@ fn renew((id, store, lease, ttl): Due) -> BoxFuture<'static, Renewed> {
         (id, lease, renewed)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::store::InMemoryStore;
+
+    /// An in-memory store that counts renewals and can refuse them.
+    #[derive(Debug, Default)]
+    struct Counting {
+        inner: InMemoryStore,
+        renewals: AtomicUsize,
+        lose: std::sync::Mutex<Option<String>>,
+    }
+
+    #[async_trait::async_trait]
+    impl CheckpointStore for Counting {
+        async fn save(&self, cp: crate::Checkpoint) -> crate::Result<()> {
+            self.inner.save(cp).await
+        }
+        async fn load(&self, run_id: &str) -> crate::Result<Option<crate::Checkpoint>> {
+            self.inner.load(run_id).await
+        }
+        async fn delete(&self, run_id: &str) -> crate::Result<()> {
+            self.inner.delete(run_id).await
+        }
+        async fn exists(&self, run_id: &str) -> crate::Result<bool> {
+            self.inner.exists(run_id).await
+        }
+        async fn renew_lease(&self, lease: &Lease, _ttl: Duration) -> crate::Result<()> {
+            self.renewals.fetch_add(1, Ordering::SeqCst);
+            let lost = self.lose.lock().unwrap_or_else(PoisonError::into_inner);
+            if lost.as_deref() == Some(lease.run_id()) {
+                return Err(Error::LeaseLost {
+                    run_id: lease.run_id().to_owned(),
+                    token: lease.token(),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule24_one_task_renews_every_lease_a_third_of_its_ttl_apart() {
+        let counting = Arc::new(Counting::default());
+        let store: Arc<dyn CheckpointStore> = counting.clone();
+        let renewals = Arc::new(Renewals::default());
+        let ttl = Duration::from_secs(3);
+        let held: Vec<Renewal> = (0..1000)
+            .map(|i| renewals.add(&store, Lease::new(format!("run-{i}"), 1), ttl))
+            .collect();
+        assert_eq!(renewals.len(), 1000);
+        let task_alive = || {
+            renewals
+                .state()
+                .task
+                .as_ref()
+                .is_some_and(|t| !t.is_finished())
+        };
+        assert!(task_alive(), "one task renews them");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            counting.renewals.load(Ordering::SeqCst),
+            0,
+            "none is due yet"
+        );
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(
+            counting.renewals.load(Ordering::SeqCst),
+            1000,
+            "each once after ttl/3"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(counting.renewals.load(Ordering::SeqCst), 2000);
+
+        // a lost lease leaves the renewals; the others go on
+        *counting.lose.lock().unwrap_or_else(PoisonError::into_inner) = Some("run-7".into());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(renewals.len(), 999);
+        drop(held);
+        assert_eq!(renewals.len(), 0, "a dropped renewal stops at once");
+        let before = counting.renewals.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(counting.renewals.load(Ordering::SeqCst), before);
+        assert!(!task_alive(), "the task ends with the last lease");
+
+        // and a new lease starts it again
+        let again = renewals.add(&store, Lease::new("again", 2), ttl);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(counting.renewals.load(Ordering::SeqCst), before + 1);
+        drop(again);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rule24_a_lease_added_while_the_task_sleeps_is_renewed_on_time() {
+        let counting = Arc::new(Counting::default());
+        let store: Arc<dyn CheckpointStore> = counting.clone();
+        let renewals = Arc::new(Renewals::default());
+        // a long lease puts the task to sleep for 20 s ...
+        let _long = renewals.add(&store, Lease::new("long", 1), Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // ... and a short one must still be renewed after 1 s
+        let _short = renewals.add(&store, Lease::new("short", 1), Duration::from_secs(3));
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(counting.renewals.load(Ordering::SeqCst), 1);
+    }
+}
