@@ -19,6 +19,7 @@ use tracing::Instrument as _;
 use crate::callback::{CHUNK_SINK, ChunkSink, StepEvent, emit};
 use crate::compile::{Event, Instr, Program};
 use crate::context::{Context, Snapshot};
+use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::middleware::Next;
 use crate::stage::{Output, STAGE_INFO, StageInfo, StageKind};
@@ -52,7 +53,11 @@ pub(crate) struct Durable<'a> {
     pub(crate) delete_completed: bool,
     /// Where the run's journal stands: what the next checkpoint is written
     /// against (rule 18).
-    pub(crate) tail: std::sync::Mutex<Tail>,
+    pub(crate) tail: Arc<std::sync::Mutex<Tail>>,
+    /// When checkpoints are written (rule 24).
+    pub(crate) mode: Durability,
+    /// `Async` runs: the background writer of their checkpoints.
+    pub(crate) writer: Option<Writer>,
     /// Set when the run's first checkpoint was written with its lease
     /// ([`Ownership::begin`]), and how long that took: the first
     /// `CHECKPOINT` then only reports it.
@@ -153,7 +158,7 @@ impl Tail {
     /// run's first checkpoint, at every [`COMPACT_EVERY`]th one and once
     /// the deltas since the last whole one outweigh it; else what changed.
     /// Returns the delta's size (0 for a whole checkpoint).
-    fn stamp(&mut self, cp: &mut Checkpoint) -> u64 {
+    pub(crate) fn stamp(&mut self, cp: &mut Checkpoint) -> u64 {
         cp.seq = self.next_seq;
         let delta = self
             .last
@@ -468,7 +473,18 @@ async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint, write: Wri
     let (saved, latency) = if let Some(took) = lock(&d.prewritten).take() {
         // written with the lease: [`first_checkpoint`] numbered it in the tail
         (Ok(()), took)
+    } else if let (Write::Step, Durability::Exit) = (write, d.mode) {
+        // rule 24: only the run's end is written
+        return Ok(());
+    } else if let (Write::Step, Some(writer)) = (write, &d.writer) {
+        // rule 24: sent in the background; a refused earlier write stops
+        // the run here
+        return writer.submit(cp);
     } else {
+        if let (Write::Last { .. }, Some(writer)) = (write, &d.writer) {
+            // every write sent is acknowledged before the run's last one
+            writer.drain().await?;
+        }
         let started = Instant::now();
         let delta = lock(&d.tail).stamp(&mut cp);
         let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());

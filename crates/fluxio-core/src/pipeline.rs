@@ -9,6 +9,7 @@ use tracing::Instrument as _;
 use crate::callback::Callback;
 use crate::compile::{Node, Program};
 use crate::context::{Context, Snapshot};
+use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable, Tail};
 use crate::middleware::Middleware;
@@ -41,6 +42,7 @@ pub struct PipelineBuilder {
     durable: bool,
     auto_parallel: bool,
     lease_ttl: Duration,
+    durability: Durability,
     delete_completed: bool,
     history_depth: Option<u32>,
     stream_buffer: usize,
@@ -62,6 +64,7 @@ impl PipelineBuilder {
             durable: false,
             auto_parallel: true,
             lease_ttl: Duration::from_secs(30),
+            durability: Durability::Sync,
             delete_completed: false,
             history_depth: None,
             stream_buffer: DEFAULT_STREAM_BUFFER,
@@ -132,6 +135,24 @@ impl PipelineBuilder {
     /// version differs between the two modes, since the program differs.
     pub fn auto_parallel(mut self, on: bool) -> Self {
         self.auto_parallel = on;
+        self
+    }
+
+    /// When a durable run's checkpoints are written (contract rule 24):
+    /// [`Durability::Sync`] (the default: each one is durable before its
+    /// stage starts), [`Durability::Async`] (sent in the background, all
+    /// acknowledged before the run ends) or [`Durability::Exit`] (only the
+    /// run's end is written). See [`crate::durability`] for what a crash
+    /// costs in each.
+    ///
+    /// ```
+    /// # fn demo(p: fluxio_core::PipelineBuilder) -> fluxio_core::Result<fluxio_core::Pipeline> {
+    /// use fluxio_core::Durability;
+    /// let pipeline = p.durability(Durability::Async).build()?;
+    /// # Ok(pipeline) }
+    /// ```
+    pub fn durability(mut self, mode: Durability) -> Self {
+        self.durability = mode;
         self
     }
 
@@ -307,6 +328,7 @@ impl PipelineBuilder {
                 auto_parallel: self.auto_parallel,
                 store,
                 lease_ttl: self.lease_ttl,
+                durability: self.durability,
                 delete_completed: self.delete_completed,
                 history_depth: self.history_depth,
                 stream_buffer: self.stream_buffer,
@@ -337,6 +359,7 @@ struct Inner {
     auto_parallel: bool,
     store: Option<Arc<dyn CheckpointStore>>,
     lease_ttl: Duration,
+    durability: Durability,
     delete_completed: bool,
     history_depth: Option<u32>,
     stream_buffer: usize,
@@ -507,13 +530,18 @@ impl Pipeline {
                 let run = interpret::run(&self.inner.program, &key, 0, input.clear_written(), None);
                 return RunBodies::scope(None, run).await;
             };
-            match self
-                .begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
-                .await?
-            {
+            // rule 24: `Exit` writes no first checkpoint, so it only takes
+            // the lease, and clears what is stored (a cancel mark too)
+            let begun = if self.inner.durability == Durability::Exit {
+                Fresh::Stored(self.own(store, &key).await?)
+            } else {
+                self.begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
+                    .await?
+            };
+            match begun {
                 Fresh::Ran(result) => result,
-                // `Replace` always begins; a program with no stage takes
-                // the lease and replaces the stored run itself
+                // `Replace` always begins; `Exit`, or a program with no
+                // stage, took the lease only: the stored run goes now
                 Fresh::Stored(owner) => {
                     let result = async {
                         store.delete_fenced(&key, owner.lease()).await?;
@@ -602,8 +630,10 @@ impl Pipeline {
                 // no run of before names under the bare id to adopt): the
                 // lease and the first checkpoint in one call, which leaves a
                 // run stored meanwhile by a concurrent start alone
-                let adoptable = !self.inner.name.is_empty() && store.exists(run_id).await?;
-                if !adoptable {
+                // (`Exit` writes no first checkpoint: the lease alone, below)
+                let exit = self.inner.durability == Durability::Exit;
+                let unnamed = self.inner.name.is_empty();
+                if !exit && (unnamed || !store.exists(run_id).await?) {
                     match self
                         .begin(store, (run_id, &key), &input.snapshot(), Begin::IfAbsent)
                         .await?
@@ -690,7 +720,7 @@ impl Pipeline {
             return Ok(Fresh::Stored(owner));
         }
         tail.advance(seq, context, true, 0, &self.inner.version);
-        let durable = self.durable(store.as_ref(), &owner, (run_id, key), created, None, tail);
+        let durable = self.durable(store, &owner, (run_id, key), created, None, tail);
         *durable
             .prewritten
             .lock()
@@ -941,7 +971,7 @@ impl Pipeline {
         context: &Snapshot,
     ) -> Result<Context> {
         let durable = self.durable(
-            store.as_ref(),
+            store,
             owner,
             (run_id, key),
             now_ms(),
@@ -1183,7 +1213,7 @@ impl Pipeline {
         // a retry of the stage the checkpoint points at is its next attempt
         let resumed = (cp.status != RunStatus::Completed).then_some((cp.ip as usize, cp.attempt));
         let mut durable = self.durable(
-            store.as_ref(),
+            store,
             owner,
             (run_id, &key),
             cp.created_at_ms,
@@ -1669,16 +1699,30 @@ impl Pipeline {
 
     fn durable<'a>(
         &'a self,
-        store: &'a dyn CheckpointStore,
+        store: &'a Arc<dyn CheckpointStore>,
         owner: &'a Ownership,
         (run_id, key): (&'a str, &'a str),
         created_at_ms: u64,
         resumed: Option<(usize, u32)>,
         tail: Tail,
     ) -> Durable<'a> {
+        let tail = Arc::new(std::sync::Mutex::new(tail));
+        let mode = self.inner.durability;
+        let writer = (mode == Durability::Async).then(|| {
+            let lease = owner.lease();
+            let handle = crate::store::Lease::new(lease.run_id(), lease.token());
+            Writer::new(
+                Arc::clone(store),
+                handle,
+                Arc::clone(&tail),
+                &self.inner.version,
+            )
+        });
         Durable {
-            store,
+            store: store.as_ref(),
             owner,
+            mode,
+            writer,
             pipeline: &self.inner.name,
             run_id,
             key,
@@ -1688,7 +1732,7 @@ impl Pipeline {
             resumed,
             resumed_branches: Vec::new(),
             delete_completed: self.inner.delete_completed,
-            tail: std::sync::Mutex::new(tail),
+            tail,
             prewritten: std::sync::Mutex::new(None),
         }
     }
