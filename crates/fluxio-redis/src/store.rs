@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fluxio_core::store::{
-    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunFilter, RunPage, RunStatus,
+    Begin, Begun, Checkpoint, CheckpointStore, Lease, RedactedUrl, RunFilter, RunPage, RunStatus,
     cancelled_checkpoint, check_lease_ttl, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
@@ -69,6 +69,8 @@ pub(crate) struct Inner {
     /// `completed_retention` in milliseconds; 0 for none.
     pub(crate) retention_ms: u64,
     pub(crate) command_timeout: Duration,
+    /// `WAIT` after every checkpoint write: how many replicas, how long.
+    pub(crate) wait_for_replicas: Option<(u32, Duration)>,
     pub(crate) client: Client,
     pub(crate) manager_config: ConnectionManagerConfig,
     pub(crate) conn: RwLock<Conn>,
@@ -82,6 +84,7 @@ impl fmt::Debug for RedisStore {
             .field("completed_retention", &self.inner.completed_retention)
             .field("keep_completed", &self.inner.keep_completed)
             .field("command_timeout", &self.inner.command_timeout)
+            .field("wait_for_replicas", &self.inner.wait_for_replicas)
             .finish()
     }
 }
@@ -402,9 +405,10 @@ impl CheckpointStore for RedisStore {
         for cp in &journal {
             script.arg(cp.seq).arg(cp.entry_bytes()?);
         }
-        Ok(self
-            .invoke::<()>(op::SAVE, &key, self.deadline(), &script)
-            .await?)
+        let ((), acked) = self
+            .invoke_write(op::SAVE, &key, self.deadline(), &script)
+            .await?;
+        Ok(self.replicated(op::SAVE, &key, &run_key, acked)?)
     }
 
     /// A script reading the journal's meta, then one `HMGET` of its entries
@@ -592,11 +596,11 @@ impl CheckpointStore for RedisStore {
             .arg(&self.inner.key_prefix)
             .arg(&run_key);
         summary_args(&mut script, &checkpoint)?;
-        let saved: u8 = self
-            .invoke(op::SAVE_FENCED, &key, self.deadline(), &script)
+        let (saved, acked): (u8, _) = self
+            .invoke_write(op::SAVE_FENCED, &key, self.deadline(), &script)
             .await?;
         match saved {
-            1 => Ok(()),
+            1 => Ok(self.replicated(op::SAVE_FENCED, &key, &run_key, acked)?),
             2 => Err(Error::Cancelled { run_id: run_key }),
             3 => Err(missing_predecessor(&run_key, checkpoint.seq)),
             _ => Err(lease_lost(lease)),
@@ -629,6 +633,131 @@ impl CheckpointStore for RedisStore {
             Ok(())
         } else {
             Err(lease_lost(lease))
+        }
+    }
+
+    /// One script (`BEGIN`, one round trip): as
+    /// [`acquire_lease`](CheckpointStore::acquire_lease), then for
+    /// [`Begin::Replace`] as [`delete_fenced`](CheckpointStore::delete_fenced)
+    /// and for [`Begin::IfAbsent`] nothing more when a run is stored, then as
+    /// [`save_fenced`](CheckpointStore::save_fenced) of `first`, atomically.
+    /// When it fails (`RunIdInUse`, `Cancelled`: [`Begin::IfAbsent`] of a
+    /// run whose journal is gone but whose cancel mark is not, or a `first`
+    /// that is a delta: its predecessor is missing) nothing is written and
+    /// no lease taken; the default's `Replace` would have deleted the
+    /// stored run before finding the delta.
+    ///
+    /// The call's nonce is stored with the lease and the outcome, so that
+    /// sending the script again after a dropped connection returns what its
+    /// first attempt did; it is not deleted in a second round trip (as
+    /// `acquire_lease`'s is), but expires with the lease or goes with
+    /// [`finish_run`](CheckpointStore::finish_run).
+    async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
+        let run_key = first.key();
+        fluxio_core::store::check_run_id(&run_key)?;
+        check_lease_ttl(ttl)?;
+        let replace = match begin {
+            Begin::Replace => true,
+            Begin::IfAbsent => false,
+            _ => {
+                return Err(Error::Internal {
+                    message: format!("RedisStore::begin_run does not know {begin:?}"),
+                });
+            }
+        };
+        let bytes = first.entry_bytes()?;
+        let (lease_key, lease_ms) = (self.lease_key(&run_key), px(ttl));
+        let mut script = scripts::BEGIN_SCRIPT.prepare_invoke();
+        script
+            .key(&lease_key)
+            .key(self.epoch_key(&run_key))
+            .key(self.nonce_key(&run_key))
+            .key(self.checkpoint_key(&run_key))
+            .key(self.cancelled_key(&run_key))
+            .key(self.completed_key_of(&run_key))
+            .arg(lease_ms)
+            .arg(self.epoch_px(lease_ms))
+            .arg(nonce())
+            .arg(u8::from(replace))
+            .arg(self.epoch_px(0))
+            .arg(first.seq)
+            .arg(u8::from(first.change.is_full()))
+            .arg(bytes)
+            .arg(self.checkpoint_px(&first))
+            .arg(u8::from(first.is_cancelled()))
+            .arg(u8::from(first.status == RunStatus::Completed))
+            .arg(self.keep_arg())
+            .arg(&self.inner.key_prefix)
+            .arg(&run_key);
+        summary_args(&mut script, &first)?;
+        let ((token, started), acked): ((u64, u8), _) = self
+            .invoke_write(op::BEGIN, &lease_key, self.deadline(), &script)
+            .await?;
+        match (token, started) {
+            (0, 2) => Err(Error::Cancelled { run_id: run_key }),
+            (0, 3) => Err(missing_predecessor(&run_key, first.seq)),
+            (0, _) => Err(Error::RunIdInUse { run_id: run_key }),
+            (token, started) => {
+                let lease = Lease::new(&run_key, token);
+                if let Err(e) = self.replicated(op::BEGIN, &lease_key, &run_key, acked) {
+                    // as the default: the caller never sees the lease
+                    if let Err(release) = self.release_lease(lease).await {
+                        tracing::warn!(run_id = %run_key, error = %release, "could not release the lease of a run that did not begin; it will expire");
+                    }
+                    return Err(e.into());
+                }
+                Ok(Begun::new(lease, started == 1))
+            }
+        }
+    }
+
+    /// One script (`FINISH`, one round trip): as
+    /// [`save_fenced`](CheckpointStore::save_fenced) of `last` (the same
+    /// script, run as a function), then, when it saved and `delete` is set,
+    /// as [`delete_fenced`](CheckpointStore::delete_fenced), then as
+    /// [`release_lease`](CheckpointStore::release_lease) whatever the save
+    /// returned, atomically. The nonce `begin_run` left goes with the lease.
+    async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
+        let run_key = last.key();
+        if lease.run_id() != run_key {
+            let lost = lease_lost(&lease);
+            self.release_lease(lease).await?;
+            return Err(lost);
+        }
+        let bytes = last.entry_bytes()?;
+        let key = self.checkpoint_key(&run_key);
+        let mut script = scripts::FINISH_SCRIPT.prepare_invoke();
+        script
+            .key(self.lease_key(&run_key))
+            .key(&key)
+            .key(self.cancelled_key(&run_key))
+            .key(self.epoch_key(&run_key))
+            .key(self.completed_key_of(&run_key))
+            .key(self.nonce_key(&run_key))
+            .arg(lease.token())
+            .arg(last.seq)
+            .arg(u8::from(last.change.is_full()))
+            .arg(last.keep_from)
+            .arg(bytes)
+            .arg(self.checkpoint_px(&last))
+            .arg(u8::from(last.is_cancelled()))
+            .arg(self.epoch_px(0))
+            .arg(u8::from(last.status == RunStatus::Completed))
+            .arg(self.keep_arg())
+            .arg(&self.inner.key_prefix)
+            .arg(&run_key);
+        summary_args(&mut script, &last)?;
+        script
+            .arg(u8::from(delete))
+            .arg(px(self.inner.command_timeout));
+        let (saved, acked): (u8, _) = self
+            .invoke_write(op::FINISH, &key, self.deadline(), &script)
+            .await?;
+        match saved {
+            1 => Ok(self.replicated(op::FINISH, &key, &run_key, acked)?),
+            2 => Err(Error::Cancelled { run_id: run_key }),
+            3 => Err(missing_predecessor(&run_key, last.seq)),
+            _ => Err(lease_lost(&lease)),
         }
     }
 
@@ -670,9 +799,11 @@ impl CheckpointStore for RedisStore {
                 .arg(&self.inner.key_prefix)
                 .arg(run_id);
             summary_args(&mut script, &cancelled)?;
-            let done: u8 = self.invoke(op::CANCEL, &key, deadline, &script).await?;
+            let (done, acked): (u8, _) = self
+                .invoke_write(op::CANCEL, &key, deadline, &script)
+                .await?;
             if done == 1 {
-                return Ok(());
+                return Ok(self.replicated(op::CANCEL, &key, run_id, acked)?);
             }
             tracing::debug!(
                 run_id,
