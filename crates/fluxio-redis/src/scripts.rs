@@ -17,7 +17,9 @@ use redis::Script;
 /// A new lease stores the nonce next to it (same expiry). A lease that
 /// carries this nonce was set by an earlier attempt of this very call (sent
 /// again after its reply was lost on a dropped connection): its token is
-/// returned and its expiry reset, as if this attempt had taken it.
+/// returned and its expiry reset, as if this attempt had taken it. The
+/// nonce stays until it expires or `RELEASE_LEASE` or `FINISH` takes it
+/// with the lease: nonces are never reused, so no other call matches it.
 pub(crate) const ACQUIRE: &str = r"
 local held = redis.call('GET', KEYS[1])
 if held then
@@ -51,16 +53,6 @@ if redis.call('PTTL', KEYS[2]) ~= -1 then
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
 return 1
-";
-
-/// `KEYS`: a key. `ARGV`: a value. Deletes the key only if it holds the
-/// value: the lease only if it is `token`'s (`release_lease`), the acquire
-/// nonce only if it is still the calling `acquire_lease`'s.
-pub(crate) const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
 ";
 
 /// The Lua functions that keep the run index (contract rule 21; see the
@@ -889,7 +881,7 @@ return {token, 1}
 /// `finish_run` in one step: `SAVE_FENCED` (run as a function: same
 /// checks, same writes, same result), then, when it saved and `delete` is
 /// set, `DELETE_FENCED`'s writes, then, if the lease is still the token's,
-/// `RELEASE`'s: the lease deleted, and the nonce key (`BEGIN`'s, no use
+/// `RELEASE_LEASE`'s: the lease deleted, and the nonce key (`BEGIN`'s, no use
 /// once the lease is gone) replaced by `end:<token>:<result>`, kept as long
 /// as a repeat may come. Returns `SAVE_FENCED`'s result (1, 0, 2 or 3).
 /// A repeat of this very call (its reply lost with the connection, the
@@ -928,10 +920,22 @@ return saved
 "
 );
 
+/// `KEYS`: lease, nonce. `ARGV`: token. `release_lease`: deletes the
+/// lease and the nonce of the call that took it (`ACQUIRE`'s or `BEGIN`'s,
+/// left to expire with the lease rather than deleted in a second round
+/// trip) only if the lease is `token`'s. Returns 1 when released, 0 when
+/// the lease is not `token`'s.
+pub(crate) const RELEASE_LEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return 1
+end
+return 0
+";
+
 pub(crate) const ALL: [&str; 15] = [
     ACQUIRE,
     RENEW,
-    RELEASE,
     SAVE,
     SAVE_FENCED,
     META,
@@ -944,11 +948,11 @@ pub(crate) const ALL: [&str; 15] = [
     REINDEX,
     BEGIN,
     FINISH,
+    RELEASE_LEASE,
 ];
 
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
 pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
-pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE));
 pub(crate) static SAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SAVE));
 pub(crate) static SAVE_FENCED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SAVE_FENCED));
 pub(crate) static META_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(META));
@@ -962,3 +966,5 @@ pub(crate) static INDEXED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::ne
 pub(crate) static REINDEX_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REINDEX));
 pub(crate) static BEGIN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(BEGIN));
 pub(crate) static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FINISH));
+pub(crate) static RELEASE_LEASE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RELEASE_LEASE));

@@ -32,8 +32,7 @@ use crate::scripts;
 ///
 /// Every method is one round trip: one command, or one Lua script run with
 /// `EVALSHA` (the scripts are loaded when connecting; a server that lost them
-/// gets them again, once, through redis-rs's `Script`); `acquire_lease`
-/// adds a second one to delete its nonce, `load` and `history` read the
+/// gets them again, once, through redis-rs's `Script`); `load` and `history` read the
 /// journal's meta before its entries, and `cancel` loads the checkpoint
 /// before its script (and again if the script finds it changed). A call that fails because the
 /// connection dropped (a server restart, a reset) is sent once more on a new
@@ -202,10 +201,13 @@ impl RedisStore {
         format!("{}.epoch:{run_id}", self.inner.key_prefix)
     }
 
-    /// The key holding the nonce of the `acquire_lease` call that took the
-    /// current lease on `run_id`, while that call may still be sent again:
-    /// `{prefix}.nonce:{run_id}`.
-    fn nonce_key(&self, run_id: &str) -> String {
+    /// The key holding the nonce of the `acquire_lease` or `begin_run` call
+    /// that took the current lease on `run_id` (so that the call, sent again
+    /// after a lost reply, finds its own lease), and after `finish_run` its
+    /// result for a while: `{prefix}.nonce:{run_id}`. It expires with the
+    /// lease's first time-to-live, and goes with the lease when released.
+    #[must_use]
+    pub fn nonce_key(&self, run_id: &str) -> String {
         format!("{}.nonce:{run_id}", self.inner.key_prefix)
     }
 
@@ -485,45 +487,37 @@ impl CheckpointStore for RedisStore {
     /// (unless it carries this call's nonce: see below); otherwise
     /// `INCR {prefix}.epoch:{run_id}` (refreshing its expiry) and `SET` the
     /// lease to the new token with `PX ttl`, and `{prefix}.nonce:{run_id}` to
-    /// this call's nonce with the same expiry. Then a second round trip
-    /// deletes the nonce (if still this call's).
+    /// this call's nonce with the same expiry. One round trip.
     ///
     /// The nonce makes sending the script again exact: when the first
     /// attempt took the lease but its reply was lost with the connection, the
     /// repeat finds the lease with this call's nonce and returns its token
-    /// (instead of `RunIdInUse` against itself).
+    /// (instead of `RunIdInUse` against itself). It is left in place (an
+    /// earlier build deleted it in a second round trip): nonces are never
+    /// reused, so no other call matches it, and it expires with the lease's
+    /// first time-to-live, or goes with the lease
+    /// ([`release_lease`](CheckpointStore::release_lease),
+    /// [`finish_run`](CheckpointStore::finish_run)).
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
         fluxio_core::store::check_run_id(run_id)?;
         check_lease_ttl(ttl)?;
         let (lease_key, lease_ms) = (self.lease_key(run_id), px(ttl));
-        let (nonce_key, nonce) = (self.nonce_key(run_id), nonce());
-        let deadline = self.deadline();
         let mut script = scripts::ACQUIRE_SCRIPT.prepare_invoke();
         script
             .key(&lease_key)
             .key(self.epoch_key(run_id))
-            .key(&nonce_key)
+            .key(self.nonce_key(run_id))
             .key(self.checkpoint_key(run_id))
             .arg(lease_ms)
             .arg(self.epoch_px(lease_ms))
-            .arg(&nonce);
+            .arg(nonce());
         let token: u64 = self
-            .invoke(op::ACQUIRE, &lease_key, deadline, &script)
+            .invoke(op::ACQUIRE, &lease_key, self.deadline(), &script)
             .await?;
         if token == 0 {
             return Err(Error::RunIdInUse {
                 run_id: run_id.to_owned(),
             });
-        }
-        // The nonce is needed only while this call may send the script again.
-        // Failing to delete it changes nothing: it expires with the lease.
-        let mut forget = scripts::RELEASE_SCRIPT.prepare_invoke();
-        forget.key(&nonce_key).arg(&nonce);
-        if let Err(e) = self
-            .invoke::<()>(op::ACQUIRE, &nonce_key, deadline, &forget)
-            .await
-        {
-            tracing::debug!(error = %e, "could not delete the acquire nonce; it expires with the lease");
         }
         Ok(Lease::new(run_id, token))
     }
@@ -549,11 +543,15 @@ impl CheckpointStore for RedisStore {
         }
     }
 
-    /// One script: `DEL` the lease if it still holds this token.
+    /// One script: `DEL` the lease, and the nonce of the call that took
+    /// it, if the lease still holds this token.
     async fn release_lease(&self, lease: Lease) -> Result<()> {
         let lease_key = self.lease_key(lease.run_id());
-        let mut script = scripts::RELEASE_SCRIPT.prepare_invoke();
-        script.key(&lease_key).arg(lease.token());
+        let mut script = scripts::RELEASE_LEASE_SCRIPT.prepare_invoke();
+        script
+            .key(&lease_key)
+            .key(self.nonce_key(lease.run_id()))
+            .arg(lease.token());
         Ok(self
             .invoke::<()>(op::RELEASE, &lease_key, self.deadline(), &script)
             .await?)
@@ -937,7 +935,10 @@ mod tests {
             Some(token),
             "one token drawn: the repeat took no second lease"
         );
-        assert_eq!(get(&mut raw, &store.nonce_key(run)).await, None);
+        assert!(
+            get(&mut raw, &store.nonce_key(run)).await.is_some(),
+            "the nonce stays with the lease"
+        );
         assert!(matches!(
             store.acquire_lease(run, Duration::from_secs(30)).await,
             Err(Error::RunIdInUse { .. })
@@ -973,6 +974,71 @@ mod tests {
             .query_async(&mut raw)
             .await
             .expect("DEL");
+    }
+
+    /// `begin_run` and `finish_run` whose first attempt was applied but
+    /// whose reply was lost with the connection: the repeat returns what
+    /// the first attempt did (`started`, and the same token; `Ok`, not
+    /// `LeaseLost`), writing nothing more.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rule24_begin_and_finish_whose_reply_was_lost_are_repeated_exactly() {
+        let Some(mut raw) = support::redis::raw().await else {
+            return;
+        };
+        let url = support::redis::url();
+        let plain = url
+            .strip_prefix("redis://")
+            .map(|a| a.trim_end_matches('/'))
+            .filter(|a| !a.contains(['@', '/', '?']));
+        let Some(upstream) = plain else {
+            support::skip(&format_args!("{url} is not a plain redis://host:port"));
+            return;
+        };
+        let proxy = LoseNextReply::start(upstream).await.expect("a proxy");
+        let prefix = namespace("lost_begin");
+        let store = RedisStore::builder(proxy.url())
+            .key_prefix(&prefix)
+            .command_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connects through the proxy");
+        let run = "r";
+        for begin in [Begin::IfAbsent, Begin::Replace] {
+            proxy.arm();
+            let begun = store
+                .begin_run(checkpoint(run, 1), Duration::from_secs(30), begin)
+                .await
+                .expect("the repeat returns what the first attempt did");
+            assert!(proxy.fired(), "the first reply was cut");
+            assert!(begun.started, "{begin:?}: written by the first attempt");
+            assert_eq!(
+                get(&mut raw, &store.epoch_key(run)).await,
+                Some(begun.lease.token().to_string()),
+                "one token drawn per call"
+            );
+            let mut done = checkpoint(run, 2);
+            done.seq = 1;
+            done.status = RunStatus::Completed;
+            proxy.arm();
+            store
+                .finish_run(done.clone(), begun.lease, false)
+                .await
+                .expect("the repeat finds the first attempt's result");
+            assert!(proxy.fired());
+            assert_eq!(store.load(run).await.expect("load"), Some(done));
+            assert_eq!(get(&mut raw, &store.lease_key(run)).await, None);
+        }
+        // a stored run kept: the repeat says not started, as the first did
+        proxy.arm();
+        let kept = store
+            .begin_run(checkpoint(run, 1), Duration::from_secs(30), Begin::IfAbsent)
+            .await
+            .expect("repeated");
+        assert!(proxy.fired());
+        assert!(!kept.started);
+        store.release_lease(kept.lease).await.expect("release");
+        assert_eq!(get(&mut raw, &store.nonce_key(run)).await, None);
+        support::redis::cleanup(&mut raw, &prefix).await;
     }
 
     /// The cancel's script appends only to the journal the cancel read
