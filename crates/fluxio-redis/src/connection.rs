@@ -151,8 +151,9 @@ impl RedisStore {
     /// the first attempt failed on the connection rather than on the server.
     ///
     /// Only for operations that may be sent twice: every method's command or
-    /// script is idempotent, checks the lease's token, or (acquire) carries
-    /// a nonce that makes a repeat return the first attempt's lease.
+    /// script is idempotent, checks the lease's token, or (acquire,
+    /// `begin_run`) carries a nonce that makes a repeat return the first
+    /// attempt's lease, or (`finish_run`) leaves its result for a repeat.
     async fn exec<T, F, Fut>(
         &self,
         operation: &'static str,

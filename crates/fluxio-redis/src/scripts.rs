@@ -874,9 +874,11 @@ return {token, 1}
 );
 
 /// `KEYS`: those of `SAVE_FENCED` (lease, journal, cancel mark, epoch, the
-/// pipeline's completed index), then the nonce. `ARGV`: those of
-/// `SAVE_FENCED` (21), then `1` to delete the run once saved, and how long
-/// a repeat of this call may still come (ms: the command timeout).
+/// pipeline's completed index), then the nonce, last. `ARGV`: those of
+/// `SAVE_FENCED`, then, last, `1` to delete the run once saved, and how
+/// long a repeat of this call may still come (ms: the command timeout).
+/// (The script takes its own ones from the end, so `SAVE_FENCED` may gain
+/// keys and arguments: `finish_run` then passes them too.)
 ///
 /// `finish_run` in one step: `SAVE_FENCED` (run as a function: same
 /// checks, same writes, same result), then, when it saved and `delete` is
@@ -891,8 +893,9 @@ return {token, 1}
 pub(crate) const FINISH: &str = concat!(
     journal_fns!(),
     r"
+local nonce, delete, mark_px = KEYS[#KEYS], ARGV[#ARGV - 1], ARGV[#ARGV]
 local mark = 'end:' .. ARGV[1] .. ':'
-local n = redis.call('GET', KEYS[6])
+local n = redis.call('GET', nonce)
 if n and string.sub(n, 1, #mark) == mark then
   return tonumber(string.sub(n, #mark + 1))
 end
@@ -902,7 +905,7 @@ local function save_fenced()
     r"
 end
 local saved = save_fenced()
-if saved == 1 and ARGV[22] == '1' then
+if saved == 1 and delete == '1' then
   -- DELETE_FENCED (the lease was checked by the save)
   local status = redis.pcall('HGET', KEYS[2], 'status')
   unindex(ARGV[11], ARGV[12], type(status) == 'string' and status or nil)
@@ -914,7 +917,7 @@ if saved == 1 and ARGV[22] == '1' then
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('SET', KEYS[6], mark .. saved, 'PX', ARGV[23])
+  redis.call('SET', nonce, mark .. saved, 'PX', mark_px)
 end
 return saved
 "

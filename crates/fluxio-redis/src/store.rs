@@ -52,8 +52,8 @@ use crate::scripts;
 /// atomically: dropping the future (or a timeout) leaves the data as it was
 /// before or after the operation, never half-way. Whether a dropped or
 /// timed-out write was applied is unknown until the next read. A dropped
-/// `acquire_lease` may leave a lease nobody holds, and its nonce: both
-/// expire after the lease's time-to-live.
+/// `acquire_lease` or `begin_run` may leave a lease nobody holds, and its
+/// nonce: both expire after the lease's time-to-live.
 #[derive(Clone)]
 pub struct RedisStore {
     pub(crate) inner: Arc<Inner>,
