@@ -773,6 +773,12 @@ async fn wait_for_replicas_a_live_replica_acknowledges_and_a_stopped_one_fails_t
         .begin_run(j[0].clone(), TTL, Begin::Replace)
         .await
         .expect("one replica acknowledges");
+    // a server that lost the scripts gets them, and the pipeline again
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut primary.conn().await)
+        .await
+        .expect("SCRIPT FLUSH");
     one.save_fenced(j[1].clone(), &begun.lease)
         .await
         .expect("one replica acknowledges");
