@@ -746,7 +746,7 @@ impl Pipeline {
         };
         let (seq, context) = (first.seq, first.context.clone());
         let started = Instant::now();
-        let (owner, begun) = Ownership::begin(store, first, ttl, leases, begin).await?;
+        let (owner, begun) = Box::pin(Ownership::begin(store, first, ttl, leases, begin)).await?;
         if !begun {
             return Ok(Fresh::Stored(owner));
         }
