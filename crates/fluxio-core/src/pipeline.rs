@@ -1278,14 +1278,19 @@ impl Pipeline {
                 source: None,
             });
         }
-        let run = interpret::run(
-            &self.inner.program,
-            durable.key,
-            ip,
-            context.to_context(),
-            Some(durable),
-        );
-        RunBodies::scope(Some(owner.keep()), run).await
+        // built in place: a future held in a local and then moved into
+        // another is stored twice in this one (a parked run's size)
+        RunBodies::scope(
+            Some(owner.keep()),
+            interpret::run(
+                &self.inner.program,
+                durable.key,
+                ip,
+                context.to_context(),
+                Some(durable),
+            ),
+        )
+        .await
     }
 
     /// Compares two points of runs key by key (contract rule 20). A point

