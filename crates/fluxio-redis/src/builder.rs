@@ -55,6 +55,8 @@ pub struct RedisStoreBuilder {
     pub(crate) key_prefix: String,
     pub(crate) command_timeout: Duration,
     pub(crate) tls_root_certificates: Option<Vec<u8>>,
+    /// The seed nodes of a Redis Cluster; `None`: one server at `url`.
+    pub(crate) cluster_nodes: Option<Vec<String>>,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -65,6 +67,15 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("keep_completed", &self.keep_completed)
             .field("key_prefix", &self.key_prefix)
             .field("command_timeout", &self.command_timeout)
+            .field(
+                "cluster_nodes",
+                &self.cluster_nodes.as_ref().map(|nodes| {
+                    nodes
+                        .iter()
+                        .map(|n| RedactedUrl::new(n).url)
+                        .collect::<Vec<_>>()
+                }),
+            )
             .field(
                 "tls_root_certificates",
                 &self.tls_root_certificates.is_some(),
@@ -82,7 +93,14 @@ impl RedisStoreBuilder {
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             tls_root_certificates: None,
+            cluster_nodes: None,
         }
+    }
+
+    pub(crate) fn new_cluster(nodes: Vec<String>) -> Self {
+        let mut builder = Self::new(nodes.first().cloned().unwrap_or_default());
+        builder.cluster_nodes = Some(nodes);
+        builder
     }
 
     /// How long a completed run's checkpoint is kept after it completed
@@ -171,6 +189,17 @@ impl RedisStoreBuilder {
         let invalid = |setting, reason: &str| RedisStoreError::setting(setting, reason, url);
         if self.key_prefix.is_empty() {
             return Err(invalid("key_prefix", "must not be empty"));
+        }
+        if let Some(nodes) = &self.cluster_nodes {
+            if nodes.is_empty() {
+                return Err(invalid("cluster_nodes", "must name at least one node"));
+            }
+            if self.key_prefix.contains(['{', '}']) {
+                return Err(invalid(
+                    "key_prefix",
+                    "must not contain `{` or `}` on a cluster (the store's hash tags)",
+                ));
+            }
         }
         let retention_ms = match self.completed_retention {
             None => 0,

@@ -350,4 +350,4 @@ pub use builder::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_COMPLETED_RETENTION, DEFAULT_KEY_PREFIX, RedisStoreBuilder,
 };
 pub use error::{BACKEND, RedisStoreError};
-pub use store::RedisStore;
+pub use store::{CLUSTER_BUCKETS, RedisStore, cluster_bucket};
