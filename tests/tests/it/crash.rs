@@ -471,6 +471,13 @@ fn crash_harness_on_redis() {
     harness(StoreKind::Redis);
 }
 
+/// On a Redis Cluster: three local masters, started once for this test
+/// binary; each worker connects with `RedisStore::cluster_builder`.
+#[test]
+fn crash_harness_on_redis_cluster() {
+    harness(StoreKind::RedisCluster);
+}
+
 #[test]
 fn crash_harness_on_postgres() {
     harness(StoreKind::Postgres);
