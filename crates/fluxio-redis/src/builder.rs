@@ -57,6 +57,8 @@ pub struct RedisStoreBuilder {
     pub(crate) tls_root_certificates: Option<Vec<u8>>,
     /// The seed nodes of a Redis Cluster; `None`: one server at `url`.
     pub(crate) cluster_nodes: Option<Vec<String>>,
+    /// `WAIT` after each write: how many replicas, and how long.
+    pub(crate) wait_replicas: Option<(u32, Duration)>,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -67,6 +69,7 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("keep_completed", &self.keep_completed)
             .field("key_prefix", &self.key_prefix)
             .field("command_timeout", &self.command_timeout)
+            .field("wait_replicas", &self.wait_replicas)
             .field(
                 "cluster_nodes",
                 &self.cluster_nodes.as_ref().map(|nodes| {
@@ -94,6 +97,7 @@ impl RedisStoreBuilder {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             tls_root_certificates: None,
             cluster_nodes: None,
+            wait_replicas: None,
         }
     }
 
@@ -160,6 +164,25 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Opt-in replication: after each write (`save`, `save_fenced`,
+    /// `delete`, `delete_fenced`, `cancel`, `acquire_lease`,
+    /// `renew_lease`), wait with Redis's `WAIT` until `replicas` replicas
+    /// of the primary that applied it acknowledged it, for at most
+    /// `timeout` (less than the [`command_timeout`](Self::command_timeout));
+    /// on a cluster, `WAIT` goes to the primary of the run's slot. Fewer
+    /// acknowledgements in time fail the call with
+    /// [`Error::Store`](fluxio_core::Error::Store) whose
+    /// [`RedisStoreError::replicas_acknowledged`] says how many: the write
+    /// was applied, but a failover may still lose it. Costs one round trip
+    /// per write, plus the replication delay. Default: no wait (Redis
+    /// replicates asynchronously). `WAIT` makes a write that every asked
+    /// replica has less likely to be lost, not impossible (see Redis's
+    /// documentation of `WAIT`).
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = Some((replicas, timeout));
+        self
+    }
+
     /// For `rediss://` URLs: trust the certificate authorities in `pem` (PEM,
     /// one or more certificates) instead of the built-in public roots
     /// (Mozilla's, from `webpki-roots`). For servers with a private CA.
@@ -219,6 +242,14 @@ impl RedisStoreBuilder {
         };
         if self.command_timeout.is_zero() {
             return Err(invalid("command_timeout", "must be greater than zero"));
+        }
+        if let Some((_, wait)) = self.wait_replicas {
+            if wait.is_zero() || wait >= self.command_timeout {
+                return Err(invalid(
+                    "wait_replicas",
+                    "the timeout must be greater than zero and less than the command timeout",
+                ));
+            }
         }
         Ok(retention_ms)
     }

@@ -11,6 +11,7 @@ use fluxio_core::store::{MAX_LEASE_TTL, RedactedUrl};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::time::Instant;
 
@@ -30,8 +31,8 @@ pub(crate) enum Backend {
     /// One server: the client and settings a replacement connection is
     /// made with.
     Single {
-        client: Client,
-        config: ConnectionManagerConfig,
+        client: Box<Client>,
+        config: Box<ConnectionManagerConfig>,
     },
     /// A Redis Cluster: its connection follows the cluster's slots
     /// (`MOVED`/`ASK`) and reconnects to each node by itself.
@@ -169,8 +170,8 @@ impl RedisStore {
                 });
                 (
                     Backend::Single {
-                        client,
-                        config: manager_config,
+                        client: Box::new(client),
+                        config: Box::new(manager_config),
                     },
                     connecting,
                 )
@@ -189,6 +190,7 @@ impl RedisStore {
                 keep_completed: config.keep_completed,
                 retention_ms,
                 command_timeout: timeout,
+                wait_replicas: config.wait_replicas,
                 backend,
                 conn: RwLock::new(Conn {
                     generation: 0,
@@ -235,7 +237,7 @@ impl RedisStore {
         if conn.generation != generation {
             return;
         }
-        match ConnectionManager::new_lazy_with_config(client.clone(), config.clone()) {
+        match ConnectionManager::new_lazy_with_config((**client).clone(), (**config).clone()) {
             Ok(manager) => {
                 conn.handle = Handle::Single(manager);
                 conn.generation += 1;
@@ -311,6 +313,52 @@ impl RedisStore {
                 error,
             ));
         }
+    }
+
+    /// With [`wait_replicas`](RedisStoreBuilder::wait_replicas): `WAIT`
+    /// until enough replicas acknowledged this connection's writes, on the
+    /// primary of `key`'s slot; an error when fewer did in time. Nothing
+    /// without it.
+    pub(crate) async fn replicate(
+        &self,
+        operation: &'static str,
+        key: &str,
+    ) -> Result<(), RedisStoreError> {
+        let Some((wanted, timeout)) = self.inner.wait_replicas else {
+            return Ok(());
+        };
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(wanted).arg(
+            u64::try_from(timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        );
+        let route = Route::with_key(key, SlotAddr::Master);
+        let acknowledged: u64 = self
+            .exec(operation, key, self.deadline(), |conn| {
+                let wait = wait.clone();
+                async move {
+                    match conn {
+                        Handle::Single(mut c) => wait.query_async(&mut c).await,
+                        Handle::Cluster(mut c) => {
+                            let routing =
+                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                            let reply = c.route_command(wait, routing).await?;
+                            Ok(redis::from_redis_value(reply)?)
+                        }
+                    }
+                }
+            })
+            .await?;
+        if acknowledged < u64::from(wanted) {
+            return Err(RedisStoreError::replicas(
+                operation,
+                Some(key.to_owned()),
+                &self.inner.url,
+                (wanted, acknowledged, timeout),
+            ));
+        }
+        Ok(())
     }
 
     /// Runs one command (see [`exec`](Self::exec)).

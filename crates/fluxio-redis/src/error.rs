@@ -65,6 +65,11 @@ enum Cause {
         setting: &'static str,
         reason: String,
     },
+    Replicas {
+        wanted: u32,
+        acknowledged: u64,
+        timeout: Duration,
+    },
 }
 
 impl RedisStoreError {
@@ -123,6 +128,24 @@ impl RedisStoreError {
         }
     }
 
+    pub(crate) fn replicas(
+        operation: &'static str,
+        key: Option<String>,
+        url: &RedactedUrl,
+        (wanted, acknowledged, timeout): (u32, u64, Duration),
+    ) -> Self {
+        RedisStoreError {
+            operation,
+            key,
+            url: url.url.clone(),
+            cause: Cause::Replicas {
+                wanted,
+                acknowledged,
+                timeout,
+            },
+        }
+    }
+
     /// The store operation that failed: `"save"`, `"load"`, `"acquire_lease"`,
     /// `"connect"`, `"configure"`, ...
     #[must_use]
@@ -151,7 +174,9 @@ impl RedisStoreError {
             Cause::Timeout(_) => StoreErrorKind::Timeout,
             Cause::Redis(e) if e.is_timeout() => StoreErrorKind::Timeout,
             Cause::Redis(e) if is_connection_error(e) => StoreErrorKind::Connection,
-            Cause::Redis(_) | Cause::Setting { .. } => StoreErrorKind::Other,
+            Cause::Redis(_) | Cause::Setting { .. } | Cause::Replicas { .. } => {
+                StoreErrorKind::Other
+            }
         }
     }
 
@@ -180,6 +205,24 @@ impl RedisStoreError {
         }
     }
 
+    /// For a store built with
+    /// [`wait_replicas`](crate::RedisStoreBuilder::wait_replicas): when the
+    /// write was applied by the primary but fewer replicas than asked
+    /// acknowledged it within the wait, `(acknowledged, wanted)`. The write
+    /// stays (it may be lost if the primary fails over before a replica
+    /// has it).
+    #[must_use]
+    pub fn replicas_acknowledged(&self) -> Option<(u64, u32)> {
+        match &self.cause {
+            Cause::Replicas {
+                wanted,
+                acknowledged,
+                ..
+            } => Some((*acknowledged, *wanted)),
+            _ => None,
+        }
+    }
+
     /// The redis-rs error, when the client or the server reported one.
     #[must_use]
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
@@ -203,6 +246,15 @@ impl fmt::Display for RedisStoreError {
         match &self.cause {
             Cause::Redis(e) => write!(f, "{e}"),
             Cause::Timeout(t) => write!(f, "no reply within the command timeout ({t:?})"),
+            Cause::Replicas {
+                wanted,
+                acknowledged,
+                timeout,
+            } => write!(
+                f,
+                "the write was applied, but only {acknowledged} of the {wanted} replicas asked \
+                 for acknowledged it within {timeout:?} (WAIT)"
+            ),
             Cause::Setting { .. } => Ok(()),
         }
     }

@@ -252,9 +252,50 @@
 //! run until the next `reindex` (it does not know the index); stores of
 //! this build never do.
 //!
+//! ## Redis Cluster
+//!
+//! [`RedisStore::cluster_builder`] connects to a Redis Cluster through some
+//! of its nodes (redis-rs's cluster connection: it follows `MOVED` and
+//! `ASK`, and sends each script to the node of its first key). Every script
+//! touches several keys of a run and the index keys of its pipeline, so they
+//! must all be in one hash slot: a cluster store spreads its runs over
+//! [`CLUSTER_BUCKETS`] (16) buckets, the bucket of a run being its
+//! pipeline's ([`cluster_bucket`]: FNV-1a of the pipeline's name, the part
+//! of the run's key before its first `/`, empty for a bare id), and writes
+//! every key of a bucket `b` under the prefix `{P#b}` instead of `P`: a
+//! hash tag, so one slot. That is the whole difference from the layout
+//! above, table for table:
+//!
+//! | one server | cluster |
+//! |---|---|
+//! | `P:R`, `P.lease:R`, `P.epoch:R`, `P.nonce:R`, `P.cancelled:R` | `{P#b}:R`, `{P#b}.lease:R`, ... with `b` the bucket of `R`'s pipeline |
+//! | `P.completed:N` | `{P#b}.completed:N`, `b` the bucket of `N` |
+//! | `P.runs`, `P.runs.S`, `P.expiring` | `{P#b}.runs`, `{P#b}.runs.S`, `{P#b}.expiring` for each bucket `b`, holding its runs |
+//!
+//! A run's pipeline decides its bucket, not its id, so that all the runs of
+//! a pipeline share one slot: keep-the-last-N
+//! ([`keep_completed`](RedisStoreBuilder::keep_completed)) stays exact and
+//! atomic (the script that completes a run deletes the pipeline's oldest
+//! completed runs, which are in its slot), and a listing of one pipeline
+//! (or of the bare ids, pipeline `""`) reads one bucket, as on one server.
+//! A listing of every pipeline reads each bucket's first page after the
+//! cursor (16 round trips) and merges them in key order. The price: a
+//! cluster spreads pipelines (16 buckets, over its masters), not the runs of
+//! one pipeline, whose writes all go to one master.
+//!
+//! The key prefix must not contain `{` or `}`. The cluster layout is only
+//! a cluster store's, so nothing written by a single-server store (or by an
+//! earlier build) is read by one, and [`RedisStore::reindex`] has nothing to
+//! do on it: moving runs from a single server to a cluster is not
+//! supported (let them finish, or copy them with the store API: `history`,
+//! then `save`). Every store on a cluster key prefix must be a cluster
+//! store of a build with the same [`CLUSTER_BUCKETS`].
+//!
 //! ## Reconnecting
 //!
-//! Clones of a store share one connection (redis-rs's `ConnectionManager`),
+//! Clones of a store share one connection (redis-rs's `ConnectionManager`;
+//! on a cluster its `ClusterConnection`, which reconnects to each node by
+//! itself and is kept after a timeout),
 //! which learns that the connection died (the server restarted, the
 //! connection was reset or killed) only when a call fails on it; it then
 //! opens a new one for the next call. So a call that fails on the

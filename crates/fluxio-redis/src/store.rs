@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     /// `completed_retention` in milliseconds; 0 for none.
     pub(crate) retention_ms: u64,
     pub(crate) command_timeout: Duration,
+    /// `WAIT` after each write: how many replicas, and how long.
+    pub(crate) wait_replicas: Option<(u32, Duration)>,
     pub(crate) backend: Backend,
     pub(crate) conn: RwLock<Conn>,
 }
@@ -490,9 +492,9 @@ impl CheckpointStore for RedisStore {
         for cp in &journal {
             script.arg(cp.seq).arg(cp.entry_bytes()?);
         }
-        Ok(self
-            .invoke::<()>(op::SAVE, &key, self.deadline(), &script)
-            .await?)
+        self.invoke::<()>(op::SAVE, &key, self.deadline(), &script)
+            .await?;
+        Ok(self.replicate(op::SAVE, &key).await?)
     }
 
     /// A script reading the journal's meta, then one `HMGET` of its entries
@@ -532,9 +534,9 @@ impl CheckpointStore for RedisStore {
             .arg(self.epoch_px(0))
             .arg(run_id)
             .arg(&*self.run_prefix(run_id));
-        Ok(self
-            .invoke::<()>(op::DELETE, &key, self.deadline(), &script)
-            .await?)
+        self.invoke::<()>(op::DELETE, &key, self.deadline(), &script)
+            .await?;
+        Ok(self.replicate(op::DELETE, &key).await?)
     }
 
     /// The run index (see the [crate documentation](crate)): a script per
@@ -599,6 +601,7 @@ impl CheckpointStore for RedisStore {
                 run_id: run_id.to_owned(),
             });
         }
+        self.replicate(op::ACQUIRE, &lease_key).await?;
         // The nonce is needed only while this call may send the script again.
         // Failing to delete it changes nothing: it expires with the lease.
         let mut forget = scripts::RELEASE_SCRIPT.prepare_invoke();
@@ -627,7 +630,7 @@ impl CheckpointStore for RedisStore {
             .invoke(op::RENEW, &lease_key, self.deadline(), &script)
             .await?;
         if renewed == 1 {
-            Ok(())
+            Ok(self.replicate(op::RENEW, &lease_key).await?)
         } else {
             Err(lease_lost(lease))
         }
@@ -684,7 +687,7 @@ impl CheckpointStore for RedisStore {
             .invoke(op::SAVE_FENCED, &key, self.deadline(), &script)
             .await?;
         match saved {
-            1 => Ok(()),
+            1 => Ok(self.replicate(op::SAVE_FENCED, &key).await?),
             2 => Err(Error::Cancelled { run_id: run_key }),
             3 => Err(missing_predecessor(&run_key, checkpoint.seq)),
             _ => Err(lease_lost(lease)),
@@ -714,7 +717,7 @@ impl CheckpointStore for RedisStore {
             .invoke(op::DELETE_FENCED, &key, self.deadline(), &script)
             .await?;
         if deleted == 1 {
-            Ok(())
+            Ok(self.replicate(op::DELETE_FENCED, &key).await?)
         } else {
             Err(lease_lost(lease))
         }
@@ -760,7 +763,7 @@ impl CheckpointStore for RedisStore {
             summary_args(&mut script, &cancelled)?;
             let done: u8 = self.invoke(op::CANCEL, &key, deadline, &script).await?;
             if done == 1 {
-                return Ok(());
+                return Ok(self.replicate(op::CANCEL, &key).await?);
             }
             tracing::debug!(
                 run_id,

@@ -117,71 +117,10 @@ pub fn cluster() -> Option<&'static Cluster> {
 fn start_cluster() -> Result<Cluster, String> {
     use std::process::{Command, Stdio};
 
-    for program in ["redis-server", "redis-cli"] {
-        let found = Command::new(program)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Err(format!("`{program}` is not installed"));
-        }
-    }
-    let ports = free_ports(3)?;
-    let dir = std::env::temp_dir()
-        .join("fluxio-tests")
-        .join(format!("redis-cluster-{}", std::process::id()));
-    let mut script = String::from("set -u\n");
-    for port in &ports {
-        let node = dir.join(port.to_string());
-        std::fs::create_dir_all(&node).map_err(|e| format!("{}: {e}", node.display()))?;
-        script.push_str(&format!(
-            "redis-server --port {port} --bind 127.0.0.1 --cluster-enabled yes \
-             --cluster-config-file nodes.conf --cluster-node-timeout 5000 --dir '{}' \
-             --save '' --appendonly no --daemonize no --logfile server.log &\n\
-             pids=\"${{pids:-}} $!\"\n",
-            node.display()
-        ));
-    }
-    // stops the servers once the test process ($1) is gone
-    script.push_str(&format!(
-        "while kill -0 \"$1\" 2>/dev/null; do sleep 0.5; done\n\
-         kill $pids 2>/dev/null\nwait\nrm -rf '{}'\n",
-        dir.display()
-    ));
-    Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .arg("fluxio-redis-cluster")
-        .arg(std::process::id().to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start the cluster's servers: {e}"))?;
-    let cli = |port: u16, args: &[&str]| {
-        Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let wait = |what: &str, ok: &dyn Fn() -> bool| {
-        while !ok() {
-            if std::time::Instant::now() > deadline {
-                return Err(format!("the local redis cluster: {what} timed out"));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        Ok(())
-    };
-    for &port in &ports {
-        wait("starting a server", &|| {
-            cli(port, &["ping"]).is_ok_and(|o| o.stdout.starts_with(b"PONG"))
-        })?;
-    }
+    let cluster = ["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"];
+    let ports = spawn_servers("redis-cluster", 3, |_| {
+        cluster.iter().map(|&a| a.to_owned()).collect()
+    })?;
     let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let created = Command::new("redis-cli")
         .arg("--cluster")
@@ -199,9 +138,8 @@ fn start_cluster() -> Result<Cluster, String> {
         ));
     }
     for &port in &ports {
-        wait("cluster_state:ok", &|| {
-            cli(port, &["cluster", "info"])
-                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+        wait_for("cluster_state:ok", &|| {
+            cli(port, &["cluster", "info"]).is_some_and(|out| out.contains("cluster_state:ok"))
         })?;
     }
     Ok(Cluster {
@@ -210,6 +148,141 @@ fn start_cluster() -> Result<Cluster, String> {
             .map(|p| format!("redis://127.0.0.1:{p}"))
             .collect(),
     })
+}
+
+/// A local primary with one replica, started by [`replicated`].
+#[derive(Debug)]
+pub struct Replicated {
+    /// The primary's URL, `redis://127.0.0.1:<port>`.
+    pub primary: String,
+}
+
+/// A local Redis primary with one replica (no persistence), started by the
+/// first call in this process, for the tests of `WAIT`; `None` after a loud
+/// skip when `redis-server` or `redis-cli` is missing (a panic when `CI` is
+/// set). Stopped, like [`cluster`]'s, once this process has exited.
+#[must_use]
+pub fn replicated() -> Option<&'static Replicated> {
+    static PAIR: std::sync::OnceLock<Result<Replicated, String>> = std::sync::OnceLock::new();
+    let started = PAIR.get_or_init(|| {
+        let primary = std::cell::Cell::new(None);
+        let ports = spawn_servers("redis-replicated", 2, |port| match primary.get() {
+            None => {
+                primary.set(Some(port));
+                Vec::new()
+            }
+            Some(primary) => vec![
+                "--replicaof".to_owned(),
+                "127.0.0.1".to_owned(),
+                primary.to_string(),
+            ],
+        })?;
+        let primary = ports[0];
+        wait_for("the replica's sync", &|| {
+            cli(primary, &["info", "replication"]).is_some_and(|out| {
+                out.contains("connected_slaves:1") && out.contains("state=online")
+            })
+        })?;
+        Ok(Replicated {
+            primary: format!("redis://127.0.0.1:{primary}"),
+        })
+    });
+    match started {
+        Ok(pair) => Some(pair),
+        Err(e) => crate::skip_unless_ci("a local redis primary and replica", e),
+    }
+}
+
+/// `redis-cli -p port args...`'s output, `None` when it fails.
+fn cli(port: u16, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Polls `ok` every 50 ms, for up to 20 s.
+fn wait_for(what: &str, ok: &dyn Fn() -> bool) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ok() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("local redis servers: {what} timed out"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Starts `n` `redis-server`s on free ports (loopback, no persistence,
+/// each in its own directory under `<tmp>/fluxio-tests/<name>-<pid>`, with
+/// the extra arguments `extra(port)`), under a watchdog shell that stops
+/// them and removes the directory once this process has exited; returns
+/// when each answers `PING`, with their ports, in the order `extra` was
+/// called.
+fn spawn_servers(
+    name: &str,
+    n: usize,
+    extra: impl Fn(u16) -> Vec<String>,
+) -> Result<Vec<u16>, String> {
+    use std::process::{Command, Stdio};
+
+    // one start at a time in this process: two must not pick the same ports
+    static START: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _start = START
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for program in ["redis-server", "redis-cli"] {
+        let found = Command::new(program)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Err(format!("`{program}` is not installed"));
+        }
+    }
+    let ports = free_ports(n)?;
+    let dir = std::env::temp_dir()
+        .join("fluxio-tests")
+        .join(format!("{name}-{}", std::process::id()));
+    let mut script = String::from("set -u\npids=''\n");
+    for &port in &ports {
+        let node = dir.join(port.to_string());
+        std::fs::create_dir_all(&node).map_err(|e| format!("{}: {e}", node.display()))?;
+        script.push_str(&format!(
+            "redis-server --port {port} --bind 127.0.0.1 --cluster-config-file nodes.conf \
+             --dir '{}' --save '' --appendonly no --daemonize no --logfile server.log {} &\n\
+             pids=\"$pids $!\"\n",
+            node.display(),
+            extra(port).join(" ")
+        ));
+    }
+    // stops the servers once the test process ($1) is gone
+    script.push_str(&format!(
+        "while kill -0 \"$1\" 2>/dev/null; do sleep 0.5; done\n\
+         kill $pids 2>/dev/null\nwait\nrm -rf '{}'\n",
+        dir.display()
+    ));
+    Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .arg(format!("fluxio-{name}"))
+        .arg(std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start redis-server: {e}"))?;
+    for &port in &ports {
+        wait_for("starting a server", &|| {
+            cli(port, &["ping"]).is_some_and(|out| out.starts_with("PONG"))
+        })?;
+    }
+    Ok(ports)
 }
 
 /// `n` loopback ports that are free, each with its cluster bus port

@@ -211,3 +211,70 @@ async fn cluster_a_prefix_with_a_brace_is_refused() {
         .expect_err("refused");
     assert!(err.to_string().contains("cluster_nodes"), "{err}");
 }
+
+/// `wait_replicas`: with a replica that keeps up, every write waits for it
+/// and succeeds; asking for more replicas than there are fails the write
+/// with the count (the write itself applied). On a cluster without
+/// replicas, `WAIT` goes to the run's primary and reports none.
+#[tokio::test]
+async fn wait_replicas_acknowledges_writes_or_says_how_many_replicas_did() {
+    use fluxio_core::Error;
+    use fluxio_redis::RedisStoreError;
+
+    let acknowledged = |e: &Error| match e {
+        Error::Store { source, .. } => source
+            .downcast_ref::<RedisStoreError>()
+            .and_then(RedisStoreError::replicas_acknowledged),
+        _ => None,
+    };
+    let Some(pair) = support::redis::replicated() else {
+        return;
+    };
+    let ns = support::namespace("wait_replicas");
+    let connect = |n: u32| {
+        RedisStore::builder(&pair.primary)
+            .key_prefix(&ns)
+            .wait_replicas(n, Duration::from_millis(200))
+            .connect()
+    };
+    let one = connect(1).await.expect("connect");
+    let cp = conformance::checkpoint("r", 1).in_pipeline("p");
+    let lease = one.acquire_lease(&cp.key(), TTL).await.expect("lease");
+    one.save_fenced(cp.clone(), &lease)
+        .await
+        .expect("the replica acknowledges");
+    one.renew_lease(&lease, TTL).await.expect("renew");
+    one.release_lease(lease).await.expect("release");
+    one.save(cp.clone()).await.expect("save");
+
+    let two = connect(2).await.expect("connect");
+    let err = two
+        .delete(&cp.key())
+        .await
+        .expect_err("one replica, two asked");
+    assert_eq!(acknowledged(&err), Some((1, 2)), "{err}");
+    assert!(
+        !one.exists(&cp.key()).await.expect("exists"),
+        "the delete applied"
+    );
+
+    let Some(cluster) = support::redis::cluster() else {
+        return;
+    };
+    let store = RedisStore::cluster_builder(cluster.nodes().iter().cloned())
+        .key_prefix(&ns)
+        .wait_replicas(1, Duration::from_millis(50))
+        .connect()
+        .await
+        .expect("connect");
+    let err = store.save(cp.clone()).await.expect_err("no replicas");
+    assert_eq!(acknowledged(&err), Some((0, 1)), "{err}");
+    store.delete(&cp.key()).await.expect_err("no replicas");
+    assert!(!store.exists(&cp.key()).await.expect("exists"));
+    let invalid = RedisStore::builder(&pair.primary)
+        .wait_replicas(1, Duration::from_secs(60))
+        .connect()
+        .await
+        .expect_err("a wait past the command timeout");
+    assert!(invalid.to_string().contains("wait_replicas"), "{invalid}");
+}
