@@ -129,6 +129,9 @@ impl RedisStore {
     /// # Ok(()) }
     /// ```
     ///
+    /// On a cluster each bucket has its own, `{{prefix}#b}.runs.{status}`;
+    /// this names the one of a single server.
+    ///
     /// # Errors
     /// [`Error::Unsupported`] for a status this build does not index.
     pub fn runs_in_status_key(&self, status: fluxio_core::store::RunStatus) -> Result<String> {
@@ -145,7 +148,8 @@ impl RedisStore {
     /// On a cluster, the runs of one pipeline are in one bucket (and the
     /// bare ids' pipeline `""` is one too), read as on one server; without
     /// a pipeline, each bucket gives its first `limit + 1` runs after the
-    /// cursor and the page is the first `limit + 1` of their merge in key
+    /// cursor (the buckets read at once, each on its node) and the page is
+    /// the first `limit + 1` of their merge in key
     /// order: a bucket's runs are in key order and no run is in two
     /// buckets, so these are the first of all.
     pub(crate) async fn list(&self, filter: &RunFilter) -> Result<RunPage> {
@@ -153,12 +157,17 @@ impl RedisStore {
         let deadline = self.deadline();
         let mut runs = match (self.is_cluster(), filter.pipeline.as_deref()) {
             (true, None) => {
-                let mut runs = Vec::new();
-                for bucket in 0..crate::CLUSTER_BUCKETS {
-                    let prefix = self.bucket_prefix(bucket);
-                    runs.extend(self.list_in(&prefix, filter, limit, deadline).await?);
-                }
-                runs.sort_by(|a: &RunSummary, b: &RunSummary| a.key.cmp(&b.key));
+                let prefixes: Vec<String> = (0..crate::CLUSTER_BUCKETS)
+                    .map(|bucket| self.bucket_prefix(bucket))
+                    .collect();
+                let buckets = futures::future::try_join_all(
+                    prefixes
+                        .iter()
+                        .map(|prefix| self.list_in(prefix, filter, limit, deadline)),
+                )
+                .await?;
+                let mut runs: Vec<RunSummary> = buckets.into_iter().flatten().collect();
+                runs.sort_by(|a, b| a.key.cmp(&b.key));
                 runs
             }
             (_, pipeline) => {

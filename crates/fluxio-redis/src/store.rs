@@ -82,6 +82,8 @@ impl fmt::Debug for RedisStore {
             .field("completed_retention", &self.inner.completed_retention)
             .field("keep_completed", &self.inner.keep_completed)
             .field("command_timeout", &self.inner.command_timeout)
+            .field("cluster", &self.is_cluster())
+            .field("wait_replicas", &self.inner.wait_replicas)
             .finish()
     }
 }
@@ -1005,6 +1007,17 @@ mod tests {
             .await
             .expect("KEYS");
         assert!(left.is_empty(), "a delete takes the mark too: {left:?}");
+    }
+
+    /// The buckets are part of the cluster's key layout: every build must
+    /// compute the same (FNV-1a of the pipeline, values computed apart).
+    #[test]
+    fn cluster_buckets_are_stable() {
+        for (pipeline, bucket) in [("", 5), ("a", 12), ("payments", 6), ("p0", 13), ("p3", 4)] {
+            assert_eq!(cluster_bucket(pipeline), bucket, "{pipeline:?}");
+        }
+        assert_eq!(pipeline_of("p/r/1"), "p");
+        assert_eq!(pipeline_of("bare"), "");
     }
 
     #[test]
