@@ -91,10 +91,7 @@ fn main() {
         g.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 timed(&rt, iters, || async {
-                    store
-                        .save_fenced(cp.clone(), &lease)
-                        .await
-                        .expect("saved");
+                    store.save_fenced(cp.clone(), &lease).await.expect("saved");
                 })
             });
         });
@@ -135,7 +132,10 @@ fn main() {
         let every = RunFilter::new().limit(100);
         let mut one = RunFilter::new().limit(100);
         one.pipeline = Some("list7".to_owned());
-        for (label, filter) in [(name.to_owned(), every), (format!("{name}_one_pipeline"), one)] {
+        for (label, filter) in [
+            (name.to_owned(), every),
+            (format!("{name}_one_pipeline"), one),
+        ] {
             g.bench_function(label, |b| {
                 b.iter_custom(|iters| {
                     timed(&rt, iters, || async {

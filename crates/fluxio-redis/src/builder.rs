@@ -196,8 +196,10 @@ impl RedisStoreBuilder {
     ///
     /// # Errors
     /// [`Error::Store`](fluxio_core::Error::Store) (backend `"redis"`, source
-    /// a [`RedisStoreError`]): an empty `key_prefix`, a zero `completed_retention` or
-    /// `command_timeout` (the message names the setting), a URL redis-rs
+    /// a [`RedisStoreError`]): an empty `key_prefix` (or, on a cluster, one
+    /// with `{` or `}`, or no node), a zero `completed_retention` or
+    /// `command_timeout`, a `wait_replicas` timeout that is zero or not
+    /// below the command timeout (the message names the setting), a URL redis-rs
     /// rejects, a server that cannot be reached or authenticated with, or no
     /// reply within the command timeout.
     pub async fn connect(self) -> Result<RedisStore> {
