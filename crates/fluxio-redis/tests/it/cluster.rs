@@ -321,3 +321,146 @@ async fn rule24_cluster_wait_for_replicas_goes_to_the_runs_primary() {
     );
     cleanup(cluster, &ns).await;
 }
+
+/// `MONITOR` on every node of the cluster: the commands clients sent, as
+/// `(node, client address, line)`, but those run inside scripts.
+struct Monitors(
+    Vec<(
+        String,
+        tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>,
+    )>,
+);
+
+impl Monitors {
+    async fn start(cluster: &support::redis::Cluster) -> Monitors {
+        use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+        let mut all = Vec::new();
+        for node in cluster.nodes() {
+            let addr = node.trim_start_matches("redis://").to_owned();
+            let mut stream = tokio::net::TcpStream::connect(addr.as_str())
+                .await
+                .expect("connect");
+            stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
+            let mut lines = tokio::io::BufReader::new(stream).lines();
+            let ok = lines.next_line().await.expect("read").expect("a reply");
+            assert_eq!(ok, "+OK");
+            all.push((node.clone(), lines));
+        }
+        Monitors(all)
+    }
+
+    /// Every client command of every node since the start (or the last
+    /// call): up to an `ECHO` of a mark sent to each node.
+    async fn take(&mut self) -> Vec<(String, String, String)> {
+        let mark = support::namespace("mark");
+        let mut out = Vec::new();
+        for (node, lines) in &mut self.0 {
+            let mut conn = redis::Client::open(node.as_str())
+                .expect("a node's URL")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect");
+            let _: String = redis::cmd("ECHO")
+                .arg(&mark)
+                .query_async(&mut conn)
+                .await
+                .expect("ECHO");
+            loop {
+                let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+                    .await
+                    .expect("MONITOR goes on")
+                    .expect("read")
+                    .expect("MONITOR goes on");
+                let Some((source, command)) = line.split_once("] ") else {
+                    continue;
+                };
+                let client = source.rsplit(' ').next().unwrap_or_default();
+                if client == "lua" {
+                    continue;
+                }
+                if command.starts_with("\"ECHO\"") && command.contains(&mark) {
+                    break;
+                }
+                out.push((node.clone(), client.to_owned(), command.to_owned()));
+            }
+        }
+        out
+    }
+}
+
+#[fluxio::stage]
+async fn count_up(ctx: fluxio::Context) -> fluxio::StageResult {
+    let n: u64 = ctx.get_opt("n").unwrap_or(0);
+    Ok(ctx.set("n", n + 1)?)
+}
+
+/// On the cluster too, a 10-stage durable run is 11 scripts (`begin_run`,
+/// 9 fenced saves, `finish_run`), all sent to the primary of the run's
+/// slot; with `wait_for_replicas`, a checkpoint write's `WAIT` follows its
+/// script on that same node and connection (one pipeline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule24_cluster_a_ten_stage_durable_run_is_eleven_scripts_on_its_primary() {
+    let Some(cluster) = support::redis::cluster() else {
+        return;
+    };
+    let ns = support::namespace("cluster_trips");
+    let store = store(cluster, &ns, None).await;
+    let mut monitors = Monitors::start(cluster).await;
+    let _ = monitors.take().await;
+    let p = fluxio::pipeline![
+        count_up, count_up, count_up, count_up, count_up, count_up, count_up, count_up, count_up,
+        count_up
+    ]
+    .name("trips")
+    .store(store)
+    .build()
+    .expect("valid");
+    let out = p.invoke("ten", fluxio::Context::new()).await.expect("runs");
+    assert_eq!(out.get::<u64>("n").expect("a number"), 10);
+    let tag = format!("{{{ns}#");
+    let sent: Vec<_> = monitors
+        .take()
+        .await
+        .into_iter()
+        .filter(|(_, _, command)| command.contains(&tag))
+        .collect();
+    let names: Vec<String> = sent
+        .iter()
+        .map(|(_, _, c)| c.split('"').nth(1).unwrap_or_default().to_ascii_lowercase())
+        .collect();
+    eprintln!(
+        "cluster invoke: {} commands of the run: {names:?}",
+        names.len()
+    );
+    assert_eq!(names, ["evalsha"; 11], "{sent:?}");
+    let node = &sent[0].0;
+    assert!(sent.iter().all(|(n, _, _)| n == node), "one node: {sent:?}");
+
+    let waiting = RedisStore::cluster_builder(cluster.nodes().iter().cloned())
+        .key_prefix(&ns)
+        .wait_for_replicas(1, Duration::from_millis(20))
+        .connect()
+        .await
+        .expect("connect");
+    let _ = monitors.take().await;
+    let cp = conformance::checkpoint("w", 1).in_pipeline("trips");
+    waiting
+        .save(cp.clone())
+        .await
+        .expect_err("no replica acknowledges");
+    let sent = monitors.take().await;
+    let script = sent
+        .iter()
+        .position(|(_, _, c)| c.contains(&tag))
+        .expect("the save's script");
+    let (node, client, _) = &sent[script];
+    let next = sent[script + 1..]
+        .iter()
+        .find(|(n, c, _)| n == node && c == client)
+        .map(|(_, _, command)| command.as_str());
+    assert!(
+        next.is_some_and(|c| c.to_ascii_lowercase().starts_with("\"wait\" \"1\" \"20\"")),
+        "WAIT follows the script on {node}: {next:?}"
+    );
+    cleanup(cluster, &ns).await;
+}
