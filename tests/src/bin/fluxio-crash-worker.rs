@@ -1,6 +1,6 @@
 //! The worker process of the crash-test harness (`tests/tests/it/crash.rs`).
 //!
-//! `fluxio-crash-worker <redis|postgres|sqlite> <url-or-dir> <namespace> <run-id> <invoke|resume> <lease-ms> <ledger-path> [sync|async|exit]`
+//! `fluxio-crash-worker <redis|redis-cluster|postgres|sqlite> <url-or-dir> <namespace> <run-id> <invoke|resume> <lease-ms> <ledger-path> [sync|async|exit]`
 //!
 //! It prints `ready`, waits for a line on stdin, runs (or resumes) the crash
 //! pipeline, and prints `ok <final context JSON>`, `in_use`, `lease_lost` or

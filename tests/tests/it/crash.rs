@@ -542,6 +542,20 @@ fn crash_harness_on_redis() {
     harness(StoreKind::Redis, Durability::Sync);
 }
 
+/// On a Redis Cluster: three local masters, started once for this test
+/// binary; each worker connects with `RedisStore::cluster_builder`.
+#[test]
+fn crash_harness_on_redis_cluster() {
+    harness(StoreKind::RedisCluster, Durability::Sync);
+}
+
+/// Async durability on the Redis Cluster: checkpoints written in the
+/// background may be lost with the process, never a step skipped.
+#[test]
+fn rule24_crash_harness_async_on_redis_cluster() {
+    harness(StoreKind::RedisCluster, Durability::Async);
+}
+
 #[test]
 fn crash_harness_on_postgres() {
     harness(StoreKind::Postgres, Durability::Sync);
