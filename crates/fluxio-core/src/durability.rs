@@ -18,7 +18,9 @@
 //! - [`Async`](Durability::Async): every checkpoint sent is acknowledged (or
 //!   its error returned) before the run returns, fails or ends cancelled.
 //!
-//! What the faster modes give up:
+//! What the faster modes give up (and, in both, a run's
+//! [history](crate::Pipeline::history) holds only the checkpoints written:
+//! fewer steps to replay or fork from):
 //! - `Async`: a crash re-runs more (see the table), and a cancel
 //!   (rule 14) is noticed when a background write is refused, so one or
 //!   more further stages may start before the run stops. The first
