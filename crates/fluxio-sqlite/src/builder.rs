@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use fluxio_core::Result;
@@ -223,7 +224,8 @@ impl SqliteStoreBuilder {
             ));
         }
 
-        let (writer, reader) = pools(&self);
+        let commits = Arc::new(AtomicU64::new(0));
+        let (writer, reader) = pools(&self, &commits);
         let applied = prepare(&writer, &names, &self.path, self.timeout).await?;
         tracing::debug!(
             path = %self.path.display(),
@@ -245,6 +247,7 @@ impl SqliteStoreBuilder {
                 max_connections: self.max_connections,
                 completed_retention: self.completed_retention,
                 keep_completed: self.keep_completed,
+                commits,
             }),
         })
     }

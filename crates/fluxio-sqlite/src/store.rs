@@ -5,9 +5,12 @@ use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, check_lease_ttl};
+use fluxio_core::store::{
+    Begin, Begun, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, check_lease_ttl,
+};
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::SqlitePool;
 
@@ -48,6 +51,8 @@ pub(crate) struct Inner {
     pub(crate) max_connections: u32,
     pub(crate) completed_retention: Option<Duration>,
     pub(crate) keep_completed: Option<usize>,
+    /// Commits of the writing connection since the store opened.
+    pub(crate) commits: Arc<AtomicU64>,
 }
 
 impl Inner {
@@ -146,6 +151,16 @@ impl SqliteStore {
             Ok::<_, Failure>(done.rows_affected())
         })
         .await
+    }
+
+    /// How many transactions this store's writing connection committed
+    /// since the store opened (its migrations and write check included),
+    /// counted by SQLite's commit hook: what a test of how many commits a
+    /// run makes reads. Not a stable API.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn commits(&self) -> u64 {
+        self.inner.commits.load(Ordering::Relaxed)
     }
 
     /// Runs `fut` within the store's timeout.
@@ -255,7 +270,7 @@ impl CheckpointStore for SqliteStore {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.timed("delete", async {
-            sqlx::query(&inner.sql.delete)
+            sqlx::query(&inner.sql.run.delete)
                 .bind(run_id)
                 .execute(&inner.writer)
                 .await?;
@@ -269,7 +284,7 @@ impl CheckpointStore for SqliteStore {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.timed("exists", async {
-            let exists: bool = sqlx::query_scalar(&inner.sql.exists)
+            let exists: bool = sqlx::query_scalar(&inner.sql.run.exists)
                 .bind(run_id)
                 .fetch_one(&inner.reader)
                 .await?;
@@ -288,7 +303,7 @@ impl CheckpointStore for SqliteStore {
             // its end, where the autocommit transaction commits, so an error
             // of the commit (a full disk) is returned rather than lost when
             // sqlx resets the statement after the first row.
-            let tokens: Vec<i64> = sqlx::query_scalar(&inner.sql.acquire)
+            let tokens: Vec<i64> = sqlx::query_scalar(&inner.sql.run.acquire)
                 .bind(run_id)
                 .bind(millis(ttl))
                 .fetch_all(&inner.writer)
@@ -332,7 +347,7 @@ impl CheckpointStore for SqliteStore {
         };
         let inner = &self.inner;
         self.timed("release_lease", async {
-            sqlx::query(&inner.sql.release)
+            sqlx::query(&inner.sql.run.release)
                 .bind(lease.run_id())
                 .bind(token)
                 .execute(&inner.writer)
@@ -362,7 +377,7 @@ impl CheckpointStore for SqliteStore {
                     run_id: key.clone(),
                 }));
             }
-            let held: bool = sqlx::query_scalar(&inner.sql.lease_held)
+            let held: bool = sqlx::query_scalar(&inner.sql.run.held)
                 .bind(&key)
                 .bind(token)
                 .fetch_one(&mut *tx)
@@ -384,6 +399,77 @@ impl CheckpointStore for SqliteStore {
             Ok(())
         })
         .await
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction, so one commit: the lease taken
+    /// as [`acquire_lease`](Self::acquire_lease) takes it, the stored run
+    /// deleted ([`Begin::Replace`]) or looked for ([`Begin::IfAbsent`]:
+    /// when there is one, the commit holds only the lease), and `first`
+    /// appended as [`save_fenced`](Self::save_fenced) appends it. On an
+    /// error nothing is committed: no lease is taken.
+    async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
+        fluxio_core::store::check_run_id(&first.key())?;
+        check_lease_ttl(ttl)?;
+        let step = Step::of(&first)?;
+        let inner = &self.inner;
+        self.timed("begin_run", async {
+            let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
+            let begun = Journal::begin(
+                &mut tx,
+                &inner.sql.journal,
+                &inner.sql.run,
+                &first,
+                &step,
+                ttl,
+                begin,
+                inner.retention(),
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(begun)
+        })
+        .await
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction, so one commit: the checks of
+    /// [`save_fenced`](Self::save_fenced) (`Cancelled`, `LeaseLost`, a
+    /// missing predecessor), then, unless one refuses, `last` appended and
+    /// the run deleted when `delete`; and the lease released either way.
+    /// Only when the transaction itself fails is the lease released apart.
+    async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
+        let inner = &self.inner;
+        let written = match Step::of(&last) {
+            Err(e) => Err(e),
+            Ok(step) => {
+                self.timed("finish_run", async {
+                    let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
+                    let decided = Journal::finish(
+                        &mut tx,
+                        &inner.sql.journal,
+                        &inner.sql.run,
+                        &last,
+                        &step,
+                        &lease,
+                        delete,
+                        inner.retention(),
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    Ok::<_, Failure>(decided)
+                })
+                .await
+            }
+        };
+        match written {
+            Ok(decided) => decided,
+            Err(e) => {
+                let key = last.key();
+                if let Err(release) = self.release_lease(lease).await {
+                    tracing::warn!(run_id = %key, error = %release, "could not release the run's lease; it will expire");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// One `BEGIN IMMEDIATE` transaction, which holds the file's write lock
@@ -423,7 +509,7 @@ impl CheckpointStore for SqliteStore {
             if done.rows_affected() > 0 {
                 return Ok(());
             }
-            let held: bool = sqlx::query_scalar(&inner.sql.lease_held)
+            let held: bool = sqlx::query_scalar(&inner.sql.run.held)
                 .bind(run_id)
                 .bind(token)
                 .fetch_one(&inner.reader)

@@ -13,5 +13,6 @@ mod journal;
 mod list;
 mod open;
 mod resume;
+mod runs;
 mod schema;
 mod settings;
