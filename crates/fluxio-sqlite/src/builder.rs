@@ -13,6 +13,7 @@ use crate::connection::{pools, prepare};
 use crate::error::{SqliteStoreError, own_error};
 use crate::names::{Names, Sql, validate_path};
 use crate::store::{Inner, SqliteStore};
+use crate::writer::Writer;
 
 /// The default checkpoint table; the lease table is `<table>_leases`.
 pub const DEFAULT_TABLE: &str = "fluxio_checkpoints";
@@ -234,8 +235,10 @@ impl SqliteStoreBuilder {
             "checkpoint tables are up to date"
         );
         let sql = Sql::new(&names);
+        let writes = Writer::new(writer.clone());
         Ok(SqliteStore {
             inner: Arc::new(Inner {
+                writes,
                 writer,
                 reader,
                 names,

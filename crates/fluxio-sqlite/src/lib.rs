@@ -286,6 +286,7 @@ mod journal;
 mod migrate;
 mod names;
 mod store;
+mod writer;
 
 pub use builder::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_COMPLETED_RETENTION, DEFAULT_MAX_CONNECTIONS, DEFAULT_TABLE,

@@ -9,6 +9,7 @@
 mod conformance;
 mod error_kind;
 mod fencing;
+mod group;
 mod journal;
 mod list;
 mod open;
