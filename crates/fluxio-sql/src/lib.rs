@@ -143,6 +143,18 @@ pub struct Step {
 }
 
 impl Step {
+    /// The checkpoint's number, as the steps table keeps it.
+    #[must_use]
+    pub fn seq(&self) -> i64 {
+        self.seq
+    }
+
+    /// Whether it holds the whole context (no predecessor needed).
+    #[must_use]
+    pub fn whole(&self) -> bool {
+        self.whole
+    }
+
     /// Encodes `checkpoint`.
     ///
     /// # Errors
@@ -367,7 +379,7 @@ where
             None
         };
         if refusal.is_none() {
-            Self::append_checked(conn, sql, &key, last, step, retention).await?;
+            Self::append_checked(conn, sql, &key, last, step, retention, true).await?;
             if delete {
                 sqlx::query(&run.delete)
                     .bind(key.as_str())
@@ -422,19 +434,28 @@ where
         if !Self::predecessor_stored(conn, sql, key, step).await? {
             return Err(missing_predecessor(key, checkpoint.seq).into());
         }
-        Self::append_checked(conn, sql, key, checkpoint, step, retention).await
+        Self::append_checked(conn, sql, key, checkpoint, step, retention, true).await
     }
 
-    /// [`append`](Self::append) once the predecessor was found stored.
-    async fn append_checked(
+    /// [`append`](Self::append) once the caller found the predecessor
+    /// stored (or `step` whole), and whether steps numbered `step`'s seq or
+    /// later are stored (`later`: they are dropped first). For a store that
+    /// reads all it decides with in one statement.
+    ///
+    /// # Errors
+    /// The driver's.
+    pub async fn append_checked(
         conn: &mut DB::Connection,
         sql: &Statements,
         key: &str,
         checkpoint: &Checkpoint,
         step: &Step,
         retention: Retention,
+        later: bool,
     ) -> std::result::Result<(), D::Failure> {
-        Self::delete_steps_from(conn, sql, key, step.seq).await?;
+        if later {
+            Self::delete_steps_from(conn, sql, key, step.seq).await?;
+        }
         Self::write_run(conn, sql, key, checkpoint, retention.expire_after).await?;
         Self::insert(conn, sql, key, step).await?;
         if checkpoint.keep_from > 0 {

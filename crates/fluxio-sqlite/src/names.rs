@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use fluxio_sql::{COMPLETED, Listing, RunStatements, Statements};
+use fluxio_sql::{CANCELLED, COMPLETED, Listing, RunStatements, Statements};
 
 use crate::error::SqliteStoreError;
 
@@ -160,6 +160,11 @@ pub(crate) struct Sql {
     pub(crate) load: String,
     pub(crate) history: String,
     pub(crate) delete_fenced: String,
+    /// What a fenced save decides with, in one statement: (key `?1`,
+    /// token `?2`, seq `?3`, whole `?4`) gives one row of four booleans:
+    /// the run is cancelled, the lease is current, the predecessor is
+    /// stored (or not needed), steps numbered `?3` or later are stored.
+    pub(crate) fenced_check: String,
     pub(crate) renew: String,
     pub(crate) purge_leases: String,
     pub(crate) purge_checkpoints: String,
@@ -285,6 +290,13 @@ impl Sql {
                     "UPDATE {leases} SET expires_at = NULL WHERE run_id = ?1 AND token = ?2"
                 ),
             },
+            fenced_check: format!(
+                "SELECT coalesce((SELECT status = '{CANCELLED}' FROM {cp} WHERE run_id = ?1), 0), \
+                 EXISTS ({}), \
+                 ?4 OR EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?1 AND seq = ?3 - 1), \
+                 EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?1 AND seq >= ?3)",
+                current_lease("?2")
+            ),
             renew: format!(
                 "UPDATE {leases} SET expires_at = {NOW} + ?3 \
                  WHERE run_id = ?1 AND token = ?2 AND expires_at > {NOW}"

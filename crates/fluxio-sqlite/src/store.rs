@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use fluxio_core::store::{
     Begin, Begun, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, check_lease_ttl,
+    missing_predecessor,
 };
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
@@ -36,9 +37,9 @@ pub struct SqliteStore {
 }
 
 pub(crate) struct Inner {
-    /// One connection: every write of this store goes through it, so the
-    /// store's own writes queue in the pool (first come, first served)
-    /// instead of contending for SQLite's write lock.
+    /// One connection: every write of this store goes through it (in
+    /// `writes`' transactions), so the store's own writes never contend
+    /// for SQLite's write lock.
     pub(crate) writer: SqlitePool,
     /// The other connections, `query_only`; the writer itself when
     /// `max_connections` is 1.
@@ -141,7 +142,7 @@ impl SqliteStore {
     /// # Errors
     /// [`Error::Store`].
     pub async fn purge_expired(&self) -> Result<u64> {
-        self.write("purge_expired", |conn, inner| {
+        self.write("purge_expired", false, |conn, inner| {
             Box::pin(async move {
                 sqlx::query(&inner.sql.purge_leases)
                     .execute(&mut *conn)
@@ -157,7 +158,10 @@ impl SqliteStore {
 
     /// Runs `write` as one write of the store's group commit (see
     /// [`Writer`]), within the store's timeout.
-    async fn write<T, F>(&self, operation: &'static str, write: F) -> Result<T>
+    ///
+    /// `savepoint`: whether the write may be refused after it wrote
+    /// something (see [`Writer::write`]).
+    async fn write<T, F>(&self, operation: &'static str, savepoint: bool, write: F) -> Result<T>
     where
         T: Send + 'static,
         F: for<'c> FnOnce(
@@ -168,10 +172,9 @@ impl SqliteStore {
             + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        let queued = self
-            .inner
-            .writes
-            .write(move |conn| Box::pin(async move { write(conn, &inner).await }));
+        let queued = self.inner.writes.write(savepoint, move |conn| {
+            Box::pin(async move { write(conn, &inner).await })
+        });
         timed(self.inner.timeout, operation, queued).await
     }
 
@@ -222,7 +225,7 @@ impl CheckpointStore for SqliteStore {
             .chain([&checkpoint])
             .map(Step::of)
             .collect::<Result<Vec<_>>>()?;
-        self.write("save", move |conn, inner| {
+        self.write("save", false, move |conn, inner| {
             Box::pin(async move {
                 Journal::replace(
                     conn,
@@ -288,7 +291,7 @@ impl CheckpointStore for SqliteStore {
     async fn delete(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
         let key = run_id.to_owned();
-        self.write("delete", move |conn, inner| {
+        self.write("delete", false, move |conn, inner| {
             Box::pin(async move {
                 sqlx::query(&inner.sql.run.delete)
                     .bind(&key)
@@ -320,7 +323,7 @@ impl CheckpointStore for SqliteStore {
         fluxio_core::store::check_run_id(run_id)?;
         check_lease_ttl(ttl)?;
         let key = run_id.to_owned();
-        self.write("acquire_lease", move |conn, inner| {
+        self.write("acquire_lease", false, move |conn, inner| {
             Box::pin(async move {
                 let tokens: Vec<i64> = sqlx::query_scalar(&inner.sql.run.acquire)
                     .bind(&key)
@@ -344,7 +347,7 @@ impl CheckpointStore for SqliteStore {
         };
         let lost = lease_lost(lease);
         let key = lease.run_id().to_owned();
-        self.write("renew_lease", move |conn, inner| {
+        self.write("renew_lease", false, move |conn, inner| {
             Box::pin(async move {
                 let done = sqlx::query(&inner.sql.renew)
                     .bind(&key)
@@ -367,7 +370,7 @@ impl CheckpointStore for SqliteStore {
             return Ok(());
         };
         let key = lease.run_id().to_owned();
-        self.write("release_lease", move |conn, inner| {
+        self.write("release_lease", false, move |conn, inner| {
             Box::pin(async move {
                 sqlx::query(&inner.sql.run.release)
                     .bind(&key)
@@ -393,26 +396,33 @@ impl CheckpointStore for SqliteStore {
         };
         let step = Step::of(&checkpoint)?;
         let lost = lease_lost(lease);
-        self.write("save_fenced", move |conn, inner| {
+        self.write("save_fenced", false, move |conn, inner| {
             Box::pin(async move {
-                if Journal::cancelled(conn, &inner.sql.journal, &key).await? {
+                let (cancelled, held, predecessor, later): (bool, bool, bool, bool) =
+                    sqlx::query_as(&inner.sql.fenced_check)
+                        .bind(&key)
+                        .bind(token)
+                        .bind(step.seq())
+                        .bind(step.whole())
+                        .fetch_one(&mut *conn)
+                        .await?;
+                if cancelled {
                     return Err(Failure::Fluxio(Error::Cancelled { run_id: key }));
                 }
-                let held: bool = sqlx::query_scalar(&inner.sql.run.held)
-                    .bind(&key)
-                    .bind(token)
-                    .fetch_one(&mut *conn)
-                    .await?;
                 if !held {
                     return Err(Failure::Fluxio(lost));
                 }
-                Journal::append(
+                if !predecessor {
+                    return Err(Failure::Fluxio(missing_predecessor(&key, checkpoint.seq)));
+                }
+                Journal::append_checked(
                     conn,
                     &inner.sql.journal,
                     &key,
                     &checkpoint,
                     &step,
                     inner.retention(),
+                    later,
                 )
                 .await
             })
@@ -430,7 +440,7 @@ impl CheckpointStore for SqliteStore {
         fluxio_core::store::check_run_id(&first.key())?;
         check_lease_ttl(ttl)?;
         let step = Step::of(&first)?;
-        self.write("begin_run", move |conn, inner| {
+        self.write("begin_run", true, move |conn, inner| {
             Box::pin(async move {
                 Journal::begin(
                     conn,
@@ -459,7 +469,7 @@ impl CheckpointStore for SqliteStore {
             Err(e) => Err(e),
             Ok(step) => {
                 let held = Lease::new(lease.run_id(), lease.token());
-                self.write("finish_run", move |conn, inner| {
+                self.write("finish_run", false, move |conn, inner| {
                     Box::pin(async move {
                         Journal::finish(
                             conn,
@@ -497,7 +507,7 @@ impl CheckpointStore for SqliteStore {
     async fn cancel(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
         let key = run_id.to_owned();
-        self.write("cancel", move |conn, inner| {
+        self.write("cancel", false, move |conn, inner| {
             Box::pin(async move {
                 Journal::cancel(conn, &inner.sql.journal, &inner.sql.load, &key).await
             })
@@ -515,7 +525,7 @@ impl CheckpointStore for SqliteStore {
         };
         let lost = lease_lost(lease);
         let key = run_id.to_owned();
-        self.write("delete_fenced", move |conn, inner| {
+        self.write("delete_fenced", false, move |conn, inner| {
             Box::pin(async move {
                 let done = sqlx::query(&inner.sql.delete_fenced)
                     .bind(&key)

@@ -1,6 +1,6 @@
 //! Group commit: every write of a store goes through one task, which runs
-//! the writes waiting for it in one `BEGIN IMMEDIATE` transaction, each in
-//! a savepoint of its own, and commits them together.
+//! the writes waiting for it in one `BEGIN IMMEDIATE` transaction and
+//! commits them together.
 //!
 //! SQLite commits one transaction at a time per file, and in WAL mode with
 //! `synchronous = FULL` every commit syncs the log to disk: one write per
@@ -10,11 +10,20 @@
 //! holds it returned (so it is as durable as a commit is), and the next
 //! group forms while the previous one syncs.
 //!
-//! Each write decides alone: one that fails (a refused fenced save, a
-//! driver error) is rolled back to its savepoint, and only its caller gets
-//! the error; the others still commit. When the transaction fails as a
-//! whole (it cannot begin, or its commit fails) every write of it gets that
-//! error ([`SqliteStoreError::GroupCommit`]). A write reads what the writes
+//! Each write decides alone: one that is refused (a lost lease, a
+//! cancelled run, a missing predecessor) fails only its own caller, and the
+//! others still commit. The store's writes decide before they write
+//! anything, so a refusal has nothing to undo; the one write that may be
+//! refused after writing (a run's beginning) runs in a savepoint of its
+//! own, rolled back when it is refused. A driver error in the middle of a
+//! write (a full disk, an I/O error; SQLite then often rolls the whole
+//! transaction back itself) gives the transaction up: its caller gets the
+//! error, the writes that ran before it in the transaction fail with
+//! [`SqliteStoreError::GroupCommit`], and the writes not run yet go into
+//! the next transaction. When the transaction fails as a whole (it cannot
+//! begin, or its commit fails) every write of it gets that error
+//! ([`SqliteStoreError::GroupCommit`], or SQLite's error itself for a
+//! transaction of one write). A write reads what the writes
 //! before it in the same transaction wrote, as if they had committed one by
 //! one in that order; nothing else sees any of them before the commit.
 //!
@@ -35,6 +44,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::connection::Failure;
 use crate::error::{SqliteStoreError, own_error};
+use crate::migrate::MigrateError;
 
 /// The most writes one transaction holds.
 const MAX_GROUP: usize = 256;
@@ -45,9 +55,30 @@ pub(crate) type BoxFuture<'c, T> = Pin<Box<dyn Future<Output = T> + Send + 'c>>;
 /// What a write tells the task: whether it is kept (released savepoint) or
 /// undone (rolled back to its savepoint), and how to answer its caller once
 /// the transaction ended (with the transaction's error, if it failed).
-type Ran = (bool, Answer);
+type Ran = (Outcome, Answer);
 type Answer = Box<dyn FnOnce(Option<Failure>) + Send>;
-type Work = Box<dyn for<'c> FnOnce(Slot<'c>) -> BoxFuture<'c, Ran> + Send>;
+type Run = Box<dyn for<'c> FnOnce(Slot<'c>) -> BoxFuture<'c, Ran> + Send>;
+
+/// A queued write.
+struct Work {
+    /// Whether it runs in a savepoint of its own: a write that may be
+    /// refused after it wrote something. Any other write is refused (a
+    /// [`Failure::Fluxio`]) before it writes anything, so nothing of it is
+    /// to undo; when it fails otherwise (a driver error) after others ran,
+    /// the transaction is given up (see [`commit_group`]).
+    savepoint: bool,
+    run: Run,
+}
+
+/// How a write ended.
+enum Outcome {
+    /// It wrote what it had to: kept.
+    Kept,
+    /// Refused before it wrote anything (unless in a savepoint).
+    Refused,
+    /// A driver error, after writing who knows what: its message.
+    Failed(String),
+}
 
 /// Where a write runs: on the connection, in the group's transaction; or
 /// nowhere, when the transaction could not begin (the write then answers
@@ -73,10 +104,13 @@ impl Writer {
         }
     }
 
-    /// Runs `write` on the writing connection, inside a transaction and a
-    /// savepoint the task opened, and returns its result once the
-    /// transaction committed. `write` must not begin, commit or roll back.
-    pub(crate) async fn write<T, F>(&self, write: F) -> Result<T, Failure>
+    /// Runs `write` on the writing connection, inside a transaction the
+    /// task opened, and returns its result once the transaction committed.
+    /// `write` must not begin, commit or roll back. A `write` that may
+    /// return a [`Failure::Fluxio`] (a refusal) after it wrote something
+    /// asks for a `savepoint` of its own; any other must refuse before it
+    /// writes.
+    pub(crate) async fn write<T, F>(&self, savepoint: bool, write: F) -> Result<T, Failure>
     where
         T: Send + 'static,
         F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, Failure>>
@@ -84,18 +118,24 @@ impl Writer {
             + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let work: Work = Box::new(move |slot| {
+        let run: Run = Box::new(move |slot| {
             Box::pin(async move {
                 let conn = match slot {
                     // the caller stopped waiting (a timeout, a dropped
                     // future) before the write began: it never happens
                     Slot::Run(_) if tx.is_closed() => {
-                        return (false, Box::new(|_: Option<Failure>| {}) as Answer);
+                        return (
+                            Outcome::Refused,
+                            Box::new(|_: Option<Failure>| {}) as Answer,
+                        );
                     }
                     Slot::Run(conn) => conn,
                     Slot::Fail(e) => {
                         let _ = tx.send(Err(e));
-                        return (false, Box::new(|_: Option<Failure>| {}) as Answer);
+                        return (
+                            Outcome::Refused,
+                            Box::new(|_: Option<Failure>| {}) as Answer,
+                        );
                     }
                 };
                 match write(conn).await {
@@ -106,18 +146,26 @@ impl Writer {
                                 Some(e) => Err(e),
                             });
                         });
-                        (true, answer)
+                        (Outcome::Kept, answer)
                     }
                     Err(e) => {
+                        let outcome = match &e {
+                            Failure::Fluxio(_) | Failure::Migrate(MigrateError::Store(_)) => {
+                                Outcome::Refused
+                            }
+                            Failure::Sql(e) | Failure::Migrate(MigrateError::Sql(e)) => {
+                                Outcome::Failed(e.to_string())
+                            }
+                        };
                         let answer: Answer = Box::new(move |_| {
                             let _ = tx.send(Err(e));
                         });
-                        (false, answer)
+                        (outcome, answer)
                     }
                 }
             })
         });
-        self.submit(work);
+        self.submit(Work { savepoint, run });
         rx.await
             .unwrap_or_else(|_| Err(Failure::Fluxio(own_error(SqliteStoreError::WriterStopped))))
     }
@@ -185,7 +233,7 @@ async fn commit_group(pool: &SqlitePool, waiting: &mut VecDeque<Work>) {
                 answer(Some(failures.next()));
             }
             for work in waiting.drain(..unrun) {
-                let (_, answer) = work(Slot::Fail(failures.next())).await;
+                let (_, answer) = (work.run)(Slot::Fail(failures.next())).await;
                 answer(None);
             }
         }
@@ -208,22 +256,33 @@ async fn run_group(
     *begun = true;
     let alone = waiting.len() == 1;
     while let Some(work) = waiting.pop_front() {
-        if !alone {
+        // one write: the transaction is its savepoint
+        let savepoint = work.savepoint && !alone;
+        if savepoint {
             exec(conn, "SAVEPOINT fluxio_write").await?;
         }
-        let (kept, answer) = work(Slot::Run(conn)).await;
+        let (outcome, answer) = (work.run)(Slot::Run(conn)).await;
         answers.push(answer);
-        match (alone, kept) {
-            // one write: the transaction is its savepoint
-            (true, true) => {}
-            (true, false) => {
+        match outcome {
+            Outcome::Kept if savepoint => exec(conn, "RELEASE fluxio_write").await?,
+            Outcome::Kept => {}
+            _ if alone => {
                 exec(conn, "ROLLBACK").await?;
                 return open.close();
             }
-            (false, true) => exec(conn, "RELEASE fluxio_write").await?,
-            (false, false) => {
+            _ if savepoint => {
                 exec(conn, "ROLLBACK TO fluxio_write").await?;
                 exec(conn, "RELEASE fluxio_write").await?;
+            }
+            Outcome::Refused => {}
+            Outcome::Failed(message) => {
+                // what it wrote is unknown: the transaction is given up,
+                // and the writes that ran before it fail with its error
+                // (the failed one has its own); the writes not run yet
+                // go into the next transaction
+                return Err(sqlx::Error::Protocol(format!(
+                    "another write of the transaction failed: {message}"
+                )));
             }
         }
     }
