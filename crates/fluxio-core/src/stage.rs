@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::context::Context;
 use crate::error::{BoxError, Error, Result};
-use crate::store::KeepLease;
+use crate::store::{BodyLease, KeepLease};
 use crate::value::Value;
 
 /// How a stage runs.
@@ -554,7 +554,7 @@ tokio::task_local! {
 /// back.
 struct BodyHold {
     _position: tokio::sync::OwnedMutexGuard<()>,
-    _lease: Option<KeepLease>,
+    _lease: Option<BodyLease>,
 }
 
 impl RunBodies {
@@ -580,7 +580,7 @@ impl RunBodies {
         );
         BodyHold {
             _position: lock.lock_owned().await,
-            _lease: self.keep.clone(),
+            _lease: self.keep.as_ref().map(KeepLease::body),
         }
     }
 }

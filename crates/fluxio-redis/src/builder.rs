@@ -55,6 +55,7 @@ pub struct RedisStoreBuilder {
     pub(crate) key_prefix: String,
     pub(crate) command_timeout: Duration,
     pub(crate) tls_root_certificates: Option<Vec<u8>>,
+    pub(crate) wait_for_replicas: Option<(u32, Duration)>,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -69,6 +70,7 @@ impl fmt::Debug for RedisStoreBuilder {
                 "tls_root_certificates",
                 &self.tls_root_certificates.is_some(),
             )
+            .field("wait_for_replicas", &self.wait_for_replicas)
             .finish()
     }
 }
@@ -82,6 +84,7 @@ impl RedisStoreBuilder {
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             tls_root_certificates: None,
+            wait_for_replicas: None,
         }
     }
 
@@ -150,6 +153,60 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// After every checkpoint write, wait until at least `replicas` replicas
+    /// acknowledge it, for at most `timeout` (default: no waiting). The write
+    /// is followed by `WAIT replicas timeout` in the same round trip (a
+    /// pipeline of the script and `WAIT`), and when fewer replicas
+    /// acknowledged in time, the call fails with
+    /// [`Error::Store`](fluxio_core::Error::Store) whose
+    /// [`RedisStoreError`] names the run, the operation and both numbers
+    /// ([`replicas_acknowledged`](RedisStoreError::replicas_acknowledged)).
+    ///
+    /// The checkpoint writes are those of `save`, `save_fenced`, `cancel`,
+    /// `begin_run` (also when it only took the lease) and `finish_run`: the
+    /// ones a resumed run reads. Leases (`acquire_lease`, `renew_lease`,
+    /// `release_lease`) and deletes are not waited for, and neither is a
+    /// write the store refused (a lost lease, a cancelled run: that error
+    /// is returned).
+    ///
+    /// What it guarantees: a write that returned `Ok` was in the memory of
+    /// at least `replicas` replicas when it returned. What it does not:
+    /// `WAIT` does not make Redis strongly consistent. On a failed `WAIT`
+    /// the write is *not* undone: the primary applied it, it may reach the
+    /// replicas later, and a read sees it; the error says only that it is
+    /// not known to be replicated (the pipeline's run then stops with that
+    /// error, and resuming it reads whatever the store holds). After a
+    /// failover, a write acknowledged by `replicas` replicas can still be
+    /// lost: when the promoted replica is not one of those that
+    /// acknowledged it (Sentinel and Cluster promote the most up-to-date
+    /// replica they can reach, which is usually, not always, one of them),
+    /// or when the replicas that had it restart without persistence before
+    /// they are promoted. It narrows the window in which an acknowledged
+    /// checkpoint is lost to a failover; it does not close it. (`WAITAOF`
+    /// would add fsync on the replicas; it is not used.)
+    ///
+    /// `WAIT` blocks the connection it is sent on until it returns, and a
+    /// store's calls share one connection: while a replica is missing,
+    /// every call of the store may wait behind a write up to `timeout`.
+    /// `replicas` at least 1; `timeout` at least 1 ms and shorter than the
+    /// [`command_timeout`](Self::command_timeout).
+    ///
+    /// ```no_run
+    /// # async fn f() -> fluxio_core::Result<()> {
+    /// use std::time::Duration;
+    /// use fluxio_redis::RedisStore;
+    ///
+    /// let store = RedisStore::builder("redis://redis.internal:6379")
+    ///     .wait_for_replicas(1, Duration::from_millis(500))
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_for_replicas = Some((replicas, timeout));
+        self
+    }
+
     /// Validates the settings, connects, and loads the store's Lua scripts
     /// into the server.
     ///
@@ -190,6 +247,27 @@ impl RedisStoreBuilder {
         };
         if self.command_timeout.is_zero() {
             return Err(invalid("command_timeout", "must be greater than zero"));
+        }
+        if let Some((replicas, timeout)) = self.wait_for_replicas {
+            if replicas == 0 {
+                return Err(invalid(
+                    "wait_for_replicas",
+                    "must ask for at least 1 replica",
+                ));
+            }
+            if timeout.as_millis() == 0 {
+                // `WAIT n 0` would wait forever
+                return Err(invalid(
+                    "wait_for_replicas",
+                    "the timeout must be at least 1 ms",
+                ));
+            }
+            if timeout >= self.command_timeout {
+                return Err(invalid(
+                    "wait_for_replicas",
+                    "the timeout must be shorter than the command timeout",
+                ));
+            }
         }
         Ok(retention_ms)
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fluxio_core::store::{MAX_LEASE_TTL, RedactedUrl};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisResult};
+use redis::{Client, ErrorKind, RedisResult, ServerErrorKind};
 use tokio::time::Instant;
 
 use crate::builder::RedisStoreBuilder;
@@ -80,6 +80,7 @@ impl RedisStore {
                 keep_completed: config.keep_completed,
                 retention_ms,
                 command_timeout: timeout,
+                wait_for_replicas: config.wait_for_replicas,
                 client,
                 manager_config,
                 conn: RwLock::new(Conn {
@@ -150,8 +151,9 @@ impl RedisStore {
     /// the first attempt failed on the connection rather than on the server.
     ///
     /// Only for operations that may be sent twice: every method's command or
-    /// script is idempotent, checks the lease's token, or (acquire) carries
-    /// a nonce that makes a repeat return the first attempt's lease.
+    /// script is idempotent, checks the lease's token, or (acquire,
+    /// `begin_run`) carries a nonce that makes a repeat return the first
+    /// attempt's lease, or (`finish_run`) leaves its result for a repeat.
     async fn exec<T, F, Fut>(
         &self,
         operation: &'static str,
@@ -229,6 +231,69 @@ impl RedisStore {
             script.invoke_async(&mut conn).await
         })
         .await
+    }
+
+    /// Runs one script that writes a checkpoint of the run `run_id` (see
+    /// [`exec`](Self::exec)); with
+    /// [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas), as a
+    /// pipeline of the script and `WAIT` (one round trip), and returns how
+    /// many replicas acknowledged it, to check with
+    /// [`replicated`](Self::replicated) once the script's reply says it
+    /// wrote. A server that lost the script gets it (`SCRIPT LOAD`) and the
+    /// pipeline again.
+    pub(crate) async fn invoke_write<T: redis::FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        deadline: Instant,
+        script: &redis::ScriptInvocation<'static>,
+    ) -> Result<(T, Option<u64>), RedisStoreError> {
+        let Some((replicas, timeout)) = self.inner.wait_for_replicas else {
+            let reply = self.invoke(operation, key, deadline, script).await?;
+            return Ok((reply, None));
+        };
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(script)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(crate::builder::px(timeout));
+        let pipe = &pipe;
+        let (reply, acked): (T, u64) = self
+            .exec(operation, key, deadline, move |mut conn| async move {
+                match pipe.query_async(&mut conn).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        script.load_async(&mut conn).await?;
+                        pipe.query_async(&mut conn).await
+                    }
+                    reply => reply,
+                }
+            })
+            .await?;
+        Ok((reply, Some(acked)))
+    }
+
+    /// `Ok` unless the write of run `run_id` at `key`, which `acked`
+    /// replicas acknowledged (`None`: not waited for), needed more.
+    pub(crate) fn replicated(
+        &self,
+        operation: &'static str,
+        key: &str,
+        run_id: &str,
+        acked: Option<u64>,
+    ) -> Result<(), RedisStoreError> {
+        match (self.inner.wait_for_replicas, acked) {
+            (Some(wait), Some(acked)) if acked < u64::from(wait.0) => {
+                Err(RedisStoreError::replicas(
+                    operation,
+                    key.to_owned(),
+                    &self.inner.url,
+                    run_id,
+                    wait,
+                    acked,
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 }
 

@@ -14,3 +14,4 @@ mod secrets;
 mod store;
 mod timeout;
 mod tls;
+mod trips;
