@@ -9,6 +9,7 @@
 //! committed: what makes the server flush its log. Other tests write to
 //! other schemas, so the count is this test's alone.
 
+use fluxio::{Context, StageResult, pipeline, stage};
 use fluxio_postgres::PostgresStore;
 use fluxio_test_support as support;
 use support::runs;
@@ -84,5 +85,41 @@ async fn rule24_a_ten_stage_run_commits_eleven_times() {
     runs::drive(&store, &run).await;
     assert_eq!(commits(&store).await, 11);
     drop(store);
+    support::postgres::drop_schema(&url, &schema).await;
+}
+
+#[stage]
+async fn stamp(ctx: Context) -> StageResult {
+    let n: u64 = ctx.get_opt("n").unwrap_or(0);
+    Ok(ctx.set("n", n + 1)?)
+}
+
+/// The same through a durable pipeline of 10 stages, each setting one key:
+/// `invoke` begins the run with `begin_run` and ends it with `finish_run`,
+/// so it commits 11 times (issue 13: at most 11).
+#[tokio::test]
+async fn rule24_a_ten_stage_durable_invoke_commits_eleven_times() {
+    let Some(url) = support::postgres::server().await else {
+        return;
+    };
+    let schema = support::namespace("runs_invoke");
+    let store = store(&url, &schema).await;
+    count_commits(&store).await;
+    let p = pipeline![
+        stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp
+    ]
+    .name("orders")
+    .store(store.clone())
+    .build()
+    .expect("valid");
+    let out = p
+        .invoke("1", Context::new())
+        .await
+        .expect("the run completes");
+    assert_eq!(out.get::<u64>("n").expect("n"), 10);
+    let commits = commits(&store).await;
+    // one per checkpoint: 10 before the stages, and the completed one
+    assert_eq!(commits, 11);
+    drop((p, store));
     support::postgres::drop_schema(&url, &schema).await;
 }
