@@ -175,26 +175,56 @@ fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &SqliteSto
     let input = context_of(1024);
     static RUN: AtomicU64 = AtomicU64::new(0);
 
+    // `runs` concurrent runs, to completion.
+    let batch = |runs: u64| {
+        rt.block_on(async {
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..runs {
+                let (p, input) = (p.clone(), input.clone());
+                let run_id = format!("run-{}", RUN.fetch_add(1, Ordering::Relaxed));
+                tasks.spawn(async move { p.invoke(&run_id, input).await });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.expect("no panic").expect("the run completes");
+            }
+        });
+    };
+
     let mut g = c.benchmark_group("sqlite_throughput");
     for runs in [1u64, 16, 64] {
         g.throughput(Throughput::Elements(runs));
-        g.bench_function(format!("{runs}"), |b| {
-            b.iter(|| {
-                rt.block_on(async {
-                    let mut tasks = tokio::task::JoinSet::new();
-                    for _ in 0..runs {
-                        let (p, input) = (p.clone(), input.clone());
-                        let run_id = format!("run-{}", RUN.fetch_add(1, Ordering::Relaxed));
-                        tasks.spawn(async move { p.invoke(&run_id, input).await });
-                    }
-                    while let Some(done) = tasks.join_next().await {
-                        done.expect("no panic").expect("the run completes");
-                    }
-                });
-            });
-        });
+        g.bench_function(format!("{runs}"), |b| b.iter(|| batch(runs)));
     }
     g.finish();
+
+    // As for the checkpoints above: criterion measures 1, then 16, then 64
+    // concurrent runs, and on a shared machine the load changes in between.
+    // Alternating them gives each the same conditions; the store's commit
+    // counter says how many commits the runs shared.
+    let rounds = 30;
+    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut commits = [0u64; 2];
+    for _ in 0..rounds {
+        for (i, runs) in [1u64, 16].into_iter().enumerate() {
+            let before = store.commits();
+            let started = Instant::now();
+            batch(runs);
+            rates[i].push(runs as f64 / started.elapsed().as_secs_f64());
+            commits[i] += store.commits() - before;
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (one, sixteen) = (median(&mut rates[0]), median(&mut rates[1]));
+    eprintln!(
+        "throughput, {rounds} alternating rounds: 1 run {one:.0} runs/s ({:.2} commits per run), \
+         16 concurrent runs {sixteen:.0} runs/s ({:.2} commits per run), ratio {:.2}",
+        commits[0] as f64 / f64::from(rounds),
+        commits[1] as f64 / (16.0 * f64::from(rounds)),
+        sixteen / one
+    );
 }
 
 fn resume(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &SqliteStore) {
