@@ -18,14 +18,21 @@
 //! - [`Async`](Durability::Async): every checkpoint sent is acknowledged (or
 //!   its error returned) before the run returns, fails or ends cancelled.
 //!
-//! What the faster modes give up:
+//! What the faster modes give up (and, in both, a run's
+//! [history](crate::Pipeline::history) holds only the checkpoints written:
+//! fewer steps to replay or fork from):
 //! - `Async`: a crash re-runs more (see the table), and a cancel
 //!   (rule 14) is noticed when a background write is refused, so one or
 //!   more further stages may start before the run stops. The first
 //!   checkpoint is still written before the first stage (with the lease,
 //!   in one call), so a crashed run can always be found, listed and
-//!   recovered. Writes go out at most one at a time; a checkpoint made
-//!   while one is in flight waits, and a newer one replaces it.
+//!   recovered. Writes go out one at a time: a checkpoint waits
+//!   [`async_flush`](crate::PipelineBuilder::async_flush) (default
+//!   [`DEFAULT_ASYNC_FLUSH`], 2 ms) and any write in flight before it is
+//!   sent, and a newer checkpoint made meanwhile replaces it. So a run of
+//!   quick stages writes its first and last checkpoints only, and a stage
+//!   that runs for longer than that has the checkpoint before it written
+//!   while it runs.
 //! - `Exit`: while a run goes on, nothing of it is stored: a crashed run
 //!   is not listed and cannot be resumed or recovered (`start` runs it
 //!   again from the beginning), and a cancel of a running run finds nothing
@@ -33,12 +40,20 @@
 //!   short runs whose stages are cheap to repeat.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::interpret::Tail;
 use crate::store::{Checkpoint, CheckpointStore, Lease};
+
+/// How long an [`Async`](Durability::Async) checkpoint waits before it is
+/// sent, by default: a newer one made meanwhile replaces it.
+pub const DEFAULT_ASYNC_FLUSH: Duration = Duration::from_millis(2);
+
+/// The longest [`async_flush`](crate::PipelineBuilder::async_flush): one hour.
+pub const MAX_ASYNC_FLUSH: Duration = Duration::from_secs(3600);
 
 /// When a durable run's checkpoints are written (contract rule 24); see the
 /// [module](self) for what each mode keeps and gives up.
@@ -56,8 +71,8 @@ pub enum Durability {
     #[default]
     Sync,
     /// Checkpoints before stages are written in the background, one at a
-    /// time, the newest replacing one still waiting; all are acknowledged
-    /// before the run ends.
+    /// time, each after a short wait in which a newer one replaces it; all
+    /// are acknowledged before the run ends.
     Async,
     /// Only the run's end is written: failure, cancel, completion.
     Exit,
@@ -108,6 +123,9 @@ pub(crate) struct Writer {
     lease: Arc<Lease>,
     tail: Arc<Mutex<Tail>>,
     version: Arc<str>,
+    /// How long a checkpoint waits before it is sent, so that newer ones
+    /// made meanwhile replace it ([`PipelineBuilder::async_flush`](crate::PipelineBuilder::async_flush)).
+    flush: Duration,
 }
 
 #[derive(Default)]
@@ -115,6 +133,8 @@ struct Shared {
     state: Mutex<State>,
     /// Woken when the writing task ends.
     idle: Notify,
+    /// Wakes the writing task from its flush wait: the run is ending.
+    wake: Notify,
 }
 
 #[derive(Default)]
@@ -139,6 +159,7 @@ impl Writer {
         lease: Lease,
         tail: Arc<Mutex<Tail>>,
         version: &str,
+        flush: Duration,
     ) -> Self {
         Writer {
             shared: Arc::default(),
@@ -146,6 +167,7 @@ impl Writer {
             lease: Arc::new(lease),
             tail,
             version: Arc::from(version),
+            flush,
         }
     }
 
@@ -170,6 +192,7 @@ impl Writer {
                 Arc::clone(&self.lease),
                 Arc::clone(&self.tail),
                 Arc::clone(&self.version),
+                self.flush,
             );
             // durable runs check for a runtime before they start
             tokio::spawn(task);
@@ -194,6 +217,8 @@ impl Writer {
                     return state.failed.take().map_or(Ok(()), Err);
                 }
             }
+            // a task waiting to flush has nothing left to send: it ends
+            self.shared.wake.notify_one();
             idle.await;
         }
     }
@@ -215,9 +240,16 @@ async fn write_pending(
     lease: Arc<Lease>,
     tail: Arc<Mutex<Tail>>,
     version: Arc<str>,
+    flush: Duration,
 ) {
     let lock = || tail.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
+        if !flush.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(flush) => {}
+                () = shared.wake.notified() => {}
+            }
+        }
         let mut cp = {
             let mut state = shared.state();
             let Some(cp) = state.pending.take() else {

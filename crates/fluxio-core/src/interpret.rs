@@ -323,7 +323,7 @@ impl Top<'_> {
         if let Some(d) = self.durable {
             let mut cp = d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
             cp.branches.clone_from(&self.records);
-            save(program, d, cp, Write::Step).await?;
+            Box::pin(save(program, d, cp, Write::Step)).await?;
         }
         self.last = Some(Last {
             ip,
@@ -377,9 +377,14 @@ impl Top<'_> {
                     let mut held = records.lock().await;
                     held.push(BranchRecord::of(index, name, &done));
                     held.sort_by_key(|r| r.branch);
-                    save(program, d, d.block_checkpoint(last, &held), Write::Step)
-                        .await
-                        .map_err(Halt::Store)?;
+                    Box::pin(save(
+                        program,
+                        d,
+                        d.block_checkpoint(last, &held),
+                        Write::Step,
+                    ))
+                    .await
+                    .map_err(Halt::Store)?;
                     Ok(done)
                 }
             });
@@ -539,7 +544,7 @@ async fn run_checkpointed(
                 let end = program.instrs.len();
                 let cp = d.checkpoint(end, "", &done, RunStatus::Completed, None, 1);
                 let delete = d.delete_completed;
-                save(program, d, cp, Write::Last { delete }).await?;
+                Box::pin(save(program, d, cp, Write::Last { delete })).await?;
             }
             Ok(done)
         }
@@ -556,7 +561,7 @@ async fn run_checkpointed(
                 );
                 // finished branches stay finished after a failure too
                 cp.branches = top.records;
-                match save(program, d, cp, Write::Last { delete: false }).await {
+                match Box::pin(save(program, d, cp, Write::Last { delete: false })).await {
                     Ok(()) => {}
                     // the run was cancelled while the stage ran: that is
                     // how it ends, whatever the stage did

@@ -43,6 +43,7 @@ pub struct PipelineBuilder {
     auto_parallel: bool,
     lease_ttl: Duration,
     durability: Durability,
+    async_flush: Duration,
     delete_completed: bool,
     history_depth: Option<u32>,
     stream_buffer: usize,
@@ -65,6 +66,7 @@ impl PipelineBuilder {
             auto_parallel: true,
             lease_ttl: Duration::from_secs(30),
             durability: Durability::Sync,
+            async_flush: crate::durability::DEFAULT_ASYNC_FLUSH,
             delete_completed: false,
             history_depth: None,
             stream_buffer: DEFAULT_STREAM_BUFFER,
@@ -156,6 +158,23 @@ impl PipelineBuilder {
         self
     }
 
+    /// How long a checkpoint of an [`Async`](Durability::Async) run waits
+    /// before it is sent (default
+    /// [`DEFAULT_ASYNC_FLUSH`](crate::durability::DEFAULT_ASYNC_FLUSH), 2
+    /// ms): a newer checkpoint made meanwhile replaces it, so quick stages
+    /// cost no write. Zero sends each one as soon as the write before it is
+    /// acknowledged. A crash may re-run the stages of about this long
+    /// (plus a write's time) before it.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) refuses more than
+    /// [`MAX_ASYNC_FLUSH`](crate::durability::MAX_ASYNC_FLUSH) (one hour)
+    /// with [`Error::InvalidSetting`] naming `async_flush`.
+    pub fn async_flush(mut self, wait: Duration) -> Self {
+        self.async_flush = wait;
+        self
+    }
+
     /// How long a run's ownership of its run id lasts without renewal, for
     /// stores whose leases expire (the in-process default never expires).
     /// From [`MIN_LEASE_TTL`](crate::store::MIN_LEASE_TTL) (1 ms) to
@@ -244,6 +263,16 @@ impl PipelineBuilder {
     /// stream buffer out of range.
     pub fn build(self) -> Result<Pipeline> {
         crate::store::check_lease_ttl(self.lease_ttl)?;
+        if self.async_flush > crate::durability::MAX_ASYNC_FLUSH {
+            return Err(Error::InvalidSetting {
+                setting: "async_flush",
+                message: format!(
+                    "{:?} is longer than the longest wait, {:?}",
+                    self.async_flush,
+                    crate::durability::MAX_ASYNC_FLUSH
+                ),
+            });
+        }
         let name = self.name.clone().unwrap_or_default();
         if self.name.is_some() {
             check_pipeline_name(&name)?;
@@ -329,6 +358,7 @@ impl PipelineBuilder {
                 store,
                 lease_ttl: self.lease_ttl,
                 durability: self.durability,
+                async_flush: self.async_flush,
                 delete_completed: self.delete_completed,
                 history_depth: self.history_depth,
                 stream_buffer: self.stream_buffer,
@@ -360,6 +390,7 @@ struct Inner {
     store: Option<Arc<dyn CheckpointStore>>,
     lease_ttl: Duration,
     durability: Durability,
+    async_flush: Duration,
     delete_completed: bool,
     history_depth: Option<u32>,
     stream_buffer: usize,
@@ -715,7 +746,7 @@ impl Pipeline {
         };
         let (seq, context) = (first.seq, first.context.clone());
         let started = Instant::now();
-        let (owner, begun) = Ownership::begin(store, first, ttl, leases, begin).await?;
+        let (owner, begun) = Box::pin(Ownership::begin(store, first, ttl, leases, begin)).await?;
         if !begun {
             return Ok(Fresh::Stored(owner));
         }
@@ -1247,14 +1278,19 @@ impl Pipeline {
                 source: None,
             });
         }
-        let run = interpret::run(
-            &self.inner.program,
-            durable.key,
-            ip,
-            context.to_context(),
-            Some(durable),
-        );
-        RunBodies::scope(Some(owner.keep()), run).await
+        // built in place: a future held in a local and then moved into
+        // another is stored twice in this one (a parked run's size)
+        RunBodies::scope(
+            Some(owner.keep()),
+            interpret::run(
+                &self.inner.program,
+                durable.key,
+                ip,
+                context.to_context(),
+                Some(durable),
+            ),
+        )
+        .await
     }
 
     /// Compares two points of runs key by key (contract rule 20). A point
@@ -1716,6 +1752,7 @@ impl Pipeline {
                 handle,
                 Arc::clone(&tail),
                 &self.inner.version,
+                self.inner.async_flush,
             )
         });
         Durable {

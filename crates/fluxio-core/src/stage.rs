@@ -560,12 +560,17 @@ struct BodyHold {
 impl RunBodies {
     /// Runs `run` with `keep` (a durable run's lease; `None` for a run
     /// without one) as what its blocking bodies hold.
-    pub(crate) async fn scope<F: Future>(keep: Option<KeepLease>, run: F) -> F::Output {
+    /// (A plain `fn`: an `async fn` would keep `run` twice in its future,
+    /// as its argument and inside the task-local scope.)
+    pub(crate) fn scope<F: Future>(
+        keep: Option<KeepLease>,
+        run: F,
+    ) -> impl Future<Output = F::Output> {
         let bodies = Arc::new(RunBodies {
             keep,
             positions: Mutex::default(),
         });
-        RUN_BODIES.scope(bodies, run).await
+        RUN_BODIES.scope(bodies, run)
     }
 
     /// Waits until no other body of the stage at `position` runs, then

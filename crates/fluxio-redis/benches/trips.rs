@@ -14,14 +14,17 @@
 //!   save, release: 14 round trips; 15 while `acquire_lease` took two). The ratio `native / default_calls` in runs/s is printed from
 //!   interleaved rounds in the summary.
 //! - `pipeline_10_stages/*`: `Pipeline::invoke` of ten stages each setting
-//!   one key on the same two stores. Equal until the pipeline calls
-//!   `begin_run` and `finish_run`.
+//!   one key on the same two stores.
+//! - `durability_10_stages/{sync,async,exit}`: `Pipeline::invoke` of the
+//!   same ten stages on the native store in each durability mode; the
+//!   summary prints `async / sync` and `exit / sync` in runs/s from
+//!   interleaved rounds.
 
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use fluxio::store::{Begin, Change, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage};
-use fluxio::{Context, Pipeline, StageResult, pipeline, stage};
+use fluxio::{Context, Durability, Pipeline, StageResult, pipeline, stage};
 use fluxio_redis::RedisStore;
 
 const TTL: Duration = Duration::from_secs(120);
@@ -134,12 +137,17 @@ where
 }
 
 fn pipeline_on(store: impl CheckpointStore) -> Pipeline {
+    pipeline_in(store, Durability::Sync)
+}
+
+fn pipeline_in(store: impl CheckpointStore, mode: Durability) -> Pipeline {
     pipeline![
         count_up, count_up, count_up, count_up, count_up, count_up, count_up, count_up, count_up,
         count_up
     ]
     .name("trips")
     .store(store)
+    .durability(mode)
     .build()
     .expect("valid")
 }
@@ -224,6 +232,20 @@ fn main() {
         });
     }
     g.finish();
+
+    let modes = [Durability::Sync, Durability::Async, Durability::Exit]
+        .map(|mode| (mode, pipeline_in(native.clone(), mode)));
+    let mut g = c.benchmark_group("durability_10_stages");
+    for (mode, p) in &modes {
+        g.bench_function(mode.as_str(), |b| {
+            b.iter_custom(|iters| {
+                timed(&rt, iters, || async {
+                    p.invoke("run", Context::new()).await.expect("runs");
+                })
+            });
+        });
+    }
+    g.finish();
     c.final_summary();
 
     let (n, d) = interleaved(&rt, || one_run(&native, &j), || one_run(&defaults, &j));
@@ -246,6 +268,23 @@ fn main() {
          ratio {:.2}",
         n / d
     );
+    for (mode, p) in &modes[1..] {
+        let sync = &modes[0].1;
+        let (m, s) = interleaved(
+            &rt,
+            || async {
+                p.invoke("run", Context::new()).await.expect("runs");
+            },
+            || async {
+                sync.invoke("run", Context::new()).await.expect("runs");
+            },
+        );
+        println!(
+            "  Pipeline::invoke of 10 stages, {mode} against sync: {m:.0} against {s:.0} runs/s, \
+             ratio {:.2}",
+            m / s
+        );
+    }
     rt.block_on(async {
         let Ok(client) = redis::Client::open(url.as_str()) else {
             return;

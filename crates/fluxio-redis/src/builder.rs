@@ -56,6 +56,8 @@ pub struct RedisStoreBuilder {
     pub(crate) command_timeout: Duration,
     pub(crate) tls_root_certificates: Option<Vec<u8>>,
     pub(crate) wait_for_replicas: Option<(u32, Duration)>,
+    /// The seed nodes of a Redis Cluster; `None`: one server at `url`.
+    pub(crate) cluster_nodes: Option<Vec<String>>,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -66,6 +68,15 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("keep_completed", &self.keep_completed)
             .field("key_prefix", &self.key_prefix)
             .field("command_timeout", &self.command_timeout)
+            .field(
+                "cluster_nodes",
+                &self.cluster_nodes.as_ref().map(|nodes| {
+                    nodes
+                        .iter()
+                        .map(|n| RedactedUrl::new(n).url)
+                        .collect::<Vec<_>>()
+                }),
+            )
             .field(
                 "tls_root_certificates",
                 &self.tls_root_certificates.is_some(),
@@ -85,7 +96,14 @@ impl RedisStoreBuilder {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             tls_root_certificates: None,
             wait_for_replicas: None,
+            cluster_nodes: None,
         }
+    }
+
+    pub(crate) fn new_cluster(nodes: Vec<String>) -> Self {
+        let mut builder = Self::new(nodes.first().cloned().unwrap_or_default());
+        builder.cluster_nodes = Some(nodes);
+        builder
     }
 
     /// How long a completed run's checkpoint is kept after it completed
@@ -161,6 +179,9 @@ impl RedisStoreBuilder {
     /// [`Error::Store`](fluxio_core::Error::Store) whose
     /// [`RedisStoreError`] names the run, the operation and both numbers
     /// ([`replicas_acknowledged`](RedisStoreError::replicas_acknowledged)).
+    /// On a Redis Cluster ([`RedisStore::cluster_builder`](crate::RedisStore::cluster_builder)),
+    /// `WAIT` goes to the primary of the run's hash slot, the node that
+    /// applied the write, and counts that primary's replicas.
     ///
     /// The checkpoint writes are those of `save`, `save_fenced`, `cancel`,
     /// `begin_run` (also when it only took the lease) and `finish_run`: the
@@ -212,8 +233,11 @@ impl RedisStoreBuilder {
     ///
     /// # Errors
     /// [`Error::Store`](fluxio_core::Error::Store) (backend `"redis"`, source
-    /// a [`RedisStoreError`]): an empty `key_prefix`, a zero `completed_retention` or
-    /// `command_timeout` (the message names the setting), a URL redis-rs
+    /// a [`RedisStoreError`]): an empty `key_prefix` (or, on a cluster, one
+    /// with `{` or `}`, or no node), a zero `completed_retention` or
+    /// `command_timeout`, a `wait_for_replicas` asking for no replica or
+    /// with a timeout under 1 ms or not below the command timeout (the
+    /// message names the setting), a URL redis-rs
     /// rejects, a server that cannot be reached or authenticated with, or no
     /// reply within the command timeout.
     pub async fn connect(self) -> Result<RedisStore> {
@@ -228,6 +252,17 @@ impl RedisStoreBuilder {
         let invalid = |setting, reason: &str| RedisStoreError::setting(setting, reason, url);
         if self.key_prefix.is_empty() {
             return Err(invalid("key_prefix", "must not be empty"));
+        }
+        if let Some(nodes) = &self.cluster_nodes {
+            if nodes.is_empty() {
+                return Err(invalid("cluster_nodes", "must name at least one node"));
+            }
+            if self.key_prefix.contains(['{', '}']) {
+                return Err(invalid(
+                    "key_prefix",
+                    "must not contain `{` or `}` on a cluster (the store's hash tags)",
+                ));
+            }
         }
         let retention_ms = match self.completed_retention {
             None => 0,

@@ -274,9 +274,56 @@
 //! run until the next `reindex` (it does not know the index); stores of
 //! this build never do.
 //!
+//! ## Redis Cluster
+//!
+//! [`RedisStore::cluster_builder`] connects to a Redis Cluster through some
+//! of its nodes (redis-rs's cluster connection: it follows `MOVED` and
+//! `ASK`, and sends each script to the node of its first key). Every script
+//! touches several keys of a run and the index keys of its pipeline, so they
+//! must all be in one hash slot: a cluster store spreads its runs over
+//! [`CLUSTER_BUCKETS`] (16) buckets, the bucket of a run being its
+//! pipeline's ([`cluster_bucket`]: FNV-1a of the pipeline's name, the part
+//! of the run's key before its first `/`, empty for a bare id), and writes
+//! every key of a bucket `b` under the prefix `{P#b}` instead of `P`: a
+//! hash tag, so one slot. That is the whole difference from the layout
+//! above, table for table:
+//!
+//! | one server | cluster |
+//! |---|---|
+//! | `P:R`, `P.lease:R`, `P.epoch:R`, `P.nonce:R`, `P.cancelled:R` | `{P#b}:R`, `{P#b}.lease:R`, ... with `b` the bucket of `R`'s pipeline |
+//! | `P.completed:N` | `{P#b}.completed:N`, `b` the bucket of `N` |
+//! | `P.runs`, `P.runs.S`, `P.expiring` | `{P#b}.runs`, `{P#b}.runs.S`, `{P#b}.expiring` for each bucket `b`, holding its runs |
+//!
+//! A run's pipeline decides its bucket, not its id, so that all the runs of
+//! a pipeline share one slot: keep-the-last-N
+//! ([`keep_completed`](RedisStoreBuilder::keep_completed)) stays exact and
+//! atomic (the script that completes a run deletes the pipeline's oldest
+//! completed runs, which are in its slot), and a listing of one pipeline
+//! (or of the bare ids, pipeline `""`) reads one bucket, as on one server.
+//! A listing of every pipeline reads each bucket's first page after the
+//! cursor (16 round trips) and merges them in key order. The price: a
+//! cluster spreads pipelines (16 buckets, over its masters), not the runs of
+//! one pipeline, whose writes all go to one master.
+//!
+//! The key prefix must not contain `{` or `}`. The cluster layout is only
+//! a cluster store's, so nothing written by a single-server store (or by an
+//! earlier build) is read by one, and [`RedisStore::reindex`] has nothing to
+//! do on it: moving runs from a single server to a cluster is not
+//! supported (let them finish, or copy them with the store API: `history`,
+//! then `save`). Every store on a cluster key prefix must be a cluster
+//! store of a build with the same [`CLUSTER_BUCKETS`].
+//!
+//! With [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas), each
+//! checkpoint write and its `WAIT` are one pipeline, which redis-rs sends to
+//! the node of the script's first key: the primary of the run's slot, so
+//! `WAIT` counts that primary's replicas, in the same single round trip as
+//! on one server.
+//!
 //! ## Reconnecting
 //!
-//! Clones of a store share one connection (redis-rs's `ConnectionManager`),
+//! Clones of a store share one connection (redis-rs's `ConnectionManager`;
+//! on a cluster its `ClusterConnection`, which reconnects to each node by
+//! itself and is kept after a timeout),
 //! which learns that the connection died (the server restarted, the
 //! connection was reset or killed) only when a call fails on it; it then
 //! opens a new one for the next call. So a call that fails on the
@@ -324,27 +371,14 @@
 //!   restarted without persistence), and leases are not waited for: it is
 //!   not strong consistency.
 //! - Lease expiry is measured on the Redis server's clock.
-//! - **Redis Cluster is not supported**: the scripts touch several keys
-//!   (lease, epoch and nonce, or lease, journal, cancel mark and epoch), and this store does
-//!   not speak the cluster protocol. The journal adds no key: all of a
-//!   run's checkpoints are fields of its one hash. Keep-the-last-N adds
-//!   one: the save scripts (and the deletes) touch the pipeline's index
-//!   `P.completed:N` besides the run's keys, and a trim deletes other runs
-//!   of the pipeline, whose keys the script builds from the prefix rather
-//!   than declares. A cluster client (a later issue) will need the index,
-//!   and the runs of one pipeline, in the run's hash slot (a hash tag on
-//!   the pipeline); nothing here is designed for that yet. The run index
-//!   (contract rule 21) adds more: every write's script touches `P.runs`,
-//!   `P.runs.S` for the old and new status and (on completion)
-//!   `P.expiring`, keys shared by every pipeline of the prefix and built
-//!   in Lua from the prefix rather than declared in `KEYS`; the listing's
-//!   script reads the runs' hashes and lease keys the same way, and the
-//!   sweep of expired runs touches other runs' keys. Cluster support
-//!   (issue 13) must revisit these names: per-pipeline index sets with the
-//!   pipeline as a hash tag (`P.runs.S:{N}`, runs at `P:{N}/R`), declared
-//!   keys, and a listing across pipelines that merges their sets. A prefix that is a hash tag (`{fx}`:
-//!   keys `{fx}:R`, `{fx}.lease:R`) would put all of a prefix's keys in one
-//!   slot, were a cluster client ever added.
+//! - On a **Redis Cluster** ([`RedisStore::cluster_builder`], see
+//!   [Redis Cluster](#redis-cluster)) every script's keys are in one hash
+//!   slot, the run's bucket: the keys it declares in `KEYS` (lease, epoch,
+//!   nonce, journal, cancel mark, `P.completed:N`) and those it builds from
+//!   the bucket's prefix it is given (`.runs`, `.runs.S`, `.expiring`, the
+//!   runs a keep-the-last-N trim deletes). So each call is atomic there
+//!   too, and as safe as that slot's primary: a failover of a master is a
+//!   failover as above.
 //! - Retention: a completed run's journal (its one key) expires
 //!   [`completed_retention`](RedisStoreBuilder::completed_retention) after it
 //!   completed (default one day; `None` keeps it), or sooner when
@@ -383,4 +417,4 @@ pub use builder::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_COMPLETED_RETENTION, DEFAULT_KEY_PREFIX, RedisStoreBuilder,
 };
 pub use error::{BACKEND, RedisStoreError};
-pub use store::RedisStore;
+pub use store::{CLUSTER_BUCKETS, RedisStore, cluster_bucket};

@@ -1,6 +1,7 @@
 //! [`RedisStore`]: its keys, and the trait implementation, a command or
 //! Lua script per method.
 
+use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
@@ -13,11 +14,9 @@ use fluxio_core::store::{
     cancelled_checkpoint, check_lease_ttl, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
-use redis::Client;
-use redis::aio::ConnectionManagerConfig;
 
 use crate::builder::{RedisStoreBuilder, px};
-use crate::connection::Conn;
+use crate::connection::{Backend, Conn};
 use crate::error::op;
 use crate::index::summary_args;
 use crate::scripts;
@@ -70,8 +69,7 @@ pub(crate) struct Inner {
     pub(crate) command_timeout: Duration,
     /// `WAIT` after every checkpoint write: how many replicas, how long.
     pub(crate) wait_for_replicas: Option<(u32, Duration)>,
-    pub(crate) client: Client,
-    pub(crate) manager_config: ConnectionManagerConfig,
+    pub(crate) backend: Backend,
     pub(crate) conn: RwLock<Conn>,
 }
 
@@ -83,6 +81,7 @@ impl fmt::Debug for RedisStore {
             .field("completed_retention", &self.inner.completed_retention)
             .field("keep_completed", &self.inner.keep_completed)
             .field("command_timeout", &self.inner.command_timeout)
+            .field("cluster", &self.is_cluster())
             .field("wait_for_replicas", &self.inner.wait_for_replicas)
             .finish()
     }
@@ -107,6 +106,34 @@ impl RedisStore {
     /// [`connect`](RedisStoreBuilder::connect).
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url)
+    }
+
+    /// Settings for a store on a Redis Cluster reached through `nodes`
+    /// (`redis://host:port` URLs of some of its nodes, `rediss://` for TLS;
+    /// every node with the same user and password), to change before
+    /// [`connect`](RedisStoreBuilder::connect). The store keeps the
+    /// cluster's key layout, where every key of a run and the index entries
+    /// its writes touch share one hash slot (see the
+    /// [crate documentation](crate#redis-cluster)); its [`url`](Self::url)
+    /// is the first node's.
+    ///
+    /// ```no_run
+    /// # async fn f() -> fluxio_core::Result<()> {
+    /// use fluxio_redis::RedisStore;
+    ///
+    /// let store = RedisStore::cluster_builder(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .key_prefix("billing")
+    ///     .connect()
+    ///     .await?;
+    /// assert!(store.is_cluster());
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster_builder<I, S>(nodes: I) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisStoreBuilder::new_cluster(nodes.into_iter().map(Into::into).collect())
     }
 
     /// The server's URL, with the password replaced by `***`.
@@ -149,7 +176,7 @@ impl RedisStore {
     /// build, exactly its [`Checkpoint::to_bytes`].
     #[must_use]
     pub fn checkpoint_key(&self, run_id: &str) -> String {
-        format!("{}:{run_id}", self.inner.key_prefix)
+        format!("{}:{run_id}", self.run_prefix(run_id))
     }
 
     /// The sorted set of the completed runs of `pipeline` (the part of a
@@ -161,13 +188,45 @@ impl RedisStore {
     /// the runs beyond the newest `n` from it.
     #[must_use]
     pub fn completed_key(&self, pipeline: &str) -> String {
-        format!("{}.completed:{pipeline}", self.inner.key_prefix)
+        format!("{}.completed:{pipeline}", self.pipeline_prefix(pipeline))
     }
 
     /// [`completed_key`](Self::completed_key) of the pipeline of the run
     /// key `run_key`.
     fn completed_key_of(&self, run_key: &str) -> String {
-        self.completed_key(run_key.split_once('/').map_or("", |(pipeline, _)| pipeline))
+        self.completed_key(pipeline_of(run_key))
+    }
+
+    /// Whether the store is connected to a Redis Cluster (made by
+    /// [`RedisStore::cluster_builder`]), and so keeps the cluster's key
+    /// layout (see the [crate documentation](crate#redis-cluster)).
+    #[must_use]
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner.backend, Backend::Cluster)
+    }
+
+    /// The prefix of the keys of the runs of `pipeline`: the key prefix
+    /// `P` on one server; on a cluster, `{P#b}` where `b` is the
+    /// pipeline's bucket ([`cluster_bucket`]), a hash tag, so that every key
+    /// of the pipeline's runs, and the index keys their scripts touch, are in
+    /// one hash slot.
+    pub(crate) fn pipeline_prefix(&self, pipeline: &str) -> Cow<'_, str> {
+        if self.is_cluster() {
+            Cow::Owned(self.bucket_prefix(cluster_bucket(pipeline)))
+        } else {
+            Cow::Borrowed(&self.inner.key_prefix)
+        }
+    }
+
+    /// The prefix of the keys of bucket `bucket` on a cluster: `{P#b}`.
+    pub(crate) fn bucket_prefix(&self, bucket: u32) -> String {
+        format!("{{{}#{bucket}}}", self.inner.key_prefix)
+    }
+
+    /// [`pipeline_prefix`](Self::pipeline_prefix) of the pipeline of the
+    /// run key `run_key`.
+    pub(crate) fn run_prefix(&self, run_key: &str) -> Cow<'_, str> {
+        self.pipeline_prefix(pipeline_of(run_key))
     }
 
     /// The number of completed runs per pipeline to keep, as the save
@@ -182,7 +241,7 @@ impl RedisStore {
     /// leased: `{prefix}.lease:{run_id}`.
     #[must_use]
     pub fn lease_key(&self, run_id: &str) -> String {
-        format!("{}.lease:{run_id}", self.inner.key_prefix)
+        format!("{}.lease:{run_id}", self.run_prefix(run_id))
     }
 
     /// The key that marks `run_id` cancelled (contract rule 14), while its
@@ -191,14 +250,14 @@ impl RedisStore {
     /// checked by fenced saves.
     #[must_use]
     pub fn cancelled_key(&self, run_id: &str) -> String {
-        format!("{}.cancelled:{run_id}", self.inner.key_prefix)
+        format!("{}.cancelled:{run_id}", self.run_prefix(run_id))
     }
 
     /// The counter the fencing tokens of `run_id` are drawn from:
     /// `{prefix}.epoch:{run_id}`.
     #[must_use]
     pub fn epoch_key(&self, run_id: &str) -> String {
-        format!("{}.epoch:{run_id}", self.inner.key_prefix)
+        format!("{}.epoch:{run_id}", self.run_prefix(run_id))
     }
 
     /// The key holding the nonce of the `acquire_lease` or `begin_run` call
@@ -208,7 +267,7 @@ impl RedisStore {
     /// lease's first time-to-live, and goes with the lease when released.
     #[must_use]
     pub fn nonce_key(&self, run_id: &str) -> String {
-        format!("{}.nonce:{run_id}", self.inner.key_prefix)
+        format!("{}.nonce:{run_id}", self.run_prefix(run_id))
     }
 
     /// The epoch's time-to-live when it has one (its run's checkpoint has an
@@ -231,6 +290,36 @@ impl RedisStore {
             0
         }
     }
+}
+
+/// How many buckets a cluster store spreads its runs over: each bucket is
+/// one hash slot (its keys carry the hash tag `{P#b}`), holding whole
+/// pipelines. Part of the key layout: changing it hides every stored run.
+pub const CLUSTER_BUCKETS: u32 = 16;
+
+/// The bucket of the runs of `pipeline` on a cluster: FNV-1a (32 bits) of
+/// its name, modulo [`CLUSTER_BUCKETS`]. Every build computes the same.
+///
+/// ```
+/// use fluxio_redis::{CLUSTER_BUCKETS, cluster_bucket};
+///
+/// assert_eq!(cluster_bucket("payments"), cluster_bucket("payments"));
+/// assert!(cluster_bucket("") < CLUSTER_BUCKETS);
+/// ```
+#[must_use]
+pub fn cluster_bucket(pipeline: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in pipeline.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % CLUSTER_BUCKETS
+}
+
+/// The pipeline of the run key `run_key`: the part before its first `/`,
+/// empty for a bare run id.
+pub(crate) fn pipeline_of(run_key: &str) -> &str {
+    run_key.split_once('/').map_or("", |(pipeline, _)| pipeline)
 }
 
 /// What the load script read of a run: the journal's `born:ver` (or
@@ -401,7 +490,7 @@ impl CheckpointStore for RedisStore {
             .arg(fulls.join(" "))
             .arg(u8::from(completed))
             .arg(self.keep_arg())
-            .arg(&self.inner.key_prefix)
+            .arg(&*self.run_prefix(&run_key))
             .arg(&run_key);
         summary_args(&mut script, latest)?;
         for cp in &journal {
@@ -449,10 +538,10 @@ impl CheckpointStore for RedisStore {
             .key(self.completed_key_of(run_id))
             .arg(self.epoch_px(0))
             .arg(run_id)
-            .arg(&self.inner.key_prefix);
-        Ok(self
-            .invoke::<()>(op::DELETE, &key, self.deadline(), &script)
-            .await?)
+            .arg(&*self.run_prefix(run_id));
+        self.invoke::<()>(op::DELETE, &key, self.deadline(), &script)
+            .await?;
+        Ok(())
     }
 
     /// The run index (see the [crate documentation](crate)): a script per
@@ -591,7 +680,7 @@ impl CheckpointStore for RedisStore {
             .arg(self.epoch_px(0))
             .arg(u8::from(checkpoint.status == RunStatus::Completed))
             .arg(self.keep_arg())
-            .arg(&self.inner.key_prefix)
+            .arg(&*self.run_prefix(&run_key))
             .arg(&run_key);
         summary_args(&mut script, &checkpoint)?;
         let (saved, acked): (u8, _) = self
@@ -623,7 +712,7 @@ impl CheckpointStore for RedisStore {
             .arg(lease.token())
             .arg(self.epoch_px(0))
             .arg(run_id)
-            .arg(&self.inner.key_prefix);
+            .arg(&*self.run_prefix(run_id));
         let deleted: u8 = self
             .invoke(op::DELETE_FENCED, &key, self.deadline(), &script)
             .await?;
@@ -685,7 +774,7 @@ impl CheckpointStore for RedisStore {
             .arg(u8::from(first.is_cancelled()))
             .arg(u8::from(first.status == RunStatus::Completed))
             .arg(self.keep_arg())
-            .arg(&self.inner.key_prefix)
+            .arg(&*self.run_prefix(&run_key))
             .arg(&run_key);
         summary_args(&mut script, &first)?;
         let ((token, started), acked): ((u64, u8), _) = self
@@ -742,7 +831,7 @@ impl CheckpointStore for RedisStore {
             .arg(self.epoch_px(0))
             .arg(u8::from(last.status == RunStatus::Completed))
             .arg(self.keep_arg())
-            .arg(&self.inner.key_prefix)
+            .arg(&*self.run_prefix(&run_key))
             .arg(&run_key);
         summary_args(&mut script, &last)?;
         script
@@ -794,7 +883,7 @@ impl CheckpointStore for RedisStore {
                 .arg(version)
                 .arg(cancelled.seq)
                 .arg(cancelled.entry_bytes()?)
-                .arg(&self.inner.key_prefix)
+                .arg(&*self.run_prefix(run_id))
                 .arg(run_id);
             summary_args(&mut script, &cancelled)?;
             let (done, acked): (u8, _) = self
@@ -1111,6 +1200,17 @@ mod tests {
             .await
             .expect("KEYS");
         assert!(left.is_empty(), "a delete takes the mark too: {left:?}");
+    }
+
+    /// The buckets are part of the cluster's key layout: every build must
+    /// compute the same (FNV-1a of the pipeline, values computed apart).
+    #[test]
+    fn cluster_buckets_are_stable() {
+        for (pipeline, bucket) in [("", 5), ("a", 12), ("payments", 6), ("p0", 13), ("p3", 4)] {
+            assert_eq!(cluster_bucket(pipeline), bucket, "{pipeline:?}");
+        }
+        assert_eq!(pipeline_of("p/r/1"), "p");
+        assert_eq!(pipeline_of("bare"), "");
     }
 
     #[test]

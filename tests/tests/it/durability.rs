@@ -128,10 +128,17 @@ impl CheckpointStore for Gated {
 }
 
 fn ten(store: &Arc<Gated>, mode: Durability) -> Pipeline {
+    ten_flushing(store, mode, Duration::ZERO)
+}
+
+/// `Async` sends each checkpoint once the write before it is acknowledged,
+/// after `flush`.
+fn ten_flushing(store: &Arc<Gated>, mode: Durability, flush: Duration) -> Pipeline {
     pipeline![a, b, c, a, b, c, a, b, c, a]
         .name("modes")
         .store_arc(store.clone())
         .durability(mode)
+        .async_flush(flush)
         .build()
         .expect("valid")
 }
@@ -231,6 +238,40 @@ async fn rule24_async_runs_on_while_writes_are_in_flight_and_returns_once_all_ar
     let calls = store.take_calls();
     assert_eq!(calls.first(), Some(&"begin_run"));
     assert_eq!(calls.last(), Some(&"finish_run"));
+}
+
+/// Rule 24, Async: a checkpoint waits `async_flush` before it is sent, and a
+/// newer one replaces it: a run of quick stages writes its first and last
+/// checkpoints only, and its end does not wait out the flush.
+#[tokio::test]
+async fn rule24_async_quick_stages_write_only_the_first_and_last_checkpoints() {
+    let t = "rule24-async-flush";
+    let store = Gated::open();
+    let p = ten_flushing(&store, Durability::Async, Duration::from_secs(600));
+    let done = tokio::time::timeout(Duration::from_secs(60), p.invoke("q", input(t)))
+        .await
+        .expect("the run's end wakes the writer instead of waiting 10 minutes")
+        .expect("completes");
+    assert_eq!(path(&done), TEN);
+    assert_eq!(store.take_calls(), ["begin_run", "finish_run"]);
+    let history = store.inner.history("modes/q").await.expect("history");
+    assert_eq!(history.iter().map(|c| c.seq).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(history[1].context.to_context(), done);
+    // the default waits 2 ms, and longer than an hour is refused
+    let refused = pipeline![a]
+        .store_arc(store.clone())
+        .async_flush(Duration::from_secs(3601))
+        .build();
+    assert!(
+        matches!(
+            refused,
+            Err(Error::InvalidSetting {
+                setting: "async_flush",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
 }
 
 /// Rule 24, Async: a background write that is refused (here: the lease
