@@ -15,6 +15,10 @@ use fluxio::{Context, PipelineBuilder, StageResult, pipeline, stage};
 pub enum StoreKind {
     /// `RedisStore`; the namespace is the key prefix.
     Redis,
+    /// `RedisStore` on a Redis Cluster (`RedisStore::cluster_builder`); the
+    /// "url" is the nodes' URLs joined by `,` (the local cluster of
+    /// `fluxio_test_support::redis::cluster`), the namespace the key prefix.
+    RedisCluster,
     /// `PostgresStore`; the namespace is the schema.
     Postgres,
     /// `SqliteStore`; the "url" is a directory, the namespace names the file in it.
@@ -22,11 +26,12 @@ pub enum StoreKind {
 }
 
 impl StoreKind {
-    /// Parses `redis` or `postgres`.
+    /// Parses `redis`, `redis-cluster`, `postgres` or `sqlite`.
     #[must_use]
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "redis" => Some(StoreKind::Redis),
+            "redis-cluster" => Some(StoreKind::RedisCluster),
             "postgres" => Some(StoreKind::Postgres),
             "sqlite" => Some(StoreKind::Sqlite),
             _ => None,
@@ -38,17 +43,24 @@ impl StoreKind {
     pub fn name(self) -> &'static str {
         match self {
             StoreKind::Redis => "redis",
+            StoreKind::RedisCluster => "redis-cluster",
             StoreKind::Postgres => "postgres",
             StoreKind::Sqlite => "sqlite",
         }
     }
 
     /// The server's URL (`FLUXIO_REDIS_URL` / `FLUXIO_POSTGRES_URL`, or the
-    /// local default: see `fluxio_test_support`), or for SQLite a directory.
+    /// local default: see `fluxio_test_support`), or for SQLite a directory;
+    /// for a cluster, the nodes of the local cluster this call starts (once
+    /// per process), or `""` after a loud skip when it cannot (then
+    /// [`open`](Self::open) fails, and the test skips).
     #[must_use]
     pub fn url(self) -> String {
         match self {
             StoreKind::Redis => fluxio_test_support::redis::url(),
+            StoreKind::RedisCluster => fluxio_test_support::redis::cluster()
+                .map(fluxio_test_support::redis::Cluster::url)
+                .unwrap_or_default(),
             StoreKind::Postgres => fluxio_test_support::postgres::url(),
             StoreKind::Sqlite => {
                 let dir = std::env::temp_dir().join("fluxio-tests-sqlite");
@@ -66,6 +78,12 @@ impl StoreKind {
         Ok(match self {
             StoreKind::Redis => Arc::new(
                 fluxio::RedisStore::builder(url)
+                    .key_prefix(ns)
+                    .connect()
+                    .await?,
+            ),
+            StoreKind::RedisCluster => Arc::new(
+                fluxio::RedisStore::cluster_builder(url.split(',').filter(|n| !n.is_empty()))
                     .key_prefix(ns)
                     .connect()
                     .await?,

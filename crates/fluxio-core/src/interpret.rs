@@ -11,7 +11,7 @@
 //! when the frame fails, and a completed checkpoint when it finishes.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, try_join_all};
 use tracing::Instrument as _;
@@ -19,18 +19,21 @@ use tracing::Instrument as _;
 use crate::callback::{CHUNK_SINK, ChunkSink, StepEvent, emit};
 use crate::compile::{Event, Instr, Program};
 use crate::context::{Context, Snapshot};
+use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::middleware::Next;
 use crate::stage::{Output, STAGE_INFO, StageInfo, StageKind};
 use crate::store::{
-    BranchRecord, COMPACT_EVERY, Change, Checkpoint, CheckpointStore, Lease, RunStatus,
+    BranchRecord, COMPACT_EVERY, Change, Checkpoint, CheckpointStore, Ownership, RunStatus,
 };
 use crate::structure::Structure;
 
 /// What a durable run needs to write its checkpoints.
 pub(crate) struct Durable<'a> {
     pub(crate) store: &'a dyn CheckpointStore,
-    pub(crate) lease: &'a Lease,
+    /// The run's lease: every write is fenced by it, and the last one gives
+    /// it back ([`Ownership::finish`]).
+    pub(crate) owner: &'a Ownership,
     /// The pipeline's name (empty when unnamed) and the caller's run id:
     /// the checkpoint's key is both.
     pub(crate) pipeline: &'a str,
@@ -50,7 +53,62 @@ pub(crate) struct Durable<'a> {
     pub(crate) delete_completed: bool,
     /// Where the run's journal stands: what the next checkpoint is written
     /// against (rule 18).
-    pub(crate) tail: std::sync::Mutex<Tail>,
+    pub(crate) tail: Arc<std::sync::Mutex<Tail>>,
+    /// When checkpoints are written (rule 24).
+    pub(crate) mode: Durability,
+    /// `Async` runs: the background writer of their checkpoints.
+    pub(crate) writer: Option<Writer>,
+    /// Set when the run's first checkpoint was written with its lease
+    /// ([`Ownership::begin`]), and how long that took: the first
+    /// `CHECKPOINT` then only reports it.
+    pub(crate) prewritten: std::sync::Mutex<Option<Duration>>,
+}
+
+/// The first checkpoint of a fresh run of `program` on `input`, before its
+/// first stage, numbered in `tail`, or `None` for a program with no stage:
+/// what [`Ownership::begin`] writes with the run's lease. The run's
+/// [`Durable`] then has [`prewritten`](Durable::prewritten) set, and its
+/// first `CHECKPOINT` writes nothing. Returns the checkpoint and what
+/// [`Tail::advance`] needs once it is written.
+pub(crate) fn first_checkpoint(
+    program: &Program,
+    meta: [&str; 3],
+    structure: &Arc<Structure>,
+    created_at_ms: u64,
+    input: &Snapshot,
+    tail: &mut Tail,
+) -> Option<Checkpoint> {
+    let Some(Instr::Checkpoint { step }) = program.instrs.first() else {
+        return None;
+    };
+    let [pipeline, run_id, version] = meta;
+    let mut cp = new_checkpoint(
+        [pipeline, run_id, version],
+        structure,
+        created_at_ms,
+        0,
+        step,
+        input.clone(),
+    );
+    cp.attempt = 1;
+    tail.stamp(&mut cp);
+    Some(cp)
+}
+
+/// A running checkpoint of the run `run_id` of `pipeline` at `ip`.
+fn new_checkpoint(
+    [pipeline, run_id, version]: [&str; 3],
+    structure: &Arc<Structure>,
+    created_at_ms: u64,
+    ip: usize,
+    step: &str,
+    context: Snapshot,
+) -> Checkpoint {
+    let ip = u32::try_from(ip).unwrap_or(u32::MAX);
+    let mut cp = Checkpoint::new(run_id, version, ip, step, context).in_pipeline(pipeline);
+    cp.structure = Some(Arc::clone(structure));
+    cp.created_at_ms = created_at_ms;
+    cp
 }
 
 /// The end of a durable run's journal as this process wrote (or loaded) it:
@@ -100,7 +158,7 @@ impl Tail {
     /// run's first checkpoint, at every [`COMPACT_EVERY`]th one and once
     /// the deltas since the last whole one outweigh it; else what changed.
     /// Returns the delta's size (0 for a whole checkpoint).
-    fn stamp(&mut self, cp: &mut Checkpoint) -> u64 {
+    pub(crate) fn stamp(&mut self, cp: &mut Checkpoint) -> u64 {
         cp.seq = self.next_seq;
         let delta = self
             .last
@@ -151,7 +209,14 @@ impl Tail {
     }
 
     /// `cp`, numbered by [`stamp`](Self::stamp), was written.
-    fn advance(&mut self, seq: u32, context: Snapshot, full: bool, delta: u64, version: &str) {
+    pub(crate) fn advance(
+        &mut self,
+        seq: u32,
+        context: Snapshot,
+        full: bool,
+        delta: u64,
+        version: &str,
+    ) {
         self.next_seq = seq.saturating_add(1);
         if self.version != version {
             version.clone_into(&mut self.version);
@@ -186,11 +251,15 @@ impl Durable<'_> {
         error: Option<String>,
         attempt: u32,
     ) -> Checkpoint {
-        let ip = u32::try_from(ip).unwrap_or(u32::MAX);
-        let mut cp = Checkpoint::new(self.run_id, self.version, ip, step, ctx.snapshot())
-            .in_pipeline(self.pipeline);
-        cp.structure = Some(Arc::clone(self.structure));
-        cp.created_at_ms = self.created_at_ms;
+        let meta = [self.pipeline, self.run_id, self.version];
+        let mut cp = new_checkpoint(
+            meta,
+            self.structure,
+            self.created_at_ms,
+            ip,
+            step,
+            ctx.snapshot(),
+        );
         cp.attempt = attempt;
         cp.status = status;
         cp.error_message = error;
@@ -254,7 +323,7 @@ impl Top<'_> {
         if let Some(d) = self.durable {
             let mut cp = d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
             cp.branches.clone_from(&self.records);
-            save(program, d, cp).await?;
+            Box::pin(save(program, d, cp, Write::Step)).await?;
         }
         self.last = Some(Last {
             ip,
@@ -308,9 +377,14 @@ impl Top<'_> {
                     let mut held = records.lock().await;
                     held.push(BranchRecord::of(index, name, &done));
                     held.sort_by_key(|r| r.branch);
-                    save(program, d, d.block_checkpoint(last, &held))
-                        .await
-                        .map_err(Halt::Store)?;
+                    Box::pin(save(
+                        program,
+                        d,
+                        d.block_checkpoint(last, &held),
+                        Write::Step,
+                    ))
+                    .await
+                    .map_err(Halt::Store)?;
                     Ok(done)
                 }
             });
@@ -350,9 +424,8 @@ impl From<Error> for Halt {
     }
 }
 
-fn lock(tail: &std::sync::Mutex<Tail>) -> std::sync::MutexGuard<'_, Tail> {
-    tail.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Runs the whole program from `ip` (a resume point) with `ctx`, durably when
@@ -387,17 +460,50 @@ pub(crate) async fn run(
     result
 }
 
+/// How [`save`] writes a checkpoint.
+#[derive(Clone, Copy)]
+enum Write {
+    /// A checkpoint before a step: the run goes on.
+    Step,
+    /// The run's last checkpoint (completed, failed): the lease is given
+    /// back with it, and the run deleted after it when `delete`.
+    Last { delete: bool },
+}
+
 /// Saves `cp` fenced, telling the callbacks how long the store took. A run
 /// that was cancelled (rule 14) learns of it here, and only here: the store
 /// refuses the write with [`Error::Cancelled`], and the run stops.
-async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint) -> Result<()> {
-    let (ip, status, started) = (cp.ip as usize, cp.status, Instant::now());
-    let delta = lock(&d.tail).stamp(&mut cp);
-    let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());
-    let saved = d.store.save_fenced(cp, d.lease).await;
+async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint, write: Write) -> Result<()> {
+    let (ip, status) = (cp.ip as usize, cp.status);
+    let (saved, latency) = if let Some(took) = lock(&d.prewritten).take() {
+        // written with the lease: [`first_checkpoint`] numbered it in the tail
+        (Ok(()), took)
+    } else if let (Write::Step, Durability::Exit) = (write, d.mode) {
+        // rule 24: only the run's end is written
+        return Ok(());
+    } else if let (Write::Step, Some(writer)) = (write, &d.writer) {
+        // rule 24: sent in the background; a refused earlier write stops
+        // the run here
+        return writer.submit(cp);
+    } else {
+        if let (Write::Last { .. }, Some(writer)) = (write, &d.writer) {
+            // every write sent is acknowledged before the run's last one
+            writer.drain().await?;
+        }
+        let started = Instant::now();
+        let delta = lock(&d.tail).stamp(&mut cp);
+        let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());
+        let saved = match write {
+            Write::Step => d.store.save_fenced(cp, d.owner.lease()).await,
+            Write::Last { delete } => d.owner.finish(cp, delete).await,
+        };
+        if saved.is_ok() {
+            lock(&d.tail).advance(seq, context, full, delta, d.version);
+        }
+        (saved, started.elapsed())
+    };
     if saved.is_ok() {
-        lock(&d.tail).advance(seq, context, full, delta, d.version);
-        crate::metrics::checkpoint_written(d.pipeline, started.elapsed());
+        crate::metrics::checkpoint_written(d.pipeline, latency);
     }
     if let Err(Error::Cancelled { .. }) = &saved {
         tracing::info!(
@@ -410,7 +516,6 @@ async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint) -> Result<
         return saved;
     }
     saved?;
-    let latency = started.elapsed();
     emit(&program.callbacks, "checkpoint", |c| {
         c.on_checkpoint(d.key, ip, status, latency)
     });
@@ -438,10 +543,8 @@ async fn run_checkpointed(
             if let Some(d) = durable {
                 let end = program.instrs.len();
                 let cp = d.checkpoint(end, "", &done, RunStatus::Completed, None, 1);
-                save(program, d, cp).await?;
-                if d.delete_completed {
-                    d.store.delete_fenced(d.key, d.lease).await?;
-                }
+                let delete = d.delete_completed;
+                Box::pin(save(program, d, cp, Write::Last { delete })).await?;
             }
             Ok(done)
         }
@@ -458,7 +561,7 @@ async fn run_checkpointed(
                 );
                 // finished branches stay finished after a failure too
                 cp.branches = top.records;
-                match save(program, d, cp).await {
+                match Box::pin(save(program, d, cp, Write::Last { delete: false })).await {
                     Ok(()) => {}
                     // the run was cancelled while the stage ran: that is
                     // how it ends, whatever the stage did

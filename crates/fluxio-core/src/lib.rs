@@ -8,6 +8,7 @@
 pub mod callback;
 pub mod compile;
 pub mod context;
+pub mod durability;
 pub mod error;
 pub mod history;
 mod interpret;
@@ -24,6 +25,7 @@ pub mod value;
 pub mod version;
 
 pub use context::{Context, Snapshot};
+pub use durability::Durability;
 pub use error::{BoxError, Error, Result};
 pub use history::{History, Step, StepStatus};
 pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder, ResumeOptions};

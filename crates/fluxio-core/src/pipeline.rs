@@ -2,19 +2,20 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
 use crate::callback::Callback;
 use crate::compile::{Node, Program};
 use crate::context::{Context, Snapshot};
+use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable, Tail};
 use crate::middleware::Middleware;
 use crate::stage::{Output, Resources, RunBodies};
 use crate::store::{
-    Checkpoint, CheckpointStore, InMemoryStore, Lease, LeaseTracker, Ownership, RunStatus, now_ms,
+    Begin, Checkpoint, CheckpointStore, InMemoryStore, LeaseTracker, Ownership, RunStatus, now_ms,
 };
 use crate::stream::{DEFAULT_STREAM_BUFFER, RunStream, STREAM_TX, StreamEvent};
 use crate::structure::{Changes, Structure};
@@ -41,6 +42,8 @@ pub struct PipelineBuilder {
     durable: bool,
     auto_parallel: bool,
     lease_ttl: Duration,
+    durability: Durability,
+    async_flush: Duration,
     delete_completed: bool,
     history_depth: Option<u32>,
     stream_buffer: usize,
@@ -62,6 +65,8 @@ impl PipelineBuilder {
             durable: false,
             auto_parallel: true,
             lease_ttl: Duration::from_secs(30),
+            durability: Durability::Sync,
+            async_flush: crate::durability::DEFAULT_ASYNC_FLUSH,
             delete_completed: false,
             history_depth: None,
             stream_buffer: DEFAULT_STREAM_BUFFER,
@@ -132,6 +137,41 @@ impl PipelineBuilder {
     /// version differs between the two modes, since the program differs.
     pub fn auto_parallel(mut self, on: bool) -> Self {
         self.auto_parallel = on;
+        self
+    }
+
+    /// When a durable run's checkpoints are written (contract rule 24):
+    /// [`Durability::Sync`] (the default: each one is durable before its
+    /// stage starts), [`Durability::Async`] (sent in the background, all
+    /// acknowledged before the run ends) or [`Durability::Exit`] (only the
+    /// run's end is written). See [`crate::durability`] for what a crash
+    /// costs in each.
+    ///
+    /// ```
+    /// # fn demo(p: fluxio_core::PipelineBuilder) -> fluxio_core::Result<fluxio_core::Pipeline> {
+    /// use fluxio_core::Durability;
+    /// let pipeline = p.durability(Durability::Async).build()?;
+    /// # Ok(pipeline) }
+    /// ```
+    pub fn durability(mut self, mode: Durability) -> Self {
+        self.durability = mode;
+        self
+    }
+
+    /// How long a checkpoint of an [`Async`](Durability::Async) run waits
+    /// before it is sent (default
+    /// [`DEFAULT_ASYNC_FLUSH`](crate::durability::DEFAULT_ASYNC_FLUSH), 2
+    /// ms): a newer checkpoint made meanwhile replaces it, so quick stages
+    /// cost no write. Zero sends each one as soon as the write before it is
+    /// acknowledged. A crash may re-run the stages of about this long
+    /// (plus a write's time) before it.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) refuses more than
+    /// [`MAX_ASYNC_FLUSH`](crate::durability::MAX_ASYNC_FLUSH) (one hour)
+    /// with [`Error::InvalidSetting`] naming `async_flush`.
+    pub fn async_flush(mut self, wait: Duration) -> Self {
+        self.async_flush = wait;
         self
     }
 
@@ -223,6 +263,16 @@ impl PipelineBuilder {
     /// stream buffer out of range.
     pub fn build(self) -> Result<Pipeline> {
         crate::store::check_lease_ttl(self.lease_ttl)?;
+        if self.async_flush > crate::durability::MAX_ASYNC_FLUSH {
+            return Err(Error::InvalidSetting {
+                setting: "async_flush",
+                message: format!(
+                    "{:?} is longer than the longest wait, {:?}",
+                    self.async_flush,
+                    crate::durability::MAX_ASYNC_FLUSH
+                ),
+            });
+        }
         let name = self.name.clone().unwrap_or_default();
         if self.name.is_some() {
             check_pipeline_name(&name)?;
@@ -307,6 +357,8 @@ impl PipelineBuilder {
                 auto_parallel: self.auto_parallel,
                 store,
                 lease_ttl: self.lease_ttl,
+                durability: self.durability,
+                async_flush: self.async_flush,
                 delete_completed: self.delete_completed,
                 history_depth: self.history_depth,
                 stream_buffer: self.stream_buffer,
@@ -337,6 +389,8 @@ struct Inner {
     auto_parallel: bool,
     store: Option<Arc<dyn CheckpointStore>>,
     lease_ttl: Duration,
+    durability: Durability,
+    async_flush: Duration,
     delete_completed: bool,
     history_depth: Option<u32>,
     stream_buffer: usize,
@@ -507,11 +561,28 @@ impl Pipeline {
                 let run = interpret::run(&self.inner.program, &key, 0, input.clear_written(), None);
                 return RunBodies::scope(None, run).await;
             };
-            self.owning(store, &key, async |owner| {
-                store.delete_fenced(&key, owner.lease()).await?;
-                self.run_fresh(store, owner, run_id, &key, input).await
-            })
-            .await
+            // rule 24: `Exit` writes no first checkpoint, so it only takes
+            // the lease, and clears what is stored (a cancel mark too)
+            let begun = if self.inner.durability == Durability::Exit {
+                Fresh::Stored(self.own(store, &key).await?)
+            } else {
+                self.begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
+                    .await?
+            };
+            match begun {
+                Fresh::Ran(result) => result,
+                // `Replace` always begins; `Exit`, or a program with no
+                // stage, took the lease only: the stored run goes now
+                Fresh::Stored(owner) => {
+                    let result = async {
+                        store.delete_fenced(&key, owner.lease()).await?;
+                        self.run_fresh(store, &owner, run_id, &key, input).await
+                    }
+                    .await;
+                    owner.release().await;
+                    result
+                }
+            }
         }
         .instrument(span)
         .await
@@ -585,23 +656,110 @@ impl Pipeline {
                 {
                     return Ok(cp.context.to_context());
                 }
-            }
-            self.owning(store, &key, async |owner| {
-                match self
-                    .load_or_adopt(store, owner, run_id, Continue::Resume, options)
-                    .await?
-                {
-                    None => self.run_fresh(store, owner, run_id, &key, input).await,
-                    Some(cp) => {
-                        self.continue_stored(store, owner, run_id, cp, Continue::Resume, options)
-                            .await
+            } else {
+                // nothing stored under the key (and, for a named pipeline,
+                // no run of before names under the bare id to adopt): the
+                // lease and the first checkpoint in one call, which leaves a
+                // run stored meanwhile by a concurrent start alone
+                // (`Exit` writes no first checkpoint: the lease alone, below)
+                let exit = self.inner.durability == Durability::Exit;
+                let unnamed = self.inner.name.is_empty();
+                if !exit && (unnamed || !store.exists(run_id).await?) {
+                    match self
+                        .begin(store, (run_id, &key), &input.snapshot(), Begin::IfAbsent)
+                        .await?
+                    {
+                        Fresh::Ran(result) => return result,
+                        Fresh::Stored(owner) => {
+                            let result = self.start_owned(store, &owner, run_id, &key, input).await;
+                            owner.release().await;
+                            return result;
+                        }
                     }
                 }
+            }
+            self.owning(store, &key, async |owner| {
+                self.start_owned(store, owner, run_id, &key, input).await
             })
             .await
         }
         .instrument(span)
         .await
+    }
+
+    /// `start` holding the run's lease: the stored run decides (see
+    /// [`start`](Self::start)); with none, the run starts on `input`.
+    async fn start_owned(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: &Ownership,
+        run_id: &str,
+        key: &str,
+        input: Context,
+    ) -> Result<Context> {
+        let options = ResumeOptions::new();
+        match self
+            .load_or_adopt(store, owner, run_id, Continue::Resume, options)
+            .await?
+        {
+            None => self.run_fresh(store, owner, run_id, key, input).await,
+            Some(cp) => {
+                self.continue_stored(store, owner, run_id, cp, Continue::Resume, options)
+                    .await
+            }
+        }
+    }
+
+    /// A fresh run of `key` on `input` that takes its lease and writes its
+    /// first checkpoint in one call ([`CheckpointStore::begin_run`], rule
+    /// 24), then runs to its end and gives the lease back with its last
+    /// checkpoint. [`Fresh::Stored`] when it did not begin: `begin` is
+    /// [`Begin::IfAbsent`] and a run is stored, or the program has no stage
+    /// (nothing to write before one); the caller then holds the lease.
+    async fn begin(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        (run_id, key): (&str, &str),
+        input: &Snapshot,
+        begin: Begin,
+    ) -> Result<Fresh> {
+        let created = now_ms();
+        let mut tail = Tail::fresh(self.inner.history_depth);
+        let meta = [
+            self.inner.name.as_str(),
+            run_id,
+            self.inner.version.as_str(),
+        ];
+        let first = interpret::first_checkpoint(
+            &self.inner.program,
+            meta,
+            &self.inner.structure,
+            created,
+            input,
+            &mut tail,
+        );
+        let (ttl, leases) = (self.inner.lease_ttl, &self.inner.leases);
+        let Some(first) = first else {
+            return Ok(Fresh::Stored(
+                Ownership::acquire(store, key, ttl, leases).await?,
+            ));
+        };
+        let (seq, context) = (first.seq, first.context.clone());
+        let started = Instant::now();
+        let (owner, begun) = Box::pin(Ownership::begin(store, first, ttl, leases, begin)).await?;
+        if !begun {
+            return Ok(Fresh::Stored(owner));
+        }
+        tail.advance(seq, context, true, 0, &self.inner.version);
+        let durable = self.durable(store, &owner, (run_id, key), created, None, tail);
+        *durable
+            .prewritten
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(started.elapsed());
+        let result = self.run_at(&owner, &durable, 0, input).await;
+        drop(durable);
+        owner.release().await;
+        Ok(Fresh::Ran(result))
     }
 
     /// Runs the pipeline from its first stage on `input`, under `owner`'s
@@ -844,8 +1002,8 @@ impl Pipeline {
         context: &Snapshot,
     ) -> Result<Context> {
         let durable = self.durable(
-            store.as_ref(),
-            owner.lease(),
+            store,
+            owner,
             (run_id, key),
             now_ms(),
             None,
@@ -1086,8 +1244,8 @@ impl Pipeline {
         // a retry of the stage the checkpoint points at is its next attempt
         let resumed = (cp.status != RunStatus::Completed).then_some((cp.ip as usize, cp.attempt));
         let mut durable = self.durable(
-            store.as_ref(),
-            owner.lease(),
+            store,
+            owner,
             (run_id, &key),
             cp.created_at_ms,
             resumed,
@@ -1120,14 +1278,19 @@ impl Pipeline {
                 source: None,
             });
         }
-        let run = interpret::run(
-            &self.inner.program,
-            durable.key,
-            ip,
-            context.to_context(),
-            Some(durable),
-        );
-        RunBodies::scope(Some(owner.keep()), run).await
+        // built in place: a future held in a local and then moved into
+        // another is stored twice in this one (a parked run's size)
+        RunBodies::scope(
+            Some(owner.keep()),
+            interpret::run(
+                &self.inner.program,
+                durable.key,
+                ip,
+                context.to_context(),
+                Some(durable),
+            ),
+        )
+        .await
     }
 
     /// Compares two points of runs key by key (contract rule 20). A point
@@ -1572,16 +1735,31 @@ impl Pipeline {
 
     fn durable<'a>(
         &'a self,
-        store: &'a dyn CheckpointStore,
-        lease: &'a Lease,
+        store: &'a Arc<dyn CheckpointStore>,
+        owner: &'a Ownership,
         (run_id, key): (&'a str, &'a str),
         created_at_ms: u64,
         resumed: Option<(usize, u32)>,
         tail: Tail,
     ) -> Durable<'a> {
+        let tail = Arc::new(std::sync::Mutex::new(tail));
+        let mode = self.inner.durability;
+        let writer = (mode == Durability::Async).then(|| {
+            let lease = owner.lease();
+            let handle = crate::store::Lease::new(lease.run_id(), lease.token());
+            Writer::new(
+                Arc::clone(store),
+                handle,
+                Arc::clone(&tail),
+                &self.inner.version,
+                self.inner.async_flush,
+            )
+        });
         Durable {
-            store,
-            lease,
+            store: store.as_ref(),
+            owner,
+            mode,
+            writer,
             pipeline: &self.inner.name,
             run_id,
             key,
@@ -1591,9 +1769,18 @@ impl Pipeline {
             resumed,
             resumed_branches: Vec::new(),
             delete_completed: self.inner.delete_completed,
-            tail: std::sync::Mutex::new(tail),
+            tail,
+            prewritten: std::sync::Mutex::new(None),
         }
     }
+}
+
+/// What [`Pipeline::begin`] did with a fresh run.
+enum Fresh {
+    /// It began and ran: how it ended.
+    Ran(Result<Context>),
+    /// It did not begin; the lease is held.
+    Stored(Ownership),
 }
 
 /// What a recovery worker does with a run it claimed: [`Pipeline::recover`].

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::context::Context;
 use crate::error::{BoxError, Error, Result};
-use crate::store::KeepLease;
+use crate::store::{BodyLease, KeepLease};
 use crate::value::Value;
 
 /// How a stage runs.
@@ -556,18 +556,23 @@ tokio::task_local! {
 /// back.
 struct BodyHold {
     _position: tokio::sync::OwnedMutexGuard<()>,
-    _lease: Option<KeepLease>,
+    _lease: Option<BodyLease>,
 }
 
 impl RunBodies {
     /// Runs `run` with `keep` (a durable run's lease; `None` for a run
     /// without one) as what its blocking bodies hold.
-    pub(crate) async fn scope<F: Future>(keep: Option<KeepLease>, run: F) -> F::Output {
+    /// (A plain `fn`: an `async fn` would keep `run` twice in its future,
+    /// as its argument and inside the task-local scope.)
+    pub(crate) fn scope<F: Future>(
+        keep: Option<KeepLease>,
+        run: F,
+    ) -> impl Future<Output = F::Output> {
         let bodies = Arc::new(RunBodies {
             keep,
             positions: Mutex::default(),
         });
-        RUN_BODIES.scope(bodies, run).await
+        RUN_BODIES.scope(bodies, run)
     }
 
     /// Waits until no other body of the stage at `position` runs, then
@@ -582,7 +587,7 @@ impl RunBodies {
         );
         BodyHold {
             _position: lock.lock_owned().await,
-            _lease: self.keep.clone(),
+            _lease: self.keep.as_ref().map(KeepLease::body),
         }
     }
 }

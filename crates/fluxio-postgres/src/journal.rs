@@ -20,6 +20,7 @@ use crate::connection::Failure;
 pub(crate) struct Postgres;
 
 impl fluxio_sql::Dialect for Postgres {
+    const BACKEND: &'static str = crate::error::BACKEND;
     type Db = sqlx::Postgres;
     type Failure = Failure;
     type Time = f64;

@@ -1,6 +1,6 @@
 //! Identifier validation, quoting and the SQL of the store.
 
-use fluxio_sql::{COMPLETED, Listing, Statements};
+use fluxio_sql::{COMPLETED, Listing, RunStatements, Statements};
 
 use crate::error::PostgresStoreError;
 
@@ -108,15 +108,16 @@ pub(crate) struct Sql {
     pub(crate) journal: Statements,
     /// Listing runs (`fluxio-sql` builds the statement).
     pub(crate) list: Listing,
+    /// The lease and the run's row: `acquire`, `held` (the lease is
+    /// current, its row locked), `exists`, `delete` and `release`, for the
+    /// store's calls of those names and for starting and ending a run in
+    /// one transaction.
+    pub(crate) run: RunStatements,
     pub(crate) lease_lock: String,
     pub(crate) load: String,
     pub(crate) history: String,
-    pub(crate) exists: String,
-    pub(crate) delete: String,
     pub(crate) delete_fenced: String,
-    pub(crate) acquire: String,
     pub(crate) renew: String,
-    pub(crate) release: String,
     pub(crate) purge: String,
 }
 
@@ -240,30 +241,39 @@ impl Sql {
             history: format!(
                 "SELECT payload FROM {steps} WHERE run_id = $1 AND {visible_run} ORDER BY seq"
             ),
-            exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})"),
-            // The steps go with the row (`ON DELETE CASCADE`).
-            delete: format!("DELETE FROM {cp} WHERE run_id = $1"),
             delete_fenced: format!(
                 "WITH lease AS MATERIALIZED ({}), \
                  deleted AS (DELETE FROM {cp} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM lease)) \
                  SELECT EXISTS (SELECT 1 FROM lease)",
                 current_lease("$2::bigint")
             ),
-            acquire: format!(
-                "INSERT INTO {leases} AS l (run_id, expires_at) \
+            renew: format!(
+                "UPDATE {leases} SET expires_at = clock_timestamp() + make_interval(secs => $3::float8) \
+                 WHERE run_id = $1 AND token = $2 AND expires_at > clock_timestamp()"
+            ),
+            run: RunStatements {
+                acquire: format!(
+                    "INSERT INTO {leases} AS l (run_id, expires_at) \
                  VALUES ($1::text, clock_timestamp() + make_interval(secs => $2::float8)) \
                  ON CONFLICT (run_id) DO UPDATE \
                  SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at \
                  WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp() \
                  RETURNING l.token"
-            ),
-            renew: format!(
-                "UPDATE {leases} SET expires_at = clock_timestamp() + make_interval(secs => $3::float8) \
-                 WHERE run_id = $1 AND token = $2 AND expires_at > clock_timestamp()"
-            ),
-            release: format!(
-                "UPDATE {leases} SET expires_at = NULL WHERE run_id = $1 AND token = $2"
-            ),
+                ),
+                // As `lease_lock`, one boolean: false when there is no row.
+                held: format!(
+                    "SELECT coalesce((SELECT token = $2 AND expires_at > clock_timestamp() \
+                     FROM {leases} WHERE run_id = $1 FOR UPDATE), false)"
+                ),
+                exists: format!(
+                    "SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})"
+                ),
+                // The steps go with the row (`ON DELETE CASCADE`).
+                delete: format!("DELETE FROM {cp} WHERE run_id = $1"),
+                release: format!(
+                    "UPDATE {leases} SET expires_at = NULL WHERE run_id = $1 AND token = $2"
+                ),
+            },
             // Lease rows that are released or expired go too: tokens come
             // from a sequence, so a re-created row still gets a greater token.
             purge: format!(
@@ -324,6 +334,6 @@ mod tests {
                 .insert_step
                 .starts_with("INSERT INTO \"s1\".\"t1_steps\" (")
         );
-        assert!(sql.acquire.contains("\"s1\".\"t1_leases\""));
+        assert!(sql.run.acquire.contains("\"s1\".\"t1_leases\""));
     }
 }

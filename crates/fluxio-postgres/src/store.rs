@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunFilter, RunPage, check_lease_ttl,
+    Begin, Begun, Checkpoint, CheckpointStore, Lease, RedactedUrl, RunFilter, RunPage,
+    check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
 use sqlx::Connection as _;
@@ -264,7 +265,7 @@ impl CheckpointStore for PostgresStore {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.call("delete", Retry::Once, |mut conn| async move {
-            sqlx::query(&inner.sql.delete)
+            sqlx::query(&inner.sql.run.delete)
                 .bind(run_id)
                 .execute(&mut *conn)
                 .await?;
@@ -278,7 +279,7 @@ impl CheckpointStore for PostgresStore {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.call("exists", Retry::Once, |mut conn| async move {
-            let exists: bool = sqlx::query_scalar(&inner.sql.exists)
+            let exists: bool = sqlx::query_scalar(&inner.sql.run.exists)
                 .bind(run_id)
                 .fetch_one(&mut *conn)
                 .await?;
@@ -295,7 +296,7 @@ impl CheckpointStore for PostgresStore {
         check_lease_ttl(ttl)?;
         let inner = &self.inner;
         self.call("acquire_lease", Retry::Never, |mut conn| async move {
-            let token: Option<i64> = sqlx::query_scalar(&inner.sql.acquire)
+            let token: Option<i64> = sqlx::query_scalar(&inner.sql.run.acquire)
                 .bind(run_id)
                 .bind(ttl_secs(ttl))
                 .fetch_optional(&mut *conn)
@@ -340,7 +341,7 @@ impl CheckpointStore for PostgresStore {
         let inner = &self.inner;
         let lease = &lease;
         self.call("release_lease", Retry::Once, |mut conn| async move {
-            sqlx::query(&inner.sql.release)
+            sqlx::query(&inner.sql.run.release)
                 .bind(lease.run_id())
                 .bind(token)
                 .execute(&mut *conn)
@@ -393,6 +394,83 @@ impl CheckpointStore for PostgresStore {
             Ok(())
         })
         .await
+    }
+
+    /// One transaction, so one commit: the lease taken as
+    /// [`acquire_lease`](Self::acquire_lease) takes it (the lease row stays
+    /// locked until the commit), the stored run deleted
+    /// ([`Begin::Replace`]) or looked for ([`Begin::IfAbsent`]: when there
+    /// is one, the commit holds only the lease), and `first` appended as
+    /// [`save_fenced`](Self::save_fenced) appends it. On an error nothing
+    /// is committed: no lease is taken. Never sent twice (like
+    /// `acquire_lease`): a repeat after a commit whose reply was lost would
+    /// find the lease taken; the lease then expires after `ttl`.
+    async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
+        fluxio_core::store::check_run_id(&first.key())?;
+        check_lease_ttl(ttl)?;
+        let step = Step::of(&first)?;
+        let (inner, first, step) = (&self.inner, &first, &step);
+        self.call("begin_run", Retry::Never, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            let begun = Journal::begin(
+                &mut tx,
+                &inner.sql.journal,
+                &inner.sql.run,
+                first,
+                step,
+                ttl,
+                begin,
+                inner.retention(),
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(begun)
+        })
+        .await
+    }
+
+    /// One transaction, so one commit: the lease row and then the run's row
+    /// locked, the checks of [`save_fenced`](Self::save_fenced)
+    /// (`Cancelled`, `LeaseLost`, a missing predecessor), then, unless one
+    /// refuses, `last` appended and the run deleted when `delete`; and the
+    /// lease released either way. Never sent twice: a repeat after a commit
+    /// whose reply was lost would find the lease released. When the
+    /// transaction fails, the lease is released apart.
+    async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
+        let inner = &self.inner;
+        let written = match Step::of(&last) {
+            Err(e) => Err(e),
+            Ok(step) => {
+                let (last, step, lease) = (&last, &step, &lease);
+                self.call("finish_run", Retry::Never, |mut conn| async move {
+                    let mut tx = conn.begin().await?;
+                    let decided = Journal::finish(
+                        &mut tx,
+                        &inner.sql.journal,
+                        &inner.sql.run,
+                        last,
+                        step,
+                        lease,
+                        delete,
+                        inner.retention(),
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    Ok::<_, Failure>(decided)
+                })
+                .await
+            }
+        };
+        match written {
+            Ok(decided) => decided,
+            Err(e) => {
+                let key = last.key();
+                if let Err(release) = self.release_lease(lease).await {
+                    tracing::warn!(run_id = %key, error = %release, "could not release the run's lease; it will expire");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// One transaction: the run's row locked `FOR UPDATE`, the run loaded,

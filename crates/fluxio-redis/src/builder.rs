@@ -55,6 +55,9 @@ pub struct RedisStoreBuilder {
     pub(crate) key_prefix: String,
     pub(crate) command_timeout: Duration,
     pub(crate) tls_root_certificates: Option<Vec<u8>>,
+    pub(crate) wait_for_replicas: Option<(u32, Duration)>,
+    /// The seed nodes of a Redis Cluster; `None`: one server at `url`.
+    pub(crate) cluster_nodes: Option<Vec<String>>,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -66,9 +69,19 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("key_prefix", &self.key_prefix)
             .field("command_timeout", &self.command_timeout)
             .field(
+                "cluster_nodes",
+                &self.cluster_nodes.as_ref().map(|nodes| {
+                    nodes
+                        .iter()
+                        .map(|n| RedactedUrl::new(n).url)
+                        .collect::<Vec<_>>()
+                }),
+            )
+            .field(
                 "tls_root_certificates",
                 &self.tls_root_certificates.is_some(),
             )
+            .field("wait_for_replicas", &self.wait_for_replicas)
             .finish()
     }
 }
@@ -82,7 +95,15 @@ impl RedisStoreBuilder {
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             tls_root_certificates: None,
+            wait_for_replicas: None,
+            cluster_nodes: None,
         }
+    }
+
+    pub(crate) fn new_cluster(nodes: Vec<String>) -> Self {
+        let mut builder = Self::new(nodes.first().cloned().unwrap_or_default());
+        builder.cluster_nodes = Some(nodes);
+        builder
     }
 
     /// How long a completed run's checkpoint is kept after it completed
@@ -150,13 +171,73 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// After every checkpoint write, wait until at least `replicas` replicas
+    /// acknowledge it, for at most `timeout` (default: no waiting). The write
+    /// is followed by `WAIT replicas timeout` in the same round trip (a
+    /// pipeline of the script and `WAIT`), and when fewer replicas
+    /// acknowledged in time, the call fails with
+    /// [`Error::Store`](fluxio_core::Error::Store) whose
+    /// [`RedisStoreError`] names the run, the operation and both numbers
+    /// ([`replicas_acknowledged`](RedisStoreError::replicas_acknowledged)).
+    /// On a Redis Cluster ([`RedisStore::cluster_builder`](crate::RedisStore::cluster_builder)),
+    /// `WAIT` goes to the primary of the run's hash slot, the node that
+    /// applied the write, and counts that primary's replicas.
+    ///
+    /// The checkpoint writes are those of `save`, `save_fenced`, `cancel`,
+    /// `begin_run` (also when it only took the lease) and `finish_run`: the
+    /// ones a resumed run reads. Leases (`acquire_lease`, `renew_lease`,
+    /// `release_lease`) and deletes are not waited for, and neither is a
+    /// write the store refused (a lost lease, a cancelled run: that error
+    /// is returned).
+    ///
+    /// What it guarantees: a write that returned `Ok` was in the memory of
+    /// at least `replicas` replicas when it returned. What it does not:
+    /// `WAIT` does not make Redis strongly consistent. On a failed `WAIT`
+    /// the write is *not* undone: the primary applied it, it may reach the
+    /// replicas later, and a read sees it; the error says only that it is
+    /// not known to be replicated (the pipeline's run then stops with that
+    /// error, and resuming it reads whatever the store holds). After a
+    /// failover, a write acknowledged by `replicas` replicas can still be
+    /// lost: when the promoted replica is not one of those that
+    /// acknowledged it (Sentinel and Cluster promote the most up-to-date
+    /// replica they can reach, which is usually, not always, one of them),
+    /// or when the replicas that had it restart without persistence before
+    /// they are promoted. It narrows the window in which an acknowledged
+    /// checkpoint is lost to a failover; it does not close it. (`WAITAOF`
+    /// would add fsync on the replicas; it is not used.)
+    ///
+    /// `WAIT` blocks the connection it is sent on until it returns, and a
+    /// store's calls share one connection: while a replica is missing,
+    /// every call of the store may wait behind a write up to `timeout`.
+    /// `replicas` at least 1; `timeout` at least 1 ms and shorter than the
+    /// [`command_timeout`](Self::command_timeout).
+    ///
+    /// ```no_run
+    /// # async fn f() -> fluxio_core::Result<()> {
+    /// use std::time::Duration;
+    /// use fluxio_redis::RedisStore;
+    ///
+    /// let store = RedisStore::builder("redis://redis.internal:6379")
+    ///     .wait_for_replicas(1, Duration::from_millis(500))
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_for_replicas = Some((replicas, timeout));
+        self
+    }
+
     /// Validates the settings, connects, and loads the store's Lua scripts
     /// into the server.
     ///
     /// # Errors
     /// [`Error::Store`](fluxio_core::Error::Store) (backend `"redis"`, source
-    /// a [`RedisStoreError`]): an empty `key_prefix`, a zero `completed_retention` or
-    /// `command_timeout` (the message names the setting), a URL redis-rs
+    /// a [`RedisStoreError`]): an empty `key_prefix` (or, on a cluster, one
+    /// with `{` or `}`, or no node), a zero `completed_retention` or
+    /// `command_timeout`, a `wait_for_replicas` asking for no replica or
+    /// with a timeout under 1 ms or not below the command timeout (the
+    /// message names the setting), a URL redis-rs
     /// rejects, a server that cannot be reached or authenticated with, or no
     /// reply within the command timeout.
     pub async fn connect(self) -> Result<RedisStore> {
@@ -171,6 +252,17 @@ impl RedisStoreBuilder {
         let invalid = |setting, reason: &str| RedisStoreError::setting(setting, reason, url);
         if self.key_prefix.is_empty() {
             return Err(invalid("key_prefix", "must not be empty"));
+        }
+        if let Some(nodes) = &self.cluster_nodes {
+            if nodes.is_empty() {
+                return Err(invalid("cluster_nodes", "must name at least one node"));
+            }
+            if self.key_prefix.contains(['{', '}']) {
+                return Err(invalid(
+                    "key_prefix",
+                    "must not contain `{` or `}` on a cluster (the store's hash tags)",
+                ));
+            }
         }
         let retention_ms = match self.completed_retention {
             None => 0,
@@ -190,6 +282,27 @@ impl RedisStoreBuilder {
         };
         if self.command_timeout.is_zero() {
             return Err(invalid("command_timeout", "must be greater than zero"));
+        }
+        if let Some((replicas, timeout)) = self.wait_for_replicas {
+            if replicas == 0 {
+                return Err(invalid(
+                    "wait_for_replicas",
+                    "must ask for at least 1 replica",
+                ));
+            }
+            if timeout.as_millis() == 0 {
+                // `WAIT n 0` would wait forever
+                return Err(invalid(
+                    "wait_for_replicas",
+                    "the timeout must be at least 1 ms",
+                ));
+            }
+            if timeout >= self.command_timeout {
+                return Err(invalid(
+                    "wait_for_replicas",
+                    "the timeout must be shorter than the command timeout",
+                ));
+            }
         }
         Ok(retention_ms)
     }

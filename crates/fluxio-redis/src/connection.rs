@@ -8,8 +8,10 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use fluxio_core::store::{MAX_LEASE_TTL, RedactedUrl};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisResult};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, Cmd, ErrorKind, Pipeline, RedisFuture, RedisResult, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use crate::builder::RedisStoreBuilder;
@@ -20,7 +22,81 @@ use crate::store::{Inner, RedisStore};
 /// The current connection, and how many times it was replaced.
 pub(crate) struct Conn {
     pub(crate) generation: u64,
-    pub(crate) manager: ConnectionManager,
+    pub(crate) handle: Handle,
+}
+
+/// What the store is connected to: one server, or a Redis Cluster.
+pub(crate) enum Backend {
+    /// One server: the client and settings a replacement connection is
+    /// made with.
+    Single {
+        client: Box<Client>,
+        config: Box<ConnectionManagerConfig>,
+    },
+    /// A Redis Cluster: its connection follows the cluster's slots
+    /// (`MOVED`/`ASK`) and reconnects to each node by itself.
+    Cluster,
+}
+
+/// A connection the calls share: to one server (redis-rs's
+/// `ConnectionManager`) or to a cluster (its `ClusterConnection`, which
+/// routes each command by its first key, a script by its first `KEYS`).
+#[derive(Clone)]
+pub(crate) enum Handle {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Handle {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Handle::Single(c) => c.req_packed_command(cmd),
+            Handle::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Handle::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Handle::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Handle::Single(c) => c.get_db(),
+            Handle::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Loads every script into the server (into every primary of a cluster:
+/// redis-rs sends `SCRIPT LOAD` to all of them).
+async fn load_scripts(handle: &mut Handle) -> RedisResult<()> {
+    match handle {
+        Handle::Single(_) => {
+            let mut load = redis::pipe();
+            for src in scripts::ALL {
+                load.cmd("SCRIPT").arg("LOAD").arg(src);
+            }
+            load.query_async::<()>(handle).await
+        }
+        Handle::Cluster(_) => {
+            for src in scripts::ALL {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(src)
+                    .query_async::<()>(handle)
+                    .await?;
+            }
+            Ok(())
+        }
+    }
 }
 
 impl RedisStore {
@@ -37,38 +113,71 @@ impl RedisStore {
         if is_tls(&config.url) {
             install_crypto_provider();
         }
-        let client = match config.tls_root_certificates {
-            Some(pem) => Client::build_with_tls(
-                config.url.as_str(),
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                },
-            ),
-            None => Client::open(config.url.as_str()),
-        }
-        .map_err(failed)?;
-        // Each attempt is bounded by the timeout; few, quick retries, so a
-        // server that is down is reported at once (with its real error) rather
-        // than after minutes of backoff. A later call retries again.
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(100))
-            .set_max_delay(Duration::from_secs(1));
-        let connecting = async {
-            let mut manager =
-                ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
-            let mut load = redis::pipe();
-            for src in scripts::ALL {
-                load.cmd("SCRIPT").arg("LOAD").arg(src);
+        let (backend, connecting) = match &config.cluster_nodes {
+            Some(nodes) => {
+                let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(2)
+                    .min_retry_wait(100)
+                    .max_retry_wait(1000);
+                if let Some(pem) = config.tls_root_certificates.clone() {
+                    builder = builder.certs(redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    });
+                }
+                let client = builder.build().map_err(failed)?;
+                let connecting: std::pin::Pin<
+                    Box<dyn Future<Output = RedisResult<Handle>> + Send>,
+                > = Box::pin(async move {
+                    let mut handle = Handle::Cluster(client.get_async_connection().await?);
+                    load_scripts(&mut handle).await?;
+                    Ok(handle)
+                });
+                (Backend::Cluster, connecting)
             }
-            load.query_async::<()>(&mut manager).await?;
-            Ok::<_, redis::RedisError>(manager)
+            None => {
+                let client = match config.tls_root_certificates.clone() {
+                    Some(pem) => Client::build_with_tls(
+                        config.url.as_str(),
+                        redis::TlsCertificates {
+                            client_tls: None,
+                            root_cert: Some(pem),
+                        },
+                    ),
+                    None => Client::open(config.url.as_str()),
+                }
+                .map_err(failed)?;
+                // Each attempt is bounded by the timeout; few, quick retries, so a
+                // server that is down is reported at once (with its real error) rather
+                // than after minutes of backoff. A later call retries again.
+                let manager_config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
+                    .set_number_of_retries(2)
+                    .set_min_delay(Duration::from_millis(100))
+                    .set_max_delay(Duration::from_secs(1));
+                let (c, m) = (client.clone(), manager_config.clone());
+                let connecting: std::pin::Pin<
+                    Box<dyn Future<Output = RedisResult<Handle>> + Send>,
+                > = Box::pin(async move {
+                    let mut handle =
+                        Handle::Single(ConnectionManager::new_with_config(c, m).await?);
+                    load_scripts(&mut handle).await?;
+                    Ok(handle)
+                });
+                (
+                    Backend::Single {
+                        client: Box::new(client),
+                        config: Box::new(manager_config),
+                    },
+                    connecting,
+                )
+            }
         };
-        let manager = match tokio::time::timeout(timeout, connecting).await {
-            Ok(manager) => manager.map_err(failed)?,
+        let handle = match tokio::time::timeout(timeout, connecting).await {
+            Ok(handle) => handle.map_err(failed)?,
             Err(_) => return Err(RedisStoreError::timeout(op::CONNECT, None, &url, timeout)),
         };
         tracing::debug!(url = %url.url, key_prefix = %config.key_prefix, "connected to redis");
@@ -80,11 +189,11 @@ impl RedisStore {
                 keep_completed: config.keep_completed,
                 retention_ms,
                 command_timeout: timeout,
-                client,
-                manager_config,
+                wait_for_replicas: config.wait_for_replicas,
+                backend,
                 conn: RwLock::new(Conn {
                     generation: 0,
-                    manager,
+                    handle,
                 }),
             }),
         })
@@ -100,20 +209,25 @@ impl RedisStore {
     }
 
     /// The current connection and its generation.
-    fn connection(&self) -> (u64, ConnectionManager) {
+    fn connection(&self) -> (u64, Handle) {
         let conn = self
             .inner
             .conn
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        (conn.generation, conn.manager.clone())
+        (conn.generation, conn.handle.clone())
     }
 
     /// After a timeout: replaces the connection of `generation` (unless
     /// another call already did) by a new one, made on the next call. The old
     /// one may be dead without knowing it (a half-open TCP connection), and
-    /// redis-rs only replaces a connection that reported an error.
+    /// redis-rs only replaces a connection that reported an error. A
+    /// cluster's connection is kept: redis-rs reconnects to each node by
+    /// itself, and refreshes the slots when a node stops answering.
     fn replace_connection(&self, generation: u64) {
+        let Backend::Single { client, config } = &self.inner.backend else {
+            return;
+        };
         let mut conn = self
             .inner
             .conn
@@ -122,12 +236,9 @@ impl RedisStore {
         if conn.generation != generation {
             return;
         }
-        match ConnectionManager::new_lazy_with_config(
-            self.inner.client.clone(),
-            self.inner.manager_config.clone(),
-        ) {
+        match ConnectionManager::new_lazy_with_config((**client).clone(), (**config).clone()) {
             Ok(manager) => {
-                conn.manager = manager;
+                conn.handle = Handle::Single(manager);
                 conn.generation += 1;
                 tracing::warn!(
                     url = %self.inner.url.url,
@@ -150,8 +261,9 @@ impl RedisStore {
     /// the first attempt failed on the connection rather than on the server.
     ///
     /// Only for operations that may be sent twice: every method's command or
-    /// script is idempotent, checks the lease's token, or (acquire) carries
-    /// a nonce that makes a repeat return the first attempt's lease.
+    /// script is idempotent, checks the lease's token, or (acquire,
+    /// `begin_run`) carries a nonce that makes a repeat return the first
+    /// attempt's lease, or (`finish_run`) leaves its result for a repeat.
     async fn exec<T, F, Fut>(
         &self,
         operation: &'static str,
@@ -161,7 +273,7 @@ impl RedisStore {
     ) -> Result<T, RedisStoreError>
     where
         T: Send,
-        F: FnMut(ConnectionManager) -> Fut + Send,
+        F: FnMut(Handle) -> Fut + Send,
         Fut: Future<Output = RedisResult<T>> + Send,
     {
         let mut retried = false;
@@ -229,6 +341,73 @@ impl RedisStore {
             script.invoke_async(&mut conn).await
         })
         .await
+    }
+
+    /// Runs one script that writes a checkpoint of the run `run_id` (see
+    /// [`exec`](Self::exec)); with
+    /// [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas), as a
+    /// pipeline of the script and `WAIT` (one round trip), and returns how
+    /// many replicas acknowledged it, to check with
+    /// [`replicated`](Self::replicated) once the script's reply says it
+    /// wrote. A server that lost the script gets it (`SCRIPT LOAD`) and the
+    /// pipeline again. On a cluster the pipeline is one round trip too:
+    /// redis-rs routes a pipeline by its first command with a key (the
+    /// script, by its first `KEYS`, to the primary of the run's slot) and
+    /// `WAIT`, which has none, goes along with it, so it counts the
+    /// replicas of the primary that applied the write.
+    pub(crate) async fn invoke_write<T: redis::FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        deadline: Instant,
+        script: &redis::ScriptInvocation<'static>,
+    ) -> Result<(T, Option<u64>), RedisStoreError> {
+        let Some((replicas, timeout)) = self.inner.wait_for_replicas else {
+            let reply = self.invoke(operation, key, deadline, script).await?;
+            return Ok((reply, None));
+        };
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(script)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(crate::builder::px(timeout));
+        let pipe = &pipe;
+        let (reply, acked): (T, u64) = self
+            .exec(operation, key, deadline, move |mut conn| async move {
+                match pipe.query_async(&mut conn).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        script.load_async(&mut conn).await?;
+                        pipe.query_async(&mut conn).await
+                    }
+                    reply => reply,
+                }
+            })
+            .await?;
+        Ok((reply, Some(acked)))
+    }
+
+    /// `Ok` unless the write of run `run_id` at `key`, which `acked`
+    /// replicas acknowledged (`None`: not waited for), needed more.
+    pub(crate) fn replicated(
+        &self,
+        operation: &'static str,
+        key: &str,
+        run_id: &str,
+        acked: Option<u64>,
+    ) -> Result<(), RedisStoreError> {
+        match (self.inner.wait_for_replicas, acked) {
+            (Some(wait), Some(acked)) if acked < u64::from(wait.0) => {
+                Err(RedisStoreError::replicas(
+                    operation,
+                    key.to_owned(),
+                    &self.inner.url,
+                    run_id,
+                    wait,
+                    acked,
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 }
 

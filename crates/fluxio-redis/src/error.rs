@@ -26,6 +26,8 @@ pub(crate) mod op {
     pub(crate) const CANCEL: &str = "cancel";
     pub(crate) const LIST: &str = "list_runs";
     pub(crate) const REINDEX: &str = "reindex";
+    pub(crate) const BEGIN: &str = "begin_run";
+    pub(crate) const FINISH: &str = "finish_run";
 }
 
 /// Why a [`RedisStore`](crate::RedisStore) call failed.
@@ -64,6 +66,13 @@ enum Cause {
     Setting {
         setting: &'static str,
         reason: String,
+    },
+    /// Fewer replicas than asked for acknowledged a write in time (`WAIT`).
+    Replicas {
+        run_id: String,
+        wanted: u32,
+        acked: u64,
+        timeout: Duration,
     },
 }
 
@@ -123,6 +132,30 @@ impl RedisStoreError {
         }
     }
 
+    /// A write of the run `run_id` that the primary applied but fewer than
+    /// `wanted` replicas acknowledged within `timeout` (`WAIT` answered
+    /// `acked`).
+    pub(crate) fn replicas(
+        operation: &'static str,
+        key: String,
+        url: &RedactedUrl,
+        run_id: &str,
+        (wanted, timeout): (u32, Duration),
+        acked: u64,
+    ) -> Self {
+        RedisStoreError {
+            operation,
+            key: Some(key),
+            url: url.url.clone(),
+            cause: Cause::Replicas {
+                run_id: run_id.to_owned(),
+                wanted,
+                acked,
+                timeout,
+            },
+        }
+    }
+
     /// The store operation that failed: `"save"`, `"load"`, `"acquire_lease"`,
     /// `"connect"`, `"configure"`, ...
     #[must_use]
@@ -151,7 +184,9 @@ impl RedisStoreError {
             Cause::Timeout(_) => StoreErrorKind::Timeout,
             Cause::Redis(e) if e.is_timeout() => StoreErrorKind::Timeout,
             Cause::Redis(e) if is_connection_error(e) => StoreErrorKind::Connection,
-            Cause::Redis(_) | Cause::Setting { .. } => StoreErrorKind::Other,
+            Cause::Redis(_) | Cause::Setting { .. } | Cause::Replicas { .. } => {
+                StoreErrorKind::Other
+            }
         }
     }
 
@@ -169,6 +204,17 @@ impl RedisStoreError {
     #[must_use]
     pub fn is_connection(&self) -> bool {
         self.kind().is_connection()
+    }
+
+    /// For a write that too few replicas acknowledged (see
+    /// [`RedisStoreBuilder::wait_for_replicas`](crate::RedisStoreBuilder::wait_for_replicas)):
+    /// how many did, and how many were asked for.
+    #[must_use]
+    pub fn replicas_acknowledged(&self) -> Option<(u64, u32)> {
+        match &self.cause {
+            Cause::Replicas { acked, wanted, .. } => Some((*acked, *wanted)),
+            _ => None,
+        }
     }
 
     /// The setting that was rejected, for a configuration error.
@@ -204,6 +250,17 @@ impl fmt::Display for RedisStoreError {
             Cause::Redis(e) => write!(f, "{e}"),
             Cause::Timeout(t) => write!(f, "no reply within the command timeout ({t:?})"),
             Cause::Setting { .. } => Ok(()),
+            Cause::Replicas {
+                run_id,
+                wanted,
+                acked,
+                timeout,
+            } => write!(
+                f,
+                "the write of run `{run_id}` was acknowledged by {acked} of the {wanted} \
+                 replicas asked for within {timeout:?} (`WAIT`); the primary applied it, \
+                 and a failover now may lose it"
+            ),
         }
     }
 }

@@ -105,6 +105,9 @@ impl RedisStore {
     /// that write (or retried, twice). A run of a build before the journal
     /// (one string) is migrated to the journal hash on the way, its expiry
     /// kept. Safe to run while the store is in use, and more than once.
+    /// On a cluster store ([`RedisStore::cluster_builder`]) it finds
+    /// nothing: only builds with the cluster's key layout wrote there, and
+    /// each of them indexes its runs.
     ///
     /// ```no_run
     /// # async fn f() -> fluxio_core::Result<()> {
@@ -121,6 +124,11 @@ impl RedisStore {
     /// run that does not decode (the runs before it are indexed, the ones
     /// after it are not: fix or delete it and run this again).
     pub async fn reindex(&self) -> Result<u64> {
+        if self.is_cluster() {
+            // the cluster's key layout is this build's: no earlier build
+            // wrote a run there unindexed
+            return Ok(0);
+        }
         let prefix = format!("{}:", self.inner.key_prefix);
         let pattern = format!("{}*", glob_escape(&prefix));
         let mut cursor = 0u64;

@@ -41,7 +41,9 @@
 //! one day), how many completed runs of each pipeline are kept
 //! ([`keep_completed`](RedisStoreBuilder::keep_completed), default all),
 //! the key prefix (default `fluxio:checkpoint`), the per-call timeout
-//! (default 10 s) and, for `rediss://` URLs, a private CA.
+//! (default 10 s), for `rediss://` URLs a private CA, and whether each
+//! checkpoint write waits for replicas
+//! ([`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas), default no).
 //!
 //! ## Key layout
 //!
@@ -52,7 +54,7 @@
 //! | `P:R` | hash (a string for a run of an earlier build: see below) | the run's journal (contract rules 18 and 20): see below | a completed run's: the store's `completed_retention`, set by the save that completed it; every other run's: none |
 //! | `P.lease:R` | string | the fencing token of the current lease, in decimal | the lease's time-to-live, reset by every renewal |
 //! | `P.epoch:R` | integer | the last token handed out for `R` | none while `P:R` has none; otherwise the longest of a day, `completed_retention` and the lease's, reset by every acquire, renewal and save |
-//! | `P.nonce:R` | string | the nonce of the `acquire_lease` call in progress that took the lease | the lease's time-to-live; deleted when that call returns |
+//! | `P.nonce:R` | string | the nonce of the `acquire_lease` or `begin_run` call that took the lease (`begin_run`'s with its outcome, `:1` or `:0`); after `finish_run`, `end:<token>:<result>` | the lease's first time-to-live (not renewed); deleted with the lease by `release_lease`; `finish_run`'s mark: the command timeout |
 //! | `P.cancelled:R` | string | `1` while the checkpoint `P:R` is cancelled (contract rule 14) | none, like the cancelled checkpoint: deleted with it |
 //! | `P.completed:N` | sorted set | only with [`keep_completed`](RedisStoreBuilder::keep_completed): the completed runs of the pipeline `N` (the part of a run id before its first `/`, empty for a bare id), a member per run (its id `R`) scored by its `done` | the newest member's run's: `completed_retention`, reset by every completion; none without it |
 //! | `P.runs` | sorted set | the run index (contract rule 21; see [Listing](#listing-runs)): every run, a member per run (its id `R`) scored 0, so in key order | none |
@@ -107,13 +109,15 @@
 //!
 //! The lease, epoch, nonce, cancel, completed and index keys have `.` after the prefix where a
 //! checkpoint key has `:`, so no run id's checkpoint can collide with them.
-//! The nonce key exists only while an `acquire_lease` call is under way (or,
-//! if that call was cut off, until it expires with the lease).
+//! The nonce key exists while the lease its call took does (at most its
+//! first time-to-live), and for a command timeout after `finish_run`: it
+//! lets a call sent again after a lost reply find what its first attempt
+//! did (see [Reconnecting](#reconnecting)).
 //!
 //! ## What each call does
 //!
-//! Every call is one network round trip (`acquire_lease`, `load` and
-//! `history`: two; `cancel`: three or more): a single
+//! Every call is one network round trip (`load` and `history`: two;
+//! `cancel`: three or more): a single
 //! command, or a Lua script run with `EVALSHA` (loaded at connect time; a
 //! server that lost the scripts, after a restart say, is sent them again
 //! once). A call whose connection dropped is sent once more; see
@@ -146,11 +150,29 @@
 //!   the lease carries that token. Tokens grow with every acquisition. A
 //!   lease whose `P.nonce:R` is this call's was taken by this call's first
 //!   attempt (see [Reconnecting](#reconnecting)): its token is returned and
-//!   its expiry reset. A second round trip then deletes `P.nonce:R` if it is
-//!   still this call's.
+//!   its expiry reset. `P.nonce:R` is left in place (nonces are never
+//!   reused, so no other call matches it): an earlier build deleted it in a
+//!   second round trip.
 //! - `renew_lease`: `PEXPIRE P.lease:R` if it still holds the token, else
 //!   [`Error::LeaseLost`](fluxio_core::Error::LeaseLost).
-//! - `release_lease`: `DEL P.lease:R` if it still holds the token (else nothing).
+//! - `release_lease`: `DEL P.lease:R P.nonce:R` if the lease still holds the
+//!   token (else nothing).
+//! - `begin_run` (contract rule 24), one script: `acquire_lease`'s, then
+//!   for `Begin::Replace` `delete_fenced`'s, for `Begin::IfAbsent` nothing
+//!   more when `P:R` exists (the lease is taken, the run kept, `started`
+//!   false), then `save_fenced`'s of the first checkpoint on the emptied
+//!   journal. Refused (`RunIdInUse`; `Cancelled` for `IfAbsent` when only a
+//!   cancel mark is stored; a first checkpoint that is a delta) it writes
+//!   nothing and takes no lease. `P.nonce:R` holds the call's nonce and
+//!   outcome, so a repeat returns what the first attempt did.
+//! - `finish_run` (contract rule 24), one script: `save_fenced`'s (the same
+//!   Lua, run as a function), then, when it saved and the run is to be
+//!   deleted, `delete_fenced`'s, then, if the lease is still the token's,
+//!   `release_lease`'s, whatever the save returned; `P.nonce:R` then holds
+//!   `end:<token>:<result>` for a command timeout, which a repeat of the
+//!   call (its reply lost, the lease gone) returns. A durable run of `n`
+//!   stages is `n + 1` round trips: `begin_run`, `n - 1` fenced saves,
+//!   `finish_run`.
 //! - `save_fenced`: if `P.lease:R` still holds the token, the checkpoint
 //!   appended to the journal, as [`append`](fluxio_core::store::append)
 //!   does: the fields numbered at or after it deleted (a write sent again;
@@ -252,9 +274,56 @@
 //! run until the next `reindex` (it does not know the index); stores of
 //! this build never do.
 //!
+//! ## Redis Cluster
+//!
+//! [`RedisStore::cluster_builder`] connects to a Redis Cluster through some
+//! of its nodes (redis-rs's cluster connection: it follows `MOVED` and
+//! `ASK`, and sends each script to the node of its first key). Every script
+//! touches several keys of a run and the index keys of its pipeline, so they
+//! must all be in one hash slot: a cluster store spreads its runs over
+//! [`CLUSTER_BUCKETS`] (16) buckets, the bucket of a run being its
+//! pipeline's ([`cluster_bucket`]: FNV-1a of the pipeline's name, the part
+//! of the run's key before its first `/`, empty for a bare id), and writes
+//! every key of a bucket `b` under the prefix `{P#b}` instead of `P`: a
+//! hash tag, so one slot. That is the whole difference from the layout
+//! above, table for table:
+//!
+//! | one server | cluster |
+//! |---|---|
+//! | `P:R`, `P.lease:R`, `P.epoch:R`, `P.nonce:R`, `P.cancelled:R` | `{P#b}:R`, `{P#b}.lease:R`, ... with `b` the bucket of `R`'s pipeline |
+//! | `P.completed:N` | `{P#b}.completed:N`, `b` the bucket of `N` |
+//! | `P.runs`, `P.runs.S`, `P.expiring` | `{P#b}.runs`, `{P#b}.runs.S`, `{P#b}.expiring` for each bucket `b`, holding its runs |
+//!
+//! A run's pipeline decides its bucket, not its id, so that all the runs of
+//! a pipeline share one slot: keep-the-last-N
+//! ([`keep_completed`](RedisStoreBuilder::keep_completed)) stays exact and
+//! atomic (the script that completes a run deletes the pipeline's oldest
+//! completed runs, which are in its slot), and a listing of one pipeline
+//! (or of the bare ids, pipeline `""`) reads one bucket, as on one server.
+//! A listing of every pipeline reads each bucket's first page after the
+//! cursor (16 round trips) and merges them in key order. The price: a
+//! cluster spreads pipelines (16 buckets, over its masters), not the runs of
+//! one pipeline, whose writes all go to one master.
+//!
+//! The key prefix must not contain `{` or `}`. The cluster layout is only
+//! a cluster store's, so nothing written by a single-server store (or by an
+//! earlier build) is read by one, and [`RedisStore::reindex`] has nothing to
+//! do on it: moving runs from a single server to a cluster is not
+//! supported (let them finish, or copy them with the store API: `history`,
+//! then `save`). Every store on a cluster key prefix must be a cluster
+//! store of a build with the same [`CLUSTER_BUCKETS`].
+//!
+//! With [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas), each
+//! checkpoint write and its `WAIT` are one pipeline, which redis-rs sends to
+//! the node of the script's first key: the primary of the run's slot, so
+//! `WAIT` counts that primary's replicas, in the same single round trip as
+//! on one server.
+//!
 //! ## Reconnecting
 //!
-//! Clones of a store share one connection (redis-rs's `ConnectionManager`),
+//! Clones of a store share one connection (redis-rs's `ConnectionManager`;
+//! on a cluster its `ClusterConnection`, which reconnects to each node by
+//! itself and is kept after a timeout),
 //! which learns that the connection died (the server restarted, the
 //! connection was reset or killed) only when a call fails on it; it then
 //! opens a new one for the next call. So a call that fails on the
@@ -268,7 +337,10 @@
 //!   again (or reports `LeaseLost` only if the lease really was lost);
 //! - `acquire_lease` stores its call's nonce next to the lease it takes, so
 //!   a repeat recognizes a lease taken by its own first attempt and returns
-//!   that lease instead of `RunIdInUse`;
+//!   that lease instead of `RunIdInUse`; `begin_run` stores its outcome
+//!   with the nonce, so a repeat returns the same lease and `started`;
+//!   `finish_run` leaves its result under the lease's token, so a repeat
+//!   returns it rather than `LeaseLost`;
 //! - `cancel`'s script finds the cancelled checkpoint it appended itself (it
 //!   carries the time of the cancel) and answers done, not `RunFinished`.
 //!
@@ -290,28 +362,23 @@
 //!   once) or a checkpoint (a resume from an older stage). Checkpoints
 //!   survive a restart only with persistence on; for no loss of
 //!   acknowledged saves, use `appendonly yes` with `appendfsync always`.
+//! - [`wait_for_replicas`](RedisStoreBuilder::wait_for_replicas) narrows
+//!   the failover window for checkpoints: each checkpoint write is
+//!   followed, in the same round trip, by `WAIT n timeout`, and fails when
+//!   fewer than `n` replicas acknowledged it (the primary keeps the write).
+//!   A failover can still lose an acknowledged checkpoint (a promoted
+//!   replica that is not one of those that acknowledged it; replicas
+//!   restarted without persistence), and leases are not waited for: it is
+//!   not strong consistency.
 //! - Lease expiry is measured on the Redis server's clock.
-//! - **Redis Cluster is not supported**: the scripts touch several keys
-//!   (lease, epoch and nonce, or lease, journal, cancel mark and epoch), and this store does
-//!   not speak the cluster protocol. The journal adds no key: all of a
-//!   run's checkpoints are fields of its one hash. Keep-the-last-N adds
-//!   one: the save scripts (and the deletes) touch the pipeline's index
-//!   `P.completed:N` besides the run's keys, and a trim deletes other runs
-//!   of the pipeline, whose keys the script builds from the prefix rather
-//!   than declares. A cluster client (a later issue) will need the index,
-//!   and the runs of one pipeline, in the run's hash slot (a hash tag on
-//!   the pipeline); nothing here is designed for that yet. The run index
-//!   (contract rule 21) adds more: every write's script touches `P.runs`,
-//!   `P.runs.S` for the old and new status and (on completion)
-//!   `P.expiring`, keys shared by every pipeline of the prefix and built
-//!   in Lua from the prefix rather than declared in `KEYS`; the listing's
-//!   script reads the runs' hashes and lease keys the same way, and the
-//!   sweep of expired runs touches other runs' keys. Cluster support
-//!   (issue 13) must revisit these names: per-pipeline index sets with the
-//!   pipeline as a hash tag (`P.runs.S:{N}`, runs at `P:{N}/R`), declared
-//!   keys, and a listing across pipelines that merges their sets. A prefix that is a hash tag (`{fx}`:
-//!   keys `{fx}:R`, `{fx}.lease:R`) would put all of a prefix's keys in one
-//!   slot, were a cluster client ever added.
+//! - On a **Redis Cluster** ([`RedisStore::cluster_builder`], see
+//!   [Redis Cluster](#redis-cluster)) every script's keys are in one hash
+//!   slot, the run's bucket: the keys it declares in `KEYS` (lease, epoch,
+//!   nonce, journal, cancel mark, `P.completed:N`) and those it builds from
+//!   the bucket's prefix it is given (`.runs`, `.runs.S`, `.expiring`, the
+//!   runs a keep-the-last-N trim deletes). So each call is atomic there
+//!   too, and as safe as that slot's primary: a failover of a master is a
+//!   failover as above.
 //! - Retention: a completed run's journal (its one key) expires
 //!   [`completed_retention`](RedisStoreBuilder::completed_retention) after it
 //!   completed (default one day; `None` keeps it), or sooner when
@@ -350,4 +417,4 @@ pub use builder::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_COMPLETED_RETENTION, DEFAULT_KEY_PREFIX, RedisStoreBuilder,
 };
 pub use error::{BACKEND, RedisStoreError};
-pub use store::RedisStore;
+pub use store::{CLUSTER_BUCKETS, RedisStore, cluster_bucket};

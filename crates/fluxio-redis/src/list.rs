@@ -90,7 +90,10 @@ impl Query {
 impl RedisStore {
     /// The sorted set of every run in the index: `{prefix}.runs`, each
     /// run's key a member, scored 0, so in key order. See the
-    /// [crate documentation](crate) for the index.
+    /// [crate documentation](crate) for the index. On a cluster each
+    /// bucket has its own, `{{prefix}#b}.runs` (see the
+    /// [crate documentation](crate#redis-cluster)); this names the one of a
+    /// single server.
     ///
     /// ```no_run
     /// # async fn f() -> fluxio_core::Result<()> {
@@ -126,6 +129,9 @@ impl RedisStore {
     /// # Ok(()) }
     /// ```
     ///
+    /// On a cluster each bucket has its own, `{{prefix}#b}.runs.{status}`;
+    /// this names the one of a single server.
+    ///
     /// # Errors
     /// [`Error::Unsupported`] for a status this build does not index.
     pub fn runs_in_status_key(&self, status: fluxio_core::store::RunStatus) -> Result<String> {
@@ -138,12 +144,61 @@ impl RedisStore {
 
     /// A page of the runs that pass `filter` (see
     /// [`list_runs`](fluxio_core::store::CheckpointStore::list_runs)).
+    ///
+    /// On a cluster, the runs of one pipeline are in one bucket (and the
+    /// bare ids' pipeline `""` is one too), read as on one server; without
+    /// a pipeline, each bucket gives its first `limit + 1` runs after the
+    /// cursor (the buckets read at once, each on its node) and the page is
+    /// the first `limit + 1` of their merge in key
+    /// order: a bucket's runs are in key order and no run is in two
+    /// buckets, so these are the first of all.
     pub(crate) async fn list(&self, filter: &RunFilter) -> Result<RunPage> {
         let limit = filter.limit.clamp(1, MAX_PAGE);
-        let Some(mut query) = Query::of(filter, &self.inner.key_prefix)? else {
-            return Ok(RunPage::default());
-        };
         let deadline = self.deadline();
+        let mut runs = match (self.is_cluster(), filter.pipeline.as_deref()) {
+            (true, None) => {
+                let prefixes: Vec<String> = (0..crate::CLUSTER_BUCKETS)
+                    .map(|bucket| self.bucket_prefix(bucket))
+                    .collect();
+                let buckets = futures::future::try_join_all(
+                    prefixes
+                        .iter()
+                        .map(|prefix| self.list_in(prefix, filter, limit, deadline)),
+                )
+                .await?;
+                let mut runs: Vec<RunSummary> = buckets.into_iter().flatten().collect();
+                runs.sort_by(|a, b| a.key.cmp(&b.key));
+                runs
+            }
+            (_, pipeline) => {
+                let prefix = self.pipeline_prefix(pipeline.unwrap_or_default());
+                self.list_in(&prefix, filter, limit, deadline).await?
+            }
+        };
+        let next = if runs.len() > limit {
+            runs.truncate(limit);
+            runs.last().map(|r| r.key.clone())
+        } else {
+            None
+        };
+        let mut page = RunPage::default();
+        page.runs = runs;
+        page.next = next;
+        Ok(page)
+    }
+
+    /// The first `limit + 1` runs that pass `filter` in the index of the
+    /// key prefix `prefix` (one bucket on a cluster), in key order.
+    async fn list_in(
+        &self,
+        prefix: &str,
+        filter: &RunFilter,
+        limit: usize,
+        deadline: tokio::time::Instant,
+    ) -> Result<Vec<RunSummary>> {
+        let Some(mut query) = Query::of(filter, prefix)? else {
+            return Ok(Vec::new());
+        };
         let empty = Snapshot::default();
         let mut runs = Vec::new();
         // one run more than the page: whether there is a next page
@@ -151,7 +206,7 @@ impl RedisStore {
             let mut script = scripts::LIST_SCRIPT.prepare_invoke();
             script
                 .key(&query.set)
-                .arg(&self.inner.key_prefix)
+                .arg(prefix)
                 .arg(&query.min)
                 .arg(&query.max)
                 .arg(limit + 1 - runs.len())
@@ -187,16 +242,7 @@ impl RedisStore {
             }
             query.min = format!("({last}");
         }
-        let next = if runs.len() > limit {
-            runs.truncate(limit);
-            runs.last().map(|r| r.key.clone())
-        } else {
-            None
-        };
-        let mut page = RunPage::default();
-        page.runs = runs;
-        page.next = next;
-        Ok(page)
+        Ok(runs)
     }
 }
 

@@ -17,7 +17,9 @@ use redis::Script;
 /// A new lease stores the nonce next to it (same expiry). A lease that
 /// carries this nonce was set by an earlier attempt of this very call (sent
 /// again after its reply was lost on a dropped connection): its token is
-/// returned and its expiry reset, as if this attempt had taken it.
+/// returned and its expiry reset, as if this attempt had taken it. The
+/// nonce stays until it expires or `RELEASE_LEASE` or `FINISH` takes it
+/// with the lease: nonces are never reused, so no other call matches it.
 pub(crate) const ACQUIRE: &str = r"
 local held = redis.call('GET', KEYS[1])
 if held then
@@ -51,16 +53,6 @@ if redis.call('PTTL', KEYS[2]) ~= -1 then
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
 return 1
-";
-
-/// `KEYS`: a key. `ARGV`: a value. Deletes the key only if it holds the
-/// value: the lease only if it is `token`'s (`release_lease`), the acquire
-/// nonce only if it is still the calling `acquire_lease`'s.
-pub(crate) const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
 ";
 
 /// The Lua functions that keep the run index (contract rule 21; see the
@@ -376,28 +368,11 @@ return 1
 "
 );
 
-/// `KEYS`: lease, journal, cancel mark, epoch, the pipeline's completed
-/// index. `ARGV`: token, the checkpoint's number, `1` when it is whole, its
-/// `keep_from`, its entry bytes, journal ttl (ms, `0` for none), `1` when
-/// it is cancelled, epoch ttl (ms), `1` when it is completed, the number of
-/// completed runs to keep (`none`: all), the key prefix, the run's key,
-/// the checkpoint's summary (nine: see `summarize`).
-///
-/// Returns 1 when appended; 2 (nothing written) when the run is cancelled,
-/// whatever the lease; 0 (nothing written) when the lease is not `token`'s;
-/// 3 (nothing written) when the checkpoint is a delta and its predecessor
-/// is not stored. Appending drops the stored checkpoints numbered at or
-/// after it (the whole hash when that is all of them, or when a whole
-/// checkpoint leaves a gap after the last: every number from `first` to
-/// `last` stays stored), migrates a run of an
-/// earlier build, and drops the checkpoints before the cut point, computed
-/// as `fluxio_core::store::cut_point` does. The run's summary is written
-/// and the run indexed under its status (rule 21). Then `completion`: a
-/// completed run is indexed and its pipeline trimmed; a run that was
-/// completed and is not any more leaves that index.
-pub(crate) const SAVE_FENCED: &str = concat!(
-    journal_fns!(),
-    r"
+/// The body of `SAVE_FENCED` (after `journal_fns!`), with its `KEYS` and
+/// `ARGV` and its `return`s: `FINISH` runs it as a function.
+macro_rules! save_fenced_body {
+    () => {
+        r"
 local gate = redis.call('MGET', KEYS[1], KEYS[3])
 if gate[2] then
   return 2
@@ -490,7 +465,29 @@ completion(j, KEYS[5], {completed = ARGV[9] == '1', keep = tonumber(ARGV[10]),
   prefix = ARGV[11], run = ARGV[12], px = ARGV[6], epoch_px = ARGV[8]}, was_done)
 return 1
 "
-);
+    };
+}
+
+/// `KEYS`: lease, journal, cancel mark, epoch, the pipeline's completed
+/// index. `ARGV`: token, the checkpoint's number, `1` when it is whole, its
+/// `keep_from`, its entry bytes, journal ttl (ms, `0` for none), `1` when
+/// it is cancelled, epoch ttl (ms), `1` when it is completed, the number of
+/// completed runs to keep (`none`: all), the key prefix, the run's key,
+/// the checkpoint's summary (nine: see `summarize`).
+///
+/// Returns 1 when appended; 2 (nothing written) when the run is cancelled,
+/// whatever the lease; 0 (nothing written) when the lease is not `token`'s;
+/// 3 (nothing written) when the checkpoint is a delta and its predecessor
+/// is not stored. Appending drops the stored checkpoints numbered at or
+/// after it (the whole hash when that is all of them, or when a whole
+/// checkpoint leaves a gap after the last: every number from `first` to
+/// `last` stays stored), migrates a run of an
+/// earlier build, and drops the checkpoints before the cut point, computed
+/// as `fluxio_core::store::cut_point` does. The run's summary is written
+/// and the run indexed under its status (rule 21). Then `completion`: a
+/// completed run is indexed and its pipeline trimmed; a run that was
+/// completed and is not any more leaves that index.
+pub(crate) const SAVE_FENCED: &str = concat!(journal_fns!(), save_fenced_body!());
 
 /// `KEYS`: journal. `ARGV`: `1` for every stored checkpoint (`history`),
 /// `0` for those from the last whole one on (`load`). Returns nothing when
@@ -789,10 +786,159 @@ return 1
 "
 );
 
-pub(crate) const ALL: [&str; 13] = [
+/// `KEYS`: lease, epoch, nonce, journal, cancel mark, the pipeline's
+/// completed index. `ARGV`: lease ttl (ms), the epoch ttl `ACQUIRE` takes
+/// (ms), the calling `begin_run`'s nonce, `1` to replace a stored run (`0`:
+/// keep it), the epoch ttl the deletes and saves take (ms), then the first
+/// checkpoint: its number, `1` when it is whole, its entry bytes, the
+/// journal ttl (ms, `0` for none), `1` when it is cancelled, `1` when it is
+/// completed, the number of completed runs to keep (`none`: all), the key
+/// prefix, the run's key, its summary (nine: see `summarize`).
+///
+/// `begin_run` in one step: `ACQUIRE`'s logic, then (replace) `DELETE_FENCED`'s
+/// or (keep) nothing more when a journal is stored, then `SAVE_FENCED`'s on
+/// the journal, which is empty by then. Returns `{token, 1}` when the
+/// first checkpoint was written, `{token, 0}` when a stored run was kept
+/// (the lease taken all the same), `{0, 0}` when the lease is held,
+/// `{0, 2}` when a run that was to be written is marked cancelled, `{0, 3}`
+/// when the first checkpoint is a delta (it has no predecessor): on these
+/// three nothing is written, the lease not taken.
+///
+/// The nonce is stored with the lease (same expiry) and the outcome
+/// (`nonce:1` or `nonce:0`): a repeat of this very call (its reply lost with
+/// the connection) finds it and returns what the first attempt did. It is
+/// not deleted in a second round trip as `acquire_lease`'s is: it expires
+/// with the lease, or `FINISH` takes it.
+pub(crate) const BEGIN: &str = concat!(
+    journal_fns!(),
+    r"
+local held = redis.call('GET', KEYS[1])
+if held then
+  local n = redis.call('GET', KEYS[3])
+  if n == ARGV[3] .. ':1' then
+    return {tonumber(held), 1}
+  elseif n == ARGV[3] .. ':0' then
+    return {tonumber(held), 0}
+  end
+  return {0, 0}
+end
+local replace = ARGV[4] == '1'
+local write = replace or redis.call('EXISTS', KEYS[4]) == 0
+if write then
+  if not replace and redis.call('EXISTS', KEYS[5]) == 1 then
+    return {0, 2}
+  end
+  if ARGV[7] ~= '1' then
+    return {0, 3}
+  end
+end
+-- ACQUIRE
+local fresh = redis.call('EXISTS', KEYS[2]) == 0
+local token = redis.call('INCR', KEYS[2])
+if (fresh or redis.call('PTTL', KEYS[2]) ~= -1) and redis.call('PTTL', KEYS[4]) ~= -1 then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
+redis.call('SET', KEYS[3], ARGV[3] .. (write and ':1' or ':0'), 'PX', ARGV[1])
+if not write then
+  return {token, 0}
+end
+local prefix, run, epoch_px = ARGV[13], ARGV[14], ARGV[5]
+if replace then
+  -- DELETE_FENCED
+  local status = redis.pcall('HGET', KEYS[4], 'status')
+  unindex(prefix, run, type(status) == 'string' and status or nil)
+  redis.call('DEL', KEYS[4], KEYS[5])
+  redis.call('ZREM', KEYS[6], run)
+  if redis.call('PTTL', KEYS[2]) == -1 then
+    redis.call('PEXPIRE', KEYS[2], epoch_px)
+  end
+end
+-- SAVE_FENCED of a whole checkpoint, the journal's first
+local set = {ARGV[6], ARGV[8], 'last', ARGV[6], 'born', born(), 'first', ARGV[6],
+  'fulls', ARGV[6], 'ver', '1'}
+if ARGV[9] ~= '0' then
+  set[#set + 1] = 'exp'
+  set[#set + 1] = '1'
+end
+redis.call('HSET', KEYS[4], unpack(set))
+index(prefix, run, nil, summarize(KEYS[4], 15))
+expire(KEYS[4], ARGV[9], KEYS[2], epoch_px, false, true)
+if ARGV[10] == '1' then
+  redis.call('SET', KEYS[5], 1)
+end
+completion(KEYS[4], KEYS[6], {completed = ARGV[11] == '1', keep = tonumber(ARGV[12]),
+  prefix = prefix, run = run, px = ARGV[9], epoch_px = epoch_px}, false)
+return {token, 1}
+"
+);
+
+/// `KEYS`: those of `SAVE_FENCED` (lease, journal, cancel mark, epoch, the
+/// pipeline's completed index), then the nonce, last. `ARGV`: those of
+/// `SAVE_FENCED`, then, last, `1` to delete the run once saved, and how
+/// long a repeat of this call may still come (ms: the command timeout).
+/// (The script takes its own ones from the end, so `SAVE_FENCED` may gain
+/// keys and arguments: `finish_run` then passes them too.)
+///
+/// `finish_run` in one step: `SAVE_FENCED` (run as a function: same
+/// checks, same writes, same result), then, when it saved and `delete` is
+/// set, `DELETE_FENCED`'s writes, then, if the lease is still the token's,
+/// `RELEASE_LEASE`'s: the lease deleted, and the nonce key (`BEGIN`'s, no use
+/// once the lease is gone) replaced by `end:<token>:<result>`, kept as long
+/// as a repeat may come. Returns `SAVE_FENCED`'s result (1, 0, 2 or 3).
+/// A repeat of this very call (its reply lost with the connection, the
+/// lease gone with the first attempt) finds that mark and returns its
+/// result, writing nothing; tokens are never drawn twice, so no other
+/// call finds it.
+pub(crate) const FINISH: &str = concat!(
+    journal_fns!(),
+    r"
+local nonce, delete, mark_px = KEYS[#KEYS], ARGV[#ARGV - 1], ARGV[#ARGV]
+local mark = 'end:' .. ARGV[1] .. ':'
+local n = redis.call('GET', nonce)
+if n and string.sub(n, 1, #mark) == mark then
+  return tonumber(string.sub(n, #mark + 1))
+end
+local function save_fenced()
+",
+    save_fenced_body!(),
+    r"
+end
+local saved = save_fenced()
+if saved == 1 and delete == '1' then
+  -- DELETE_FENCED (the lease was checked by the save)
+  local status = redis.pcall('HGET', KEYS[2], 'status')
+  unindex(ARGV[11], ARGV[12], type(status) == 'string' and status or nil)
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('ZREM', KEYS[5], ARGV[12])
+  if redis.call('PTTL', KEYS[4]) == -1 then
+    redis.call('PEXPIRE', KEYS[4], ARGV[8])
+  end
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('SET', nonce, mark .. saved, 'PX', mark_px)
+end
+return saved
+"
+);
+
+/// `KEYS`: lease, nonce. `ARGV`: token. `release_lease`: deletes the
+/// lease and the nonce of the call that took it (`ACQUIRE`'s or `BEGIN`'s,
+/// left to expire with the lease rather than deleted in a second round
+/// trip) only if the lease is `token`'s. Returns 1 when released, 0 when
+/// the lease is not `token`'s.
+pub(crate) const RELEASE_LEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return 1
+end
+return 0
+";
+
+pub(crate) const ALL: [&str; 15] = [
     ACQUIRE,
     RENEW,
-    RELEASE,
     SAVE,
     SAVE_FENCED,
     META,
@@ -803,11 +949,13 @@ pub(crate) const ALL: [&str; 13] = [
     LIST,
     INDEXED,
     REINDEX,
+    BEGIN,
+    FINISH,
+    RELEASE_LEASE,
 ];
 
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
 pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
-pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE));
 pub(crate) static SAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SAVE));
 pub(crate) static SAVE_FENCED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SAVE_FENCED));
 pub(crate) static META_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(META));
@@ -819,3 +967,7 @@ pub(crate) static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new
 pub(crate) static LIST_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LIST));
 pub(crate) static INDEXED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INDEXED));
 pub(crate) static REINDEX_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REINDEX));
+pub(crate) static BEGIN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(BEGIN));
+pub(crate) static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FINISH));
+pub(crate) static RELEASE_LEASE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RELEASE_LEASE));

@@ -1,6 +1,7 @@
 //! [`RedisStore`]: its keys, and the trait implementation, a command or
 //! Lua script per method.
 
+use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
@@ -9,15 +10,13 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fluxio_core::store::{
-    Checkpoint, CheckpointStore, Lease, RedactedUrl, RunFilter, RunPage, RunStatus,
+    Begin, Begun, Checkpoint, CheckpointStore, Lease, RedactedUrl, RunFilter, RunPage, RunStatus,
     cancelled_checkpoint, check_lease_ttl, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
-use redis::Client;
-use redis::aio::ConnectionManagerConfig;
 
 use crate::builder::{RedisStoreBuilder, px};
-use crate::connection::Conn;
+use crate::connection::{Backend, Conn};
 use crate::error::op;
 use crate::index::summary_args;
 use crate::scripts;
@@ -32,8 +31,7 @@ use crate::scripts;
 ///
 /// Every method is one round trip: one command, or one Lua script run with
 /// `EVALSHA` (the scripts are loaded when connecting; a server that lost them
-/// gets them again, once, through redis-rs's `Script`); `acquire_lease`
-/// adds a second one to delete its nonce, `load` and `history` read the
+/// gets them again, once, through redis-rs's `Script`); `load` and `history` read the
 /// journal's meta before its entries, and `cancel` loads the checkpoint
 /// before its script (and again if the script finds it changed). A call that fails because the
 /// connection dropped (a server restart, a reset) is sent once more on a new
@@ -53,8 +51,8 @@ use crate::scripts;
 /// atomically: dropping the future (or a timeout) leaves the data as it was
 /// before or after the operation, never half-way. Whether a dropped or
 /// timed-out write was applied is unknown until the next read. A dropped
-/// `acquire_lease` may leave a lease nobody holds, and its nonce: both
-/// expire after the lease's time-to-live.
+/// `acquire_lease` or `begin_run` may leave a lease nobody holds, and its
+/// nonce: both expire after the lease's time-to-live.
 #[derive(Clone)]
 pub struct RedisStore {
     pub(crate) inner: Arc<Inner>,
@@ -69,8 +67,9 @@ pub(crate) struct Inner {
     /// `completed_retention` in milliseconds; 0 for none.
     pub(crate) retention_ms: u64,
     pub(crate) command_timeout: Duration,
-    pub(crate) client: Client,
-    pub(crate) manager_config: ConnectionManagerConfig,
+    /// `WAIT` after every checkpoint write: how many replicas, how long.
+    pub(crate) wait_for_replicas: Option<(u32, Duration)>,
+    pub(crate) backend: Backend,
     pub(crate) conn: RwLock<Conn>,
 }
 
@@ -82,6 +81,8 @@ impl fmt::Debug for RedisStore {
             .field("completed_retention", &self.inner.completed_retention)
             .field("keep_completed", &self.inner.keep_completed)
             .field("command_timeout", &self.inner.command_timeout)
+            .field("cluster", &self.is_cluster())
+            .field("wait_for_replicas", &self.inner.wait_for_replicas)
             .finish()
     }
 }
@@ -105,6 +106,34 @@ impl RedisStore {
     /// [`connect`](RedisStoreBuilder::connect).
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url)
+    }
+
+    /// Settings for a store on a Redis Cluster reached through `nodes`
+    /// (`redis://host:port` URLs of some of its nodes, `rediss://` for TLS;
+    /// every node with the same user and password), to change before
+    /// [`connect`](RedisStoreBuilder::connect). The store keeps the
+    /// cluster's key layout, where every key of a run and the index entries
+    /// its writes touch share one hash slot (see the
+    /// [crate documentation](crate#redis-cluster)); its [`url`](Self::url)
+    /// is the first node's.
+    ///
+    /// ```no_run
+    /// # async fn f() -> fluxio_core::Result<()> {
+    /// use fluxio_redis::RedisStore;
+    ///
+    /// let store = RedisStore::cluster_builder(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .key_prefix("billing")
+    ///     .connect()
+    ///     .await?;
+    /// assert!(store.is_cluster());
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster_builder<I, S>(nodes: I) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisStoreBuilder::new_cluster(nodes.into_iter().map(Into::into).collect())
     }
 
     /// The server's URL, with the password replaced by `***`.
@@ -147,7 +176,7 @@ impl RedisStore {
     /// build, exactly its [`Checkpoint::to_bytes`].
     #[must_use]
     pub fn checkpoint_key(&self, run_id: &str) -> String {
-        format!("{}:{run_id}", self.inner.key_prefix)
+        format!("{}:{run_id}", self.run_prefix(run_id))
     }
 
     /// The sorted set of the completed runs of `pipeline` (the part of a
@@ -159,13 +188,45 @@ impl RedisStore {
     /// the runs beyond the newest `n` from it.
     #[must_use]
     pub fn completed_key(&self, pipeline: &str) -> String {
-        format!("{}.completed:{pipeline}", self.inner.key_prefix)
+        format!("{}.completed:{pipeline}", self.pipeline_prefix(pipeline))
     }
 
     /// [`completed_key`](Self::completed_key) of the pipeline of the run
     /// key `run_key`.
     fn completed_key_of(&self, run_key: &str) -> String {
-        self.completed_key(run_key.split_once('/').map_or("", |(pipeline, _)| pipeline))
+        self.completed_key(pipeline_of(run_key))
+    }
+
+    /// Whether the store is connected to a Redis Cluster (made by
+    /// [`RedisStore::cluster_builder`]), and so keeps the cluster's key
+    /// layout (see the [crate documentation](crate#redis-cluster)).
+    #[must_use]
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner.backend, Backend::Cluster)
+    }
+
+    /// The prefix of the keys of the runs of `pipeline`: the key prefix
+    /// `P` on one server; on a cluster, `{P#b}` where `b` is the
+    /// pipeline's bucket ([`cluster_bucket`]), a hash tag, so that every key
+    /// of the pipeline's runs, and the index keys their scripts touch, are in
+    /// one hash slot.
+    pub(crate) fn pipeline_prefix(&self, pipeline: &str) -> Cow<'_, str> {
+        if self.is_cluster() {
+            Cow::Owned(self.bucket_prefix(cluster_bucket(pipeline)))
+        } else {
+            Cow::Borrowed(&self.inner.key_prefix)
+        }
+    }
+
+    /// The prefix of the keys of bucket `bucket` on a cluster: `{P#b}`.
+    pub(crate) fn bucket_prefix(&self, bucket: u32) -> String {
+        format!("{{{}#{bucket}}}", self.inner.key_prefix)
+    }
+
+    /// [`pipeline_prefix`](Self::pipeline_prefix) of the pipeline of the
+    /// run key `run_key`.
+    pub(crate) fn run_prefix(&self, run_key: &str) -> Cow<'_, str> {
+        self.pipeline_prefix(pipeline_of(run_key))
     }
 
     /// The number of completed runs per pipeline to keep, as the save
@@ -180,7 +241,7 @@ impl RedisStore {
     /// leased: `{prefix}.lease:{run_id}`.
     #[must_use]
     pub fn lease_key(&self, run_id: &str) -> String {
-        format!("{}.lease:{run_id}", self.inner.key_prefix)
+        format!("{}.lease:{run_id}", self.run_prefix(run_id))
     }
 
     /// The key that marks `run_id` cancelled (contract rule 14), while its
@@ -189,21 +250,24 @@ impl RedisStore {
     /// checked by fenced saves.
     #[must_use]
     pub fn cancelled_key(&self, run_id: &str) -> String {
-        format!("{}.cancelled:{run_id}", self.inner.key_prefix)
+        format!("{}.cancelled:{run_id}", self.run_prefix(run_id))
     }
 
     /// The counter the fencing tokens of `run_id` are drawn from:
     /// `{prefix}.epoch:{run_id}`.
     #[must_use]
     pub fn epoch_key(&self, run_id: &str) -> String {
-        format!("{}.epoch:{run_id}", self.inner.key_prefix)
+        format!("{}.epoch:{run_id}", self.run_prefix(run_id))
     }
 
-    /// The key holding the nonce of the `acquire_lease` call that took the
-    /// current lease on `run_id`, while that call may still be sent again:
-    /// `{prefix}.nonce:{run_id}`.
-    fn nonce_key(&self, run_id: &str) -> String {
-        format!("{}.nonce:{run_id}", self.inner.key_prefix)
+    /// The key holding the nonce of the `acquire_lease` or `begin_run` call
+    /// that took the current lease on `run_id` (so that the call, sent again
+    /// after a lost reply, finds its own lease), and after `finish_run` its
+    /// result for a while: `{prefix}.nonce:{run_id}`. It expires with the
+    /// lease's first time-to-live, and goes with the lease when released.
+    #[must_use]
+    pub fn nonce_key(&self, run_id: &str) -> String {
+        format!("{}.nonce:{run_id}", self.run_prefix(run_id))
     }
 
     /// The epoch's time-to-live when it has one (its run's checkpoint has an
@@ -226,6 +290,36 @@ impl RedisStore {
             0
         }
     }
+}
+
+/// How many buckets a cluster store spreads its runs over: each bucket is
+/// one hash slot (its keys carry the hash tag `{P#b}`), holding whole
+/// pipelines. Part of the key layout: changing it hides every stored run.
+pub const CLUSTER_BUCKETS: u32 = 16;
+
+/// The bucket of the runs of `pipeline` on a cluster: FNV-1a (32 bits) of
+/// its name, modulo [`CLUSTER_BUCKETS`]. Every build computes the same.
+///
+/// ```
+/// use fluxio_redis::{CLUSTER_BUCKETS, cluster_bucket};
+///
+/// assert_eq!(cluster_bucket("payments"), cluster_bucket("payments"));
+/// assert!(cluster_bucket("") < CLUSTER_BUCKETS);
+/// ```
+#[must_use]
+pub fn cluster_bucket(pipeline: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in pipeline.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % CLUSTER_BUCKETS
+}
+
+/// The pipeline of the run key `run_key`: the part before its first `/`,
+/// empty for a bare run id.
+pub(crate) fn pipeline_of(run_key: &str) -> &str {
+    run_key.split_once('/').map_or("", |(pipeline, _)| pipeline)
 }
 
 /// What the load script read of a run: the journal's `born:ver` (or
@@ -396,15 +490,16 @@ impl CheckpointStore for RedisStore {
             .arg(fulls.join(" "))
             .arg(u8::from(completed))
             .arg(self.keep_arg())
-            .arg(&self.inner.key_prefix)
+            .arg(&*self.run_prefix(&run_key))
             .arg(&run_key);
         summary_args(&mut script, latest)?;
         for cp in &journal {
             script.arg(cp.seq).arg(cp.entry_bytes()?);
         }
-        Ok(self
-            .invoke::<()>(op::SAVE, &key, self.deadline(), &script)
-            .await?)
+        let ((), acked) = self
+            .invoke_write(op::SAVE, &key, self.deadline(), &script)
+            .await?;
+        Ok(self.replicated(op::SAVE, &key, &run_key, acked)?)
     }
 
     /// A script reading the journal's meta, then one `HMGET` of its entries
@@ -443,10 +538,10 @@ impl CheckpointStore for RedisStore {
             .key(self.completed_key_of(run_id))
             .arg(self.epoch_px(0))
             .arg(run_id)
-            .arg(&self.inner.key_prefix);
-        Ok(self
-            .invoke::<()>(op::DELETE, &key, self.deadline(), &script)
-            .await?)
+            .arg(&*self.run_prefix(run_id));
+        self.invoke::<()>(op::DELETE, &key, self.deadline(), &script)
+            .await?;
+        Ok(())
     }
 
     /// The run index (see the [crate documentation](crate)): a script per
@@ -481,45 +576,37 @@ impl CheckpointStore for RedisStore {
     /// (unless it carries this call's nonce: see below); otherwise
     /// `INCR {prefix}.epoch:{run_id}` (refreshing its expiry) and `SET` the
     /// lease to the new token with `PX ttl`, and `{prefix}.nonce:{run_id}` to
-    /// this call's nonce with the same expiry. Then a second round trip
-    /// deletes the nonce (if still this call's).
+    /// this call's nonce with the same expiry. One round trip.
     ///
     /// The nonce makes sending the script again exact: when the first
     /// attempt took the lease but its reply was lost with the connection, the
     /// repeat finds the lease with this call's nonce and returns its token
-    /// (instead of `RunIdInUse` against itself).
+    /// (instead of `RunIdInUse` against itself). It is left in place (an
+    /// earlier build deleted it in a second round trip): nonces are never
+    /// reused, so no other call matches it, and it expires with the lease's
+    /// first time-to-live, or goes with the lease
+    /// ([`release_lease`](CheckpointStore::release_lease),
+    /// [`finish_run`](CheckpointStore::finish_run)).
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
         fluxio_core::store::check_run_id(run_id)?;
         check_lease_ttl(ttl)?;
         let (lease_key, lease_ms) = (self.lease_key(run_id), px(ttl));
-        let (nonce_key, nonce) = (self.nonce_key(run_id), nonce());
-        let deadline = self.deadline();
         let mut script = scripts::ACQUIRE_SCRIPT.prepare_invoke();
         script
             .key(&lease_key)
             .key(self.epoch_key(run_id))
-            .key(&nonce_key)
+            .key(self.nonce_key(run_id))
             .key(self.checkpoint_key(run_id))
             .arg(lease_ms)
             .arg(self.epoch_px(lease_ms))
-            .arg(&nonce);
+            .arg(nonce());
         let token: u64 = self
-            .invoke(op::ACQUIRE, &lease_key, deadline, &script)
+            .invoke(op::ACQUIRE, &lease_key, self.deadline(), &script)
             .await?;
         if token == 0 {
             return Err(Error::RunIdInUse {
                 run_id: run_id.to_owned(),
             });
-        }
-        // The nonce is needed only while this call may send the script again.
-        // Failing to delete it changes nothing: it expires with the lease.
-        let mut forget = scripts::RELEASE_SCRIPT.prepare_invoke();
-        forget.key(&nonce_key).arg(&nonce);
-        if let Err(e) = self
-            .invoke::<()>(op::ACQUIRE, &nonce_key, deadline, &forget)
-            .await
-        {
-            tracing::debug!(error = %e, "could not delete the acquire nonce; it expires with the lease");
         }
         Ok(Lease::new(run_id, token))
     }
@@ -545,11 +632,15 @@ impl CheckpointStore for RedisStore {
         }
     }
 
-    /// One script: `DEL` the lease if it still holds this token.
+    /// One script: `DEL` the lease, and the nonce of the call that took
+    /// it, if the lease still holds this token.
     async fn release_lease(&self, lease: Lease) -> Result<()> {
         let lease_key = self.lease_key(lease.run_id());
-        let mut script = scripts::RELEASE_SCRIPT.prepare_invoke();
-        script.key(&lease_key).arg(lease.token());
+        let mut script = scripts::RELEASE_LEASE_SCRIPT.prepare_invoke();
+        script
+            .key(&lease_key)
+            .key(self.nonce_key(lease.run_id()))
+            .arg(lease.token());
         Ok(self
             .invoke::<()>(op::RELEASE, &lease_key, self.deadline(), &script)
             .await?)
@@ -589,14 +680,14 @@ impl CheckpointStore for RedisStore {
             .arg(self.epoch_px(0))
             .arg(u8::from(checkpoint.status == RunStatus::Completed))
             .arg(self.keep_arg())
-            .arg(&self.inner.key_prefix)
+            .arg(&*self.run_prefix(&run_key))
             .arg(&run_key);
         summary_args(&mut script, &checkpoint)?;
-        let saved: u8 = self
-            .invoke(op::SAVE_FENCED, &key, self.deadline(), &script)
+        let (saved, acked): (u8, _) = self
+            .invoke_write(op::SAVE_FENCED, &key, self.deadline(), &script)
             .await?;
         match saved {
-            1 => Ok(()),
+            1 => Ok(self.replicated(op::SAVE_FENCED, &key, &run_key, acked)?),
             2 => Err(Error::Cancelled { run_id: run_key }),
             3 => Err(missing_predecessor(&run_key, checkpoint.seq)),
             _ => Err(lease_lost(lease)),
@@ -621,7 +712,7 @@ impl CheckpointStore for RedisStore {
             .arg(lease.token())
             .arg(self.epoch_px(0))
             .arg(run_id)
-            .arg(&self.inner.key_prefix);
+            .arg(&*self.run_prefix(run_id));
         let deleted: u8 = self
             .invoke(op::DELETE_FENCED, &key, self.deadline(), &script)
             .await?;
@@ -629,6 +720,131 @@ impl CheckpointStore for RedisStore {
             Ok(())
         } else {
             Err(lease_lost(lease))
+        }
+    }
+
+    /// One script (`BEGIN`, one round trip): as
+    /// [`acquire_lease`](CheckpointStore::acquire_lease), then for
+    /// [`Begin::Replace`] as [`delete_fenced`](CheckpointStore::delete_fenced)
+    /// and for [`Begin::IfAbsent`] nothing more when a run is stored, then as
+    /// [`save_fenced`](CheckpointStore::save_fenced) of `first`, atomically.
+    /// When it fails (`RunIdInUse`, `Cancelled`: [`Begin::IfAbsent`] of a
+    /// run whose journal is gone but whose cancel mark is not, or a `first`
+    /// that is a delta: its predecessor is missing) nothing is written and
+    /// no lease taken; the default's `Replace` would have deleted the
+    /// stored run before finding the delta.
+    ///
+    /// The call's nonce is stored with the lease and the outcome, so that
+    /// sending the script again after a dropped connection returns what its
+    /// first attempt did; it is not deleted in a second round trip (as
+    /// `acquire_lease`'s is), but expires with the lease or goes with
+    /// [`finish_run`](CheckpointStore::finish_run).
+    async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
+        let run_key = first.key();
+        fluxio_core::store::check_run_id(&run_key)?;
+        check_lease_ttl(ttl)?;
+        let replace = match begin {
+            Begin::Replace => true,
+            Begin::IfAbsent => false,
+            _ => {
+                return Err(Error::Internal {
+                    message: format!("RedisStore::begin_run does not know {begin:?}"),
+                });
+            }
+        };
+        let bytes = first.entry_bytes()?;
+        let (lease_key, lease_ms) = (self.lease_key(&run_key), px(ttl));
+        let mut script = scripts::BEGIN_SCRIPT.prepare_invoke();
+        script
+            .key(&lease_key)
+            .key(self.epoch_key(&run_key))
+            .key(self.nonce_key(&run_key))
+            .key(self.checkpoint_key(&run_key))
+            .key(self.cancelled_key(&run_key))
+            .key(self.completed_key_of(&run_key))
+            .arg(lease_ms)
+            .arg(self.epoch_px(lease_ms))
+            .arg(nonce())
+            .arg(u8::from(replace))
+            .arg(self.epoch_px(0))
+            .arg(first.seq)
+            .arg(u8::from(first.change.is_full()))
+            .arg(bytes)
+            .arg(self.checkpoint_px(&first))
+            .arg(u8::from(first.is_cancelled()))
+            .arg(u8::from(first.status == RunStatus::Completed))
+            .arg(self.keep_arg())
+            .arg(&*self.run_prefix(&run_key))
+            .arg(&run_key);
+        summary_args(&mut script, &first)?;
+        let ((token, started), acked): ((u64, u8), _) = self
+            .invoke_write(op::BEGIN, &lease_key, self.deadline(), &script)
+            .await?;
+        match (token, started) {
+            (0, 2) => Err(Error::Cancelled { run_id: run_key }),
+            (0, 3) => Err(missing_predecessor(&run_key, first.seq)),
+            (0, _) => Err(Error::RunIdInUse { run_id: run_key }),
+            (token, started) => {
+                let lease = Lease::new(&run_key, token);
+                if let Err(e) = self.replicated(op::BEGIN, &lease_key, &run_key, acked) {
+                    // as the default: the caller never sees the lease
+                    if let Err(release) = self.release_lease(lease).await {
+                        tracing::warn!(run_id = %run_key, error = %release, "could not release the lease of a run that did not begin; it will expire");
+                    }
+                    return Err(e.into());
+                }
+                Ok(Begun::new(lease, started == 1))
+            }
+        }
+    }
+
+    /// One script (`FINISH`, one round trip): as
+    /// [`save_fenced`](CheckpointStore::save_fenced) of `last` (the same
+    /// script, run as a function), then, when it saved and `delete` is set,
+    /// as [`delete_fenced`](CheckpointStore::delete_fenced), then as
+    /// [`release_lease`](CheckpointStore::release_lease) whatever the save
+    /// returned, atomically. The nonce `begin_run` left goes with the lease.
+    async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
+        let run_key = last.key();
+        if lease.run_id() != run_key {
+            let lost = lease_lost(&lease);
+            self.release_lease(lease).await?;
+            return Err(lost);
+        }
+        let bytes = last.entry_bytes()?;
+        let key = self.checkpoint_key(&run_key);
+        let mut script = scripts::FINISH_SCRIPT.prepare_invoke();
+        script
+            .key(self.lease_key(&run_key))
+            .key(&key)
+            .key(self.cancelled_key(&run_key))
+            .key(self.epoch_key(&run_key))
+            .key(self.completed_key_of(&run_key))
+            .key(self.nonce_key(&run_key))
+            .arg(lease.token())
+            .arg(last.seq)
+            .arg(u8::from(last.change.is_full()))
+            .arg(last.keep_from)
+            .arg(bytes)
+            .arg(self.checkpoint_px(&last))
+            .arg(u8::from(last.is_cancelled()))
+            .arg(self.epoch_px(0))
+            .arg(u8::from(last.status == RunStatus::Completed))
+            .arg(self.keep_arg())
+            .arg(&*self.run_prefix(&run_key))
+            .arg(&run_key);
+        summary_args(&mut script, &last)?;
+        script
+            .arg(u8::from(delete))
+            .arg(px(self.inner.command_timeout));
+        let (saved, acked): (u8, _) = self
+            .invoke_write(op::FINISH, &key, self.deadline(), &script)
+            .await?;
+        match saved {
+            1 => Ok(self.replicated(op::FINISH, &key, &run_key, acked)?),
+            2 => Err(Error::Cancelled { run_id: run_key }),
+            3 => Err(missing_predecessor(&run_key, last.seq)),
+            _ => Err(lease_lost(&lease)),
         }
     }
 
@@ -667,12 +883,14 @@ impl CheckpointStore for RedisStore {
                 .arg(version)
                 .arg(cancelled.seq)
                 .arg(cancelled.entry_bytes()?)
-                .arg(&self.inner.key_prefix)
+                .arg(&*self.run_prefix(run_id))
                 .arg(run_id);
             summary_args(&mut script, &cancelled)?;
-            let done: u8 = self.invoke(op::CANCEL, &key, deadline, &script).await?;
+            let (done, acked): (u8, _) = self
+                .invoke_write(op::CANCEL, &key, deadline, &script)
+                .await?;
             if done == 1 {
-                return Ok(());
+                return Ok(self.replicated(op::CANCEL, &key, run_id, acked)?);
             }
             tracing::debug!(
                 run_id,
@@ -806,7 +1024,10 @@ mod tests {
             Some(token),
             "one token drawn: the repeat took no second lease"
         );
-        assert_eq!(get(&mut raw, &store.nonce_key(run)).await, None);
+        assert!(
+            get(&mut raw, &store.nonce_key(run)).await.is_some(),
+            "the nonce stays with the lease"
+        );
         assert!(matches!(
             store.acquire_lease(run, Duration::from_secs(30)).await,
             Err(Error::RunIdInUse { .. })
@@ -842,6 +1063,71 @@ mod tests {
             .query_async(&mut raw)
             .await
             .expect("DEL");
+    }
+
+    /// `begin_run` and `finish_run` whose first attempt was applied but
+    /// whose reply was lost with the connection: the repeat returns what
+    /// the first attempt did (`started`, and the same token; `Ok`, not
+    /// `LeaseLost`), writing nothing more.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rule24_begin_and_finish_whose_reply_was_lost_are_repeated_exactly() {
+        let Some(mut raw) = support::redis::raw().await else {
+            return;
+        };
+        let url = support::redis::url();
+        let plain = url
+            .strip_prefix("redis://")
+            .map(|a| a.trim_end_matches('/'))
+            .filter(|a| !a.contains(['@', '/', '?']));
+        let Some(upstream) = plain else {
+            support::skip(&format_args!("{url} is not a plain redis://host:port"));
+            return;
+        };
+        let proxy = LoseNextReply::start(upstream).await.expect("a proxy");
+        let prefix = namespace("lost_begin");
+        let store = RedisStore::builder(proxy.url())
+            .key_prefix(&prefix)
+            .command_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connects through the proxy");
+        let run = "r";
+        for begin in [Begin::IfAbsent, Begin::Replace] {
+            proxy.arm();
+            let begun = store
+                .begin_run(checkpoint(run, 1), Duration::from_secs(30), begin)
+                .await
+                .expect("the repeat returns what the first attempt did");
+            assert!(proxy.fired(), "the first reply was cut");
+            assert!(begun.started, "{begin:?}: written by the first attempt");
+            assert_eq!(
+                get(&mut raw, &store.epoch_key(run)).await,
+                Some(begun.lease.token().to_string()),
+                "one token drawn per call"
+            );
+            let mut done = checkpoint(run, 2);
+            done.seq = 1;
+            done.status = RunStatus::Completed;
+            proxy.arm();
+            store
+                .finish_run(done.clone(), begun.lease, false)
+                .await
+                .expect("the repeat finds the first attempt's result");
+            assert!(proxy.fired());
+            assert_eq!(store.load(run).await.expect("load"), Some(done));
+            assert_eq!(get(&mut raw, &store.lease_key(run)).await, None);
+        }
+        // a stored run kept: the repeat says not started, as the first did
+        proxy.arm();
+        let kept = store
+            .begin_run(checkpoint(run, 1), Duration::from_secs(30), Begin::IfAbsent)
+            .await
+            .expect("repeated");
+        assert!(proxy.fired());
+        assert!(!kept.started);
+        store.release_lease(kept.lease).await.expect("release");
+        assert_eq!(get(&mut raw, &store.nonce_key(run)).await, None);
+        support::redis::cleanup(&mut raw, &prefix).await;
     }
 
     /// The cancel's script appends only to the journal the cancel read
@@ -914,6 +1200,17 @@ mod tests {
             .await
             .expect("KEYS");
         assert!(left.is_empty(), "a delete takes the mark too: {left:?}");
+    }
+
+    /// The buckets are part of the cluster's key layout: every build must
+    /// compute the same (FNV-1a of the pipeline, values computed apart).
+    #[test]
+    fn cluster_buckets_are_stable() {
+        for (pipeline, bucket) in [("", 5), ("a", 12), ("payments", 6), ("p0", 13), ("p3", 4)] {
+            assert_eq!(cluster_bucket(pipeline), bucket, "{pipeline:?}");
+        }
+        assert_eq!(pipeline_of("p/r/1"), "p");
+        assert_eq!(pipeline_of("bare"), "");
     }
 
     #[test]

@@ -25,10 +25,11 @@ pub use list::{Listing, Statement, list, statement};
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use fluxio_core::Result;
 use fluxio_core::store::{
-    Checkpoint, RunStatus, cancelled_checkpoint, cut_point, missing_predecessor,
+    Begin, Begun, Checkpoint, Lease, RunStatus, cancelled_checkpoint, cut_point,
+    missing_predecessor,
 };
+use fluxio_core::{Error, Result};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
 /// The `status` of a running run's row (held or abandoned: its lease says).
@@ -53,6 +54,8 @@ pub const COMPLETED: &str = "completed";
 /// seconds, as a float the SQL turns into a timestamp).
 #[doc(hidden)]
 pub trait Dialect {
+    /// The store's name in its errors (`Error::Store`'s backend).
+    const BACKEND: &'static str;
     /// The sqlx driver.
     type Db: Database;
     /// What the store's calls fail with: a driver error or fluxio's.
@@ -106,6 +109,28 @@ pub struct Statements {
     pub keep_completed: String,
 }
 
+/// The statements of a run's lease and row that starting and ending a run
+/// in one transaction use ([`Journal::begin`], [`Journal::finish`]); values
+/// are bind parameters, in the order the fields' docs give.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct RunStatements {
+    /// Takes the lease of (key) for (ttl, [`Dialect::span`]) when no
+    /// unexpired lease holds it: returns the new token, a row of one
+    /// integer; no row when another lease holds it.
+    pub acquire: String,
+    /// Whether the lease (key, token) is current and unexpired: one
+    /// boolean. Locks the lease row if the store needs it.
+    pub held: String,
+    /// Whether a visible run is stored under (key): one boolean.
+    pub exists: String,
+    /// Deletes the run (key), its steps with it.
+    pub delete: String,
+    /// Gives up the lease (key, token); changes nothing when it is not
+    /// current.
+    pub release: String,
+}
+
 /// One checkpoint as a row of `<table>_steps`: its number, whether it holds
 /// the whole context, and [`Checkpoint::entry_bytes`]. Encoded before the
 /// transaction starts, so no encoding happens under a lock.
@@ -118,6 +143,18 @@ pub struct Step {
 }
 
 impl Step {
+    /// The checkpoint's number, as the steps table keeps it.
+    #[must_use]
+    pub fn seq(&self) -> i64 {
+        self.seq
+    }
+
+    /// Whether it holds the whole context (no predecessor needed).
+    #[must_use]
+    pub fn whole(&self) -> bool {
+        self.whole
+    }
+
     /// Encodes `checkpoint`.
     ///
     /// # Errors
@@ -228,6 +265,154 @@ where
         Ok(status.as_deref() == Some(CANCELLED))
     }
 
+    /// Starts run `first.key()` (`key`) in the caller's transaction, as
+    /// `CheckpointStore::begin_run` does: takes the lease for `ttl` (none
+    /// held: [`Error::RunIdInUse`]), then [`Begin::Replace`] deletes the
+    /// stored run, or [`Begin::IfAbsent`] stops there (`started` false)
+    /// when a run is stored; then appends `first` (encoded as `step`).
+    /// The caller commits on `Ok` and rolls back on `Err`, so that an error
+    /// leaves no lease taken and nothing written.
+    ///
+    /// # Errors
+    /// The driver's; `RunIdInUse`; [`append`](Self::append)'s.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn begin(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        run: &RunStatements,
+        first: &Checkpoint,
+        step: &Step,
+        ttl: Duration,
+        begin: Begin,
+        retention: Retention,
+    ) -> std::result::Result<Begun, D::Failure> {
+        let key = first.key();
+        // `fetch_all` steps the statement to its end (the driver may
+        // otherwise reset it after the first row).
+        let tokens: Vec<i64> = sqlx::query_scalar(&run.acquire)
+            .bind(key.as_str())
+            .bind(D::span(ttl))
+            .fetch_all(&mut *conn)
+            .await?;
+        let token = match tokens.first().copied().map(u64::try_from) {
+            Some(Ok(token)) => token,
+            Some(Err(e)) => return Err(Error::store(D::BACKEND, e).into()),
+            None => return Err(Error::RunIdInUse { run_id: key }.into()),
+        };
+        let lease = Lease::new(&key, token);
+        match begin {
+            Begin::Replace => {
+                sqlx::query(&run.delete)
+                    .bind(key.as_str())
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Begin::IfAbsent => {
+                let stored: bool = sqlx::query_scalar(&run.exists)
+                    .bind(key.as_str())
+                    .fetch_one(&mut *conn)
+                    .await?;
+                if stored {
+                    return Ok(Begun::new(lease, false));
+                }
+            }
+            _ => {
+                return Err(Error::Unsupported {
+                    operation: "this way of beginning a run",
+                    store: D::BACKEND,
+                }
+                .into());
+            }
+        }
+        Self::append(conn, sql, &key, first, step, retention).await?;
+        Ok(Begun::new(lease, true))
+    }
+
+    /// Ends run `last.key()` (`key`) in the caller's transaction, as
+    /// `CheckpointStore::finish_run` does: decides as a fenced save would
+    /// (a cancelled run refused with [`Error::Cancelled`], a lease that is
+    /// not current with [`Error::LeaseLost`], a delta without its
+    /// predecessor as [`missing_predecessor`] says) before writing
+    /// anything; unless refused, appends `last` (encoded as `step`) and,
+    /// when `delete`, deletes the run; and releases the lease either way.
+    /// Returns the refusal inside `Ok`: the caller commits on `Ok` (the
+    /// release, and the writes when not refused) and rolls back on `Err`
+    /// (a driver failure), after which it releases the lease on its own.
+    ///
+    /// # Errors
+    /// The driver's.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn finish(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        run: &RunStatements,
+        last: &Checkpoint,
+        step: &Step,
+        lease: &Lease,
+        delete: bool,
+        retention: Retention,
+    ) -> std::result::Result<Result<()>, D::Failure> {
+        let key = last.key();
+        let lost = || Error::LeaseLost {
+            run_id: lease.run_id().to_owned(),
+            token: lease.token(),
+        };
+        let token = match i64::try_from(lease.token()) {
+            Ok(token) if lease.run_id() == key => token,
+            _ => return Ok(Err(lost())),
+        };
+        // The lease first, then the run's row: the order of a fenced save.
+        let held: bool = sqlx::query_scalar(&run.held)
+            .bind(key.as_str())
+            .bind(token)
+            .fetch_one(&mut *conn)
+            .await?;
+        let refusal = if Self::cancelled(conn, sql, &key).await? {
+            Some(Error::Cancelled {
+                run_id: key.clone(),
+            })
+        } else if !held {
+            Some(lost())
+        } else if !Self::predecessor_stored(conn, sql, &key, step).await? {
+            Some(missing_predecessor(&key, last.seq))
+        } else {
+            None
+        };
+        if refusal.is_none() {
+            Self::append_checked(conn, sql, &key, last, step, retention, true).await?;
+            if delete {
+                sqlx::query(&run.delete)
+                    .bind(key.as_str())
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        sqlx::query(&run.release)
+            .bind(key.as_str())
+            .bind(token)
+            .execute(&mut *conn)
+            .await?;
+        Ok(refusal.map_or(Ok(()), Err))
+    }
+
+    /// Whether the checkpoint before `step` is stored, when `step` is a
+    /// delta (a whole step needs none).
+    async fn predecessor_stored(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        step: &Step,
+    ) -> sqlx::Result<bool> {
+        if step.whole {
+            return Ok(true);
+        }
+        sqlx::query_scalar(&sql.step_exists)
+            .bind(key)
+            .bind(step.seq - 1)
+            .fetch_one(&mut *conn)
+            .await
+    }
+
     /// Appends `checkpoint` (encoded as `step`) to the journal of run
     /// `key`, as [`fluxio_core::store::append`] does to a list: refuses a
     /// delta whose predecessor is not stored (before writing anything),
@@ -246,17 +431,31 @@ where
         step: &Step,
         retention: Retention,
     ) -> std::result::Result<(), D::Failure> {
-        if !step.whole {
-            let before: bool = sqlx::query_scalar(&sql.step_exists)
-                .bind(key)
-                .bind(step.seq - 1)
-                .fetch_one(&mut *conn)
-                .await?;
-            if !before {
-                return Err(missing_predecessor(key, checkpoint.seq).into());
-            }
+        if !Self::predecessor_stored(conn, sql, key, step).await? {
+            return Err(missing_predecessor(key, checkpoint.seq).into());
         }
-        Self::delete_steps_from(conn, sql, key, step.seq).await?;
+        Self::append_checked(conn, sql, key, checkpoint, step, retention, true).await
+    }
+
+    /// [`append`](Self::append) once the caller found the predecessor
+    /// stored (or `step` whole), and whether steps numbered `step`'s seq or
+    /// later are stored (`later`: they are dropped first). For a store that
+    /// reads all it decides with in one statement.
+    ///
+    /// # Errors
+    /// The driver's.
+    pub async fn append_checked(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        checkpoint: &Checkpoint,
+        step: &Step,
+        retention: Retention,
+        later: bool,
+    ) -> std::result::Result<(), D::Failure> {
+        if later {
+            Self::delete_steps_from(conn, sql, key, step.seq).await?;
+        }
         Self::write_run(conn, sql, key, checkpoint, retention.expire_after).await?;
         Self::insert(conn, sql, key, step).await?;
         if checkpoint.keep_from > 0 {

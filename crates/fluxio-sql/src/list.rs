@@ -344,6 +344,7 @@ mod tests {
     }
 
     impl Dialect for Plain {
+        const BACKEND: &'static str = "plain";
         type Db = sqlx::Sqlite;
         type Failure = Failure;
         type Time = i64;

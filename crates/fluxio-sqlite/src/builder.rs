@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use fluxio_core::Result;
@@ -12,6 +13,7 @@ use crate::connection::{pools, prepare};
 use crate::error::{SqliteStoreError, own_error};
 use crate::names::{Names, Sql, validate_path};
 use crate::store::{Inner, SqliteStore};
+use crate::writer::Writer;
 
 /// The default checkpoint table; the lease table is `<table>_leases`.
 pub const DEFAULT_TABLE: &str = "fluxio_checkpoints";
@@ -223,7 +225,8 @@ impl SqliteStoreBuilder {
             ));
         }
 
-        let (writer, reader) = pools(&self);
+        let commits = Arc::new(AtomicU64::new(0));
+        let (writer, reader) = pools(&self, &commits);
         let applied = prepare(&writer, &names, &self.path, self.timeout).await?;
         tracing::debug!(
             path = %self.path.display(),
@@ -232,8 +235,10 @@ impl SqliteStoreBuilder {
             "checkpoint tables are up to date"
         );
         let sql = Sql::new(&names);
+        let writes = Writer::new(writer.clone());
         Ok(SqliteStore {
             inner: Arc::new(Inner {
+                writes,
                 writer,
                 reader,
                 names,
@@ -245,6 +250,7 @@ impl SqliteStoreBuilder {
                 max_connections: self.max_connections,
                 completed_retention: self.completed_retention,
                 keep_completed: self.keep_completed,
+                commits,
             }),
         })
     }

@@ -4,6 +4,8 @@
 //! connections like a server does: no call is sent twice.)
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fluxio_core::{Error, Result};
@@ -16,8 +18,12 @@ use crate::names::Names;
 
 /// The store's two pools on the file, connecting lazily: one writing
 /// connection, and the readers (`query_only`; the writer itself when
-/// `max_connections` is 1).
-pub(crate) fn pools(builder: &SqliteStoreBuilder) -> (SqlitePool, SqlitePool) {
+/// `max_connections` is 1). Every commit of the writing connection adds
+/// one to `commits` (SQLite's commit hook).
+pub(crate) fn pools(
+    builder: &SqliteStoreBuilder,
+    commits: &Arc<AtomicU64>,
+) -> (SqlitePool, SqlitePool) {
     // The journal mode is not among the options: it is set once per file
     // (see `migrate::ensure_wal`), not per connection.
     let options = SqliteConnectOptions::new()
@@ -26,23 +32,31 @@ pub(crate) fn pools(builder: &SqliteStoreBuilder) -> (SqlitePool, SqlitePool) {
         .busy_timeout(builder.busy_timeout)
         .synchronous(builder.synchronous.to_sqlx())
         .foreign_keys(false);
-    let pool = |max: u32, options: SqliteConnectOptions| {
+    let pool = |max: u32| {
         SqlitePoolOptions::new()
             .max_connections(max)
             .min_connections(0)
             .acquire_timeout(builder.timeout)
             // A local file does not drop connections like a server does.
             .test_before_acquire(false)
-            .connect_lazy_with(options)
     };
-    let writer = pool(1, options.clone());
+    let commits = Arc::clone(commits);
+    let writer = pool(1).after_connect(move |conn, _| {
+        let commits = Arc::clone(&commits);
+        Box::pin(async move {
+            let mut handle = conn.lock_handle().await?;
+            handle.set_commit_hook(move || {
+                commits.fetch_add(1, Ordering::Relaxed);
+                true
+            });
+            Ok(())
+        })
+    });
+    let writer = writer.connect_lazy_with(options.clone());
     let reader = if builder.max_connections == 1 {
         writer.clone()
     } else {
-        pool(
-            builder.max_connections - 1,
-            options.pragma("query_only", "ON"),
-        )
+        pool(builder.max_connections - 1).connect_lazy_with(options.pragma("query_only", "ON"))
     };
     (writer, reader)
 }

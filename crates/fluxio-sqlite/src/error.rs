@@ -2,6 +2,7 @@
 //! (a timeout, a connection failure) each error is.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fluxio_core::Error;
@@ -88,6 +89,23 @@ pub enum SqliteStoreError {
         #[source]
         source: sqlx::Error,
     },
+
+    /// The transaction that held this write failed as a whole (it could
+    /// not begin, or its commit failed), so the write is not stored. The
+    /// store commits the writes that wait together in one transaction
+    /// (group commit): each of them gets this error, sharing SQLite's
+    /// error as the source.
+    #[error("the transaction of this write failed: {source}")]
+    GroupCommit {
+        /// SQLite's error.
+        #[source]
+        source: Arc<sqlx::Error>,
+    },
+
+    /// The store's writing task stopped (its tokio runtime shut down)
+    /// before it answered: the write may or may not have been committed.
+    #[error("the store's writer stopped before answering")]
+    WriterStopped,
 }
 
 impl SqliteStoreError {
@@ -99,10 +117,12 @@ impl SqliteStoreError {
         match self {
             SqliteStoreError::Timeout { .. } => StoreErrorKind::Timeout,
             SqliteStoreError::Open { .. } => StoreErrorKind::Connection,
+            SqliteStoreError::GroupCommit { source } => sql_kind(source),
             SqliteStoreError::InvalidSetting { .. }
             | SqliteStoreError::NotWal { .. }
             | SqliteStoreError::MigrationChanged { .. }
-            | SqliteStoreError::NotWritable { .. } => StoreErrorKind::Other,
+            | SqliteStoreError::NotWritable { .. }
+            | SqliteStoreError::WriterStopped => StoreErrorKind::Other,
         }
     }
 

@@ -20,6 +20,7 @@ use crate::connection::Failure;
 pub(crate) struct Sqlite;
 
 impl fluxio_sql::Dialect for Sqlite {
+    const BACKEND: &'static str = crate::error::BACKEND;
     type Db = sqlx::Sqlite;
     type Failure = Failure;
     type Time = i64;

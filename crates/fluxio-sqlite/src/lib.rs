@@ -61,6 +61,30 @@
 //!   one `fsync` less per save. The database is never corrupted either way.
 //! - Network filesystems: not supported (see above).
 //!
+//! # Group commit
+//!
+//! Every write of a store (a checkpoint, a lease, a cancel, a delete) goes
+//! to one task of the store, which runs the writes that are waiting in one
+//! `BEGIN IMMEDIATE` transaction and commits them together: concurrent runs share commits, so a durable
+//! run's throughput is not one `fsync` per checkpoint however many runs
+//! write. A write is answered only once the commit that holds it returned,
+//! so what returned is as durable as [`Synchronous`] says above. Each write
+//! decides alone: one that is refused (a lost lease, a cancelled run, a
+//! missing predecessor) fails only its own caller (it decides before it
+//! writes, or in a savepoint); a driver error in the middle of a write (a
+//! full disk) fails its caller and the writes before it in the transaction;
+//! when the transaction fails as a whole (it cannot begin, or its commit
+//! fails), each of its writes fails with that error
+//! ([`SqliteStoreError::GroupCommit`], or SQLite's error itself for a
+//! transaction of one write). A write sees what the writes before it in its
+//! transaction wrote, as if they had committed one by one; nothing else
+//! sees them before the commit. A run begins
+//! ([`begin_run`](fluxio_core::store::CheckpointStore::begin_run): the
+//! lease, the old run deleted, the first checkpoint) and finishes
+//! ([`finish_run`](fluxio_core::store::CheckpointStore::finish_run): the
+//! last checkpoint, the release) in one write each, so a run of `n` stages
+//! writes `n + 1` times.
+//!
 //! # Schema
 //!
 //! Three tables (the name is validated as `^[a-z_][a-z0-9_]{0,62}$` and
@@ -271,13 +295,10 @@
 //!
 //! # Cancel safety
 //!
-//! Each call writes with one statement, a transaction of its own
-//! (`save`, `save_fenced`, `cancel`, `purge_expired` and the migrations:
-//! one transaction of several).
-//! Dropping its future leaves the file before or after that transaction,
-//! never half-way; a statement already handed to SQLite may still complete
-//! (sqlx runs it on the connection's own thread), and a transaction left
-//! open is rolled back before the connection is used again.
+//! Each call writes once, in a transaction of the store's writing task (see "Group commit"); the migrations run in transactions
+//! of their own. Dropping a call's future before its write began skips the
+//! write; after, the write completes or is rolled back with its
+//! transaction: the file is left before or after it, never half-way.
 
 mod builder;
 mod connection;
@@ -286,6 +307,7 @@ mod journal;
 mod migrate;
 mod names;
 mod store;
+mod writer;
 
 pub use builder::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_COMPLETED_RETENTION, DEFAULT_MAX_CONNECTIONS, DEFAULT_TABLE,

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use fluxio_sql::{COMPLETED, Listing, Statements};
+use fluxio_sql::{CANCELLED, COMPLETED, Listing, RunStatements, Statements};
 
 use crate::error::SqliteStoreError;
 
@@ -153,15 +153,19 @@ pub(crate) struct Sql {
     pub(crate) journal: Statements,
     /// Listing runs (`fluxio-sql` builds the statement).
     pub(crate) list: Listing,
+    /// The lease and the run's row: `acquire`, `held` (the lease is
+    /// current), `exists`, `delete` and `release`, for the store's calls of
+    /// those names and for starting and ending a run in one transaction.
+    pub(crate) run: RunStatements,
     pub(crate) load: String,
     pub(crate) history: String,
-    pub(crate) exists: String,
-    pub(crate) delete: String,
     pub(crate) delete_fenced: String,
-    pub(crate) lease_held: String,
-    pub(crate) acquire: String,
+    /// What a fenced save decides with, in one statement: (key `?1`,
+    /// token `?2`, seq `?3`, whole `?4`) gives one row of four booleans:
+    /// the run is cancelled, the lease is current, the predecessor is
+    /// stored (or not needed), steps numbered `?3` or later are stored.
+    pub(crate) fenced_check: String,
     pub(crate) renew: String,
-    pub(crate) release: String,
     pub(crate) purge_leases: String,
     pub(crate) purge_checkpoints: String,
 }
@@ -259,32 +263,43 @@ impl Sql {
             history: format!(
                 "SELECT payload FROM {steps} WHERE run_id = ?1 AND {visible_run} ORDER BY seq"
             ),
-            exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})"),
-            // The steps go with the row (the trigger of schema version 2).
-            delete: format!("DELETE FROM {cp} WHERE run_id = ?1"),
             delete_fenced: format!(
                 "DELETE FROM {cp} WHERE run_id = ?1 AND EXISTS ({})",
                 current_lease("?2")
             ),
-            lease_held: format!("SELECT EXISTS ({})", current_lease("?2")),
-            // Insert the first lease, or take over a released or expired
-            // one, with a token one greater than any in the table (read under
-            // the write lock, so no two acquisitions draw the same one). No
-            // row returned: held by another.
-            acquire: format!(
-                "INSERT INTO {leases} AS l (run_id, token, expires_at) \
+            run: RunStatements {
+                exists: format!(
+                    "SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})"
+                ),
+                // The steps go with the row (the trigger of schema version 2).
+                delete: format!("DELETE FROM {cp} WHERE run_id = ?1"),
+                held: format!("SELECT EXISTS ({})", current_lease("?2")),
+                // Insert the first lease, or take over a released or expired
+                // one, with a token one greater than any in the table (read under
+                // the write lock, so no two acquisitions draw the same one). No
+                // row returned: held by another.
+                acquire: format!(
+                    "INSERT INTO {leases} AS l (run_id, token, expires_at) \
                  VALUES (?1, (SELECT coalesce(max(token), 0) + 1 FROM {leases}), {NOW} + ?2) \
                  ON CONFLICT (run_id) DO UPDATE \
                  SET token = excluded.token, expires_at = excluded.expires_at \
                  WHERE l.expires_at IS NULL OR l.expires_at <= {NOW} \
                  RETURNING token"
+                ),
+                release: format!(
+                    "UPDATE {leases} SET expires_at = NULL WHERE run_id = ?1 AND token = ?2"
+                ),
+            },
+            fenced_check: format!(
+                "SELECT coalesce((SELECT status = '{CANCELLED}' FROM {cp} WHERE run_id = ?1), 0), \
+                 EXISTS ({}), \
+                 ?4 OR EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?1 AND seq = ?3 - 1), \
+                 EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?1 AND seq >= ?3)",
+                current_lease("?2")
             ),
             renew: format!(
                 "UPDATE {leases} SET expires_at = {NOW} + ?3 \
                  WHERE run_id = ?1 AND token = ?2 AND expires_at > {NOW}"
-            ),
-            release: format!(
-                "UPDATE {leases} SET expires_at = NULL WHERE run_id = ?1 AND token = ?2"
             ),
             // Released and expired lease rows go, except the one holding the
             // greatest token: it keeps max(token), and so every later token,
@@ -340,7 +355,11 @@ mod tests {
     fn statements_quote_the_names() {
         let sql = Sql::new(&Names::new("t1").expect("valid"));
         assert!(sql.journal.save.starts_with("INSERT INTO \"t1\" ("));
-        assert!(sql.acquire.starts_with("INSERT INTO \"t1_leases\" AS l"));
+        assert!(
+            sql.run
+                .acquire
+                .starts_with("INSERT INTO \"t1_leases\" AS l")
+        );
         assert!(sql.purge_leases.contains("\"t1_leases\""));
     }
 }

@@ -5,17 +5,22 @@ use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fluxio_core::store::{Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, check_lease_ttl};
+use fluxio_core::store::{
+    Begin, Begun, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, check_lease_ttl,
+    missing_predecessor,
+};
 use fluxio_core::{Error, Result};
-use sqlx::sqlite::SqlitePool;
+use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
 use crate::builder::{SqliteStoreBuilder, Synchronous};
 use crate::connection::{Failure, timed};
 use crate::error::BACKEND;
 use crate::journal::{self, Journal, Retention, Sqlite, Step};
 use crate::names::{Names, Sql};
+use crate::writer::{BoxFuture, Writer};
 
 /// Durations in SQL are capped here (about 100 years, in milliseconds), so
 /// that `now + duration` stays an INTEGER.
@@ -32,9 +37,9 @@ pub struct SqliteStore {
 }
 
 pub(crate) struct Inner {
-    /// One connection: every write of this store goes through it, so the
-    /// store's own writes queue in the pool (first come, first served)
-    /// instead of contending for SQLite's write lock.
+    /// One connection: every write of this store goes through it (in
+    /// `writes`' transactions), so the store's own writes never contend
+    /// for SQLite's write lock.
     pub(crate) writer: SqlitePool,
     /// The other connections, `query_only`; the writer itself when
     /// `max_connections` is 1.
@@ -48,6 +53,10 @@ pub(crate) struct Inner {
     pub(crate) max_connections: u32,
     pub(crate) completed_retention: Option<Duration>,
     pub(crate) keep_completed: Option<usize>,
+    /// Commits of the writing connection since the store opened.
+    pub(crate) commits: Arc<AtomicU64>,
+    /// The queue of the store's writes, committed in groups.
+    pub(crate) writes: Writer,
 }
 
 impl Inner {
@@ -133,19 +142,50 @@ impl SqliteStore {
     /// # Errors
     /// [`Error::Store`].
     pub async fn purge_expired(&self) -> Result<u64> {
-        let inner = &self.inner;
-        self.timed("purge_expired", async {
-            let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
-            sqlx::query(&inner.sql.purge_leases)
-                .execute(&mut *tx)
-                .await?;
-            let done = sqlx::query(&inner.sql.purge_checkpoints)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok::<_, Failure>(done.rows_affected())
+        self.write("purge_expired", false, |conn, inner| {
+            Box::pin(async move {
+                sqlx::query(&inner.sql.purge_leases)
+                    .execute(&mut *conn)
+                    .await?;
+                let done = sqlx::query(&inner.sql.purge_checkpoints)
+                    .execute(conn)
+                    .await?;
+                Ok(done.rows_affected())
+            })
         })
         .await
+    }
+
+    /// Runs `write` as one write of the store's group commit (see
+    /// [`Writer`]), within the store's timeout.
+    ///
+    /// `savepoint`: whether the write may be refused after it wrote
+    /// something (see [`Writer::write`]).
+    async fn write<T, F>(&self, operation: &'static str, savepoint: bool, write: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(
+                &'c mut SqliteConnection,
+                &'c Inner,
+            ) -> BoxFuture<'c, std::result::Result<T, Failure>>
+            + Send
+            + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let queued = self.inner.writes.write(savepoint, move |conn| {
+            Box::pin(async move { write(conn, &inner).await })
+        });
+        timed(self.inner.timeout, operation, queued).await
+    }
+
+    /// How many transactions this store's writing connection committed
+    /// since the store opened (its migrations and write check included),
+    /// counted by SQLite's commit hook: what a test of how many commits a
+    /// run makes reads. Not a stable API.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn commits(&self) -> u64 {
+        self.inner.commits.load(Ordering::Relaxed)
     }
 
     /// Runs `fut` within the store's timeout.
@@ -172,9 +212,9 @@ pub(crate) fn millis(d: Duration) -> i64 {
 
 #[async_trait::async_trait]
 impl CheckpointStore for SqliteStore {
-    /// One `BEGIN IMMEDIATE` transaction: the run's steps replaced by the
-    /// checkpoint's journal ([`earlier`](Checkpoint::earlier), then itself),
-    /// and its row.
+    /// One write of a group commit (see the crate docs): the run's steps
+    /// replaced by the checkpoint's journal
+    /// ([`earlier`](Checkpoint::earlier), then itself), and its row.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
         let key = checkpoint.key();
         fluxio_core::store::check_run_id(&key)?;
@@ -185,21 +225,18 @@ impl CheckpointStore for SqliteStore {
             .chain([&checkpoint])
             .map(Step::of)
             .collect::<Result<Vec<_>>>()?;
-        let inner = &self.inner;
-        self.timed("save", async {
-            let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
-            let retention = inner.retention();
-            Journal::replace(
-                &mut tx,
-                &inner.sql.journal,
-                &key,
-                &checkpoint,
-                &steps,
-                retention,
-            )
-            .await?;
-            tx.commit().await?;
-            Ok::<_, Failure>(())
+        self.write("save", false, move |conn, inner| {
+            Box::pin(async move {
+                Journal::replace(
+                    conn,
+                    &inner.sql.journal,
+                    &key,
+                    &checkpoint,
+                    &steps,
+                    inner.retention(),
+                )
+                .await
+            })
         })
         .await
     }
@@ -253,13 +290,15 @@ impl CheckpointStore for SqliteStore {
 
     async fn delete(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
-        let inner = &self.inner;
-        self.timed("delete", async {
-            sqlx::query(&inner.sql.delete)
-                .bind(run_id)
-                .execute(&inner.writer)
-                .await?;
-            Ok::<_, Failure>(())
+        let key = run_id.to_owned();
+        self.write("delete", false, move |conn, inner| {
+            Box::pin(async move {
+                sqlx::query(&inner.sql.run.delete)
+                    .bind(&key)
+                    .execute(conn)
+                    .await?;
+                Ok(())
+            })
         })
         .await
     }
@@ -269,7 +308,7 @@ impl CheckpointStore for SqliteStore {
         fluxio_core::store::check_run_id(run_id)?;
         let inner = &self.inner;
         self.timed("exists", async {
-            let exists: bool = sqlx::query_scalar(&inner.sql.exists)
+            let exists: bool = sqlx::query_scalar(&inner.sql.run.exists)
                 .bind(run_id)
                 .fetch_one(&inner.reader)
                 .await?;
@@ -278,28 +317,25 @@ impl CheckpointStore for SqliteStore {
         .await
     }
 
-    /// One conditional upsert of the lease row (SQLite's clock).
+    /// One conditional upsert of the lease row (SQLite's clock), one write
+    /// of a group commit.
     async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
         fluxio_core::store::check_run_id(run_id)?;
         check_lease_ttl(ttl)?;
-        let inner = &self.inner;
-        self.timed("acquire_lease", async {
-            // `fetch_all`, not `fetch_optional`: it steps the statement to
-            // its end, where the autocommit transaction commits, so an error
-            // of the commit (a full disk) is returned rather than lost when
-            // sqlx resets the statement after the first row.
-            let tokens: Vec<i64> = sqlx::query_scalar(&inner.sql.acquire)
-                .bind(run_id)
-                .bind(millis(ttl))
-                .fetch_all(&inner.writer)
-                .await?;
-            match tokens.first().copied().map(u64::try_from) {
-                Some(Ok(token)) => Ok(Lease::new(run_id, token)),
-                Some(Err(e)) => Err(Failure::Fluxio(Error::store(BACKEND, e))),
-                None => Err(Failure::Fluxio(Error::RunIdInUse {
-                    run_id: run_id.to_owned(),
-                })),
-            }
+        let key = run_id.to_owned();
+        self.write("acquire_lease", false, move |conn, inner| {
+            Box::pin(async move {
+                let tokens: Vec<i64> = sqlx::query_scalar(&inner.sql.run.acquire)
+                    .bind(&key)
+                    .bind(millis(ttl))
+                    .fetch_all(conn)
+                    .await?;
+                match tokens.first().copied().map(u64::try_from) {
+                    Some(Ok(token)) => Ok(Lease::new(key, token)),
+                    Some(Err(e)) => Err(Failure::Fluxio(Error::store(BACKEND, e))),
+                    None => Err(Failure::Fluxio(Error::RunIdInUse { run_id: key })),
+                }
+            })
         })
         .await
     }
@@ -309,19 +345,22 @@ impl CheckpointStore for SqliteStore {
         let Ok(token) = i64::try_from(lease.token()) else {
             return Err(lease_lost(lease));
         };
-        let inner = &self.inner;
-        self.timed("renew_lease", async {
-            let done = sqlx::query(&inner.sql.renew)
-                .bind(lease.run_id())
-                .bind(token)
-                .bind(millis(ttl))
-                .execute(&inner.writer)
-                .await?;
-            if done.rows_affected() == 1 {
-                Ok(())
-            } else {
-                Err(Failure::Fluxio(lease_lost(lease)))
-            }
+        let lost = lease_lost(lease);
+        let key = lease.run_id().to_owned();
+        self.write("renew_lease", false, move |conn, inner| {
+            Box::pin(async move {
+                let done = sqlx::query(&inner.sql.renew)
+                    .bind(&key)
+                    .bind(token)
+                    .bind(millis(ttl))
+                    .execute(conn)
+                    .await?;
+                if done.rows_affected() == 1 {
+                    Ok(())
+                } else {
+                    Err(Failure::Fluxio(lost))
+                }
+            })
         })
         .await
     }
@@ -330,23 +369,25 @@ impl CheckpointStore for SqliteStore {
         let Ok(token) = i64::try_from(lease.token()) else {
             return Ok(());
         };
-        let inner = &self.inner;
-        self.timed("release_lease", async {
-            sqlx::query(&inner.sql.release)
-                .bind(lease.run_id())
-                .bind(token)
-                .execute(&inner.writer)
-                .await?;
-            Ok::<_, Failure>(())
+        let key = lease.run_id().to_owned();
+        self.write("release_lease", false, move |conn, inner| {
+            Box::pin(async move {
+                sqlx::query(&inner.sql.run.release)
+                    .bind(&key)
+                    .bind(token)
+                    .execute(conn)
+                    .await?;
+                Ok(())
+            })
         })
         .await
     }
 
-    /// One `BEGIN IMMEDIATE` transaction, which holds the file's write
-    /// lock from its start: the run's row is read (a cancelled run is
-    /// refused with `Cancelled`), the lease row checked (`LeaseLost`), and
-    /// the checkpoint appended to the journal: only its
-    /// [`entry_bytes`](Checkpoint::entry_bytes), the keys that changed.
+    /// One write of a group commit, under the file's write lock: the run's
+    /// row is read (a cancelled run is refused with `Cancelled`), the lease
+    /// row checked (`LeaseLost`), and the checkpoint appended to the
+    /// journal: only its [`entry_bytes`](Checkpoint::entry_bytes), the keys
+    /// that changed.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let key = checkpoint.key();
         let token = match i64::try_from(lease.token()) {
@@ -354,85 +395,157 @@ impl CheckpointStore for SqliteStore {
             _ => return Err(lease_lost(lease)),
         };
         let step = Step::of(&checkpoint)?;
-        let inner = &self.inner;
-        self.timed("save_fenced", async {
-            let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
-            if Journal::cancelled(&mut tx, &inner.sql.journal, &key).await? {
-                return Err(Failure::Fluxio(Error::Cancelled {
-                    run_id: key.clone(),
-                }));
-            }
-            let held: bool = sqlx::query_scalar(&inner.sql.lease_held)
-                .bind(&key)
-                .bind(token)
-                .fetch_one(&mut *tx)
-                .await?;
-            if !held {
-                return Err(Failure::Fluxio(lease_lost(lease)));
-            }
-            let retention = inner.retention();
-            Journal::append(
-                &mut tx,
-                &inner.sql.journal,
-                &key,
-                &checkpoint,
-                &step,
-                retention,
-            )
-            .await?;
-            tx.commit().await?;
-            Ok(())
+        let lost = lease_lost(lease);
+        self.write("save_fenced", false, move |conn, inner| {
+            Box::pin(async move {
+                let (cancelled, held, predecessor, later): (bool, bool, bool, bool) =
+                    sqlx::query_as(&inner.sql.fenced_check)
+                        .bind(&key)
+                        .bind(token)
+                        .bind(step.seq())
+                        .bind(step.whole())
+                        .fetch_one(&mut *conn)
+                        .await?;
+                if cancelled {
+                    return Err(Failure::Fluxio(Error::Cancelled { run_id: key }));
+                }
+                if !held {
+                    return Err(Failure::Fluxio(lost));
+                }
+                if !predecessor {
+                    return Err(Failure::Fluxio(missing_predecessor(&key, checkpoint.seq)));
+                }
+                Journal::append_checked(
+                    conn,
+                    &inner.sql.journal,
+                    &key,
+                    &checkpoint,
+                    &step,
+                    inner.retention(),
+                    later,
+                )
+                .await
+            })
         })
         .await
     }
 
-    /// One `BEGIN IMMEDIATE` transaction, which holds the file's write lock
-    /// from its start: it loads the run, decides with
-    /// [`cancelled_checkpoint`](fluxio_core::store::cancelled_checkpoint), and appends that checkpoint (the next one,
-    /// an empty delta) with `status = 'cancelled'`. No fenced save can land
-    /// in between, and every fenced save after it finds the row cancelled.
+    /// One write of a group commit, so in one commit: the lease taken as
+    /// [`acquire_lease`](Self::acquire_lease) takes it, the stored run
+    /// deleted ([`Begin::Replace`]) or looked for ([`Begin::IfAbsent`]:
+    /// when there is one, only the lease is written), and `first` appended
+    /// as [`save_fenced`](Self::save_fenced) appends it. On an error
+    /// nothing is written: no lease is taken.
+    async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
+        fluxio_core::store::check_run_id(&first.key())?;
+        check_lease_ttl(ttl)?;
+        let step = Step::of(&first)?;
+        self.write("begin_run", true, move |conn, inner| {
+            Box::pin(async move {
+                Journal::begin(
+                    conn,
+                    &inner.sql.journal,
+                    &inner.sql.run,
+                    &first,
+                    &step,
+                    ttl,
+                    begin,
+                    inner.retention(),
+                )
+                .await
+            })
+        })
+        .await
+    }
+
+    /// One write of a group commit, so in one commit: the checks of
+    /// [`save_fenced`](Self::save_fenced) (`Cancelled`, `LeaseLost`, a
+    /// missing predecessor), then, unless one refuses, `last` appended and
+    /// the run deleted when `delete`; and the lease released either way.
+    /// Only when the write itself fails is the lease released apart.
+    async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
+        let key = last.key();
+        let written = match Step::of(&last) {
+            Err(e) => Err(e),
+            Ok(step) => {
+                let held = Lease::new(lease.run_id(), lease.token());
+                self.write("finish_run", false, move |conn, inner| {
+                    Box::pin(async move {
+                        Journal::finish(
+                            conn,
+                            &inner.sql.journal,
+                            &inner.sql.run,
+                            &last,
+                            &step,
+                            &held,
+                            delete,
+                            inner.retention(),
+                        )
+                        .await
+                    })
+                })
+                .await
+            }
+        };
+        match written {
+            Ok(decided) => decided,
+            Err(e) => {
+                if let Err(release) = self.release_lease(lease).await {
+                    tracing::warn!(run_id = %key, error = %release, "could not release the run's lease; it will expire");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// One write of a group commit, under the file's write lock: it loads
+    /// the run, decides with
+    /// [`cancelled_checkpoint`](fluxio_core::store::cancelled_checkpoint),
+    /// and appends that checkpoint (the next one, an empty delta) with
+    /// `status = 'cancelled'`. No fenced save can land in between, and
+    /// every fenced save after it finds the row cancelled.
     async fn cancel(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
-        let inner = &self.inner;
-        self.timed("cancel", async {
-            let mut tx = inner.writer.begin_with("BEGIN IMMEDIATE").await?;
-            Journal::cancel(&mut tx, &inner.sql.journal, &inner.sql.load, run_id).await?;
-            tx.commit().await?;
-            Ok::<_, Failure>(())
+        let key = run_id.to_owned();
+        self.write("cancel", false, move |conn, inner| {
+            Box::pin(async move {
+                Journal::cancel(conn, &inner.sql.journal, &inner.sql.load, &key).await
+            })
         })
         .await
     }
 
     /// One guarded delete, as [`save_fenced`](Self::save_fenced). When it
-    /// deletes nothing, a read tells a lost lease from a missing checkpoint:
-    /// a lease that is current now was current during the delete too (a
-    /// lease, once expired, released or taken over, never becomes current
-    /// again), so the checkpoint was simply absent.
+    /// deletes nothing, a read in the same transaction tells a lost lease
+    /// from a missing checkpoint.
     async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
         let token = match i64::try_from(lease.token()) {
             Ok(token) if lease.run_id() == run_id => token,
             _ => return Err(lease_lost(lease)),
         };
-        let inner = &self.inner;
-        self.timed("delete_fenced", async {
-            let done = sqlx::query(&inner.sql.delete_fenced)
-                .bind(run_id)
-                .bind(token)
-                .execute(&inner.writer)
-                .await?;
-            if done.rows_affected() > 0 {
-                return Ok(());
-            }
-            let held: bool = sqlx::query_scalar(&inner.sql.lease_held)
-                .bind(run_id)
-                .bind(token)
-                .fetch_one(&inner.reader)
-                .await?;
-            if held {
-                Ok(())
-            } else {
-                Err(Failure::Fluxio(lease_lost(lease)))
-            }
+        let lost = lease_lost(lease);
+        let key = run_id.to_owned();
+        self.write("delete_fenced", false, move |conn, inner| {
+            Box::pin(async move {
+                let done = sqlx::query(&inner.sql.delete_fenced)
+                    .bind(&key)
+                    .bind(token)
+                    .execute(&mut *conn)
+                    .await?;
+                if done.rows_affected() > 0 {
+                    return Ok(());
+                }
+                let held: bool = sqlx::query_scalar(&inner.sql.run.held)
+                    .bind(&key)
+                    .bind(token)
+                    .fetch_one(conn)
+                    .await?;
+                if held {
+                    Ok(())
+                } else {
+                    Err(Failure::Fluxio(lost))
+                }
+            })
         })
         .await
     }

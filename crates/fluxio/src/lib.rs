@@ -156,11 +156,12 @@
 //! it.
 
 pub use fluxio_core::{
-    BoxError, Changes, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, EmitError,
-    Emitter, Error, History, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result,
+    BoxError, Changes, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, Durability,
+    EmitError, Emitter, Error, History, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result,
     ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode, StageInfo, StageKind,
     StageMeta, StageResult, Step, StepStatus, StreamEvent, Structure, Value, callback, context,
-    ctx, error, history, middleware, recovery, stage, store, stream, structure, testing, value,
+    ctx, durability, error, history, middleware, recovery, stage, store, stream, structure,
+    testing, value,
 };
 pub use fluxio_macros::{pipeline, stage};
 

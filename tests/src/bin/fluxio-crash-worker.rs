@@ -1,6 +1,6 @@
 //! The worker process of the crash-test harness (`tests/tests/it/crash.rs`).
 //!
-//! `fluxio-crash-worker <redis|postgres|sqlite> <url-or-dir> <namespace> <run-id> <invoke|resume> <lease-ms> <ledger-path>`
+//! `fluxio-crash-worker <redis|redis-cluster|postgres|sqlite> <url-or-dir> <namespace> <run-id> <invoke|resume> <lease-ms> <ledger-path> [sync|async|exit]`
 //!
 //! It prints `ready`, waits for a line on stdin, runs (or resumes) the crash
 //! pipeline, and prints `ok <final context JSON>`, `in_use`, `lease_lost` or
@@ -34,12 +34,13 @@ async fn run() -> fluxio::Result<fluxio::Context> {
     let args: Vec<String> = std::env::args().collect();
     let usage = || Error::Build {
         message: format!(
-            "usage: fluxio-crash-worker <kind> <url> <ns> <run-id> <invoke|resume> <lease-ms> <ledger>; got {args:?}"
+            "usage: fluxio-crash-worker <kind> <url> <ns> <run-id> <invoke|resume> <lease-ms> <ledger> [durability]; got {args:?}"
         ),
     };
-    if args.len() != 8 {
+    if !(8..=9).contains(&args.len()) {
         return Err(usage());
     }
+    let durability: fluxio::Durability = args.get(8).map_or("sync", String::as_str).parse()?;
     let kind = StoreKind::parse(&args[1]).ok_or_else(usage)?;
     let lease_ms: u64 = args[6].parse().map_err(|_| usage())?;
     configure(WorkerSettings {
@@ -50,6 +51,7 @@ async fn run() -> fluxio::Result<fluxio::Context> {
     let pipeline = crash_pipeline()
         .store_arc(store)
         .lease_ttl(Duration::from_millis(lease_ms))
+        .durability(durability)
         .build()?;
     println!("ready");
     let mut line = String::new();

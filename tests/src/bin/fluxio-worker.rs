@@ -1,6 +1,6 @@
 //! A worker process for the multi-process tests.
 //!
-//! `fluxio-worker <redis|postgres|sqlite> <url> <namespace> <run-id> <invoke|resume|start|drop> <lease-ms> <ledger-path> <stage=ms|->`
+//! `fluxio-worker <redis|redis-cluster|postgres|sqlite> <url> <namespace> <run-id> <invoke|resume|start|drop> <lease-ms> <ledger-path> <stage=ms|->`
 //!
 //! It connects, prints `ready`, waits for a line on stdin (so a test can
 //! start many workers at the same instant), runs the worker pipeline, and
@@ -64,7 +64,7 @@ async fn run() -> fluxio::Result<Context> {
     let args: Vec<String> = std::env::args().collect();
     let usage = || Error::Build {
         message: format!(
-            "usage: fluxio-worker <redis|postgres|sqlite> <url> <ns> <run-id> <invoke|resume|start|drop> <lease-ms> <ledger> <stage=ms|->; got {args:?}"
+            "usage: fluxio-worker <redis|redis-cluster|postgres|sqlite> <url> <ns> <run-id> <invoke|resume|start|drop> <lease-ms> <ledger> <stage=ms|->; got {args:?}"
         ),
     };
     if args.len() != 9 {

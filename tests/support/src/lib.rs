@@ -20,6 +20,7 @@ pub mod child;
 pub mod journal;
 pub mod postgres;
 pub mod redis;
+pub mod runs;
 pub mod sqlite;
 mod temp_dir;
 

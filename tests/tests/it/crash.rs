@@ -20,15 +20,24 @@
 //!    of its latest checkpoint. A store whose `list_runs` answers
 //!    `Unsupported` skips this check, saying so loudly.
 //!
-//! `FLUXIO_CRASH_ITERATIONS` (default 20 per store) sets the number of runs.
+//! It runs in each durability mode (rule 24), with that mode's guarantee:
+//! Sync as above; Async and Exit may re-run steps back to the last
+//! acknowledged checkpoint (Exit: the start, or the failed stage) but never
+//! skip one, their attempts are not checked against a count, and Exit may
+//! leave nothing stored after a kill. In every mode an acknowledged
+//! completion is stored, and an acknowledged stage error left its failed
+//! checkpoint.
+//!
+//! `FLUXIO_CRASH_ITERATIONS` (default 20 per store in Sync, 8 in the other
+//! modes) sets the number of runs.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fluxio::Error;
 use fluxio::store::{CheckpointStore, RunFilter, RunState, RunStatus, run_key};
+use fluxio::{Durability, Error};
 use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::process::{OUTCOMES, Worker};
 use fluxio_tests::{CRASH_PIPELINE, CRASH_STEPS_X, StoreKind};
@@ -51,11 +60,29 @@ impl Rng {
     }
 }
 
-fn spawn(kind: StoreKind, url: &str, ns: &str, run_id: &str, mode: &str, ledger: &Path) -> Worker {
+#[allow(clippy::too_many_arguments)]
+fn spawn(
+    kind: StoreKind,
+    url: &str,
+    ns: &str,
+    run_id: &str,
+    mode: &str,
+    ledger: &Path,
+    durability: Durability,
+) -> Worker {
     let (lease, ledger) = (LEASE_MS.to_string(), ledger.to_string_lossy());
     Worker::spawn(
         env!("CARGO_BIN_EXE_fluxio-crash-worker"),
-        [kind.name(), url, ns, run_id, mode, &lease, &ledger],
+        [
+            kind.name(),
+            url,
+            ns,
+            run_id,
+            mode,
+            &lease,
+            &ledger,
+            durability.as_str(),
+        ],
     )
 }
 
@@ -102,7 +129,7 @@ enum End {
 /// are contiguous, each starts where the previous one stopped (the step that
 /// was running, or the next one if the previous died right after committing
 /// its checkpoint), and attempts count up on every re-run.
-fn check_ledger(entries: &[Entry], processes: &[(u32, End)], ctx: &str) {
+fn check_ledger(entries: &[Entry], processes: &[(u32, End)], durability: Durability, ctx: &str) {
     let mut ranges: Vec<(u32, usize, usize)> = Vec::new(); // pid, first step, last step
     for (pid, _) in processes {
         let steps: Vec<usize> = entries
@@ -132,11 +159,20 @@ fn check_ledger(entries: &[Entry], processes: &[(u32, End)], ctx: &str) {
     );
     for w in ranges.windows(2) {
         let ((p, _, last), (q, first, _)) = (w[0], w[1]);
+        // Sync: a process starts at the step that was running or the next
+        // one; Async and Exit (rule 24) may go back further (to the last
+        // acknowledged checkpoint, or the start), but never skip a step
+        let sync = durability == Durability::Sync;
         assert!(
-            first == last || first == last + 1,
+            first == last || first == last + 1 || (!sync && first <= last),
             "{ctx}: pid {q} started at step {first}, but pid {p} stopped in step {last}: \
              a step whose successor's checkpoint was committed ran again, or a step was skipped"
         );
+    }
+    if durability != Durability::Sync {
+        // a stage re-run from an older checkpoint counts its attempts from
+        // that checkpoint's: only Sync's attempts grow by one per re-run
+        return;
     }
     // attempts grow with every re-run: strictly increasing per stage, and
     // never above the number of processes of the run. (A process killed after
@@ -248,11 +284,17 @@ impl Listing {
     }
 }
 
-fn harness(kind: StoreKind) {
+fn harness(kind: StoreKind, durability: Durability) {
+    // Sync is the default and the most checked; the other modes run fewer
+    // (`FLUXIO_CRASH_ITERATIONS` sets all)
     let iterations: u64 = std::env::var("FLUXIO_CRASH_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+        .unwrap_or(if durability == Durability::Sync {
+            20
+        } else {
+            8
+        });
     let seed: u64 = std::env::var("FLUXIO_CRASH_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -263,10 +305,10 @@ fn harness(kind: StoreKind) {
                 | 1
         });
     eprintln!(
-        "crash harness on {}: seed {seed} (replay with FLUXIO_CRASH_SEED={seed}), {iterations} runs",
+        "crash harness on {} ({durability}): seed {seed} (replay with FLUXIO_CRASH_SEED={seed}), {iterations} runs",
         kind.name()
     );
-    let ns = namespace(&format!("crash_{}", kind.name()));
+    let ns = namespace(&format!("crash_{}_{durability}", kind.name()));
     let url = kind.url();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let store: Arc<dyn CheckpointStore> = match rt.block_on(kind.open(&url, &ns)) {
@@ -277,7 +319,7 @@ fn harness(kind: StoreKind) {
         }
     };
     let dir = std::env::temp_dir().join(format!(
-        "fluxio-crash-{}-{}",
+        "fluxio-crash-{}-{durability}-{}",
         kind.name(),
         std::process::id()
     ));
@@ -302,6 +344,7 @@ fn harness(kind: StoreKind) {
         false,
         seed,
         &mut listing,
+        durability,
     );
 
     let (mut kills, mut errors, mut kept) = (0usize, 0usize, 0usize);
@@ -320,6 +363,7 @@ fn harness(kind: StoreKind) {
             true,
             seed,
             &mut listing,
+            durability,
         );
         assert_eq!(
             out, reference.0,
@@ -330,7 +374,7 @@ fn harness(kind: StoreKind) {
         kept += b;
     }
     eprintln!(
-        "crash harness on {}: {iterations} runs, {kills} kills, {errors} stage errors, \
+        "crash harness on {} ({durability}): {iterations} runs, {kills} kills, {errors} stage errors, \
          {kept} finished branches found recorded after a kill (none of them ran again), \
          the listing checked against the checkpoints {} times{}, all checks passed (seed {seed})",
         kind.name(),
@@ -361,8 +405,9 @@ fn run_to_completion(
     kill: bool,
     seed: u64,
     listing: &mut Listing,
+    durability: Durability,
 ) -> (String, usize, usize, usize) {
-    let ctx = format!("seed {seed}, {} run {run_id}", kind.name());
+    let ctx = format!("seed {seed}, {} ({durability}) run {run_id}", kind.name());
     listing.keys.push(run_key(CRASH_PIPELINE, run_id));
     let mut processes: Vec<(u32, End)> = Vec::new();
     let (mut kills, mut errors) = (0, 0);
@@ -375,7 +420,7 @@ fn run_to_completion(
             started.elapsed() < Duration::from_secs(120),
             "{ctx}: the run did not complete in 120 s: {processes:?}"
         );
-        let mut worker = spawn(kind, url, ns, run_id, mode, ledger);
+        let mut worker = spawn(kind, url, ns, run_id, mode, ledger, durability);
         if let Err(e) = worker.ready() {
             panic!("{ctx}: worker failed to start: {e}");
         }
@@ -396,11 +441,25 @@ fn run_to_completion(
                 worker.kill();
                 kills += 1;
                 processes.push((pid, End::Killed));
-                mode = "resume";
                 let cp = rt
                     .block_on(store.load(&run_key(CRASH_PIPELINE, run_id)))
                     .expect("load");
                 let entries = read_ledger(ledger, run_id);
+                mode = match (&cp, durability) {
+                    (Some(_), _) => "resume",
+                    // rule 24: an Exit run that has not failed stores
+                    // nothing while it runs; `invoke` starts it again
+                    (None, Durability::Exit) => "invoke",
+                    // Sync and Async write the first checkpoint with the
+                    // lease, before the first stage
+                    (None, _) => {
+                        assert!(
+                            entries.is_empty(),
+                            "{ctx}: stages ran but no checkpoint was stored: {entries:?}"
+                        );
+                        "resume"
+                    }
+                };
                 for record in cp.iter().flat_map(|cp| &cp.branches) {
                     let ran = entries.iter().filter(|e| e.stage == record.name).count();
                     recorded.entry(record.name.clone()).or_insert(ran);
@@ -409,9 +468,19 @@ fn run_to_completion(
             }
             Some(line) if line.starts_with("ok ") => {
                 processes.push((pid, End::Completed));
+                // rule 24, every mode: an acknowledged completion is stored
+                let cp = rt
+                    .block_on(store.load(&run_key(CRASH_PIPELINE, run_id)))
+                    .expect("load")
+                    .expect("a completed run is stored");
+                assert_eq!(
+                    cp.status,
+                    RunStatus::Completed,
+                    "{ctx}: the completion is stored"
+                );
                 listing.check(store, rt, &ctx);
                 let entries = read_ledger(ledger, run_id);
-                check_ledger(&entries, &processes, &ctx);
+                check_ledger(&entries, &processes, durability, &ctx);
                 for (stage, ran) in &recorded {
                     let now = entries.iter().filter(|e| e.stage == *stage).count();
                     assert_eq!(
@@ -454,9 +523,11 @@ fn run_to_completion(
                 mode = "resume";
             }
             Some(line) if line.starts_with("error no checkpoint found") => {
-                // killed before its first checkpoint: the run never started; start it again
+                // killed before its first checkpoint: the run never started
+                // (Exit, rule 24: nothing is stored before the run's end);
+                // start it again
                 assert!(
-                    read_ledger(ledger, run_id).is_empty(),
+                    durability == Durability::Exit || read_ledger(ledger, run_id).is_empty(),
                     "{ctx}: stages ran but no checkpoint was stored"
                 );
                 mode = "invoke";
@@ -468,15 +539,59 @@ fn run_to_completion(
 
 #[test]
 fn crash_harness_on_redis() {
-    harness(StoreKind::Redis);
+    harness(StoreKind::Redis, Durability::Sync);
+}
+
+/// On a Redis Cluster: three local masters, started once for this test
+/// binary; each worker connects with `RedisStore::cluster_builder`.
+#[test]
+fn crash_harness_on_redis_cluster() {
+    harness(StoreKind::RedisCluster, Durability::Sync);
+}
+
+/// Async durability on the Redis Cluster: checkpoints written in the
+/// background may be lost with the process, never a step skipped.
+#[test]
+fn rule24_crash_harness_async_on_redis_cluster() {
+    harness(StoreKind::RedisCluster, Durability::Async);
 }
 
 #[test]
 fn crash_harness_on_postgres() {
-    harness(StoreKind::Postgres);
+    harness(StoreKind::Postgres, Durability::Sync);
 }
 
 #[test]
 fn crash_harness_on_sqlite() {
-    harness(StoreKind::Sqlite);
+    harness(StoreKind::Sqlite, Durability::Sync);
+}
+
+#[test]
+fn rule24_crash_harness_async_on_redis() {
+    harness(StoreKind::Redis, Durability::Async);
+}
+
+#[test]
+fn rule24_crash_harness_async_on_postgres() {
+    harness(StoreKind::Postgres, Durability::Async);
+}
+
+#[test]
+fn rule24_crash_harness_async_on_sqlite() {
+    harness(StoreKind::Sqlite, Durability::Async);
+}
+
+#[test]
+fn rule24_crash_harness_exit_on_redis() {
+    harness(StoreKind::Redis, Durability::Exit);
+}
+
+#[test]
+fn rule24_crash_harness_exit_on_postgres() {
+    harness(StoreKind::Postgres, Durability::Exit);
+}
+
+#[test]
+fn rule24_crash_harness_exit_on_sqlite() {
+    harness(StoreKind::Sqlite, Durability::Exit);
 }

@@ -677,6 +677,10 @@ async fn rule9_diff_compares_two_runs_key_by_key() {
 struct Counting {
     inner: InMemoryStore,
     calls: std::sync::Mutex<Vec<&'static str>>,
+    /// Count `begin_run` and `finish_run` as one call each, as a store that
+    /// does each in one round trip (a script, a transaction) would; else
+    /// they are the trait's defaults, made of the other calls.
+    native: bool,
 }
 
 impl Counting {
@@ -739,6 +743,120 @@ impl CheckpointStore for Counting {
         self.note("cancel");
         self.inner.cancel(run_id).await
     }
+    async fn begin_run(
+        &self,
+        first: Checkpoint,
+        ttl: Duration,
+        begin: fluxio::store::Begin,
+    ) -> fluxio::Result<fluxio::store::Begun> {
+        if !self.native {
+            return fluxio::store::begin_run_stepwise(self, first, ttl, begin).await;
+        }
+        self.note("begin_run");
+        self.inner.begin_run(first, ttl, begin).await
+    }
+    async fn finish_run(
+        &self,
+        last: Checkpoint,
+        lease: fluxio::store::Lease,
+        delete: bool,
+    ) -> fluxio::Result<()> {
+        if !self.native {
+            return fluxio::store::finish_run_stepwise(self, last, lease, delete).await;
+        }
+        self.note("finish_run");
+        self.inner.finish_run(last, lease, delete).await
+    }
+}
+
+/// Rule 24: a 10-stage run makes 11 store calls when the store begins and
+/// finishes runs in one call each: the lease, the old run's delete and the
+/// first checkpoint in one; a checkpoint before each of the 9 other
+/// stages; the completed checkpoint and the release in one.
+#[tokio::test]
+async fn rule24_a_ten_stage_run_makes_eleven_store_calls() {
+    let t = "rule24-calls";
+    let store = Arc::new(Counting {
+        native: true,
+        ..Counting::default()
+    });
+    let p = pipeline![a, b, c, a, b, c, a, b, c, a]
+        .name("test")
+        .store_arc(store.clone())
+        .build()
+        .expect("valid");
+    let calls = || std::mem::take(&mut *store.calls.lock().expect("not poisoned"));
+    // what a run of the ten stages calls after `before`
+    let run = |before: &[&'static str]| {
+        let mut all = before.to_vec();
+        all.push("begin_run");
+        all.extend(["save_fenced"; 9]);
+        all.push("finish_run");
+        all
+    };
+
+    let done = p.invoke("calls", input(t)).await.expect("runs");
+    assert_eq!(calls(), run(&[]));
+    assert_eq!(calls().len(), 0, "nothing after the run");
+    // invoke again: begin_run replaces the stored run
+    p.invoke("calls", input(t)).await.expect("runs again");
+    assert_eq!(calls(), run(&[]));
+
+    // start of a new run: an unleased look at what is stored, and (a named
+    // pipeline) whether a run of before names waits under the bare id
+    let started = p.start("fresh", input(t)).await.expect("starts");
+    assert_eq!(calls(), run(&["load", "exists"]));
+    assert_eq!(path(&started), path(&done));
+    // a start of the completed run reads it and runs nothing
+    assert_eq!(p.start("fresh", input(t)).await.expect("done"), started);
+    assert_eq!(calls(), ["load"]);
+
+    // deleting completed runs costs no extra call either
+    let deleting = pipeline![a, b, c, a, b, c, a, b, c, a]
+        .name("deleting")
+        .store_arc(store.clone())
+        .delete_completed(true)
+        .build()
+        .expect("valid");
+    deleting.invoke("gone", input(t)).await.expect("runs");
+    assert_eq!(calls(), run(&[]));
+    assert!(!deleting.exists("gone").await.expect("store works"));
+}
+
+/// Rule 24: a run that fails gives its lease back with its failed
+/// checkpoint, and a resume writes its first checkpoint under a lease it
+/// took alone (it must read the run under the lease first).
+#[tokio::test]
+async fn rule24_a_failed_run_ends_in_one_call_and_its_resume_in_one_more() {
+    let t = "rule24-fail";
+    let store = Arc::new(Counting {
+        native: true,
+        ..Counting::default()
+    });
+    let p = pipeline![a, b, c]
+        .name("test")
+        .store_arc(store.clone())
+        .build()
+        .expect("valid");
+    arm(t, "b");
+    p.invoke("f", input(t)).await.expect_err("b fails");
+    let calls = std::mem::take(&mut *store.calls.lock().expect("not poisoned"));
+    assert_eq!(calls, ["begin_run", "save_fenced", "finish_run"]);
+    assert_eq!(stored(&p, "f").await.status, RunStatus::Failed);
+    store.calls.lock().expect("not poisoned").clear();
+    disarm(t, "b");
+    p.resume("f").await.expect("resumes");
+    let calls = std::mem::take(&mut *store.calls.lock().expect("not poisoned"));
+    assert_eq!(
+        calls,
+        [
+            "acquire",
+            "load",
+            "save_fenced",
+            "save_fenced",
+            "finish_run"
+        ]
+    );
 }
 
 #[tokio::test]

@@ -569,3 +569,32 @@ fn rule14_postgres_a_run_cancelled_from_another_process_stops_before_its_next_st
 fn rule14_redis_a_run_cancelled_from_another_process_stops_before_its_next_stage() {
     cancelled_from_another_process(StoreKind::Redis);
 }
+
+// The same on a Redis Cluster: three local masters, started once for this
+// test binary (`fluxio_test_support::redis::cluster`); each worker process
+// connects to them with `RedisStore::cluster_builder`.
+
+#[test]
+fn redis_cluster_exactly_one_of_eight_processes_runs_a_run_id() {
+    exactly_one_of_eight(StoreKind::RedisCluster);
+}
+
+#[test]
+fn redis_cluster_a_frozen_owner_is_fenced_out() {
+    zombie_is_fenced(StoreKind::RedisCluster);
+}
+
+#[test]
+fn redis_cluster_a_killed_owner_is_taken_over_after_the_lease() {
+    killed_owner_is_taken_over(StoreKind::RedisCluster);
+}
+
+#[test]
+fn rule11_redis_cluster_eight_processes_start_one_run_once() {
+    rule11_eight_starts(StoreKind::RedisCluster);
+}
+
+#[test]
+fn rule14_redis_cluster_a_run_cancelled_from_another_process_stops_before_its_next_stage() {
+    cancelled_from_another_process(StoreKind::RedisCluster);
+}

@@ -16,13 +16,13 @@
 use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard};
-use tokio::task::JoinHandle;
 
+use super::renew::{Renewal, Renewals};
 use super::{Checkpoint, CheckpointStore, cancelled_checkpoint, check_run_id};
 
 use crate::error::{Error, Result};
@@ -132,9 +132,15 @@ struct Held {
     store: Arc<dyn CheckpointStore>,
     /// `None` once given back.
     lease: Option<Lease>,
-    renewer: JoinHandle<()>,
+    /// Its place among the pipeline's renewals (rule 24: no task per run).
+    renewal: Option<Renewal>,
     /// Counts this lease in its pipeline's tracker until it is given back.
     ticket: Option<LeaseTicket>,
+    /// Set once [`Ownership::finish`] gave the lease back with the run's
+    /// last checkpoint: releasing it again would be a wasted round trip.
+    given_back: AtomicBool,
+    /// How many blocking stage bodies hold the lease ([`KeepLease::body`]).
+    bodies: AtomicUsize,
 }
 
 /// Keeps a run's lease held (and renewed) while a blocking stage body runs,
@@ -142,6 +148,26 @@ struct Held {
 #[derive(Clone)]
 pub(crate) struct KeepLease {
     held: Arc<Held>,
+}
+
+impl KeepLease {
+    /// What a blocking stage body holds while it runs: the lease, counted
+    /// as held by a body, so that the run's end leaves the release to it.
+    pub(crate) fn body(&self) -> BodyLease {
+        self.held.bodies.fetch_add(1, Ordering::AcqRel);
+        BodyLease { keep: self.clone() }
+    }
+}
+
+/// A blocking stage body's hold on its run's lease: [`KeepLease::body`].
+pub(crate) struct BodyLease {
+    keep: KeepLease,
+}
+
+impl Drop for BodyLease {
+    fn drop(&mut self) {
+        self.keep.held.bodies.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl fmt::Debug for KeepLease {
@@ -168,15 +194,76 @@ impl Ownership {
     ) -> Result<Self> {
         let ticket = tracker.enter(run_id)?;
         let lease = store.acquire_lease(run_id, ttl).await?;
-        let renewer = tokio::spawn(renew(Arc::clone(store), lease.handle(), ttl));
-        Ok(Ownership {
+        Ok(Self::held(store, lease, ttl, tracker, ticket))
+    }
+
+    /// Takes the run id of `first` and writes `first`, the run's first
+    /// checkpoint, in one call ([`CheckpointStore::begin_run`]); with
+    /// [`Begin::IfAbsent`] the second value says whether it was written
+    /// (`false`: a run is stored, and the lease is held all the same).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and the errors of the first write.
+    pub(crate) async fn begin(
+        store: &Arc<dyn CheckpointStore>,
+        first: Checkpoint,
+        ttl: Duration,
+        tracker: &LeaseTracker,
+        begin: Begin,
+    ) -> Result<(Self, bool)> {
+        let ticket = tracker.enter(&first.key())?;
+        let begun = store.begin_run(first, ttl, begin).await?;
+        let owner = Self::held(store, begun.lease, ttl, tracker, ticket);
+        Ok((owner, begun.started))
+    }
+
+    fn held(
+        store: &Arc<dyn CheckpointStore>,
+        lease: Lease,
+        ttl: Duration,
+        tracker: &LeaseTracker,
+        ticket: LeaseTicket,
+    ) -> Self {
+        let renewal = tracker.inner.renewals.add(store, lease.handle(), ttl);
+        Ownership {
             held: Arc::new(Held {
                 store: Arc::clone(store),
                 lease: Some(lease),
-                renewer,
+                renewal: Some(renewal),
                 ticket: Some(ticket),
+                given_back: AtomicBool::new(false),
+                bodies: AtomicUsize::new(0),
             }),
-        })
+        }
+    }
+
+    /// Writes the run's last checkpoint `last` and gives the lease back in
+    /// one call ([`CheckpointStore::finish_run`]), deleting the run after
+    /// the write when `delete`. While a blocking stage body of the run is
+    /// still running (rule 16) the lease stays held: `last` is written
+    /// (and the run deleted) with fenced calls, and the body gives the lease
+    /// back when it returns.
+    ///
+    /// # Errors
+    /// The errors of the writes; the lease is given back all the same.
+    pub(crate) async fn finish(&self, last: Checkpoint, delete: bool) -> Result<()> {
+        let held = &self.held;
+        let lease = self.lease();
+        if held.bodies.load(Ordering::Acquire) > 0 || held.given_back.load(Ordering::Acquire) {
+            let key = last.key();
+            held.store.save_fenced(last, lease).await?;
+            if delete {
+                held.store.delete_fenced(&key, lease).await?;
+            }
+            return Ok(());
+        }
+        held.given_back.store(true, Ordering::Release);
+        // renewals stop first: a renewal arriving after the release would
+        // be refused, and logged as a lost lease
+        if let Some(renewal) = &held.renewal {
+            renewal.stop();
+        }
+        held.store.finish_run(last, lease.handle(), delete).await
     }
 
     /// The held lease.
@@ -197,7 +284,8 @@ impl Ownership {
         }
     }
 
-    /// Gives the lease back, awaiting the store; or, while a blocking stage
+    /// Gives the lease back, awaiting the store (unless
+    /// [`finish`](Self::finish) did); or, while a blocking stage
     /// body of the run still runs, leaves that to the body (it gives the
     /// lease back in the background when it returns).
     pub(crate) async fn release(self) {
@@ -218,10 +306,12 @@ impl Ownership {
 
 impl Held {
     async fn release(&mut self) {
-        self.renewer.abort();
+        self.renewal.take();
         let ticket = self.ticket.take();
         if let Some(lease) = self.lease.take() {
-            give_back(Arc::clone(&self.store), lease).await;
+            if !*self.given_back.get_mut() {
+                give_back(Arc::clone(&self.store), lease).await;
+            }
         }
         drop(ticket);
     }
@@ -234,9 +324,10 @@ impl Drop for Held {
     /// answers; without a runtime (or when the runtime drops the task before
     /// it runs) the lease lapses after its time-to-live.
     fn drop(&mut self) {
-        self.renewer.abort();
+        self.renewal.take();
         let ticket = self.ticket.take();
-        if let Some(lease) = self.lease.take() {
+        let given_back = *self.given_back.get_mut();
+        if let Some(lease) = self.lease.take().filter(|_| !given_back) {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 let store = Arc::clone(&self.store);
                 rt.spawn(async move {
@@ -266,6 +357,8 @@ pub(crate) struct LeaseTracker {
 #[derive(Default)]
 struct TrackerInner {
     state: Mutex<TrackerState>,
+    /// Renews the leases counted here, from one task.
+    renewals: Arc<Renewals>,
     /// Woken when the count drops to zero.
     idle: Notify,
 }
@@ -366,27 +459,6 @@ impl Drop for LeaseTicket {
         };
         if idle {
             self.inner.idle.notify_waiters();
-        }
-    }
-}
-
-async fn renew(store: Arc<dyn CheckpointStore>, lease: Lease, ttl: Duration) {
-    let period = (ttl / 3).max(Duration::from_millis(1));
-    loop {
-        tokio::time::sleep(period).await;
-        match store.renew_lease(&lease, ttl).await {
-            Ok(()) => {}
-            Err(Error::LeaseLost { .. }) => {
-                tracing::warn!(
-                    run_id = lease.run_id(),
-                    token = lease.token(),
-                    "the run lost its lease"
-                );
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(run_id = lease.run_id(), error = %e, "could not renew the run's lease; retrying")
-            }
         }
     }
 }

@@ -71,6 +71,7 @@ mod lease;
 mod list;
 mod memory;
 mod redact;
+mod renew;
 mod retry;
 
 use std::any::TypeId;
@@ -88,7 +89,7 @@ pub use checkpoint::{
 pub use error_kind::StoreErrorKind;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::{Begin, Begun, Lease};
-pub(crate) use lease::{KeepLease, LeaseTracker, Ownership};
+pub(crate) use lease::{BodyLease, KeepLease, LeaseTracker, Ownership};
 pub use list::{RunFilter, RunPage, RunState, RunSummary};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
@@ -273,6 +274,73 @@ pub fn check_sql_identifier(value: &str) -> std::result::Result<(), &'static str
     Ok(())
 }
 
+/// [`CheckpointStore::begin_run`]'s default, one call after another:
+/// [`acquire_lease`](CheckpointStore::acquire_lease), then
+/// [`delete_fenced`](CheckpointStore::delete_fenced) ([`Begin::Replace`])
+/// or [`exists`](CheckpointStore::exists) ([`Begin::IfAbsent`]), then
+/// [`save_fenced`](CheckpointStore::save_fenced); the lease is released
+/// when a call after the first fails. For a store that wraps another and
+/// overrides `begin_run` only in some cases.
+///
+/// # Errors
+/// As [`CheckpointStore::begin_run`].
+pub async fn begin_run_stepwise<S: CheckpointStore + ?Sized>(
+    store: &S,
+    first: Checkpoint,
+    ttl: Duration,
+    begin: Begin,
+) -> Result<Begun> {
+    let key = first.key();
+    let lease = store.acquire_lease(&key, ttl).await?;
+    let written = async {
+        match begin {
+            Begin::Replace => store.delete_fenced(&key, &lease).await?,
+            Begin::IfAbsent => {
+                if store.exists(&key).await? {
+                    return Ok(false);
+                }
+            }
+        }
+        store.save_fenced(first, &lease).await.map(|()| true)
+    }
+    .await;
+    match written {
+        Ok(started) => Ok(Begun { lease, started }),
+        Err(e) => {
+            // the caller never sees the lease: give it back now
+            if let Err(release) = store.release_lease(lease).await {
+                tracing::warn!(run_id = %key, error = %release, "could not release the lease of a run that did not begin; it will expire");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// [`CheckpointStore::finish_run`]'s default, one call after another:
+/// [`save_fenced`](CheckpointStore::save_fenced), then
+/// [`delete_fenced`](CheckpointStore::delete_fenced) when `delete`, then
+/// [`release_lease`](CheckpointStore::release_lease) whatever the writes
+/// returned.
+///
+/// # Errors
+/// As [`CheckpointStore::finish_run`].
+pub async fn finish_run_stepwise<S: CheckpointStore + ?Sized>(
+    store: &S,
+    last: Checkpoint,
+    lease: Lease,
+    delete: bool,
+) -> Result<()> {
+    let key = last.key();
+    let mut written = store.save_fenced(last, &lease).await;
+    if written.is_ok() && delete {
+        written = store.delete_fenced(&key, &lease).await;
+    }
+    if let Err(release) = store.release_lease(lease).await {
+        tracing::warn!(run_id = %key, error = %release, "could not release the run's lease; it will expire");
+    }
+    written
+}
+
 /// Where checkpoints live. Dyn-compatible: pipelines hold an
 /// `Arc<dyn CheckpointStore>`.
 ///
@@ -429,8 +497,9 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// leaves the stored run as it is. `first` is a run's first checkpoint
     /// (`seq` 0, the whole context).
     ///
-    /// The default makes the calls one by one (acquire, delete or exists,
-    /// fenced save), and releases the lease when a later call fails. A
+    /// The default, [`begin_run_stepwise`], makes the calls one by one
+    /// (acquire, delete or exists, fenced save), and releases the lease when
+    /// a later call fails. A
     /// store that can do all three in one round trip (a script, a
     /// transaction) overrides it: a durable run then makes one round trip
     /// where it made three.
@@ -446,30 +515,7 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// Dropping the future may leave the lease taken, to expire after `ttl`
     /// (the default in-process lease is given back when dropped).
     async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
-        let key = first.key();
-        let lease = self.acquire_lease(&key, ttl).await?;
-        let written = async {
-            match begin {
-                Begin::Replace => self.delete_fenced(&key, &lease).await?,
-                Begin::IfAbsent => {
-                    if self.exists(&key).await? {
-                        return Ok(false);
-                    }
-                }
-            }
-            self.save_fenced(first, &lease).await.map(|()| true)
-        }
-        .await;
-        match written {
-            Ok(started) => Ok(Begun { lease, started }),
-            Err(e) => {
-                // the caller never sees the lease: give it back now
-                if let Err(release) = self.release_lease(lease).await {
-                    tracing::warn!(run_id = %key, error = %release, "could not release the lease of a run that did not begin; it will expire");
-                }
-                Err(e)
-            }
-        }
+        begin_run_stepwise(self, first, ttl, begin).await
     }
 
     /// Ends a run in one step (contract rule 24): appends `last` (its
@@ -480,23 +526,15 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// and gives `lease` back as [`release_lease`](Self::release_lease)
     /// does, whatever the writes returned.
     ///
-    /// The default makes the calls one by one; a store that can do them in
-    /// one round trip overrides it.
+    /// The default, [`finish_run_stepwise`], makes the calls one by one; a
+    /// store that can do them in one round trip overrides it.
     ///
     /// # Errors
     /// Those of `save_fenced` and `delete_fenced`: the stored run is then as
     /// those leave it, and the lease is given back all the same (a failed
     /// release is logged, and the lease expires).
     async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
-        let key = last.key();
-        let mut written = self.save_fenced(last, &lease).await;
-        if written.is_ok() && delete {
-            written = self.delete_fenced(&key, &lease).await;
-        }
-        if let Err(release) = self.release_lease(lease).await {
-            tracing::warn!(run_id = %key, error = %release, "could not release the run's lease; it will expire");
-        }
-        written
+        finish_run_stepwise(self, last, lease, delete).await
     }
 
     /// Cancels the run `run_id` (contract rule 14), whoever owns it: the

@@ -10,6 +10,7 @@ mod connect;
 mod error_kind;
 mod journal;
 mod list;
+mod runs;
 mod schema;
 mod secrets;
 mod settings;

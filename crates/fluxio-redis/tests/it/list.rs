@@ -334,8 +334,28 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
     };
     let prefix = support::namespace("list_same");
     let redis = store(&prefix, Some(TTL), None).await;
+    pages_agree(&redis).await;
+    support::redis::cleanup(&mut raw, &prefix).await;
+}
+
+/// As [`rule21_pages_are_those_of_the_in_memory_store`], on a Redis
+/// Cluster: the listing merges the buckets, page by page.
+#[tokio::test]
+async fn rule21_cluster_pages_are_those_of_the_in_memory_store() {
+    let Some(cluster) = support::redis::cluster() else {
+        return;
+    };
+    let prefix = support::namespace("list_same_cluster");
+    let redis = crate::cluster::store(cluster, &prefix, None).await;
+    pages_agree(&redis).await;
+    crate::cluster::cleanup(cluster, &prefix).await;
+}
+
+/// Writes runs of several pipelines, in every state, to `redis` and to an
+/// `InMemoryStore`, and compares their pages for every filter.
+async fn pages_agree(redis: &RedisStore) {
     let memory = InMemoryStore::new();
-    let stores: [&dyn CheckpointStore; 2] = [&memory, &redis];
+    let stores: [&dyn CheckpointStore; 2] = [&memory, redis];
     let pipelines = ["p", "p2", "p.x", "q", ""];
     let ids = ["r1", "r/2", "ü 🦀", "0", "a/b", "z:9"];
     let mut held = Vec::new();
@@ -421,11 +441,11 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
     // and whole listings, page after page
     for limit in [1, 7] {
         assert_eq!(
-            without_lease_time(all_pages(&redis, RunFilter::new().limit(limit)).await),
+            without_lease_time(all_pages(redis, RunFilter::new().limit(limit)).await),
             without_lease_time(all_pages(&memory, RunFilter::new().limit(limit)).await),
         );
     }
-    let everything = all_pages(&redis, RunFilter::new()).await;
+    let everything = all_pages(redis, RunFilter::new()).await;
     assert_eq!(everything.len(), pipelines.len() * ids.len());
     let bare = everything.iter().find(|r| r.key == "a/b").expect("listed");
     assert_eq!(
@@ -436,7 +456,6 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
     for (store, lease) in held {
         store.release_lease(lease).await.expect("release");
     }
-    support::redis::cleanup(&mut raw, &prefix).await;
 }
 
 /// Rule 21 on Redis: a filter few runs pass is answered through several

@@ -5,6 +5,7 @@
 //! `fluxio_test_support::redis`), each under a key prefix of its own;
 //! without a server they are skipped loudly, or fail when `CI` is set.
 
+mod cluster;
 mod conformance;
 mod error_kind;
 mod journal;
@@ -14,3 +15,4 @@ mod secrets;
 mod store;
 mod timeout;
 mod tls;
+mod trips;

@@ -206,7 +206,11 @@ async fn key_layout_values_and_expiry() {
         .query_async(&mut raw)
         .await
         .expect("DEL");
-    let mut all = vec![ck.clone(), ek.clone(), lk.clone(), runs, running];
+    // the nonce of the acquire stays with the lease (no second round trip)
+    let nk = store.nonce_key(run);
+    let ttl = pttl(&mut raw, &nk).await;
+    assert!(ttl > 0 && ttl <= 5_000, "nonce PTTL {ttl}");
+    let mut all = vec![ck.clone(), ek.clone(), lk.clone(), nk, runs, running];
     all.sort();
     assert_eq!(support::redis::keys(&mut raw, &prefix).await, all);
 

@@ -9,9 +9,11 @@
 mod conformance;
 mod error_kind;
 mod fencing;
+mod group;
 mod journal;
 mod list;
 mod open;
 mod resume;
+mod runs;
 mod schema;
 mod settings;

@@ -32,6 +32,7 @@
 //! this store", and the checks (or the parts of them) that need it then do
 //! not apply.
 
+mod begin;
 mod cancel;
 mod journal;
 mod list;
@@ -39,6 +40,12 @@ mod recover;
 mod retention;
 mod run;
 
+pub use begin::{
+    rule24_begin_run_if_absent_leaves_a_stored_run_alone,
+    rule24_begin_run_replaces_a_stored_run_under_a_new_lease,
+    rule24_concurrent_begins_of_one_run_begin_once,
+    rule24_finish_run_writes_the_last_checkpoint_and_frees_the_lease,
+};
 pub use cancel::{
     rule14_a_cancel_racing_fenced_saves_wins_for_good, rule14_a_failed_run_can_be_cancelled,
     rule14_a_plain_save_replaces_a_cancel, rule14_a_run_whose_owner_is_gone_can_be_cancelled,
@@ -1215,6 +1222,10 @@ macro_rules! __store_conformance_each {
             rule21_a_store_without_listing_says_so,
             rule21_keys_list_in_byte_order_and_every_filter_value_is_answered,
             rule22_retry_hands_a_failed_run_back_to_the_workers,
+            rule24_begin_run_replaces_a_stored_run_under_a_new_lease,
+            rule24_begin_run_if_absent_leaves_a_stored_run_alone,
+            rule24_concurrent_begins_of_one_run_begin_once,
+            rule24_finish_run_writes_the_last_checkpoint_and_frees_the_lease,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

@@ -1,0 +1,155 @@
+//! Group commit (contract rule 24, issue 13): the writes of concurrent runs
+//! that wait for the file's write lock share one transaction, each answered
+//! only once that transaction committed, and each deciding alone.
+//!
+//! Each test makes the writes wait: another connection (another process,
+//! as far as SQLite can tell) holds the write lock while they queue, so
+//! how they group does not depend on the scheduler.
+
+use std::time::Duration;
+
+use fluxio_core::Error;
+use fluxio_core::store::{Change, CheckpointStore, Lease};
+use fluxio_sqlite::SqliteStore;
+use fluxio_test_support as support;
+use sqlx::SqliteConnection;
+
+const TTL: Duration = Duration::from_secs(60);
+
+async fn hold_the_write_lock(file: &std::path::Path) -> SqliteConnection {
+    let mut other = support::sqlite::raw_connection(file).await;
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .expect("take the write lock");
+    other
+}
+
+async fn release(mut other: SqliteConnection) {
+    sqlx::query("ROLLBACK")
+        .execute(&mut other)
+        .await
+        .expect("release the lock");
+}
+
+/// Time for spawned writes to queue behind the held lock.
+async fn let_them_queue() {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule24_writes_waiting_together_share_one_commit() {
+    let dir = support::TempDir::new("group_share");
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    let other = hold_the_write_lock(&file).await;
+    let before = store.commits();
+    let writes: Vec<_> = (0..16)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.acquire_lease(&format!("r{i}"), TTL).await })
+        })
+        .collect();
+    let_them_queue().await;
+    release(other).await;
+    let mut tokens = Vec::new();
+    for write in writes {
+        let lease = write.await.expect("no panic").expect("acquired");
+        tokens.push(lease.token());
+    }
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 16, "every lease its own token");
+    // The first write may be alone in the transaction that waited for the
+    // lock; every write that queued behind it shares the next one.
+    let commits = store.commits() - before;
+    assert!(
+        (1..=2).contains(&commits),
+        "{commits} commits for 16 writes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule24_a_write_is_answered_only_once_its_commit_is_done() {
+    let dir = support::TempDir::new("group_ack");
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    let lease = store.acquire_lease("r", TTL).await.expect("lease");
+    let other = hold_the_write_lock(&file).await;
+    let write = {
+        let store = store.clone();
+        let lease = Lease::new(lease.run_id(), lease.token());
+        tokio::spawn(async move { store.save_fenced(support::checkpoint("r", 1), &lease).await })
+    };
+    let_them_queue().await;
+    assert!(!write.is_finished(), "answered before any commit");
+    release(other).await;
+    write.await.expect("no panic").expect("saved");
+    // Committed: another connection reads it.
+    let mut reader = support::sqlite::raw_connection(&file).await;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM fluxio_checkpoints_steps")
+        .fetch_one(&mut reader)
+        .await
+        .expect("count");
+    assert_eq!(rows, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule24_a_refused_write_fails_only_its_own_caller() {
+    let dir = support::TempDir::new("group_refused");
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    let good = store.acquire_lease("good", TTL).await.expect("lease");
+    let also = store.acquire_lease("also", TTL).await.expect("lease");
+    let gone = store.acquire_lease("gone", TTL).await.expect("lease");
+    let stale = Lease::new("gone", gone.token());
+    store.release_lease(gone).await.expect("release");
+    let orphan = store.acquire_lease("orphan", TTL).await.expect("lease");
+    // A delta whose predecessor (checkpoint 0) was never stored.
+    let mut delta = support::checkpoint("orphan", 1);
+    delta.seq = 1;
+    delta.change = Change::none();
+
+    let other = hold_the_write_lock(&file).await;
+    let before = store.commits();
+    let save = |cp, lease: &Lease| {
+        let store = store.clone();
+        let lease = Lease::new(lease.run_id(), lease.token());
+        tokio::spawn(async move { store.save_fenced(cp, &lease).await })
+    };
+    let writes = [
+        save(support::checkpoint("good", 1), &good),
+        save(support::checkpoint("gone", 1), &stale),
+        save(delta, &orphan),
+        save(support::checkpoint("also", 2), &also),
+    ];
+    let_them_queue().await;
+    release(other).await;
+    let mut answers = Vec::new();
+    for write in writes {
+        answers.push(write.await.expect("no panic"));
+    }
+    assert!(answers[0].is_ok(), "{:?}", answers[0]);
+    assert!(
+        matches!(answers[1], Err(Error::LeaseLost { .. })),
+        "{:?}",
+        answers[1]
+    );
+    assert!(
+        matches!(answers[2], Err(Error::CorruptCheckpoint { .. })),
+        "{:?}",
+        answers[2]
+    );
+    assert!(answers[3].is_ok(), "{:?}", answers[3]);
+    assert!(store.commits() - before <= 2);
+    assert_eq!(
+        store.load("good").await.expect("load"),
+        Some(support::checkpoint("good", 1))
+    );
+    assert_eq!(
+        store.load("also").await.expect("load"),
+        Some(support::checkpoint("also", 2))
+    );
+    assert_eq!(store.load("gone").await.expect("load"), None);
+    assert_eq!(store.load("orphan").await.expect("load"), None);
+}
