@@ -17,13 +17,16 @@
 //! - `durable/*`: the same ten stages, durable on an `InMemoryStore`, with a
 //!   1 KB and a 1 MB context: a checkpoint is O(1) in the context's size, so
 //!   the two should be close.
+//! - `durable/set_one_key_10_{sync,async,exit}`: ten stages each setting one
+//!   key on a context of twelve, durable on an `InMemoryStore` in each
+//!   durability mode; compare with `per_stage/set_one_key_pipeline_10_string`.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_main};
 use fluxio::middleware::{Middleware, Next};
 use fluxio::stage::Output;
-use fluxio::{Context, InMemoryStore, Stage, StageResult, pipeline, stage};
+use fluxio::{Context, Durability, InMemoryStore, Stage, StageResult, pipeline, stage};
 
 #[stage]
 async fn noop(ctx: Context) -> StageResult {
@@ -224,6 +227,31 @@ fn durable(c: &mut Criterion) {
                 rt.block_on(async {
                     black_box(
                         p.invoke("bench", black_box(input.clone()))
+                            .await
+                            .expect("runs"),
+                    )
+                })
+            });
+        });
+    }
+    // the realistic stage: ten stages each setting one key on twelve, in
+    // each durability mode (rule 24); per durable stage is the time / 10
+    let twelve = twelve_keys();
+    for mode in [Durability::Sync, Durability::Async, Durability::Exit] {
+        let p = pipeline![
+            set_string, set_string, set_string, set_string, set_string, set_string, set_string,
+            set_string, set_string, set_string
+        ]
+        .name("bench-set")
+        .store(InMemoryStore::new())
+        .durability(mode)
+        .build()
+        .expect("valid");
+        g.bench_function(format!("set_one_key_10_{mode}"), |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    black_box(
+                        p.invoke("bench", black_box(twelve.clone()))
                             .await
                             .expect("runs"),
                     )
