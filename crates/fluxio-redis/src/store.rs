@@ -980,14 +980,17 @@ mod tests {
             .expect("GET")
     }
 
-    /// `acquire_lease` whose first attempt took the lease but lost its reply
-    /// with the connection: the repeat returns that lease (not `RunIdInUse`),
-    /// and so do fenced writes whose reply was lost.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_call_whose_reply_was_lost_is_repeated_exactly() {
-        let Some(mut raw) = support::redis::raw().await else {
-            return;
-        };
+    /// A raw connection, a proxy that can lose the next reply, and a store
+    /// under `prefix` connected through it; `None` after a loud skip.
+    async fn through_a_proxy(
+        check: &str,
+    ) -> Option<(
+        redis::aio::MultiplexedConnection,
+        LoseNextReply,
+        String,
+        RedisStore,
+    )> {
+        let raw = support::redis::raw().await?;
         let url = support::redis::url();
         // The proxy forwards plain TCP: no TLS, password or database number.
         let plain = url
@@ -996,16 +999,27 @@ mod tests {
             .filter(|a| !a.contains(['@', '/', '?']));
         let Some(upstream) = plain else {
             support::skip(&format_args!("{url} is not a plain redis://host:port"));
-            return;
+            return None;
         };
         let proxy = LoseNextReply::start(upstream).await.expect("a proxy");
-        let prefix = namespace("lost_reply");
+        let prefix = namespace(check);
         let store = RedisStore::builder(proxy.url())
             .key_prefix(&prefix)
             .command_timeout(Duration::from_secs(5))
             .connect()
             .await
             .expect("connects through the proxy");
+        Some((raw, proxy, prefix, store))
+    }
+
+    /// `acquire_lease` whose first attempt took the lease but lost its reply
+    /// with the connection: the repeat returns that lease (not `RunIdInUse`),
+    /// and so do fenced writes whose reply was lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_whose_reply_was_lost_is_repeated_exactly() {
+        let Some((mut raw, proxy, prefix, store)) = through_a_proxy("lost_reply").await else {
+            return;
+        };
         let run = "r";
 
         proxy.arm();
@@ -1071,26 +1085,9 @@ mod tests {
     /// `LeaseLost`), writing nothing more.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn rule24_begin_and_finish_whose_reply_was_lost_are_repeated_exactly() {
-        let Some(mut raw) = support::redis::raw().await else {
+        let Some((mut raw, proxy, prefix, store)) = through_a_proxy("lost_begin").await else {
             return;
         };
-        let url = support::redis::url();
-        let plain = url
-            .strip_prefix("redis://")
-            .map(|a| a.trim_end_matches('/'))
-            .filter(|a| !a.contains(['@', '/', '?']));
-        let Some(upstream) = plain else {
-            support::skip(&format_args!("{url} is not a plain redis://host:port"));
-            return;
-        };
-        let proxy = LoseNextReply::start(upstream).await.expect("a proxy");
-        let prefix = namespace("lost_begin");
-        let store = RedisStore::builder(proxy.url())
-            .key_prefix(&prefix)
-            .command_timeout(Duration::from_secs(5))
-            .connect()
-            .await
-            .expect("connects through the proxy");
         let run = "r";
         for begin in [Begin::IfAbsent, Begin::Replace] {
             proxy.arm();
