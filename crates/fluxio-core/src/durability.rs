@@ -46,7 +46,7 @@ use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::interpret::Tail;
-use crate::store::{Checkpoint, CheckpointStore, Lease};
+use crate::store::{Checkpoint, CheckpointStore, KeepLease, Lease};
 
 /// How long an [`Async`](Durability::Async) checkpoint waits before it is
 /// sent, by default: a newer one made meanwhile replaces it.
@@ -123,6 +123,11 @@ pub(crate) struct Writer {
     lease: Arc<Lease>,
     tail: Arc<Mutex<Tail>>,
     version: Arc<str>,
+    /// The run's lease, held by a writing task until its write returns: a
+    /// run dropped mid-write gives its lease back only after it (a write
+    /// landing after another owner took the run over could otherwise land
+    /// on a store whose leases cannot be lost).
+    keep: KeepLease,
     /// How long a checkpoint waits before it is sent, so that newer ones
     /// made meanwhile replace it ([`PipelineBuilder::async_flush`](crate::PipelineBuilder::async_flush)).
     flush: Duration,
@@ -160,8 +165,10 @@ impl Writer {
         tail: Arc<Mutex<Tail>>,
         version: &str,
         flush: Duration,
+        keep: KeepLease,
     ) -> Self {
         Writer {
+            keep,
             shared: Arc::default(),
             store,
             lease: Arc::new(lease),
@@ -193,6 +200,7 @@ impl Writer {
                 Arc::clone(&self.tail),
                 Arc::clone(&self.version),
                 self.flush,
+                self.keep.clone(),
             );
             // durable runs check for a runtime before they start
             tokio::spawn(task);
@@ -241,6 +249,7 @@ async fn write_pending(
     tail: Arc<Mutex<Tail>>,
     version: Arc<str>,
     flush: Duration,
+    keep: KeepLease,
 ) {
     let lock = || tail.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
@@ -274,4 +283,5 @@ async fn write_pending(
         }
     }
     shared.idle.notify_waiters();
+    drop(keep);
 }

@@ -1753,6 +1753,7 @@ impl Pipeline {
                 Arc::clone(&tail),
                 &self.inner.version,
                 self.inner.async_flush,
+                owner.keep(),
             )
         });
         Durable {

@@ -294,6 +294,52 @@ async fn rule24_async_stops_the_run_when_a_background_write_is_refused() {
     );
 }
 
+/// Rule 24, Async: a run dropped while a background write is in flight
+/// keeps its lease until that write returns, so no other owner can begin
+/// the run while a write of the old one may still land.
+#[tokio::test]
+async fn rule24_async_a_dropped_run_keeps_its_lease_until_its_write_in_flight_returns() {
+    let t = "rule24-async-drop";
+    let store = Gated::closed();
+    let p = ten(&store, Durability::Async);
+    let run = tokio::spawn({
+        let p = p.clone();
+        async move { p.invoke("d", input(t)).await }
+    });
+    store.until_waiting().await;
+    run.abort();
+    assert!(run.await.expect_err("aborted").is_cancelled());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        matches!(
+            store
+                .inner
+                .acquire_lease("modes/d", Duration::from_secs(30))
+                .await,
+            Err(Error::RunIdInUse { .. })
+        ),
+        "the write in flight still holds the lease"
+    );
+    store.gate.add_permits(Semaphore::MAX_PERMITS / 2);
+    let mut freed = false;
+    for _ in 0..500 {
+        if let Ok(lease) = store
+            .inner
+            .acquire_lease("modes/d", Duration::from_secs(30))
+            .await
+        {
+            store.inner.release_lease(lease).await.expect("release");
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(freed, "the lease is given back once the write returned");
+    p.shutdown(Duration::from_secs(5))
+        .await
+        .expect("no lease left");
+}
+
 /// Rule 24, Exit: a run writes nothing until it ends: its lease, the old
 /// run cleared, and its completed checkpoint with the release: three calls
 /// for ten stages. A failure is written; a resume continues from it.
