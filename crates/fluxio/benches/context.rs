@@ -11,7 +11,8 @@
 //! - `small/{set,set_new,get}_{string,vec_u8}_{1,12,60}`: overwriting one
 //!   existing key with a small value (a 12-byte string, a 12-byte
 //!   `Vec<u8>`), adding a new key, and reading a small value, on contexts
-//!   of 1, 12 and 60 keys. `small/clone_{1,12,60}` is the baseline of the
+//!   of 1, 12 and 60 keys; `small/get_u64_{1,12,60}` reads a `u64`, which
+//!   allocates nothing. `small/clone_{1,12,60}` is the baseline of the
 //!   group: the O(1) clone every `set` starts from.
 //! - `snapshot/{12,60,10k}`: taking a snapshot (O(1): all three close).
 //! - `checkpoint/to_bytes_1mb` and `checkpoint/from_bytes_1mb`: a checkpoint
@@ -95,6 +96,7 @@ fn small(c: &mut Criterion) {
         let ctx = keys(n)
             .set("target", "initial")
             .and_then(|c| c.set("bytes", vec![1u8; 12]))
+            .and_then(|c| c.set("count", 42u64))
             .expect("set");
         g.bench_function(format!("clone_{n}"), |b| {
             b.iter(|| black_box(black_box(&ctx).clone()));
@@ -113,6 +115,10 @@ fn small(c: &mut Criterion) {
         });
         g.bench_function(format!("get_vec_u8_{n}"), |b| {
             b.iter(|| black_box(ctx.get::<Vec<u8>>(black_box("bytes")).expect("get")));
+        });
+        // a value read without allocating: what the lookup and decode cost
+        g.bench_function(format!("get_u64_{n}"), |b| {
+            b.iter(|| black_box(ctx.get::<u64>(black_box("count")).expect("get")));
         });
     }
     g.finish();
