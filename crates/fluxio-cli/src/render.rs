@@ -199,9 +199,9 @@ pub(crate) fn context_json(context: &Snapshot, full: bool) -> Json {
     for (key, value) in context.iter() {
         let bytes = context.encoded_len(key).unwrap_or(0);
         let shown = if full || bytes <= JSON_WHOLE {
-            value_json(value)
+            value_json(&value)
         } else {
-            json!({ "$truncated": { "bytes": bytes, "preview": value_text(value, bytes, SHORT) } })
+            json!({ "$truncated": { "bytes": bytes, "preview": value_text(&value, bytes, SHORT) } })
         };
         map.insert(key.to_owned(), shown);
     }

@@ -1,29 +1,32 @@
 //! The pipeline context: an immutable, persistent map from string keys to values.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use imbl::{OrdMap, OrdSet};
+use imbl::OrdMap;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use smol_str::SmolStr;
 
 use crate::error::{Error, Result};
 use crate::value::{EncodedValue, Value, encode_entry};
 
-/// A key of a context: up to 23 bytes inline (copying a tree node copies
-/// it, touching no reference count), longer ones shared (a reference
-/// count); never an allocation per copy.
-type Key = SmolStr;
+mod key;
+mod map;
+
+use key::Key;
+use map::Map;
 
 /// The state a pipeline passes from stage to stage.
 ///
 /// A `Context` never changes: [`set`](Context::set), [`update`](Context::update)
 /// and [`remove`](Context::remove) return a new context and leave the old one
-/// as it was. It is a persistent map ([`imbl::OrdMap`]): a clone, a
-/// [`fork`](Context::fork) or a [`snapshot`](Context::snapshot) shares the
-/// whole structure and costs O(1), and an update copies only the O(log n)
-/// path to the changed key.
+/// as it was. It is a persistent map: a clone, a [`fork`](Context::fork) or
+/// a [`snapshot`](Context::snapshot) shares the whole structure and costs
+/// O(1). Up to 32 keys it is one flat array, and an update writes a new
+/// one (short keys and small values are held in place, so that is a copy
+/// of a few words each); past that it is a B-tree ([`imbl::OrdMap`]), and
+/// an update copies only the O(log n) path to the changed key.
 ///
 /// Values are any serde type. Each is stored as its encoding (the
 /// [wire format](crate::value#wire-format) a checkpoint holds, byte for
@@ -51,10 +54,11 @@ type Key = SmolStr;
 /// ```
 #[derive(Clone, Default)]
 pub struct Context {
-    /// Keys and encoded values both behind `Arc`: copying a tree node on
-    /// update copies pointers, never a key or a value.
-    data: OrdMap<Key, EncodedValue>,
-    written: OrdSet<Key>,
+    /// Keys inline up to 23 bytes, values in place up to 22 bytes of
+    /// encoding, larger ones behind `Arc`: copying a tree node on update
+    /// copies small keys and values as they are and pointers for the rest.
+    data: Map<EncodedValue>,
+    written: Map<()>,
     branch: Option<Arc<str>>,
 }
 
@@ -119,19 +123,17 @@ impl Context {
     /// in the written set is not inserted again.
     fn insert(&self, key: &str, value: EncodedValue) -> Context {
         let mut next = self.clone();
-        let shared = match next.data.get_key_value_mut(key) {
-            Some((k, v)) => {
-                *v = value;
-                k.clone()
-            }
-            None => {
-                let k = self.shared_key(key);
-                next.data.insert(k.clone(), value);
-                k
-            }
-        };
-        if !next.written.contains(key) {
-            next.written.insert(shared);
+        let held = next.data.upsert(
+            key.as_bytes(),
+            || {
+                self.written
+                    .get_key_value(key.as_bytes())
+                    .map_or_else(|| Key::new(key), |(k, ())| k.clone())
+            },
+            value,
+        );
+        if !self.written.contains_key(key.as_bytes()) {
+            next.written.insert(held, ());
         }
         next
     }
@@ -140,15 +142,15 @@ impl Context {
     /// or its written set, else a new one.
     fn shared_key(&self, key: &str) -> Key {
         self.data
-            .get_key_value(key)
+            .get_key_value(key.as_bytes())
             .map(|(k, _)| k)
-            .or_else(|| self.written.get(key))
+            .or_else(|| self.written.get_key_value(key.as_bytes()).map(|(k, ())| k))
             .map_or_else(|| Key::new(key), Key::clone)
     }
 
     /// The encoded value under `key`.
     pub(crate) fn encoded(&self, key: &str) -> Option<&EncodedValue> {
-        self.data.get(key)
+        self.data.get(key.as_bytes())
     }
 
     /// A new context without `key` (a no-op when it is absent, but still
@@ -156,10 +158,10 @@ impl Context {
     #[must_use]
     pub fn remove(&self, key: &str) -> Context {
         let mut next = self.clone();
-        if !next.written.contains(key) {
-            next.written.insert(self.shared_key(key));
+        if !next.written.contains_key(key.as_bytes()) {
+            next.written.insert(self.shared_key(key), ());
         }
-        next.data.remove(key);
+        next.data.remove(key.as_bytes());
         next
     }
 
@@ -176,7 +178,7 @@ impl Context {
         T: Serialize + DeserializeOwned,
         F: FnOnce(Option<T>) -> T,
     {
-        let current = match self.data.get(key) {
+        let current = match self.data.get(key.as_bytes()) {
             None => None,
             Some(v) => Some(read(key, v)?),
         };
@@ -189,7 +191,7 @@ impl Context {
     /// [`Error::MissingKey`] when absent, [`Error::WrongType`] when the stored
     /// value is not a `T`. Both name the key and the expected type.
     pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<T> {
-        match self.data.get(key) {
+        match self.data.get(key.as_bytes()) {
             None => Err(Error::MissingKey {
                 key: key.to_owned(),
                 expected: std::any::type_name::<T>(),
@@ -201,21 +203,35 @@ impl Context {
     /// Permissive read: `None` when the key is absent or holds another type.
     #[must_use]
     pub fn get_opt<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
-        self.data.get(key).and_then(|v| v.deserialize().ok())
+        self.data
+            .get(key.as_bytes())
+            .and_then(|v| v.deserialize().ok())
     }
 
-    /// The stored value under `key`, as a [`Value`]: decoded from its
-    /// encoding on first use and then kept with it (so it costs memory
+    /// The stored value under `key`, as a [`Value`]. A small value (an
+    /// encoding of up to 22 bytes: numbers, flags, short strings) is
+    /// decoded on each call; a larger one is decoded on first use and then
+    /// kept with its encoding, and borrowed from there (so it costs memory
     /// beyond the encoding only for the values someone looked at).
+    ///
+    /// ```
+    /// use fluxio_core::{Context, Value};
+    /// # fn main() -> fluxio_core::Result<()> {
+    /// let ctx = Context::new().set("n", 7u64)?.set("text", "x".repeat(100))?;
+    /// assert_eq!(ctx.value("n").as_deref(), Some(&Value::U64(7)));
+    /// assert_eq!(ctx.value("text").as_deref(), Some(&Value::String("x".repeat(100))));
+    /// assert_eq!(ctx.value("missing"), None);
+    /// # Ok(()) }
+    /// ```
     #[must_use]
-    pub fn value(&self, key: &str) -> Option<&Value> {
-        self.data.get(key).map(EncodedValue::value)
+    pub fn value(&self, key: &str) -> Option<Cow<'_, Value>> {
+        self.data.get(key.as_bytes()).map(EncodedValue::value)
     }
 
     /// Whether `key` is present.
     #[must_use]
     pub fn contains_key(&self, key: &str) -> bool {
-        self.data.contains_key(key)
+        self.data.contains_key(key.as_bytes())
     }
 
     /// Number of keys.
@@ -230,32 +246,32 @@ impl Context {
         self.data.is_empty()
     }
 
-    /// Keys and values in key order (each value decoded on first use and
-    /// kept, as [`value`](Context::value) does).
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.data.iter().map(|(k, v)| (&**k, v.value()))
+    /// Keys and values in key order (each value decoded as
+    /// [`value`](Context::value) does).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Cow<'_, Value>)> {
+        self.data.iter().map(|(k, v)| (k.as_str(), v.value()))
     }
 
     /// Keys and encoded values in key order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &EncodedValue)> {
-        self.data.iter().map(|(k, v)| (&**k, v))
+        self.data.iter().map(|(k, v)| (k.as_str(), v))
     }
 
     /// Keys in order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.data.keys().map(|k| &**k)
+        self.data.keys().map(Key::as_str)
     }
 
     /// The keys written (set, updated or removed) since this context was
     /// created or forked, in order.
     pub fn written(&self) -> impl Iterator<Item = &str> {
-        self.written.iter().map(|k| &**k)
+        self.written.keys().map(Key::as_str)
     }
 
     /// Whether `key` was written since this context was created or forked.
     #[must_use]
     pub fn was_written(&self, key: &str) -> bool {
-        self.written.contains(key)
+        self.written.contains_key(key.as_bytes())
     }
 
     /// The branch name given to [`fork`](Context::fork), if this is a fork.
@@ -270,7 +286,7 @@ impl Context {
     pub fn fork(&self, name: impl Into<Arc<str>>) -> Context {
         Context {
             data: self.data.clone(),
-            written: OrdSet::new(),
+            written: Map::new(),
             branch: Some(name.into()),
         }
     }
@@ -307,10 +323,10 @@ impl Context {
         let mut conflict_keys = Vec::new();
         let mut conflict_branches: Vec<usize> = Vec::new();
         for (i, b) in branches.iter().enumerate() {
-            for key in &b.written {
-                if let Some(&first) = owner.get(&**key) {
-                    if !conflict_keys.iter().any(|k: &String| **k == **key) {
-                        conflict_keys.push(key.to_string());
+            for key in b.written.keys() {
+                if let Some(&first) = owner.get(key.as_str()) {
+                    if !conflict_keys.iter().any(|k: &String| k == key.as_str()) {
+                        conflict_keys.push(key.as_str().to_owned());
                     }
                     for idx in [first, i] {
                         if !conflict_branches.contains(&idx) {
@@ -318,7 +334,7 @@ impl Context {
                         }
                     }
                 } else {
-                    owner.insert(&**key, i);
+                    owner.insert(key.as_str(), i);
                 }
             }
         }
@@ -335,12 +351,12 @@ impl Context {
         }
         let mut merged = base.clone();
         for b in branches {
-            for key in &b.written {
-                match b.data.get(&**key) {
+            for key in b.written.keys() {
+                match b.data.get(key.as_bytes()) {
                     Some(v) => merged.data.insert(key.clone(), v.clone()),
-                    None => merged.data.remove(&**key),
+                    None => merged.data.remove(key.as_bytes()),
                 };
-                merged.written.insert(key.clone());
+                merged.written.insert(key.clone(), ());
             }
         }
         Ok(merged)
@@ -357,7 +373,7 @@ impl Context {
     pub fn clear_written(&self) -> Context {
         Context {
             data: self.data.clone(),
-            written: OrdSet::new(),
+            written: Map::new(),
             branch: None,
         }
     }
@@ -396,7 +412,7 @@ impl From<Snapshot> for Context {
     fn from(s: Snapshot) -> Self {
         Context {
             data: s.0,
-            written: OrdSet::new(),
+            written: Map::new(),
             branch: None,
         }
     }
@@ -417,20 +433,18 @@ impl<K: Into<String>> FromIterator<(K, Value)> for Context {
 /// value's encoding, copied as it is: used by
 /// [`Checkpoint::to_bytes`](crate::store::Checkpoint::to_bytes)).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Snapshot(OrdMap<Key, EncodedValue>);
+pub struct Snapshot(Map<EncodedValue>);
 
 impl Snapshot {
-    /// Keys and values in key order (decoded on first use, as
-    /// [`Context::value`] does).
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.0.iter().map(|(k, v)| (&**k, v.value()))
+    /// Keys and values in key order (decoded as [`Context::value`] does).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Cow<'_, Value>)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.value()))
     }
 
-    /// The value under `key` (decoded on first use, as [`Context::value`]
-    /// does).
+    /// The value under `key` (decoded as [`Context::value`] does).
     #[must_use]
-    pub fn get(&self, key: &str) -> Option<&Value> {
-        self.0.get(key).map(EncodedValue::value)
+    pub fn get(&self, key: &str) -> Option<Cow<'_, Value>> {
+        self.0.get(key.as_bytes()).map(EncodedValue::value)
     }
 
     /// The size in bytes of the value under `key` as a checkpoint stores
@@ -447,17 +461,17 @@ impl Snapshot {
     /// ```
     #[must_use]
     pub fn encoded_len(&self, key: &str) -> Option<usize> {
-        self.0.get(key).map(|v| v.bytes().len())
+        self.0.get(key.as_bytes()).map(|v| v.bytes().len())
     }
 
     /// Keys and encoded values in key order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &EncodedValue)> {
-        self.0.iter().map(|(k, v)| (&**k, v))
+        self.0.iter().map(|(k, v)| (k.as_str(), v))
     }
 
     /// The encoded value under `key`.
     pub(crate) fn encoded(&self, key: &str) -> Option<&EncodedValue> {
-        self.0.get(key)
+        self.0.get(key.as_bytes())
     }
 
     /// The keys set (new or changed) and the keys removed between `before`
@@ -465,27 +479,17 @@ impl Snapshot {
     /// skipped, so consecutive checkpoints of a run compare in about the
     /// time their changes take.
     pub(crate) fn changes_since(&self, before: &Snapshot) -> (Vec<String>, Vec<String>) {
-        let (mut written, mut removed) = (Vec::new(), Vec::new());
-        for item in before.0.diff(&self.0) {
-            match item {
-                imbl::ordmap::DiffItem::Add(key, _)
-                | imbl::ordmap::DiffItem::Update { new: (key, _), .. } => {
-                    written.push(key.to_string());
-                }
-                imbl::ordmap::DiffItem::Remove(key, _) => removed.push(key.to_string()),
-            }
-        }
-        (written, removed)
+        self.0.changes_since(&before.0)
     }
 
     /// This snapshot with `written` set and `removed` taken out.
     pub(crate) fn apply(&self, written: &Snapshot, removed: &[String]) -> Snapshot {
         let mut map = self.0.clone();
-        for (key, value) in &written.0 {
+        for (key, value) in written.0.iter() {
             map.insert(key.clone(), value.clone());
         }
         for key in removed {
-            map.remove(key.as_str());
+            map.remove(key.as_bytes());
         }
         Snapshot(map)
     }
@@ -495,7 +499,7 @@ impl Snapshot {
         Snapshot(
             entries
                 .into_iter()
-                .map(|(k, v)| (Key::from(k), v))
+                .map(|(k, v)| (Key::new(&k), v))
                 .collect(),
         )
     }
@@ -546,7 +550,7 @@ impl<'de> Deserialize<'de> for Snapshot {
         let map = std::collections::BTreeMap::<String, Value>::deserialize(d)?;
         Ok(Snapshot(
             map.into_iter()
-                .map(|(k, v)| (Key::from(k), EncodedValue::from_value(&v)))
+                .map(|(k, v)| (Key::new(&k), EncodedValue::from_value(&v)))
                 .collect(),
         ))
     }
@@ -566,12 +570,13 @@ impl bincode::Encode for Snapshot {
         for (k, v) in &self.0 {
             if v.depth() > crate::value::MAX_DEPTH {
                 return Err(bincode::error::EncodeError::OtherString(format!(
-                    "the value of `{k}` is nested deeper than MAX_DEPTH ({})",
+                    "the value of `{}` is nested deeper than MAX_DEPTH ({})",
+                    k.as_str(),
                     crate::value::MAX_DEPTH
                 )));
             }
             // a key encodes as the `String` it once was: length, bytes
-            str::encode(k, e)?;
+            str::encode(k.as_str(), e)?;
             e.writer().write(v.bytes())?;
         }
         Ok(())
@@ -669,7 +674,7 @@ mod tests {
         assert_eq!(ctx.keys().collect::<Vec<_>>(), keys);
         assert_eq!(ctx.len(), model.data.len());
         for (k, v) in &model.data {
-            assert_eq!(ctx.value(k), Some(v), "{k}");
+            assert_eq!(ctx.value(k).as_deref(), Some(v), "{k}");
             assert!(ctx.contains_key(k));
         }
         let written: Vec<&str> = model.written.iter().map(String::as_str).collect();
@@ -785,15 +790,19 @@ mod tests {
         let b = a.set(long, "other").expect("set");
         let c = b.remove(long);
         let at = |k: &Key| k.as_str().as_ptr();
-        let (ka, _) = a.data.get_key_value(long).expect("present");
-        let (kb, _) = b.data.get_key_value(long).expect("present");
-        assert!(ka.is_heap_allocated());
+        let (ka, _) = a.data.get_key_value(long.as_bytes()).expect("present");
+        let (kb, _) = b.data.get_key_value(long.as_bytes()).expect("present");
+        assert!(ka.is_shared());
         assert_eq!(at(ka), at(kb));
-        assert_eq!(at(ka), at(c.written.get(long).expect("written")));
+        assert_eq!(
+            at(ka),
+            at(c.written.get_key_value(long.as_bytes()).expect("written").0)
+        );
         let a = Context::new().set("key", "value").expect("set");
         let b = a.set("key", "other").expect("set");
-        // a clone and a snapshot share the value itself
-        let (va, vs) = (a.encoded("key"), a.snapshot().encoded("key").cloned());
+        // a clone and a snapshot share a large value itself
+        let big = a.set("big", "v".repeat(100)).expect("set");
+        let (va, vs) = (big.encoded("big"), big.snapshot().encoded("big").cloned());
         assert!(va.zip(vs.as_ref()).is_some_and(|(x, y)| x.ptr_eq(y)));
         assert_eq!(a.get::<String>("key").ok().as_deref(), Some("value"));
         assert_eq!(b.get::<String>("key").ok().as_deref(), Some("other"));

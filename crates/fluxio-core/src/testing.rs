@@ -23,6 +23,7 @@
 //! (`pipeline.run_step(name, ctx)` runs one stage of a built pipeline, with
 //! the pipeline's middleware, the same way.)
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::context::Context;
@@ -118,8 +119,11 @@ impl StageTest {
                 (c, Some(route))
             }
         };
-        let chunks = match context.value(&result_key(stage.name())) {
-            Some(Value::Seq(items)) => items.clone(),
+        let chunks = match context
+            .value(&result_key(stage.name()))
+            .map(Cow::into_owned)
+        {
+            Some(Value::Seq(items)) => items,
             _ => Vec::new(),
         };
         let written = context.written().map(str::to_owned).collect();

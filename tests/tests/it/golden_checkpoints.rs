@@ -423,7 +423,7 @@ fn golden_journal_entries_written_alone_read_back_on_their_base() {
     );
     let back = Checkpoint::from_entries(&latest.key(), &parts).expect("folds");
     assert_eq!(back, latest);
-    assert_eq!(back.context.get("tier"), Some(&string("gold")));
+    assert_eq!(back.context.get("tier").as_deref(), Some(&string("gold")));
     assert_eq!(back.context.get("name"), None, "removed");
     assert!(
         Checkpoint::from_entries(&latest.key(), &parts[1..]).is_err(),
@@ -448,11 +448,11 @@ fn golden_values_survive_exactly() {
     assert_eq!(ctx.get::<u128>("u128_max").expect("u128"), u128::MAX);
     assert!(ctx.get::<f64>("nan").expect("nan").is_nan());
     assert!(
-        matches!(ctx.value("nan_payload"), Some(Value::F64(f)) if f.to_bits() == 0xfff4_0000_dead_beef)
+        matches!(ctx.value("nan_payload").as_deref(), Some(Value::F64(f)) if f.to_bits() == 0xfff4_0000_dead_beef)
     );
     assert!(ctx.get::<f64>("neg_zero").expect("-0").is_sign_negative());
     assert!(
-        matches!(ctx.value("bytes"), Some(Value::Bytes(b)) if b == &[0, 1, 127, 128, 254, 255, 0])
+        matches!(ctx.value("bytes").as_deref(), Some(Value::Bytes(b)) if b == &[0, 1, 127, 128, 254, 255, 0])
     );
     assert_eq!(ctx.get::<char>("char").expect("char"), '🦀');
     assert_eq!(
@@ -502,7 +502,7 @@ fn golden_v3_packed_values_read_back_as_their_types() {
     );
     // Readable without the types, as a `Value`.
     assert_eq!(
-        ctx.value("packed_u8").map(ToString::to_string).as_deref(),
+        ctx.value("packed_u8").map(|v| v.to_string()).as_deref(),
         Some("[0, 1, 127, 128, 255]")
     );
 }

@@ -98,7 +98,7 @@ async fn a_stream_with_zero_chunks_yields_only_the_final_context() {
     assert!(chunks.is_empty());
     let done = done.expect("completed");
     assert_eq!(
-        done.value("count_to_stream_result"),
+        done.value("count_to_stream_result").as_deref(),
         Some(&Value::Seq(Vec::new()))
     );
 }

@@ -84,7 +84,10 @@ fn a_value_nested_past_max_depth_is_refused_at_set_naming_the_key() {
     let cp = checkpoint("r", &ok);
     let back = Checkpoint::from_bytes("r", &cp.to_bytes().expect("encodes")).expect("decodes");
     assert_eq!(back, cp);
-    assert_eq!(back.context.get("deep"), Some(&nested(MAX_DEPTH)));
+    assert_eq!(
+        back.context.get("deep").as_deref(),
+        Some(&nested(MAX_DEPTH))
+    );
 }
 
 #[test]
@@ -176,7 +179,11 @@ async fn a_deep_value_fails_the_same_way_on_the_memory_store_and_a_byte_store() 
             .invoke("deep-2", input)
             .await
             .expect("MAX_DEPTH is allowed");
-        assert_eq!(out.value("deep"), Some(&nested(MAX_DEPTH)), "{name}");
+        assert_eq!(
+            out.value("deep").as_deref(),
+            Some(&nested(MAX_DEPTH)),
+            "{name}"
+        );
         let cp = p
             .checkpoint("deep-2")
             .await

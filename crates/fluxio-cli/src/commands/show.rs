@@ -87,7 +87,10 @@ pub(crate) async fn show(
     let mut context = Table::new(["KEY", "VALUE"]);
     for (name, value) in latest.context.iter() {
         let bytes = latest.context.encoded_len(name).unwrap_or(0);
-        context.row(vec![one_line(name, limit), value_text(value, bytes, limit)]);
+        context.row(vec![
+            one_line(name, limit),
+            value_text(&value, bytes, limit),
+        ]);
     }
     if !latest.context.is_empty() {
         write!(out.out, "{}", indent(&context.render(out.colour)))?;

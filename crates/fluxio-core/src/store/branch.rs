@@ -175,8 +175,12 @@ mod tests {
         let done = base.fork("b").set("x", "new").expect("set").remove("gone");
         let record = BranchRecord::of(1, "b", &done);
         assert_eq!(
-            record.written.iter().collect::<Vec<_>>(),
-            [("x", &Value::from("new"))]
+            record
+                .written
+                .iter()
+                .map(|(k, v)| (k, v.into_owned()))
+                .collect::<Vec<_>>(),
+            [("x", Value::from("new"))]
         );
         assert_eq!(record.removed, ["gone"]);
         let replayed = record.replay(&base);

@@ -1,10 +1,9 @@
 //! [`EncodedValue`]: how a context holds a value, as its encoding.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-
-use smallvec::SmallVec;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,26 +17,43 @@ use crate::error::Error;
 use crate::store::MAX_PAYLOAD;
 
 /// A context value in its wire encoding (see the
-/// [module documentation](super#wire-format)), shared: a clone is O(1).
+/// [module documentation](super#wire-format)); a clone is O(1).
 ///
-/// The bytes are what a checkpoint stores, byte for byte. A [`Value`] is
-/// built from them only when someone asks for one
-/// ([`Context::value`](crate::Context::value), `iter`), and then kept beside
-/// them.
+/// The bytes are what a checkpoint stores, byte for byte. A small encoding
+/// (up to [`SMALL`] bytes: numbers, flags, short strings and byte strings)
+/// is held in place, so a context's map node holds it directly: copying a
+/// node on update copies it without an allocation or a reference count,
+/// and setting it allocates nothing. A larger one is shared behind an
+/// `Arc`, and a [`Value`] built from it is kept beside it when someone asks
+/// for one ([`Context::value`](crate::Context::value), `iter`).
 #[derive(Clone)]
-pub(crate) struct EncodedValue(Arc<Inner>);
+pub(crate) struct EncodedValue(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// An encoding held in place.
+    Small(Held),
+    Shared(Arc<Inner>),
+}
+
+/// A small encoding held in place: its length, its depth, then its
+/// [`SMALL`] bytes. Aligned and `Copy`, so copying a map node copies it as
+/// three words.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct Held([u8; SMALL + 2]);
 
 struct Inner {
-    /// The encoding: inline up to [`INLINE`] bytes, else on the heap with
-    /// bounded spare capacity (see [`SLACK`]).
-    bytes: SmallVec<[u8; INLINE]>,
+    /// The encoding, with bounded spare capacity (see [`SLACK`]).
+    bytes: Vec<u8>,
     /// The deepest level of the value (the root is 0).
     depth: usize,
     value: OnceLock<Value>,
 }
 
-/// Encodings up to this size live inside the value's one allocation.
-const INLINE: usize = 24;
+/// Encodings up to this size are held in place (with their length and
+/// depth: 24 bytes beside the tag).
+const SMALL: usize = 22;
 
 /// The spare capacity a large encoding may keep (past it, the buffer is
 /// shrunk to fit): at most 64 bytes or 1/16 of its size.
@@ -64,34 +80,47 @@ impl EncodedValue {
         Self::from_buf(bytes.into_vec(), depth)
     }
 
-    /// A writer's buffer, valid, `depth` levels deep: inline when small,
+    /// A writer's buffer, valid, `depth` levels deep: in place when small,
     /// else kept as it is unless it holds too much spare capacity.
     fn from_buf(mut bytes: Vec<u8>, depth: usize) -> Self {
-        if bytes.len() <= INLINE {
-            return Self::from_parts(SmallVec::from_slice(&bytes), depth);
+        if let Some(small) = Self::small(&bytes, depth) {
+            return small;
         }
         if bytes.capacity() - bytes.len() > SLACK.max(bytes.len() / 16) {
             bytes.shrink_to_fit();
         }
-        Self::from_parts(SmallVec::from_vec(bytes), depth)
+        Self::shared(bytes, depth)
     }
 
-    /// A reused writer buffer's contents, valid, `depth` levels deep: copied
-    /// when small enough, else taken (leaving `buf` empty).
+    /// A reused writer buffer's contents, valid, `depth` levels deep: in
+    /// place or copied when small enough, else taken (leaving `buf` empty).
     fn from_scratch(buf: &mut Vec<u8>, depth: usize) -> Self {
-        if buf.len() <= COPY_MAX {
-            Self::from_parts(SmallVec::from_slice(buf), depth)
+        if let Some(small) = Self::small(buf, depth) {
+            small
+        } else if buf.len() <= COPY_MAX {
+            Self::shared(buf.as_slice().to_vec(), depth)
         } else {
             Self::from_buf(std::mem::take(buf), depth)
         }
     }
 
-    fn from_parts(bytes: SmallVec<[u8; INLINE]>, depth: usize) -> Self {
-        EncodedValue(Arc::new(Inner {
+    /// `bytes` held in place, when they fit.
+    fn small(bytes: &[u8], depth: usize) -> Option<Self> {
+        // an encoding of at most SMALL bytes nests at most SMALL levels
+        let (len, depth) = (u8::try_from(bytes.len()).ok()?, u8::try_from(depth).ok()?);
+        let mut held = [0u8; SMALL + 2];
+        held.get_mut(2..2 + bytes.len())?.copy_from_slice(bytes);
+        held[0] = len;
+        held[1] = depth;
+        Some(EncodedValue(Repr::Small(Held(held))))
+    }
+
+    fn shared(bytes: Vec<u8>, depth: usize) -> Self {
+        EncodedValue(Repr::Shared(Arc::new(Inner {
             bytes,
             depth,
             value: OnceLock::new(),
-        }))
+        })))
     }
 
     /// `value`, encoded as it is, whatever its size and depth (the
@@ -106,38 +135,49 @@ impl EncodedValue {
 
     /// The encoding.
     pub(crate) fn bytes(&self) -> &[u8] {
-        &self.0.bytes
+        match &self.0 {
+            Repr::Small(Held(held)) => &held[2..2 + usize::from(held[0])],
+            Repr::Shared(inner) => &inner.bytes,
+        }
     }
 
     /// The deepest level of the value (0 for a scalar).
     pub(crate) fn depth(&self) -> usize {
-        self.0.depth
+        match &self.0 {
+            Repr::Small(Held(held)) => usize::from(held[1]),
+            Repr::Shared(inner) => inner.depth,
+        }
     }
 
-    /// The value, decoded on first use and kept.
-    pub(crate) fn value(&self) -> &Value {
-        self.0.value.get_or_init(|| self.decode())
+    /// The value: a small one decoded now, a large one decoded on first use
+    /// and kept.
+    pub(crate) fn value(&self) -> Cow<'_, Value> {
+        match &self.0 {
+            Repr::Small(_) => Cow::Owned(self.decode()),
+            Repr::Shared(inner) => Cow::Borrowed(inner.value.get_or_init(|| self.decode())),
+        }
     }
 
     /// The value, decoded now (not kept).
     pub(crate) fn decode(&self) -> Value {
         // The bytes are valid (see `from_valid`): decoding cannot fail; a
         // fluxio bug would show as this string.
-        decode_value(&self.0.bytes, usize::MAX)
+        decode_value(self.bytes(), usize::MAX)
             .unwrap_or_else(|e| Value::String(format!("<undecodable value: {e}>")))
     }
 
     /// The value as a `T`.
     pub(crate) fn deserialize<T: DeserializeOwned>(&self) -> Result<T, ValueError> {
-        if let Some(vec) = super::fast::packed_vec::<T>(&self.0.bytes) {
+        let bytes = self.bytes();
+        if let Some(vec) = super::fast::packed_vec::<T>(bytes) {
             return Ok(vec);
         }
-        from_encoded(&self.0.bytes)
+        from_encoded(bytes)
     }
 
     /// The kind of the value ([`Value::kind`]).
     pub(crate) fn kind(&self) -> &'static str {
-        match self.0.bytes.first() {
+        match self.bytes().first() {
             Some(&tag::UNIT) => "unit",
             Some(&tag::BOOL) => "bool",
             Some(&tag::I64) => "i64",
@@ -156,16 +196,30 @@ impl EncodedValue {
         }
     }
 
-    /// Whether two handles share one encoding (a cheap equality).
+    /// The spare capacity the encoding's buffer holds (none in place).
+    #[cfg(test)]
+    fn spare(&self) -> usize {
+        match &self.0 {
+            Repr::Small(_) => 0,
+            Repr::Shared(inner) => inner.bytes.capacity() - inner.bytes.len(),
+        }
+    }
+
+    /// Whether two handles share one encoding (a cheap equality; small
+    /// encodings, held in place, compare their bytes).
     pub(crate) fn ptr_eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        match (&self.0, &other.0) {
+            (Repr::Shared(a), Repr::Shared(b)) => Arc::ptr_eq(a, b),
+            (Repr::Small(_), Repr::Small(_)) => self.bytes() == other.bytes(),
+            _ => false,
+        }
     }
 }
 
 impl PartialEq for EncodedValue {
     /// Equal encodings: equal values (the encoding is canonical).
     fn eq(&self, other: &Self) -> bool {
-        self.ptr_eq(other) || self.0.bytes == other.0.bytes
+        self.ptr_eq(other) || self.bytes() == other.bytes()
     }
 }
 
@@ -179,9 +233,12 @@ impl fmt::Debug for EncodedValue {
 
 impl fmt::Display for EncodedValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.value.get() {
-            Some(v) => fmt::Display::fmt(v, f),
-            None => fmt::Display::fmt(&self.decode(), f),
+        match &self.0 {
+            Repr::Shared(inner) => match inner.value.get() {
+                Some(v) => fmt::Display::fmt(v, f),
+                None => fmt::Display::fmt(&self.decode(), f),
+            },
+            Repr::Small(_) => fmt::Display::fmt(&self.decode(), f),
         }
     }
 }
@@ -375,7 +432,7 @@ mod tests {
             let mut c = Cursor::new(entry.bytes());
             assert_eq!(validate(&mut c), Ok(entry.depth()), "{value}");
             assert_eq!(c.remaining(), 0);
-            assert_eq!(next.value(&key), Some(&value), "exact");
+            assert_eq!(next.value(&key).as_deref(), Some(&value), "exact");
             assert_eq!(next.get::<Value>(&key).ok().as_ref(), Some(&value));
             ctx = next;
             if i % 300 == 299 {
@@ -398,7 +455,7 @@ mod tests {
         assert_eq!(ctx.encoded("k").map(EncodedValue::depth), Some(MAX_DEPTH));
         let cp = Checkpoint::new("r", "v", 1, "s", ctx.snapshot());
         let back = Checkpoint::from_bytes("r", &cp.to_bytes().expect("encodes")).expect("decodes");
-        assert_eq!(back.context.get("k"), Some(&at));
+        assert_eq!(back.context.get("k").as_deref(), Some(&at));
         match Context::new().set("k", nested_some(MAX_DEPTH + 1)) {
             Err(Error::ValueTooDeep { key, limit }) => {
                 assert_eq!((key.as_str(), limit as usize), ("k", MAX_DEPTH));
@@ -470,8 +527,8 @@ mod tests {
                 let ctx = Context::new().set("k", &value).expect("set");
                 let entry = ctx.encoded("k").expect("present");
                 assert_eq!(entry.bytes(), EncodedValue::from_value(&value).bytes());
-                assert!(entry.0.bytes.capacity() - entry.bytes().len() <= SLACK.max(n / 16));
-                assert_eq!(ctx.value("k"), Some(&value), "{n}");
+                assert!(entry.spare() <= SLACK.max(n / 16));
+                assert_eq!(ctx.value("k").as_deref(), Some(&value), "{n}");
             }
         }
         // a refused value leaves the buffer usable

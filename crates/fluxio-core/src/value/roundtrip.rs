@@ -48,7 +48,7 @@ pub(super) fn roundtrip<T: Serialize + DeserializeOwned>(input: &T) -> T {
     validate(&mut cursor).expect("canonical");
     assert_eq!(cursor.remaining(), 0);
     assert_eq!(
-        entry.value(),
+        &*entry.value(),
         &value,
         "the bytes decode to to_value's value"
     );

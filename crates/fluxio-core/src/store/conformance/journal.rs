@@ -207,12 +207,15 @@ pub async fn rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_ru
     }
     let latest = store.load(&key).await.expect("load").expect("stored");
     assert_eq!(
-        (latest.seq, latest.context.get("n")),
+        (latest.seq, latest.context.get("n").as_deref()),
         (8, Some(&crate::Value::U64(8)))
     );
     let all = history(&store, &key).await;
     assert_eq!(all[0].change, Change::Full, "the kept history starts whole");
-    assert_eq!(all[0].context.get("n"), Some(&crate::Value::U64(4)));
+    assert_eq!(
+        all[0].context.get("n").as_deref(),
+        Some(&crate::Value::U64(4))
+    );
     store.delete_fenced(&key, &lease).await.expect("delete");
     assert!(history(&store, &key).await.is_empty(), "deleted whole");
     assert!(store.load(&key).await.expect("load").is_none());
