@@ -108,15 +108,7 @@ pub(crate) async fn fenced_append(
     release: bool,
 ) -> Result<Gate, Failure> {
     let mut args = SqliteArguments::default();
-    // In the order of the placeholders (see `Sql::fenced_append`): the
-    // gate, then the append, then the release.
-    add(&mut args, key)?;
-    add(&mut args, key)?;
-    add(&mut args, token)?;
-    add(&mut args, step.whole())?;
-    add(&mut args, key)?;
-    add(&mut args, step.seq())?;
-    append_arguments(&mut args, key, checkpoint, step, retention)?;
+    fenced_arguments(&mut args, key, token, checkpoint, step, retention)?;
     if release {
         add(&mut args, key)?;
         add(&mut args, token)?;
@@ -126,6 +118,61 @@ pub(crate) async fn fenced_append(
     let mut rows: Vec<Gate> = sqlx::query_as_with(sql, args).fetch_all(conn).await?;
     rows.pop()
         .ok_or_else(|| Failure::Sql(sqlx::Error::RowNotFound))
+}
+
+/// A fenced save queued for the group commit (see
+/// [`Writer::save_fenced`](crate::writer::Writer::save_fenced)): the
+/// fenced saves queued next to each other run in one command, the store's
+/// [`fenced_append`](crate::names::Sql::fenced_append) once for each.
+/// Only a save with nothing for [`Journal::trim`] to do goes this way.
+#[derive(Debug)]
+pub(crate) struct FencedSave {
+    /// The lease it is fenced by (its run id is the checkpoint's key).
+    pub(crate) lease: Lease,
+    /// The lease's token, as the lease table holds it.
+    pub(crate) token: i64,
+    pub(crate) checkpoint: Checkpoint,
+    pub(crate) step: Step,
+    pub(crate) retention: Retention,
+}
+
+impl FencedSave {
+    /// Adds the arguments of its `fenced_append` to `args`.
+    pub(crate) fn arguments<'q>(&'q self, args: &mut SqliteArguments<'q>) -> sqlx::Result<()> {
+        let FencedSave {
+            lease,
+            token,
+            checkpoint,
+            step,
+            retention,
+        } = self;
+        fenced_arguments(args, lease.run_id(), *token, checkpoint, step, *retention)
+    }
+
+    /// What `gate` (its row) says: `None` when it was written, else its
+    /// refusal (nothing of it was written).
+    pub(crate) fn refusal(&self, gate: &Gate) -> Option<Error> {
+        gate.refusal(&self.checkpoint, &self.lease)
+    }
+}
+
+/// The arguments of a fenced append (see `Sql::fenced_append`): the gate
+/// (key; key, token; whole, key, seq), then [`append_arguments`].
+fn fenced_arguments<'q>(
+    args: &mut SqliteArguments<'q>,
+    key: &'q str,
+    token: i64,
+    checkpoint: &'q Checkpoint,
+    step: &'q Step,
+    retention: Retention,
+) -> sqlx::Result<()> {
+    add(args, key)?;
+    add(args, key)?;
+    add(args, token)?;
+    add(args, step.whole())?;
+    add(args, key)?;
+    add(args, step.seq())?;
+    append_arguments(args, key, checkpoint, step, retention)
 }
 
 /// Runs `sql`, the store's [`first_append`](crate::names::Sql::first_append)
@@ -165,7 +212,7 @@ fn append_arguments<'q>(
     checkpoint: &'q Checkpoint,
     step: &'q Step,
     retention: Retention,
-) -> Result<(), Failure> {
+) -> sqlx::Result<()> {
     let expires = match checkpoint.status {
         RunStatus::Completed => retention.expire_after.map(crate::store::millis),
         _ => None,
@@ -189,10 +236,9 @@ fn append_arguments<'q>(
 }
 
 /// Adds `value` to `args` (an encoding error is sqlx's).
-fn add<'q, T>(args: &mut SqliteArguments<'q>, value: T) -> Result<(), Failure>
+fn add<'q, T>(args: &mut SqliteArguments<'q>, value: T) -> sqlx::Result<()>
 where
     T: sqlx::Encode<'q, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite> + 'q,
 {
-    args.add(value)
-        .map_err(|e| Failure::Sql(sqlx::Error::Encode(e)))
+    args.add(value).map_err(sqlx::Error::Encode)
 }

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, check_lease_ttl,
+    Begin, Begun, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, RunStatus,
+    check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
@@ -17,7 +18,7 @@ use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use crate::builder::{SqliteStoreBuilder, Synchronous};
 use crate::connection::{Failure, timed};
 use crate::error::BACKEND;
-use crate::journal::{self, Journal, Retention, Sqlite, Step};
+use crate::journal::{self, FencedSave, Journal, Retention, Sqlite, Step};
 use crate::names::{Names, Sql};
 use crate::writer::{BoxFuture, Writer};
 
@@ -286,6 +287,14 @@ async fn finish(
     Ok(Ok(()))
 }
 
+/// Whether [`Journal::trim`] has anything to do after `checkpoint`: it
+/// allows cutting the journal, or it completes a run of a store that keeps
+/// only the newest completed runs.
+fn trims(checkpoint: &Checkpoint, retention: Retention) -> bool {
+    checkpoint.keep_from > 0
+        || (retention.keep_completed.is_some() && checkpoint.status == RunStatus::Completed)
+}
+
 fn lease_lost(lease: &Lease) -> Error {
     Error::LeaseLost {
         run_id: lease.run_id().to_owned(),
@@ -486,9 +495,20 @@ impl CheckpointStore for SqliteStore {
         };
         let step = Step::of(&checkpoint)?;
         let lease = Lease::new(key, lease.token());
+        let retention = self.inner.retention();
+        if !trims(&checkpoint, retention) {
+            let save = FencedSave {
+                lease,
+                token,
+                checkpoint,
+                step,
+                retention,
+            };
+            let saved = self.inner.writes.save_fenced(save);
+            return timed(self.inner.timeout, "save_fenced", saved).await;
+        }
         self.write("save_fenced", false, move |conn, inner| {
             Box::pin(async move {
-                let retention = inner.retention();
                 let gate = journal::fenced_append(
                     conn,
                     &inner.sql.fenced_append,
