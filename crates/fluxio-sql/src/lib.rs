@@ -155,6 +155,12 @@ impl Step {
         self.whole
     }
 
+    /// The encoded [`Checkpoint::entry_bytes`], as the row stores them.
+    #[must_use]
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
     /// Encodes `checkpoint`.
     ///
     /// # Errors
@@ -458,6 +464,24 @@ where
         }
         Self::write_run(conn, sql, key, checkpoint, retention.expire_after).await?;
         Self::insert(conn, sql, key, step).await?;
+        Self::trim(conn, sql, key, checkpoint, retention).await
+    }
+
+    /// What follows the append of `checkpoint` as the latest of run `key`
+    /// (its step and row written): the journal cut at [`cut_point`], and
+    /// the pipeline's completed runs trimmed (see [`Retention`]). For a
+    /// store that writes the step and the row its own way; reads no
+    /// payload.
+    ///
+    /// # Errors
+    /// The driver's.
+    pub async fn trim(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        checkpoint: &Checkpoint,
+        retention: Retention,
+    ) -> std::result::Result<(), D::Failure> {
         if checkpoint.keep_from > 0 {
             let whole: Vec<i64> = sqlx::query_scalar(&sql.whole_steps)
                 .bind(key)
@@ -589,7 +613,9 @@ where
 }
 
 /// The row's `status` of a checkpoint's.
-fn status_name(status: RunStatus) -> &'static str {
+#[doc(hidden)]
+#[must_use]
+pub fn status_name(status: RunStatus) -> &'static str {
     match status {
         RunStatus::Running => RUNNING,
         RunStatus::Failed => FAILED,

@@ -235,7 +235,7 @@ impl SqliteStoreBuilder {
             "checkpoint tables are up to date"
         );
         let sql = Sql::new(&names);
-        let writes = Writer::new(writer.clone());
+        let writes = Writer::new(writer.clone(), &sql.fenced_append);
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 writes,

@@ -19,7 +19,8 @@ use crate::names::Names;
 /// The store's two pools on the file, connecting lazily: one writing
 /// connection, and the readers (`query_only`; the writer itself when
 /// `max_connections` is 1). Every commit of the writing connection adds
-/// one to `commits` (SQLite's commit hook).
+/// one to `commits` (SQLite's commit hook); the writing connection has its
+/// [`GATE`](crate::names::GATE) table.
 pub(crate) fn pools(
     builder: &SqliteStoreBuilder,
     commits: &Arc<AtomicU64>,
@@ -44,11 +45,16 @@ pub(crate) fn pools(
     let writer = pool(1).after_connect(move |conn, _| {
         let commits = Arc::clone(&commits);
         Box::pin(async move {
-            let mut handle = conn.lock_handle().await?;
-            handle.set_commit_hook(move || {
-                commits.fetch_add(1, Ordering::Relaxed);
-                true
-            });
+            {
+                let mut handle = conn.lock_handle().await?;
+                handle.set_commit_hook(move || {
+                    commits.fetch_add(1, Ordering::Relaxed);
+                    true
+                });
+            }
+            sqlx::query(crate::names::CREATE_GATE)
+                .execute(&mut *conn)
+                .await?;
             Ok(())
         })
     });

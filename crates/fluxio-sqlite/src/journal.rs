@@ -10,7 +10,12 @@
 
 use std::time::Duration;
 
+use fluxio_core::Error;
+use fluxio_core::store::{Checkpoint, Lease, RunStatus, missing_predecessor};
+use fluxio_sql::Dialect;
 pub(crate) use fluxio_sql::{Retention, Step, latest};
+use sqlx::Arguments as _;
+use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 
 use crate::connection::Failure;
 
@@ -19,7 +24,7 @@ use crate::connection::Failure;
 #[derive(Debug)]
 pub(crate) struct Sqlite;
 
-impl fluxio_sql::Dialect for Sqlite {
+impl Dialect for Sqlite {
     const BACKEND: &'static str = crate::error::BACKEND;
     type Db = sqlx::Sqlite;
     type Failure = Failure;
@@ -45,3 +50,195 @@ impl fluxio_sql::Dialect for Sqlite {
 
 /// The journal's writes on this store's connections.
 pub(crate) type Journal = fluxio_sql::Journal<Sqlite>;
+
+/// What a fenced append found before it wrote (the [`GATE`](crate::names::GATE)
+/// row): whether the run is cancelled, the lease current, and the
+/// predecessor stored (or not needed).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct Gate {
+    cancelled: bool,
+    held: bool,
+    predecessor: bool,
+}
+
+impl Gate {
+    /// The refusal of a fenced write of `checkpoint` under `lease`, in the
+    /// order the other stores check: a cancelled run, a lost lease, a
+    /// missing predecessor. `None`: it was written.
+    pub(crate) fn refusal(&self, checkpoint: &Checkpoint, lease: &Lease) -> Option<Error> {
+        let key = lease.run_id();
+        if self.cancelled {
+            Some(Error::Cancelled {
+                run_id: key.to_owned(),
+            })
+        } else if !self.held {
+            Some(Error::LeaseLost {
+                run_id: key.to_owned(),
+                token: lease.token(),
+            })
+        } else if !self.predecessor {
+            Some(missing_predecessor(key, checkpoint.seq))
+        } else {
+            None
+        }
+    }
+}
+
+/// Runs `sql`, the store's [`fenced_append`](crate::names::Sql::fenced_append)
+/// or [`finish_append`](crate::names::Sql::finish_append), for
+/// `checkpoint` (encoded as `step`) of run `key` under the lease `token`:
+/// one command to the driver's thread for the decision and the writes,
+/// rather than one per statement. Returns the decision; nothing was written
+/// when it refuses (but the lease given up, for `finish_append`). The
+/// journal's cut and the trim of completed runs are left to
+/// [`Journal::trim`], after.
+///
+/// # Errors
+/// The driver's: what the statements before the failing one wrote is
+/// unknown (the group commit gives the transaction up).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn fenced_append(
+    conn: &mut SqliteConnection,
+    sql: &str,
+    key: &str,
+    token: i64,
+    checkpoint: &Checkpoint,
+    step: &Step,
+    retention: Retention,
+    release: bool,
+) -> Result<Gate, Failure> {
+    let mut args = SqliteArguments::default();
+    fenced_arguments(&mut args, key, token, checkpoint, step, retention)?;
+    if release {
+        add(&mut args, key)?;
+        add(&mut args, token)?;
+    }
+    // `fetch_all` runs every statement (a row limit would stop at the
+    // first row); the gate's is the only one.
+    let mut rows: Vec<Gate> = sqlx::query_as_with(sql, args).fetch_all(conn).await?;
+    rows.pop()
+        .ok_or_else(|| Failure::Sql(sqlx::Error::RowNotFound))
+}
+
+/// A fenced save queued for the group commit (see
+/// [`Writer::save_fenced`](crate::writer::Writer::save_fenced)): the
+/// fenced saves queued next to each other run in one command, the store's
+/// [`fenced_append`](crate::names::Sql::fenced_append) once for each.
+/// Only a save with nothing for [`Journal::trim`] to do goes this way.
+#[derive(Debug)]
+pub(crate) struct FencedSave {
+    /// The lease it is fenced by (its run id is the checkpoint's key).
+    pub(crate) lease: Lease,
+    /// The lease's token, as the lease table holds it.
+    pub(crate) token: i64,
+    pub(crate) checkpoint: Checkpoint,
+    pub(crate) step: Step,
+    pub(crate) retention: Retention,
+}
+
+impl FencedSave {
+    /// Adds the arguments of its `fenced_append` to `args`.
+    pub(crate) fn arguments<'q>(&'q self, args: &mut SqliteArguments<'q>) -> sqlx::Result<()> {
+        let FencedSave {
+            lease,
+            token,
+            checkpoint,
+            step,
+            retention,
+        } = self;
+        fenced_arguments(args, lease.run_id(), *token, checkpoint, step, *retention)
+    }
+
+    /// What `gate` (its row) says: `None` when it was written, else its
+    /// refusal (nothing of it was written).
+    pub(crate) fn refusal(&self, gate: &Gate) -> Option<Error> {
+        gate.refusal(&self.checkpoint, &self.lease)
+    }
+}
+
+/// The arguments of a fenced append (see `Sql::fenced_append`): the gate
+/// (key; key, token; whole, key, seq), then [`append_arguments`].
+fn fenced_arguments<'q>(
+    args: &mut SqliteArguments<'q>,
+    key: &'q str,
+    token: i64,
+    checkpoint: &'q Checkpoint,
+    step: &'q Step,
+    retention: Retention,
+) -> sqlx::Result<()> {
+    add(args, key)?;
+    add(args, key)?;
+    add(args, token)?;
+    add(args, step.whole())?;
+    add(args, key)?;
+    add(args, step.seq())?;
+    append_arguments(args, key, checkpoint, step, retention)
+}
+
+/// Runs `sql`, the store's [`first_append`](crate::names::Sql::first_append)
+/// or [`first_replace`](crate::names::Sql::first_replace), for a run's first
+/// `checkpoint` (encoded as `step`, a whole one), once its lease is taken:
+/// one command to the driver's thread. The journal's cut and the trim of
+/// completed runs are left to [`Journal::trim`], after.
+///
+/// # Errors
+/// The driver's.
+pub(crate) async fn first_append(
+    conn: &mut SqliteConnection,
+    sql: &str,
+    key: &str,
+    replace: bool,
+    checkpoint: &Checkpoint,
+    step: &Step,
+    retention: Retention,
+) -> Result<(), Failure> {
+    let mut args = SqliteArguments::default();
+    if replace {
+        add(&mut args, key)?;
+    }
+    append_arguments(&mut args, key, checkpoint, step, retention)?;
+    sqlx::query_with(sql, args).execute(conn).await?;
+    Ok(())
+}
+
+/// The arguments of an append's statements, in the order of their
+/// placeholders (see `Sql::fenced_append`): the steps numbered `seq` or
+/// later dropped (key, seq), the step (key, seq, whole, payload), the run's
+/// row (key, version, ip, step, status, error message, start, retention,
+/// attempt; a completed run expires `retention` from now).
+fn append_arguments<'q>(
+    args: &mut SqliteArguments<'q>,
+    key: &'q str,
+    checkpoint: &'q Checkpoint,
+    step: &'q Step,
+    retention: Retention,
+) -> sqlx::Result<()> {
+    let expires = match checkpoint.status {
+        RunStatus::Completed => retention.expire_after.map(crate::store::millis),
+        _ => None,
+    };
+    add(args, key)?;
+    add(args, step.seq())?;
+    add(args, key)?;
+    add(args, step.seq())?;
+    add(args, step.whole())?;
+    add(args, step.payload())?;
+    add(args, key)?;
+    add(args, checkpoint.version.as_str())?;
+    add(args, i64::from(checkpoint.ip))?;
+    add(args, checkpoint.step.as_str())?;
+    add(args, fluxio_sql::status_name(checkpoint.status))?;
+    add(args, checkpoint.error_message.as_deref())?;
+    add(args, <Sqlite as Dialect>::instant(checkpoint.created_at_ms))?;
+    add(args, expires)?;
+    add(args, i64::from(checkpoint.attempt))?;
+    Ok(())
+}
+
+/// Adds `value` to `args` (an encoding error is sqlx's).
+fn add<'q, T>(args: &mut SqliteArguments<'q>, value: T) -> sqlx::Result<()>
+where
+    T: sqlx::Encode<'q, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite> + 'q,
+{
+    args.add(value).map_err(sqlx::Error::Encode)
+}

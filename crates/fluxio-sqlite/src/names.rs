@@ -138,6 +138,19 @@ pub(crate) fn quote(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
+/// The writing connection's own table (in its `temp` schema, which no
+/// other connection sees) holding one row: what the first statement of a
+/// fenced append decided, for the statements after it in the same command.
+/// A statement cannot hand a value to the next one otherwise, and deciding
+/// again in each would read SQLite's clock again (a lease could expire in
+/// between).
+pub(crate) const GATE: &str = "temp.fluxio_gate";
+
+/// Creates [`GATE`] on a new writing connection.
+pub(crate) const CREATE_GATE: &str = "CREATE TEMP TABLE IF NOT EXISTS fluxio_gate \
+     (id INTEGER PRIMARY KEY CHECK (id = 1), cancelled INTEGER NOT NULL, \
+     held INTEGER NOT NULL, predecessor INTEGER NOT NULL)";
+
 /// SQLite's clock in milliseconds since the Unix epoch, read once per
 /// statement execution, after the statement has its locks (see "Clock" in
 /// the crate documentation). `'subsec'` needs SQLite 3.42 (as `STRICT`
@@ -160,11 +173,27 @@ pub(crate) struct Sql {
     pub(crate) load: String,
     pub(crate) history: String,
     pub(crate) delete_fenced: String,
-    /// What a fenced save decides with, in one statement: (key `?1`,
-    /// token `?2`, seq `?3`, whole `?4`) gives one row of four booleans:
-    /// the run is cancelled, the lease is current, the predecessor is
-    /// stored (or not needed), steps numbered `?3` or later are stored.
-    pub(crate) fenced_check: String,
+    /// A fenced append of one checkpoint as one command to the driver
+    /// (several statements; anonymous parameters, bound in the order of
+    /// [`journal::fenced_append`](crate::journal::fenced_append)): what
+    /// the write decides with (the run is cancelled, the lease is current,
+    /// the predecessor is stored or not needed) kept in the connection's
+    /// [`GATE`] row, then the steps numbered `seq` or later dropped, the
+    /// step inserted and the run's row upserted, each only when the gate
+    /// allows it; then the gate read back.
+    pub(crate) fenced_append: String,
+    /// [`fenced_append`](Sql::fenced_append) that also gives up the lease
+    /// (key, token), refused or not: the end of a run.
+    pub(crate) finish_append: String,
+    /// The append of a run's first checkpoint (a whole one) once its lease
+    /// is taken, as one command: the steps numbered `seq` or later
+    /// dropped, the step inserted, the run's row upserted (anonymous
+    /// parameters, in the order of [`fenced_append`](Sql::fenced_append)'s
+    /// after the gate's).
+    pub(crate) first_append: String,
+    /// [`first_append`](Sql::first_append) after deleting the stored run
+    /// (key): [`Begin::Replace`](fluxio_core::store::Begin::Replace).
+    pub(crate) first_replace: String,
     pub(crate) renew: String,
     pub(crate) purge_leases: String,
     pub(crate) purge_checkpoints: String,
@@ -200,6 +229,28 @@ impl Sql {
                  WHERE l.run_id = ?1 AND l.token = {tok} AND l.expires_at > {NOW}"
             )
         };
+        // The fenced append, one command: the gate decided once (key; key,
+        // token; whole, key, seq), then each write only when it allows.
+        let gate_ok = format!("(SELECT NOT cancelled AND held AND predecessor FROM {GATE})");
+        let append = format!(
+            "DELETE FROM {steps} WHERE run_id = ? AND seq >= ?; \
+             INSERT INTO {steps} (run_id, seq, whole, payload) VALUES (?, ?, ?, ?); \
+             INSERT INTO {cp} ({COLUMNS}) \
+             VALUES (?, X'', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ?) {upsert}"
+        );
+        let fenced_writes = format!(
+            "INSERT OR REPLACE INTO {GATE} (id, cancelled, held, predecessor) VALUES (1, \
+             coalesce((SELECT status = '{CANCELLED}' FROM {cp} WHERE run_id = ?), 0), \
+             EXISTS (SELECT 1 FROM {leases} WHERE run_id = ? AND token = ? \
+             AND expires_at > {NOW}), \
+             ? OR EXISTS (SELECT 1 FROM {steps} WHERE run_id = ? AND seq = ? - 1)); \
+             DELETE FROM {steps} WHERE run_id = ? AND seq >= ? AND {gate_ok}; \
+             INSERT INTO {steps} (run_id, seq, whole, payload) \
+             SELECT ?, ?, ?, ? WHERE {gate_ok}; \
+             INSERT INTO {cp} ({COLUMNS}) \
+             SELECT ?, X'', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ? WHERE {gate_ok} {upsert};"
+        );
+        let read_gate = format!("SELECT cancelled, held, predecessor FROM {GATE}");
         // Why a fenced write cannot land after a takeover: SQLite lets one
         // connection of all processes write to the file at a time (the WAL
         // write lock). A fenced save is a `BEGIN IMMEDIATE` transaction,
@@ -290,13 +341,14 @@ impl Sql {
                     "UPDATE {leases} SET expires_at = NULL WHERE run_id = ?1 AND token = ?2"
                 ),
             },
-            fenced_check: format!(
-                "SELECT coalesce((SELECT status = '{CANCELLED}' FROM {cp} WHERE run_id = ?1), 0), \
-                 EXISTS ({}), \
-                 ?4 OR EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?1 AND seq = ?3 - 1), \
-                 EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?1 AND seq >= ?3)",
-                current_lease("?2")
+            fenced_append: format!("{fenced_writes} {read_gate}"),
+            finish_append: format!(
+                "{fenced_writes} \
+                 UPDATE {leases} SET expires_at = NULL WHERE run_id = ? AND token = ?; \
+                 {read_gate}"
             ),
+            first_replace: format!("DELETE FROM {cp} WHERE run_id = ?; {append}"),
+            first_append: append,
             renew: format!(
                 "UPDATE {leases} SET expires_at = {NOW} + ?3 \
                  WHERE run_id = ?1 AND token = ?2 AND expires_at > {NOW}"

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, check_lease_ttl,
-    missing_predecessor,
+    Begin, Begun, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, RunStatus,
+    check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
@@ -18,7 +18,7 @@ use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use crate::builder::{SqliteStoreBuilder, Synchronous};
 use crate::connection::{Failure, timed};
 use crate::error::BACKEND;
-use crate::journal::{self, Journal, Retention, Sqlite, Step};
+use crate::journal::{self, FencedSave, Journal, Retention, Sqlite, Step};
 use crate::names::{Names, Sql};
 use crate::writer::{BoxFuture, Writer};
 
@@ -196,6 +196,103 @@ impl SqliteStore {
     ) -> Result<T> {
         timed(self.inner.timeout, operation, fut).await
     }
+}
+
+/// [`SqliteStore::begin_run`]'s write of a whole `first` checkpoint
+/// (encoded as `step`): [`Journal::begin`]'s, in three commands to the
+/// driver's thread at most. Refused (`RunIdInUse`) only before it wrote.
+async fn begin_whole(
+    conn: &mut SqliteConnection,
+    inner: &Inner,
+    first: &Checkpoint,
+    step: &Step,
+    ttl: Duration,
+    replace: bool,
+) -> std::result::Result<Begun, Failure> {
+    let key = first.key();
+    // `fetch_all` steps the statement to its end (the driver may otherwise
+    // reset it after the first row).
+    let tokens: Vec<i64> = sqlx::query_scalar(&inner.sql.run.acquire)
+        .bind(&key)
+        .bind(millis(ttl))
+        .fetch_all(&mut *conn)
+        .await?;
+    let token = match tokens.first().copied().map(u64::try_from) {
+        Some(Ok(token)) => token,
+        // written, so not a refusal: the transaction is given up
+        Some(Err(e)) => return Err(Failure::Sql(sqlx::Error::Decode(Box::new(e)))),
+        None => return Err(Failure::Fluxio(Error::RunIdInUse { run_id: key })),
+    };
+    let lease = Lease::new(&key, token);
+    if !replace {
+        let stored: bool = sqlx::query_scalar(&inner.sql.run.exists)
+            .bind(&key)
+            .fetch_one(&mut *conn)
+            .await?;
+        if stored {
+            return Ok(Begun::new(lease, false));
+        }
+    }
+    let (sql, retention) = (&inner.sql, inner.retention());
+    let append = if replace {
+        &sql.first_replace
+    } else {
+        &sql.first_append
+    };
+    journal::first_append(conn, append, &key, replace, first, step, retention).await?;
+    Journal::trim(conn, &sql.journal, &key, first, retention).await?;
+    Ok(Begun::new(lease, true))
+}
+
+/// [`SqliteStore::finish_run`]'s write, as [`Journal::finish`] decides
+/// and writes it (the refusal returned inside `Ok`, the lease given up
+/// either way), with the decision, the append and the release in one
+/// command to the driver's thread ([`journal::fenced_append`]); the cut,
+/// the trim and the delete of the run, when there are any, after.
+async fn finish(
+    conn: &mut SqliteConnection,
+    inner: &Inner,
+    last: &Checkpoint,
+    step: &Step,
+    lease: &Lease,
+    delete: bool,
+) -> std::result::Result<Result<()>, Failure> {
+    let key = last.key();
+    let token = match i64::try_from(lease.token()) {
+        Ok(token) if lease.run_id() == key => token,
+        _ => return Ok(Err(lease_lost(lease))),
+    };
+    let retention = inner.retention();
+    let gate = journal::fenced_append(
+        conn,
+        &inner.sql.finish_append,
+        &key,
+        token,
+        last,
+        step,
+        retention,
+        true,
+    )
+    .await?;
+    if let Some(refused) = gate.refusal(last, lease) {
+        return Ok(Err(refused));
+    }
+    Journal::trim(conn, &inner.sql.journal, &key, last, retention).await?;
+    if delete {
+        sqlx::query(&inner.sql.run.delete)
+            .bind(&key)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(Ok(()))
+}
+
+/// Whether [`Journal::trim`] has anything to do after `checkpoint`: it
+/// allows cutting the journal, or it completes a run of a store that keeps
+/// only the newest completed runs.
+fn trims(checkpoint: &Checkpoint, retention: Retention) -> bool {
+    checkpoint.keep_from > 0
+        || (retention.keep_completed.is_some() && checkpoint.status == RunStatus::Completed)
 }
 
 fn lease_lost(lease: &Lease) -> Error {
@@ -387,7 +484,9 @@ impl CheckpointStore for SqliteStore {
     /// row is read (a cancelled run is refused with `Cancelled`), the lease
     /// row checked (`LeaseLost`), and the checkpoint appended to the
     /// journal: only its [`entry_bytes`](Checkpoint::entry_bytes), the keys
-    /// that changed.
+    /// that changed. The decision and the append are one command to the
+    /// driver's thread (see [`journal::fenced_append`]): each hand-over to
+    /// that thread costs two thread switches, more than the statements.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let key = checkpoint.key();
         let token = match i64::try_from(lease.token()) {
@@ -395,34 +494,41 @@ impl CheckpointStore for SqliteStore {
             _ => return Err(lease_lost(lease)),
         };
         let step = Step::of(&checkpoint)?;
-        let lost = lease_lost(lease);
+        let lease = Lease::new(key, lease.token());
+        let retention = self.inner.retention();
+        if !trims(&checkpoint, retention) {
+            let save = FencedSave {
+                lease,
+                token,
+                checkpoint,
+                step,
+                retention,
+            };
+            let saved = self.inner.writes.save_fenced(save);
+            return timed(self.inner.timeout, "save_fenced", saved).await;
+        }
         self.write("save_fenced", false, move |conn, inner| {
             Box::pin(async move {
-                let (cancelled, held, predecessor, later): (bool, bool, bool, bool) =
-                    sqlx::query_as(&inner.sql.fenced_check)
-                        .bind(&key)
-                        .bind(token)
-                        .bind(step.seq())
-                        .bind(step.whole())
-                        .fetch_one(&mut *conn)
-                        .await?;
-                if cancelled {
-                    return Err(Failure::Fluxio(Error::Cancelled { run_id: key }));
-                }
-                if !held {
-                    return Err(Failure::Fluxio(lost));
-                }
-                if !predecessor {
-                    return Err(Failure::Fluxio(missing_predecessor(&key, checkpoint.seq)));
-                }
-                Journal::append_checked(
+                let gate = journal::fenced_append(
                     conn,
-                    &inner.sql.journal,
-                    &key,
+                    &inner.sql.fenced_append,
+                    lease.run_id(),
+                    token,
                     &checkpoint,
                     &step,
-                    inner.retention(),
-                    later,
+                    retention,
+                    false,
+                )
+                .await?;
+                if let Some(refused) = gate.refusal(&checkpoint, &lease) {
+                    return Err(Failure::Fluxio(refused));
+                }
+                Journal::trim(
+                    conn,
+                    &inner.sql.journal,
+                    lease.run_id(),
+                    &checkpoint,
+                    retention,
                 )
                 .await
             })
@@ -436,10 +542,36 @@ impl CheckpointStore for SqliteStore {
     /// when there is one, only the lease is written), and `first` appended
     /// as [`save_fenced`](Self::save_fenced) appends it. On an error
     /// nothing is written: no lease is taken.
+    ///
+    /// A run's first checkpoint is whole: then the lease is one command to
+    /// the driver's thread, the look for a stored run another
+    /// ([`Begin::IfAbsent`]), and the delete and the append one more
+    /// ([`journal::first_append`]); nothing can refuse once the lease is
+    /// taken, so no savepoint is needed. A delta (a predecessor to find)
+    /// takes `fluxio-sql`'s way, in a savepoint of its own.
     async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
         fluxio_core::store::check_run_id(&first.key())?;
         check_lease_ttl(ttl)?;
         let step = Step::of(&first)?;
+        let replace = match begin {
+            Begin::Replace => true,
+            Begin::IfAbsent => false,
+            _ => {
+                return Err(Error::Unsupported {
+                    operation: "this way of beginning a run",
+                    store: BACKEND,
+                });
+            }
+        };
+        if step.whole() {
+            return self
+                .write("begin_run", false, move |conn, inner| {
+                    Box::pin(
+                        async move { begin_whole(conn, inner, &first, &step, ttl, replace).await },
+                    )
+                })
+                .await;
+        }
         self.write("begin_run", true, move |conn, inner| {
             Box::pin(async move {
                 Journal::begin(
@@ -470,19 +602,7 @@ impl CheckpointStore for SqliteStore {
             Ok(step) => {
                 let held = Lease::new(lease.run_id(), lease.token());
                 self.write("finish_run", false, move |conn, inner| {
-                    Box::pin(async move {
-                        Journal::finish(
-                            conn,
-                            &inner.sql.journal,
-                            &inner.sql.run,
-                            &last,
-                            &step,
-                            &held,
-                            delete,
-                            inner.retention(),
-                        )
-                        .await
-                    })
+                    Box::pin(async move { finish(conn, inner, &last, &step, &held, delete).await })
                 })
                 .await
             }

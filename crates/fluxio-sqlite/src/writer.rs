@@ -42,12 +42,21 @@ use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
+use futures::TryStreamExt as _;
+use sqlx::sqlite::SqliteArguments;
+
 use crate::connection::Failure;
 use crate::error::{SqliteStoreError, own_error};
+use crate::journal::{FencedSave, Gate};
 use crate::migrate::MigrateError;
 
 /// The most writes one transaction holds.
 const MAX_GROUP: usize = 256;
+
+/// The most fenced saves one command to the driver's thread holds: the
+/// connection keeps the statements of each number of saves prepared, so
+/// this bounds how many it keeps.
+const MAX_BATCH: usize = 16;
 
 /// A boxed future borrowing the writing connection.
 pub(crate) type BoxFuture<'c, T> = Pin<Box<dyn Future<Output = T> + Send + 'c>>;
@@ -60,14 +69,26 @@ type Answer = Box<dyn FnOnce(Option<Failure>) + Send>;
 type Run = Box<dyn for<'c> FnOnce(Slot<'c>) -> BoxFuture<'c, Ran> + Send>;
 
 /// A queued write.
-struct Work {
-    /// Whether it runs in a savepoint of its own: a write that may be
-    /// refused after it wrote something. Any other write is refused (a
-    /// [`Failure::Fluxio`]) before it writes anything, so nothing of it is
-    /// to undo; when it fails otherwise (a driver error) after others ran,
-    /// the transaction is given up (see [`commit_group`]).
-    savepoint: bool,
-    run: Run,
+enum Work {
+    /// Any write, one after the other.
+    Run {
+        /// Whether it runs in a savepoint of its own: a write that may be
+        /// refused after it wrote something. Any other write is refused (a
+        /// [`Failure::Fluxio`]) before it writes anything, so nothing of it
+        /// is to undo; when it fails otherwise (a driver error) after others
+        /// ran, the transaction is given up (see [`commit_group`]).
+        savepoint: bool,
+        run: Run,
+    },
+    /// A fenced save: it runs with the fenced saves queued next to it, in
+    /// one command (see [`run_saves`]). Refused before it writes anything.
+    Save(Box<Save>),
+}
+
+/// A queued fenced save and its caller.
+struct Save {
+    save: FencedSave,
+    tx: oneshot::Sender<Result<(), Failure>>,
 }
 
 /// How a write ended.
@@ -91,17 +112,33 @@ enum Slot<'c> {
 /// The queue of a store's writes, and the task that commits them.
 pub(crate) struct Writer {
     pool: SqlitePool,
+    /// The store's [`fenced_append`](crate::names::Sql::fenced_append).
+    fenced_append: Arc<str>,
     queue: Mutex<Option<mpsc::UnboundedSender<Work>>>,
 }
 
 impl Writer {
     /// Writes through the connections of `pool` (the store's writing pool,
-    /// of one connection), one transaction at a time.
-    pub(crate) fn new(pool: SqlitePool) -> Self {
+    /// of one connection), one transaction at a time; fenced saves with the
+    /// statements `fenced_append`.
+    pub(crate) fn new(pool: SqlitePool, fenced_append: &str) -> Self {
         Writer {
             pool,
+            fenced_append: Arc::from(fenced_append),
             queue: Mutex::new(None),
         }
+    }
+
+    /// Runs `save` as [`write`](Self::write) runs a write, but in one
+    /// command with the fenced saves queued next to it: each hand-over to
+    /// the driver's thread costs two thread switches, which is most of
+    /// what a save costs. Answered once the transaction committed, with
+    /// the save's refusal if it was refused.
+    pub(crate) async fn save_fenced(&self, save: FencedSave) -> Result<(), Failure> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(Work::Save(Box::new(Save { save, tx })));
+        rx.await
+            .unwrap_or_else(|_| Err(Failure::Fluxio(own_error(SqliteStoreError::WriterStopped))))
     }
 
     /// Runs `write` on the writing connection, inside a transaction the
@@ -165,7 +202,7 @@ impl Writer {
                 }
             })
         });
-        self.submit(Work { savepoint, run });
+        self.submit(Work::Run { savepoint, run });
         rx.await
             .unwrap_or_else(|_| Err(Failure::Fluxio(own_error(SqliteStoreError::WriterStopped))))
     }
@@ -185,7 +222,11 @@ impl Writer {
             None => work,
         };
         let (sender, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run(self.pool.clone(), receiver));
+        tokio::spawn(run(
+            self.pool.clone(),
+            Arc::clone(&self.fenced_append),
+            receiver,
+        ));
         // the receiver is alive: it was just made
         let _ = sender.send(work);
         *queue = Some(sender);
@@ -195,7 +236,15 @@ impl Writer {
 /// The task: takes the writes that are waiting (at least one, at most
 /// [`MAX_GROUP`]) and commits them in one transaction, until the store is
 /// dropped.
-async fn run(pool: SqlitePool, mut receiver: mpsc::UnboundedReceiver<Work>) {
+async fn run(
+    pool: SqlitePool,
+    fenced_append: Arc<str>,
+    mut receiver: mpsc::UnboundedReceiver<Work>,
+) {
+    let mut batches = Batches {
+        fenced_append,
+        sql: Vec::new(),
+    };
     let mut waiting: VecDeque<Work> = VecDeque::new();
     loop {
         if waiting.is_empty() {
@@ -210,7 +259,26 @@ async fn run(pool: SqlitePool, mut receiver: mpsc::UnboundedReceiver<Work>) {
                 Err(_) => break,
             }
         }
-        commit_group(&pool, &mut waiting).await;
+        commit_group(&pool, &mut batches, &mut waiting).await;
+    }
+}
+
+/// The text of the commands of `n` fenced saves (the store's
+/// `fenced_append` `n` times), made once for each `n`.
+struct Batches {
+    fenced_append: Arc<str>,
+    /// `sql[n - 1]`: the command of `n` saves.
+    sql: Vec<String>,
+}
+
+impl Batches {
+    fn sql(&mut self, n: usize) -> &str {
+        while self.sql.len() < n {
+            let k = self.sql.len() + 1;
+            let text = vec![&*self.fenced_append; k].join("; ");
+            self.sql.push(text);
+        }
+        &self.sql[n - 1]
     }
 }
 
@@ -220,10 +288,10 @@ async fn run(pool: SqlitePool, mut receiver: mpsc::UnboundedReceiver<Work>) {
 /// writes not run yet stay in `waiting` for the next one; when the
 /// transaction cannot begin, every waiting write is answered with that
 /// error.
-async fn commit_group(pool: &SqlitePool, waiting: &mut VecDeque<Work>) {
+async fn commit_group(pool: &SqlitePool, batches: &mut Batches, waiting: &mut VecDeque<Work>) {
     let mut answers: Vec<Answer> = Vec::with_capacity(waiting.len());
     let mut begun = false;
-    let result = run_group(pool, waiting, &mut answers, &mut begun).await;
+    let result = run_group(pool, batches, waiting, &mut answers, &mut begun).await;
     match result {
         Ok(()) => answers.into_iter().for_each(|answer| answer(None)),
         Err(e) => {
@@ -233,8 +301,15 @@ async fn commit_group(pool: &SqlitePool, waiting: &mut VecDeque<Work>) {
                 answer(Some(failures.next()));
             }
             for work in waiting.drain(..unrun) {
-                let (_, answer) = (work.run)(Slot::Fail(failures.next())).await;
-                answer(None);
+                match work {
+                    Work::Run { run, .. } => {
+                        let (_, answer) = run(Slot::Fail(failures.next())).await;
+                        answer(None);
+                    }
+                    Work::Save(save) => {
+                        let _ = save.tx.send(Err(failures.next()));
+                    }
+                }
             }
         }
     }
@@ -244,6 +319,7 @@ async fn commit_group(pool: &SqlitePool, waiting: &mut VecDeque<Work>) {
 /// write that ran, `begun` whether the transaction began.
 async fn run_group(
     pool: &SqlitePool,
+    batches: &mut Batches,
     waiting: &mut VecDeque<Work>,
     answers: &mut Vec<Answer>,
     begun: &mut bool,
@@ -256,12 +332,35 @@ async fn run_group(
     *begun = true;
     let alone = waiting.len() == 1;
     while let Some(work) = waiting.pop_front() {
+        let (savepoint, run) = match work {
+            Work::Run { savepoint, run } => (savepoint, run),
+            Work::Save(first) => {
+                let mut saves = vec![*first];
+                while saves.len() < MAX_BATCH {
+                    match waiting.pop_front() {
+                        Some(Work::Save(save)) => saves.push(*save),
+                        Some(other) => {
+                            waiting.push_front(other);
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+                let kept = run_saves(conn, batches, saves, answers, waiting).await?;
+                if alone && !kept {
+                    // refused, or its caller gone: nothing to commit
+                    exec(conn, "ROLLBACK").await?;
+                    return open.close();
+                }
+                continue;
+            }
+        };
         // one write: the transaction is its savepoint
-        let savepoint = work.savepoint && !alone;
+        let savepoint = savepoint && !alone;
         if savepoint {
             exec(conn, "SAVEPOINT fluxio_write").await?;
         }
-        let (outcome, answer) = (work.run)(Slot::Run(conn)).await;
+        let (outcome, answer) = run(Slot::Run(conn)).await;
         answers.push(answer);
         match outcome {
             Outcome::Kept if savepoint => exec(conn, "RELEASE fluxio_write").await?,
@@ -288,6 +387,92 @@ async fn run_group(
     }
     exec(conn, "COMMIT").await?;
     open.close()
+}
+
+/// Runs `saves` (fenced saves queued next to each other) in the open
+/// transaction, in one command: the store's `fenced_append` once for each,
+/// in their order, each reading back its gate row. Each that ran gets its
+/// answer in `answers` (kept, or refused: then nothing of it was written);
+/// one whose caller stopped waiting is skipped. When a statement fails, the
+/// save it belongs to gets that error, the saves after it go back to the
+/// front of `waiting` (for the next transaction), and the error returned
+/// gives the transaction up. Returns whether any save was kept.
+async fn run_saves(
+    conn: &mut SqliteConnection,
+    batches: &mut Batches,
+    saves: Vec<Save>,
+    answers: &mut Vec<Answer>,
+    waiting: &mut VecDeque<Work>,
+) -> sqlx::Result<bool> {
+    let saves: Vec<Save> = saves.into_iter().filter(|s| !s.tx.is_closed()).collect();
+    if saves.is_empty() {
+        return Ok(false);
+    }
+    let mut gates: Vec<Gate> = Vec::with_capacity(saves.len());
+    let mut failed: Option<sqlx::Error> = None;
+    {
+        let mut args = SqliteArguments::default();
+        for save in &saves {
+            if let Err(e) = save.save.arguments(&mut args) {
+                failed = Some(e);
+                break;
+            }
+        }
+        if failed.is_none() {
+            let sql = batches.sql(saves.len());
+            let mut rows = sqlx::query_as_with::<_, Gate, _>(sql, args).fetch(&mut *conn);
+            loop {
+                match rows.try_next().await {
+                    Ok(Some(gate)) => gates.push(gate),
+                    Ok(None) => break,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let ran = gates.len();
+    if failed.is_none() && ran < saves.len() {
+        failed = Some(sqlx::Error::RowNotFound);
+    }
+    let mut kept = false;
+    let mut saves = saves.into_iter();
+    // the gates first: `zip` takes from its first iterator first, and a save
+    // taken with no gate left would be lost
+    for (gate, save) in gates.into_iter().zip(saves.by_ref()) {
+        let Save { save, tx } = save;
+        let answer: Answer = match save.refusal(&gate) {
+            None => {
+                kept = true;
+                Box::new(move |failed: Option<Failure>| {
+                    let _ = tx.send(failed.map_or(Ok(()), Err));
+                })
+            }
+            Some(refused) => Box::new(move |_: Option<Failure>| {
+                let _ = tx.send(Err(Failure::Fluxio(refused)));
+            }),
+        };
+        answers.push(answer);
+    }
+    let Some(failure) = failed else {
+        return Ok(kept);
+    };
+    // the save whose statement failed: what it wrote is unknown
+    let message = failure.to_string();
+    if let Some(save) = saves.next() {
+        let tx = save.tx;
+        answers.push(Box::new(move |_: Option<Failure>| {
+            let _ = tx.send(Err(Failure::Sql(failure)));
+        }));
+    }
+    for save in saves.rev() {
+        waiting.push_front(Work::Save(Box::new(save)));
+    }
+    Err(sqlx::Error::Protocol(format!(
+        "another write of the transaction failed: {message}"
+    )))
 }
 
 /// Runs `sql` (no parameters) on `conn`.

@@ -153,3 +153,88 @@ async fn rule24_a_refused_write_fails_only_its_own_caller() {
     assert_eq!(store.load("gone").await.expect("load"), None);
     assert_eq!(store.load("orphan").await.expect("load"), None);
 }
+
+/// An error and its sources, one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Fenced saves queued next to each other run in one command to SQLite's
+/// thread. A driver error in the middle of it (here a trigger that aborts
+/// the insert of one run's step) fails that save with SQLite's error and
+/// gives its transaction up: the save that ran before it fails with
+/// `GroupCommit` (SQLite's error as the source) and is not stored; the save
+/// queued after it goes into the next transaction and is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule24_a_save_failing_in_a_batch_gives_up_its_transaction_and_no_more() {
+    let dir = support::TempDir::new("group_failed");
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    sqlx::query(
+        "CREATE TRIGGER refuse_bad BEFORE INSERT ON fluxio_checkpoints_steps \
+         WHEN NEW.run_id = 'bad' BEGIN SELECT RAISE(ABORT, 'no step for bad'); END",
+    )
+    .execute(store.pool())
+    .await
+    .expect("the trigger");
+    let mut leases = Vec::new();
+    for run in ["before", "bad", "after"] {
+        leases.push(store.acquire_lease(run, TTL).await.expect("lease"));
+    }
+
+    let other = hold_the_write_lock(&file).await;
+    // the first write waits for the lock alone, in a transaction of its own
+    let opener = {
+        let store = store.clone();
+        tokio::spawn(async move { store.acquire_lease("opener", TTL).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut writes = Vec::new();
+    for (run, lease) in ["before", "bad", "after"].into_iter().zip(&leases) {
+        let store = store.clone();
+        let lease = Lease::new(lease.run_id(), lease.token());
+        writes.push(tokio::spawn(async move {
+            store.save_fenced(support::checkpoint(run, 1), &lease).await
+        }));
+        // queued in this order
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let_them_queue().await;
+    release(other).await;
+    opener.await.expect("no panic").expect("the opener's lease");
+    let mut answers = Vec::new();
+    for write in writes {
+        answers.push(write.await.expect("no panic"));
+    }
+
+    let before = answers[0]
+        .as_ref()
+        .expect_err("its transaction was given up");
+    assert!(
+        chain(before).contains("the transaction of this write failed")
+            && chain(before).contains("no step for bad"),
+        "{}",
+        chain(before)
+    );
+    let bad = answers[1].as_ref().expect_err("the trigger aborts it");
+    assert!(chain(bad).contains("no step for bad"), "{}", chain(bad));
+    assert!(
+        !chain(bad).contains("the transaction of this write failed"),
+        "{}",
+        chain(bad)
+    );
+    assert!(answers[2].is_ok(), "{:?}", answers[2]);
+    assert_eq!(store.load("before").await.expect("load"), None);
+    assert_eq!(store.load("bad").await.expect("load"), None);
+    assert_eq!(
+        store.load("after").await.expect("load"),
+        Some(support::checkpoint("after", 1))
+    );
+}
