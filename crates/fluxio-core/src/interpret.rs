@@ -321,9 +321,14 @@ impl Top<'_> {
             _ => Vec::new(),
         };
         if let Some(d) = self.durable {
-            let mut cp = d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
-            cp.branches.clone_from(&self.records);
-            Box::pin(save(program, d, cp, Write::Step)).await?;
+            // the checkpoint goes into the boxed save at once: a local
+            // would stay in this future (a parked run's) beside it
+            let saving = {
+                let mut cp = d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
+                cp.branches.clone_from(&self.records);
+                Box::pin(save(program, d, cp, Write::Step))
+            };
+            saving.await?;
         }
         self.last = Some(Last {
             ip,
@@ -349,7 +354,10 @@ impl Top<'_> {
         ctx: Context,
     ) -> std::result::Result<Context, Halt> {
         let (Some(d), Some(last)) = (self.durable, self.last.as_ref()) else {
-            return Ok(fork(program, scope, branches, names, false, ctx).await?);
+            // [`exec`] calls this only for a durable run past a checkpoint
+            return Err(Halt::Failed(Error::Internal {
+                message: "a parallel block's records outside a durable run's checkpoint".to_owned(),
+            }));
         };
         emit_branches(program, scope, names);
         let records = tokio::sync::Mutex::new(std::mem::take(&mut self.records));
@@ -446,7 +454,21 @@ pub(crate) async fn run(
             c.on_pipeline_start(run_id, &program.version)
         });
     }
-    let result = run_checkpointed(program, run_id, ip, ctx, durable).await;
+    // the frame and its end in this one future: a future per level keeps
+    // its own copy of the arguments (the context) while the run waits
+    let mut top = Top {
+        durable,
+        last: None,
+        records: Vec::new(),
+    };
+    let scope = Scope {
+        run_id: Arc::from(run_id),
+        attempt: 1,
+    };
+    let done = exec(program, ip, ctx, scope, Some(&mut top)).await;
+    // one await for the end, so that nothing it holds (the last
+    // checkpoint, the error) is kept beside the frame while a stage runs
+    let result = end(program, durable, top, done).await;
     crate::metrics::run_ended(pipeline, &result);
     if !cbs.is_empty() {
         if let Err(e) = &result {
@@ -522,23 +544,16 @@ async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint, write: Wri
     Ok(())
 }
 
-async fn run_checkpointed(
-    program: &Arc<Program>,
-    run_id: &str,
-    ip: usize,
-    ctx: Context,
+/// The end of a top-level frame that returned `done`: a durable run
+/// writes its completed checkpoint, or its failure checkpoint pointing at
+/// the last checkpoint `top` passed.
+async fn end(
+    program: &Program,
     durable: Option<&Durable<'_>>,
+    top: Top<'_>,
+    done: std::result::Result<Context, Halt>,
 ) -> Result<Context> {
-    let mut top = Top {
-        durable,
-        last: None,
-        records: Vec::new(),
-    };
-    let scope = Scope {
-        run_id: Arc::from(run_id),
-        attempt: 1,
-    };
-    match exec(program, ip, ctx, scope, Some(&mut top)).await {
+    match done {
         Ok(done) => {
             if let Some(d) = durable {
                 let end = program.instrs.len();
@@ -549,33 +564,44 @@ async fn run_checkpointed(
             Ok(done)
         }
         Err(Halt::Store(e)) => Err(e),
-        Err(Halt::Failed(e)) => {
-            if let (Some(d), Some(last)) = (durable, top.last) {
-                let mut cp = d.checkpoint(
-                    last.ip,
-                    &last.step,
-                    &last.ctx,
-                    RunStatus::Failed,
-                    Some(e.message_with_causes()),
-                    last.attempt,
-                );
-                // finished branches stay finished after a failure too
-                cp.branches = top.records;
-                match Box::pin(save(program, d, cp, Write::Last { delete: false })).await {
-                    Ok(()) => {}
-                    // the run was cancelled while the stage ran: that is
-                    // how it ends, whatever the stage did
-                    Err(cancelled @ Error::Cancelled { .. }) => return Err(cancelled),
-                    Err(store_err) => tracing::error!(
-                        run_id = d.key,
-                        error = %store_err.message_with_causes(),
-                        "could not save the failure checkpoint; the previous checkpoint stays in place"
-                    ),
-                }
-            }
-            Err(e)
+        // boxed: the failure's checkpoint is large, and this future is
+        // part of every run's while its stages run (rule 24)
+        Err(Halt::Failed(e)) => Box::pin(failed(program, durable, top, e)).await,
+    }
+}
+
+/// The end of a top-level frame that failed with `e`: a durable run past a
+/// checkpoint writes its failure checkpoint there.
+async fn failed(
+    program: &Program,
+    durable: Option<&Durable<'_>>,
+    top: Top<'_>,
+    e: Error,
+) -> Result<Context> {
+    if let (Some(d), Some(last)) = (durable, top.last) {
+        let mut cp = d.checkpoint(
+            last.ip,
+            &last.step,
+            &last.ctx,
+            RunStatus::Failed,
+            Some(e.message_with_causes()),
+            last.attempt,
+        );
+        // finished branches stay finished after a failure too
+        cp.branches = top.records;
+        match Box::pin(save(program, d, cp, Write::Last { delete: false })).await {
+            Ok(()) => {}
+            // the run was cancelled while the stage ran: that is
+            // how it ends, whatever the stage did
+            Err(cancelled @ Error::Cancelled { .. }) => return Err(cancelled),
+            Err(store_err) => tracing::error!(
+                run_id = d.key,
+                error = %store_err.message_with_causes(),
+                "could not save the failure checkpoint; the previous checkpoint stays in place"
+            ),
         }
     }
+    Err(e)
 }
 
 /// The one interpreter loop: runs a frame from `ip` until the end of the
@@ -618,8 +644,9 @@ async fn exec(
                 join,
                 detached,
             } => {
+                // a block of a durable run records its branches (rule 19)
                 ctx = match top.as_deref_mut() {
-                    Some(top) if !*detached => {
+                    Some(top) if !*detached && top.durable.is_some() && top.last.is_some() => {
                         top.fork_recorded(program, &scope, branches, names, ctx)
                             .await?
                     }
@@ -749,14 +776,20 @@ fn validate(
 /// `CALL`: runs the stage inside its span and `StageInfo`, through its
 /// middleware, and returns the next context (a router's patch applied, its
 /// route kept for the `ROUTE` after it).
-async fn call(
-    program: &Arc<Program>,
-    frame: &mut Frame,
-    scope: &Scope,
+///
+/// Built from combinators, not as an `async fn`: its future is part of a
+/// parked run's (rule 24), and an `async fn` would keep the context it
+/// hands to the stage once per level it passes through.
+fn call<'a>(
+    program: &'a Arc<Program>,
+    frame: &'a mut Frame,
+    scope: &'a Scope,
     ip: usize,
     index: usize,
     ctx: Context,
-) -> Result<Context> {
+) -> impl Future<Output = Result<Context>> + Send + 'a {
+    use futures::FutureExt as _;
+    use futures::future::Either;
     let stage = &program.stages[index];
     // A router returns a decision, not a context: keep the context it
     // started from (an O(1) clone) to apply the patch to.
@@ -774,38 +807,38 @@ async fn call(
         ip,
         attempt = scope.attempt
     );
-    let chain = program.middleware.get(index).filter(|c| !c.is_empty());
-    let run = async {
-        match chain {
-            Some(chain) => Next::new(stage, chain).run_caught(ctx).await,
-            None => stage.call(ctx).await,
-        }
+    let run = match program.middleware.get(index).filter(|c| !c.is_empty()) {
+        Some(chain) => Either::Left(Next::new(stage, chain).run_caught(ctx)),
+        None => Either::Right(stage.call(ctx)),
     };
     let run = STAGE_INFO.scope(info, run).instrument(span);
-    let out = if stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty() {
+    let run = if stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty() {
         let sink = ChunkSink {
             callbacks: Arc::clone(&program.callbacks),
             run_id: Arc::clone(&scope.run_id),
         };
-        CHUNK_SINK.scope(sink, run).await
+        Either::Left(CHUNK_SINK.scope(sink, run))
     } else {
-        run.await
+        Either::Right(run)
     };
-    let out = out.inspect_err(|e| end_failed_step(program, frame, scope, stage.name(), ip, e))?;
-    match (out, start) {
-        (Output::Context(next), _) => Ok(next),
-        (Output::Route(decision), Some(start)) => {
-            let (chosen, next) = decision.apply(start);
-            frame.route = Some(chosen);
-            Ok(next)
+    run.map(move |out| {
+        let out =
+            out.inspect_err(|e| end_failed_step(program, frame, scope, stage.name(), ip, e))?;
+        match (out, start) {
+            (Output::Context(next), _) => Ok(next),
+            (Output::Route(decision), Some(start)) => {
+                let (chosen, next) = decision.apply(start);
+                frame.route = Some(chosen);
+                Ok(next)
+            }
+            (Output::Route(_), None) => Err(Error::Internal {
+                message: format!(
+                    "stage `{}` returned a `Route` but its `StageMeta` does not declare it a router",
+                    stage.name()
+                ),
+            }),
         }
-        (Output::Route(_), None) => Err(Error::Internal {
-            message: format!(
-                "stage `{}` returned a `Route` but its `StageMeta` does not declare it a router",
-                stage.name()
-            ),
-        }),
-    }
+    })
 }
 
 /// `FORK`: runs the branches of a parallel block from forks of `ctx` and
