@@ -56,8 +56,9 @@ pub(crate) struct Durable<'a> {
     pub(crate) tail: Arc<std::sync::Mutex<Tail>>,
     /// When checkpoints are written (rule 24).
     pub(crate) mode: Durability,
-    /// `Async` runs: the background writer of their checkpoints.
-    pub(crate) writer: Option<Writer>,
+    /// `Async` runs: the background writer of their checkpoints (boxed:
+    /// this struct is part of every durable run's future, rule 24).
+    pub(crate) writer: Option<Box<Writer>>,
     /// Set when the run's first checkpoint was written with its lease
     /// ([`Ownership::begin`]), and how long that took: the first
     /// `CHECKPOINT` then only reports it.
@@ -608,59 +609,69 @@ async fn failed(
 /// program or the frame's `END_BRANCH`. `top` is the checkpoint hook of the
 /// top-level frame; branch frames have none (a parallel block is covered by
 /// its own checkpoint), and the compiler puts no `CHECKPOINT` in them.
-async fn exec(
-    program: &Arc<Program>,
+///
+/// A plain `fn` returning an `async move` block, not an `async fn`: an
+/// `async fn` keeps its arguments twice in its state (as passed, and bound
+/// again in its body), and this state is part of every run's while a stage
+/// runs (rule 24).
+#[allow(clippy::manual_async_fn)] // on purpose: see above
+fn exec<'a>(
+    program: &'a Arc<Program>,
     mut ip: usize,
     mut ctx: Context,
     mut scope: Scope,
-    mut top: Option<&mut Top<'_>>,
-) -> std::result::Result<Context, Halt> {
-    let mut frame = Frame::default();
-    while let Some(instr) = program.instrs.get(ip) {
-        ip = match instr {
-            Instr::Checkpoint { step } => {
-                if let Some(top) = top.as_deref_mut() {
-                    top.checkpoint(program, ip, step, &ctx, &mut scope)
-                        .await
-                        .map_err(Halt::Store)?;
-                }
-                ip + 1
-            }
-            Instr::Emit { event, stage, call } => {
-                emit_step(program, &mut frame, &scope, *event, *stage, *call);
-                ip + 1
-            }
-            Instr::Validate { stage, output } => {
-                validate(program, &mut frame, &scope, ip, *stage, *output, &ctx)?;
-                ip + 1
-            }
-            Instr::Call { stage } => {
-                ctx = call(program, &mut frame, &scope, ip, *stage, ctx).await?;
-                ip + 1
-            }
-            Instr::Fork {
-                branches,
-                names,
-                join,
-                detached,
-            } => {
-                // a block of a durable run records its branches (rule 19)
-                ctx = match top.as_deref_mut() {
-                    Some(top) if !*detached && top.durable.is_some() && top.last.is_some() => {
-                        top.fork_recorded(program, &scope, branches, names, ctx)
-                            .await?
+    mut top: Option<&'a mut Top<'_>>,
+) -> impl Future<Output = std::result::Result<Context, Halt>> + Send + 'a {
+    async move {
+        let mut frame = Frame::default();
+        while let Some(instr) = program.instrs.get(ip) {
+            ip = match instr {
+                Instr::Checkpoint { step } => {
+                    if let Some(top) = top.as_deref_mut() {
+                        top.checkpoint(program, ip, step, &ctx, &mut scope)
+                            .await
+                            .map_err(Halt::Store)?;
                     }
-                    _ => fork(program, &scope, branches, names, *detached, ctx).await?,
-                };
-                join + 1
-            }
-            Instr::EndBranch => return Ok(ctx),
-            Instr::Join => ip + 1,
-            Instr::Route { router, routes } => route(program, &mut frame, &scope, *router, routes)?,
-            Instr::Jump { to } => *to,
-        };
+                    ip + 1
+                }
+                Instr::Emit { event, stage, call } => {
+                    emit_step(program, &mut frame, &scope, *event, *stage, *call);
+                    ip + 1
+                }
+                Instr::Validate { stage, output } => {
+                    validate(program, &mut frame, &scope, ip, *stage, *output, &ctx)?;
+                    ip + 1
+                }
+                Instr::Call { stage } => {
+                    ctx = call(program, &mut frame, &scope, ip, *stage, ctx).await?;
+                    ip + 1
+                }
+                Instr::Fork {
+                    branches,
+                    names,
+                    join,
+                    detached,
+                } => {
+                    // a block of a durable run records its branches (rule 19)
+                    ctx = match top.as_deref_mut() {
+                        Some(top) if !*detached && top.durable.is_some() && top.last.is_some() => {
+                            top.fork_recorded(program, &scope, branches, names, ctx)
+                                .await?
+                        }
+                        _ => fork(program, &scope, branches, names, *detached, ctx).await?,
+                    };
+                    join + 1
+                }
+                Instr::EndBranch => return Ok(ctx),
+                Instr::Join => ip + 1,
+                Instr::Route { router, routes } => {
+                    route(program, &mut frame, &scope, *router, routes)?
+                }
+                Instr::Jump { to } => *to,
+            };
+        }
+        Ok(ctx)
     }
-    Ok(ctx)
 }
 
 /// A branch of a parallel block: a frame of its own, boxed (a branch may
@@ -777,23 +788,21 @@ fn validate(
 /// middleware, and returns the next context (a router's patch applied, its
 /// route kept for the `ROUTE` after it).
 ///
-/// Built from combinators, not as an `async fn`: its future is part of a
-/// parked run's (rule 24), and an `async fn` would keep the context it
-/// hands to the stage once per level it passes through.
-fn call<'a>(
-    program: &'a Arc<Program>,
-    frame: &'a mut Frame,
-    scope: &'a Scope,
+/// Its future is part of a parked run's (rule 24): the context goes
+/// straight into the stage's call (no `async` block holding it beside
+/// that call), and is never borrowed here, so that its slot is free while
+/// the stage runs.
+async fn call(
+    program: &Arc<Program>,
+    frame: &mut Frame,
+    scope: &Scope,
     ip: usize,
     index: usize,
     ctx: Context,
-) -> impl Future<Output = Result<Context>> + Send + 'a {
-    use futures::FutureExt as _;
+) -> Result<Context> {
     use futures::future::Either;
     let stage = &program.stages[index];
-    // A router returns a decision, not a context: keep the context it
-    // started from (an O(1) clone) to apply the patch to.
-    let start = stage.meta().router.then(|| ctx.clone());
+    let (ctx, start) = router_start(stage, ctx);
     let info = StageInfo {
         run_id: Arc::clone(&scope.run_id),
         stage: stage.name(),
@@ -812,33 +821,38 @@ fn call<'a>(
         None => Either::Right(stage.call(ctx)),
     };
     let run = STAGE_INFO.scope(info, run).instrument(span);
-    let run = if stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty() {
+    let out = if stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty() {
         let sink = ChunkSink {
             callbacks: Arc::clone(&program.callbacks),
             run_id: Arc::clone(&scope.run_id),
         };
-        Either::Left(CHUNK_SINK.scope(sink, run))
+        CHUNK_SINK.scope(sink, run).await
     } else {
-        Either::Right(run)
+        run.await
     };
-    run.map(move |out| {
-        let out =
-            out.inspect_err(|e| end_failed_step(program, frame, scope, stage.name(), ip, e))?;
-        match (out, start) {
-            (Output::Context(next), _) => Ok(next),
-            (Output::Route(decision), Some(start)) => {
-                let (chosen, next) = decision.apply(start);
-                frame.route = Some(chosen);
-                Ok(next)
-            }
-            (Output::Route(_), None) => Err(Error::Internal {
-                message: format!(
-                    "stage `{}` returned a `Route` but its `StageMeta` does not declare it a router",
-                    stage.name()
-                ),
-            }),
+    let out = out.inspect_err(|e| end_failed_step(program, frame, scope, stage.name(), ip, e))?;
+    match (out, start) {
+        (Output::Context(next), _) => Ok(next),
+        (Output::Route(decision), Some(start)) => {
+            let (chosen, next) = decision.apply(start);
+            frame.route = Some(chosen);
+            Ok(next)
         }
-    })
+        (Output::Route(_), None) => Err(Error::Internal {
+            message: format!(
+                "stage `{}` returned a `Route` but its `StageMeta` does not declare it a router",
+                stage.name()
+            ),
+        }),
+    }
+}
+
+/// `ctx`, and for a router the context it started from (an O(1) clone), to
+/// apply its decision's patch to: a router returns a decision, not a
+/// context. (A function of its own so that [`call`] never borrows `ctx`.)
+fn router_start(stage: &crate::stage::Stage, ctx: Context) -> (Context, Option<Context>) {
+    let start = stage.meta().router.then(|| ctx.clone());
+    (ctx, start)
 }
 
 /// `FORK`: runs the branches of a parallel block from forks of `ctx` and

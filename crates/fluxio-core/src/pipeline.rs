@@ -1795,14 +1795,14 @@ impl Pipeline {
         let writer = (mode == Durability::Async).then(|| {
             let lease = owner.lease();
             let handle = crate::store::Lease::new(lease.run_id(), lease.token());
-            Writer::new(
+            Box::new(Writer::new(
                 Arc::clone(store),
                 handle,
                 Arc::clone(&tail),
                 &self.inner.version,
                 self.inner.async_flush,
                 owner.keep(),
-            )
+            ))
         });
         Durable {
             store: store.as_ref(),

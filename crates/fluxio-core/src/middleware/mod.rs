@@ -112,31 +112,19 @@ impl<'a> Next<'a> {
     /// the stage) becomes [`Error::StagePanic`] naming the stage, like a
     /// panicking stage, so the run writes its failure checkpoint and releases
     /// its lease instead of unwinding into the caller.
-    ///
-    /// Combinators, not an `async fn`: the interpreter holds this for as
-    /// long as the stage runs (rule 24's parked runs), and an `async fn`
-    /// would keep `ctx` beside the chain's future it was moved into.
-    pub(crate) fn run_caught(
-        self,
-        ctx: Context,
-    ) -> impl std::future::Future<Output = Result<Output>> + Send + 'a {
+    pub(crate) async fn run_caught(self, ctx: Context) -> Result<Output> {
         use futures::FutureExt as _;
-        let stage = self.stage;
-        // built at the first poll, inside `catch_unwind`: a middleware that
-        // panics while making its future is caught too
-        let chain = futures::future::lazy(move |_| self.run(ctx)).flatten();
-        std::panic::AssertUnwindSafe(chain)
-            .catch_unwind()
-            .map(move |caught| match caught {
-                Ok(result) => result,
-                Err(panic) => Err(Error::StagePanic {
-                    stage: stage.name().to_owned(),
-                    message: format!(
-                        "a middleware panicked: {}",
-                        crate::stage::panic_message(&*panic)
-                    ),
-                }),
-            })
+        let chain = std::panic::AssertUnwindSafe(async move { self.run(ctx).await });
+        match chain.catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => Err(Error::StagePanic {
+                stage: self.stage.name().to_owned(),
+                message: format!(
+                    "a middleware panicked: {}",
+                    crate::stage::panic_message(&*panic)
+                ),
+            }),
+        }
     }
 
     /// The stage at the end of the chain.
