@@ -56,8 +56,9 @@ pub(crate) struct Durable<'a> {
     pub(crate) tail: Arc<std::sync::Mutex<Tail>>,
     /// When checkpoints are written (rule 24).
     pub(crate) mode: Durability,
-    /// `Async` runs: the background writer of their checkpoints.
-    pub(crate) writer: Option<Writer>,
+    /// `Async` runs: the background writer of their checkpoints (boxed:
+    /// this struct is part of every durable run's future, rule 24).
+    pub(crate) writer: Option<Box<Writer>>,
     /// Set when the run's first checkpoint was written with its lease
     /// ([`Ownership::begin`]), and how long that took: the first
     /// `CHECKPOINT` then only reports it.
@@ -321,9 +322,14 @@ impl Top<'_> {
             _ => Vec::new(),
         };
         if let Some(d) = self.durable {
-            let mut cp = d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
-            cp.branches.clone_from(&self.records);
-            Box::pin(save(program, d, cp, Write::Step)).await?;
+            // the checkpoint goes into the boxed save at once: a local
+            // would stay in this future (a parked run's) beside it
+            let saving = {
+                let mut cp = d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
+                cp.branches.clone_from(&self.records);
+                Box::pin(save(program, d, cp, Write::Step))
+            };
+            saving.await?;
         }
         self.last = Some(Last {
             ip,
@@ -349,7 +355,10 @@ impl Top<'_> {
         ctx: Context,
     ) -> std::result::Result<Context, Halt> {
         let (Some(d), Some(last)) = (self.durable, self.last.as_ref()) else {
-            return Ok(fork(program, scope, branches, names, false, ctx).await?);
+            // [`exec`] calls this only for a durable run past a checkpoint
+            return Err(Halt::Failed(Error::Internal {
+                message: "a parallel block's records outside a durable run's checkpoint".to_owned(),
+            }));
         };
         emit_branches(program, scope, names);
         let records = tokio::sync::Mutex::new(std::mem::take(&mut self.records));
@@ -446,7 +455,21 @@ pub(crate) async fn run(
             c.on_pipeline_start(run_id, &program.version)
         });
     }
-    let result = run_checkpointed(program, run_id, ip, ctx, durable).await;
+    // the frame and its end in this one future: a future per level keeps
+    // its own copy of the arguments (the context) while the run waits
+    let mut top = Top {
+        durable,
+        last: None,
+        records: Vec::new(),
+    };
+    let scope = Scope {
+        run_id: Arc::from(run_id),
+        attempt: 1,
+    };
+    let done = exec(program, ip, ctx, scope, Some(&mut top)).await;
+    // one await for the end, so that nothing it holds (the last
+    // checkpoint, the error) is kept beside the frame while a stage runs
+    let result = end(program, durable, top, done).await;
     crate::metrics::run_ended(pipeline, &result);
     if !cbs.is_empty() {
         if let Err(e) = &result {
@@ -522,23 +545,16 @@ async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint, write: Wri
     Ok(())
 }
 
-async fn run_checkpointed(
-    program: &Arc<Program>,
-    run_id: &str,
-    ip: usize,
-    ctx: Context,
+/// The end of a top-level frame that returned `done`: a durable run
+/// writes its completed checkpoint, or its failure checkpoint pointing at
+/// the last checkpoint `top` passed.
+async fn end(
+    program: &Program,
     durable: Option<&Durable<'_>>,
+    top: Top<'_>,
+    done: std::result::Result<Context, Halt>,
 ) -> Result<Context> {
-    let mut top = Top {
-        durable,
-        last: None,
-        records: Vec::new(),
-    };
-    let scope = Scope {
-        run_id: Arc::from(run_id),
-        attempt: 1,
-    };
-    match exec(program, ip, ctx, scope, Some(&mut top)).await {
+    match done {
         Ok(done) => {
             if let Some(d) = durable {
                 let end = program.instrs.len();
@@ -549,91 +565,113 @@ async fn run_checkpointed(
             Ok(done)
         }
         Err(Halt::Store(e)) => Err(e),
-        Err(Halt::Failed(e)) => {
-            if let (Some(d), Some(last)) = (durable, top.last) {
-                let mut cp = d.checkpoint(
-                    last.ip,
-                    &last.step,
-                    &last.ctx,
-                    RunStatus::Failed,
-                    Some(e.message_with_causes()),
-                    last.attempt,
-                );
-                // finished branches stay finished after a failure too
-                cp.branches = top.records;
-                match Box::pin(save(program, d, cp, Write::Last { delete: false })).await {
-                    Ok(()) => {}
-                    // the run was cancelled while the stage ran: that is
-                    // how it ends, whatever the stage did
-                    Err(cancelled @ Error::Cancelled { .. }) => return Err(cancelled),
-                    Err(store_err) => tracing::error!(
-                        run_id = d.key,
-                        error = %store_err.message_with_causes(),
-                        "could not save the failure checkpoint; the previous checkpoint stays in place"
-                    ),
-                }
-            }
-            Err(e)
+        // boxed: the failure's checkpoint is large, and this future is
+        // part of every run's while its stages run (rule 24)
+        Err(Halt::Failed(e)) => Box::pin(failed(program, durable, top, e)).await,
+    }
+}
+
+/// The end of a top-level frame that failed with `e`: a durable run past a
+/// checkpoint writes its failure checkpoint there.
+async fn failed(
+    program: &Program,
+    durable: Option<&Durable<'_>>,
+    top: Top<'_>,
+    e: Error,
+) -> Result<Context> {
+    if let (Some(d), Some(last)) = (durable, top.last) {
+        let mut cp = d.checkpoint(
+            last.ip,
+            &last.step,
+            &last.ctx,
+            RunStatus::Failed,
+            Some(e.message_with_causes()),
+            last.attempt,
+        );
+        // finished branches stay finished after a failure too
+        cp.branches = top.records;
+        match Box::pin(save(program, d, cp, Write::Last { delete: false })).await {
+            Ok(()) => {}
+            // the run was cancelled while the stage ran: that is
+            // how it ends, whatever the stage did
+            Err(cancelled @ Error::Cancelled { .. }) => return Err(cancelled),
+            Err(store_err) => tracing::error!(
+                run_id = d.key,
+                error = %store_err.message_with_causes(),
+                "could not save the failure checkpoint; the previous checkpoint stays in place"
+            ),
         }
     }
+    Err(e)
 }
 
 /// The one interpreter loop: runs a frame from `ip` until the end of the
 /// program or the frame's `END_BRANCH`. `top` is the checkpoint hook of the
 /// top-level frame; branch frames have none (a parallel block is covered by
 /// its own checkpoint), and the compiler puts no `CHECKPOINT` in them.
-async fn exec(
-    program: &Arc<Program>,
+///
+/// A plain `fn` returning an `async move` block, not an `async fn`: an
+/// `async fn` keeps its arguments twice in its state (as passed, and bound
+/// again in its body), and this state is part of every run's while a stage
+/// runs (rule 24).
+#[allow(clippy::manual_async_fn)] // on purpose: see above
+fn exec<'a>(
+    program: &'a Arc<Program>,
     mut ip: usize,
     mut ctx: Context,
     mut scope: Scope,
-    mut top: Option<&mut Top<'_>>,
-) -> std::result::Result<Context, Halt> {
-    let mut frame = Frame::default();
-    while let Some(instr) = program.instrs.get(ip) {
-        ip = match instr {
-            Instr::Checkpoint { step } => {
-                if let Some(top) = top.as_deref_mut() {
-                    top.checkpoint(program, ip, step, &ctx, &mut scope)
-                        .await
-                        .map_err(Halt::Store)?;
-                }
-                ip + 1
-            }
-            Instr::Emit { event, stage, call } => {
-                emit_step(program, &mut frame, &scope, *event, *stage, *call);
-                ip + 1
-            }
-            Instr::Validate { stage, output } => {
-                validate(program, &mut frame, &scope, ip, *stage, *output, &ctx)?;
-                ip + 1
-            }
-            Instr::Call { stage } => {
-                ctx = call(program, &mut frame, &scope, ip, *stage, ctx).await?;
-                ip + 1
-            }
-            Instr::Fork {
-                branches,
-                names,
-                join,
-                detached,
-            } => {
-                ctx = match top.as_deref_mut() {
-                    Some(top) if !*detached => {
-                        top.fork_recorded(program, &scope, branches, names, ctx)
-                            .await?
+    mut top: Option<&'a mut Top<'_>>,
+) -> impl Future<Output = std::result::Result<Context, Halt>> + Send + 'a {
+    async move {
+        let mut frame = Frame::default();
+        while let Some(instr) = program.instrs.get(ip) {
+            ip = match instr {
+                Instr::Checkpoint { step } => {
+                    if let Some(top) = top.as_deref_mut() {
+                        top.checkpoint(program, ip, step, &ctx, &mut scope)
+                            .await
+                            .map_err(Halt::Store)?;
                     }
-                    _ => fork(program, &scope, branches, names, *detached, ctx).await?,
-                };
-                join + 1
-            }
-            Instr::EndBranch => return Ok(ctx),
-            Instr::Join => ip + 1,
-            Instr::Route { router, routes } => route(program, &mut frame, &scope, *router, routes)?,
-            Instr::Jump { to } => *to,
-        };
+                    ip + 1
+                }
+                Instr::Emit { event, stage, call } => {
+                    emit_step(program, &mut frame, &scope, *event, *stage, *call);
+                    ip + 1
+                }
+                Instr::Validate { stage, output } => {
+                    validate(program, &mut frame, &scope, ip, *stage, *output, &ctx)?;
+                    ip + 1
+                }
+                Instr::Call { stage } => {
+                    ctx = call(program, &mut frame, &scope, ip, *stage, ctx).await?;
+                    ip + 1
+                }
+                Instr::Fork {
+                    branches,
+                    names,
+                    join,
+                    detached,
+                } => {
+                    // a block of a durable run records its branches (rule 19)
+                    ctx = match top.as_deref_mut() {
+                        Some(top) if !*detached && top.durable.is_some() && top.last.is_some() => {
+                            top.fork_recorded(program, &scope, branches, names, ctx)
+                                .await?
+                        }
+                        _ => fork(program, &scope, branches, names, *detached, ctx).await?,
+                    };
+                    join + 1
+                }
+                Instr::EndBranch => return Ok(ctx),
+                Instr::Join => ip + 1,
+                Instr::Route { router, routes } => {
+                    route(program, &mut frame, &scope, *router, routes)?
+                }
+                Instr::Jump { to } => *to,
+            };
+        }
+        Ok(ctx)
     }
-    Ok(ctx)
 }
 
 /// A branch of a parallel block: a frame of its own, boxed (a branch may
@@ -749,6 +787,11 @@ fn validate(
 /// `CALL`: runs the stage inside its span and `StageInfo`, through its
 /// middleware, and returns the next context (a router's patch applied, its
 /// route kept for the `ROUTE` after it).
+///
+/// Its future is part of a parked run's (rule 24): the context goes
+/// straight into the stage's call (no `async` block holding it beside
+/// that call), and is never borrowed here, so that its slot is free while
+/// the stage runs.
 async fn call(
     program: &Arc<Program>,
     frame: &mut Frame,
@@ -757,10 +800,9 @@ async fn call(
     index: usize,
     ctx: Context,
 ) -> Result<Context> {
+    use futures::future::Either;
     let stage = &program.stages[index];
-    // A router returns a decision, not a context: keep the context it
-    // started from (an O(1) clone) to apply the patch to.
-    let start = stage.meta().router.then(|| ctx.clone());
+    let (ctx, start) = router_start(stage, ctx);
     let info = StageInfo {
         run_id: Arc::clone(&scope.run_id),
         stage: stage.name(),
@@ -774,12 +816,9 @@ async fn call(
         ip,
         attempt = scope.attempt
     );
-    let chain = program.middleware.get(index).filter(|c| !c.is_empty());
-    let run = async {
-        match chain {
-            Some(chain) => Next::new(stage, chain).run_caught(ctx).await,
-            None => stage.call(ctx).await,
-        }
+    let run = match program.middleware.get(index).filter(|c| !c.is_empty()) {
+        Some(chain) => Either::Left(Next::new(stage, chain).run_caught(ctx)),
+        None => Either::Right(stage.call(ctx)),
     };
     let run = STAGE_INFO.scope(info, run).instrument(span);
     let out = if stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty() {
@@ -806,6 +845,14 @@ async fn call(
             ),
         }),
     }
+}
+
+/// `ctx`, and for a router the context it started from (an O(1) clone), to
+/// apply its decision's patch to: a router returns a decision, not a
+/// context. (A function of its own so that [`call`] never borrows `ctx`.)
+fn router_start(stage: &crate::stage::Stage, ctx: Context) -> (Context, Option<Context>) {
+    let start = stage.meta().router.then(|| ctx.clone());
+    (ctx, start)
 }
 
 /// `FORK`: runs the branches of a parallel block from forks of `ctx` and

@@ -78,7 +78,12 @@ pub mod __private {
         T: StageOutput,
         E: 'static,
     {
-        Box::pin(async move { fut.await.map(StageOutput::into_output).map_err(err) })
+        // a combinator, not an `async` block: the block would keep `fut`
+        // twice (captured, and moved into its `.await`), and a parked
+        // stage holds its box for as long as it waits (rule 24)
+        Box::pin(futures::FutureExt::map(fut, move |out| {
+            out.map(StageOutput::into_output).map_err(err)
+        }))
     }
 
     /// Runs a blocking stage's body on tokio's blocking pool; `err` converts

@@ -563,29 +563,56 @@ impl Pipeline {
             };
             // rule 24: `Exit` writes no first checkpoint, so it only takes
             // the lease, and clears what is stored (a cancel mark too)
-            let begun = if self.inner.durability == Durability::Exit {
-                Fresh::Stored(self.own(store, &key).await?)
-            } else {
-                self.begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
-                    .await?
-            };
-            match begun {
+            if self.inner.durability == Durability::Exit {
+                return Box::pin(self.invoke_owned(store, run_id, &key, input)).await;
+            }
+            match self
+                .begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
+                .await?
+            {
                 Fresh::Ran(result) => result,
-                // `Replace` always begins; `Exit`, or a program with no
-                // stage, took the lease only: the stored run goes now
+                // `Replace` always begins; a program with no stage took
+                // the lease only
                 Fresh::Stored(owner) => {
-                    let result = async {
-                        store.delete_fenced(&key, owner.lease()).await?;
-                        self.run_fresh(store, &owner, run_id, &key, input).await
-                    }
-                    .await;
-                    owner.release().await;
-                    result
+                    Box::pin(self.run_owned(store, owner, run_id, &key, input)).await
                 }
             }
         }
         .instrument(span)
         .await
+    }
+
+    /// `invoke` of an `Exit` pipeline: the lease only, then the run (boxed
+    /// by the caller: not the common case, and large).
+    async fn invoke_owned(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        run_id: &str,
+        key: &str,
+        input: Context,
+    ) -> Result<Context> {
+        let owner = self.own(store, key).await?;
+        self.run_owned(store, owner, run_id, key, input).await
+    }
+
+    /// `invoke` holding the run's lease with nothing written yet: the
+    /// stored run goes, then the run runs from its first stage, and the
+    /// lease is given back.
+    async fn run_owned(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: Ownership,
+        run_id: &str,
+        key: &str,
+        input: Context,
+    ) -> Result<Context> {
+        let result = async {
+            store.delete_fenced(key, owner.lease()).await?;
+            self.run_fresh(store, &owner, run_id, key, input).await
+        }
+        .await;
+        owner.release().await;
+        result
     }
 
     /// Starts the run `run_id` on `input`, or, when the run was started
@@ -723,6 +750,37 @@ impl Pipeline {
         input: &Snapshot,
         begin: Begin,
     ) -> Result<Fresh> {
+        // the first write in an `async fn` of its own: its checkpoint and
+        // journal are gone before the run starts, instead of staying in
+        // this future's state for as long as the run goes on (rule 24)
+        let (owner, (tail, created, took)) =
+            match self.write_first(store, (run_id, key), input, begin).await? {
+                (owner, Some(first)) => (owner, first),
+                (owner, None) => return Ok(Fresh::Stored(owner)),
+            };
+        let durable = self.durable(store, &owner, (run_id, key), created, None, tail);
+        *durable
+            .prewritten
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(took);
+        let result = self.run_at(&owner, &durable, 0, input).await;
+        drop(durable);
+        owner.release().await;
+        Ok(Fresh::Ran(result))
+    }
+
+    /// [`begin`](Self::begin)'s first write: the lease, and the first
+    /// checkpoint with it. Returns the lease, and, when the checkpoint was
+    /// written, the run's journal after it, its creation time and how long
+    /// the write took; `None` when it was not (a run is stored and `begin`
+    /// is [`Begin::IfAbsent`], or the program has no stage).
+    async fn write_first(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        (run_id, key): (&str, &str),
+        input: &Snapshot,
+        begin: Begin,
+    ) -> Result<(Ownership, Option<(Tail, u64, Duration)>)> {
         let created = now_ms();
         let mut tail = Tail::fresh(self.inner.history_depth);
         let meta = [
@@ -740,26 +798,16 @@ impl Pipeline {
         );
         let (ttl, leases) = (self.inner.lease_ttl, &self.inner.leases);
         let Some(first) = first else {
-            return Ok(Fresh::Stored(
-                Ownership::acquire(store, key, ttl, leases).await?,
-            ));
+            return Ok((Ownership::acquire(store, key, ttl, leases).await?, None));
         };
         let (seq, context) = (first.seq, first.context.clone());
         let started = Instant::now();
         let (owner, begun) = Box::pin(Ownership::begin(store, first, ttl, leases, begin)).await?;
         if !begun {
-            return Ok(Fresh::Stored(owner));
+            return Ok((owner, None));
         }
         tail.advance(seq, context, true, 0, &self.inner.version);
-        let durable = self.durable(store, &owner, (run_id, key), created, None, tail);
-        *durable
-            .prewritten
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(started.elapsed());
-        let result = self.run_at(&owner, &durable, 0, input).await;
-        drop(durable);
-        owner.release().await;
-        Ok(Fresh::Ran(result))
+        Ok((owner, Some((tail, created, started.elapsed()))))
     }
 
     /// Runs the pipeline from its first stage on `input`, under `owner`'s
@@ -1747,14 +1795,14 @@ impl Pipeline {
         let writer = (mode == Durability::Async).then(|| {
             let lease = owner.lease();
             let handle = crate::store::Lease::new(lease.run_id(), lease.token());
-            Writer::new(
+            Box::new(Writer::new(
                 Arc::clone(store),
                 handle,
                 Arc::clone(&tail),
                 &self.inner.version,
                 self.inner.async_flush,
                 owner.keep(),
-            )
+            ))
         });
         Durable {
             store: store.as_ref(),

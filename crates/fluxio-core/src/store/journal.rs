@@ -129,6 +129,9 @@ pub fn missing_predecessor(key: &str, seq: u32) -> Error {
     }
 }
 
+/// Up to this many checkpoints, [`append`] grows a journal by one.
+const SHORT_JOURNAL: usize = 4;
+
 /// Appends `next` to `journal` (a run's checkpoints, oldest first): the
 /// checkpoints numbered `next.seq` or later are replaced (a write that was
 /// sent again, or a fresh run under the same key), the ones before the
@@ -152,6 +155,12 @@ pub fn append(journal: &mut Vec<Checkpoint>, mut next: Checkpoint) -> Result<()>
         journal.retain(|e| e.seq >= cut);
     }
     next.earlier.clear();
+    // A short journal grows one checkpoint at a time: a `Vec`'s first
+    // growth makes room for four, and a run waiting in its second stage
+    // would hold twice the checkpoints it has (rule 24's parked runs).
+    if journal.len() == journal.capacity() && journal.len() < SHORT_JOURNAL {
+        journal.reserve_exact(1);
+    }
     journal.push(next);
     // The oldest checkpoint kept holds its whole context in memory: it is
     // the journal's base, whatever it was written as.
