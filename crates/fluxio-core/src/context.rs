@@ -23,7 +23,7 @@ use map::Map;
 /// and [`remove`](Context::remove) return a new context and leave the old one
 /// as it was. It is a persistent map: a clone, a [`fork`](Context::fork) or
 /// a [`snapshot`](Context::snapshot) shares the whole structure and costs
-/// O(1). Up to 32 keys it is one flat array, and an update writes a new
+/// O(1). Up to 64 keys it is one flat array, and an update writes a new
 /// one (short keys and small values are held in place, so that is a copy
 /// of a few words each); past that it is a B-tree ([`imbl::OrdMap`]), and
 /// an update copies only the O(log n) path to the changed key.

@@ -17,7 +17,7 @@ use imbl::ordmap::DiffItem;
 use super::key::{Key, Probe};
 
 /// A map of up to this many keys is a flat array.
-const FLAT_MAX: usize = 32;
+const FLAT_MAX: usize = 64;
 
 /// A persistent map from [`Key`] to `V`, in key order.
 #[derive(Clone)]
