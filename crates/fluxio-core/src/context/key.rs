@@ -54,10 +54,16 @@ impl Key {
     /// Compares this key with `probe` (the order of their bytes).
     #[inline]
     pub(crate) fn cmp_probe(&self, probe: &Probe<'_>) -> Ordering {
-        // most keys differ in their first eight bytes
-        self.head()
-            .cmp(&probe.head)
-            .then_with(|| self.as_bytes().cmp(probe.bytes))
+        // most keys differ in their first eight bytes; two keys of at
+        // most eight bytes with the same head differ only in length
+        self.head().cmp(&probe.head).then_with(|| {
+            let (mine, theirs) = (self.as_bytes(), probe.bytes);
+            if mine.len() <= 8 && theirs.len() <= 8 {
+                mine.len().cmp(&theirs.len())
+            } else {
+                mine.cmp(theirs)
+            }
+        })
     }
 
     /// The first eight bytes, zero-padded, big-endian: they compare as
