@@ -260,6 +260,9 @@ async fn run(
             }
         }
         commit_group(&pool, &mut batches, &mut waiting).await;
+        // let the runs just answered make their next writes before the
+        // next group is taken, so that they share its commit
+        tokio::task::yield_now().await;
     }
 }
 
