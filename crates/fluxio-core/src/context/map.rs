@@ -325,34 +325,15 @@ mod tests {
                 map.insert(Key::new(&key), value);
                 model.insert(key.clone(), value);
             }
-            let got: Vec<(String, u64)> = map
-                .iter()
-                .map(|(k, v)| (k.as_str().to_owned(), *v))
-                .collect();
-            let want: Vec<(String, u64)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
-            assert_eq!(got, want, "step {step}");
+            assert_eq!(listed(&map), model_listed(&model), "step {step}");
             assert_eq!(map.len(), model.len());
             assert_eq!(map.get(key.as_bytes()), model.get(&key));
             let (written, removed) = map.changes_since(&before);
             let (w, r) = (model.get(&key), before.get(key.as_bytes()));
             let expect_written = w.is_some() && w != r;
             let expect_removed = w.is_none() && r.is_some();
-            assert_eq!(
-                written,
-                if expect_written {
-                    vec![key.clone()]
-                } else {
-                    vec![]
-                }
-            );
-            assert_eq!(
-                removed,
-                if expect_removed {
-                    vec![key.clone()]
-                } else {
-                    vec![]
-                }
-            );
+            assert_eq!(written, Vec::from_iter(expect_written.then(|| key.clone())));
+            assert_eq!(removed, Vec::from_iter(expect_removed.then(|| key.clone())));
             let rebuilt: Map<u64> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
             assert!(rebuilt == map, "the same entries are equal in either shape");
             if step % 97 == 0 {
@@ -360,12 +341,21 @@ mod tests {
             }
         }
         for (old, model) in &versions {
-            let got: Vec<(String, u64)> = old
-                .iter()
-                .map(|(k, v)| (k.as_str().to_owned(), *v))
-                .collect();
-            let want: Vec<(String, u64)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
-            assert_eq!(got, want, "an earlier version is unchanged");
+            assert_eq!(
+                listed(old),
+                model_listed(model),
+                "an earlier version is unchanged"
+            );
         }
+    }
+
+    fn listed(map: &Map<u64>) -> Vec<(String, u64)> {
+        map.iter()
+            .map(|(k, v)| (k.as_str().to_owned(), *v))
+            .collect()
+    }
+
+    fn model_listed(model: &BTreeMap<String, u64>) -> Vec<(String, u64)> {
+        model.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 }
