@@ -485,7 +485,7 @@ impl CheckpointStore for SqliteStore {
     /// row checked (`LeaseLost`), and the checkpoint appended to the
     /// journal: only its [`entry_bytes`](Checkpoint::entry_bytes), the keys
     /// that changed. The decision and the append are one command to the
-    /// driver's thread (see [`journal::fenced_append`]): each hand-over to
+    /// driver's thread (see `journal::fenced_append`): each hand-over to
     /// that thread costs two thread switches, more than the statements.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let key = checkpoint.key();
@@ -546,7 +546,7 @@ impl CheckpointStore for SqliteStore {
     /// A run's first checkpoint is whole: then the lease is one command to
     /// the driver's thread, the look for a stored run another
     /// ([`Begin::IfAbsent`]), and the delete and the append one more
-    /// ([`journal::first_append`]); nothing can refuse once the lease is
+    /// (`journal::first_append`); nothing can refuse once the lease is
     /// taken, so no savepoint is needed. A delta (a predecessor to find)
     /// takes `fluxio-sql`'s way, in a savepoint of its own.
     async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
