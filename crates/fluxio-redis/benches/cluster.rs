@@ -13,13 +13,14 @@
 //!   pipelines, every pipeline (the cluster merges its 16 buckets), and
 //!   `*_one_pipeline`: the 20 runs of one pipeline (one bucket).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
 use fluxio::store::{CheckpointStore, RunFilter};
 use fluxio::{Context, StageResult, pipeline, stage};
 use fluxio_core::store::conformance;
 use fluxio_redis::RedisStore;
+use fluxio_test_support::bench::{context_1kb, timed};
 
 #[stage]
 async fn noop(ctx: Context) -> StageResult {
@@ -27,28 +28,6 @@ async fn noop(ctx: Context) -> StageResult {
 }
 
 const TTL: Duration = Duration::from_secs(120);
-
-fn context_1kb() -> Context {
-    (0..10).fold(Context::new(), |c, i| {
-        c.set(format!("key-{i}"), "x".repeat(90))
-            .expect("a string serializes")
-    })
-}
-
-/// Runs `f` `iters` times on `rt`, timing the loop only.
-fn timed<F, Fut>(rt: &tokio::runtime::Runtime, iters: u64, mut f: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    rt.block_on(async {
-        let start = Instant::now();
-        for _ in 0..iters {
-            f().await;
-        }
-        start.elapsed()
-    })
-}
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -34,6 +34,7 @@ use fluxio::Context;
 use fluxio::store::{CheckpointStore, RunFilter, RunState};
 use fluxio_core::store::conformance;
 use fluxio_redis::RedisStore;
+use fluxio_test_support::bench::timed;
 
 const RUNS: usize = 100_000;
 const FAILED_EVERY: usize = 2_000;
@@ -72,21 +73,6 @@ fn setup(rt: &tokio::runtime::Runtime, store: &RedisStore) -> Duration {
         }
     });
     start.elapsed()
-}
-
-/// Runs `f` `iters` times on `rt`, timing the loop only.
-fn timed<F, Fut>(rt: &tokio::runtime::Runtime, iters: u64, mut f: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    rt.block_on(async {
-        let start = Instant::now();
-        for _ in 0..iters {
-            f().await;
-        }
-        start.elapsed()
-    })
 }
 
 async fn list(store: &RedisStore, filter: &RunFilter, expect: usize) {

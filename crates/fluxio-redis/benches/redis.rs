@@ -37,6 +37,7 @@ use fluxio::store::{Change, Checkpoint, CheckpointStore, Lease};
 use fluxio::{Context, Pipeline, StageResult, pipeline, stage};
 use fluxio_core::store::conformance;
 use fluxio_redis::RedisStore;
+use fluxio_test_support::bench::{context_1kb, timed};
 
 #[stage]
 async fn noop(ctx: Context) -> StageResult {
@@ -46,32 +47,10 @@ async fn noop(ctx: Context) -> StageResult {
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
 const TTL: Duration = Duration::from_secs(120);
 
-fn context_1kb() -> Context {
-    (0..10).fold(Context::new(), |c, i| {
-        c.set(format!("key-{i}"), "x".repeat(90))
-            .expect("a string serializes")
-    })
-}
-
 fn checkpoint(run_id: &str) -> Checkpoint {
     let mut cp = conformance::checkpoint(run_id, 3);
     cp.context = context_1kb().snapshot();
     cp
-}
-
-/// Runs `f` `iters` times on `rt`, timing the loop only.
-fn timed<F, Fut>(rt: &tokio::runtime::Runtime, iters: u64, mut f: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    rt.block_on(async {
-        let start = Instant::now();
-        for _ in 0..iters {
-            f().await;
-        }
-        start.elapsed()
-    })
 }
 
 fn per_checkpoint(

@@ -26,6 +26,7 @@ use criterion::Criterion;
 use fluxio::store::{Begin, Change, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage};
 use fluxio::{Context, Durability, Pipeline, StageResult, pipeline, stage};
 use fluxio_redis::RedisStore;
+use fluxio_test_support::bench::timed;
 
 const TTL: Duration = Duration::from_secs(120);
 
@@ -119,21 +120,6 @@ async fn one_run(store: &dyn CheckpointStore, journal: &[Checkpoint]) {
         .finish_run(journal[10].clone(), begun.lease, false)
         .await
         .expect("finishes");
-}
-
-/// Runs `f` `iters` times on `rt`, timing the loop only.
-fn timed<F, Fut>(rt: &tokio::runtime::Runtime, iters: u64, mut f: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    rt.block_on(async {
-        let start = Instant::now();
-        for _ in 0..iters {
-            f().await;
-        }
-        start.elapsed()
-    })
 }
 
 fn pipeline_on(store: impl CheckpointStore) -> Pipeline {

@@ -23,6 +23,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_main};
 use fluxio::Context;
 use fluxio::store::Checkpoint;
+use fluxio_test_support::bench::keys;
 
 const MIB: usize = 1024 * 1024;
 
@@ -72,20 +73,6 @@ fn set(c: &mut Criterion) {
         bench.iter(|| black_box(twelve.set("key-05", black_box(7u64)).expect("set")));
     });
     g.finish();
-}
-
-/// A context of `n` keys `key-NN`, values alternating small strings,
-/// small byte vectors and integers.
-fn keys(n: u64) -> Context {
-    (0..n).fold(Context::new(), |c, i| {
-        let key = format!("key-{i:02}");
-        match i % 3 {
-            0 => c.set(key, i),
-            1 => c.set(key, format!("value nr {i:03}")),
-            _ => c.set(key, vec![i as u8; 12]),
-        }
-        .expect("serializable")
-    })
 }
 
 fn small(c: &mut Criterion) {

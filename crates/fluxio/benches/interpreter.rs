@@ -27,6 +27,7 @@ use criterion::{Criterion, criterion_main};
 use fluxio::middleware::{Middleware, Next};
 use fluxio::stage::Output;
 use fluxio::{Context, Durability, InMemoryStore, Stage, StageResult, pipeline, stage};
+use fluxio_test_support::bench::keys;
 
 #[stage]
 async fn noop(ctx: Context) -> StageResult {
@@ -41,19 +42,6 @@ async fn set_string(ctx: Context) -> StageResult {
 #[stage]
 async fn set_bytes(ctx: Context) -> StageResult {
     Ok(ctx.set("out", [7u8; 12].to_vec())?)
-}
-
-/// Twelve keys: small strings, byte vectors and integers.
-fn twelve_keys() -> Context {
-    (0..12u64).fold(Context::new(), |c, i| {
-        let key = format!("key-{i:02}");
-        match i % 3 {
-            0 => c.set(key, i),
-            1 => c.set(key, format!("value nr {i:03}")),
-            _ => c.set(key, vec![i as u8; 12]),
-        }
-        .expect("serializable")
-    })
 }
 
 /// A middleware that only calls the rest of the chain.
@@ -107,7 +95,7 @@ fn per_stage(c: &mut Criterion) {
             })
         });
     });
-    let twelve = twelve_keys();
+    let twelve = keys(12);
     let strings = pipeline![
         set_string, set_string, set_string, set_string, set_string, set_string, set_string,
         set_string, set_string, set_string
@@ -236,7 +224,7 @@ fn durable(c: &mut Criterion) {
     }
     // the realistic stage: ten stages each setting one key on twelve, in
     // each durability mode (rule 24); per durable stage is the time / 10
-    let twelve = twelve_keys();
+    let twelve = keys(12);
     for mode in [Durability::Sync, Durability::Async, Durability::Exit] {
         let p = pipeline![
             set_string, set_string, set_string, set_string, set_string, set_string, set_string,
