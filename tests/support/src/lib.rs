@@ -7,7 +7,7 @@
 //! - [`sqlite`]: a raw connection to a store's file, as another program has.
 //! - [`TempDir`]: a scratch directory removed when dropped.
 //! - [`journal`]: a crashed run with a 1 MB context, for the journal benches.
-//! - [`bench`]: the benches' timed loop and the contexts they measure.
+//! - [`bench`](mod@bench): the benches' timed loop and the contexts they measure.
 //! - [`child`]: runs one test of the current test binary in a child process.
 //! - [`namespace`] (a key prefix or schema no other test uses) and
 //!   [`checkpoint`] (the checkpoint tests write): the conformance suite's own,
