@@ -14,19 +14,23 @@ use crate::value::{EncodedValue, Value, encode_entry};
 mod key;
 mod map;
 
-use key::Key;
+use key::{Key, Probe};
 use map::Map;
 
 /// The state a pipeline passes from stage to stage.
 ///
-/// A `Context` never changes: [`set`](Context::set), [`update`](Context::update)
-/// and [`remove`](Context::remove) return a new context and leave the old one
-/// as it was. It is a persistent map: a clone, a [`fork`](Context::fork) or
-/// a [`snapshot`](Context::snapshot) shares the whole structure and costs
-/// O(1). Up to 64 keys it is one flat array, and an update writes a new
-/// one (short keys and small values are held in place, so that is a copy
-/// of a few words each); past that it is a B-tree ([`imbl::OrdMap`]), and
-/// an update copies only the O(log n) path to the changed key.
+/// [`set`](Context::set), [`update`](Context::update) and
+/// [`remove`](Context::remove) take the context by value and return it
+/// changed. It is a persistent map, copy on write: a clone, a
+/// [`fork`](Context::fork) or a [`snapshot`](Context::snapshot) shares the
+/// whole structure, costs O(1), and never changes afterwards, whatever is
+/// done to the context it was taken from. To keep a context as it is, set
+/// on a clone of it. A context that shares nothing is changed in place, so
+/// a stage that sets a few keys copies the context at most once. Up to 64
+/// keys it is one flat array (short keys and small values are held in
+/// place, so a copy is a few words each); past that it is a B-tree
+/// ([`imbl::OrdMap`]), and an update copies only the O(log n) path to the
+/// changed key.
 ///
 /// Values are any serde type. Each is stored as its encoding (the
 /// [wire format](crate::value#wire-format) a checkpoint holds, byte for
@@ -45,7 +49,7 @@ use map::Map;
 ///
 /// # fn main() -> fluxio_core::Result<()> {
 /// let a = ctx! { "user_id" => 42u64, "name" => "Ada" }?;
-/// let b = a.set("score", 0.5)?;
+/// let b = a.clone().set("score", 0.5)?;    // `a` is kept: set on a clone
 /// assert_eq!(a.get::<u64>("user_id")?, 42);
 /// assert!(!a.contains_key("score"));          // `a` is unchanged
 /// assert_eq!(b.get::<f64>("score")?, 0.5);
@@ -69,7 +73,8 @@ impl Context {
         Self::default()
     }
 
-    /// A new context with `key` set to `value`.
+    /// This context with `key` set to `value` (in place, unless a clone
+    /// shares it: see [`Context`]).
     ///
     /// The value is written straight into its encoding (no [`Value`] is
     /// built), and must fit in a checkpoint, on every store alike (see
@@ -95,47 +100,45 @@ impl Context {
     /// [`Error::ValueTooDeep`] when it nests deeper than `MAX_DEPTH`;
     /// [`Error::ValueTooLarge`] when it is too large for a checkpoint (see
     /// [`to_context_value`](crate::value::to_context_value) for its `size`).
-    /// All name `key`.
-    pub fn set<T: Serialize>(&self, key: impl AsRef<str>, value: T) -> Result<Context> {
+    /// All name `key`. The context is dropped with the error (it was moved
+    /// in): set on a clone to keep it.
+    pub fn set<T: Serialize>(self, key: impl AsRef<str>, value: T) -> Result<Context> {
         let key = key.as_ref();
         let encoded = encode_entry(key, &value)?;
         Ok(self.insert(key, encoded))
     }
 
-    /// A new context with `key` set to an already converted [`Value`].
+    /// This context with `key` set to an already converted [`Value`].
     ///
     /// Unlike [`set`](Context::set), this does not check the value against
     /// [the limits](crate::value#limits) (use
     /// [`check_context_value`](crate::value::check_context_value) for that);
     /// a value past them is refused when a checkpoint holding it is saved.
     #[must_use]
-    pub fn set_value(&self, key: impl Into<String>, value: Value) -> Context {
+    pub fn set_value(self, key: impl Into<String>, value: Value) -> Context {
         self.set_encoded(key.into(), EncodedValue::from_value(&value))
     }
 
-    /// A new context with `key` set to an encoded value.
-    pub(crate) fn set_encoded(&self, key: String, value: EncodedValue) -> Context {
+    /// This context with `key` set to an encoded value.
+    pub(crate) fn set_encoded(self, key: String, value: EncodedValue) -> Context {
         self.insert(&key, value)
     }
 
-    /// A new context with `key` set to `value`. A key already present
-    /// (or already written) is shared, not allocated again; a key already
-    /// in the written set is not inserted again.
-    fn insert(&self, key: &str, value: EncodedValue) -> Context {
-        let mut next = self.clone();
-        let held = next.data.upsert(
-            key.as_bytes(),
-            || {
-                self.written
-                    .get_key_value(key.as_bytes())
-                    .map_or_else(|| Key::new(key), |(k, ())| k.clone())
-            },
-            value,
-        );
-        if !self.written.contains_key(key.as_bytes()) {
-            next.written.insert(held, ());
+    /// This context with `key` set to `value`, changed in place where no
+    /// clone shares it. A key already present (or already written) is
+    /// shared, not allocated again; a key already in the written set is not
+    /// inserted again.
+    fn insert(mut self, key: &str, value: EncodedValue) -> Context {
+        let probe = Probe::new(key.as_bytes());
+        let was_written = self.written.get_probed(&probe).map(|(k, ())| k);
+        let new_key = || was_written.map_or_else(|| Key::new(key), Key::clone);
+        let fresh = was_written.is_none();
+        self.data.upsert(&probe, new_key, value);
+        if fresh {
+            let held = self.shared_key(key);
+            self.written.insert(held, ());
         }
-        next
+        self
     }
 
     /// `key` as a [`Key`]: the one this context already holds in its data
@@ -153,19 +156,19 @@ impl Context {
         self.data.get(key.as_bytes())
     }
 
-    /// A new context without `key` (a no-op when it is absent, but still
+    /// This context without `key` (a no-op when it is absent, but still
     /// recorded as written, so a merge removes it too).
     #[must_use]
-    pub fn remove(&self, key: &str) -> Context {
-        let mut next = self.clone();
-        if !next.written.contains_key(key.as_bytes()) {
-            next.written.insert(self.shared_key(key), ());
+    pub fn remove(mut self, key: &str) -> Context {
+        if !self.written.contains_key(key.as_bytes()) {
+            let held = self.shared_key(key);
+            self.written.insert(held, ());
         }
-        next.data.remove(key.as_bytes());
-        next
+        self.data.remove(key.as_bytes());
+        self
     }
 
-    /// A new context where `key` holds `f(current)`; `current` is `None` when
+    /// This context where `key` holds `f(current)`; `current` is `None` when
     /// the key is absent.
     ///
     /// # Errors
@@ -173,7 +176,7 @@ impl Context {
     /// [`Error::Serialize`], [`Error::ValueTooDeep`] or
     /// [`Error::ValueTooLarge`] when the new value cannot be stored (as
     /// [`set`](Context::set)).
-    pub fn update<T, F>(&self, key: &str, f: F) -> Result<Context>
+    pub fn update<T, F>(self, key: &str, f: F) -> Result<Context>
     where
         T: Serialize + DeserializeOwned,
         F: FnOnce(Option<T>) -> T,
@@ -370,9 +373,9 @@ impl Context {
 
     /// The same data with an empty written set and no branch name.
     #[must_use]
-    pub fn clear_written(&self) -> Context {
+    pub fn clear_written(self) -> Context {
         Context {
-            data: self.data.clone(),
+            data: self.data,
             written: Map::new(),
             branch: None,
         }
@@ -655,15 +658,15 @@ mod tests {
         model.written.insert(k.clone());
         if next(seed) % 5 == 0 {
             model.data.remove(&k);
-            ctx.remove(&k)
+            ctx.clone().remove(&k)
         } else {
             let v = value(seed);
             model.data.insert(k.clone(), v.clone());
             // both key forms `set` takes
             let set = if next(seed) % 2 == 0 {
-                ctx.set(&k, &v)
+                ctx.clone().set(&k, &v)
             } else {
-                ctx.set(k.clone(), &v)
+                ctx.clone().set(k.clone(), &v)
             };
             set.expect("a small value is accepted")
         }
@@ -787,8 +790,8 @@ mod tests {
         // version's data and written set
         let long = "a key longer than twenty-three bytes";
         let a = Context::new().set(long, "value").expect("set");
-        let b = a.set(long, "other").expect("set");
-        let c = b.remove(long);
+        let b = a.clone().set(long, "other").expect("set");
+        let c = b.clone().remove(long);
         let at = |k: &Key| k.as_str().as_ptr();
         let (ka, _) = a.data.get_key_value(long.as_bytes()).expect("present");
         let (kb, _) = b.data.get_key_value(long.as_bytes()).expect("present");
@@ -799,13 +802,19 @@ mod tests {
             at(c.written.get_key_value(long.as_bytes()).expect("written").0)
         );
         let a = Context::new().set("key", "value").expect("set");
-        let b = a.set("key", "other").expect("set");
+        let b = a.clone().set("key", "other").expect("set");
         // a clone and a snapshot share a large value itself
-        let big = a.set("big", "v".repeat(100)).expect("set");
+        let big = a.clone().set("big", "v".repeat(100)).expect("set");
         let (va, vs) = (big.encoded("big"), big.snapshot().encoded("big").cloned());
         assert!(va.zip(vs.as_ref()).is_some_and(|(x, y)| x.ptr_eq(y)));
         assert_eq!(a.get::<String>("key").ok().as_deref(), Some("value"));
         assert_eq!(b.get::<String>("key").ok().as_deref(), Some("other"));
-        assert!(!b.remove("key").contains_key("key") && b.remove("key").was_written("key"));
+        let removed = b.clone().remove("key");
+        assert!(!removed.contains_key("key") && removed.was_written("key"));
+        assert_eq!(
+            b.get::<String>("key").ok().as_deref(),
+            Some("other"),
+            "a clone is kept"
+        );
     }
 }

@@ -391,7 +391,7 @@ mod tests {
     #[test]
     fn rule20_history_tells_completed_failed_interrupted_and_retried_steps() {
         let c0 = Context::new().set("n", 0).expect("set");
-        let c1 = c0.set("a", 1).expect("set").remove("n");
+        let c1 = c0.clone().set("a", 1).expect("set").remove("n");
         let journal = [
             cp(0, 1, "a", 1, RunStatus::Running, &c0),
             cp(1, 3, "b", 1, RunStatus::Running, &c1),

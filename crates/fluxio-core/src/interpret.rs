@@ -293,7 +293,8 @@ struct Last {
 /// What the top-level frame adds to a branch frame: its checkpoints.
 struct Top<'a> {
     durable: Option<&'a Durable<'a>>,
-    /// The last checkpoint passed, where a failure checkpoint points.
+    /// The last checkpoint a durable run passed, where a failure checkpoint
+    /// points (`None` in a plain run).
     last: Option<Last>,
     /// The finished branches of the parallel block at `last` (rule 19),
     /// which every checkpoint written there carries.
@@ -330,13 +331,15 @@ impl Top<'_> {
                 Box::pin(save(program, d, cp, Write::Step))
             };
             saving.await?;
+            // only a durable run points a failure at it: a plain run
+            // keeps no clone, so its stages change the context in place
+            self.last = Some(Last {
+                ip,
+                step: Arc::clone(step),
+                ctx: ctx.clone(),
+                attempt: scope.attempt,
+            });
         }
-        self.last = Some(Last {
-            ip,
-            step: Arc::clone(step),
-            ctx: ctx.clone(),
-            attempt: scope.attempt,
-        });
         Ok(())
     }
 

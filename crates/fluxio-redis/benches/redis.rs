@@ -175,7 +175,7 @@ fn journal_1mb(run_id: &str) -> (Checkpoint, Context, Context) {
         .expect("serializes");
     let mut base = conformance::checkpoint(run_id, 0);
     base.context = c0.snapshot();
-    let c1 = c0.set("stage", 1u32).expect("serializes");
+    let c1 = c0.clone().set("stage", 1u32).expect("serializes");
     (base, c0, c1)
 }
 
@@ -282,7 +282,10 @@ fn journal(
             .expect("whole");
         let mut ctx = c0.clone();
         for stage in 1..=5u32 {
-            let after = ctx.set(format!("stage-{stage}"), stage).expect("set");
+            let after = ctx
+                .clone()
+                .set(format!("stage-{stage}"), stage)
+                .expect("set");
             store
                 .save_fenced(delta(&base, &ctx, &after, stage), &lease)
                 .await

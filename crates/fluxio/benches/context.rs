@@ -8,17 +8,21 @@
 //!   `Vec<u8>` (no `serde_bytes`).
 //! - `set/vec_f32_256k` and `get/vec_f32_256k`: 256 Ki `f32`s (1 MiB).
 //! - `set/twelve_keys_one`: one small key set on a context of twelve.
-//! - `small/{set,set_new,get}_{string,vec_u8}_{1,12,60}`: overwriting one
-//!   existing key with a small value (a 12-byte string, a 12-byte
-//!   `Vec<u8>`), adding a new key, and reading a small value, on contexts
-//!   of 1, 12 and 60 keys; `small/get_u64_{1,12,60}` reads a `u64`, which
-//!   allocates nothing. `small/clone_{1,12,60}` is the baseline of the
-//!   group: the O(1) clone every `set` starts from.
+//! - `small/{set,get}_{string,vec_u8}_{1,12,60}`: overwriting one existing
+//!   key with a small value (a 12-byte string, a 12-byte `Vec<u8>`) on a
+//!   context the bench owns (as a stage owns its input: changed in place),
+//!   and reading a small value, on contexts of 1, 12 and 60 keys;
+//!   `small/set_shared_string_*` and `small/set_new_string_*` set on a
+//!   clone (a context shared, as with a checkpoint's snapshot: the set
+//!   copies it) an existing and a new key; `small/get_u64_{1,12,60}`
+//!   reads a `u64`, which allocates nothing. `small/clone_{1,12,60}` is
+//!   the baseline of the group: an O(1) clone and its drop.
 //! - `snapshot/{12,60,10k}`: taking a snapshot (O(1): all three close).
 //! - `checkpoint/to_bytes_1mb` and `checkpoint/from_bytes_1mb`: a checkpoint
 //!   whose context holds 1 MiB (a `Vec<u8>`, a string and small keys).
 
 use std::hint::black_box;
+use std::mem::take;
 
 use criterion::{Criterion, criterion_main};
 use fluxio::Context;
@@ -60,17 +64,21 @@ fn set(c: &mut Criterion) {
     let empty = Context::new();
     let (b, t, f) = (bytes(), text(), floats());
     g.bench_function("string_1mb", |bench| {
-        bench.iter(|| black_box(empty.set("v", black_box(&t)).expect("set")));
+        bench.iter(|| black_box(empty.clone().set("v", black_box(&t)).expect("set")));
     });
     g.bench_function("vec_u8_1mb", |bench| {
-        bench.iter(|| black_box(empty.set("v", black_box(&b)).expect("set")));
+        bench.iter(|| black_box(empty.clone().set("v", black_box(&b)).expect("set")));
     });
     g.bench_function("vec_f32_256k", |bench| {
-        bench.iter(|| black_box(empty.set("v", black_box(&f)).expect("set")));
+        bench.iter(|| black_box(empty.clone().set("v", black_box(&f)).expect("set")));
     });
-    let twelve = twelve_keys();
+    let mut twelve = twelve_keys();
     g.bench_function("twelve_keys_one", |bench| {
-        bench.iter(|| black_box(twelve.set("key-05", black_box(7u64)).expect("set")));
+        bench.iter(|| {
+            twelve = take(&mut twelve)
+                .set("key-05", black_box(7u64))
+                .expect("set");
+        });
     });
     g.finish();
 }
@@ -88,14 +96,22 @@ fn small(c: &mut Criterion) {
         g.bench_function(format!("clone_{n}"), |b| {
             b.iter(|| black_box(black_box(&ctx).clone()));
         });
+        // a context the code owns, as a stage owns its input: changed in
+        // place (the first set copies it from `ctx`, the rest do not)
+        let mut owned = ctx.clone();
         g.bench_function(format!("set_string_{n}"), |b| {
-            b.iter(|| black_box(ctx.set("target", black_box(&s)).expect("set")));
+            b.iter(|| owned = take(&mut owned).set("target", black_box(&s)).expect("set"));
         });
         g.bench_function(format!("set_vec_u8_{n}"), |b| {
-            b.iter(|| black_box(ctx.set("target", black_box(&v)).expect("set")));
+            b.iter(|| owned = take(&mut owned).set("target", black_box(&v)).expect("set"));
+        });
+        // a context shared with a clone (or a checkpoint's snapshot): the
+        // set copies it, and the clone stays as it was
+        g.bench_function(format!("set_shared_string_{n}"), |b| {
+            b.iter(|| black_box(ctx.clone().set("target", black_box(&s)).expect("set")));
         });
         g.bench_function(format!("set_new_string_{n}"), |b| {
-            b.iter(|| black_box(ctx.set("new-key", black_box(&s)).expect("set")));
+            b.iter(|| black_box(ctx.clone().set("new-key", black_box(&s)).expect("set")));
         });
         g.bench_function(format!("get_string_{n}"), |b| {
             b.iter(|| black_box(ctx.get::<String>(black_box("target")).expect("get")));

@@ -204,9 +204,10 @@ fn permissive_reads_return_none() {
 }
 
 #[test]
-fn set_and_update_return_new_contexts_and_track_written_keys() {
+fn set_and_update_change_a_clone_not_the_original_and_track_written_keys() {
     let base = ctx! { "n" => 1 }.expect("ok").clear_written();
     let next = base
+        .clone()
         .update::<i32, _>("n", |n| n.unwrap_or(0) + 1)
         .expect("ok")
         .set("m", "x")
@@ -216,7 +217,7 @@ fn set_and_update_return_new_contexts_and_track_written_keys() {
     assert_eq!(base.written().count(), 0);
     assert_eq!(next.written().collect::<Vec<_>>(), ["m", "n"]);
     assert!(matches!(
-        next.update::<i32, _>("m", |_| 0),
+        next.clone().update::<i32, _>("m", |_| 0),
         Err(Error::WrongType { .. })
     ));
     let removed = next.remove("m");
@@ -265,7 +266,7 @@ fn merge_conflict_names_every_conflicting_key_and_branch() {
 fn snapshot_is_the_same_data_and_survives_later_writes() {
     let ctx = ctx! { "a" => 1 }.expect("ok");
     let snap = ctx.snapshot();
-    let later = ctx.set("a", 2).expect("ok");
+    let later = ctx.clone().set("a", 2).expect("ok");
     assert_eq!(snap.get("a").as_deref(), Some(&Value::from(1i32)));
     assert_eq!(later.get::<i32>("a").expect("ok"), 2);
     assert_eq!(snap.to_context(), ctx);

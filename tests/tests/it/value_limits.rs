@@ -70,10 +70,11 @@ impl CheckpointStore for ByteStore {
 #[test]
 fn a_value_nested_past_max_depth_is_refused_at_set_naming_the_key() {
     let ctx = Context::new();
-    assert_too_deep(ctx.set("deep", nested(MAX_DEPTH + 1)), "deep");
+    assert_too_deep(ctx.clone().set("deep", nested(MAX_DEPTH + 1)), "deep");
     assert_too_deep(ctx! { "ok" => 1, "deep" => nested(MAX_DEPTH + 1) }, "deep");
     assert_too_deep(
-        ctx.update::<Value, _>("deep", |_| nested(MAX_DEPTH + 1)),
+        ctx.clone()
+            .update::<Value, _>("deep", |_| nested(MAX_DEPTH + 1)),
         "deep",
     );
 

@@ -69,7 +69,7 @@ impl Key {
     /// The first eight bytes, zero-padded, big-endian: they compare as
     /// the keys do, up to a tie.
     #[inline]
-    fn head(&self) -> u64 {
+    pub(crate) fn head(&self) -> u64 {
         match self {
             Key::Held(Held(held)) => {
                 let mut w = [0u8; 8];
@@ -114,19 +114,41 @@ impl<'a> Probe<'a> {
             head: head(bytes),
         }
     }
+
+    /// The first eight bytes of the key looked up (see [`Key::head`]).
+    #[inline]
+    pub(crate) fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// The key looked up.
+    #[inline]
+    pub(crate) fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
 }
 
 /// The first eight bytes of `bytes`, zero-padded, big-endian.
 #[inline]
 fn head(bytes: &[u8]) -> u64 {
-    match bytes.first_chunk::<8>() {
-        Some(first) => u64::from_be_bytes(*first),
-        // shifted in, not copied: a copy to memory read back as a word
-        // would stall the load
-        None => bytes
-            .iter()
-            .zip((0..8u32).rev())
-            .fold(0, |w, (&b, at)| w | u64::from(b) << (8 * at)),
+    if let Some(first) = bytes.first_chunk::<8>() {
+        return u64::from_be_bytes(*first);
+    }
+    // shorter: two loads that overlap, shifted in place (a byte loop, or a
+    // copy to memory read back as a word, costs several times as much)
+    let n = bytes.len();
+    let at = |i: usize| u64::from(bytes[i]);
+    match n {
+        4..=7 => {
+            let word = |i: usize| {
+                let mut w = [0u8; 4];
+                w.copy_from_slice(&bytes[i..i + 4]);
+                u64::from(u32::from_be_bytes(w))
+            };
+            word(0) << 32 | word(n - 4) << (8 * (8 - n))
+        }
+        1..=3 => at(0) << 56 | at(n / 2) << (56 - 8 * (n / 2)) | at(n - 1) << (56 - 8 * (n - 1)),
+        _ => 0,
     }
 }
 
@@ -173,6 +195,8 @@ mod tests {
             .flat_map(|n| {
                 [
                     "k".repeat(n),
+                    // distinct bytes: a head shifted to the wrong place shows
+                    "abcdefghijklmnopqrstuvwxyz".chars().take(n).collect(),
                     format!("{}\0", "k".repeat(n)),
                     format!("k\0{}", "\0".repeat(n)),
                     "é".repeat(n / 2),
@@ -184,6 +208,10 @@ mod tests {
             let ka = Key::new(a);
             assert_eq!(ka.as_str(), a);
             assert_eq!(ka.is_shared(), a.len() > HELD, "{a}");
+            let mut padded = [0u8; 8];
+            let n = a.len().min(8);
+            padded[..n].copy_from_slice(&a.as_bytes()[..n]);
+            assert_eq!(head(a.as_bytes()), u64::from_be_bytes(padded), "{a:?}");
             for b in &texts {
                 let want = a.as_str().cmp(b.as_str());
                 assert_eq!(ka.cmp(&Key::new(b)), want, "{a} {b}");

@@ -1,14 +1,14 @@
 //! The persistent map under a context: a flat sorted array while small, a
 //! persistent B-tree ([`imbl::OrdMap`]) past that.
 //!
-//! Both are immutable and shared: a clone is O(1). An update of a flat map
-//! writes a new array of exactly its entries in one allocation (a small
-//! context's entries are held in place, so that is a copy of a few words
-//! each); an update of a tree copies the path to the changed key. Small
-//! contexts are the common case, and copying twelve entries into one exact
-//! allocation costs less than copying a B-tree leaf of sixteen slots.
+//! Both are shared copy-on-write: a clone is O(1), and an update changes
+//! the map in place when no clone shares it. Otherwise an update of a flat
+//! map first copies its array (a small context's entries are held in
+//! place, so that is a copy of a few words each), and an update of a tree
+//! copies the path to the changed key. Small contexts are the common case,
+//! and a flat array is cheaper to search, to copy and to change than a
+//! B-tree leaf of sixteen slots.
 
-use std::iter;
 use std::sync::Arc;
 
 use imbl::OrdMap;
@@ -26,9 +26,30 @@ pub(crate) struct Map<V: Clone>(Repr<V>);
 #[derive(Clone)]
 enum Repr<V: Clone> {
     /// Sorted by key, without duplicates; `None` when empty (no
-    /// allocation for an empty map).
-    Flat(Option<Arc<[(Key, V)]>>),
+    /// allocation for an empty map). A `Vec` behind the `Arc`, so that an
+    /// unshared map grows in place.
+    Flat(Option<Arc<Vec<Entry<V>>>>),
     Tree(OrdMap<Key, V>),
+}
+
+/// An entry of a flat map, with its key's first eight bytes as a number
+/// ([`Key::head`]): a lookup finds its place among these numbers, side by
+/// side in memory, and compares keys only among equal ones.
+#[derive(Clone)]
+pub(crate) struct Entry<V> {
+    head: u64,
+    key: Key,
+    value: V,
+}
+
+impl<V> Entry<V> {
+    fn new(key: Key, value: V) -> Self {
+        Entry {
+            head: key.head(),
+            key,
+            value,
+        }
+    }
 }
 
 impl<V: Clone> Default for Map<V> {
@@ -38,14 +59,50 @@ impl<V: Clone> Default for Map<V> {
 }
 
 /// The entries of a flat map.
-fn entries<V: Clone>(flat: &Option<Arc<[(Key, V)]>>) -> &[(Key, V)] {
-    flat.as_deref().unwrap_or(&[])
+fn entries<V: Clone>(flat: &Option<Arc<Vec<Entry<V>>>>) -> &[Entry<V>] {
+    flat.as_deref().map_or(&[], Vec::as_slice)
 }
 
-/// Where `key` is in sorted `entries`, or where it would go.
-fn find<V>(entries: &[(Key, V)], key: &[u8]) -> Result<usize, usize> {
-    let probe = Probe::new(key);
-    entries.binary_search_by(|(k, _)| k.cmp_probe(&probe))
+/// The entries of a flat map to change in place, with room for `extra`
+/// more: its own when no clone shares them, else a copy of them (made with
+/// that room, so an insert right after does not allocate again).
+fn own<V: Clone>(flat: &mut Option<Arc<Vec<Entry<V>>>>, extra: usize) -> &mut Vec<Entry<V>> {
+    let arc = flat.get_or_insert_with(|| Arc::new(Vec::with_capacity(extra)));
+    // plain loads first (no map makes a `Weak`): one atomic exchange, in
+    // `make_mut`, on the path of an unshared map
+    if Arc::strong_count(arc) != 1 || Arc::weak_count(arc) != 0 {
+        let mut copy = Vec::with_capacity(arc.len() + extra);
+        copy.extend_from_slice(arc);
+        *arc = Arc::new(copy);
+    }
+    // unshared now (if a clone were made since the loads, which `&mut`
+    // rules out, `make_mut` would still copy rather than share)
+    Arc::make_mut(arc)
+}
+
+/// Where the key of `probe` is in sorted `entries`, or where it would go.
+fn find<V>(entries: &[Entry<V>], probe: &Probe<'_>) -> Result<usize, usize> {
+    // heads are in key order (a key's first eight bytes, zero-padded)
+    let head = probe.head();
+    let lo = entries.partition_point(|e| e.head < head);
+    let same = |i: usize| entries.get(i).is_some_and(|e| e.head == head);
+    if !same(lo) {
+        return Err(lo);
+    }
+    if !same(lo + 1) {
+        // the one key with this head (the common case)
+        return match entries[lo].key.cmp_probe(probe) {
+            std::cmp::Ordering::Equal => Ok(lo),
+            std::cmp::Ordering::Greater => Err(lo),
+            std::cmp::Ordering::Less => Err(lo + 1),
+        };
+    }
+    // keys that share their first eight bytes
+    let hi = lo + entries[lo..].partition_point(|e| e.head == head);
+    entries[lo..hi]
+        .binary_search_by(|e| e.key.cmp_probe(probe))
+        .map(|i| lo + i)
+        .map_err(|i| lo + i)
 }
 
 impl<V: Clone> Map<V> {
@@ -65,14 +122,20 @@ impl<V: Clone> Map<V> {
     }
 
     pub(crate) fn get_key_value(&self, key: &[u8]) -> Option<(&Key, &V)> {
+        self.get_probed(&Probe::new(key))
+    }
+
+    /// [`get_key_value`](Map::get_key_value) of a key made a probe once
+    /// for several lookups.
+    pub(crate) fn get_probed(&self, probe: &Probe<'_>) -> Option<(&Key, &V)> {
         match &self.0 {
             Repr::Flat(flat) => {
                 let entries = entries(flat);
-                find(entries, key)
+                find(entries, probe)
                     .ok()
-                    .map(|i| (&entries[i].0, &entries[i].1))
+                    .map(|i| (&entries[i].key, &entries[i].value))
             }
-            Repr::Tree(tree) => tree.get_key_value(key),
+            Repr::Tree(tree) => tree.get_key_value(probe.bytes()),
         }
     }
 
@@ -84,58 +147,38 @@ impl<V: Clone> Map<V> {
         self.get_key_value(key).is_some()
     }
 
-    /// Sets `key` to `value` (a new array, or a copied path).
+    /// Sets `key` to `value`.
     pub(crate) fn insert(&mut self, key: Key, value: V) {
         let bytes = key.clone();
-        self.upsert(bytes.as_bytes(), || key, value);
+        self.upsert(&Probe::new(bytes.as_bytes()), || key, value);
     }
 
-    /// Sets `key` to `value` and returns the key as the map holds it: the
-    /// one it held already, else `new_key()`.
-    pub(crate) fn upsert(&mut self, key: &[u8], new_key: impl FnOnce() -> Key, value: V) -> Key {
+    /// Sets `key` to `value`, with the key `new_key()` when it is new.
+    ///
+    /// Copy on write: a map that shares its entries with a clone copies
+    /// them first (once: the copy is its own), and one that does not is
+    /// changed in place, so a run of updates to an unshared map copies
+    /// nothing.
+    pub(crate) fn upsert(&mut self, key: &Probe<'_>, new_key: impl FnOnce() -> Key, value: V) {
         match &mut self.0 {
-            Repr::Flat(flat) => {
-                let old = entries(flat);
-                let at = match find(old, key) {
-                    Ok(i) => {
-                        // a copy of every entry in one exact allocation,
-                        // then the one changed in place
-                        let mut next: Arc<[(Key, V)]> = old.iter().cloned().collect();
-                        if let Some(slot) = Arc::get_mut(&mut next).and_then(|e| e.get_mut(i)) {
-                            slot.1 = value;
-                        }
-                        *flat = Some(next);
-                        i
-                    }
-                    Err(i) if old.len() < FLAT_MAX => {
-                        let next: Arc<[(Key, V)]> = old[..i]
-                            .iter()
-                            .cloned()
-                            .chain(iter::once((new_key(), value)))
-                            .chain(old[i..].iter().cloned())
-                            .collect();
-                        *flat = Some(next);
-                        i
-                    }
-                    Err(_) => {
-                        let mut tree: OrdMap<Key, V> = old.iter().cloned().collect();
-                        let new = new_key();
-                        tree.insert(new.clone(), value);
-                        self.0 = Repr::Tree(tree);
-                        return new;
-                    }
-                };
-                entries(flat)[at].0.clone()
-            }
-            Repr::Tree(tree) => match tree.get_key_value_mut(key) {
-                Some((held, slot)) => {
-                    *slot = value;
-                    held.clone()
+            Repr::Flat(flat) => match find(entries(flat), key) {
+                Ok(i) => own(flat, 0)[i].value = value,
+                Err(i) if entries(flat).len() < FLAT_MAX => {
+                    own(flat, 1).insert(i, Entry::new(new_key(), value));
                 }
+                Err(_) => {
+                    let mut tree: OrdMap<Key, V> = entries(flat)
+                        .iter()
+                        .map(|e| (e.key.clone(), e.value.clone()))
+                        .collect();
+                    tree.insert(new_key(), value);
+                    self.0 = Repr::Tree(tree);
+                }
+            },
+            Repr::Tree(tree) => match tree.get_mut(key.bytes()) {
+                Some(slot) => *slot = value,
                 None => {
-                    let new = new_key();
-                    tree.insert(new.clone(), value);
-                    new
+                    tree.insert(new_key(), value);
                 }
             },
         }
@@ -145,15 +188,12 @@ impl<V: Clone> Map<V> {
     pub(crate) fn remove(&mut self, key: &[u8]) {
         match &mut self.0 {
             Repr::Flat(flat) => {
-                let old = entries(flat);
-                if let Ok(i) = find(old, key) {
-                    *flat = (old.len() > 1).then(|| {
-                        old[..i]
-                            .iter()
-                            .cloned()
-                            .chain(old[i + 1..].iter().cloned())
-                            .collect()
-                    });
+                if let Ok(i) = find(entries(flat), &Probe::new(key)) {
+                    if entries(flat).len() == 1 {
+                        *flat = None;
+                    } else {
+                        own(flat, 0).remove(i);
+                    }
                 }
             }
             Repr::Tree(tree) => {
@@ -249,9 +289,11 @@ impl<V: Clone> FromIterator<(Key, V)> for Map<V> {
         } else if tree.is_empty() {
             Map::new()
         } else {
-            Map(Repr::Flat(Some(
-                tree.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            )))
+            Map(Repr::Flat(Some(Arc::new(
+                tree.iter()
+                    .map(|(k, v)| Entry::new(k.clone(), v.clone()))
+                    .collect(),
+            ))))
         }
     }
 }
@@ -267,7 +309,7 @@ impl<'a, V: Clone> IntoIterator for &'a Map<V> {
 
 /// A map's entries in key order.
 pub(crate) enum Iter<'a, V: Clone> {
-    Flat(std::slice::Iter<'a, (Key, V)>),
+    Flat(std::slice::Iter<'a, Entry<V>>),
     Tree(imbl::ordmap::Iter<'a, Key, V, imbl::shared_ptr::DefaultSharedPtr>),
 }
 
@@ -276,7 +318,7 @@ impl<'a, V: Clone> Iterator for Iter<'a, V> {
 
     fn next(&mut self) -> Option<Self::Item> {
         match self {
-            Iter::Flat(entries) => entries.next().map(|(k, v)| (k, v)),
+            Iter::Flat(entries) => entries.next().map(|e| (&e.key, &e.value)),
             Iter::Tree(tree) => tree.next(),
         }
     }
@@ -346,6 +388,62 @@ mod tests {
                 model_listed(model),
                 "an earlier version is unchanged"
             );
+        }
+    }
+
+    /// Where a flat map's entries are (`None` for a tree or an empty map).
+    fn at(map: &Map<u64>) -> Option<*const Entry<u64>> {
+        match &map.0 {
+            Repr::Flat(Some(flat)) => Some(flat.as_ptr()),
+            _ => None,
+        }
+    }
+
+    /// The same walk without a clone each step: an unshared map changes in
+    /// place (its entries stay where they were while they fit), a shared
+    /// one copies itself once, and every clone taken along the way keeps
+    /// the entries it had, in either shape.
+    #[test]
+    fn an_unshared_map_changes_in_place_and_a_clone_never_changes() {
+        let mut map: Map<u64> = Map::new();
+        let mut model: BTreeMap<String, u64> = BTreeMap::new();
+        let mut kept: Vec<(Map<u64>, BTreeMap<String, u64>)> = Vec::new();
+        for step in 0..3000u64 {
+            // flat for 2,000 steps (at most FLAT_MAX keys), then a tree
+            let space = if step < 2000 { FLAT_MAX } else { 2 * FLAT_MAX };
+            let key = format!("k{}", (step * 7919) % space as u64);
+            let (before, room) = (
+                at(&map),
+                match &map.0 {
+                    Repr::Flat(Some(flat)) => flat.capacity() > flat.len(),
+                    _ => false,
+                },
+            );
+            if step % 5 == 0 {
+                map.remove(key.as_bytes());
+                model.remove(&key);
+            } else {
+                map.insert(Key::new(&key), step);
+                model.insert(key, step);
+            }
+            if before.is_some() && at(&map).is_some() && (room || step % 5 == 0) {
+                assert_eq!(at(&map), before, "step {step}: changed in place");
+            }
+            if step % 61 == 0 {
+                let clone = map.clone();
+                let shared = at(&map);
+                kept.push((clone, model.clone()));
+                // the next write copies: the clone's entries stay put
+                map.insert(Key::new("k0"), step);
+                model.insert("k0".to_owned(), step);
+                if shared.is_some() {
+                    assert_ne!(at(&map), shared, "step {step}: a shared map is copied");
+                }
+            }
+            assert_eq!(listed(&map), model_listed(&model), "step {step}");
+        }
+        for (old, model) in &kept {
+            assert_eq!(listed(old), model_listed(model), "a clone is unchanged");
         }
     }
 

@@ -379,7 +379,7 @@ impl Checkpoint {
     /// # fn main() -> fluxio_core::Result<()> {
     /// let big = Context::new().set("blob", vec![7u8; 100_000])?;
     /// let first = Checkpoint::new("r", "v1", 0, "a", big.snapshot()).in_pipeline("p");
-    /// let after = big.set("n", 1)?;
+    /// let after = big.clone().set("n", 1)?;
     /// let mut second = Checkpoint::new("r", "v1", 2, "b", after.snapshot()).in_pipeline("p");
     /// second.seq = 1;
     /// second.change = Change::between(&big.snapshot(), &after.snapshot());
@@ -1504,7 +1504,8 @@ mod tests {
         // Two values that fit alone, but not together (the entries share
         // their bytes: no 1 GiB is allocated twice).
         let half = Context::new().set_value("a", Value::Bytes(vec![1; MAX_PAYLOAD / 2]));
-        let both = half.set_encoded("b".to_owned(), half.encoded("a").cloned().expect("set"));
+        let a = half.encoded("a").cloned().expect("set");
+        let both = half.set_encoded("b".to_owned(), a);
         let cp = Checkpoint::new("r", "v", 0, "s", both.snapshot());
         match cp.to_bytes() {
             Err(Error::CheckpointTooLarge {

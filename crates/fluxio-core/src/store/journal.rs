@@ -33,7 +33,7 @@ pub const COMPACT_EVERY: u32 = 32;
 /// use fluxio_core::Context;
 /// # fn main() -> fluxio_core::Result<()> {
 /// let before = Context::new().set("a", 1)?.set("b", 2)?;
-/// let after = before.set("a", 10)?.remove("b").set("c", 3)?;
+/// let after = before.clone().set("a", 10)?.remove("b").set("c", 3)?;
 /// let change = Change::between(&before.snapshot(), &after.snapshot());
 /// assert_eq!(
 ///     change,

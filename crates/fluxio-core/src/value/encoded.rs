@@ -427,7 +427,7 @@ mod tests {
             let value = arbitrary(&mut seed, 1 + i % 5);
             let key = format!("k{}", i % 97);
             // through serde, as any user value is set
-            let next = ctx.set(key.clone(), &value).expect("accepted");
+            let next = ctx.clone().set(key.clone(), &value).expect("accepted");
             let entry = next.encoded(&key).expect("set");
             let mut c = Cursor::new(entry.bytes());
             assert_eq!(validate(&mut c), Ok(entry.depth()), "{value}");

@@ -85,7 +85,7 @@ async fn rule18_a_row_of_an_earlier_build_is_migrated_and_resumes() {
     // A resume appends a delta after it, then the run is cancelled.
     let lease = store.acquire_lease(OLD_KEY, TTL).await.expect("lease");
     let before = Context::from(old.context.clone());
-    let after = before.set("resumed", true).expect("set");
+    let after = before.clone().set("resumed", true).expect("set");
     let mut next = old.clone();
     next.seq = 1;
     next.attempt += 1;
@@ -167,7 +167,7 @@ async fn rule20_a_load_reads_only_from_the_last_whole_checkpoint() {
     let lease = store.acquire_lease("p/r", TTL).await.expect("lease");
     let mut ctx = Context::new().set("n", 0u32).expect("set");
     for seq in 0..6u32 {
-        let next = ctx.set("n", seq).expect("set");
+        let next = ctx.clone().set("n", seq).expect("set");
         let mut cp = Checkpoint::new("r", "v", seq, "s", next.snapshot()).in_pipeline("p");
         cp.seq = seq;
         if seq != 0 && seq != 4 {

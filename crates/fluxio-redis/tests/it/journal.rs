@@ -79,7 +79,7 @@ async fn rule18_a_run_of_an_earlier_build_loads_resumes_cancels_and_deletes() {
     // the old key is left as it was
     let lease = store.acquire_lease(OLD_KEY, TTL).await.expect("lease");
     let before = Context::from(loaded.context.clone());
-    let after = before.set("resumed", true).expect("set");
+    let after = before.clone().set("resumed", true).expect("set");
     let mut next = loaded.clone();
     next.ip += 1;
     next.context = after.snapshot();
@@ -147,7 +147,7 @@ async fn rule18_a_delta_save_writes_few_bytes() {
     store.save_fenced(base, &lease).await.expect("base");
     let mut ctx = c0;
     for seq in 1..=5u32 {
-        let next = ctx.set("stage", seq).expect("set");
+        let next = ctx.clone().set("stage", seq).expect("set");
         let cp = entry(run, seq, &next, Some(&ctx));
         let bytes = cp.entry_bytes().expect("encode");
         assert!(bytes.len() < 200, "a delta entry is {} bytes", bytes.len());
@@ -196,7 +196,7 @@ async fn rule20_expiry_of_a_completed_run_removes_all_its_keys() {
         .await
         .expect("save");
     for seq in 1..=3u32 {
-        let next = ctx.set("n", seq).expect("set");
+        let next = ctx.clone().set("n", seq).expect("set");
         let mut cp = entry(run, seq, &next, Some(&ctx));
         if seq == 3 {
             cp = cp.completed();
@@ -265,7 +265,7 @@ async fn rule20_a_cancelled_or_failed_run_keeps_all_its_keys_without_expiry() {
             .await
             .expect("save");
         for seq in 1..=3u32 {
-            let next = ctx.set("n", seq).expect("set");
+            let next = ctx.clone().set("n", seq).expect("set");
             let mut cp = entry(run, seq, &next, Some(&ctx));
             if seq == 3 && run == "failed" {
                 cp = cp.failed("boom");

@@ -597,7 +597,7 @@ async fn rule21_a_listing_reads_no_checkpoint() {
         .await
         .expect("save");
     for seq in 1..=5u32 {
-        let next = ctx.set("n", seq).expect("set");
+        let next = ctx.clone().set("n", seq).expect("set");
         let mut cp = entry("j", seq);
         cp.context = next.snapshot();
         cp.change = Change::between(&ctx.snapshot(), &cp.context);

@@ -43,7 +43,7 @@ pub const CACHE_DOMAIN: &[u8] = b"fluxio/cache/v2";
 /// let a = Context::new().set("x", 1)?.set("y", 2)?;
 /// let b = Context::new().set("y", 2)?.set("x", 1)?;
 /// assert_eq!(key(&a)?, key(&b)?);
-/// assert_ne!(key(&a)?, key(&a.set("x", 2)?)?);
+/// assert_ne!(key(&a)?, key(&a.clone().set("x", 2)?)?);
 /// assert_eq!(key(&a)?.stage(), "enrich");
 /// assert_eq!(key(&a)?.to_string().len(), "enrich/".len() + 64);
 /// # Ok(()) }
@@ -176,16 +176,16 @@ mod tests {
         assert_ne!(base, key("a", 0, &Context::new()));
         assert_ne!(
             base,
-            key("a", 0, &ctx.set("x", 1u8).expect("ok")),
+            key("a", 0, &ctx.clone().set("x", 1u8).expect("ok")),
             "same number, other type"
         );
         assert_ne!(
             base,
-            key("a", 0, &ctx.set("x", "1").expect("ok")),
+            key("a", 0, &ctx.clone().set("x", "1").expect("ok")),
             "same digits, other type"
         );
         assert_eq!(base, key("a", 0, &ctx.fork("branch")));
-        assert_eq!(base, key("a", 0, &ctx.clear_written()));
+        assert_eq!(base, key("a", 0, &ctx.clone().clear_written()));
     }
 
     #[test]

@@ -129,7 +129,7 @@ impl Middleware for Cache {
         // is then exactly the stage's own writes.
         let fresh = match ctx.branch() {
             Some(branch) => ctx.fork(branch),
-            None => ctx.clear_written(),
+            None => ctx.clone().clear_written(),
         };
         let entry = match next.run(fresh).await? {
             Output::Context(out) => CacheEntry::stage_writes(out)?,

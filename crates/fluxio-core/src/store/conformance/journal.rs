@@ -25,7 +25,8 @@ fn entry(run: &str, seq: u32, ctx: &Context, before: Option<&Context>) -> Checkp
 }
 
 fn set<T: serde::Serialize>(ctx: &Context, key: &str, value: T) -> Context {
-    ctx.set(key, value)
+    ctx.clone()
+        .set(key, value)
         .unwrap_or_else(|e| panic!("set {key}: {e}"))
 }
 

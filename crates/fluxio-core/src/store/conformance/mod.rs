@@ -637,7 +637,11 @@ pub async fn stale_token_is_fenced<H: Harness>(h: &H) {
         .acquire_lease("r", Duration::from_secs(30))
         .await
         .expect("takeover");
-    let theirs = checkpoint_with("r", 2, &ctx.set("owner", "new").expect("serializes"));
+    let theirs = checkpoint_with(
+        "r",
+        2,
+        &ctx.clone().set("owner", "new").expect("serializes"),
+    );
     owner
         .save_fenced(theirs.clone(), &new)
         .await
