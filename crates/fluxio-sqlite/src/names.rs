@@ -146,10 +146,24 @@ pub(crate) fn quote(ident: &str) -> String {
 /// between).
 pub(crate) const GATE: &str = "temp.fluxio_gate";
 
-/// Creates [`GATE`] on a new writing connection.
-pub(crate) const CREATE_GATE: &str = "CREATE TEMP TABLE IF NOT EXISTS fluxio_gate \
+/// The writing connection's own table (in its `temp` schema) holding the
+/// fenced saves of one [`batch_append`](Sql::batch_append) command, one row
+/// each (`i`: its place in the batch): what it writes, and what its gate
+/// decided. Untyped columns: the values reach the store's tables as they
+/// were bound.
+pub(crate) const BATCH: &str = "temp.fluxio_batch";
+
+/// Creates [`GATE`] and [`BATCH`] on a new writing connection.
+pub(crate) const CREATE_TEMP: &str = "CREATE TEMP TABLE IF NOT EXISTS fluxio_gate \
      (id INTEGER PRIMARY KEY CHECK (id = 1), cancelled INTEGER NOT NULL, \
-     held INTEGER NOT NULL, predecessor INTEGER NOT NULL)";
+     held INTEGER NOT NULL, predecessor INTEGER NOT NULL); \
+     CREATE TEMP TABLE IF NOT EXISTS fluxio_batch \
+     (i INTEGER PRIMARY KEY, run_id, token, seq, whole, payload, version, ip, step, status, \
+     error_message, created_at, expires, attempt, release, cancelled, held, predecessor)";
+
+/// How many parameters one save of a [`batch_append`](Sql::batch_append)
+/// binds (see `journal::batch_arguments`).
+pub(crate) const BATCH_PARAMS: usize = 14;
 
 /// SQLite's clock in milliseconds since the Unix epoch, read once per
 /// statement execution, after the statement has its locks (see "Clock" in
@@ -185,6 +199,8 @@ pub(crate) struct Sql {
     /// [`fenced_append`](Sql::fenced_append) that also gives up the lease
     /// (key, token), refused or not: the end of a run.
     pub(crate) finish_append: String,
+    /// The parts of [`batch_append`](Sql::batch_append).
+    pub(crate) batch: BatchSql,
     /// The append of a run's first checkpoint (a whole one) once its lease
     /// is taken, as one command: the steps numbered `seq` or later
     /// dropped, the step inserted, the run's row upserted (anonymous
@@ -197,6 +213,83 @@ pub(crate) struct Sql {
     pub(crate) renew: String,
     pub(crate) purge_leases: String,
     pub(crate) purge_checkpoints: String,
+}
+
+/// The pieces of [`Sql::batch_append`].
+#[derive(Debug)]
+pub(crate) struct BatchSql {
+    head: String,
+    cancelled: String,
+    held: String,
+    now: &'static str,
+    predecessor: String,
+    tail: String,
+}
+
+impl Sql {
+    /// The fenced appends of `n` checkpoints of `n` distinct runs, as one
+    /// command of seven statements whatever `n` (rather than
+    /// [`fenced_append`](Sql::fenced_append) `n` times, five statements
+    /// each, each a message from the driver's thread): the gate of each
+    /// save decided, in one statement, into a [`BATCH`] row with what it
+    /// writes; then the steps from each allowed save's `seq` on dropped,
+    /// the allowed steps inserted and their runs' rows upserted, one
+    /// statement each, and the leases of the saves that end their run
+    /// given up (allowed or not); then the gates read back, in the saves'
+    /// order.
+    /// Each save binds [`BATCH_PARAMS`] parameters, in the order of
+    /// `journal::batch_arguments`.
+    ///
+    /// The runs must be distinct: each gate is decided before any save of
+    /// the batch writes, which is what deciding them one after the other
+    /// would find only when no save writes what another one reads (a run
+    /// reads and writes only its own rows).
+    pub(crate) fn batch_append(&self, n: usize) -> String {
+        use std::fmt::Write as _;
+        let b = &self.batch;
+        let mut text = b.head.clone();
+        for k in 0..n {
+            let p = k * BATCH_PARAMS;
+            let q = |i: usize| p + i;
+            if k > 0 {
+                text.push_str(", ");
+            }
+            // key ?1, token ?2, seq ?3, whole ?4, payload ?5, then the
+            // run's row: version ?6 .. attempt ?13; release ?14
+            let _ = write!(
+                text,
+                "({k}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, \
+                 {}{}), 0), {}{} AND token = ?{} AND expires_at > {}), \
+                 ?{} OR {}{} AND seq = ?{} - 1))",
+                q(1),
+                q(2),
+                q(3),
+                q(4),
+                q(5),
+                q(6),
+                q(7),
+                q(8),
+                q(9),
+                q(10),
+                q(11),
+                q(12),
+                q(13),
+                q(14),
+                b.cancelled,
+                q(1),
+                b.held,
+                q(1),
+                q(2),
+                b.now,
+                q(4),
+                b.predecessor,
+                q(1),
+                q(3),
+            );
+        }
+        text.push_str(&b.tail);
+        text
+    }
 }
 
 /// The columns of the run's row a save writes; `?1..?9` are bound by
@@ -347,6 +440,41 @@ impl Sql {
                  UPDATE {leases} SET expires_at = NULL WHERE run_id = ? AND token = ?; \
                  {read_gate}"
             ),
+            batch: BatchSql {
+                head: format!(
+                    "DELETE FROM {BATCH}; \
+                     INSERT INTO {BATCH} (i, run_id, token, seq, whole, payload, version, ip, \
+                     step, status, error_message, created_at, expires, attempt, release, \
+                     cancelled, held, predecessor) VALUES "
+                ),
+                // `{k}` the save's place, `{p}` the number of its first
+                // parameter less one
+                cancelled: format!(
+                    "coalesce((SELECT status = '{CANCELLED}' FROM {cp} WHERE run_id = ?"
+                ),
+                held: format!("EXISTS (SELECT 1 FROM {leases} WHERE run_id = ?"),
+                now: NOW,
+                predecessor: format!("EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?"),
+                tail: {
+                    let ok = "NOT b.cancelled AND b.held AND b.predecessor";
+                    format!(
+                        "; DELETE FROM {steps} WHERE rowid IN (SELECT s.rowid \
+                         FROM {BATCH} AS b JOIN {steps} AS s \
+                         ON s.run_id = b.run_id AND s.seq >= b.seq WHERE {ok}); \
+                         INSERT INTO {steps} (run_id, seq, whole, payload) \
+                         SELECT b.run_id, b.seq, b.whole, b.payload FROM {BATCH} AS b \
+                         WHERE {ok} ORDER BY b.i; \
+                         INSERT INTO {cp} ({COLUMNS}) \
+                         SELECT b.run_id, X'', b.version, b.ip, b.step, b.status, \
+                         b.error_message, b.created_at, {NOW}, {NOW} + b.expires, b.attempt \
+                         FROM {BATCH} AS b WHERE {ok} ORDER BY b.i {upsert}; \
+                         UPDATE {leases} SET expires_at = NULL WHERE rowid IN (SELECT l.rowid \
+                         FROM {BATCH} AS b JOIN {leases} AS l \
+                         ON l.run_id = b.run_id AND l.token = b.token WHERE b.release); \
+                         SELECT cancelled, held, predecessor FROM {BATCH} ORDER BY i"
+                    )
+                },
+            },
             first_replace: format!("DELETE FROM {cp} WHERE run_id = ?; {append}"),
             first_append: append,
             renew: format!(

@@ -503,9 +503,10 @@ impl CheckpointStore for SqliteStore {
                 checkpoint,
                 step,
                 retention,
+                release: false,
             };
             let saved = self.inner.writes.save_fenced(save);
-            return timed(self.inner.timeout, "save_fenced", saved).await;
+            return timed(self.inner.timeout, "save_fenced", saved).await?;
         }
         self.write("save_fenced", false, move |conn, inner| {
             Box::pin(async move {
@@ -597,8 +598,27 @@ impl CheckpointStore for SqliteStore {
     /// Only when the write itself fails is the lease released apart.
     async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
         let key = last.key();
+        let retention = self.inner.retention();
         let written = match Step::of(&last) {
             Err(e) => Err(e),
+            // nothing after the append and the release: it goes with the
+            // fenced saves queued next to it, in one command
+            Ok(step) if !delete && !trims(&last, retention) => {
+                let token = match i64::try_from(lease.token()) {
+                    Ok(token) if lease.run_id() == key => token,
+                    _ => return Err(lease_lost(&lease)),
+                };
+                let save = FencedSave {
+                    lease: Lease::new(lease.run_id(), lease.token()),
+                    token,
+                    checkpoint: last,
+                    step,
+                    retention,
+                    release: true,
+                };
+                let saved = self.inner.writes.save_fenced(save);
+                timed(self.inner.timeout, "finish_run", saved).await
+            }
             Ok(step) => {
                 let held = Lease::new(lease.run_id(), lease.token());
                 self.write("finish_run", false, move |conn, inner| {

@@ -49,6 +49,8 @@ use crate::connection::Failure;
 use crate::error::{SqliteStoreError, own_error};
 use crate::journal::{FencedSave, Gate};
 use crate::migrate::MigrateError;
+use crate::names::Sql;
+use fluxio_core::Error;
 
 /// The most writes one transaction holds.
 const MAX_GROUP: usize = 256;
@@ -88,7 +90,14 @@ enum Work {
 /// A queued fenced save and its caller.
 struct Save {
     save: FencedSave,
-    tx: oneshot::Sender<Result<(), Failure>>,
+    /// `Ok` once the transaction committed: `Ok(())` when it was written,
+    /// else its refusal.
+    tx: oneshot::Sender<Result<Result<(), Error>, Failure>>,
+    /// Run with the store's `fenced_append` (see [`run_saves`]) rather than
+    /// in a [`batch_append`](crate::names::Sql::batch_append): it was in a
+    /// batch whose command failed, and is tried again so that the error
+    /// fails only the save it belongs to.
+    one_by_one: bool,
 }
 
 /// How a write ended.
@@ -112,19 +121,28 @@ enum Slot<'c> {
 /// The queue of a store's writes, and the task that commits them.
 pub(crate) struct Writer {
     pool: SqlitePool,
-    /// The store's [`fenced_append`](crate::names::Sql::fenced_append).
-    fenced_append: Arc<str>,
+    /// The store's [`fenced_append`](crate::names::Sql::fenced_append) and
+    /// [`finish_append`](crate::names::Sql::finish_append).
+    fenced_append: [Arc<str>; 2],
+    /// `batch_appends[n - 2]`: the store's
+    /// [`batch_append`](crate::names::Sql::batch_append) of `n` saves, for
+    /// `n` from 2 to [`MAX_BATCH`].
+    batch_appends: Arc<[String]>,
     queue: Mutex<Option<mpsc::UnboundedSender<Work>>>,
 }
 
 impl Writer {
     /// Writes through the connections of `pool` (the store's writing pool,
     /// of one connection), one transaction at a time; fenced saves with the
-    /// statements `fenced_append`.
-    pub(crate) fn new(pool: SqlitePool, fenced_append: &str) -> Self {
+    /// statements of `sql`.
+    pub(crate) fn new(pool: SqlitePool, sql: &Sql) -> Self {
         Writer {
             pool,
-            fenced_append: Arc::from(fenced_append),
+            fenced_append: [
+                Arc::from(sql.fenced_append.as_str()),
+                Arc::from(sql.finish_append.as_str()),
+            ],
+            batch_appends: (2..=MAX_BATCH).map(|n| sql.batch_append(n)).collect(),
             queue: Mutex::new(None),
         }
     }
@@ -134,9 +152,13 @@ impl Writer {
     /// the driver's thread costs two thread switches, which is most of
     /// what a save costs. Answered once the transaction committed, with
     /// the save's refusal if it was refused.
-    pub(crate) async fn save_fenced(&self, save: FencedSave) -> Result<(), Failure> {
+    pub(crate) async fn save_fenced(&self, save: FencedSave) -> Result<Result<(), Error>, Failure> {
         let (tx, rx) = oneshot::channel();
-        self.submit(Work::Save(Box::new(Save { save, tx })));
+        self.submit(Work::Save(Box::new(Save {
+            save,
+            tx,
+            one_by_one: false,
+        })));
         rx.await
             .unwrap_or_else(|_| Err(Failure::Fluxio(own_error(SqliteStoreError::WriterStopped))))
     }
@@ -224,7 +246,11 @@ impl Writer {
         let (sender, receiver) = mpsc::unbounded_channel();
         tokio::spawn(run(
             self.pool.clone(),
-            Arc::clone(&self.fenced_append),
+            Batches {
+                fenced_append: self.fenced_append.clone(),
+                sql: [Vec::new(), Vec::new()],
+                batch_appends: Arc::clone(&self.batch_appends),
+            },
             receiver,
         ));
         // the receiver is alive: it was just made
@@ -236,15 +262,7 @@ impl Writer {
 /// The task: takes the writes that are waiting (at least one, at most
 /// [`MAX_GROUP`]) and commits them in one transaction, until the store is
 /// dropped.
-async fn run(
-    pool: SqlitePool,
-    fenced_append: Arc<str>,
-    mut receiver: mpsc::UnboundedReceiver<Work>,
-) {
-    let mut batches = Batches {
-        fenced_append,
-        sql: Vec::new(),
-    };
+async fn run(pool: SqlitePool, mut batches: Batches, mut receiver: mpsc::UnboundedReceiver<Work>) {
     let mut waiting: VecDeque<Work> = VecDeque::new();
     loop {
         if waiting.is_empty() {
@@ -266,22 +284,37 @@ async fn run(
     }
 }
 
-/// The text of the commands of `n` fenced saves (the store's
-/// `fenced_append` `n` times), made once for each `n`.
+/// The text of the commands of `n` fenced saves: the store's
+/// `fenced_append` (or `finish_append`) `n` times (made once for each `n`),
+/// and its `batch_append` of `n`.
 struct Batches {
-    fenced_append: Arc<str>,
-    /// `sql[n - 1]`: the command of `n` saves.
-    sql: Vec<String>,
+    /// As [`Writer::fenced_append`].
+    fenced_append: [Arc<str>; 2],
+    /// `sql[release][n - 1]`: the command of `n` saves that give their
+    /// lease up (`release`) or not.
+    sql: [Vec<String>; 2],
+    /// As [`Writer::batch_appends`].
+    batch_appends: Arc<[String]>,
 }
 
 impl Batches {
-    fn sql(&mut self, n: usize) -> &str {
-        while self.sql.len() < n {
-            let k = self.sql.len() + 1;
-            let text = vec![&*self.fenced_append; k].join("; ");
-            self.sql.push(text);
+    fn sql(&mut self, n: usize, release: bool) -> &str {
+        let (sql, append) = (
+            &mut self.sql[usize::from(release)],
+            &*self.fenced_append[usize::from(release)],
+        );
+        while sql.len() < n {
+            let k = sql.len() + 1;
+            sql.push(vec![append; k].join("; "));
         }
-        &self.sql[n - 1]
+        &sql[n - 1]
+    }
+
+    /// The `batch_append` of `n` saves, from 2 to [`MAX_BATCH`].
+    fn batch(&self, n: usize) -> Option<&str> {
+        self.batch_appends
+            .get(n.wrapping_sub(2))
+            .map(String::as_str)
     }
 }
 
@@ -338,10 +371,11 @@ async fn run_group(
         let (savepoint, run) = match work {
             Work::Run { savepoint, run } => (savepoint, run),
             Work::Save(first) => {
+                let one_by_one = first.one_by_one;
                 let mut saves = vec![*first];
                 while saves.len() < MAX_BATCH {
                     match waiting.pop_front() {
-                        Some(Work::Save(save)) => saves.push(*save),
+                        Some(Work::Save(save)) if joins(&saves, &save) => saves.push(*save),
                         Some(other) => {
                             waiting.push_front(other);
                             break;
@@ -349,7 +383,11 @@ async fn run_group(
                         None => break,
                     }
                 }
-                let kept = run_saves(conn, batches, saves, answers, waiting).await?;
+                let kept = if one_by_one {
+                    run_saves(conn, batches, saves, answers, waiting).await?
+                } else {
+                    run_batch(conn, batches, saves, answers, waiting).await?
+                };
                 if alone && !kept {
                     // refused, or its caller gone: nothing to commit
                     exec(conn, "ROLLBACK").await?;
@@ -392,6 +430,105 @@ async fn run_group(
     open.close()
 }
 
+/// Adds the answer of `save`, which ran and found `gate`, to `answers`:
+/// written, or refused. Returns whether it wrote anything (a refused save
+/// that gives its lease up wrote that): then, when the transaction fails,
+/// it is answered with that failure.
+fn decided(save: Save, gate: &Gate, answers: &mut Vec<Answer>) -> bool {
+    let Save { save, tx, .. } = save;
+    let refused = save.refusal(gate);
+    let wrote = refused.is_none() || save.release;
+    answers.push(Box::new(move |failed: Option<Failure>| {
+        let _ = tx.send(match (failed, refused) {
+            (Some(failure), _) if wrote => Err(failure),
+            (_, Some(refused)) => Ok(Err(refused)),
+            (_, None) => Ok(Ok(())),
+        });
+    }));
+    wrote
+}
+
+/// Whether `save` goes in the command of `saves` (fenced saves queued
+/// next to each other, at least one): a batch holds distinct runs; saves
+/// tried again [`one_by_one`](Save::one_by_one) are not batched again, and
+/// go with saves that give their lease up the same way (one text of the
+/// command for each number of saves).
+fn joins(saves: &[Save], save: &Save) -> bool {
+    let one_by_one = saves.first().is_some_and(|s| s.one_by_one);
+    if save.one_by_one != one_by_one {
+        false
+    } else if one_by_one {
+        saves.iter().all(|s| s.save.release == save.save.release)
+    } else {
+        saves
+            .iter()
+            .all(|s| s.save.lease.run_id() != save.save.lease.run_id())
+    }
+}
+
+/// Runs `saves` (fenced saves of distinct runs queued next to each other)
+/// in the open transaction, in one command of six statements: the store's
+/// `batch_append` (one save alone: [`run_saves`]). Each gets its answer in
+/// `answers` (kept, or refused: then nothing of it was written); one whose
+/// caller stopped waiting is skipped. When the command fails, which save
+/// it failed for is unknown: they all go back to the front of `waiting`,
+/// to be run again [`one_by_one`](Save::one_by_one) in the next
+/// transaction (where the error fails only its own save), and the error
+/// returned gives this transaction up. Returns whether any save was kept.
+async fn run_batch(
+    conn: &mut SqliteConnection,
+    batches: &mut Batches,
+    saves: Vec<Save>,
+    answers: &mut Vec<Answer>,
+    waiting: &mut VecDeque<Work>,
+) -> sqlx::Result<bool> {
+    let saves: Vec<Save> = saves.into_iter().filter(|s| !s.tx.is_closed()).collect();
+    let Some(sql) = batches.batch(saves.len()) else {
+        return run_saves(conn, batches, saves, answers, waiting).await;
+    };
+    let mut gates: Vec<Gate> = Vec::with_capacity(saves.len());
+    let mut failed: Option<sqlx::Error> = None;
+    {
+        let mut args = SqliteArguments::default();
+        for save in &saves {
+            if let Err(e) = save.save.batch_arguments(&mut args) {
+                failed = Some(e);
+                break;
+            }
+        }
+        if failed.is_none() {
+            let mut rows = sqlx::query_as_with::<_, Gate, _>(sql, args).fetch(&mut *conn);
+            loop {
+                match rows.try_next().await {
+                    Ok(Some(gate)) => gates.push(gate),
+                    Ok(None) => break,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if failed.is_none() && gates.len() != saves.len() {
+        failed = Some(sqlx::Error::RowNotFound);
+    }
+    if let Some(failure) = failed {
+        for mut save in saves.into_iter().rev() {
+            save.one_by_one = true;
+            waiting.push_front(Work::Save(Box::new(save)));
+        }
+        return Err(sqlx::Error::Protocol(format!(
+            "another write of the transaction failed: {failure}"
+        )));
+    }
+    let mut kept = false;
+    for (gate, save) in gates.into_iter().zip(saves) {
+        kept |= decided(save, &gate, answers);
+    }
+    Ok(kept)
+}
+
 /// Runs `saves` (fenced saves queued next to each other) in the open
 /// transaction, in one command: the store's `fenced_append` once for each,
 /// in their order, each reading back its gate row. Each that ran gets its
@@ -422,7 +559,7 @@ async fn run_saves(
             }
         }
         if failed.is_none() {
-            let sql = batches.sql(saves.len());
+            let sql = batches.sql(saves.len(), saves[0].save.release);
             let mut rows = sqlx::query_as_with::<_, Gate, _>(sql, args).fetch(&mut *conn);
             loop {
                 match rows.try_next().await {
@@ -445,19 +582,7 @@ async fn run_saves(
     // the gates first: `zip` takes from its first iterator first, and a save
     // taken with no gate left would be lost
     for (gate, save) in gates.into_iter().zip(saves.by_ref()) {
-        let Save { save, tx } = save;
-        let answer: Answer = match save.refusal(&gate) {
-            None => {
-                kept = true;
-                Box::new(move |failed: Option<Failure>| {
-                    let _ = tx.send(failed.map_or(Ok(()), Err));
-                })
-            }
-            Some(refused) => Box::new(move |_: Option<Failure>| {
-                let _ = tx.send(Err(Failure::Fluxio(refused)));
-            }),
-        };
-        answers.push(answer);
+        kept |= decided(save, &gate, answers);
     }
     let Some(failure) = failed else {
         return Ok(kept);
