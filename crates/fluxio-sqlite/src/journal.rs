@@ -59,6 +59,10 @@ pub(crate) struct Gate {
     cancelled: bool,
     held: bool,
     predecessor: bool,
+    /// The lease's token (a [`batch_append`](crate::names::Sql::batch_append)'s
+    /// gate: the token drawn for a run that begins, when it is free).
+    #[sqlx(default)]
+    token: Option<i64>,
 }
 
 impl Gate {
@@ -138,6 +142,13 @@ pub(crate) struct FencedSave {
     /// Whether it gives the lease up, written or refused: the last
     /// checkpoint of a run ([`finish_append`](crate::names::Sql::finish_append)).
     pub(crate) release: bool,
+    /// The lease's time to live in milliseconds when this is the first
+    /// checkpoint of a run that takes its lease with it (its `lease` and
+    /// `token` are then placeholders): a
+    /// [`begin_run`](fluxio_core::store::CheckpointStore::begin_run) that
+    /// replaces the stored run, in a
+    /// [`batch_append`](crate::names::Sql::batch_append) only.
+    pub(crate) ttl: Option<i64>,
 }
 
 impl FencedSave {
@@ -151,6 +162,7 @@ impl FencedSave {
             step,
             retention,
             release,
+            ttl: _,
         } = self;
         fenced_arguments(args, lease.run_id(), *token, checkpoint, step, *retention)?;
         if *release {
@@ -164,7 +176,9 @@ impl FencedSave {
     /// [`batch_append`](crate::names::Sql::batch_append) to `args`
     /// ([`BATCH_PARAMS`](crate::names::BATCH_PARAMS) of them): key, token,
     /// seq, whole, payload, then the run's row as [`append_arguments`]
-    /// binds it after the key, then whether it gives the lease up.
+    /// binds it after the key, then whether it gives the lease up and the
+    /// lease's time to live (NULL: the lease is held already, and `token`
+    /// is bound; else NULL is).
     pub(crate) fn batch_arguments<'q>(
         &'q self,
         args: &mut SqliteArguments<'q>,
@@ -176,20 +190,36 @@ impl FencedSave {
             step,
             retention,
             release,
+            ttl,
         } = self;
         add(args, lease.run_id())?;
-        add(args, *token)?;
+        add(args, ttl.is_none().then_some(*token))?;
         add(args, step.seq())?;
         add(args, step.whole())?;
         add(args, step.payload())?;
         row_arguments(args, checkpoint, *retention)?;
-        add(args, *release)
+        add(args, *release)?;
+        add(args, *ttl)
     }
 
     /// What `gate` (its row) says: `None` when it was written, else its
-    /// refusal (nothing of it was written).
+    /// refusal (nothing of it was written). A run that begins is refused
+    /// only when its lease is held by another
+    /// ([`RunIdInUse`](Error::RunIdInUse)).
     pub(crate) fn refusal(&self, gate: &Gate) -> Option<Error> {
-        gate.refusal(&self.checkpoint, &self.lease)
+        match self.ttl {
+            None => gate.refusal(&self.checkpoint, &self.lease),
+            Some(_) if gate.held => None,
+            Some(_) => Some(Error::RunIdInUse {
+                run_id: self.lease.run_id().to_owned(),
+            }),
+        }
+    }
+
+    /// The lease's token after `gate`: the one drawn for a run that began,
+    /// else the one it was fenced by.
+    pub(crate) fn token(&self, gate: &Gate) -> i64 {
+        gate.token.unwrap_or(self.token)
     }
 }
 

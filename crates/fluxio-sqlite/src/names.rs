@@ -159,11 +159,12 @@ pub(crate) const CREATE_TEMP: &str = "CREATE TEMP TABLE IF NOT EXISTS fluxio_gat
      held INTEGER NOT NULL, predecessor INTEGER NOT NULL); \
      CREATE TEMP TABLE IF NOT EXISTS fluxio_batch \
      (i INTEGER PRIMARY KEY, run_id, token, seq, whole, payload, version, ip, step, status, \
-     error_message, created_at, expires, attempt, release, cancelled, held, predecessor)";
+     error_message, created_at, expires, attempt, release, ttl, \
+     cancelled, held, predecessor)";
 
 /// How many parameters one save of a [`batch_append`](Sql::batch_append)
 /// binds (see `journal::batch_arguments`).
-pub(crate) const BATCH_PARAMS: usize = 14;
+pub(crate) const BATCH_PARAMS: usize = 15;
 
 /// SQLite's clock in milliseconds since the Unix epoch, read once per
 /// statement execution, after the statement has its locks (see "Clock" in
@@ -215,79 +216,78 @@ pub(crate) struct Sql {
     pub(crate) purge_checkpoints: String,
 }
 
-/// The pieces of [`Sql::batch_append`].
+/// The pieces of [`Sql::batch_append`]: the store's quoted table names,
+/// and the statements after the batch's rows.
 #[derive(Debug)]
 pub(crate) struct BatchSql {
-    head: String,
-    cancelled: String,
-    held: String,
-    now: &'static str,
-    predecessor: String,
+    cp: String,
+    leases: String,
+    steps: String,
     tail: String,
 }
 
 impl Sql {
     /// The fenced appends of `n` checkpoints of `n` distinct runs, as one
-    /// command of seven statements whatever `n` (rather than
+    /// command of ten statements whatever `n` (rather than
     /// [`fenced_append`](Sql::fenced_append) `n` times, five statements
     /// each, each a message from the driver's thread): the gate of each
     /// save decided, in one statement, into a [`BATCH`] row with what it
-    /// writes; then the steps from each allowed save's `seq` on dropped,
-    /// the allowed steps inserted and their runs' rows upserted, one
-    /// statement each, and the leases of the saves that end their run
-    /// given up (allowed or not); then the gates read back, in the saves'
-    /// order.
-    /// Each save binds [`BATCH_PARAMS`] parameters, in the order of
+    /// writes; the runs that begin take their lease (tokens drawn in the
+    /// batch's order, as one acquisition after the other would draw them)
+    /// and lose their stored run; then the steps from each allowed save's
+    /// `seq` on dropped, the allowed steps inserted and their runs' rows
+    /// upserted, one statement each, and the leases of the saves that end
+    /// their run given up (allowed or not); then the gates read back, in
+    /// the saves' order, with each lease's token. Each save binds
+    /// [`BATCH_PARAMS`] parameters, in the order of
     /// `journal::batch_arguments`.
+    ///
+    /// A save with a lease time to live (`?15` not NULL) begins its run,
+    /// as [`run.acquire`](RunStatements::acquire) then
+    /// [`first_replace`](Sql::first_replace): its gate is whether the lease
+    /// is free (neither cancelled nor a predecessor is looked for).
     ///
     /// The runs must be distinct: each gate is decided before any save of
     /// the batch writes, which is what deciding them one after the other
     /// would find only when no save writes what another one reads (a run
-    /// reads and writes only its own rows).
+    /// reads and writes only its own rows, and the tokens are drawn apart).
     pub(crate) fn batch_append(&self, n: usize) -> String {
         use std::fmt::Write as _;
-        let b = &self.batch;
-        let mut text = b.head.clone();
+        let BatchSql {
+            cp, leases, steps, ..
+        } = &self.batch;
+        let mut text = format!(
+            "DELETE FROM {BATCH}; \
+             INSERT INTO {BATCH} (i, run_id, token, seq, whole, payload, version, ip, \
+             step, status, error_message, created_at, expires, attempt, release, ttl, \
+             cancelled, held, predecessor) VALUES "
+        );
         for k in 0..n {
             let p = k * BATCH_PARAMS;
-            let q = |i: usize| p + i;
             if k > 0 {
                 text.push_str(", ");
             }
             // key ?1, token ?2, seq ?3, whole ?4, payload ?5, then the
-            // run's row: version ?6 .. attempt ?13; release ?14
+            // run's row: version ?6 .. attempt ?13; release ?14, ttl ?15
+            let [key, token, seq, whole] = [p + 1, p + 2, p + 3, p + 4];
+            let ttl = p + 15;
+            let _ = write!(text, "({k}");
+            for q in 1..=15 {
+                let _ = write!(text, ", ?{}", p + q);
+            }
             let _ = write!(
                 text,
-                "({k}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, \
-                 {}{}), 0), {}{} AND token = ?{} AND expires_at > {}), \
-                 ?{} OR {}{} AND seq = ?{} - 1))",
-                q(1),
-                q(2),
-                q(3),
-                q(4),
-                q(5),
-                q(6),
-                q(7),
-                q(8),
-                q(9),
-                q(10),
-                q(11),
-                q(12),
-                q(13),
-                q(14),
-                b.cancelled,
-                q(1),
-                b.held,
-                q(1),
-                q(2),
-                b.now,
-                q(4),
-                b.predecessor,
-                q(1),
-                q(3),
+                ", CASE WHEN ?{ttl} IS NULL THEN coalesce((SELECT status = '{CANCELLED}' \
+                 FROM {cp} WHERE run_id = ?{key}), 0) ELSE 0 END, \
+                 CASE WHEN ?{ttl} IS NULL THEN EXISTS (SELECT 1 FROM {leases} \
+                 WHERE run_id = ?{key} AND token = ?{token} AND expires_at > {NOW}) \
+                 ELSE NOT EXISTS (SELECT 1 FROM {leases} \
+                 WHERE run_id = ?{key} AND expires_at > {NOW}) END, \
+                 ?{whole} OR EXISTS (SELECT 1 FROM {steps} \
+                 WHERE run_id = ?{key} AND seq = ?{seq} - 1))"
             );
         }
-        text.push_str(&b.tail);
+        text.push_str(&self.batch.tail);
         text
     }
 }
@@ -441,24 +441,23 @@ impl Sql {
                  {read_gate}"
             ),
             batch: BatchSql {
-                head: format!(
-                    "DELETE FROM {BATCH}; \
-                     INSERT INTO {BATCH} (i, run_id, token, seq, whole, payload, version, ip, \
-                     step, status, error_message, created_at, expires, attempt, release, \
-                     cancelled, held, predecessor) VALUES "
-                ),
-                // `{k}` the save's place, `{p}` the number of its first
-                // parameter less one
-                cancelled: format!(
-                    "coalesce((SELECT status = '{CANCELLED}' FROM {cp} WHERE run_id = ?"
-                ),
-                held: format!("EXISTS (SELECT 1 FROM {leases} WHERE run_id = ?"),
-                now: NOW,
-                predecessor: format!("EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?"),
                 tail: {
                     let ok = "NOT b.cancelled AND b.held AND b.predecessor";
+                    let begins = "b.ttl IS NOT NULL AND b.held";
                     format!(
-                        "; DELETE FROM {steps} WHERE rowid IN (SELECT s.rowid \
+                        "; UPDATE {BATCH} AS b SET token = \
+                         (SELECT coalesce(max(token), 0) FROM {leases}) + (SELECT count(*) \
+                         FROM {BATCH} AS o WHERE o.ttl IS NOT NULL AND o.held AND o.i <= b.i) \
+                         WHERE {begins}; \
+                         INSERT INTO {leases} AS l (run_id, token, expires_at) \
+                         SELECT b.run_id, b.token, {NOW} + b.ttl FROM {BATCH} AS b \
+                         WHERE {begins} ORDER BY b.i \
+                         ON CONFLICT (run_id) DO UPDATE \
+                         SET token = excluded.token, expires_at = excluded.expires_at \
+                         WHERE l.expires_at IS NULL OR l.expires_at <= {NOW}; \
+                         DELETE FROM {cp} WHERE run_id IN \
+                         (SELECT b.run_id FROM {BATCH} AS b WHERE {begins}); \
+                         DELETE FROM {steps} WHERE rowid IN (SELECT s.rowid \
                          FROM {BATCH} AS b JOIN {steps} AS s \
                          ON s.run_id = b.run_id AND s.seq >= b.seq WHERE {ok}); \
                          INSERT INTO {steps} (run_id, seq, whole, payload) \
@@ -471,9 +470,12 @@ impl Sql {
                          UPDATE {leases} SET expires_at = NULL WHERE rowid IN (SELECT l.rowid \
                          FROM {BATCH} AS b JOIN {leases} AS l \
                          ON l.run_id = b.run_id AND l.token = b.token WHERE b.release); \
-                         SELECT cancelled, held, predecessor FROM {BATCH} ORDER BY i"
+                         SELECT cancelled, held, predecessor, token FROM {BATCH} ORDER BY i"
                     )
                 },
+                cp: cp.clone(),
+                leases: leases.clone(),
+                steps: steps.clone(),
             },
             first_replace: format!("DELETE FROM {cp} WHERE run_id = ?; {append}"),
             first_append: append,

@@ -504,9 +504,12 @@ impl CheckpointStore for SqliteStore {
                 step,
                 retention,
                 release: false,
+                ttl: None,
             };
             let saved = self.inner.writes.save_fenced(save);
-            return timed(self.inner.timeout, "save_fenced", saved).await?;
+            return timed(self.inner.timeout, "save_fenced", saved)
+                .await?
+                .map(drop);
         }
         self.write("save_fenced", false, move |conn, inner| {
             Box::pin(async move {
@@ -564,6 +567,25 @@ impl CheckpointStore for SqliteStore {
                 });
             }
         };
+        let retention = self.inner.retention();
+        if replace && step.whole() && !trims(&first, retention) {
+            // nothing to look for and nothing after the append: it goes
+            // with the fenced saves queued next to it, in one command
+            let key = first.key();
+            let save = FencedSave {
+                lease: Lease::new(&key, 0),
+                token: 0,
+                checkpoint: first,
+                step,
+                retention,
+                release: false,
+                ttl: Some(millis(ttl)),
+            };
+            let saved = self.inner.writes.save_fenced(save);
+            let token = timed(self.inner.timeout, "begin_run", saved).await??;
+            let token = u64::try_from(token).map_err(|e| Error::store(BACKEND, e))?;
+            return Ok(Begun::new(Lease::new(key, token), true));
+        }
         if step.whole() {
             return self
                 .write("begin_run", false, move |conn, inner| {
@@ -615,9 +637,12 @@ impl CheckpointStore for SqliteStore {
                     step,
                     retention,
                     release: true,
+                    ttl: None,
                 };
                 let saved = self.inner.writes.save_fenced(save);
-                timed(self.inner.timeout, "finish_run", saved).await
+                timed(self.inner.timeout, "finish_run", saved)
+                    .await
+                    .map(|decided| decided.map(drop))
             }
             Ok(step) => {
                 let held = Lease::new(lease.run_id(), lease.token());

@@ -90,9 +90,9 @@ enum Work {
 /// A queued fenced save and its caller.
 struct Save {
     save: FencedSave,
-    /// `Ok` once the transaction committed: `Ok(())` when it was written,
-    /// else its refusal.
-    tx: oneshot::Sender<Result<Result<(), Error>, Failure>>,
+    /// `Ok` once the transaction committed: the lease's token when it was
+    /// written, else its refusal.
+    tx: oneshot::Sender<Result<Result<i64, Error>, Failure>>,
     /// Run with the store's `fenced_append` (see [`run_saves`]) rather than
     /// in a [`batch_append`](crate::names::Sql::batch_append): it was in a
     /// batch whose command failed, and is tried again so that the error
@@ -124,9 +124,9 @@ pub(crate) struct Writer {
     /// The store's [`fenced_append`](crate::names::Sql::fenced_append) and
     /// [`finish_append`](crate::names::Sql::finish_append).
     fenced_append: [Arc<str>; 2],
-    /// `batch_appends[n - 2]`: the store's
+    /// `batch_appends[n - 1]`: the store's
     /// [`batch_append`](crate::names::Sql::batch_append) of `n` saves, for
-    /// `n` from 2 to [`MAX_BATCH`].
+    /// `n` from 1 to [`MAX_BATCH`].
     batch_appends: Arc<[String]>,
     queue: Mutex<Option<mpsc::UnboundedSender<Work>>>,
 }
@@ -142,7 +142,7 @@ impl Writer {
                 Arc::from(sql.fenced_append.as_str()),
                 Arc::from(sql.finish_append.as_str()),
             ],
-            batch_appends: (2..=MAX_BATCH).map(|n| sql.batch_append(n)).collect(),
+            batch_appends: (1..=MAX_BATCH).map(|n| sql.batch_append(n)).collect(),
             queue: Mutex::new(None),
         }
     }
@@ -152,7 +152,10 @@ impl Writer {
     /// the driver's thread costs two thread switches, which is most of
     /// what a save costs. Answered once the transaction committed, with
     /// the save's refusal if it was refused.
-    pub(crate) async fn save_fenced(&self, save: FencedSave) -> Result<Result<(), Error>, Failure> {
+    pub(crate) async fn save_fenced(
+        &self,
+        save: FencedSave,
+    ) -> Result<Result<i64, Error>, Failure> {
         let (tx, rx) = oneshot::channel();
         self.submit(Work::Save(Box::new(Save {
             save,
@@ -310,10 +313,10 @@ impl Batches {
         &sql[n - 1]
     }
 
-    /// The `batch_append` of `n` saves, from 2 to [`MAX_BATCH`].
+    /// The `batch_append` of `n` saves, from 1 to [`MAX_BATCH`].
     fn batch(&self, n: usize) -> Option<&str> {
         self.batch_appends
-            .get(n.wrapping_sub(2))
+            .get(n.wrapping_sub(1))
             .map(String::as_str)
     }
 }
@@ -371,7 +374,6 @@ async fn run_group(
         let (savepoint, run) = match work {
             Work::Run { savepoint, run } => (savepoint, run),
             Work::Save(first) => {
-                let one_by_one = first.one_by_one;
                 let mut saves = vec![*first];
                 while saves.len() < MAX_BATCH {
                     match waiting.pop_front() {
@@ -383,11 +385,7 @@ async fn run_group(
                         None => break,
                     }
                 }
-                let kept = if one_by_one {
-                    run_saves(conn, batches, saves, answers, waiting).await?
-                } else {
-                    run_batch(conn, batches, saves, answers, waiting).await?
-                };
+                let kept = run_batch(conn, batches, saves, answers, waiting).await?;
                 if alone && !kept {
                     // refused, or its caller gone: nothing to commit
                     exec(conn, "ROLLBACK").await?;
@@ -436,45 +434,39 @@ async fn run_group(
 /// it is answered with that failure.
 fn decided(save: Save, gate: &Gate, answers: &mut Vec<Answer>) -> bool {
     let Save { save, tx, .. } = save;
-    let refused = save.refusal(gate);
+    let (refused, token) = (save.refusal(gate), save.token(gate));
     let wrote = refused.is_none() || save.release;
     answers.push(Box::new(move |failed: Option<Failure>| {
         let _ = tx.send(match (failed, refused) {
             (Some(failure), _) if wrote => Err(failure),
             (_, Some(refused)) => Ok(Err(refused)),
-            (_, None) => Ok(Ok(())),
+            (_, None) => Ok(Ok(token)),
         });
     }));
     wrote
 }
 
 /// Whether `save` goes in the command of `saves` (fenced saves queued
-/// next to each other, at least one): a batch holds distinct runs; saves
-/// tried again [`one_by_one`](Save::one_by_one) are not batched again, and
-/// go with saves that give their lease up the same way (one text of the
-/// command for each number of saves).
+/// next to each other, at least one): a batch holds distinct runs, and
+/// saves tried again [`one_by_one`](Save::one_by_one) are not batched.
 fn joins(saves: &[Save], save: &Save) -> bool {
-    let one_by_one = saves.first().is_some_and(|s| s.one_by_one);
-    if save.one_by_one != one_by_one {
-        false
-    } else if one_by_one {
-        saves.iter().all(|s| s.save.release == save.save.release)
-    } else {
-        saves
+    !save.one_by_one
+        && saves
             .iter()
-            .all(|s| s.save.lease.run_id() != save.save.lease.run_id())
-    }
+            .all(|s| !s.one_by_one && s.save.lease.run_id() != save.save.lease.run_id())
 }
 
 /// Runs `saves` (fenced saves of distinct runs queued next to each other)
-/// in the open transaction, in one command of six statements: the store's
-/// `batch_append` (one save alone: [`run_saves`]). Each gets its answer in
-/// `answers` (kept, or refused: then nothing of it was written); one whose
-/// caller stopped waiting is skipped. When the command fails, which save
-/// it failed for is unknown: they all go back to the front of `waiting`,
-/// to be run again [`one_by_one`](Save::one_by_one) in the next
-/// transaction (where the error fails only its own save), and the error
-/// returned gives this transaction up. Returns whether any save was kept.
+/// in the open transaction, in one command of ten statements: the store's
+/// `batch_append` (a save alone that does not begin its run:
+/// [`run_saves`], five statements). Each gets its answer in `answers`
+/// (kept, or refused: then nothing of it was written); one whose caller
+/// stopped waiting is skipped. When the command fails, the error returned
+/// gives this transaction up; which save it failed for is unknown, so
+/// (unless the batch held one save, which gets the error) they all go
+/// back to the front of `waiting`, to be run again
+/// [`one_by_one`](Save::one_by_one) in the next transaction, where the
+/// error fails only its own save. Returns whether any save was kept.
 async fn run_batch(
     conn: &mut SqliteConnection,
     batches: &mut Batches,
@@ -483,8 +475,15 @@ async fn run_batch(
     waiting: &mut VecDeque<Work>,
 ) -> sqlx::Result<bool> {
     let saves: Vec<Save> = saves.into_iter().filter(|s| !s.tx.is_closed()).collect();
-    let Some(sql) = batches.batch(saves.len()) else {
-        return run_saves(conn, batches, saves, answers, waiting).await;
+    let sql = match &*saves {
+        [] => return Ok(false),
+        [alone] if alone.save.ttl.is_none() => {
+            return run_saves(conn, batches, saves, answers, waiting).await;
+        }
+        _ => match batches.batch(saves.len()) {
+            Some(sql) => sql,
+            None => return Err(sqlx::Error::Protocol("a batch too large".to_owned())),
+        },
     };
     let mut gates: Vec<Gate> = Vec::with_capacity(saves.len());
     let mut failed: Option<sqlx::Error> = None;
@@ -514,12 +513,21 @@ async fn run_batch(
         failed = Some(sqlx::Error::RowNotFound);
     }
     if let Some(failure) = failed {
-        for mut save in saves.into_iter().rev() {
-            save.one_by_one = true;
-            waiting.push_front(Work::Save(Box::new(save)));
+        let message = failure.to_string();
+        if saves.len() == 1 {
+            if let Some(Save { tx, .. }) = saves.into_iter().next() {
+                answers.push(Box::new(move |_: Option<Failure>| {
+                    let _ = tx.send(Err(Failure::Sql(failure)));
+                }));
+            }
+        } else {
+            for mut save in saves.into_iter().rev() {
+                save.one_by_one = true;
+                waiting.push_front(Work::Save(Box::new(save)));
+            }
         }
         return Err(sqlx::Error::Protocol(format!(
-            "another write of the transaction failed: {failure}"
+            "another write of the transaction failed: {message}"
         )));
     }
     let mut kept = false;
