@@ -82,8 +82,10 @@ enum Work {
         savepoint: bool,
         run: Run,
     },
-    /// A fenced save: it runs with the fenced saves queued next to it, in
-    /// one command (see [`run_saves`]). Refused before it writes anything.
+    /// A fenced save (or a run's beginning or end, see
+    /// [`FencedSave`]): it runs with the fenced saves of other runs queued
+    /// next to it, in one command (see [`run_batch`]). Refused before it
+    /// writes anything (but an end gives its lease up either way).
     Save(Box<Save>),
 }
 
@@ -537,8 +539,10 @@ async fn run_batch(
     Ok(kept)
 }
 
-/// Runs `saves` (fenced saves queued next to each other) in the open
-/// transaction, in one command: the store's `fenced_append` once for each,
+/// Runs `saves` (fenced saves queued next to each other, none beginning
+/// its run; [`run_batch`] gives it one alone) in the open transaction, in
+/// one command:
+/// the store's `fenced_append` (or `finish_append`) once for each,
 /// in their order, each reading back its gate row. Each that ran gets its
 /// answer in `answers` (kept, or refused: then nothing of it was written);
 /// one whose caller stopped waiting is skipped. When a statement fails, the
