@@ -60,6 +60,10 @@ const MAX_GROUP: usize = 256;
 /// this bounds how many it keeps.
 const MAX_BATCH: usize = 16;
 
+/// The most turns of the runtime the task gives the runs it answered to
+/// make their next writes, before it takes the next group.
+const YIELDS: usize = 4;
+
 /// A boxed future borrowing the writing connection.
 pub(crate) type BoxFuture<'c, T> = Pin<Box<dyn Future<Output = T> + Send + 'c>>;
 
@@ -282,10 +286,16 @@ async fn run(pool: SqlitePool, mut batches: Batches, mut receiver: mpsc::Unbound
                 Err(_) => break,
             }
         }
-        commit_group(&pool, &mut batches, &mut waiting).await;
+        let answered = commit_group(&pool, &mut batches, &mut waiting).await;
         // let the runs just answered make their next writes before the
-        // next group is taken, so that they share its commit
-        tokio::task::yield_now().await;
+        // next group is taken, so that they share its commit: a few turns
+        // of the runtime at most, while fewer are waiting than were answered
+        for _ in 0..YIELDS {
+            tokio::task::yield_now().await;
+            if waiting.len() + receiver.len() >= answered {
+                break;
+            }
+        }
     }
 }
 
@@ -328,11 +338,16 @@ impl Batches {
 /// transaction is given up (its writes answered with that error), and the
 /// writes not run yet stay in `waiting` for the next one; when the
 /// transaction cannot begin, every waiting write is answered with that
-/// error.
-async fn commit_group(pool: &SqlitePool, batches: &mut Batches, waiting: &mut VecDeque<Work>) {
+/// error. Returns how many writes of the transaction it answered.
+async fn commit_group(
+    pool: &SqlitePool,
+    batches: &mut Batches,
+    waiting: &mut VecDeque<Work>,
+) -> usize {
     let mut answers: Vec<Answer> = Vec::with_capacity(waiting.len());
     let mut begun = false;
     let result = run_group(pool, batches, waiting, &mut answers, &mut begun).await;
+    let answered = answers.len();
     match result {
         Ok(()) => answers.into_iter().for_each(|answer| answer(None)),
         Err(e) => {
@@ -354,6 +369,7 @@ async fn commit_group(pool: &SqlitePool, batches: &mut Batches, waiting: &mut Ve
             }
         }
     }
+    answered
 }
 
 /// The transaction of [`commit_group`]: `answers` gets the answer of each
