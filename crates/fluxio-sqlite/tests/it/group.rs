@@ -423,3 +423,75 @@ async fn rule24_saves_of_one_run_waiting_together_run_one_after_the_other() {
         Some(&other_run[1])
     );
 }
+
+/// As for the saves above, when runs begin together: the beginning the
+/// driver's error belongs to fails with it, the one before it in the
+/// transaction with `GroupCommit` (and holds no lease: the run id can be
+/// taken at once), and the one after it begins in the next transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule24_a_beginning_failing_in_a_batch_fails_alone_when_tried_again() {
+    let dir = support::TempDir::new("group_begin_failed");
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    sqlx::query(
+        "CREATE TRIGGER refuse_bad BEFORE INSERT ON fluxio_checkpoints_steps \
+         WHEN NEW.run_id = 'orders/bad' BEGIN SELECT RAISE(ABORT, 'no step for bad'); END",
+    )
+    .execute(store.pool())
+    .await
+    .expect("the trigger");
+
+    let other = hold_the_write_lock(&file).await;
+    let opener = {
+        let store = store.clone();
+        tokio::spawn(async move { store.acquire_lease("opener", TTL).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut writes = Vec::new();
+    for run in ["before", "bad", "after"] {
+        let store = store.clone();
+        let first = support::runs::ten_stage_run("orders", run).remove(0);
+        writes.push(tokio::spawn(async move {
+            store.begin_run(first, TTL, Begin::Replace).await
+        }));
+        // queued in this order
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let_them_queue().await;
+    release(other).await;
+    opener.await.expect("no panic").expect("the opener's lease");
+    let mut answers = Vec::new();
+    for write in writes {
+        answers.push(write.await.expect("no panic"));
+    }
+
+    let before = answers[0]
+        .as_ref()
+        .expect_err("its transaction was given up");
+    assert!(
+        chain(before).contains("the transaction of this write failed")
+            && chain(before).contains("no step for bad"),
+        "{}",
+        chain(before)
+    );
+    let bad = answers[1].as_ref().expect_err("the trigger aborts it");
+    assert!(chain(bad).contains("no step for bad"), "{}", chain(bad));
+    assert!(
+        !chain(bad).contains("the transaction of this write failed"),
+        "{}",
+        chain(bad)
+    );
+    assert!(
+        answers[2].as_ref().is_ok_and(|b| b.started),
+        "{:?}",
+        answers[2]
+    );
+    assert_eq!(store.load("orders/before").await.expect("load"), None);
+    assert!(store.load("orders/after").await.expect("load").is_some());
+    for run in ["orders/before", "orders/bad"] {
+        store
+            .acquire_lease(run, TTL)
+            .await
+            .expect("no lease was left behind");
+    }
+}
