@@ -235,7 +235,7 @@ impl SqliteStoreBuilder {
             "checkpoint tables are up to date"
         );
         let sql = Sql::new(&names);
-        let writes = Writer::new(writer.clone(), &sql.fenced_append);
+        let writes = Writer::new(writer.clone(), &sql);
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 writes,

@@ -20,7 +20,7 @@ use crate::names::Names;
 /// connection, and the readers (`query_only`; the writer itself when
 /// `max_connections` is 1). Every commit of the writing connection adds
 /// one to `commits` (SQLite's commit hook); the writing connection has its
-/// [`GATE`](crate::names::GATE) table.
+/// [`GATE`](crate::names::GATE) and [`BATCH`](crate::names::BATCH) tables.
 pub(crate) fn pools(
     builder: &SqliteStoreBuilder,
     commits: &Arc<AtomicU64>,
@@ -52,7 +52,7 @@ pub(crate) fn pools(
                     true
                 });
             }
-            sqlx::query(crate::names::CREATE_GATE)
+            sqlx::query(crate::names::CREATE_TEMP)
                 .execute(&mut *conn)
                 .await?;
             Ok(())

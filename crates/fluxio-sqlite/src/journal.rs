@@ -59,6 +59,10 @@ pub(crate) struct Gate {
     cancelled: bool,
     held: bool,
     predecessor: bool,
+    /// The lease's token (a [`batch_append`](crate::names::Sql::batch_append)'s
+    /// gate: the token drawn for a run that begins, when it is free).
+    #[sqlx(default)]
+    token: Option<i64>,
 }
 
 impl Gate {
@@ -124,7 +128,8 @@ pub(crate) async fn fenced_append(
 /// [`Writer::save_fenced`](crate::writer::Writer::save_fenced)): the
 /// fenced saves queued next to each other run in one command, the store's
 /// [`fenced_append`](crate::names::Sql::fenced_append) once for each.
-/// Only a save with nothing for [`Journal::trim`] to do goes this way.
+/// Only a save with nothing for [`Journal::trim`] to do goes this way (a
+/// run's last one, that gives its lease up, too, unless the run is deleted).
 #[derive(Debug)]
 pub(crate) struct FencedSave {
     /// The lease it is fenced by (its run id is the checkpoint's key).
@@ -134,10 +139,21 @@ pub(crate) struct FencedSave {
     pub(crate) checkpoint: Checkpoint,
     pub(crate) step: Step,
     pub(crate) retention: Retention,
+    /// Whether it gives the lease up, written or refused: the last
+    /// checkpoint of a run ([`finish_append`](crate::names::Sql::finish_append)).
+    pub(crate) release: bool,
+    /// The lease's time to live in milliseconds when this is the first
+    /// checkpoint of a run that takes its lease with it (its `lease` and
+    /// `token` are then placeholders): a
+    /// [`begin_run`](fluxio_core::store::CheckpointStore::begin_run) that
+    /// replaces the stored run, in a
+    /// [`batch_append`](crate::names::Sql::batch_append) only.
+    pub(crate) ttl: Option<i64>,
 }
 
 impl FencedSave {
-    /// Adds the arguments of its `fenced_append` to `args`.
+    /// Adds the arguments of its `fenced_append` (`finish_append` when it
+    /// gives the lease up) to `args`.
     pub(crate) fn arguments<'q>(&'q self, args: &mut SqliteArguments<'q>) -> sqlx::Result<()> {
         let FencedSave {
             lease,
@@ -145,14 +161,65 @@ impl FencedSave {
             checkpoint,
             step,
             retention,
+            release,
+            ttl: _,
         } = self;
-        fenced_arguments(args, lease.run_id(), *token, checkpoint, step, *retention)
+        fenced_arguments(args, lease.run_id(), *token, checkpoint, step, *retention)?;
+        if *release {
+            add(args, lease.run_id())?;
+            add(args, *token)?;
+        }
+        Ok(())
+    }
+
+    /// Adds the arguments of its part of a
+    /// [`batch_append`](crate::names::Sql::batch_append) to `args`
+    /// ([`BATCH_PARAMS`](crate::names::BATCH_PARAMS) of them): key, token,
+    /// seq, whole, payload, then the run's row as [`append_arguments`]
+    /// binds it after the key, then whether it gives the lease up and the
+    /// lease's time to live (NULL: the lease is held already, and `token`
+    /// is bound; else NULL is).
+    pub(crate) fn batch_arguments<'q>(
+        &'q self,
+        args: &mut SqliteArguments<'q>,
+    ) -> sqlx::Result<()> {
+        let FencedSave {
+            lease,
+            token,
+            checkpoint,
+            step,
+            retention,
+            release,
+            ttl,
+        } = self;
+        add(args, lease.run_id())?;
+        add(args, ttl.is_none().then_some(*token))?;
+        add(args, step.seq())?;
+        add(args, step.whole())?;
+        add(args, step.payload())?;
+        row_arguments(args, checkpoint, *retention)?;
+        add(args, *release)?;
+        add(args, *ttl)
     }
 
     /// What `gate` (its row) says: `None` when it was written, else its
-    /// refusal (nothing of it was written).
+    /// refusal (nothing of it was written). A run that begins is refused
+    /// only when its lease is held by another
+    /// ([`RunIdInUse`](Error::RunIdInUse)).
     pub(crate) fn refusal(&self, gate: &Gate) -> Option<Error> {
-        gate.refusal(&self.checkpoint, &self.lease)
+        match self.ttl {
+            None => gate.refusal(&self.checkpoint, &self.lease),
+            Some(_) if gate.held => None,
+            Some(_) => Some(Error::RunIdInUse {
+                run_id: self.lease.run_id().to_owned(),
+            }),
+        }
+    }
+
+    /// The lease's token after `gate`: the one drawn for a run that began,
+    /// else the one it was fenced by.
+    pub(crate) fn token(&self, gate: &Gate) -> i64 {
+        gate.token.unwrap_or(self.token)
     }
 }
 
@@ -213,10 +280,6 @@ fn append_arguments<'q>(
     step: &'q Step,
     retention: Retention,
 ) -> sqlx::Result<()> {
-    let expires = match checkpoint.status {
-        RunStatus::Completed => retention.expire_after.map(crate::store::millis),
-        _ => None,
-    };
     add(args, key)?;
     add(args, step.seq())?;
     add(args, key)?;
@@ -224,6 +287,21 @@ fn append_arguments<'q>(
     add(args, step.whole())?;
     add(args, step.payload())?;
     add(args, key)?;
+    row_arguments(args, checkpoint, retention)
+}
+
+/// The arguments of the run's row after its key: version, ip, step,
+/// status, error message, start, retention, attempt (a completed run
+/// expires `retention` from now).
+fn row_arguments<'q>(
+    args: &mut SqliteArguments<'q>,
+    checkpoint: &'q Checkpoint,
+    retention: Retention,
+) -> sqlx::Result<()> {
+    let expires = match checkpoint.status {
+        RunStatus::Completed => retention.expire_after.map(crate::store::millis),
+        _ => None,
+    };
     add(args, checkpoint.version.as_str())?;
     add(args, i64::from(checkpoint.ip))?;
     add(args, checkpoint.step.as_str())?;

@@ -85,6 +85,19 @@
 //! last checkpoint, the release) in one write each, so a run of `n` stages
 //! writes `n + 1` times.
 //!
+//! The fenced saves of distinct runs that wait next to each other (and the
+//! beginnings with [`Begin::Replace`](fluxio_core::store::Begin::Replace)
+//! and the ends of runs, when nothing is trimmed or deleted after them) run
+//! as one command of ten statements to SQLite's thread, whatever their
+//! number (up to 16): every gate (cancelled, lease, predecessor; for a
+//! beginning, whether the lease is free) decided into a row of a temporary
+//! table of the writing connection, then one statement for each kind of
+//! write, for all of them. Each still decides alone, as above. When such a
+//! command fails, which write it failed for is unknown: its transaction is
+//! given up (the writes before it in the transaction fail), and its writes
+//! run again one by one in the next one, where the error fails only its
+//! own write.
+//!
 //! # Schema
 //!
 //! Three tables (the name is validated as `^[a-z_][a-z0-9_]{0,62}$` and

@@ -146,10 +146,25 @@ pub(crate) fn quote(ident: &str) -> String {
 /// between).
 pub(crate) const GATE: &str = "temp.fluxio_gate";
 
-/// Creates [`GATE`] on a new writing connection.
-pub(crate) const CREATE_GATE: &str = "CREATE TEMP TABLE IF NOT EXISTS fluxio_gate \
+/// The writing connection's own table (in its `temp` schema) holding the
+/// fenced saves of one [`batch_append`](Sql::batch_append) command, one row
+/// each (`i`: its place in the batch): what it writes, and what its gate
+/// decided. Untyped columns: the values reach the store's tables as they
+/// were bound.
+pub(crate) const BATCH: &str = "temp.fluxio_batch";
+
+/// Creates [`GATE`] and [`BATCH`] on a new writing connection.
+pub(crate) const CREATE_TEMP: &str = "CREATE TEMP TABLE IF NOT EXISTS fluxio_gate \
      (id INTEGER PRIMARY KEY CHECK (id = 1), cancelled INTEGER NOT NULL, \
-     held INTEGER NOT NULL, predecessor INTEGER NOT NULL)";
+     held INTEGER NOT NULL, predecessor INTEGER NOT NULL); \
+     CREATE TEMP TABLE IF NOT EXISTS fluxio_batch \
+     (i INTEGER PRIMARY KEY, run_id, token, seq, whole, payload, version, ip, step, status, \
+     error_message, created_at, expires, attempt, release, ttl, \
+     cancelled, held, predecessor)";
+
+/// How many parameters one save of a [`batch_append`](Sql::batch_append)
+/// binds (see `journal::batch_arguments`).
+pub(crate) const BATCH_PARAMS: usize = 15;
 
 /// SQLite's clock in milliseconds since the Unix epoch, read once per
 /// statement execution, after the statement has its locks (see "Clock" in
@@ -185,6 +200,8 @@ pub(crate) struct Sql {
     /// [`fenced_append`](Sql::fenced_append) that also gives up the lease
     /// (key, token), refused or not: the end of a run.
     pub(crate) finish_append: String,
+    /// The parts of [`batch_append`](Sql::batch_append).
+    pub(crate) batch: BatchSql,
     /// The append of a run's first checkpoint (a whole one) once its lease
     /// is taken, as one command: the steps numbered `seq` or later
     /// dropped, the step inserted, the run's row upserted (anonymous
@@ -197,6 +214,82 @@ pub(crate) struct Sql {
     pub(crate) renew: String,
     pub(crate) purge_leases: String,
     pub(crate) purge_checkpoints: String,
+}
+
+/// The pieces of [`Sql::batch_append`]: the store's quoted table names,
+/// and the statements after the batch's rows.
+#[derive(Debug)]
+pub(crate) struct BatchSql {
+    cp: String,
+    leases: String,
+    steps: String,
+    tail: String,
+}
+
+impl Sql {
+    /// The fenced appends of `n` checkpoints of `n` distinct runs, as one
+    /// command of ten statements whatever `n` (rather than
+    /// [`fenced_append`](Sql::fenced_append) `n` times, five statements
+    /// each, each a message from the driver's thread): the gate of each
+    /// save decided, in one statement, into a [`BATCH`] row with what it
+    /// writes; the runs that begin take their lease (tokens drawn in the
+    /// batch's order, as one acquisition after the other would draw them)
+    /// and lose their stored run; then the steps from each allowed save's
+    /// `seq` on dropped, the allowed steps inserted and their runs' rows
+    /// upserted, one statement each, and the leases of the saves that end
+    /// their run given up (allowed or not); then the gates read back, in
+    /// the saves' order, with each lease's token. Each save binds
+    /// [`BATCH_PARAMS`] parameters, in the order of
+    /// `journal::batch_arguments`.
+    ///
+    /// A save with a lease time to live (`?15` not NULL) begins its run,
+    /// as [`run.acquire`](RunStatements::acquire) then
+    /// [`first_replace`](Sql::first_replace): its gate is whether the lease
+    /// is free (neither cancelled nor a predecessor is looked for).
+    ///
+    /// The runs must be distinct: each gate is decided before any save of
+    /// the batch writes, which is what deciding them one after the other
+    /// would find only when no save writes what another one reads (a run
+    /// reads and writes only its own rows, and the tokens are drawn apart).
+    pub(crate) fn batch_append(&self, n: usize) -> String {
+        use std::fmt::Write as _;
+        let BatchSql {
+            cp, leases, steps, ..
+        } = &self.batch;
+        let mut text = format!(
+            "DELETE FROM {BATCH}; \
+             INSERT INTO {BATCH} (i, run_id, token, seq, whole, payload, version, ip, \
+             step, status, error_message, created_at, expires, attempt, release, ttl, \
+             cancelled, held, predecessor) VALUES "
+        );
+        for k in 0..n {
+            let p = k * BATCH_PARAMS;
+            if k > 0 {
+                text.push_str(", ");
+            }
+            // key ?1, token ?2, seq ?3, whole ?4, payload ?5, then the
+            // run's row: version ?6 .. attempt ?13; release ?14, ttl ?15
+            let [key, token, seq, whole] = [p + 1, p + 2, p + 3, p + 4];
+            let ttl = p + 15;
+            let _ = write!(text, "({k}");
+            for q in 1..=15 {
+                let _ = write!(text, ", ?{}", p + q);
+            }
+            let _ = write!(
+                text,
+                ", CASE WHEN ?{ttl} IS NULL THEN coalesce((SELECT status = '{CANCELLED}' \
+                 FROM {cp} WHERE run_id = ?{key}), 0) ELSE 0 END, \
+                 CASE WHEN ?{ttl} IS NULL THEN EXISTS (SELECT 1 FROM {leases} \
+                 WHERE run_id = ?{key} AND token = ?{token} AND expires_at > {NOW}) \
+                 ELSE NOT EXISTS (SELECT 1 FROM {leases} \
+                 WHERE run_id = ?{key} AND expires_at > {NOW}) END, \
+                 ?{whole} OR EXISTS (SELECT 1 FROM {steps} \
+                 WHERE run_id = ?{key} AND seq = ?{seq} - 1))"
+            );
+        }
+        text.push_str(&self.batch.tail);
+        text
+    }
 }
 
 /// The columns of the run's row a save writes; `?1..?9` are bound by
@@ -347,6 +440,43 @@ impl Sql {
                  UPDATE {leases} SET expires_at = NULL WHERE run_id = ? AND token = ?; \
                  {read_gate}"
             ),
+            batch: BatchSql {
+                tail: {
+                    let ok = "NOT b.cancelled AND b.held AND b.predecessor";
+                    let begins = "b.ttl IS NOT NULL AND b.held";
+                    format!(
+                        "; UPDATE {BATCH} AS b SET token = \
+                         (SELECT coalesce(max(token), 0) FROM {leases}) + (SELECT count(*) \
+                         FROM {BATCH} AS o WHERE o.ttl IS NOT NULL AND o.held AND o.i <= b.i) \
+                         WHERE {begins}; \
+                         INSERT INTO {leases} AS l (run_id, token, expires_at) \
+                         SELECT b.run_id, b.token, {NOW} + b.ttl FROM {BATCH} AS b \
+                         WHERE {begins} ORDER BY b.i \
+                         ON CONFLICT (run_id) DO UPDATE \
+                         SET token = excluded.token, expires_at = excluded.expires_at \
+                         WHERE l.expires_at IS NULL OR l.expires_at <= {NOW}; \
+                         DELETE FROM {cp} WHERE run_id IN \
+                         (SELECT b.run_id FROM {BATCH} AS b WHERE {begins}); \
+                         DELETE FROM {steps} WHERE rowid IN (SELECT s.rowid \
+                         FROM {BATCH} AS b JOIN {steps} AS s \
+                         ON s.run_id = b.run_id AND s.seq >= b.seq WHERE {ok}); \
+                         INSERT INTO {steps} (run_id, seq, whole, payload) \
+                         SELECT b.run_id, b.seq, b.whole, b.payload FROM {BATCH} AS b \
+                         WHERE {ok} ORDER BY b.i; \
+                         INSERT INTO {cp} ({COLUMNS}) \
+                         SELECT b.run_id, X'', b.version, b.ip, b.step, b.status, \
+                         b.error_message, b.created_at, {NOW}, {NOW} + b.expires, b.attempt \
+                         FROM {BATCH} AS b WHERE {ok} ORDER BY b.i {upsert}; \
+                         UPDATE {leases} SET expires_at = NULL WHERE rowid IN (SELECT l.rowid \
+                         FROM {BATCH} AS b JOIN {leases} AS l \
+                         ON l.run_id = b.run_id AND l.token = b.token WHERE b.release); \
+                         SELECT cancelled, held, predecessor, token FROM {BATCH} ORDER BY i"
+                    )
+                },
+                cp: cp.clone(),
+                leases: leases.clone(),
+                steps: steps.clone(),
+            },
             first_replace: format!("DELETE FROM {cp} WHERE run_id = ?; {append}"),
             first_append: append,
             renew: format!(

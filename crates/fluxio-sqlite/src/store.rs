@@ -503,9 +503,13 @@ impl CheckpointStore for SqliteStore {
                 checkpoint,
                 step,
                 retention,
+                release: false,
+                ttl: None,
             };
             let saved = self.inner.writes.save_fenced(save);
-            return timed(self.inner.timeout, "save_fenced", saved).await;
+            return timed(self.inner.timeout, "save_fenced", saved)
+                .await?
+                .map(drop);
         }
         self.write("save_fenced", false, move |conn, inner| {
             Box::pin(async move {
@@ -563,6 +567,25 @@ impl CheckpointStore for SqliteStore {
                 });
             }
         };
+        let retention = self.inner.retention();
+        if replace && step.whole() && !trims(&first, retention) {
+            // nothing to look for and nothing after the append: it goes
+            // with the fenced saves queued next to it, in one command
+            let key = first.key();
+            let save = FencedSave {
+                lease: Lease::new(&key, 0),
+                token: 0,
+                checkpoint: first,
+                step,
+                retention,
+                release: false,
+                ttl: Some(millis(ttl)),
+            };
+            let saved = self.inner.writes.save_fenced(save);
+            let token = timed(self.inner.timeout, "begin_run", saved).await??;
+            let token = u64::try_from(token).map_err(|e| Error::store(BACKEND, e))?;
+            return Ok(Begun::new(Lease::new(key, token), true));
+        }
         if step.whole() {
             return self
                 .write("begin_run", false, move |conn, inner| {
@@ -597,8 +620,30 @@ impl CheckpointStore for SqliteStore {
     /// Only when the write itself fails is the lease released apart.
     async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
         let key = last.key();
+        let retention = self.inner.retention();
         let written = match Step::of(&last) {
             Err(e) => Err(e),
+            // nothing after the append and the release: it goes with the
+            // fenced saves queued next to it, in one command
+            Ok(step) if !delete && !trims(&last, retention) => {
+                let token = match i64::try_from(lease.token()) {
+                    Ok(token) if lease.run_id() == key => token,
+                    _ => return Err(lease_lost(&lease)),
+                };
+                let save = FencedSave {
+                    lease: Lease::new(lease.run_id(), lease.token()),
+                    token,
+                    checkpoint: last,
+                    step,
+                    retention,
+                    release: true,
+                    ttl: None,
+                };
+                let saved = self.inner.writes.save_fenced(save);
+                timed(self.inner.timeout, "finish_run", saved)
+                    .await
+                    .map(|decided| decided.map(drop))
+            }
             Ok(step) => {
                 let held = Lease::new(lease.run_id(), lease.token());
                 self.write("finish_run", false, move |conn, inner| {
@@ -779,5 +824,134 @@ mod tests {
             reads[1].contains("INDEX fluxio_checkpoints_pipeline (pipeline=? AND status=?"),
             "the newest are found in updated_at order: {plan:?}"
         );
+    }
+
+    /// The batch command itself (not the one-by-one retry a failed batch
+    /// falls back to) decides and writes, for saves and beginnings mixed:
+    /// the save under its current lease is written, the one under a stale
+    /// lease refused, and the runs that begin draw the next tokens in the
+    /// batch's order.
+    #[tokio::test]
+    async fn a_batch_of_saves_and_beginnings_is_one_command() {
+        let dir = fluxio_test_support::TempDir::new("batch_command");
+        let store = SqliteStore::connect(dir.db("batch")).await.expect("open");
+        let retention = store.inner.retention();
+        let run = fluxio_test_support::runs::ten_stage_run("orders", "a");
+        let lease = store
+            .begin_run(run[0].clone(), Duration::from_secs(60), Begin::Replace)
+            .await
+            .expect("begin")
+            .lease;
+        let token = i64::try_from(lease.token()).expect("a token");
+        let stale = fluxio_test_support::runs::ten_stage_run("orders", "stale");
+        let fenced = |cp: &Checkpoint, lease: Lease, token: i64, ttl: Option<i64>| FencedSave {
+            step: Step::of(cp).expect("encode"),
+            lease,
+            token,
+            checkpoint: cp.clone(),
+            retention,
+            release: false,
+            ttl,
+        };
+        let b = fluxio_test_support::runs::ten_stage_run("orders", "b");
+        let c = fluxio_test_support::runs::ten_stage_run("orders", "c");
+        let saves = [
+            fenced(
+                &run[1],
+                Lease::new(lease.run_id(), lease.token()),
+                token,
+                None,
+            ),
+            fenced(&b[0], Lease::new(b[0].key(), 0), 0, Some(60_000)),
+            fenced(&stale[1], Lease::new(stale[0].key(), 7), 7, None),
+            fenced(&c[0], Lease::new(c[0].key(), 0), 0, Some(60_000)),
+        ];
+        let mut args = sqlx::sqlite::SqliteArguments::default();
+        for save in &saves {
+            save.batch_arguments(&mut args).expect("arguments");
+        }
+        let mut conn = store.pool().acquire().await.expect("connection");
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut *conn)
+            .await
+            .expect("begin");
+        let gates: Vec<journal::Gate> =
+            sqlx::query_as_with(&store.inner.sql.batch_append(saves.len()), args)
+                .fetch_all(&mut *conn)
+                .await
+                .expect("the batch runs as one command");
+        sqlx::query("COMMIT")
+            .execute(&mut *conn)
+            .await
+            .expect("commit");
+        drop(conn);
+
+        assert_eq!(gates.len(), saves.len());
+        let refusals: Vec<_> = saves
+            .iter()
+            .zip(&gates)
+            .map(|(s, g)| s.refusal(g))
+            .collect();
+        assert!(refusals[0].is_none(), "{refusals:?}");
+        assert!(refusals[1].is_none(), "{refusals:?}");
+        assert!(
+            matches!(refusals[2], Some(Error::LeaseLost { .. })),
+            "{refusals:?}"
+        );
+        assert!(refusals[3].is_none(), "{refusals:?}");
+        let tokens: Vec<i64> = saves.iter().zip(&gates).map(|(s, g)| s.token(g)).collect();
+        assert_eq!(tokens, [token, token + 1, 7, token + 2]);
+        assert_eq!(
+            store.load(&run[0].key()).await.expect("load"),
+            Some(run[1].clone())
+        );
+        assert_eq!(
+            store.load(&b[0].key()).await.expect("load"),
+            Some(b[0].clone())
+        );
+        assert_eq!(
+            store.load(&c[0].key()).await.expect("load"),
+            Some(c[0].clone())
+        );
+        assert_eq!(store.load(&stale[0].key()).await.expect("load"), None);
+        // the leases drawn are held
+        let held = Lease::new(c[0].key(), u64::try_from(token + 2).expect("a token"));
+        store
+            .renew_lease(&held, Duration::from_secs(60))
+            .await
+            .expect("held");
+    }
+
+    /// Each statement of a batch after its rows reads the store's tables
+    /// by their indexes, from the batch's rows: only the batch table is
+    /// scanned, never the steps, the leases or the runs.
+    #[tokio::test]
+    async fn a_batch_searches_the_stores_tables_from_its_rows() {
+        let dir = fluxio_test_support::TempDir::new("batch_plan");
+        let store = SqliteStore::connect(dir.db("plan")).await.expect("open");
+        let text = store.inner.sql.batch_append(2);
+        let mut conn = store.pool().acquire().await.expect("connection");
+        let statements: Vec<&str> = text
+            .split(';')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        assert_eq!(statements.len(), 10, "{text}");
+        for statement in &statements[2..] {
+            let plan: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {statement}"))
+                    .fetch_all(&mut *conn)
+                    .await
+                    .expect("plan");
+            for (.., detail) in &plan {
+                assert!(
+                    !detail.starts_with("SCAN")
+                        || detail.starts_with("SCAN b")
+                        || detail.starts_with("SCAN o")
+                        || detail.starts_with("SCAN temp.fluxio_batch"),
+                    "{statement}: {plan:?}"
+                );
+            }
+        }
     }
 }

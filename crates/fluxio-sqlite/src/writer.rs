@@ -49,6 +49,8 @@ use crate::connection::Failure;
 use crate::error::{SqliteStoreError, own_error};
 use crate::journal::{FencedSave, Gate};
 use crate::migrate::MigrateError;
+use crate::names::Sql;
+use fluxio_core::Error;
 
 /// The most writes one transaction holds.
 const MAX_GROUP: usize = 256;
@@ -57,6 +59,10 @@ const MAX_GROUP: usize = 256;
 /// connection keeps the statements of each number of saves prepared, so
 /// this bounds how many it keeps.
 const MAX_BATCH: usize = 16;
+
+/// The most turns of the runtime the task gives the runs it answered to
+/// make their next writes, before it takes the next group.
+const YIELDS: usize = 4;
 
 /// A boxed future borrowing the writing connection.
 pub(crate) type BoxFuture<'c, T> = Pin<Box<dyn Future<Output = T> + Send + 'c>>;
@@ -80,15 +86,24 @@ enum Work {
         savepoint: bool,
         run: Run,
     },
-    /// A fenced save: it runs with the fenced saves queued next to it, in
-    /// one command (see [`run_saves`]). Refused before it writes anything.
+    /// A fenced save (or a run's beginning or end, see
+    /// [`FencedSave`]): it runs with the fenced saves of other runs queued
+    /// next to it, in one command (see [`run_batch`]). Refused before it
+    /// writes anything (but an end gives its lease up either way).
     Save(Box<Save>),
 }
 
 /// A queued fenced save and its caller.
 struct Save {
     save: FencedSave,
-    tx: oneshot::Sender<Result<(), Failure>>,
+    /// `Ok` once the transaction committed: the lease's token when it was
+    /// written, else its refusal.
+    tx: oneshot::Sender<Result<Result<i64, Error>, Failure>>,
+    /// Run with the store's `fenced_append` (see [`run_saves`]) rather than
+    /// in a [`batch_append`](crate::names::Sql::batch_append): it was in a
+    /// batch whose command failed, and is tried again so that the error
+    /// fails only the save it belongs to.
+    one_by_one: bool,
 }
 
 /// How a write ended.
@@ -112,19 +127,28 @@ enum Slot<'c> {
 /// The queue of a store's writes, and the task that commits them.
 pub(crate) struct Writer {
     pool: SqlitePool,
-    /// The store's [`fenced_append`](crate::names::Sql::fenced_append).
-    fenced_append: Arc<str>,
+    /// The store's [`fenced_append`](crate::names::Sql::fenced_append) and
+    /// [`finish_append`](crate::names::Sql::finish_append).
+    fenced_append: [Arc<str>; 2],
+    /// `batch_appends[n - 1]`: the store's
+    /// [`batch_append`](crate::names::Sql::batch_append) of `n` saves, for
+    /// `n` from 1 to [`MAX_BATCH`].
+    batch_appends: Arc<[String]>,
     queue: Mutex<Option<mpsc::UnboundedSender<Work>>>,
 }
 
 impl Writer {
     /// Writes through the connections of `pool` (the store's writing pool,
     /// of one connection), one transaction at a time; fenced saves with the
-    /// statements `fenced_append`.
-    pub(crate) fn new(pool: SqlitePool, fenced_append: &str) -> Self {
+    /// statements of `sql`.
+    pub(crate) fn new(pool: SqlitePool, sql: &Sql) -> Self {
         Writer {
             pool,
-            fenced_append: Arc::from(fenced_append),
+            fenced_append: [
+                Arc::from(sql.fenced_append.as_str()),
+                Arc::from(sql.finish_append.as_str()),
+            ],
+            batch_appends: (1..=MAX_BATCH).map(|n| sql.batch_append(n)).collect(),
             queue: Mutex::new(None),
         }
     }
@@ -134,9 +158,16 @@ impl Writer {
     /// the driver's thread costs two thread switches, which is most of
     /// what a save costs. Answered once the transaction committed, with
     /// the save's refusal if it was refused.
-    pub(crate) async fn save_fenced(&self, save: FencedSave) -> Result<(), Failure> {
+    pub(crate) async fn save_fenced(
+        &self,
+        save: FencedSave,
+    ) -> Result<Result<i64, Error>, Failure> {
         let (tx, rx) = oneshot::channel();
-        self.submit(Work::Save(Box::new(Save { save, tx })));
+        self.submit(Work::Save(Box::new(Save {
+            save,
+            tx,
+            one_by_one: false,
+        })));
         rx.await
             .unwrap_or_else(|_| Err(Failure::Fluxio(own_error(SqliteStoreError::WriterStopped))))
     }
@@ -224,7 +255,11 @@ impl Writer {
         let (sender, receiver) = mpsc::unbounded_channel();
         tokio::spawn(run(
             self.pool.clone(),
-            Arc::clone(&self.fenced_append),
+            Batches {
+                fenced_append: self.fenced_append.clone(),
+                sql: [Vec::new(), Vec::new()],
+                batch_appends: Arc::clone(&self.batch_appends),
+            },
             receiver,
         ));
         // the receiver is alive: it was just made
@@ -236,15 +271,7 @@ impl Writer {
 /// The task: takes the writes that are waiting (at least one, at most
 /// [`MAX_GROUP`]) and commits them in one transaction, until the store is
 /// dropped.
-async fn run(
-    pool: SqlitePool,
-    fenced_append: Arc<str>,
-    mut receiver: mpsc::UnboundedReceiver<Work>,
-) {
-    let mut batches = Batches {
-        fenced_append,
-        sql: Vec::new(),
-    };
+async fn run(pool: SqlitePool, mut batches: Batches, mut receiver: mpsc::UnboundedReceiver<Work>) {
     let mut waiting: VecDeque<Work> = VecDeque::new();
     loop {
         if waiting.is_empty() {
@@ -259,29 +286,50 @@ async fn run(
                 Err(_) => break,
             }
         }
-        commit_group(&pool, &mut batches, &mut waiting).await;
+        let answered = commit_group(&pool, &mut batches, &mut waiting).await;
         // let the runs just answered make their next writes before the
-        // next group is taken, so that they share its commit
-        tokio::task::yield_now().await;
+        // next group is taken, so that they share its commit: a few turns
+        // of the runtime at most, while fewer are waiting than were answered
+        for _ in 0..YIELDS {
+            tokio::task::yield_now().await;
+            if waiting.len() + receiver.len() >= answered {
+                break;
+            }
+        }
     }
 }
 
-/// The text of the commands of `n` fenced saves (the store's
-/// `fenced_append` `n` times), made once for each `n`.
+/// The text of the commands of `n` fenced saves: the store's
+/// `fenced_append` (or `finish_append`) `n` times (made once for each `n`),
+/// and its `batch_append` of `n`.
 struct Batches {
-    fenced_append: Arc<str>,
-    /// `sql[n - 1]`: the command of `n` saves.
-    sql: Vec<String>,
+    /// As [`Writer::fenced_append`].
+    fenced_append: [Arc<str>; 2],
+    /// `sql[release][n - 1]`: the command of `n` saves that give their
+    /// lease up (`release`) or not.
+    sql: [Vec<String>; 2],
+    /// As [`Writer::batch_appends`].
+    batch_appends: Arc<[String]>,
 }
 
 impl Batches {
-    fn sql(&mut self, n: usize) -> &str {
-        while self.sql.len() < n {
-            let k = self.sql.len() + 1;
-            let text = vec![&*self.fenced_append; k].join("; ");
-            self.sql.push(text);
+    fn sql(&mut self, n: usize, release: bool) -> &str {
+        let (sql, append) = (
+            &mut self.sql[usize::from(release)],
+            &*self.fenced_append[usize::from(release)],
+        );
+        while sql.len() < n {
+            let k = sql.len() + 1;
+            sql.push(vec![append; k].join("; "));
         }
-        &self.sql[n - 1]
+        &sql[n - 1]
+    }
+
+    /// The `batch_append` of `n` saves, from 1 to [`MAX_BATCH`].
+    fn batch(&self, n: usize) -> Option<&str> {
+        self.batch_appends
+            .get(n.wrapping_sub(1))
+            .map(String::as_str)
     }
 }
 
@@ -290,11 +338,16 @@ impl Batches {
 /// transaction is given up (its writes answered with that error), and the
 /// writes not run yet stay in `waiting` for the next one; when the
 /// transaction cannot begin, every waiting write is answered with that
-/// error.
-async fn commit_group(pool: &SqlitePool, batches: &mut Batches, waiting: &mut VecDeque<Work>) {
+/// error. Returns how many writes of the transaction it answered.
+async fn commit_group(
+    pool: &SqlitePool,
+    batches: &mut Batches,
+    waiting: &mut VecDeque<Work>,
+) -> usize {
     let mut answers: Vec<Answer> = Vec::with_capacity(waiting.len());
     let mut begun = false;
     let result = run_group(pool, batches, waiting, &mut answers, &mut begun).await;
+    let answered = answers.len();
     match result {
         Ok(()) => answers.into_iter().for_each(|answer| answer(None)),
         Err(e) => {
@@ -316,6 +369,7 @@ async fn commit_group(pool: &SqlitePool, batches: &mut Batches, waiting: &mut Ve
             }
         }
     }
+    answered
 }
 
 /// The transaction of [`commit_group`]: `answers` gets the answer of each
@@ -341,7 +395,7 @@ async fn run_group(
                 let mut saves = vec![*first];
                 while saves.len() < MAX_BATCH {
                     match waiting.pop_front() {
-                        Some(Work::Save(save)) => saves.push(*save),
+                        Some(Work::Save(save)) if joins(&saves, &save) => saves.push(*save),
                         Some(other) => {
                             waiting.push_front(other);
                             break;
@@ -349,7 +403,7 @@ async fn run_group(
                         None => break,
                     }
                 }
-                let kept = run_saves(conn, batches, saves, answers, waiting).await?;
+                let kept = run_batch(conn, batches, saves, answers, waiting).await?;
                 if alone && !kept {
                     // refused, or its caller gone: nothing to commit
                     exec(conn, "ROLLBACK").await?;
@@ -392,8 +446,119 @@ async fn run_group(
     open.close()
 }
 
-/// Runs `saves` (fenced saves queued next to each other) in the open
-/// transaction, in one command: the store's `fenced_append` once for each,
+/// Adds the answer of `save`, which ran and found `gate`, to `answers`:
+/// written, or refused. Returns whether it wrote anything (a refused save
+/// that gives its lease up wrote that): then, when the transaction fails,
+/// it is answered with that failure.
+fn decided(save: Save, gate: &Gate, answers: &mut Vec<Answer>) -> bool {
+    let Save { save, tx, .. } = save;
+    let (refused, token) = (save.refusal(gate), save.token(gate));
+    let wrote = refused.is_none() || save.release;
+    answers.push(Box::new(move |failed: Option<Failure>| {
+        let _ = tx.send(match (failed, refused) {
+            (Some(failure), _) if wrote => Err(failure),
+            (_, Some(refused)) => Ok(Err(refused)),
+            (_, None) => Ok(Ok(token)),
+        });
+    }));
+    wrote
+}
+
+/// Whether `save` goes in the command of `saves` (fenced saves queued
+/// next to each other, at least one): a batch holds distinct runs, and
+/// saves tried again [`one_by_one`](Save::one_by_one) are not batched.
+fn joins(saves: &[Save], save: &Save) -> bool {
+    !save.one_by_one
+        && saves
+            .iter()
+            .all(|s| !s.one_by_one && s.save.lease.run_id() != save.save.lease.run_id())
+}
+
+/// Runs `saves` (fenced saves of distinct runs queued next to each other)
+/// in the open transaction, in one command of ten statements: the store's
+/// `batch_append` (a save alone that does not begin its run:
+/// [`run_saves`], five statements). Each gets its answer in `answers`
+/// (kept, or refused: then nothing of it was written); one whose caller
+/// stopped waiting is skipped. When the command fails, the error returned
+/// gives this transaction up; which save it failed for is unknown, so
+/// (unless the batch held one save, which gets the error) they all go
+/// back to the front of `waiting`, to be run again
+/// [`one_by_one`](Save::one_by_one) in the next transaction, where the
+/// error fails only its own save. Returns whether any save was kept.
+async fn run_batch(
+    conn: &mut SqliteConnection,
+    batches: &mut Batches,
+    saves: Vec<Save>,
+    answers: &mut Vec<Answer>,
+    waiting: &mut VecDeque<Work>,
+) -> sqlx::Result<bool> {
+    let saves: Vec<Save> = saves.into_iter().filter(|s| !s.tx.is_closed()).collect();
+    let sql = match &*saves {
+        [] => return Ok(false),
+        [alone] if alone.save.ttl.is_none() => {
+            return run_saves(conn, batches, saves, answers, waiting).await;
+        }
+        _ => match batches.batch(saves.len()) {
+            Some(sql) => sql,
+            None => return Err(sqlx::Error::Protocol("a batch too large".to_owned())),
+        },
+    };
+    let mut gates: Vec<Gate> = Vec::with_capacity(saves.len());
+    let mut failed: Option<sqlx::Error> = None;
+    {
+        let mut args = SqliteArguments::default();
+        for save in &saves {
+            if let Err(e) = save.save.batch_arguments(&mut args) {
+                failed = Some(e);
+                break;
+            }
+        }
+        if failed.is_none() {
+            let mut rows = sqlx::query_as_with::<_, Gate, _>(sql, args).fetch(&mut *conn);
+            loop {
+                match rows.try_next().await {
+                    Ok(Some(gate)) => gates.push(gate),
+                    Ok(None) => break,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if failed.is_none() && gates.len() != saves.len() {
+        failed = Some(sqlx::Error::RowNotFound);
+    }
+    if let Some(failure) = failed {
+        let message = failure.to_string();
+        if saves.len() == 1 {
+            if let Some(Save { tx, .. }) = saves.into_iter().next() {
+                answers.push(Box::new(move |_: Option<Failure>| {
+                    let _ = tx.send(Err(Failure::Sql(failure)));
+                }));
+            }
+        } else {
+            for mut save in saves.into_iter().rev() {
+                save.one_by_one = true;
+                waiting.push_front(Work::Save(Box::new(save)));
+            }
+        }
+        return Err(sqlx::Error::Protocol(format!(
+            "another write of the transaction failed: {message}"
+        )));
+    }
+    let mut kept = false;
+    for (gate, save) in gates.into_iter().zip(saves) {
+        kept |= decided(save, &gate, answers);
+    }
+    Ok(kept)
+}
+
+/// Runs `saves` (fenced saves queued next to each other, none beginning
+/// its run; [`run_batch`] gives it one alone) in the open transaction, in
+/// one command:
+/// the store's `fenced_append` (or `finish_append`) once for each,
 /// in their order, each reading back its gate row. Each that ran gets its
 /// answer in `answers` (kept, or refused: then nothing of it was written);
 /// one whose caller stopped waiting is skipped. When a statement fails, the
@@ -422,7 +587,7 @@ async fn run_saves(
             }
         }
         if failed.is_none() {
-            let sql = batches.sql(saves.len());
+            let sql = batches.sql(saves.len(), saves[0].save.release);
             let mut rows = sqlx::query_as_with::<_, Gate, _>(sql, args).fetch(&mut *conn);
             loop {
                 match rows.try_next().await {
@@ -445,19 +610,7 @@ async fn run_saves(
     // the gates first: `zip` takes from its first iterator first, and a save
     // taken with no gate left would be lost
     for (gate, save) in gates.into_iter().zip(saves.by_ref()) {
-        let Save { save, tx } = save;
-        let answer: Answer = match save.refusal(&gate) {
-            None => {
-                kept = true;
-                Box::new(move |failed: Option<Failure>| {
-                    let _ = tx.send(failed.map_or(Ok(()), Err));
-                })
-            }
-            Some(refused) => Box::new(move |_: Option<Failure>| {
-                let _ = tx.send(Err(Failure::Fluxio(refused)));
-            }),
-        };
-        answers.push(answer);
+        kept |= decided(save, &gate, answers);
     }
     let Some(failure) = failed else {
         return Ok(kept);

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use fluxio_core::Error;
-use fluxio_core::store::{Change, CheckpointStore, Lease};
+use fluxio_core::store::{Begin, Change, Checkpoint, CheckpointStore, Lease};
 use fluxio_sqlite::SqliteStore;
 use fluxio_test_support as support;
 use sqlx::SqliteConnection;
@@ -237,4 +237,261 @@ async fn rule24_a_save_failing_in_a_batch_gives_up_its_transaction_and_no_more()
         store.load("after").await.expect("load"),
         Some(support::checkpoint("after", 1))
     );
+}
+
+/// Runs that begin together (`begin_run`, `Begin::Replace`) share one
+/// command and one commit: each free lease is taken with its own token,
+/// greater than every token before (as one acquisition after the other
+/// draws them), the stored run is replaced, and a run whose lease another
+/// holds is refused (`RunIdInUse`) without writing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule24_runs_beginning_together_share_one_commit_and_draw_distinct_tokens() {
+    let dir = support::TempDir::new("group_begin");
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    // a completed run, replaced by the batch
+    support::runs::drive(&store, &support::runs::ten_stage_run("orders", "old")).await;
+    // a run whose lease another worker holds
+    let busy = support::runs::ten_stage_run("orders", "busy");
+    let held = store
+        .acquire_lease(&busy[0].key(), TTL)
+        .await
+        .expect("lease");
+
+    let other = hold_the_write_lock(&file).await;
+    let before = store.commits();
+    let begin = |cp: Checkpoint| {
+        let store = store.clone();
+        tokio::spawn(async move { store.begin_run(cp, TTL, Begin::Replace).await })
+    };
+    let mut firsts: Vec<Checkpoint> = (0..8)
+        .map(|i| support::runs::ten_stage_run("orders", &i.to_string()).remove(0))
+        .collect();
+    firsts.push(support::runs::ten_stage_run("orders", "old").remove(0));
+    let writes: Vec<_> = firsts.iter().cloned().map(begin).collect();
+    let refused = begin(busy[0].clone());
+    let_them_queue().await;
+    release(other).await;
+
+    let mut tokens = Vec::new();
+    for (write, first) in writes.into_iter().zip(&firsts) {
+        let begun = write.await.expect("no panic").expect("begun");
+        assert!(begun.started);
+        assert_eq!(begun.lease.run_id(), first.key());
+        assert!(
+            begun.lease.token() > held.token(),
+            "{begun:?} after {held:?}"
+        );
+        tokens.push(begun.lease.token());
+        let stored = store.load(&first.key()).await.expect("load");
+        assert_eq!(stored.as_ref(), Some(first), "the first checkpoint, alone");
+    }
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), firsts.len(), "every lease its own token");
+    let refused = refused.await.expect("no panic");
+    assert!(
+        matches!(refused, Err(Error::RunIdInUse { .. })),
+        "{refused:?}"
+    );
+    let commits = store.commits() - before;
+    assert!(
+        (1..=2).contains(&commits),
+        "{commits} commits for 10 beginnings"
+    );
+    assert_eq!(store.load(&busy[0].key()).await.expect("load"), None);
+    // the refused run's lease is still the other worker's
+    store.renew_lease(&held, TTL).await.expect("still held");
+}
+
+/// Runs that end together (`finish_run`) share one command and one commit:
+/// each last checkpoint is stored and each lease given back, and a run that
+/// was cancelled meanwhile is refused (`Cancelled`), its lease given back
+/// all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule24_runs_ending_together_share_one_commit_and_give_their_leases_back() {
+    let dir = support::TempDir::new("group_finish");
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    let mut runs = Vec::new();
+    for i in 0..6 {
+        let run = support::runs::ten_stage_run("orders", &i.to_string());
+        let begun = store
+            .begin_run(run[0].clone(), TTL, Begin::Replace)
+            .await
+            .expect("begin");
+        for cp in &run[1..10] {
+            store
+                .save_fenced(cp.clone(), &begun.lease)
+                .await
+                .expect("save");
+        }
+        runs.push((run, begun.lease));
+    }
+    let cancelled = runs[5].0[0].key();
+    store.cancel(&cancelled).await.expect("cancel");
+
+    let other = hold_the_write_lock(&file).await;
+    let before = store.commits();
+    let writes: Vec<_> = runs
+        .iter()
+        .map(|(run, lease)| {
+            let (store, last) = (store.clone(), run[10].clone());
+            let lease = Lease::new(lease.run_id(), lease.token());
+            tokio::spawn(async move { store.finish_run(last, lease, false).await })
+        })
+        .collect();
+    let_them_queue().await;
+    release(other).await;
+    let mut answers = Vec::new();
+    for write in writes {
+        answers.push(write.await.expect("no panic"));
+    }
+    let commits = store.commits() - before;
+    assert!((1..=2).contains(&commits), "{commits} commits for 6 ends");
+
+    for ((run, _), answer) in runs.iter().zip(&answers).take(5) {
+        assert!(answer.is_ok(), "{answer:?}");
+        let stored = store.load(&run[0].key()).await.expect("load");
+        assert_eq!(stored.as_ref(), Some(&run[10]));
+    }
+    assert!(
+        matches!(answers[5], Err(Error::Cancelled { .. })),
+        "{:?}",
+        answers[5]
+    );
+    let stored = store.load(&cancelled).await.expect("load").expect("stored");
+    assert_eq!(stored.status, fluxio_core::RunStatus::Cancelled);
+    // every lease was given back: each run id can be taken again at once
+    for (run, _) in &runs {
+        store
+            .acquire_lease(&run[0].key(), TTL)
+            .await
+            .expect("the lease was given back");
+    }
+}
+
+/// Two saves of one run waiting together are not decided together: the
+/// second finds the step the first wrote (its predecessor) as if the first
+/// had committed before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule24_saves_of_one_run_waiting_together_run_one_after_the_other() {
+    let dir = support::TempDir::new("group_same_run");
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    let run = support::runs::ten_stage_run("orders", "1");
+    let other_run = support::runs::ten_stage_run("orders", "2");
+    let mut leases = Vec::new();
+    for r in [&run, &other_run] {
+        let begun = store
+            .begin_run(r[0].clone(), TTL, Begin::Replace)
+            .await
+            .expect("begin");
+        leases.push(begun.lease);
+    }
+
+    let other = hold_the_write_lock(&file).await;
+    let mut writes = Vec::new();
+    for (cp, lease) in [
+        (&run[1], &leases[0]),
+        (&other_run[1], &leases[1]),
+        (&run[2], &leases[0]),
+    ] {
+        let (store, cp) = (store.clone(), cp.clone());
+        let lease = Lease::new(lease.run_id(), lease.token());
+        writes.push(tokio::spawn(
+            async move { store.save_fenced(cp, &lease).await },
+        ));
+        // queued in this order
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let_them_queue().await;
+    release(other).await;
+    for write in writes {
+        write.await.expect("no panic").expect("saved");
+    }
+    assert_eq!(
+        store.load(&run[0].key()).await.expect("load").as_ref(),
+        Some(&run[2])
+    );
+    assert_eq!(
+        store
+            .load(&other_run[0].key())
+            .await
+            .expect("load")
+            .as_ref(),
+        Some(&other_run[1])
+    );
+}
+
+/// As for the saves above, when runs begin together: the beginning the
+/// driver's error belongs to fails with it, the one before it in the
+/// transaction with `GroupCommit` (and holds no lease: the run id can be
+/// taken at once), and the one after it begins in the next transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule24_a_beginning_failing_in_a_batch_fails_alone_when_tried_again() {
+    let dir = support::TempDir::new("group_begin_failed");
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    sqlx::query(
+        "CREATE TRIGGER refuse_bad BEFORE INSERT ON fluxio_checkpoints_steps \
+         WHEN NEW.run_id = 'orders/bad' BEGIN SELECT RAISE(ABORT, 'no step for bad'); END",
+    )
+    .execute(store.pool())
+    .await
+    .expect("the trigger");
+
+    let other = hold_the_write_lock(&file).await;
+    let opener = {
+        let store = store.clone();
+        tokio::spawn(async move { store.acquire_lease("opener", TTL).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut writes = Vec::new();
+    for run in ["before", "bad", "after"] {
+        let store = store.clone();
+        let first = support::runs::ten_stage_run("orders", run).remove(0);
+        writes.push(tokio::spawn(async move {
+            store.begin_run(first, TTL, Begin::Replace).await
+        }));
+        // queued in this order
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let_them_queue().await;
+    release(other).await;
+    opener.await.expect("no panic").expect("the opener's lease");
+    let mut answers = Vec::new();
+    for write in writes {
+        answers.push(write.await.expect("no panic"));
+    }
+
+    let before = answers[0]
+        .as_ref()
+        .expect_err("its transaction was given up");
+    assert!(
+        chain(before).contains("the transaction of this write failed")
+            && chain(before).contains("no step for bad"),
+        "{}",
+        chain(before)
+    );
+    let bad = answers[1].as_ref().expect_err("the trigger aborts it");
+    assert!(chain(bad).contains("no step for bad"), "{}", chain(bad));
+    assert!(
+        !chain(bad).contains("the transaction of this write failed"),
+        "{}",
+        chain(bad)
+    );
+    assert!(
+        answers[2].as_ref().is_ok_and(|b| b.started),
+        "{:?}",
+        answers[2]
+    );
+    assert_eq!(store.load("orders/before").await.expect("load"), None);
+    assert!(store.load("orders/after").await.expect("load").is_some());
+    for run in ["orders/before", "orders/bad"] {
+        store
+            .acquire_lease(run, TTL)
+            .await
+            .expect("no lease was left behind");
+    }
 }
