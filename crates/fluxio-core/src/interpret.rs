@@ -820,7 +820,9 @@ async fn call(
         attempt = scope.attempt
     );
     let run = match program.middleware.get(index).filter(|c| !c.is_empty()) {
-        Some(chain) => Either::Left(Next::new(stage, chain).run_caught(ctx)),
+        // boxed: a chain's future is twice a stage's, and a stage without
+        // one should not carry (and move) its room on every call
+        Some(chain) => Either::Left(Box::pin(Next::new(stage, chain).run_caught(ctx))),
         None => Either::Right(stage.call(ctx)),
     };
     let run = STAGE_INFO.scope(info, run).instrument(span);
