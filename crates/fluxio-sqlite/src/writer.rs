@@ -503,30 +503,7 @@ async fn run_batch(
             None => return Err(sqlx::Error::Protocol("a batch too large".to_owned())),
         },
     };
-    let mut gates: Vec<Gate> = Vec::with_capacity(saves.len());
-    let mut failed: Option<sqlx::Error> = None;
-    {
-        let mut args = SqliteArguments::default();
-        for save in &saves {
-            if let Err(e) = save.save.batch_arguments(&mut args) {
-                failed = Some(e);
-                break;
-            }
-        }
-        if failed.is_none() {
-            let mut rows = sqlx::query_as_with::<_, Gate, _>(sql, args).fetch(&mut *conn);
-            loop {
-                match rows.try_next().await {
-                    Ok(Some(gate)) => gates.push(gate),
-                    Ok(None) => break,
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
-        }
-    }
+    let (gates, mut failed) = read_gates(conn, sql, &saves, FencedSave::batch_arguments).await;
     if failed.is_none() && gates.len() != saves.len() {
         failed = Some(sqlx::Error::RowNotFound);
     }
@@ -576,31 +553,8 @@ async fn run_saves(
     if saves.is_empty() {
         return Ok(false);
     }
-    let mut gates: Vec<Gate> = Vec::with_capacity(saves.len());
-    let mut failed: Option<sqlx::Error> = None;
-    {
-        let mut args = SqliteArguments::default();
-        for save in &saves {
-            if let Err(e) = save.save.arguments(&mut args) {
-                failed = Some(e);
-                break;
-            }
-        }
-        if failed.is_none() {
-            let sql = batches.sql(saves.len(), saves[0].save.release);
-            let mut rows = sqlx::query_as_with::<_, Gate, _>(sql, args).fetch(&mut *conn);
-            loop {
-                match rows.try_next().await {
-                    Ok(Some(gate)) => gates.push(gate),
-                    Ok(None) => break,
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
-        }
-    }
+    let sql = batches.sql(saves.len(), saves[0].save.release);
+    let (gates, mut failed) = read_gates(conn, sql, &saves, FencedSave::arguments).await;
     let ran = gates.len();
     if failed.is_none() && ran < saves.len() {
         failed = Some(sqlx::Error::RowNotFound);
@@ -629,6 +583,31 @@ async fn run_saves(
     Err(sqlx::Error::Protocol(format!(
         "another write of the transaction failed: {message}"
     )))
+}
+
+/// Binds every one of `saves` with `bind`, runs `sql` (which reads back
+/// one gate row a save, in order) and returns the gates read and the error
+/// that stopped the command, if one did (a save that could not be bound, or
+/// a statement that failed: the gates before it were read).
+async fn read_gates<'q>(
+    conn: &mut SqliteConnection,
+    sql: &'q str,
+    saves: &'q [Save],
+    bind: fn(&'q FencedSave, &mut SqliteArguments<'q>) -> sqlx::Result<()>,
+) -> (Vec<Gate>, Option<sqlx::Error>) {
+    let mut gates = Vec::with_capacity(saves.len());
+    let mut args = SqliteArguments::default();
+    if let Some(e) = saves.iter().find_map(|s| bind(&s.save, &mut args).err()) {
+        return (gates, Some(e));
+    }
+    let mut rows = sqlx::query_as_with::<_, Gate, _>(sql, args).fetch(&mut *conn);
+    loop {
+        match rows.try_next().await {
+            Ok(Some(gate)) => gates.push(gate),
+            Ok(None) => return (gates, None),
+            Err(e) => return (gates, Some(e)),
+        }
+    }
 }
 
 /// Runs `sql` (no parameters) on `conn`.

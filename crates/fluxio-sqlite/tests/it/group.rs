@@ -154,6 +154,28 @@ async fn rule24_a_refused_write_fails_only_its_own_caller() {
     assert_eq!(store.load("orphan").await.expect("load"), None);
 }
 
+/// The answers of the writes of `before`, `bad` and `after`, queued in that
+/// order, when `bad`'s statement fails: `bad` gets that error, `before`
+/// (in the transaction given up) its transaction's failure.
+fn bad_failed_alone<T: std::fmt::Debug>(answers: &[fluxio_core::Result<T>]) {
+    let before = answers[0]
+        .as_ref()
+        .expect_err("its transaction was given up");
+    assert!(
+        chain(before).contains("the transaction of this write failed")
+            && chain(before).contains("no step for bad"),
+        "{}",
+        chain(before)
+    );
+    let bad = answers[1].as_ref().expect_err("the trigger aborts it");
+    assert!(chain(bad).contains("no step for bad"), "{}", chain(bad));
+    assert!(
+        !chain(bad).contains("the transaction of this write failed"),
+        "{}",
+        chain(bad)
+    );
+}
+
 /// An error and its sources, one line.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -214,22 +236,7 @@ async fn rule24_a_save_failing_in_a_batch_gives_up_its_transaction_and_no_more()
         answers.push(write.await.expect("no panic"));
     }
 
-    let before = answers[0]
-        .as_ref()
-        .expect_err("its transaction was given up");
-    assert!(
-        chain(before).contains("the transaction of this write failed")
-            && chain(before).contains("no step for bad"),
-        "{}",
-        chain(before)
-    );
-    let bad = answers[1].as_ref().expect_err("the trigger aborts it");
-    assert!(chain(bad).contains("no step for bad"), "{}", chain(bad));
-    assert!(
-        !chain(bad).contains("the transaction of this write failed"),
-        "{}",
-        chain(bad)
-    );
+    bad_failed_alone(&answers);
     assert!(answers[2].is_ok(), "{:?}", answers[2]);
     assert_eq!(store.load("before").await.expect("load"), None);
     assert_eq!(store.load("bad").await.expect("load"), None);
@@ -465,22 +472,7 @@ async fn rule24_a_beginning_failing_in_a_batch_fails_alone_when_tried_again() {
         answers.push(write.await.expect("no panic"));
     }
 
-    let before = answers[0]
-        .as_ref()
-        .expect_err("its transaction was given up");
-    assert!(
-        chain(before).contains("the transaction of this write failed")
-            && chain(before).contains("no step for bad"),
-        "{}",
-        chain(before)
-    );
-    let bad = answers[1].as_ref().expect_err("the trigger aborts it");
-    assert!(chain(bad).contains("no step for bad"), "{}", chain(bad));
-    assert!(
-        !chain(bad).contains("the transaction of this write failed"),
-        "{}",
-        chain(bad)
-    );
+    bad_failed_alone(&answers);
     assert!(
         answers[2].as_ref().is_ok_and(|b| b.started),
         "{:?}",
