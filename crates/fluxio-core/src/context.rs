@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use imbl::OrdMap;
 use serde::de::DeserializeOwned;
@@ -64,7 +65,17 @@ pub struct Context {
     data: Map<EncodedValue>,
     written: Map<()>,
     branch: Option<Arc<str>>,
+    /// What this context marks the entries it writes with (see
+    /// [`Map::upsert`]): taken from [`EPOCHS`] at its first write, 0
+    /// before. A clone keeps it, with the written set; a fork, a cleared
+    /// written set and a context made from a snapshot start again at 0.
+    /// So an entry that bears it was written by this context (or a clone
+    /// that had the same written set), and is in `written`.
+    epoch: u64,
 }
+
+/// The epochs contexts mark their writes with: each is taken once.
+static EPOCHS: AtomicU64 = AtomicU64::new(1);
 
 impl Context {
     /// An empty context.
@@ -129,12 +140,19 @@ impl Context {
     /// shared, not allocated again; a key already in the written set is not
     /// inserted again.
     fn insert(mut self, key: &str, value: EncodedValue) -> Context {
+        if self.epoch == 0 {
+            self.epoch = EPOCHS.fetch_add(1, Ordering::Relaxed);
+        }
         let probe = Probe::new(key.as_bytes());
-        let was_written = self.written.get_probed(&probe).map(|(k, ())| k);
-        let new_key = || was_written.map_or_else(|| Key::new(key), Key::clone);
-        let fresh = was_written.is_none();
-        self.data.upsert(&probe, new_key, value);
-        if fresh {
+        let written = &self.written;
+        let new_key = || {
+            written
+                .get_probed(&probe)
+                .map_or_else(|| Key::new(key), |(k, ())| k.clone())
+        };
+        // a key this context wrote already is in its written set
+        let marked = self.data.upsert(&probe, new_key, value, self.epoch);
+        if !marked && self.written.get_probed(&probe).is_none() {
             let held = self.shared_key(key);
             self.written.insert(held, ());
         }
@@ -291,6 +309,7 @@ impl Context {
             data: self.data.clone(),
             written: Map::new(),
             branch: Some(name.into()),
+            epoch: 0,
         }
     }
 
@@ -378,6 +397,7 @@ impl Context {
             data: self.data,
             written: Map::new(),
             branch: None,
+            epoch: 0,
         }
     }
 }
@@ -417,6 +437,7 @@ impl From<Snapshot> for Context {
             data: s.0,
             written: Map::new(),
             branch: None,
+            epoch: 0,
         }
     }
 }
@@ -782,6 +803,56 @@ mod tests {
             }
             check(&ctx, &model);
         }
+    }
+
+    /// A context skips the look-up in its written set for a key it wrote
+    /// already (its entry bears the context's mark): a fork, a cleared
+    /// written set, a context made from a snapshot, a merge and a clone
+    /// that went its own way must each still record what they write.
+    #[test]
+    fn every_context_records_its_own_writes_whatever_its_entries_bear() {
+        let written = |c: &Context| c.written().map(str::to_owned).collect::<Vec<_>>();
+        let a = Context::new()
+            .set("k", 1)
+            .expect("set")
+            .set("k", 2)
+            .expect("set");
+        assert_eq!(written(&a), ["k"]);
+        let forked = a.fork("f").set("k", 3).expect("set");
+        assert_eq!(
+            written(&forked),
+            ["k"],
+            "a fork records a key its base wrote"
+        );
+        let cleared = a.clone().clear_written().set("k", 4).expect("set");
+        assert_eq!(written(&cleared), ["k"]);
+        let restored = Context::from(a.snapshot()).set("k", 5).expect("set");
+        assert_eq!(written(&restored), ["k"]);
+        let (x, y) = (a.clone().set("j", 6).expect("set"), a.clone());
+        let y = y.set("i", 7).expect("set");
+        assert_eq!(
+            (written(&x), written(&y)),
+            (
+                vec!["j".to_owned(), "k".to_owned()],
+                vec!["i".to_owned(), "k".to_owned()]
+            )
+        );
+        let base = Context::new().set("n", 0).expect("set").clear_written();
+        let branch = base.fork("b").set("n", 1).expect("set");
+        let merged = Context::merge(&base, &[branch]).expect("merge");
+        let again = merged.clear_written().set("n", 2).expect("set");
+        assert_eq!(written(&again), ["n"], "a merged entry, written again");
+        // past the flat shape, where entries bear no mark
+        let big = (0..100).fold(Context::new(), |c, i| {
+            c.set(format!("k{i}"), i).expect("set")
+        });
+        let big = big
+            .fork("g")
+            .set("k7", 0)
+            .expect("set")
+            .set("k7", 1)
+            .expect("set");
+        assert_eq!(written(&big), ["k7"]);
     }
 
     #[test]

@@ -40,14 +40,17 @@ pub(crate) struct Entry<V> {
     head: u64,
     key: Key,
     value: V,
+    /// The mark of the last [`upsert`](Map::upsert) that set it (0: none).
+    mark: u64,
 }
 
 impl<V> Entry<V> {
-    fn new(key: Key, value: V) -> Self {
+    fn new(key: Key, value: V, mark: u64) -> Self {
         Entry {
             head: key.head(),
             key,
             value,
+            mark,
         }
     }
 }
@@ -150,21 +153,38 @@ impl<V: Clone> Map<V> {
     /// Sets `key` to `value`.
     pub(crate) fn insert(&mut self, key: Key, value: V) {
         let bytes = key.clone();
-        self.upsert(&Probe::new(bytes.as_bytes()), || key, value);
+        self.upsert(&Probe::new(bytes.as_bytes()), || key, value, 0);
     }
 
-    /// Sets `key` to `value`, with the key `new_key()` when it is new.
+    /// Sets `key` to `value`, with the key `new_key()` when it is new, and
+    /// marks its entry with `mark`. Returns whether the entry had that mark
+    /// already (never for a tree, which keeps no marks, nor for mark 0):
+    /// the context marks the entries it writes with its epoch, so that a
+    /// key it wrote before needs no look-up in its written set.
     ///
     /// Copy on write: a map that shares its entries with a clone copies
     /// them first (once: the copy is its own), and one that does not is
     /// changed in place, so a run of updates to an unshared map copies
     /// nothing.
-    pub(crate) fn upsert(&mut self, key: &Probe<'_>, new_key: impl FnOnce() -> Key, value: V) {
+    pub(crate) fn upsert(
+        &mut self,
+        key: &Probe<'_>,
+        new_key: impl FnOnce() -> Key,
+        value: V,
+        mark: u64,
+    ) -> bool {
         match &mut self.0 {
             Repr::Flat(flat) => match find(entries(flat), key) {
-                Ok(i) => own(flat, 0)[i].value = value,
+                Ok(i) => {
+                    let entry = &mut own(flat, 0)[i];
+                    entry.value = value;
+                    let had = mark != 0 && entry.mark == mark;
+                    entry.mark = mark;
+                    had
+                }
                 Err(i) if entries(flat).len() < FLAT_MAX => {
-                    own(flat, 1).insert(i, Entry::new(new_key(), value));
+                    own(flat, 1).insert(i, Entry::new(new_key(), value, mark));
+                    false
                 }
                 Err(_) => {
                     let mut tree: OrdMap<Key, V> = entries(flat)
@@ -173,14 +193,18 @@ impl<V: Clone> Map<V> {
                         .collect();
                     tree.insert(new_key(), value);
                     self.0 = Repr::Tree(tree);
+                    false
                 }
             },
-            Repr::Tree(tree) => match tree.get_mut(key.bytes()) {
-                Some(slot) => *slot = value,
-                None => {
-                    tree.insert(new_key(), value);
+            Repr::Tree(tree) => {
+                match tree.get_mut(key.bytes()) {
+                    Some(slot) => *slot = value,
+                    None => {
+                        tree.insert(new_key(), value);
+                    }
                 }
-            },
+                false
+            }
         }
     }
 
@@ -291,7 +315,7 @@ impl<V: Clone> FromIterator<(Key, V)> for Map<V> {
         } else {
             Map(Repr::Flat(Some(Arc::new(
                 tree.iter()
-                    .map(|(k, v)| Entry::new(k.clone(), v.clone()))
+                    .map(|(k, v)| Entry::new(k.clone(), v.clone(), 0))
                     .collect(),
             ))))
         }
