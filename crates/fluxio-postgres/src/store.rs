@@ -537,16 +537,15 @@ mod tests {
     /// The name of the index of the checkpoint table whose columns are
     /// `columns`, as `pg_indexes` spells them.
     async fn index(store: &PostgresStore, columns: &str) -> String {
-        sqlx::query_scalar(
-            "SELECT indexname::text FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 \
-             AND indexdef LIKE '%(' || $3",
-        )
-        .bind(store.schema())
-        .bind(store.table())
-        .bind(format!("{columns})"))
-        .fetch_one(store.pool())
-        .await
-        .unwrap_or_else(|e| panic!("an index on ({columns}): {e}"))
+        let indexes = support::postgres::indexes(store.pool(), store.schema(), store.table()).await;
+        let wanted = format!("({columns})");
+        let mut found = indexes
+            .into_iter()
+            .filter(|(_, def)| def.ends_with(&wanted));
+        match (found.next(), found.next()) {
+            (Some((name, _)), None) => name,
+            other => panic!("one index on ({columns}), found {other:?}"),
+        }
     }
 
     /// Rule 21: on a table of 20,000 runs, a listing reads one range of an

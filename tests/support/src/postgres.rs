@@ -51,3 +51,30 @@ pub async fn drop_schema(url: &str, schema: &str) {
         .expect("drop schema");
     let _ = conn.close().await;
 }
+
+/// The indexes of `schema.table`: each one's name and definition.
+///
+/// Filter the definitions here, not in the query: a filter on
+/// `pg_get_indexdef` in SQL may run on any index of the server first, and
+/// fails on one that a concurrent test is dropping ("could not open
+/// relation with OID ...").
+///
+/// # Panics
+/// When the server refuses.
+#[cfg(feature = "postgres")]
+pub async fn indexes(pool: &sqlx::PgPool, schema: &str, table: &str) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "SELECT i.relname::text, pg_get_indexdef(i.oid) \
+         FROM pg_index x \
+         JOIN pg_class c ON c.oid = x.indrelid \
+         JOIN pg_class i ON i.oid = x.indexrelid \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname = $2 \
+         ORDER BY 1",
+    )
+    .bind(schema)
+    .bind(table)
+    .fetch_all(pool)
+    .await
+    .expect("the table's indexes")
+}

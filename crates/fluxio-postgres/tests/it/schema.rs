@@ -285,14 +285,12 @@ async fn the_pipeline_column_is_generated_from_the_run_id_and_indexed() {
             ("r2", "")
         ]
     );
-    let index: Vec<String> = sqlx::query_scalar(
-        "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 \
-         AND tablename = 'fluxio_checkpoints' AND indexdef LIKE '%(pipeline, status, updated_at)'",
-    )
-    .bind(&schema)
-    .fetch_all(store.pool())
-    .await
-    .expect("indexes");
+    let index: Vec<(String, String)> =
+        support::postgres::indexes(store.pool(), &schema, "fluxio_checkpoints")
+            .await
+            .into_iter()
+            .filter(|(_, def)| def.ends_with("(pipeline, status, updated_at)"))
+            .collect();
     assert_eq!(index.len(), 1, "{index:?}");
     drop(store);
     support::postgres::drop_schema(&url, &schema).await;
