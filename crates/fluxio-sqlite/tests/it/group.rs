@@ -154,6 +154,21 @@ async fn rule24_a_refused_write_fails_only_its_own_caller() {
     assert_eq!(store.load("orphan").await.expect("load"), None);
 }
 
+/// A store at `file` whose database refuses (a trigger that aborts the
+/// insert) every step of the run stored as `key`, with SQLite's error
+/// "no step for bad": a driver error in the middle of a batch.
+async fn refusing_steps_of(file: &std::path::Path, key: &str) -> SqliteStore {
+    let store = SqliteStore::connect(file).await.expect("open");
+    sqlx::query(&format!(
+        "CREATE TRIGGER refuse_bad BEFORE INSERT ON fluxio_checkpoints_steps \
+         WHEN NEW.run_id = '{key}' BEGIN SELECT RAISE(ABORT, 'no step for bad'); END"
+    ))
+    .execute(store.pool())
+    .await
+    .expect("the trigger");
+    store
+}
+
 /// The answers of the writes of `before`, `bad` and `after`, queued in that
 /// order, when `bad`'s statement fails: `bad` gets that error, `before`
 /// (in the transaction given up) its transaction's failure.
@@ -198,14 +213,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 async fn rule24_a_save_failing_in_a_batch_gives_up_its_transaction_and_no_more() {
     let dir = support::TempDir::new("group_failed");
     let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
-    sqlx::query(
-        "CREATE TRIGGER refuse_bad BEFORE INSERT ON fluxio_checkpoints_steps \
-         WHEN NEW.run_id = 'bad' BEGIN SELECT RAISE(ABORT, 'no step for bad'); END",
-    )
-    .execute(store.pool())
-    .await
-    .expect("the trigger");
+    let store = refusing_steps_of(&file, "bad").await;
     let mut leases = Vec::new();
     for run in ["before", "bad", "after"] {
         leases.push(store.acquire_lease(run, TTL).await.expect("lease"));
@@ -439,14 +447,7 @@ async fn rule24_saves_of_one_run_waiting_together_run_one_after_the_other() {
 async fn rule24_a_beginning_failing_in_a_batch_fails_alone_when_tried_again() {
     let dir = support::TempDir::new("group_begin_failed");
     let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
-    sqlx::query(
-        "CREATE TRIGGER refuse_bad BEFORE INSERT ON fluxio_checkpoints_steps \
-         WHEN NEW.run_id = 'orders/bad' BEGIN SELECT RAISE(ABORT, 'no step for bad'); END",
-    )
-    .execute(store.pool())
-    .await
-    .expect("the trigger");
+    let store = refusing_steps_of(&file, "orders/bad").await;
 
     let other = hold_the_write_lock(&file).await;
     let opener = {
