@@ -169,6 +169,24 @@ async fn refusing_steps_of(file: &std::path::Path, key: &str) -> SqliteStore {
     store
 }
 
+/// Lets the queued `writes` wait, gives the write lock `other` holds back,
+/// and returns their answers in order, once the `opener` (queued before
+/// them) has its lease.
+async fn answers_once_released<T>(
+    other: SqliteConnection,
+    opener: tokio::task::JoinHandle<fluxio_core::Result<Lease>>,
+    writes: Vec<tokio::task::JoinHandle<fluxio_core::Result<T>>>,
+) -> Vec<fluxio_core::Result<T>> {
+    let_them_queue().await;
+    release(other).await;
+    opener.await.expect("no panic").expect("the opener's lease");
+    let mut answers = Vec::new();
+    for write in writes {
+        answers.push(write.await.expect("no panic"));
+    }
+    answers
+}
+
 /// The answers of the writes of `before`, `bad` and `after`, queued in that
 /// order, when `bad`'s statement fails: `bad` gets that error, `before`
 /// (in the transaction given up) its transaction's failure.
@@ -236,13 +254,7 @@ async fn rule24_a_save_failing_in_a_batch_gives_up_its_transaction_and_no_more()
         // queued in this order
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let_them_queue().await;
-    release(other).await;
-    opener.await.expect("no panic").expect("the opener's lease");
-    let mut answers = Vec::new();
-    for write in writes {
-        answers.push(write.await.expect("no panic"));
-    }
+    let answers = answers_once_released(other, opener, writes).await;
 
     bad_failed_alone(&answers);
     assert!(answers[2].is_ok(), "{:?}", answers[2]);
@@ -465,13 +477,7 @@ async fn rule24_a_beginning_failing_in_a_batch_fails_alone_when_tried_again() {
         // queued in this order
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let_them_queue().await;
-    release(other).await;
-    opener.await.expect("no panic").expect("the opener's lease");
-    let mut answers = Vec::new();
-    for write in writes {
-        answers.push(write.await.expect("no panic"));
-    }
+    let answers = answers_once_released(other, opener, writes).await;
 
     bad_failed_alone(&answers);
     assert!(
