@@ -153,7 +153,11 @@ impl Context {
         // a key this context wrote already is in its written set
         let marked = self.data.upsert(&probe, new_key, value, self.epoch);
         if !marked && self.written.get_probed(&probe).is_none() {
-            let held = self.shared_key(key);
+            // the key as the data holds it now: shared, not allocated again
+            let held = self
+                .data
+                .get_probed(&probe)
+                .map_or_else(|| Key::new(key), |(k, _)| k.clone());
             self.written.insert(held, ());
         }
         self
