@@ -22,7 +22,7 @@ use crate::context::{Context, Snapshot};
 use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::middleware::Next;
-use crate::stage::{Output, STAGE_INFO, StageInfo, StageKind};
+use crate::stage::{Output, StageInfo, StageKind, WithInfo};
 use crate::store::{
     BranchRecord, COMPACT_EVERY, Change, Checkpoint, CheckpointStore, Ownership, RunStatus,
 };
@@ -413,6 +413,9 @@ struct Frame {
     route: Option<String>,
     /// When the current stage's `EMIT step_start` ran (only with callbacks).
     step_started: Option<Instant>,
+    /// What [`StageInfo::current`] returns inside the frame's stage calls,
+    /// made at the first and updated for each.
+    info: Option<StageInfo>,
 }
 
 /// What a stage call is told about its run (see [`StageInfo`]).
@@ -694,8 +697,24 @@ fn branch(
     })
 }
 
-/// `EMIT`: step events for the tracing log and the callbacks.
+/// `EMIT`: step events for the tracing log and the callbacks (nothing to
+/// do, and nothing called, when there are neither).
+#[inline]
 fn emit_step(
+    program: &Program,
+    frame: &mut Frame,
+    scope: &Scope,
+    event: Event,
+    stage: usize,
+    call: usize,
+) {
+    if !program.callbacks.is_empty() || tracing::level_enabled!(tracing::Level::DEBUG) {
+        emit_step_to(program, frame, scope, event, stage, call);
+    }
+}
+
+/// [`emit_step`] when someone listens.
+fn emit_step_to(
     program: &Program,
     frame: &mut Frame,
     scope: &Scope,
@@ -805,13 +824,18 @@ async fn call(
 ) -> Result<Context> {
     use futures::future::Either;
     let stage = &program.stages[index];
-    let (ctx, start) = router_start(stage, ctx);
-    let info = StageInfo {
+    let start = router_start(stage, &ctx);
+    // the frame's one `StageInfo`, moved into the call and back: no
+    // clone of the run id per call
+    let info = frame.info.get_or_insert_with(|| StageInfo {
         run_id: Arc::clone(&scope.run_id),
-        stage: stage.name(),
-        position: u32::try_from(ip).unwrap_or(u32::MAX),
-        attempt: scope.attempt,
-    };
+        stage: "",
+        position: 0,
+        attempt: 1,
+    });
+    info.stage = stage.name();
+    info.position = u32::try_from(ip).unwrap_or(u32::MAX);
+    info.attempt = scope.attempt;
     let span = tracing::info_span!(
         "fluxio.stage",
         run_id = &*scope.run_id,
@@ -825,7 +849,7 @@ async fn call(
         Some(chain) => Either::Left(Box::pin(Next::new(stage, chain).run_caught(ctx))),
         None => Either::Right(stage.call(ctx)),
     };
-    let run = STAGE_INFO.scope(info, run).instrument(span);
+    let run = WithInfo::new(&mut frame.info, span, run);
     let out = if stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty() {
         let sink = ChunkSink {
             callbacks: Arc::clone(&program.callbacks),
@@ -852,12 +876,10 @@ async fn call(
     }
 }
 
-/// `ctx`, and for a router the context it started from (an O(1) clone), to
-/// apply its decision's patch to: a router returns a decision, not a
-/// context. (A function of its own so that [`call`] never borrows `ctx`.)
-fn router_start(stage: &crate::stage::Stage, ctx: Context) -> (Context, Option<Context>) {
-    let start = stage.meta().router.then(|| ctx.clone());
-    (ctx, start)
+/// For a router, the context it started from (an O(1) clone), to apply its
+/// decision's patch to: a router returns a decision, not a context.
+fn router_start(stage: &crate::stage::Stage, ctx: &Context) -> Option<Context> {
+    stage.meta().router.then(|| ctx.clone())
 }
 
 /// `FORK`: runs the branches of a parallel block from forks of `ctx` and

@@ -6,16 +6,17 @@
 //! `pipeline!` refers to.
 
 use std::any::{Any, TypeId};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::task::{Context as Context_, Poll};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::FutureExt as _;
 use serde::Serialize;
 
 use crate::context::Context;
@@ -256,52 +257,133 @@ impl Stage {
     ///
     /// # Errors
     /// As above.
-    pub async fn call(&self, ctx: Context) -> Result<Output> {
-        if let Some(req) = self.missing_resource(&self.resources) {
-            return Err(self.missing_resource_error(
-                &req,
-                "register it with `.resource(value)` on the pipeline builder",
-            ));
+    pub fn call(&self, ctx: Context) -> StageCall<'_> {
+        StageCall {
+            stage: self,
+            state: CallState::Start(ctx),
         }
-        let fut = AssertUnwindSafe((self.call)(ctx, &self.resources)).catch_unwind();
-        let outcome = match self.meta.timeout {
-            None => fut.await,
-            // boxed: a timer is large, and a stage without a timeout should
-            // not carry its room in every call's future
-            Some(t) => match Box::pin(tokio::time::timeout(t, fut)).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return Err(Error::StageTimeout {
-                        stage: self.meta.name.to_owned(),
-                        timeout: t,
-                    });
-                }
-            },
-        };
-        match outcome {
-            Ok(Ok(out)) => Ok(out),
-            Ok(Err(source)) => Err(match source.downcast::<Error>() {
-                // A panic inside a blocking stage arrives as our own error.
-                Ok(own) => match *own {
-                    Error::StagePanic { message, .. } => Error::StagePanic {
-                        stage: self.meta.name.to_owned(),
-                        message,
-                    },
-                    other => Error::Stage {
-                        stage: self.meta.name.to_owned(),
-                        source: Box::new(other),
-                    },
-                },
-                Err(source) => Error::Stage {
+    }
+
+    /// What the stage's future returned, as a fluxio result.
+    fn outcome(&self, returned: Result<Output, BoxError>) -> Result<Output> {
+        returned.map_err(|source| match source.downcast::<Error>() {
+            // A panic inside a blocking stage arrives as our own error.
+            Ok(own) => match *own {
+                Error::StagePanic { message, .. } => Error::StagePanic {
                     stage: self.meta.name.to_owned(),
-                    source,
+                    message,
                 },
-            }),
-            Err(panic) => Err(Error::StagePanic {
+                other => Error::Stage {
+                    stage: self.meta.name.to_owned(),
+                    source: Box::new(other),
+                },
+            },
+            Err(source) => Error::Stage {
                 stage: self.meta.name.to_owned(),
-                message: panic_message(&*panic),
-            }),
+                source,
+            },
+        })
+    }
+
+    fn panicked(&self, panic: &(dyn Any + std::marker::Send)) -> Error {
+        Error::StagePanic {
+            stage: self.meta.name.to_owned(),
+            message: panic_message(panic),
         }
+    }
+}
+
+/// The future of one [`Stage::call`]: starts the stage's own future at its
+/// first poll, then polls it (and its timer, for a stage with a timeout)
+/// until it is done, catching a panic at every poll.
+///
+/// One hand-written future, not layers of combinators: it is what every
+/// stage call of every run goes through, and small (the stage's future is
+/// boxed, its timer too), so a parked run carries little of it.
+#[must_use = "a stage call does nothing unless awaited"]
+pub struct StageCall<'a> {
+    stage: &'a Stage,
+    state: CallState,
+}
+
+enum CallState {
+    /// Not polled yet.
+    Start(Context),
+    /// The stage's future, and when it times out.
+    Running {
+        fut: StageFuture,
+        timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    },
+    /// Returned its result.
+    Done,
+}
+
+impl fmt::Debug for StageCall<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            CallState::Start(_) => "start",
+            CallState::Running { .. } => "running",
+            CallState::Done => "done",
+        };
+        f.debug_struct("StageCall")
+            .field("stage", &self.stage.name())
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl Future for StageCall<'_> {
+    type Output = Result<Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context_<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let stage = this.stage;
+        if let CallState::Start(_) = this.state {
+            let CallState::Start(ctx) = std::mem::replace(&mut this.state, CallState::Done) else {
+                return Poll::Ready(Err(Error::Internal {
+                    message: "a stage call lost its context".to_owned(),
+                }));
+            };
+            if let Some(req) = stage.missing_resource(&stage.resources) {
+                return Poll::Ready(Err(stage.missing_resource_error(
+                    &req,
+                    "register it with `.resource(value)` on the pipeline builder",
+                )));
+            }
+            let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                (stage.call)(ctx, &stage.resources)
+            }));
+            let fut = match started {
+                Ok(fut) => fut,
+                Err(panic) => return Poll::Ready(Err(stage.panicked(&*panic))),
+            };
+            // boxed: a timer is large, and a stage without a timeout
+            // should not carry its room in every call's future
+            let timer = stage.meta.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+            this.state = CallState::Running { fut, timer };
+        }
+        let CallState::Running { fut, timer } = &mut this.state else {
+            return Poll::Ready(Err(Error::Internal {
+                message: format!("stage `{}` was polled after it returned", stage.name()),
+            }));
+        };
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx)));
+        let done = match polled {
+            Ok(Poll::Ready(returned)) => stage.outcome(returned),
+            Err(panic) => Err(stage.panicked(&*panic)),
+            Ok(Poll::Pending) => {
+                let expired = timer.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready());
+                match stage.meta.timeout {
+                    Some(timeout) if expired => Err(Error::StageTimeout {
+                        stage: stage.meta.name.to_owned(),
+                        timeout,
+                    }),
+                    _ => return Poll::Pending,
+                }
+            }
+        };
+        this.state = CallState::Done;
+        Poll::Ready(done)
     }
 }
 
@@ -485,12 +567,65 @@ pub struct StageInfo {
     pub attempt: u32,
 }
 
-tokio::task_local! {
-    pub(crate) static STAGE_INFO: StageInfo;
+thread_local! {
+    /// The info of the stage being polled on this thread (set by
+    /// [`WithInfo`] for the length of one poll), or of the blocking body
+    /// running on it (set by [`run_blocking`] for the length of the body).
+    static CURRENT: Cell<Option<StageInfo>> = const { Cell::new(None) };
 }
 
-thread_local! {
-    static BLOCKING_INFO: std::cell::RefCell<Option<StageInfo>> = const { std::cell::RefCell::new(None) };
+/// Puts `info` in [`CURRENT`] until dropped, and then back into its slot,
+/// with what was there before restored (a stage may run a pipeline of its
+/// own inside it).
+struct InfoGuard<'s> {
+    slot: &'s mut Option<StageInfo>,
+    before: Option<StageInfo>,
+}
+
+impl<'s> InfoGuard<'s> {
+    fn enter(slot: &'s mut Option<StageInfo>) -> Self {
+        let info = slot.take();
+        // `try_with`: only fails while the thread is being torn down, and
+        // then no stage can ask for its info anyway
+        let before = CURRENT.try_with(|c| c.replace(info)).unwrap_or_default();
+        InfoGuard { slot, before }
+    }
+}
+
+impl Drop for InfoGuard<'_> {
+    fn drop(&mut self) {
+        let before = self.before.take();
+        *self.slot = CURRENT.try_with(|c| c.replace(before)).unwrap_or_default();
+    }
+}
+
+/// A stage call (or its middleware chain) with its [`StageInfo`] set and
+/// its span entered at every poll: what [`StageInfo::current`] reads. The
+/// info is moved in and out of the caller's slot, never cloned.
+pub(crate) struct WithInfo<'s, F> {
+    slot: &'s mut Option<StageInfo>,
+    span: Option<tracing::Span>,
+    fut: F,
+}
+
+impl<'s, F> WithInfo<'s, F> {
+    /// `fut` with the info in `slot` and `span` (left out when no
+    /// subscriber wants it, so that a run without tracing enters nothing).
+    pub(crate) fn new(slot: &'s mut Option<StageInfo>, span: tracing::Span, fut: F) -> Self {
+        let span = (!span.is_disabled()).then_some(span);
+        WithInfo { slot, span, fut }
+    }
+}
+
+impl<F: Future + Unpin> Future for WithInfo<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context_<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let _entered = this.span.as_ref().map(tracing::Span::enter);
+        let _info = InfoGuard::enter(this.slot);
+        Pin::new(&mut this.fut).poll(cx)
+    }
 }
 
 impl StageInfo {
@@ -501,10 +636,15 @@ impl StageInfo {
     /// ```
     #[must_use]
     pub fn current() -> Option<StageInfo> {
-        STAGE_INFO
-            .try_with(Clone::clone)
+        CURRENT
+            .try_with(|c| {
+                let info = c.take();
+                let copy = info.clone();
+                c.set(info);
+                copy
+            })
             .ok()
-            .or_else(|| BLOCKING_INFO.with(|b| b.borrow().clone()))
+            .flatten()
     }
 
     /// `"{run_id}/{position}"` (with the pipeline's name in `run_id`):
@@ -604,7 +744,7 @@ where
     struct Reset;
     impl Drop for Reset {
         fn drop(&mut self) {
-            BLOCKING_INFO.with(|b| *b.borrow_mut() = None);
+            let _ = CURRENT.try_with(|c| c.set(None));
         }
     }
     let info = StageInfo::current();
@@ -618,7 +758,7 @@ where
             // dropped last: after the body and `Reset`, before the result
             // is handed back to the awaiting call
             let _hold = hold;
-            BLOCKING_INFO.with(|b| *b.borrow_mut() = info);
+            let _ = CURRENT.try_with(|c| c.set(info));
             let _reset = Reset;
             f()
         };
