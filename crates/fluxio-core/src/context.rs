@@ -77,6 +77,29 @@ pub struct Context {
 /// The epochs contexts mark their writes with: each is taken once.
 static EPOCHS: AtomicU64 = AtomicU64::new(1);
 
+/// A context's epochs around a checkpoint: the one it had (`before`) and
+/// the one it took there (`after`, 0 when it took none).
+///
+/// A context that still has the epoch it took at the last written
+/// checkpoint is that checkpoint's context changed only by its own writes
+/// and removals, or its clones': every entry written since bears that
+/// epoch (a merge, a cleared written set, a context made from a snapshot
+/// or a fork take another). So the next checkpoint's delta is the entries
+/// that bear it, found without comparing the two contexts key by key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Lineage {
+    pub(crate) before: u64,
+    pub(crate) after: u64,
+}
+
+impl Lineage {
+    /// No lineage: the delta is found by comparing.
+    pub(crate) const NONE: Lineage = Lineage {
+        before: 0,
+        after: 0,
+    };
+}
+
 impl Context {
     /// An empty context.
     #[must_use]
@@ -376,6 +399,9 @@ impl Context {
             });
         }
         let mut merged = base.clone();
+        // the branches' entries come in unmarked: the merged context is not
+        // the base's lineage any more (see [`Lineage`])
+        merged.epoch = 0;
         for b in branches {
             for key in b.written.keys() {
                 match b.data.get(key.as_bytes()) {
@@ -386,6 +412,27 @@ impl Context {
             }
         }
         Ok(merged)
+    }
+
+    /// Gives this context a new epoch, at a checkpoint: what it (and its
+    /// clones) write from now on is marked with it, so that the next
+    /// checkpoint finds what changed by the marks (see [`Lineage`]).
+    pub(crate) fn next_epoch(&mut self) -> Lineage {
+        let before = self.epoch;
+        self.epoch = EPOCHS.fetch_add(1, Ordering::Relaxed);
+        Lineage {
+            before,
+            after: self.epoch,
+        }
+    }
+
+    /// The lineage of a checkpoint of this context that takes no new
+    /// epoch (the run's last one).
+    pub(crate) fn lineage(&self) -> Lineage {
+        Lineage {
+            before: self.epoch,
+            after: 0,
+        }
     }
 
     /// An O(1) snapshot of the data (structural sharing, no copy).
@@ -508,6 +555,12 @@ impl Snapshot {
     /// time their changes take.
     pub(crate) fn changes_since(&self, before: &Snapshot) -> (Vec<String>, Vec<String>) {
         self.0.changes_since(&before.0)
+    }
+
+    /// The keys written since `before` by the entries' marks (see
+    /// [`Lineage`]); `None` when the marks cannot tell (walk instead).
+    pub(crate) fn changes_marked(&self, before: &Snapshot, mark: u64) -> Option<Vec<String>> {
+        self.0.changes_marked(&before.0, mark)
     }
 
     /// This snapshot with `written` set and `removed` taken out.
@@ -729,6 +782,86 @@ mod tests {
             got.len(),
             want.len()
         );
+    }
+
+    /// At a checkpoint the run's context takes a new epoch; at the next,
+    /// the checkpoint's delta is read off the entries marked with it when
+    /// the context is still of that lineage. Whatever a stage did (sets,
+    /// no-op sets, removes, a clone returned, a context of its own, a
+    /// merge, a cleared written set), a delta read off the marks must be
+    /// what changed: every changed key in it, nothing removed, and every
+    /// key not in it unchanged. Otherwise it must say it cannot tell.
+    #[test]
+    fn rule18_a_delta_read_off_the_marks_is_what_changed_since_the_last_checkpoint() {
+        let mut seed = 0x2545_f491_4f6c_dd1d;
+        let mut ctx = Context::new();
+        let mut model = Model::default();
+        let (mut last, mut since) = (ctx.snapshot(), 0);
+        let (mut read, mut walked) = (0, 0);
+        for round in 0..2000 {
+            match next(&mut seed) % 10 {
+                // a stage that returns a clone taken before its writes
+                0 => {
+                    let kept = ctx.clone();
+                    let _ = step(&mut seed, &ctx, &mut model.clone());
+                    ctx = kept;
+                }
+                // a stage that returns a context of its own
+                1 => {
+                    let mut own = Model::default();
+                    ctx = step(&mut seed, &Context::new(), &mut own);
+                }
+                // a parallel block: forks merged
+                2 => {
+                    let mut bm = model.clone();
+                    let branch = step(&mut seed, &ctx.fork("b"), &mut bm);
+                    ctx = Context::merge(&ctx, &[branch]).expect("one branch");
+                }
+                3 => ctx = ctx.clear_written(),
+                // a no-op set: the same value again
+                4 => {
+                    if let Some((k, v)) = ctx.data.iter().next().map(|(k, v)| (k.clone(), v.clone())) {
+                        ctx = ctx.set_encoded(k.as_str().to_owned(), v);
+                    }
+                }
+                _ => {
+                    for _ in 0..(1 + next(&mut seed) % 3) {
+                        ctx = step(&mut seed, &ctx, &mut model);
+                    }
+                }
+            }
+            // the checkpoint
+            let lineage = ctx.next_epoch();
+            let now = ctx.snapshot();
+            let marked = (since != 0 && lineage.before == since)
+                .then(|| now.changes_marked(&last, since))
+                .flatten();
+            let (written, removed) = now.changes_since(&last);
+            match marked {
+                Some(marked) => {
+                    read += 1;
+                    assert!(removed.is_empty(), "round {round}: {removed:?} removed");
+                    for k in &written {
+                        assert!(marked.contains(k), "round {round}: `{k}` changed, not marked");
+                    }
+                    let keys: BTreeSet<&str> = now.0.keys().map(Key::as_str).collect();
+                    let mut want: BTreeSet<&str> = last.0.keys().map(Key::as_str).collect();
+                    want.extend(marked.iter().map(String::as_str));
+                    assert_eq!(keys, want, "round {round}");
+                    for k in keys.iter().filter(|k| !marked.iter().any(|m| m == *k)) {
+                        assert_eq!(
+                            now.0.get(k.as_bytes()),
+                            last.0.get(k.as_bytes()),
+                            "round {round}: `{k}`"
+                        );
+                    }
+                }
+                None => walked += 1,
+            }
+            (last, since) = (now, lineage.after);
+        }
+        // both ways were taken, the marks' most often
+        assert!(read > walked && walked > 100, "read {read}, walked {walked}");
     }
 
     #[test]

@@ -45,6 +45,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
+use crate::context::Lineage;
 use crate::interpret::Tail;
 use crate::store::{Checkpoint, CheckpointStore, KeepLease, Lease};
 
@@ -144,8 +145,8 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// The newest checkpoint not yet sent.
-    pending: Option<Checkpoint>,
+    /// The newest checkpoint not yet sent, and its context's lineage.
+    pending: Option<(Checkpoint, Lineage)>,
     /// A task is sending (or about to send) `pending`.
     writing: bool,
     /// The first refused or failed write: the run stops with it.
@@ -184,12 +185,12 @@ impl Writer {
     /// # Errors
     /// The error an earlier background write met ([`Error::Cancelled`],
     /// [`Error::LeaseLost`], a store error): the run stops with it.
-    pub(crate) fn submit(&self, cp: Checkpoint) -> Result<()> {
+    pub(crate) fn submit(&self, cp: Checkpoint, lineage: Lineage) -> Result<()> {
         let mut state = self.shared.state();
         if let Some(e) = state.failed.take() {
             return Err(e);
         }
-        state.pending = Some(cp);
+        state.pending = Some((cp, lineage));
         if !state.writing {
             state.writing = true;
             drop(state);
@@ -259,7 +260,7 @@ async fn write_pending(
                 () = shared.wake.notified() => {}
             }
         }
-        let mut cp = {
+        let (mut cp, lineage) = {
             let mut state = shared.state();
             let Some(cp) = state.pending.take() else {
                 // under the lock: a checkpoint submitted from now on
@@ -269,10 +270,10 @@ async fn write_pending(
             };
             cp
         };
-        let delta = lock().stamp(&mut cp);
+        let delta = lock().stamp(&mut cp, lineage);
         let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());
         match store.save_fenced(cp, &lease).await {
-            Ok(()) => lock().advance(seq, context, full, delta, &version),
+            Ok(()) => lock().advance(seq, context, full, delta, &version, lineage),
             Err(e) => {
                 let mut state = shared.state();
                 state.pending = None;

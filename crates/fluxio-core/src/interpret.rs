@@ -18,7 +18,7 @@ use tracing::Instrument as _;
 
 use crate::callback::{CHUNK_SINK, ChunkSink, StepEvent, emit};
 use crate::compile::{Event, Instr, Program};
-use crate::context::{Context, Snapshot};
+use crate::context::{Context, Lineage, Snapshot};
 use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::middleware::Next;
@@ -92,7 +92,7 @@ pub(crate) fn first_checkpoint(
         input.clone(),
     );
     cp.attempt = 1;
-    tail.stamp(&mut cp);
+    tail.stamp(&mut cp, Lineage::NONE);
     Some(cp)
 }
 
@@ -132,6 +132,10 @@ pub(crate) struct Tail {
     full_bytes: Option<u64>,
     /// Keep at most about this many checkpoints of history (`None`: all).
     depth: Option<u32>,
+    /// The epoch the run's context took at the last checkpoint written (0:
+    /// unknown): a context that still has it changed since `last` only in
+    /// the entries that bear it (see [`Lineage`]).
+    since: u64,
 }
 
 impl Tail {
@@ -159,13 +163,29 @@ impl Tail {
     /// run's first checkpoint, at every [`COMPACT_EVERY`]th one and once
     /// the deltas since the last whole one outweigh it; else what changed.
     /// Returns the delta's size (0 for a whole checkpoint).
-    pub(crate) fn stamp(&mut self, cp: &mut Checkpoint) -> u64 {
+    ///
+    /// `lineage` is the context's (see [`Lineage`]): when it still has the
+    /// epoch it took at the last checkpoint written, the delta is read off
+    /// its entries' marks.
+    pub(crate) fn stamp(&mut self, cp: &mut Checkpoint, lineage: Lineage) -> u64 {
         cp.seq = self.next_seq;
+        let since = self.since;
         let delta = self
             .last
             .as_ref()
             .filter(|_| cp.seq % COMPACT_EVERY != 0 && cp.version == self.version)
-            .map(|last| Change::between(last, &cp.context))
+            .map(|last| {
+                (since != 0 && lineage.before == since)
+                    .then(|| cp.context.changes_marked(last, since))
+                    .flatten()
+                    .map_or_else(
+                        || Change::between(last, &cp.context),
+                        |written| Change::Delta {
+                            written,
+                            removed: Vec::new(),
+                        },
+                    )
+            })
             .map(|change| {
                 let size = match &change {
                     Change::Delta { written, removed } => {
@@ -210,6 +230,8 @@ impl Tail {
     }
 
     /// `cp`, numbered by [`stamp`](Self::stamp), was written.
+    /// `lineage.after` is the epoch the context took there (see
+    /// [`Lineage`]).
     pub(crate) fn advance(
         &mut self,
         seq: u32,
@@ -217,8 +239,10 @@ impl Tail {
         full: bool,
         delta: u64,
         version: &str,
+        lineage: Lineage,
     ) {
         self.next_seq = seq.saturating_add(1);
+        self.since = lineage.after;
         if self.version != version {
             version.clone_into(&mut self.version);
         }
@@ -310,7 +334,7 @@ impl Top<'_> {
         program: &Program,
         ip: usize,
         step: &Arc<str>,
-        ctx: &Context,
+        ctx: &mut Context,
         scope: &mut Scope,
     ) -> Result<()> {
         let resumed_here = self
@@ -323,14 +347,20 @@ impl Top<'_> {
             _ => Vec::new(),
         };
         if let Some(d) = self.durable {
-            // the checkpoint goes into the boxed save at once: a local
-            // would stay in this future (a parked run's) beside it
-            let saving = {
-                let mut cp = d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
-                cp.branches.clone_from(&self.records);
-                Box::pin(save(program, d, cp, Write::Step))
-            };
-            saving.await?;
+            // rule 24: `Exit` writes no step's checkpoint (the run's first
+            // one, written with its lease, is `Sync`'s and `Async`'s)
+            if d.mode != Durability::Exit {
+                let lineage = ctx.next_epoch();
+                // the checkpoint goes into the boxed save at once: a local
+                // would stay in this future (a parked run's) beside it
+                let saving = {
+                    let mut cp =
+                        d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
+                    cp.branches.clone_from(&self.records);
+                    Box::pin(save(program, d, cp, lineage, Write::Step))
+                };
+                saving.await?;
+            }
             // only a durable run points a failure at it: a plain run
             // keeps no clone, so its stages change the context in place
             self.last = Some(Last {
@@ -393,6 +423,7 @@ impl Top<'_> {
                         program,
                         d,
                         d.block_checkpoint(last, &held),
+                        Lineage::NONE,
                         Write::Step,
                     ))
                     .await
@@ -502,10 +533,20 @@ enum Write {
 /// Saves `cp` fenced, telling the callbacks how long the store took. A run
 /// that was cancelled (rule 14) learns of it here, and only here: the store
 /// refuses the write with [`Error::Cancelled`], and the run stops.
-async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint, write: Write) -> Result<()> {
+///
+/// `lineage` is the context's around this checkpoint (see [`Lineage`]).
+async fn save(
+    program: &Program,
+    d: &Durable<'_>,
+    mut cp: Checkpoint,
+    lineage: Lineage,
+    write: Write,
+) -> Result<()> {
     let (ip, status) = (cp.ip as usize, cp.status);
     let (saved, latency) = if let Some(took) = lock(&d.prewritten).take() {
-        // written with the lease: [`first_checkpoint`] numbered it in the tail
+        // written with the lease: [`first_checkpoint`] numbered it in the
+        // tail, from the context this one is of
+        lock(&d.tail).since = lineage.after;
         (Ok(()), took)
     } else if let (Write::Step, Durability::Exit) = (write, d.mode) {
         // rule 24: only the run's end is written
@@ -513,21 +554,23 @@ async fn save(program: &Program, d: &Durable<'_>, mut cp: Checkpoint, write: Wri
     } else if let (Write::Step, Some(writer)) = (write, &d.writer) {
         // rule 24: sent in the background; a refused earlier write stops
         // the run here
-        return writer.submit(cp);
+        return writer.submit(cp, lineage);
     } else {
         if let (Write::Last { .. }, Some(writer)) = (write, &d.writer) {
             // every write sent is acknowledged before the run's last one
-            writer.drain().await?;
+            Box::pin(writer.drain()).await?;
         }
         let started = Instant::now();
-        let delta = lock(&d.tail).stamp(&mut cp);
+        let delta = lock(&d.tail).stamp(&mut cp, lineage);
         let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());
         let saved = match write {
             Write::Step => d.store.save_fenced(cp, d.owner.lease()).await,
-            Write::Last { delete } => d.owner.finish(cp, delete).await,
+            // boxed, as the drain above: the run's last write should not
+            // make every step's save future (boxed, per checkpoint) large
+            Write::Last { delete } => Box::pin(d.owner.finish(cp, delete)).await,
         };
         if saved.is_ok() {
-            lock(&d.tail).advance(seq, context, full, delta, d.version);
+            lock(&d.tail).advance(seq, context, full, delta, d.version, lineage);
         }
         (saved, started.elapsed())
     };
@@ -566,7 +609,8 @@ async fn end(
                 let end = program.instrs.len();
                 let cp = d.checkpoint(end, "", &done, RunStatus::Completed, None, 1);
                 let delete = d.delete_completed;
-                Box::pin(save(program, d, cp, Write::Last { delete })).await?;
+                let lineage = done.lineage();
+                Box::pin(save(program, d, cp, lineage, Write::Last { delete })).await?;
             }
             Ok(done)
         }
@@ -596,7 +640,8 @@ async fn failed(
         );
         // finished branches stay finished after a failure too
         cp.branches = top.records;
-        match Box::pin(save(program, d, cp, Write::Last { delete: false })).await {
+        let last = Write::Last { delete: false };
+        match Box::pin(save(program, d, cp, Lineage::NONE, last)).await {
             Ok(()) => {}
             // the run was cancelled while the stage ran: that is
             // how it ends, whatever the stage did
@@ -634,7 +679,7 @@ fn exec<'a>(
             ip = match instr {
                 Instr::Checkpoint { step } => {
                     if let Some(top) = top.as_deref_mut() {
-                        top.checkpoint(program, ip, step, &ctx, &mut scope)
+                        top.checkpoint(program, ip, step, &mut ctx, &mut scope)
                             .await
                             .map_err(Halt::Store)?;
                     }

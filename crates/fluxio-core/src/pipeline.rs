@@ -8,7 +8,7 @@ use tracing::Instrument as _;
 
 use crate::callback::Callback;
 use crate::compile::{Node, Program};
-use crate::context::{Context, Snapshot};
+use crate::context::{Context, Lineage, Snapshot};
 use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable, Tail};
@@ -806,7 +806,9 @@ impl Pipeline {
         if !begun {
             return Ok((owner, None));
         }
-        tail.advance(seq, context, true, 0, &self.inner.version);
+        // the run's context takes its epoch at its first `CHECKPOINT`,
+        // which finds this one written (`Durable::prewritten`)
+        tail.advance(seq, context, true, 0, &self.inner.version, Lineage::NONE);
         Ok((owner, Some((tail, created, started.elapsed()))))
     }
 

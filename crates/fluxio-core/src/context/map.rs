@@ -241,6 +241,33 @@ impl<V: Clone> Map<V> {
 }
 
 impl<V: Clone + PartialEq> Map<V> {
+    /// [`changes_since`](Self::changes_since) `before` by the entries'
+    /// marks, when both maps are flat: the keys of the entries marked
+    /// `mark` (non-zero), for a map every change of which since `before`
+    /// marked its entry so (a context's lineage since it took its epoch at
+    /// a checkpoint, see [`Context::next_epoch`](crate::Context)). Costs a
+    /// look-up in `before` per marked entry instead of a walk of both maps.
+    /// `None` (walk instead) for a tree, or when a key was removed: the
+    /// entry counts show it, and only the walk says which.
+    pub(crate) fn changes_marked(&self, before: &Map<V>, mark: u64) -> Option<Vec<String>> {
+        let (Repr::Flat(new), Repr::Flat(old)) = (&self.0, &before.0) else {
+            return None;
+        };
+        if mark == 0 {
+            return None;
+        }
+        let (new, old) = (entries(new), entries(old));
+        let mut written = Vec::new();
+        let mut added = 0;
+        for e in new.iter().filter(|e| e.mark == mark) {
+            written.push(e.key.as_str().to_owned());
+            if find(old, &Probe::new(e.key.as_bytes())).is_err() {
+                added += 1;
+            }
+        }
+        (new.len() == old.len() + added).then_some(written)
+    }
+
     /// The keys set (new or changed) and the keys removed from `before` to
     /// `self`, each in key order. Two trees skip the subtrees they share;
     /// anything else (a flat map is small) is compared entry by entry.
