@@ -66,4 +66,7 @@ mod on {
     pub(crate) fn gave_up(_: &str) {}
 }
 
+/// Whether this build records metrics (the `metrics` feature).
+pub(crate) const ON: bool = cfg!(feature = "metrics");
+
 pub(crate) use on::{checkpoint_written, gave_up, recovered, run_ended, run_started};

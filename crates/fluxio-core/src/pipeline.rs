@@ -13,7 +13,7 @@ use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable, Tail};
 use crate::middleware::Middleware;
-use crate::stage::{Output, Resources, RunBodies};
+use crate::stage::{Output, Resources, RunBodies, StageKind};
 use crate::store::{
     Begin, Checkpoint, CheckpointStore, InMemoryStore, LeaseTracker, Ownership, RunStatus, now_ms,
 };
@@ -558,7 +558,13 @@ impl Pipeline {
             check_runtime("invoke", &key)?;
             let Some(store) = &self.inner.store else {
                 self.inner.leases.check_open(&key)?;
-                let run = interpret::run(&self.inner.program, &key, 0, input.clear_written(), None);
+                let program = &self.inner.program;
+                let run = interpret::run(program, &key, 0, input.clear_written(), None);
+                // only blocking bodies read the run's `RunBodies`
+                let blocking = (program.stages.iter()).any(|s| s.meta().kind == StageKind::Blocking);
+                if !blocking {
+                    return run.await;
+                }
                 return RunBodies::scope(None, run).await;
             };
             // rule 24: `Exit` writes no first checkpoint, so it only takes

@@ -158,7 +158,9 @@ pub fn check_run_id(run_id: &str) -> Result<()> {
         "it is empty"
     } else if run_id.len() > MAX_RUN_ID_LEN {
         "it is longer than 512 bytes"
-    } else if run_id.chars().any(char::is_control) {
+    } else if !run_id.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && run_id.chars().any(char::is_control)
+    {
         "it contains control characters"
     } else {
         return Ok(());
