@@ -190,7 +190,6 @@ fn parse_duration(lit: &LitStr) -> syn::Result<u64> {
             ),
         )
     };
-    let n: u64 = num.parse().map_err(|_| err())?;
     let factor = match unit.trim() {
         "ms" => 1,
         "s" => 1_000,
@@ -198,7 +197,19 @@ fn parse_duration(lit: &LitStr) -> syn::Result<u64> {
         "h" => 3_600_000,
         _ => return Err(err()),
     };
-    let ms = n.checked_mul(factor).ok_or_else(err)?;
+    let too_long = || {
+        syn::Error::new(
+            lit.span(),
+            format!("timeout {s:?} is too long: at most {} ms", u64::MAX),
+        )
+    };
+    let n: u64 = match num.parse() {
+        Ok(n) => n,
+        // all digits, and a unit: a number past u64
+        Err(_) if !num.is_empty() => return Err(too_long()),
+        Err(_) => return Err(err()),
+    };
+    let ms = n.checked_mul(factor).ok_or_else(too_long)?;
     if ms == 0 {
         return Err(syn::Error::new(
             lit.span(),
@@ -706,6 +717,21 @@ mod tests {
             ),
         );
         assert!(!ok.contains("compile_error"), "{ok}");
+    }
+
+    #[test]
+    fn a_timeout_past_u64_milliseconds_is_too_long_not_malformed() {
+        for timeout in ["5124095576030431h", "99999999999999999999999ms"] {
+            let out = expand_ok(
+                quote!(timeout = #timeout),
+                quote!(
+                    async fn a(ctx: Context) -> R {
+                        Ok(ctx)
+                    }
+                ),
+            );
+            assert!(out.contains("is too long: at most"), "{timeout}: {out}");
+        }
     }
 
     #[test]
