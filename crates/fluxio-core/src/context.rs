@@ -820,7 +820,9 @@ mod tests {
                 3 => ctx = ctx.clear_written(),
                 // a no-op set: the same value again
                 4 => {
-                    if let Some((k, v)) = ctx.data.iter().next().map(|(k, v)| (k.clone(), v.clone())) {
+                    if let Some((k, v)) =
+                        ctx.data.iter().next().map(|(k, v)| (k.clone(), v.clone()))
+                    {
                         ctx = ctx.set_encoded(k.as_str().to_owned(), v);
                     }
                 }
@@ -842,7 +844,10 @@ mod tests {
                     read += 1;
                     assert!(removed.is_empty(), "round {round}: {removed:?} removed");
                     for k in &written {
-                        assert!(marked.contains(k), "round {round}: `{k}` changed, not marked");
+                        assert!(
+                            marked.contains(k),
+                            "round {round}: `{k}` changed, not marked"
+                        );
                     }
                     let keys: BTreeSet<&str> = now.0.keys().map(Key::as_str).collect();
                     let mut want: BTreeSet<&str> = last.0.keys().map(Key::as_str).collect();
@@ -861,7 +866,10 @@ mod tests {
             (last, since) = (now, lineage.after);
         }
         // both ways were taken, the marks' most often
-        assert!(read > walked && walked > 100, "read {read}, walked {walked}");
+        assert!(
+            read > walked && walked > 100,
+            "read {read}, walked {walked}"
+        );
     }
 
     #[test]

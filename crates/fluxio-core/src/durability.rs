@@ -44,8 +44,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::error::{Error, Result};
 use crate::context::Lineage;
+use crate::error::{Error, Result};
 use crate::interpret::Tail;
 use crate::store::{Checkpoint, CheckpointStore, KeepLease, Lease};
 

@@ -561,7 +561,8 @@ impl Pipeline {
                 let program = &self.inner.program;
                 let run = interpret::run(program, &key, 0, input.clear_written(), None);
                 // only blocking bodies read the run's `RunBodies`
-                let blocking = (program.stages.iter()).any(|s| s.meta().kind == StageKind::Blocking);
+                let blocking =
+                    (program.stages.iter()).any(|s| s.meta().kind == StageKind::Blocking);
                 if !blocking {
                     return run.await;
                 }

@@ -13,8 +13,8 @@ use std::future::Future;
 use std::ops::Deref;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::task::{Context as Context_, Poll};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context as Context_, Poll};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -350,9 +350,8 @@ impl Future for StageCall<'_> {
                     "register it with `.resource(value)` on the pipeline builder",
                 )));
             }
-            let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                (stage.call)(ctx, &stage.resources)
-            }));
+            let started =
+                std::panic::catch_unwind(AssertUnwindSafe(|| (stage.call)(ctx, &stage.resources)));
             let fut = match started {
                 Ok(fut) => fut,
                 Err(panic) => return Poll::Ready(Err(stage.panicked(&*panic))),
@@ -372,7 +371,9 @@ impl Future for StageCall<'_> {
             Ok(Poll::Ready(returned)) => stage.outcome(returned),
             Err(panic) => Err(stage.panicked(&*panic)),
             Ok(Poll::Pending) => {
-                let expired = timer.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready());
+                let expired = timer
+                    .as_mut()
+                    .is_some_and(|t| t.as_mut().poll(cx).is_ready());
                 match stage.meta.timeout {
                     Some(timeout) if expired => Err(Error::StageTimeout {
                         stage: stage.meta.name.to_owned(),
