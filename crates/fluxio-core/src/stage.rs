@@ -680,8 +680,9 @@ impl StageInfo {
 ///   (a resume, in this process or another) starts while it executes.
 ///
 /// Set for the whole run as a task-local (`Pipeline` scopes it around the
-/// interpreter; parallel branches are futures of the same task and share
-/// it). Fire-and-forget branches are spawned tasks outside the run and do
+/// interpreter of every durable run, and of a plain run whose program has a
+/// blocking stage: nothing else reads it; parallel branches are futures of
+/// the same task and share it). Fire-and-forget branches are spawned tasks outside the run and do
 /// not see it, nor do [`StageTest`](crate::testing::StageTest) calls.
 pub(crate) struct RunBodies {
     keep: Option<KeepLease>,
