@@ -266,6 +266,25 @@ impl Checkpoint {
         run_key(&self.pipeline, &self.run_id)
     }
 
+    /// Whether `key` is this checkpoint's [`key`](Checkpoint::key), told
+    /// without building it.
+    ///
+    /// ```
+    /// use fluxio_core::{Checkpoint, Context};
+    /// let cp = Checkpoint::new("42", "v1", 0, "charge", Context::new().snapshot()).in_pipeline("orders");
+    /// assert!(cp.has_key("orders/42"));
+    /// assert!(!cp.has_key("42") && !cp.has_key("orders/4") && !cp.has_key("orders42"));
+    /// ```
+    #[must_use]
+    pub fn has_key(&self, key: &str) -> bool {
+        if self.pipeline.is_empty() {
+            return key == self.run_id;
+        }
+        key.strip_prefix(self.pipeline.as_str())
+            .and_then(|rest| rest.strip_prefix('/'))
+            == Some(self.run_id.as_str())
+    }
+
     /// The same checkpoint, saying that the stage at `ip` failed with `message`.
     #[must_use]
     pub fn failed(mut self, message: impl Into<String>) -> Self {

@@ -1,10 +1,14 @@
 //! The in-memory store.
 
-use std::collections::HashMap;
+use std::collections::HashMap as StdMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// The store's maps: run keys hashed with foldhash (seeded per map), not
+/// SipHash, which took more of a checkpoint write than the write.
+type HashMap<K, V> = StdMap<K, V, foldhash::fast::RandomState>;
 
 use super::{
     Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, RunSummary, append,
@@ -311,12 +315,28 @@ impl CheckpointStore for InMemoryStore {
     }
 
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
-        let key = checkpoint.key();
-        self.fenced(&key, lease, true, |map| {
-            append(map.entry(key.clone()).or_default(), checkpoint).inspect_err(|_| {
-                map.retain(|_, journal| !journal.is_empty());
+        // the lease names the run it fences: a checkpoint of another run is
+        // refused as written by a stale owner, as `fenced` refuses it
+        let key = lease.run_id();
+        if !checkpoint.has_key(key) {
+            return Err(Error::LeaseLost {
+                run_id: key.to_owned(),
+                token: lease.token(),
+            });
+        }
+        self.fenced(key, lease, true, |map| {
+            // the run's key is allocated once, by its first write
+            if !map.contains_key(key) {
+                map.insert(key.to_owned(), Vec::new());
+            }
+            let journal = map.get_mut(key).ok_or_else(|| Error::Internal {
+                message: format!("the journal of `{key}` went missing under its lock"),
             })?;
-            trim_completed(map, &key, self.keep_completed);
+            if let Err(e) = append(journal, checkpoint) {
+                map.retain(|_, journal| !journal.is_empty());
+                return Err(e);
+            }
+            trim_completed(map, key, self.keep_completed);
             Ok(())
         })
     }
