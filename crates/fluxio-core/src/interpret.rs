@@ -689,7 +689,12 @@ fn exec<'a>(
                     ip + 1
                 }
                 Instr::Emit { event, stage, call } => {
-                    emit_step(program, &mut frame, &scope, *event, *stage, *call);
+                    // nothing to do, and nothing called, without listeners
+                    if !program.callbacks.is_empty()
+                        || tracing::level_enabled!(tracing::Level::DEBUG)
+                    {
+                        emit_step(program, &mut frame, &scope, *event, *stage, *call);
+                    }
                     ip + 1
                 }
                 Instr::Validate { stage, output } => {
@@ -745,24 +750,9 @@ fn branch(
     })
 }
 
-/// `EMIT`: step events for the tracing log and the callbacks (nothing to
-/// do, and nothing called, when there are neither).
-#[inline]
+/// `EMIT`: step events for the tracing log and the callbacks ([`exec`]
+/// calls it only when there are callbacks or debug logs).
 fn emit_step(
-    program: &Program,
-    frame: &mut Frame,
-    scope: &Scope,
-    event: Event,
-    stage: usize,
-    call: usize,
-) {
-    if !program.callbacks.is_empty() || tracing::level_enabled!(tracing::Level::DEBUG) {
-        emit_step_to(program, frame, scope, event, stage, call);
-    }
-}
-
-/// [`emit_step`] when someone listens.
-fn emit_step_to(
     program: &Program,
     frame: &mut Frame,
     scope: &Scope,
