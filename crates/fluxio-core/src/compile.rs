@@ -127,6 +127,9 @@ pub struct Program {
     pub(crate) callbacks: std::sync::Arc<[std::sync::Arc<dyn crate::callback::Callback>]>,
     /// The pipeline's version (set by `PipelineBuilder::build`), for callbacks.
     pub(crate) version: Arc<str>,
+    /// Whether a stage is blocking: only then does a plain run need the
+    /// run's `RunBodies` (counted once here, not at every run).
+    pub(crate) blocking: bool,
 }
 
 impl Program {
@@ -148,7 +151,10 @@ impl Program {
         };
         c.seq(root, None)?;
         check_unique_names(&c.stages)?;
+        let blocking =
+            (c.stages.iter()).any(|s| s.meta().kind == crate::stage::StageKind::Blocking);
         Ok(Program {
+            blocking,
             instrs: c.instrs,
             stages: c.stages,
             steps: c.steps,

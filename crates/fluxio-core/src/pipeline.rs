@@ -13,7 +13,7 @@ use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable, Tail};
 use crate::middleware::Middleware;
-use crate::stage::{Output, Resources, RunBodies, StageKind};
+use crate::stage::{Output, Resources, RunBodies};
 use crate::store::{
     Begin, Checkpoint, CheckpointStore, InMemoryStore, LeaseTracker, Ownership, RunStatus, now_ms,
 };
@@ -561,9 +561,7 @@ impl Pipeline {
                 let program = &self.inner.program;
                 let run = interpret::run(program, &key, 0, input.clear_written(), None);
                 // only blocking bodies read the run's `RunBodies`
-                let blocking =
-                    (program.stages.iter()).any(|s| s.meta().kind == StageKind::Blocking);
-                if !blocking {
+                if !program.blocking {
                     return run.await;
                 }
                 return RunBodies::scope(None, run).await;
