@@ -22,7 +22,7 @@ use crate::context::{Context, Lineage, Snapshot};
 use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::middleware::Next;
-use crate::stage::{Output, StageInfo, StageKind, WithInfo};
+use crate::stage::{Begun, Output, StageInfo, StageKind, WithInfo, span_if_wanted, with_info};
 use crate::store::{
     BranchRecord, COMPACT_EVERY, Change, Checkpoint, CheckpointStore, Ownership, RunStatus,
 };
@@ -881,21 +881,33 @@ async fn call(
         ip,
         attempt = scope.attempt
     );
-    let run = match program.middleware.get(index).filter(|c| !c.is_empty()) {
-        // boxed: a chain's future is twice a stage's, and a stage without
-        // one should not carry (and move) its room on every call
-        Some(chain) => Either::Left(Box::pin(Next::new(stage, chain).run_caught(ctx))),
-        None => Either::Right(stage.call(ctx)),
-    };
-    let run = WithInfo::new(&mut frame.info, span, run);
-    let out = if stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty() {
-        let sink = ChunkSink {
-            callbacks: Arc::clone(&program.callbacks),
-            run_id: Arc::clone(&scope.run_id),
-        };
-        CHUNK_SINK.scope(sink, run).await
+    let span = span_if_wanted(span);
+    let chain = program.middleware.get(index).filter(|c| !c.is_empty());
+    let sink = stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty();
+    let out = if chain.is_none() && !sink {
+        // started here, inside its info and span: a stage that never waits
+        // ends in this call, and no future is made around it
+        match with_info(&mut frame.info, span.as_ref(), || stage.start(ctx)) {
+            Begun::Done(out) => out,
+            Begun::Running(call) => WithInfo::new(&mut frame.info, span, call).await,
+        }
     } else {
-        run.await
+        let run = match chain {
+            // boxed: a chain's future is twice a stage's, and a stage
+            // without one should not carry (and move) its room on every call
+            Some(chain) => Either::Left(Box::pin(Next::new(stage, chain).run_caught(ctx))),
+            None => Either::Right(stage.call(ctx)),
+        };
+        let run = WithInfo::new(&mut frame.info, span, run);
+        if sink {
+            let sink = ChunkSink {
+                callbacks: Arc::clone(&program.callbacks),
+                run_id: Arc::clone(&scope.run_id),
+            };
+            CHUNK_SINK.scope(sink, run).await
+        } else {
+            run.await
+        }
     };
     let out = out.inspect_err(|e| end_failed_step(program, frame, scope, stage.name(), ip, e))?;
     match (out, start) {

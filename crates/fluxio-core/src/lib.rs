@@ -81,9 +81,37 @@ pub mod __private {
         // a combinator, not an `async` block: the block would keep `fut`
         // twice (captured, and moved into its `.await`), and a parked
         // stage holds its box for as long as it waits (rule 24)
-        Box::pin(futures::FutureExt::map(fut, move |out| {
+        StageFuture::new(futures::FutureExt::map(fut, move |out| {
             out.map(StageOutput::into_output).map_err(err)
         }))
+    }
+
+    /// Runs an async stage whose body never waits (`#[stage]` found no
+    /// `.await` in it, nor a macro or attribute that could add one) to
+    /// its end at once, in place: its future is polled once, never boxed.
+    /// `err` converts its error.
+    ///
+    /// Its bounds are `async_stage`'s, so that whether a stage compiles
+    /// does not depend on whether it awaits.
+    pub fn ready_stage<T, E, F>(stage: &'static str, fut: F, err: fn(E) -> BoxError) -> StageFuture
+    where
+        F: std::future::Future<Output = Result<T, E>> + std::marker::Send + 'static,
+        T: StageOutput,
+        E: 'static,
+    {
+        let fut = std::pin::pin!(fut);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        StageFuture::ready(match fut.poll(&mut cx) {
+            std::task::Poll::Ready(out) => out.map(StageOutput::into_output).map_err(err),
+            // cannot happen without an `.await`; if a macro hid one, say so
+            // rather than drop the stage silently
+            std::task::Poll::Pending => Err(crate::Error::Internal {
+                message: format!(
+                    "stage `{stage}` waited, though `#[stage]` found no `.await` in its body: a macro in it must await; please report this"
+                ),
+            }
+            .into()),
+        })
     }
 
     /// Runs a blocking stage's body on tokio's blocking pool; `err` converts
@@ -124,7 +152,7 @@ pub mod __private {
             "stage `{stage}` takes a `Resource<{}>` that is not registered: register it with `.resource(value)` on the pipeline builder",
             req.type_name
         ));
-        Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
+        StageFuture::ready(Err(Box::new(err)))
     }
 
     /// The metadata `#[stage]` starts from: a stage called `name` with hash
@@ -154,7 +182,7 @@ pub mod __private {
     pub fn stand_in_stage() -> Stage {
         Stage::new(stage_meta("<stand-in>", [0; 32]), |_, _| {
             let err = crate::Error::build("a stand-in for a stage that did not compile was called");
-            Box::pin(std::future::ready(Err(Box::new(err) as BoxError)))
+            StageFuture::ready(Err(Box::new(err)))
         })
     }
 }

@@ -114,9 +114,63 @@ pub fn validate<T: serde::de::DeserializeOwned>(ctx: &Context) -> std::result::R
     }
 }
 
-/// A boxed stage future.
-pub type StageFuture =
-    Pin<Box<dyn Future<Output = Result<Output, BoxError>> + std::marker::Send + 'static>>;
+/// What a stage's call function returns: the stage's future, boxed, or
+/// the result of a stage that finished while it was called.
+///
+/// `#[stage]` calls an `async fn` whose body has no `.await` (and no macro
+/// or attribute that could add one) at once, polling its future in place:
+/// such a future cannot wait, and a call then allocates nothing.
+///
+/// ```
+/// use fluxio_core::Context;
+/// use fluxio_core::stage::{Output, StageFuture};
+///
+/// let boxed = StageFuture::new(async { Ok(Output::Context(Context::new())) });
+/// let ready = StageFuture::ready(Ok(Output::Context(Context::new())));
+/// assert!(!boxed.is_ready() && ready.is_ready());
+/// ```
+#[must_use = "a stage's future does nothing unless awaited"]
+pub struct StageFuture(Repr);
+
+/// How a call started (see [`StageFuture`]).
+enum Repr {
+    Running(BoxedStage),
+    Done(Result<Output, BoxError>),
+}
+
+/// A stage's future, boxed.
+type BoxedStage = Pin<Box<dyn Future<Output = Result<Output, BoxError>> + std::marker::Send>>;
+
+impl StageFuture {
+    /// `fut`, boxed.
+    pub fn new<F>(fut: F) -> Self
+    where
+        F: Future<Output = Result<Output, BoxError>> + std::marker::Send + 'static,
+    {
+        StageFuture(Repr::Running(Box::pin(fut)))
+    }
+
+    /// A stage that has finished with `result`.
+    pub fn ready(result: Result<Output, BoxError>) -> Self {
+        StageFuture(Repr::Done(result))
+    }
+
+    /// Whether the stage has finished (its result is inside).
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        matches!(self.0, Repr::Done(_))
+    }
+}
+
+impl fmt::Debug for StageFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.is_ready() {
+            "StageFuture(ready)"
+        } else {
+            "StageFuture(running)"
+        })
+    }
+}
 
 /// What a stage returned.
 #[derive(Debug)]
@@ -264,6 +318,39 @@ impl Stage {
         }
     }
 
+    /// Starts a call: checks the stage's resources and calls its function,
+    /// catching a panic. The call running, or (`Err`) its result when it
+    /// has ended already: it could not start, or the stage never waits.
+    fn begin(&self, ctx: Context) -> std::result::Result<CallState, Result<Output>> {
+        if let Some(req) = self.missing_resource(&self.resources) {
+            return Err(Err(self.missing_resource_error(
+                &req,
+                "register it with `.resource(value)` on the pipeline builder",
+            )));
+        }
+        match std::panic::catch_unwind(AssertUnwindSafe(|| (self.call)(ctx, &self.resources))) {
+            Ok(StageFuture(Repr::Running(fut))) => Ok(CallState::Running {
+                fut,
+                // boxed: a timer is large, and a stage without a timeout
+                // should not carry its room in every call's future
+                timer: self.meta.timeout.map(|t| Box::pin(tokio::time::sleep(t))),
+            }),
+            // a stage that never waits, already run: nothing to box
+            Ok(StageFuture(Repr::Done(returned))) => Err(self.outcome(returned)),
+            Err(panic) => Err(Err(self.panicked(&*panic))),
+        }
+    }
+
+    /// [`call`](Stage::call) started at once: its result when the stage
+    /// has ended already (it never waits), so that the caller makes no
+    /// future of it; else the call, running.
+    pub(crate) fn start(&self, ctx: Context) -> Begun<'_> {
+        match self.begin(ctx) {
+            Ok(state) => Begun::Running(StageCall { stage: self, state }),
+            Err(done) => Begun::Done(done),
+        }
+    }
+
     /// What the stage's future returned, as a fluxio result.
     fn outcome(&self, returned: Result<Output, BoxError>) -> Result<Output> {
         returned.map_err(|source| match source.downcast::<Error>() {
@@ -306,12 +393,20 @@ pub struct StageCall<'a> {
     state: CallState,
 }
 
+/// A call [started](Stage::start) at once.
+pub(crate) enum Begun<'a> {
+    /// The stage's result: it ended while it was called.
+    Done(Result<Output>),
+    /// It runs on.
+    Running(StageCall<'a>),
+}
+
 enum CallState {
     /// Not polled yet.
     Start(Context),
     /// The stage's future, and when it times out.
     Running {
-        fut: StageFuture,
+        fut: BoxedStage,
         timer: Option<Pin<Box<tokio::time::Sleep>>>,
     },
     /// Returned its result.
@@ -344,22 +439,10 @@ impl Future for StageCall<'_> {
                     message: "a stage call lost its context".to_owned(),
                 }));
             };
-            if let Some(req) = stage.missing_resource(&stage.resources) {
-                return Poll::Ready(Err(stage.missing_resource_error(
-                    &req,
-                    "register it with `.resource(value)` on the pipeline builder",
-                )));
+            match stage.begin(ctx) {
+                Ok(running) => this.state = running,
+                Err(done) => return Poll::Ready(done),
             }
-            let started =
-                std::panic::catch_unwind(AssertUnwindSafe(|| (stage.call)(ctx, &stage.resources)));
-            let fut = match started {
-                Ok(fut) => fut,
-                Err(panic) => return Poll::Ready(Err(stage.panicked(&*panic))),
-            };
-            // boxed: a timer is large, and a stage without a timeout
-            // should not carry its room in every call's future
-            let timer = stage.meta.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
-            this.state = CallState::Running { fut, timer };
         }
         let CallState::Running { fut, timer } = &mut this.state else {
             return Poll::Ready(Err(Error::Internal {
@@ -610,12 +693,32 @@ pub(crate) struct WithInfo<'s, F> {
 }
 
 impl<'s, F> WithInfo<'s, F> {
-    /// `fut` with the info in `slot` and `span` (left out when no
-    /// subscriber wants it, so that a run without tracing enters nothing).
-    pub(crate) fn new(slot: &'s mut Option<StageInfo>, span: tracing::Span, fut: F) -> Self {
-        let span = (!span.is_disabled()).then_some(span);
+    /// `fut` with the info in `slot` and `span` (see [`span_if_wanted`]).
+    pub(crate) fn new(
+        slot: &'s mut Option<StageInfo>,
+        span: Option<tracing::Span>,
+        fut: F,
+    ) -> Self {
         WithInfo { slot, span, fut }
     }
+}
+
+/// `span`, or `None` when no subscriber wants it: a run without tracing
+/// then enters nothing.
+pub(crate) fn span_if_wanted(span: tracing::Span) -> Option<tracing::Span> {
+    (!span.is_disabled()).then_some(span)
+}
+
+/// Runs `f` with the info in `slot` and `span` entered, as a poll of
+/// [`WithInfo`] does.
+pub(crate) fn with_info<R>(
+    slot: &mut Option<StageInfo>,
+    span: Option<&tracing::Span>,
+    f: impl FnOnce() -> R,
+) -> R {
+    let _entered = span.map(tracing::Span::enter);
+    let _info = InfoGuard::enter(slot);
+    f()
 }
 
 impl<F: Future + Unpin> Future for WithInfo<'_, F> {
@@ -623,9 +726,8 @@ impl<F: Future + Unpin> Future for WithInfo<'_, F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context_<'_>) -> Poll<F::Output> {
         let this = self.get_mut();
-        let _entered = this.span.as_ref().map(tracing::Span::enter);
-        let _info = InfoGuard::enter(this.slot);
-        Pin::new(&mut this.fut).poll(cx)
+        let fut = &mut this.fut;
+        with_info(this.slot, this.span.as_ref(), || Pin::new(fut).poll(cx))
     }
 }
 
@@ -751,7 +853,7 @@ where
     }
     let info = StageInfo::current();
     let bodies = RUN_BODIES.try_with(Arc::clone).ok();
-    Box::pin(async move {
+    StageFuture::new(async move {
         let hold = match (&bodies, &info) {
             (Some(bodies), Some(info)) => Some(bodies.hold(info.position).await),
             _ => None,

@@ -187,7 +187,7 @@ where
     let emitter = Emitter::current(stage);
     let collected = Arc::clone(&emitter.collected);
     let fut = f(ctx, emitter);
-    Box::pin(async move {
+    StageFuture::new(async move {
         let ctx = fut.await.map_err(Into::into)?;
         let chunks = std::mem::take(
             &mut *collected

@@ -10,6 +10,7 @@ use proc_macro::TokenStream;
 mod hash;
 mod pipeline;
 mod stage;
+mod waits;
 
 /// Marks a function as a pipeline stage.
 ///
@@ -30,6 +31,15 @@ mod stage;
 /// | blocking | `fn name(ctx: Context) -> Result<Context, E>`: runs on tokio's blocking pool |
 /// | router | `-> Result<fluxio::Route, E>` (async or not): picks a route of the routing block that follows it in `pipeline!` |
 /// | stream | `async fn name(ctx: Context, out: fluxio::Emitter) -> Result<Context, E>`: emits chunks while it runs (`fluxio::stream`, `Pipeline::stream`) |
+///
+/// An async stage whose body has no `.await` is run in place when it is
+/// called: its future is polled once and never boxed, so the call
+/// allocates nothing. `#[stage]` decides from the tokens, and boxes the
+/// future of a body that calls a macro other than std's (`format!`,
+/// `vec!`, `assert!`, ...) and logging's (`info!`, `debug!`, ...), or of a
+/// function with an attribute other than `doc`, lint levels, `cfg`,
+/// `inline`, `must_use` or `cold`: either could add an `.await`. Nothing
+/// else differs: such a stage's future could not have waited anyway.
 ///
 /// `StageResult` is `Result<Context, BoxError>` and `StageResult<fluxio::Route>`
 /// a router's. `E` is any `std::error::Error + Send + Sync + 'static` (the

@@ -9,6 +9,7 @@ use syn::spanned::Spanned as _;
 use syn::{Attribute, Expr, ExprLit, FnArg, ItemFn, Lit, LitStr, Meta, ReturnType, Token};
 
 use crate::hash::stage_hash;
+use crate::waits::may_wait;
 
 /// The options of `#[stage(...)]`.
 struct Options {
@@ -508,6 +509,8 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
         quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, #ident, __fluxio_error))
     } else if stream {
         quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, move |ctx, out| #ident(ctx, out #(, #ids)*), __fluxio_error))
+    } else if is_async && !may_wait(&func.attrs, &func.body) {
+        quote_spanned!(arg.span()=> #p::ready_stage(#name, #ident(ctx #(, #ids)*), __fluxio_error))
     } else if is_async {
         quote_spanned!(arg.span()=> #p::async_stage(#ident(ctx #(, #ids)*), __fluxio_error))
     } else {

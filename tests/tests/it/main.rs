@@ -25,6 +25,7 @@ mod middleware_builtins;
 mod multiprocess;
 mod not_durable;
 mod pipeline;
+mod ready_stages;
 mod recovery;
 mod recovery_processes;
 mod release;

@@ -49,7 +49,7 @@ fn step(
     body: fn(Context, &Probe) -> StageResult,
 ) -> StageFuture {
     let probe = resources.get::<Probe>();
-    Box::pin(async move {
+    StageFuture::new(async move {
         let probe = probe.ok_or("the probe is registered")?;
         probe.calls[index].fetch_add(1, Ordering::SeqCst);
         body(ctx, &probe).map(Output::Context)
