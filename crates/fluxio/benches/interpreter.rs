@@ -8,7 +8,10 @@
 //! - `per_stage/set_one_key_{hand_written_10,pipeline_10}_{string,vec_u8}`:
 //!   ten stages that each set one small key (a 12-byte string or
 //!   `Vec<u8>`) on a context of twelve keys, by a hand-written chain and by
-//!   the interpreter; per stage is the time divided by 10.
+//!   the interpreter; per stage is the time divided by 10. These stages
+//!   never wait, so `#[stage]` runs them in place;
+//!   `per_stage/set_one_key_pipeline_10_string_awaiting` is the same stage
+//!   after an `.await`, whose future is boxed.
 //! - `per_stage/pipeline_10_one_middleware`: the same with one pass-through
 //!   middleware on every stage (a pipeline without middleware calls stages
 //!   directly, so an empty chain costs nothing).
@@ -36,6 +39,14 @@ async fn noop(ctx: Context) -> StageResult {
 
 #[stage]
 async fn set_string(ctx: Context) -> StageResult {
+    Ok(ctx.set("out", "a small text")?)
+}
+
+/// `set_string` after an `.await` (of a future that is ready): its future
+/// is boxed, where `set_string`'s, which never waits, is run in place.
+#[stage]
+async fn set_string_awaiting(ctx: Context) -> StageResult {
+    std::future::ready(()).await;
     Ok(ctx.set("out", "a small text")?)
 }
 
@@ -124,6 +135,32 @@ fn per_stage(c: &mut Criterion) {
             rt.block_on(async {
                 black_box(
                     strings
+                        .invoke("bench", black_box(twelve.clone()))
+                        .await
+                        .expect("runs"),
+                )
+            })
+        });
+    });
+    let awaiting = pipeline![
+        set_string_awaiting,
+        set_string_awaiting,
+        set_string_awaiting,
+        set_string_awaiting,
+        set_string_awaiting,
+        set_string_awaiting,
+        set_string_awaiting,
+        set_string_awaiting,
+        set_string_awaiting,
+        set_string_awaiting
+    ]
+    .build()
+    .expect("valid");
+    g.bench_function("set_one_key_pipeline_10_string_awaiting", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(
+                    awaiting
                         .invoke("bench", black_box(twelve.clone()))
                         .await
                         .expect("runs"),
