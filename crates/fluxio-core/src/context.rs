@@ -64,7 +64,9 @@ pub struct Context {
     /// copies small keys and values as they are and pointers for the rest.
     data: Map<EncodedValue>,
     written: Map<()>,
-    branch: Option<Arc<str>>,
+    /// Behind a second `Arc` (a thin pointer): a context is moved at
+    /// every stage call, and forks are rare.
+    branch: Option<Arc<Arc<str>>>,
     /// What this context marks the entries it writes with (see
     /// [`Map::upsert`]): taken from [`EPOCHS`] at its first write, 0
     /// before. A clone keeps it, with the written set; a fork, a cleared
@@ -325,7 +327,7 @@ impl Context {
     /// The branch name given to [`fork`](Context::fork), if this is a fork.
     #[must_use]
     pub fn branch(&self) -> Option<&str> {
-        self.branch.as_deref()
+        self.branch.as_deref().map(|name| &**name)
     }
 
     /// A branch of this context: the same data (shared, O(1)), an empty
@@ -335,7 +337,7 @@ impl Context {
         Context {
             data: self.data.clone(),
             written: Map::new(),
-            branch: Some(name.into()),
+            branch: Some(Arc::new(name.into())),
             epoch: 0,
         }
     }

@@ -29,7 +29,9 @@ enum Repr<V: Clone> {
     /// allocation for an empty map). A `Vec` behind the `Arc`, so that an
     /// unshared map grows in place.
     Flat(Option<Arc<Vec<Entry<V>>>>),
-    Tree(OrdMap<Key, V>),
+    /// Behind an `Arc`, so that a map (and a context, two of them) is two
+    /// words: contexts are moved at every stage call.
+    Tree(Arc<OrdMap<Key, V>>),
 }
 
 /// An entry of a flat map, with its key's first eight bytes as a number
@@ -192,11 +194,12 @@ impl<V: Clone> Map<V> {
                         .map(|e| (e.key.clone(), e.value.clone()))
                         .collect();
                     tree.insert(new_key(), value);
-                    self.0 = Repr::Tree(tree);
+                    self.0 = Repr::Tree(Arc::new(tree));
                     false
                 }
             },
             Repr::Tree(tree) => {
+                let tree = Arc::make_mut(tree);
                 match tree.get_mut(key.bytes()) {
                     Some(slot) => *slot = value,
                     None => {
@@ -221,7 +224,7 @@ impl<V: Clone> Map<V> {
                 }
             }
             Repr::Tree(tree) => {
-                tree.remove(key);
+                Arc::make_mut(tree).remove(key);
             }
         }
     }
@@ -274,7 +277,7 @@ impl<V: Clone + PartialEq> Map<V> {
     pub(crate) fn changes_since(&self, before: &Map<V>) -> (Vec<String>, Vec<String>) {
         let (mut written, mut removed) = (Vec::new(), Vec::new());
         if let (Repr::Tree(old), Repr::Tree(new)) = (&before.0, &self.0) {
-            for item in old.diff(new) {
+            for item in old.diff(&**new) {
                 match item {
                     DiffItem::Add(key, _) | DiffItem::Update { new: (key, _), .. } => {
                         written.push(key.as_str().to_owned());
@@ -336,7 +339,7 @@ impl<V: Clone> FromIterator<(Key, V)> for Map<V> {
     fn from_iter<I: IntoIterator<Item = (Key, V)>>(items: I) -> Self {
         let tree: OrdMap<Key, V> = items.into_iter().collect();
         if tree.len() > FLAT_MAX {
-            Map(Repr::Tree(tree))
+            Map(Repr::Tree(Arc::new(tree)))
         } else if tree.is_empty() {
             Map::new()
         } else {
