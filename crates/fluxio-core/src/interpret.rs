@@ -337,16 +337,18 @@ impl Top<'_> {
         ctx: &mut Context,
         scope: &mut Scope,
     ) -> Result<()> {
-        let resumed_here = self
-            .durable
-            .and_then(|d| d.resumed)
-            .filter(|(at, _)| *at == ip);
-        scope.attempt = resumed_here.map_or(1, |(_, attempt)| attempt.saturating_add(1));
-        self.records = match (self.durable, resumed_here) {
-            (Some(d), Some(_)) => d.resumed_branches.clone(),
-            _ => Vec::new(),
+        // a plain run is never resumed and records no branches: its
+        // checkpoints change nothing
+        let Some(d) = self.durable else {
+            return Ok(());
         };
-        if let Some(d) = self.durable {
+        let resumed_here = d.resumed.filter(|(at, _)| *at == ip);
+        scope.attempt = resumed_here.map_or(1, |(_, attempt)| attempt.saturating_add(1));
+        self.records = match resumed_here {
+            Some(_) => d.resumed_branches.clone(),
+            None => Vec::new(),
+        };
+        {
             // rule 24: `Exit` writes no step's checkpoint (the run's first
             // one, written with its lease, is `Sync`'s and `Async`'s)
             if d.mode != Durability::Exit {
@@ -467,6 +469,12 @@ enum Halt {
 impl From<Error> for Halt {
     fn from(e: Error) -> Self {
         Halt::Failed(e)
+    }
+}
+
+impl From<Box<Error>> for Halt {
+    fn from(e: Box<Error>) -> Self {
+        Halt::Failed(*e)
     }
 }
 
@@ -681,7 +689,9 @@ fn exec<'a>(
         while let Some(instr) = program.instrs.get(ip) {
             ip = match instr {
                 Instr::Checkpoint { step } => {
-                    if let Some(top) = top.as_deref_mut() {
+                    // a plain run's checkpoints do nothing: not even a
+                    // future is made for them
+                    if let Some(top) = top.as_deref_mut().filter(|t| t.durable.is_some()) {
                         top.checkpoint(program, ip, step, &mut ctx, &mut scope)
                             .await
                             .map_err(Halt::Store)?;
@@ -859,7 +869,7 @@ async fn call(
     ip: usize,
     index: usize,
     ctx: Context,
-) -> Result<Context> {
+) -> std::result::Result<Context, Box<Error>> {
     use futures::future::Either;
     let stage = &program.stages[index];
     let start = router_start(stage, &ctx);
@@ -889,7 +899,9 @@ async fn call(
         // ends in this call, and no future is made around it
         match with_info(&mut frame.info, span.as_ref(), || stage.start(ctx)) {
             Begun::Done(out) => out,
-            Begun::Running(call) => WithInfo::new(&mut frame.info, span, call).await,
+            Begun::Running(call) => WithInfo::new(&mut frame.info, span, call)
+                .await
+                .map_err(Box::new),
         }
     } else {
         let run = match chain {
@@ -904,9 +916,9 @@ async fn call(
                 callbacks: Arc::clone(&program.callbacks),
                 run_id: Arc::clone(&scope.run_id),
             };
-            CHUNK_SINK.scope(sink, run).await
+            CHUNK_SINK.scope(sink, run).await.map_err(Box::new)
         } else {
-            run.await
+            run.await.map_err(Box::new)
         }
     };
     let out = out.inspect_err(|e| end_failed_step(program, frame, scope, stage.name(), ip, e))?;
@@ -917,12 +929,12 @@ async fn call(
             frame.route = Some(chosen);
             Ok(next)
         }
-        (Output::Route(_), None) => Err(Error::Internal {
+        (Output::Route(_), None) => Err(Box::new(Error::Internal {
             message: format!(
                 "stage `{}` returned a `Route` but its `StageMeta` does not declare it a router",
                 stage.name()
             ),
-        }),
+        })),
     }
 }
 

@@ -93,6 +93,7 @@ pub mod __private {
     ///
     /// Its bounds are `async_stage`'s, so that whether a stage compiles
     /// does not depend on whether it awaits.
+    #[inline]
     pub fn ready_stage<T, E, F>(stage: &'static str, fut: F, err: fn(E) -> BoxError) -> StageFuture
     where
         F: std::future::Future<Output = Result<T, E>> + std::marker::Send + 'static,

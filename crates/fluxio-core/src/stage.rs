@@ -321,12 +321,17 @@ impl Stage {
     /// Starts a call: checks the stage's resources and calls its function,
     /// catching a panic. The call running, or (`Err`) its result when it
     /// has ended already: it could not start, or the stage never waits.
-    fn begin(&self, ctx: Context) -> std::result::Result<CallState, Result<Output>> {
-        if let Some(req) = self.missing_resource(&self.resources) {
-            return Err(Err(self.missing_resource_error(
+    /// Its error is boxed: this result is moved through every layer of a
+    /// call, and an `Error` is twice a context.
+    #[inline]
+    fn begin(&self, ctx: Context) -> std::result::Result<CallState, Ended> {
+        if !self.meta.resources.is_empty()
+            && let Some(req) = self.missing_resource(&self.resources)
+        {
+            return Err(Err(Box::new(self.missing_resource_error(
                 &req,
                 "register it with `.resource(value)` on the pipeline builder",
-            )));
+            ))));
         }
         match std::panic::catch_unwind(AssertUnwindSafe(|| (self.call)(ctx, &self.resources))) {
             Ok(StageFuture(Repr::Running(fut))) => Ok(CallState::Running {
@@ -336,14 +341,15 @@ impl Stage {
                 timer: self.meta.timeout.map(|t| Box::pin(tokio::time::sleep(t))),
             }),
             // a stage that never waits, already run: nothing to box
-            Ok(StageFuture(Repr::Done(returned))) => Err(self.outcome(returned)),
-            Err(panic) => Err(Err(self.panicked(&*panic))),
+            Ok(StageFuture(Repr::Done(returned))) => Err(self.outcome(returned).map_err(Box::new)),
+            Err(panic) => Err(Err(Box::new(self.panicked(&*panic)))),
         }
     }
 
     /// [`call`](Stage::call) started at once: its result when the stage
     /// has ended already (it never waits), so that the caller makes no
     /// future of it; else the call, running.
+    #[inline]
     pub(crate) fn start(&self, ctx: Context) -> Begun<'_> {
         match self.begin(ctx) {
             Ok(state) => Begun::Running(StageCall { stage: self, state }),
@@ -352,6 +358,7 @@ impl Stage {
     }
 
     /// What the stage's future returned, as a fluxio result.
+    #[inline]
     fn outcome(&self, returned: Result<Output, BoxError>) -> Result<Output> {
         returned.map_err(|source| match source.downcast::<Error>() {
             // A panic inside a blocking stage arrives as our own error.
@@ -393,10 +400,14 @@ pub struct StageCall<'a> {
     state: CallState,
 }
 
+/// The result of a call that has ended, its error boxed (see
+/// [`Stage::begin`]).
+pub(crate) type Ended = std::result::Result<Output, Box<Error>>;
+
 /// A call [started](Stage::start) at once.
 pub(crate) enum Begun<'a> {
     /// The stage's result: it ended while it was called.
-    Done(Result<Output>),
+    Done(Ended),
     /// It runs on.
     Running(StageCall<'a>),
 }
@@ -441,7 +452,7 @@ impl Future for StageCall<'_> {
             };
             match stage.begin(ctx) {
                 Ok(running) => this.state = running,
-                Err(done) => return Poll::Ready(done),
+                Err(done) => return Poll::Ready(done.map_err(|e| *e)),
             }
         }
         let CallState::Running { fut, timer } = &mut this.state else {
@@ -658,28 +669,29 @@ thread_local! {
     static CURRENT: Cell<Option<StageInfo>> = const { Cell::new(None) };
 }
 
-/// Puts `info` in [`CURRENT`] until dropped, and then back into its slot,
-/// with what was there before restored (a stage may run a pipeline of its
-/// own inside it).
+/// Puts the info in `slot` in [`CURRENT`] until dropped, and then back
+/// into its slot, with what was there before restored (a stage may run a
+/// pipeline of its own inside it). Both ways one swap of the two cells:
+/// while the guard lives, the slot holds what `CURRENT` held.
 struct InfoGuard<'s> {
-    slot: &'s mut Option<StageInfo>,
-    before: Option<StageInfo>,
+    slot: &'s Cell<Option<StageInfo>>,
 }
 
 impl<'s> InfoGuard<'s> {
+    #[inline]
     fn enter(slot: &'s mut Option<StageInfo>) -> Self {
-        let info = slot.take();
+        let slot = Cell::from_mut(slot);
         // `try_with`: only fails while the thread is being torn down, and
         // then no stage can ask for its info anyway
-        let before = CURRENT.try_with(|c| c.replace(info)).unwrap_or_default();
-        InfoGuard { slot, before }
+        let _ = CURRENT.try_with(|c| c.swap(slot));
+        InfoGuard { slot }
     }
 }
 
 impl Drop for InfoGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
-        let before = self.before.take();
-        *self.slot = CURRENT.try_with(|c| c.replace(before)).unwrap_or_default();
+        let _ = CURRENT.try_with(|c| c.swap(self.slot));
     }
 }
 
@@ -705,12 +717,14 @@ impl<'s, F> WithInfo<'s, F> {
 
 /// `span`, or `None` when no subscriber wants it: a run without tracing
 /// then enters nothing.
+#[inline]
 pub(crate) fn span_if_wanted(span: tracing::Span) -> Option<tracing::Span> {
     (!span.is_disabled()).then_some(span)
 }
 
 /// Runs `f` with the info in `slot` and `span` entered, as a poll of
 /// [`WithInfo`] does.
+#[inline]
 pub(crate) fn with_info<R>(
     slot: &mut Option<StageInfo>,
     span: Option<&tracing::Span>,
