@@ -22,7 +22,9 @@ use crate::context::{Context, Lineage, Snapshot};
 use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::middleware::Next;
-use crate::stage::{Begun, Output, StageInfo, StageKind, WithInfo, span_if_wanted, with_info};
+use crate::stage::{
+    Begun, Ended, Output, StageInfo, StageKind, WithInfo, span_if_wanted, with_info,
+};
 use crate::store::{
     BranchRecord, COMPACT_EVERY, Change, Checkpoint, CheckpointStore, Ownership, RunStatus,
 };
@@ -486,7 +488,7 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// `durable` is given.
 pub(crate) async fn run(
     program: &Arc<Program>,
-    run_id: &str,
+    run_id: &Arc<str>,
     ip: usize,
     ctx: Context,
     durable: Option<&Durable<'_>>,
@@ -509,7 +511,7 @@ pub(crate) async fn run(
         records: Vec::new(),
     };
     let scope = Scope {
-        run_id: Arc::from(run_id),
+        run_id: Arc::clone(run_id),
         attempt: 1,
     };
     let done = exec(program, ip, ctx, scope, Some(&mut top)).await;
@@ -712,7 +714,11 @@ fn exec<'a>(
                     ip + 1
                 }
                 Instr::Call { stage } => {
-                    ctx = call(program, &mut frame, &scope, ip, *stage, ctx).await?;
+                    ctx = if in_place(program, *stage) {
+                        call_in_place(program, &mut frame, &scope, ip, *stage, ctx)?
+                    } else {
+                        call(program, &mut frame, &scope, ip, *stage, ctx).await?
+                    };
                     ip + 1
                 }
                 Instr::Fork {
@@ -856,7 +862,8 @@ fn validate(
 
 /// `CALL`: runs the stage inside its span and `StageInfo`, through its
 /// middleware, and returns the next context (a router's patch applied, its
-/// route kept for the `ROUTE` after it).
+/// route kept for the `ROUTE` after it). A stage run in place without
+/// middleware is called by [`call_in_place`] instead, without a future.
 ///
 /// Its future is part of a parked run's (rule 24): the context goes
 /// straight into the stage's call (no `async` block holding it beside
@@ -872,31 +879,12 @@ async fn call(
 ) -> std::result::Result<Context, Box<Error>> {
     use futures::future::Either;
     let stage = &program.stages[index];
-    let start = router_start(stage, &ctx);
-    // the frame's one `StageInfo`, moved into the call and back: no
-    // clone of the run id per call
-    let info = frame.info.get_or_insert_with(|| StageInfo {
-        run_id: Arc::clone(&scope.run_id),
-        stage: "",
-        position: 0,
-        attempt: 1,
-    });
-    info.stage = stage.name();
-    info.position = u32::try_from(ip).unwrap_or(u32::MAX);
-    info.attempt = scope.attempt;
-    let span = tracing::info_span!(
-        "fluxio.stage",
-        run_id = &*scope.run_id,
-        stage = stage.name(),
-        ip,
-        attempt = scope.attempt
-    );
-    let span = span_if_wanted(span);
+    let (start, span) = prepare(frame, scope, ip, stage, &ctx);
     let chain = program.middleware.get(index).filter(|c| !c.is_empty());
     let sink = stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty();
     let out = if chain.is_none() && !sink {
-        // started here, inside its info and span: a stage that never waits
-        // ends in this call, and no future is made around it
+        // started here, inside its info and span: a stage that has ended
+        // when called needs no future around it
         match with_info(&mut frame.info, span.as_ref(), || stage.start(ctx)) {
             Begun::Done(out) => out,
             Begun::Running(call) => WithInfo::new(&mut frame.info, span, call)
@@ -921,6 +909,88 @@ async fn call(
             run.await.map_err(Box::new)
         }
     };
+    finish(program, frame, scope, ip, index, out, start)
+}
+
+/// Whether `CALL` of stage `index` is [`call_in_place`]'s: a stage run
+/// in place (`#[stage]`'s `async fn` without `.await`), without middleware.
+fn in_place(program: &Program, index: usize) -> bool {
+    program.stages[index].in_place() && program.middleware.get(index).is_none_or(|c| c.is_empty())
+}
+
+/// [`call`] of a stage [run in place](in_place): it has ended when its
+/// call function returns, so no future is made, here or around it.
+#[inline(always)]
+fn call_in_place(
+    program: &Program,
+    frame: &mut Frame,
+    scope: &Scope,
+    ip: usize,
+    index: usize,
+    ctx: Context,
+) -> std::result::Result<Context, Box<Error>> {
+    let stage = &program.stages[index];
+    let (start, span) = prepare(frame, scope, ip, stage, &ctx);
+    let out = match with_info(&mut frame.info, span.as_ref(), || stage.start(ctx)) {
+        Begun::Done(out) => out,
+        // `ready_stage` finishes every call; a stage marked by hand could
+        // not, and is stopped rather than left waiting unpolled
+        Begun::Running(_) => Err(Box::new(Error::Internal {
+            message: format!(
+                "stage `{}` is run in place, but its future waited",
+                stage.name()
+            ),
+        })),
+    };
+    finish(program, frame, scope, ip, index, out, start)
+}
+
+/// What every stage call starts with: the frame's `StageInfo` pointed at
+/// the stage, its span, and for a router the context it started from.
+#[inline(always)]
+fn prepare(
+    frame: &mut Frame,
+    scope: &Scope,
+    ip: usize,
+    stage: &crate::stage::Stage,
+    ctx: &Context,
+) -> (Option<Context>, Option<tracing::Span>) {
+    let start = router_start(stage, ctx);
+    // the frame's one `StageInfo`, moved into the call and back: no
+    // clone of the run id per call
+    let info = frame.info.get_or_insert_with(|| StageInfo {
+        run_id: Arc::clone(&scope.run_id),
+        stage: "",
+        position: 0,
+        attempt: 1,
+    });
+    info.stage = stage.name();
+    info.position = u32::try_from(ip).unwrap_or(u32::MAX);
+    info.attempt = scope.attempt;
+    let span = tracing::info_span!(
+        "fluxio.stage",
+        run_id = &*scope.run_id,
+        stage = stage.name(),
+        ip,
+        attempt = scope.attempt
+    );
+    (start, span_if_wanted(span))
+}
+
+/// The next context from what a stage call returned: its step ended with
+/// the error if it failed, a router's patch applied to `start` and its
+/// route kept for the `ROUTE` after it.
+#[inline(always)]
+fn finish(
+    program: &Program,
+    frame: &mut Frame,
+    scope: &Scope,
+    ip: usize,
+    index: usize,
+    out: Ended,
+    start: Option<Context>,
+) -> std::result::Result<Context, Box<Error>> {
+    let stage = &program.stages[index];
     let out = out.inspect_err(|e| end_failed_step(program, frame, scope, stage.name(), ip, e))?;
     match (out, start) {
         (Output::Context(next), _) => Ok(next),

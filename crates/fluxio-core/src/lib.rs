@@ -177,6 +177,12 @@ pub mod __private {
         }
     }
 
+    /// The stage `#[stage]` emits for an `async fn` that never waits,
+    /// whose call function is made of [`ready_stage`]: always finished.
+    pub fn in_place_stage(meta: StageMeta, call: crate::stage::CallFn) -> Stage {
+        Stage::new_in_place(meta, call)
+    }
+
     /// The stage of a stand-in: `pipeline!`'s for a name that is not a
     /// stage, `#[stage]`'s for a function it refused. Never called, since
     /// such a program fails to compile.

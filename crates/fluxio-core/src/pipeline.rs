@@ -952,7 +952,9 @@ impl Pipeline {
         let journal = self.require_store(operation)?.history(&key).await?;
         // a cancelled run never runs again under its id (rule 14)
         if operation == "replay" && journal.last().is_some_and(Checkpoint::is_cancelled) {
-            return Err(Error::Cancelled { run_id: key });
+            return Err(Error::Cancelled {
+                run_id: key.to_string(),
+            });
         }
         crate::history::point_in(&journal, &key, step, ip).cloned()
     }
@@ -985,7 +987,9 @@ impl Pipeline {
         let key = self.key(run_id)?;
         let journal = self.require_store("history")?.history(&key).await?;
         if journal.is_empty() {
-            return Err(Error::CheckpointNotFound { run_id: key });
+            return Err(Error::CheckpointNotFound {
+                run_id: key.to_string(),
+            });
         }
         Ok(crate::History::of(&key, &journal))
     }
@@ -1087,7 +1091,7 @@ impl Pipeline {
                     .load_or_adopt(store, owner, run_id, how, options)
                     .await?
                     .ok_or_else(|| Error::CheckpointNotFound {
-                        run_id: key.clone(),
+                        run_id: key.to_string(),
                     })?;
                 self.continue_stored(store, owner, run_id, cp, how, options)
                     .await
@@ -1339,7 +1343,7 @@ impl Pipeline {
             Some(owner.keep()),
             interpret::run(
                 &self.inner.program,
-                durable.key,
+                &Arc::from(durable.key),
                 ip,
                 context.to_context(),
                 Some(durable),
@@ -1408,7 +1412,9 @@ impl Pipeline {
         let store = self.require_store("diff")?;
         match store.load(&key).await? {
             Some(cp) => Ok(cp.context.to_context()),
-            None => Err(Error::CheckpointNotFound { run_id: key }),
+            None => Err(Error::CheckpointNotFound {
+                run_id: key.to_string(),
+            }),
         }
     }
 
@@ -1613,10 +1619,18 @@ impl Pipeline {
     }
 
     /// The key the store keeps `run_id` under, checking both.
-    fn key(&self, run_id: &str) -> Result<String> {
+    /// The run's store key (`pipeline/run_id`), shared: the run's every
+    /// `StageInfo`, span and checkpoint points at it.
+    fn key(&self, run_id: &str) -> Result<Arc<str>> {
         check_run_id(run_id)?;
-        let key = run_key(&self.inner.name, run_id);
-        if check_run_id(&key).is_err() {
+        let key: Arc<str> = if self.inner.name.is_empty() {
+            Arc::from(run_id)
+        } else {
+            Arc::from(run_key(&self.inner.name, run_id))
+        };
+        // the name is ASCII letters, digits and `_-.` (checked at build):
+        // only the length can be wrong
+        if key.len() > crate::store::MAX_RUN_ID_LEN {
             return Err(Error::InvalidRunId {
                 run_id: run_id.chars().take(64).collect(),
                 reason: "with the pipeline's name it is longer than 512 bytes",

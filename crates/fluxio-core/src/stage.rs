@@ -241,6 +241,9 @@ pub struct Stage {
     meta: Arc<StageMeta>,
     call: CallFn,
     resources: Arc<Resources>,
+    /// Its call function always returns a finished [`StageFuture`]:
+    /// `#[stage]` runs the stage in place (see [`StageFuture`]).
+    in_place: bool,
 }
 
 /// What `#[stage]` emits to start a call: the context and the resources the
@@ -266,7 +269,23 @@ impl Stage {
             meta: Arc::new(meta),
             call,
             resources: Arc::default(),
+            in_place: false,
         }
+    }
+
+    /// A stage whose call function always returns a finished
+    /// [`StageFuture`] (what `#[stage]` emits for an `async fn` that
+    /// never waits): the interpreter calls it without making a future.
+    pub(crate) fn new_in_place(meta: StageMeta, call: CallFn) -> Self {
+        Stage {
+            in_place: true,
+            ..Stage::new(meta, call)
+        }
+    }
+
+    /// Whether the stage is run in place (see [`Stage::new_in_place`]).
+    pub(crate) fn in_place(&self) -> bool {
+        self.in_place
     }
 
     /// The stage with `resources` attached: its calls get them.
@@ -323,7 +342,7 @@ impl Stage {
     /// has ended already: it could not start, or the stage never waits.
     /// Its error is boxed: this result is moved through every layer of a
     /// call, and an `Error` is twice a context.
-    #[inline]
+    #[inline(always)]
     fn begin(&self, ctx: Context) -> std::result::Result<CallState, Ended> {
         if !self.meta.resources.is_empty()
             && let Some(req) = self.missing_resource(&self.resources)
@@ -349,7 +368,7 @@ impl Stage {
     /// [`call`](Stage::call) started at once: its result when the stage
     /// has ended already (it never waits), so that the caller makes no
     /// future of it; else the call, running.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn start(&self, ctx: Context) -> Begun<'_> {
         match self.begin(ctx) {
             Ok(state) => Begun::Running(StageCall { stage: self, state }),

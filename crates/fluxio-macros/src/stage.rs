@@ -488,6 +488,7 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
         Some(ms) => quote!(#p::Option::Some(#p::Duration::from_millis(#ms))),
     };
     let is_async = func.sig.asyncness.is_some();
+    let in_place = is_async && !stream && !may_wait(&func.attrs, &func.body);
     let call_fn = format_ident!("__fluxio_call");
     let ids: Vec<syn::Ident> = (0..resources.len())
         .map(|i| format_ident!("__fluxio_resource_{}", i))
@@ -509,7 +510,7 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
         quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, #ident, __fluxio_error))
     } else if stream {
         quote_spanned!(arg.span()=> #p::stream_stage(#name, ctx, move |ctx, out| #ident(ctx, out #(, #ids)*), __fluxio_error))
-    } else if is_async && !may_wait(&func.attrs, &func.body) {
+    } else if in_place {
         quote_spanned!(arg.span()=> #p::ready_stage(#name, #ident(ctx #(, #ids)*), __fluxio_error))
     } else if is_async {
         quote_spanned!(arg.span()=> #p::async_stage(#ident(ctx #(, #ids)*), __fluxio_error))
@@ -539,6 +540,11 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
     let router =
         quote_spanned!(ret_span=> <<#ret as #p::StageReturn>::Ok as #p::StageOutput>::ROUTER);
 
+    let new_stage = if in_place {
+        quote!(#p::in_place_stage)
+    } else {
+        quote!(#p::Stage::new)
+    };
     let stage = quote! {
         fn #call_fn(
             ctx: #p::Context,
@@ -559,7 +565,7 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
         meta.input = #input;
         meta.output = #output;
         meta.resources = __FLUXIO_RESOURCES;
-        #p::Stage::new(meta, #call_fn)
+        #new_stage(meta, #call_fn)
     };
     let returns_route = quote!(#p::used_as::ReturnsRoute<{ #router }>);
     companion(func, &p, &returns_route, &router, hash, &stage)
