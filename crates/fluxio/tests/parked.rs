@@ -1,7 +1,7 @@
 //! Contract rule 24: what a durable run costs while it waits inside a
 //! stage. Ten thousand runs parked at once in a stage: no run has a task of
 //! its own for its lease (one task per pipeline renews them all), and each
-//! holds at most 4 KB besides its context (issue 13; 3.8 KB in this debug
+//! holds at most 4 KB besides its context (issue 13; 3.7 KB in this debug
 //! build), everything the process allocated for it counted: the task that
 //! runs it and its future (1.9 KB of nested `async fn` states, inline in
 //! the task), the stage's boxed future, its lease's entries and renewal,
