@@ -1619,8 +1619,9 @@ impl Pipeline {
     }
 
     /// The key the store keeps `run_id` under, checking both.
-    /// The run's store key (`pipeline/run_id`), shared: the run's every
-    /// `StageInfo`, span and checkpoint points at it.
+    /// The run's store key (`pipeline/run_id`, or the run id of an
+    /// unnamed pipeline), allocated once: a plain run's scope and every
+    /// `StageInfo` of it share it.
     fn key(&self, run_id: &str) -> Result<Arc<str>> {
         check_run_id(run_id)?;
         let key: Arc<str> = if self.inner.name.is_empty() {

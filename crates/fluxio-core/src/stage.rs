@@ -344,9 +344,13 @@ impl Stage {
     /// call, and an `Error` is twice a context.
     #[inline(always)]
     fn begin(&self, ctx: Context) -> std::result::Result<CallState, Ended> {
-        if !self.meta.resources.is_empty()
-            && let Some(req) = self.missing_resource(&self.resources)
-        {
+        // (most stages take no resource: nothing to look up)
+        let missing = if self.meta.resources.is_empty() {
+            None
+        } else {
+            self.missing_resource(&self.resources)
+        };
+        if let Some(req) = missing {
             return Err(Err(Box::new(self.missing_resource_error(
                 &req,
                 "register it with `.resource(value)` on the pipeline builder",
