@@ -26,10 +26,11 @@
 
 use std::hint::black_box;
 
-use criterion::{Criterion, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, criterion_main};
 use fluxio::middleware::{Middleware, Next};
 use fluxio::stage::Output;
-use fluxio::{Context, Durability, InMemoryStore, Stage, StageResult, pipeline, stage};
+use fluxio::{Context, Durability, InMemoryStore, Pipeline, Stage, StageResult, pipeline, stage};
 use fluxio_test_support::bench::keys;
 
 #[stage]
@@ -88,6 +89,27 @@ fn context_of(bytes: usize) -> Context {
     })
 }
 
+/// Benchmarks `invoke` of `p` on a clone of `input`, one run an iteration.
+fn bench_invoke(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &tokio::runtime::Runtime,
+    name: impl Into<String>,
+    p: &Pipeline,
+    input: &Context,
+) {
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                black_box(
+                    p.invoke("bench", black_box(input.clone()))
+                        .await
+                        .expect("runs"),
+                )
+            })
+        });
+    });
+}
+
 fn per_stage(c: &mut Criterion) {
     let rt = runtime();
     let p = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
@@ -130,18 +152,13 @@ fn per_stage(c: &mut Criterion) {
             })
         });
     });
-    g.bench_function("set_one_key_pipeline_10_string", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                black_box(
-                    strings
-                        .invoke("bench", black_box(twelve.clone()))
-                        .await
-                        .expect("runs"),
-                )
-            })
-        });
-    });
+    bench_invoke(
+        &mut g,
+        &rt,
+        "set_one_key_pipeline_10_string",
+        &strings,
+        &twelve,
+    );
     let awaiting = pipeline![
         set_string_awaiting,
         set_string_awaiting,
@@ -156,18 +173,13 @@ fn per_stage(c: &mut Criterion) {
     ]
     .build()
     .expect("valid");
-    g.bench_function("set_one_key_pipeline_10_string_awaiting", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                black_box(
-                    awaiting
-                        .invoke("bench", black_box(twelve.clone()))
-                        .await
-                        .expect("runs"),
-                )
-            })
-        });
-    });
+    bench_invoke(
+        &mut g,
+        &rt,
+        "set_one_key_pipeline_10_string_awaiting",
+        &awaiting,
+        &twelve,
+    );
     g.bench_function("set_one_key_hand_written_10_vec_u8", |b| {
         b.iter(|| {
             rt.block_on(async {
@@ -179,61 +191,24 @@ fn per_stage(c: &mut Criterion) {
             })
         });
     });
-    g.bench_function("set_one_key_pipeline_10_vec_u8", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                black_box(
-                    bytes
-                        .invoke("bench", black_box(twelve.clone()))
-                        .await
-                        .expect("runs"),
-                )
-            })
-        });
-    });
+    bench_invoke(
+        &mut g,
+        &rt,
+        "set_one_key_pipeline_10_vec_u8",
+        &bytes,
+        &twelve,
+    );
     let with_mw = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
         .middleware(PassThrough)
         .build()
         .expect("valid");
-    g.bench_function("pipeline_10_one_middleware", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                black_box(
-                    with_mw
-                        .invoke("bench", black_box(input.clone()))
-                        .await
-                        .expect("runs"),
-                )
-            })
-        });
-    });
+    bench_invoke(&mut g, &rt, "pipeline_10_one_middleware", &with_mw, &input);
     let with_cb = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
         .callback(NoOp)
         .build()
         .expect("valid");
-    g.bench_function("pipeline_10_one_callback", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                black_box(
-                    with_cb
-                        .invoke("bench", black_box(input.clone()))
-                        .await
-                        .expect("runs"),
-                )
-            })
-        });
-    });
-    g.bench_function("pipeline_10", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                black_box(
-                    p.invoke("bench", black_box(input.clone()))
-                        .await
-                        .expect("runs"),
-                )
-            })
-        });
-    });
+    bench_invoke(&mut g, &rt, "pipeline_10_one_callback", &with_cb, &input);
+    bench_invoke(&mut g, &rt, "pipeline_10", &p, &input);
     g.finish();
 }
 
@@ -247,17 +222,7 @@ fn durable(c: &mut Criterion) {
     let mut g = c.benchmark_group("durable");
     for (name, size) in [("context_1kb", 1024), ("context_1mb", 1024 * 1024)] {
         let input = context_of(size);
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                rt.block_on(async {
-                    black_box(
-                        p.invoke("bench", black_box(input.clone()))
-                            .await
-                            .expect("runs"),
-                    )
-                })
-            });
-        });
+        bench_invoke(&mut g, &rt, name, &p, &input);
     }
     // the realistic stage: ten stages each setting one key on twelve, in
     // each durability mode (rule 24); per durable stage is the time / 10
@@ -272,17 +237,7 @@ fn durable(c: &mut Criterion) {
         .durability(mode)
         .build()
         .expect("valid");
-        g.bench_function(format!("set_one_key_10_{mode}"), |b| {
-            b.iter(|| {
-                rt.block_on(async {
-                    black_box(
-                        p.invoke("bench", black_box(twelve.clone()))
-                            .await
-                            .expect("runs"),
-                    )
-                })
-            });
-        });
+        bench_invoke(&mut g, &rt, format!("set_one_key_10_{mode}"), &p, &twelve);
     }
     g.finish();
 }
