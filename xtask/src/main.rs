@@ -27,8 +27,9 @@ Usage: cargo xtask <COMMAND>
 
 Commands:
   ci                 Run all CI checks, stopping at the first failure:
-                     fmt, clippy, test, doc, codegen --check and (when
-                     installed) cargo deny check licenses bans sources
+                     fmt, clippy, test, doc, codegen --check, each facade
+                     feature alone, and cargo deny check licenses bans
+                     sources (required under CI=true)
   codegen            Regenerate the pinned generated artefacts
   codegen --check    Fail if a generated artefact is out of date
   help               Print this text
@@ -43,6 +44,13 @@ const PIPELINE_VERSIONS_HEADER: &str = "\
 
 /// The path of the pipeline versions artefact, relative to the workspace root.
 const PIPELINE_VERSIONS_PATH: &str = "examples/pipeline-versions.txt";
+
+/// The facade's features, each checked alone by `cargo xtask ci` so that none
+/// leans on another one to compile.
+const FACADE_FEATURES: [&str; 4] = ["redis", "postgres", "sqlite", "metrics"];
+
+/// The cargo-deny version `.ci/run` installs (keep the two equal).
+const DENY_VERSION: &str = "0.20.2";
 
 /// A subcommand parsed from the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,10 +262,28 @@ fn ci() -> Result<()> {
         .envs(&[("RUSTDOCFLAGS", "-D warnings")])
         .run()?;
     codegen(true)?;
+    for feature in FACADE_FEATURES {
+        Cargo::new(&[
+            "check",
+            "--package",
+            "fluxio",
+            "--no-default-features",
+            "--features",
+            feature,
+        ])
+        .run()?;
+    }
     if Cargo::new(&["deny", "--version"]).probe() {
         Cargo::new(&["deny", "check", "licenses", "bans", "sources"]).run()?;
+    } else if std::env::var_os("CI").is_some_and(|v| v == "true") {
+        return Err(format!(
+            "cargo-deny is not installed, and under CI=true it must run \
+             (.ci/run installs it: cargo install cargo-deny --version {DENY_VERSION} --locked)"
+        ));
     } else {
-        println!("cargo-deny not installed; skipping (cargo install cargo-deny --locked)");
+        println!(
+            "cargo-deny not installed; skipping (cargo install cargo-deny --version {DENY_VERSION} --locked)"
+        );
     }
     println!("ci: all checks passed");
     Ok(())
@@ -481,5 +507,26 @@ mod tests {
             Cargo::new(&["fmt", "--all", "--", "--check"]).display(),
             "cargo fmt --all -- --check"
         );
+    }
+
+    /// The features `cargo xtask ci` checks alone are the facade's features.
+    #[test]
+    fn facade_features_are_the_manifests() -> Result<()> {
+        let manifest = read(&workspace_root()?.join("crates/fluxio/Cargo.toml"))?;
+        let section = manifest
+            .split("\n[features]\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n[").next())
+            .ok_or("crates/fluxio/Cargo.toml has no [features] section")?;
+        let mut declared: Vec<&str> = section
+            .lines()
+            .filter(|line| !line.starts_with('#') && line.contains('='))
+            .filter_map(|line| line.split('=').next().map(str::trim))
+            .collect();
+        declared.sort_unstable();
+        let mut checked = FACADE_FEATURES.to_vec();
+        checked.sort_unstable();
+        assert_eq!(declared, checked, "update FACADE_FEATURES in xtask/src/main.rs");
+        Ok(())
     }
 }
