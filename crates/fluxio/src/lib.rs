@@ -196,3 +196,8 @@ pub use fluxio_core::__private;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The operating guide's examples (`docs/operating.md`), run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/operating.md")]
+pub struct OperatingGuideDoctests;
