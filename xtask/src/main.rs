@@ -18,6 +18,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
+mod layers;
+
 /// The result type of every fallible step: the error is a message for humans.
 type Result<T> = std::result::Result<T, String>;
 
@@ -32,6 +34,8 @@ Commands:
                      sources (required under CI=true)
   codegen            Regenerate the pinned generated artefacts
   codegen --check    Fail if a generated artefact is out of date
+  layers             Fail if a fluxio-core module imports against the layer
+                     order of ARCHITECTURE.md (xtask/src/layers.rs)
   help               Print this text
 ";
 
@@ -62,6 +66,8 @@ enum Task {
         /// Verify instead of writing.
         check: bool,
     },
+    /// `cargo xtask layers`.
+    Layers,
     /// `cargo xtask help`, `--help`, `-h` or no argument at all.
     Help,
 }
@@ -102,6 +108,7 @@ fn parse_args(args: &[String]) -> Result<Task> {
     let task = match command.as_str() {
         "help" | "--help" | "-h" => Task::Help,
         "ci" => Task::Ci,
+        "layers" => Task::Layers,
         "codegen" => {
             let mut check = false;
             for flag in rest {
@@ -128,6 +135,7 @@ fn run(task: Task) -> Result<()> {
             Ok(())
         }
         Task::Ci => ci(),
+        Task::Layers => layers::check(&workspace_root()?.join("crates/fluxio-core/src")),
         Task::Codegen { check } => codegen(check),
     }
 }
@@ -245,6 +253,8 @@ fn shell_word(word: &str) -> String {
 /// `cargo xtask ci`: every CI check, in order, stopping at the first failure.
 fn ci() -> Result<()> {
     Cargo::new(&["fmt", "--all", "--", "--check"]).run()?;
+    println!("$ cargo xtask layers");
+    layers::check(&workspace_root()?.join("crates/fluxio-core/src"))?;
     Cargo::new(&[
         "clippy",
         "--workspace",
@@ -526,7 +536,10 @@ mod tests {
         declared.sort_unstable();
         let mut checked = FACADE_FEATURES.to_vec();
         checked.sort_unstable();
-        assert_eq!(declared, checked, "update FACADE_FEATURES in xtask/src/main.rs");
+        assert_eq!(
+            declared, checked,
+            "update FACADE_FEATURES in xtask/src/main.rs"
+        );
         Ok(())
     }
 }
