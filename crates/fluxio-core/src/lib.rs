@@ -193,3 +193,23 @@ pub mod __private {
         })
     }
 }
+
+/// Sizes ARCHITECTURE.md states, pinned so that the map stays true.
+#[cfg(test)]
+mod sizes {
+    /// A context is moved through every layer of every stage call: two
+    /// words a map (data and written set), the epoch marks and the branch
+    /// name behind a thin pointer.
+    #[test]
+    fn a_context_is_48_bytes() {
+        assert_eq!(std::mem::size_of::<crate::Context>(), 48);
+    }
+
+    /// The error is 104 bytes; the stage call path carries it boxed (an
+    /// ended call is `Result<Output, Box<Error>>`), and it must not grow.
+    #[test]
+    fn the_error_is_at_most_104_bytes() {
+        let size = std::mem::size_of::<crate::Error>();
+        assert!(size <= 104, "fluxio_core::Error is {size} bytes");
+    }
+}
