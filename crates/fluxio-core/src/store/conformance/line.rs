@@ -19,18 +19,30 @@ use crate::context::Context;
 use crate::durability::{Durability, MAX_ASYNC_FLUSH};
 use crate::error::Error;
 use crate::pipeline::{Pipeline, PipelineBuilder};
-use crate::stage::{CallFn, Output, ResourceReq, Resources, Stage, StageFuture, StageKind, StageMeta};
-use crate::store::{CheckpointStore, RunStatus, run_key};
+use crate::stage::{
+    CallFn, Output, ResourceReq, Resources, Stage, StageFuture, StageKind, StageMeta,
+};
+use crate::store::{Begin, Begun, Checkpoint, CheckpointStore, Lease, RunStatus, run_key};
 use crate::value::{MAX_DEPTH, Value};
 
 /// The name of [`line`]: its runs are stored under `line/<run id>`.
 const LINE: &str = "line";
 
-/// Call counts of the stages of [`line`], and a hold on `s2`.
+/// Call counts of the stages of [`line`], a hold on `s2`, and the
+/// refusals `s3` may wait for.
 #[derive(Debug, Clone, Default)]
 struct Line {
     calls: Arc<[AtomicU32; 5]>,
     hold: Arc<Hold>,
+    refused: Arc<Refused>,
+}
+
+/// Told by [`Refusing`] when the store refused a fenced save as cancelled;
+/// while `armed`, `s3` waits for that before it returns.
+#[derive(Debug, Default)]
+struct Refused {
+    armed: AtomicBool,
+    seen: Notify,
 }
 
 /// While `armed`, `s2` says it `entered` and waits for `release`.
@@ -50,6 +62,8 @@ impl Line {
 /// Stage `index` (0-based) of [`line`]: counts the call, waits at the hold
 /// (`s2`, when armed), sets `n`, and with `deep` also a value nested past
 /// [`MAX_DEPTH`] through the unchecked [`Context::set_value`] (`s3`).
+/// `s3` first waits, when armed, until the store refused a write as
+/// cancelled.
 fn step(index: usize, ctx: Context, resources: &Resources) -> StageFuture {
     let line = resources.get::<Line>();
     StageFuture::new(async move {
@@ -58,6 +72,13 @@ fn step(index: usize, ctx: Context, resources: &Resources) -> StageFuture {
         if index == 1 && line.hold.armed.load(Ordering::SeqCst) {
             line.hold.entered.notify_one();
             line.hold.release.notified().await;
+        }
+        if index == 2 && line.refused.armed.load(Ordering::SeqCst) {
+            tokio::time::timeout(Duration::from_secs(30), line.refused.seen.notified())
+                .await
+                .map_err(|_| "no fenced save was refused as cancelled")?;
+            // the refusal's answer is on its way back to the run: let it land
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let mut ctx = ctx.set("n", index as u64 + 1)?;
         if index == 2 && ctx.get_opt::<bool>("deep").unwrap_or(false) {
@@ -134,7 +155,9 @@ pub async fn rule20_history_depth_keeps_between_n_and_n_plus_32_checkpoints<H: H
         .store(h.store(&ns).await)
         .build()
         .expect("the pipeline builds");
-    p.invoke("d", Context::new()).await.expect("the run completes");
+    p.invoke("d", Context::new())
+        .await
+        .expect("the run completes");
     let key = run_key(LINE, "d");
     let mut kept = Vec::new();
     for replay in 1..=20 {
@@ -165,18 +188,20 @@ pub async fn rule20_history_depth_keeps_between_n_and_n_plus_32_checkpoints<H: H
     assert_eq!(counts.calls(), [21; 5], "every replay ran the whole line");
 }
 
-/// Builds [`line`] over `store` in `mode`, with s2 held, invokes run `id`
-/// on a task, cancels it while s2 runs, lets s2 return, and returns what
-/// the run returned.
+/// Builds [`line`] over `store` in `mode` (`Async` writes waiting
+/// `flush`), with s2 held, invokes run `id` on a task, cancels it while s2
+/// runs once checkpoint `landed` is stored, lets s2 return, and returns
+/// what the run returned.
 async fn cancel_in_s2<S: CheckpointStore>(
     store: S,
     counts: &Line,
-    mode: Durability,
+    (mode, flush): (Durability, Duration),
     id: &str,
+    landed: u32,
 ) -> (Pipeline, crate::Result<Context>) {
     let p = line(counts)
         .durability(mode)
-        .async_flush(MAX_ASYNC_FLUSH)
+        .async_flush(flush)
         .store(store)
         .build()
         .expect("the pipeline builds");
@@ -189,6 +214,13 @@ async fn cancel_in_s2<S: CheckpointStore>(
     tokio::time::timeout(Duration::from_secs(30), counts.hold.entered.notified())
         .await
         .expect("s2 starts");
+    for _ in 0..3000 {
+        let stored = p.checkpoint(id).await.expect("load");
+        if stored.is_some_and(|cp| cp.seq >= landed) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     p.cancel(id).await.expect("a running run is cancelled");
     counts.hold.release.notify_one();
     let done = tokio::time::timeout(Duration::from_secs(30), run)
@@ -225,7 +257,8 @@ async fn assert_cancelled_at(p: &Pipeline, done: crate::Result<Context>, id: &st
 pub async fn rule14_a_cancelled_sync_run_starts_no_further_stage<H: Harness>(h: &H) {
     let ns = namespace("cancelsync");
     let counts = Line::default();
-    let (p, done) = cancel_in_s2(h.store(&ns).await, &counts, Durability::Sync, "c").await;
+    let sync = (Durability::Sync, Duration::ZERO);
+    let (p, done) = cancel_in_s2(h.store(&ns).await, &counts, sync, "c", 1).await;
     assert_eq!(counts.calls(), [1, 1, 0, 0, 0], "no stage after s2 started");
     assert_cancelled_at(&p, done, "c", "s2").await;
 }
@@ -242,13 +275,98 @@ pub async fn rule14_a_cancelled_sync_run_starts_no_further_stage<H: Harness>(h: 
 pub async fn rule24_a_cancelled_async_run_stops_at_its_first_refused_write<H: Harness>(h: &H) {
     let ns = namespace("cancelasync");
     let counts = Line::default();
-    let (p, done) = cancel_in_s2(h.store(&ns).await, &counts, Durability::Async, "c").await;
+    let held = (Durability::Async, MAX_ASYNC_FLUSH);
+    let (p, done) = cancel_in_s2(h.store(&ns).await, &counts, held, "c", 0).await;
     assert_eq!(
         counts.calls(),
         [1; 5],
         "no write was answered before the end: the short stages all ran"
     );
     assert_cancelled_at(&p, done, "c", "s1").await;
+}
+
+/// Rule 24, `Async`, writes sent at once (`async_flush(ZERO)`): a run
+/// cancelled while its second stage runs (its checkpoint stored) sends the
+/// checkpoint before `s3` when `s2` returns and starts `s3` without
+/// waiting; the store refuses that write, and once the refusal is back
+/// (`s3` waits for it) the run starts no further stage: `s4` never runs,
+/// and the run ends cancelled at `s2`.
+pub async fn rule24_an_async_run_starts_no_stage_once_a_refusal_reached_it<H: Harness>(h: &H) {
+    let ns = namespace("cancelflight");
+    let counts = Line::default();
+    counts.refused.armed.store(true, Ordering::SeqCst);
+    let store = Refusing {
+        inner: h.store(&ns).await,
+        told: Arc::clone(&counts.refused),
+    };
+    let at_once = (Durability::Async, Duration::ZERO);
+    let (p, done) = cancel_in_s2(store, &counts, at_once, "c", 1).await;
+    assert_eq!(
+        counts.calls(),
+        [1, 1, 1, 0, 0],
+        "s3 started before the refusal came back; nothing started after it"
+    );
+    assert_cancelled_at(&p, done, "c", "s2").await;
+}
+
+/// A store that tells `told` when `inner` refuses a fenced save as
+/// cancelled, and is `inner` otherwise.
+#[derive(Debug)]
+struct Refusing<S> {
+    inner: S,
+    told: Arc<Refused>,
+}
+
+#[async_trait::async_trait]
+impl<S: CheckpointStore> CheckpointStore for Refusing<S> {
+    async fn save(&self, checkpoint: Checkpoint) -> crate::Result<()> {
+        self.inner.save(checkpoint).await
+    }
+    async fn load(&self, run_id: &str) -> crate::Result<Option<Checkpoint>> {
+        self.inner.load(run_id).await
+    }
+    async fn delete(&self, run_id: &str) -> crate::Result<()> {
+        self.inner.delete(run_id).await
+    }
+    async fn exists(&self, run_id: &str) -> crate::Result<bool> {
+        self.inner.exists(run_id).await
+    }
+    async fn history(&self, run_id: &str) -> crate::Result<Vec<Checkpoint>> {
+        self.inner.history(run_id).await
+    }
+    async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> crate::Result<Lease> {
+        self.inner.acquire_lease(run_id, ttl).await
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> crate::Result<()> {
+        self.inner.renew_lease(lease, ttl).await
+    }
+    async fn release_lease(&self, lease: Lease) -> crate::Result<()> {
+        self.inner.release_lease(lease).await
+    }
+    async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> crate::Result<()> {
+        let saved = self.inner.save_fenced(checkpoint, lease).await;
+        if let Err(Error::Cancelled { .. }) = &saved {
+            self.told.seen.notify_one();
+        }
+        saved
+    }
+    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> crate::Result<()> {
+        self.inner.delete_fenced(run_id, lease).await
+    }
+    async fn begin_run(
+        &self,
+        first: Checkpoint,
+        ttl: Duration,
+        begin: Begin,
+    ) -> crate::Result<Begun> {
+        self.inner.begin_run(first, ttl, begin).await
+    }
+    async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> crate::Result<()> {
+        self.inner.finish_run(last, lease, delete).await
+    }
+    async fn cancel(&self, run_id: &str) -> crate::Result<()> {
+        self.inner.cancel(run_id).await
+    }
 }
 
 /// Rule 17: a value nested past [`MAX_DEPTH`], put in through the unchecked

@@ -68,6 +68,7 @@ pub use line::{
     rule17_a_value_too_deep_is_refused_alike_on_every_store,
     rule20_history_depth_keeps_between_n_and_n_plus_32_checkpoints,
     rule24_a_cancelled_async_run_stops_at_its_first_refused_write,
+    rule24_an_async_run_starts_no_stage_once_a_refusal_reached_it,
 };
 pub use list::{
     rule21_a_store_without_listing_says_so,
@@ -1240,6 +1241,7 @@ macro_rules! __store_conformance_each {
             rule20_history_depth_keeps_between_n_and_n_plus_32_checkpoints,
             rule14_a_cancelled_sync_run_starts_no_further_stage,
             rule24_a_cancelled_async_run_stops_at_its_first_refused_write,
+            rule24_an_async_run_starts_no_stage_once_a_refusal_reached_it,
             rule17_a_value_too_deep_is_refused_alike_on_every_store,
         );
     };
