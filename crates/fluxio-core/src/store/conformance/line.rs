@@ -19,9 +19,7 @@ use crate::context::Context;
 use crate::durability::{Durability, MAX_ASYNC_FLUSH};
 use crate::error::Error;
 use crate::pipeline::{Pipeline, PipelineBuilder};
-use crate::stage::{
-    CallFn, Output, ResourceReq, Resources, Stage, StageFuture, StageKind, StageMeta,
-};
+use crate::stage::{CallFn, Output, ResourceReq, Resources, Stage, StageFuture, StageMeta};
 use crate::store::{Begin, Begun, Checkpoint, CheckpointStore, Lease, RunStatus, run_key};
 use crate::value::{MAX_DEPTH, Value};
 
@@ -119,16 +117,8 @@ fn line(line: &Line) -> PipelineBuilder {
         .zip(1u8..)
         .map(|((name, call), n)| {
             let meta = StageMeta {
-                name,
-                hash: [n; 32],
-                kind: StageKind::Async,
-                router: false,
-                reads: None,
-                writes: None,
-                timeout: None,
-                input: None,
-                output: None,
                 resources: TAKES_LINE,
+                ..crate::__private::stage_meta(name, [n; 32])
             };
             Node::Stage(Stage::new(meta, call))
         })
