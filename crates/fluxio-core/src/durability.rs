@@ -22,8 +22,14 @@
 //! [history](crate::Pipeline::history) holds only the checkpoints written:
 //! fewer steps to replay or fork from):
 //! - `Async`: a crash re-runs more (see the table), and a cancel
-//!   (rule 14) is noticed when a background write is refused, so one or
-//!   more further stages may start before the run stops. The first
+//!   (rule 14) reaches the run only as the store's refusal of one of its
+//!   writes: the run starts no stage once that refusal is back (its next
+//!   checkpoint returns [`Error::Cancelled`]), but the stages that start
+//!   before it is back still run. Those are the stages that start within
+//!   about `async_flush` and one write's round trip of the end of the
+//!   stage running at the cancel; with quick stages and the default
+//!   flush, often all the remaining ones, and the refused write is the
+//!   run's last (its completion, never stored). The first
 //!   checkpoint is still written before the first stage (with the lease,
 //!   in one call), so a crashed run can always be found, listed and
 //!   recovered. Writes go out one at a time: a checkpoint waits

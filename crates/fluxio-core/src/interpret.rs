@@ -134,6 +134,12 @@ pub(crate) struct Tail {
     full_bytes: Option<u64>,
     /// Keep at most about this many checkpoints of history (`None`: all).
     depth: Option<u32>,
+    /// With a `depth`: the whole checkpoints this process wrote that the
+    /// history has not yet passed by `depth` (oldest first), and the last
+    /// checkpoint stored before it took the run over (whose whole ones it
+    /// does not know). See [`keep_from`](Self::keep_from).
+    fulls: std::collections::VecDeque<u32>,
+    resumed_at: Option<u32>,
     /// The epoch the run's context took at the last checkpoint written (0:
     /// unknown): a context that still has it changed since `last` only in
     /// the entries that bear it (see [`Lineage`]).
@@ -157,8 +163,28 @@ impl Tail {
             version: cp.version.clone(),
             full: Some(cp.context.clone()),
             depth,
+            resumed_at: Some(cp.seq),
             ..Tail::default()
         }
+    }
+
+    /// The [`keep_from`](Checkpoint::keep_from) of checkpoint `seq`: with a
+    /// `depth` of n, `seq - n` when that is a whole checkpoint, the one
+    /// place the store's cut (the last whole checkpoint at or before
+    /// `keep_from`) moves; else 0 (no cut), so stores trim rarely. The
+    /// whole checkpoints written before this process took the run over
+    /// are unknown: the n checkpoints after that point all ask. Since
+    /// whole checkpoints are at most [`COMPACT_EVERY`] apart, a run then
+    /// keeps between n + 1 and n + [`COMPACT_EVERY`] checkpoints.
+    fn keep_from(&mut self, seq: u32) -> u32 {
+        let Some(edge) = self.depth.and_then(|n| seq.checked_sub(n)) else {
+            return 0;
+        };
+        while self.fulls.front().is_some_and(|&f| f < edge) {
+            self.fulls.pop_front();
+        }
+        let cuts = self.fulls.front() == Some(&edge) || self.resumed_at.is_some_and(|r| edge <= r);
+        if cuts { edge } else { 0 }
     }
 
     /// Numbers `cp` and says what it writes: the whole context at the
@@ -171,6 +197,7 @@ impl Tail {
     /// its entries' marks.
     pub(crate) fn stamp(&mut self, cp: &mut Checkpoint, lineage: Lineage) -> u64 {
         cp.seq = self.next_seq;
+        cp.keep_from = self.keep_from(cp.seq);
         let since = self.since;
         let delta = self
             .last
@@ -217,7 +244,6 @@ impl Tail {
             }
             None => {
                 cp.change = Change::Full;
-                cp.keep_from = self.depth.map_or(0, |d| cp.seq.saturating_sub(d));
                 0
             }
         }
@@ -249,6 +275,9 @@ impl Tail {
             version.clone_into(&mut self.version);
         }
         if full {
+            if self.depth.is_some() {
+                self.fulls.push_back(seq);
+            }
             self.full = Some(context.clone());
             self.full_bytes = None;
             self.delta_bytes = 0;

@@ -201,11 +201,12 @@ impl PipelineBuilder {
     }
 
     /// Bounds the history a durable run keeps (contract rule 20; default:
-    /// every checkpoint until the run is removed). With `Some(n)`, each
-    /// whole checkpoint lets the store drop the run's checkpoints before
-    /// the last whole one at least `n` checkpoints back, so a run keeps
-    /// between `n` and `n +` [`COMPACT_EVERY`](crate::store::COMPACT_EVERY)
-    /// checkpoints of history, whatever its length. `Some(0)` counts as 1.
+    /// every checkpoint until the run is removed). With `Some(n)`, the
+    /// store drops the run's checkpoints before the last whole one at least
+    /// `n` checkpoints back, so a run keeps between `n` and `n +`
+    /// [`COMPACT_EVERY`](crate::store::COMPACT_EVERY) checkpoints of
+    /// history, whatever its length and however often it is resumed or
+    /// replayed. `Some(0)` counts as 1.
     pub fn history_depth(mut self, checkpoints: Option<u32>) -> Self {
         self.history_depth = checkpoints.map(|n| n.max(1));
         self
@@ -1456,8 +1457,10 @@ impl Pipeline {
     /// A run that is executing right now stops before its next stage: its
     /// next checkpoint write (before a stage, at a failure, or at the end)
     /// is refused by the store, so the owner learns of the cancel without
-    /// any extra store call per stage. It returns [`Error::Cancelled`] and
-    /// gives its lease back. A stage body already running is not
+    /// any extra store call per stage. (An [`Async`](crate::Durability::Async)
+    /// run does not wait for its writes: it stops before the first stage
+    /// that starts once the refusal is back, see [`crate::durability`].)
+    /// It returns [`Error::Cancelled`] and gives its lease back. A stage body already running is not
     /// interrupted: it finishes, and its result is dropped.
     ///
     /// A run that is running (whether its owner is alive or gone) or failed

@@ -99,5 +99,10 @@ mod four_methods {
         rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
         rule20_a_plain_save_stores_the_journal_it_carries,
         rule21_a_store_without_listing_says_so,
+        rule20_history_depth_keeps_between_n_and_n_plus_32_checkpoints,
+        rule17_a_value_too_deep_is_refused_alike_on_every_store,
+        rule14_a_cancelled_sync_run_starts_no_further_stage,
+        rule24_a_cancelled_async_run_stops_at_its_first_refused_write,
+        rule24_an_async_run_starts_no_stage_once_a_refusal_reached_it,
     );
 }

@@ -454,6 +454,15 @@ impl Checkpoint {
         payload_size(&self.key(), &entries, true)
     }
 
+    /// [`check`](Self::check) of this checkpoint alone, as a store that
+    /// keeps the journal appends it ([`entry_bytes`](Self::entry_bytes)):
+    /// a delta's written values only, so O(keys written). What
+    /// [`append`](super::append) asks of every checkpoint, so that a store
+    /// that keeps values refuses what a store of bytes refuses.
+    pub(crate) fn check_entry(&self) -> Result<u64> {
+        payload_size(&self.key(), &[self], false)
+    }
+
     /// The payload length of this checkpoint alone, as [`check`](Self::check)
     /// counts it.
     fn entry_size(&self, whole: bool) -> Result<u64> {

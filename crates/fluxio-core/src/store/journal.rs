@@ -139,10 +139,20 @@ const SHORT_JOURNAL: usize = 4;
 /// (its context is whole in memory). What a store that keeps the journal
 /// as values does on a save.
 ///
+/// `next` is checked first as a store of bytes checks it when it encodes
+/// it ([`Checkpoint::entry_bytes`]), so the limits are the same on every
+/// store (contract rule 17): a value given to
+/// [`Context::set_value`](crate::Context::set_value) past them is refused
+/// here too.
+///
 /// # Errors
 /// [`missing_predecessor`] when `next` is a delta and the journal has no
-/// checkpoint `next.seq - 1`; the journal is then left as it was.
+/// checkpoint `next.seq - 1`; the errors of [`Checkpoint::check`] for a
+/// checkpoint a store of bytes would refuse ([`Error::ValueTooDeep`] and
+/// [`Error::ValueTooLarge`] naming the key, [`Error::CheckpointTooLarge`],
+/// [`Error::CorruptCheckpoint`]). The journal is then left as it was.
 pub fn append(journal: &mut Vec<Checkpoint>, mut next: Checkpoint) -> Result<()> {
+    next.check_entry()?;
     let kept = journal.partition_point(|e| e.seq < next.seq);
     if !next.change.is_full() && kept.checked_sub(1).map(|i| journal[i].seq + 1) != Some(next.seq) {
         return Err(missing_predecessor(&next.key(), next.seq));

@@ -35,6 +35,7 @@
 mod begin;
 mod cancel;
 mod journal;
+mod line;
 mod list;
 mod recover;
 mod retention;
@@ -61,6 +62,13 @@ pub use journal::{
     rule20_a_plain_save_stores_the_journal_it_carries,
     rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
     rule20_keep_completed_keeps_the_newest_completed_runs_of_each_pipeline,
+};
+pub use line::{
+    rule14_a_cancelled_sync_run_starts_no_further_stage,
+    rule17_a_value_too_deep_is_refused_alike_on_every_store,
+    rule20_history_depth_keeps_between_n_and_n_plus_32_checkpoints,
+    rule24_a_cancelled_async_run_stops_at_its_first_refused_write,
+    rule24_an_async_run_starts_no_stage_once_a_refusal_reached_it,
 };
 pub use list::{
     rule21_a_store_without_listing_says_so,
@@ -1230,6 +1238,11 @@ macro_rules! __store_conformance_each {
             rule24_begin_run_if_absent_leaves_a_stored_run_alone,
             rule24_concurrent_begins_of_one_run_begin_once,
             rule24_finish_run_writes_the_last_checkpoint_and_frees_the_lease,
+            rule20_history_depth_keeps_between_n_and_n_plus_32_checkpoints,
+            rule14_a_cancelled_sync_run_starts_no_further_stage,
+            rule24_a_cancelled_async_run_stops_at_its_first_refused_write,
+            rule24_an_async_run_starts_no_stage_once_a_refusal_reached_it,
+            rule17_a_value_too_deep_is_refused_alike_on_every_store,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
