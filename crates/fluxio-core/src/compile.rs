@@ -219,8 +219,10 @@ impl Program {
     /// `None` when no resume point of this program has that position.
     #[must_use]
     pub fn resume_point_at(&self, position: u32) -> Option<usize> {
-        // positions never decrease, and a `CHECKPOINT` is never a
-        // `VALIDATE`: the first ip of a position is the only candidate
+        // positions never decrease, and only a `VALIDATE` shares its
+        // position, with the instruction after it (a `CALL` or an `EMIT`,
+        // never a `CHECKPOINT`): the first ip of a position is the only
+        // candidate
         let ip = self.positions.partition_point(|p| *p < position);
         (self.positions.get(ip) == Some(&position) && self.is_resume_point(ip)).then_some(ip)
     }

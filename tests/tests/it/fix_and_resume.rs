@@ -69,32 +69,14 @@ struct PayOut {
 // `prep`, `pay` and `ship` as v1 has them, and the same bodies with
 // attributes that compile to more (or no more) instructions.
 
-#[stage]
-async fn prep(ctx: Context) -> StageResult {
+/// The body of every `prep`.
+fn prepare(ctx: Context) -> StageResult {
     note("prep")?;
     Ok(ctx.set("prepared", true)?)
 }
 
-#[stage(name = "prep", input = PrepIn)]
-async fn prep_in(ctx: Context) -> StageResult {
-    note("prep")?;
-    Ok(ctx.set("prepared", true)?)
-}
-
-#[stage(name = "prep", input = PrepIn, output = PrepIn)]
-async fn prep_in_out(ctx: Context) -> StageResult {
-    note("prep")?;
-    Ok(ctx.set("prepared", true)?)
-}
-
-#[stage(name = "prep", reads = ["order"], writes = ["prepared"])]
-async fn prep_rw(ctx: Context) -> StageResult {
-    note("prep")?;
-    Ok(ctx.set("prepared", true)?)
-}
-
-#[stage(name = "pay")]
-async fn pay(ctx: Context) -> StageResult {
+/// The body of every `pay`: it fails after "charging" while `DECLINE` is set.
+fn charge(ctx: Context) -> StageResult {
     note("pay")?;
     if DECLINE.load(Ordering::SeqCst) {
         return Err("the gateway charged the card, then the connection dropped".into());
@@ -102,61 +84,44 @@ async fn pay(ctx: Context) -> StageResult {
     Ok(ctx.set("paid", true)?)
 }
 
-#[stage(name = "pay", input = PrepIn)]
-async fn pay_in(ctx: Context) -> StageResult {
-    note("pay")?;
-    if DECLINE.load(Ordering::SeqCst) {
-        return Err("the gateway charged the card, then the connection dropped".into());
-    }
-    Ok(ctx.set("paid", true)?)
+/// One stage function per variant: `name` with the `#[stage(...)]`
+/// options after it, running `body`.
+macro_rules! variants {
+    ($body:ident: $($fn_name:ident => ($($options:tt)*);)*) => {
+        $(
+            #[stage($($options)*)]
+            async fn $fn_name(ctx: Context) -> StageResult {
+                $body(ctx)
+            }
+        )*
+    };
 }
 
-#[stage(name = "pay", output = PayOut)]
-async fn pay_out(ctx: Context) -> StageResult {
-    note("pay")?;
-    if DECLINE.load(Ordering::SeqCst) {
-        return Err("the gateway charged the card, then the connection dropped".into());
-    }
-    Ok(ctx.set("paid", true)?)
+variants! { prepare:
+    prep => (name = "prep");
+    prep_in => (name = "prep", input = PrepIn);
+    prep_in_out => (name = "prep", input = PrepIn, output = PrepIn);
+    prep_rw => (name = "prep", reads = ["order"], writes = ["prepared"]);
 }
 
-#[stage(name = "pay", input = PrepIn, output = PayOut)]
-async fn pay_in_out(ctx: Context) -> StageResult {
-    note("pay")?;
-    if DECLINE.load(Ordering::SeqCst) {
-        return Err("the gateway charged the card, then the connection dropped".into());
-    }
-    Ok(ctx.set("paid", true)?)
+variants! { charge:
+    pay => (name = "pay");
+    pay_in => (name = "pay", input = PrepIn);
+    pay_out => (name = "pay", output = PayOut);
+    pay_in_out => (name = "pay", input = PrepIn, output = PayOut);
+    pay_timeout => (name = "pay", timeout = "30s");
+    pay_rw => (name = "pay", reads = ["order"], writes = ["paid"]);
 }
 
-#[stage(name = "pay", timeout = "30s")]
-async fn pay_timeout(ctx: Context) -> StageResult {
-    note("pay")?;
-    if DECLINE.load(Ordering::SeqCst) {
-        return Err("the gateway charged the card, then the connection dropped".into());
-    }
-    Ok(ctx.set("paid", true)?)
-}
-
-#[stage(name = "pay", reads = ["order"], writes = ["paid"])]
-async fn pay_rw(ctx: Context) -> StageResult {
-    note("pay")?;
-    if DECLINE.load(Ordering::SeqCst) {
-        return Err("the gateway charged the card, then the connection dropped".into());
-    }
-    Ok(ctx.set("paid", true)?)
-}
-
-#[stage]
-async fn ship(ctx: Context) -> StageResult {
+/// The body of every `ship`.
+fn deliver(ctx: Context) -> StageResult {
     note("ship")?;
     Ok(ctx.set("shipped", true)?)
 }
 
-#[stage(name = "ship", output = PayOut)]
-async fn ship_out(ctx: Context) -> StageResult {
-    note("ship")?;
-    Ok(ctx.set("shipped", true)?)
+variants! { deliver:
+    ship => (name = "ship");
+    ship_out => (name = "ship", output = PayOut);
 }
 
 fn store() -> Arc<dyn CheckpointStore> {
@@ -180,23 +145,34 @@ fn on(builder: PipelineBuilder, store: &Arc<dyn CheckpointStore>) -> fluxio::Pip
         .expect("valid")
 }
 
+/// v1 (`prep, pay, ship`) on `store`, whose run `order-1` failed inside
+/// `pay` after charging. Returns its stored checkpoint and the keys `pay`
+/// was called with; `DECLINE` is off again.
+async fn declined_v1(
+    store: &Arc<dyn CheckpointStore>,
+) -> (Option<fluxio::Checkpoint>, Vec<String>) {
+    let v1 = on(pipeline![prep, pay, ship], store);
+    let _ = seen();
+    DECLINE.store(true, Ordering::SeqCst);
+    let err = v1.start("order-1", order()).await.expect_err("declined");
+    DECLINE.store(false, Ordering::SeqCst);
+    assert!(
+        matches!(&err, Error::Stage { stage, .. } if stage == "pay"),
+        "{err}"
+    );
+    let keys = keys_of(&seen(), "pay");
+    (v1.checkpoint("order-1").await.expect("load"), keys)
+}
+
 /// v1 (`prep, pay, ship`) fails inside `pay` after charging; `v2` resumes
 /// the run with code changes allowed. Returns the keys `pay` was called
 /// with, v1's attempt first, and what ran on v2.
 async fn fix_and_resume(v2: PipelineBuilder) -> (Vec<String>, Vec<String>) {
     let store = store();
-    let v1 = on(pipeline![prep, pay, ship], &store);
-    let _ = seen();
-    DECLINE.store(true, Ordering::SeqCst);
-    let err = v1.invoke("order-1", order()).await.expect_err("declined");
-    assert!(
-        matches!(&err, Error::Stage { stage, .. } if stage == "pay"),
-        "{err}"
-    );
-    let mut keys = keys_of(&seen(), "pay");
-    DECLINE.store(false, Ordering::SeqCst);
+    let (before, mut keys) = declined_v1(&store).await;
     let v2 = on(v2, &store);
-    assert_ne!(v1.version(), v2.version(), "v2 is other code");
+    let before = before.expect("stored");
+    assert_ne!(before.version, v2.version(), "v2 is other code");
     let done = v2
         .resume_with("order-1", allow())
         .await
@@ -262,13 +238,7 @@ async fn rule12_the_key_is_the_same_across_every_attribute_code_changes_accept()
 async fn rule13_a_schema_added_before_the_failed_stage_resumes_at_the_failed_stage() {
     let _serial = SERIAL.lock().await;
     let store = store();
-    let v1 = on(pipeline![prep, pay, ship], &store);
-    let _ = seen();
-    DECLINE.store(true, Ordering::SeqCst);
-    v1.invoke("order-1", order()).await.expect_err("declined");
-    let before = v1.checkpoint("order-1").await.expect("load");
-    DECLINE.store(false, Ordering::SeqCst);
-    let _ = seen();
+    let (before, _) = declined_v1(&store).await;
 
     let v2 = on(pipeline![prep_in_out, pay, ship], &store);
     let err = v2.resume("order-1").await.expect_err("other code");
@@ -386,13 +356,7 @@ async fn rule12_keys_in_branches_and_routing_bodies_stay_distinct_and_stable_acr
 async fn rule13_reads_and_writes_that_fold_stages_into_a_parallel_block_are_a_shape_change() {
     let _serial = SERIAL.lock().await;
     let store = store();
-    let v1 = on(pipeline![prep, pay, ship], &store);
-    let _ = seen();
-    DECLINE.store(true, Ordering::SeqCst);
-    v1.invoke("order-1", order()).await.expect_err("declined");
-    DECLINE.store(false, Ordering::SeqCst);
-    let before = v1.checkpoint("order-1").await.expect("load");
-    let _ = seen();
+    let (before, _) = declined_v1(&store).await;
     // `prep` and `pay` now declare independent reads and writes: auto
     // parallelism runs them as one parallel block, so `pay` has no
     // checkpoint of its own any more
@@ -448,12 +412,7 @@ async fn rule11_start_of_a_completed_run_returns_its_result_on_any_code() {
 async fn rule11_start_of_a_failed_run_on_other_code_is_a_version_error_and_runs_nothing() {
     let _serial = SERIAL.lock().await;
     let store = store();
-    let v1 = on(pipeline![prep, pay, ship], &store);
-    DECLINE.store(true, Ordering::SeqCst);
-    v1.start("order-1", order()).await.expect_err("declined");
-    DECLINE.store(false, Ordering::SeqCst);
-    let before = v1.checkpoint("order-1").await.expect("load");
-    let _ = seen();
+    let (before, _) = declined_v1(&store).await;
     let v2 = on(pipeline![prep, pay_in, ship], &store);
     let err = v2
         .start("order-1", order())
