@@ -510,3 +510,48 @@ async fn rule12_a_run_checkpointed_by_ip_before_positions_keeps_its_keys_to_its_
     p.invoke("order-2", order()).await.expect("runs");
     assert_eq!(keys_of(&seen(), "pay"), ["pay/order-2/6"]);
 }
+
+#[tokio::test]
+async fn rule13_an_ip_numbered_checkpoint_whose_step_moved_on_new_code_is_a_shape_change() {
+    let _serial = SERIAL.lock().await;
+    let store = store();
+    let old = on(pipeline![prep_in, pay, ship], &store);
+    DECLINE.store(true, Ordering::SeqCst);
+    old.invoke("order-1", order()).await.expect_err("declined");
+    DECLINE.store(false, Ordering::SeqCst);
+    // stored by the release before positions: `pay`'s checkpoint at ip 5
+    let mut cp = old
+        .checkpoint("order-1")
+        .await
+        .expect("load")
+        .expect("stored");
+    cp.ip = 5;
+    store.delete(&cp.key()).await.expect("delete");
+    store.save(cp.clone()).await.expect("save");
+    let _ = seen();
+    // the new code drops `prep`'s schema: ip 5 is no step of it, and
+    // position 5 is none either, so the step cannot be placed
+    let new = on(pipeline![prep, pay, ship], &store);
+    let err = new
+        .resume_with("order-1", allow())
+        .await
+        .expect_err("cannot be placed");
+    match &err {
+        Error::CheckpointVersion { changes, .. } => {
+            let changes = changes.as_deref().expect("recorded");
+            assert_eq!(changes.moved, ["pay"]);
+            assert!(!changes.same_shape(), "{changes}");
+        }
+        other => panic!("expected CheckpointVersion, got {other:?}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("is not at its place"), "{message}");
+    assert!(message.contains("Pipeline::hold"), "{message}");
+    assert_eq!(seen(), Vec::<String>::new(), "nothing ran");
+    // the version that wrote it finishes it, by ip, with its old key
+    let held = new.hold(old).expect("same name");
+    held.resume("order-1")
+        .await
+        .expect("resumes on the old code");
+    assert_eq!(keys_of(&seen(), "pay"), ["pay/order-1/7"]);
+}
