@@ -95,7 +95,9 @@ pub trait Callback: fmt::Debug + Send + Sync + 'static {
     fn on_stream_chunk(&self, run_id: &str, stage: &str, chunk: &crate::Value) -> CallbackResult {
         Ok(())
     }
-    /// A checkpoint at `ip` with `status` was saved; the store took `latency`.
+    /// A checkpoint at `ip` (what it records: its
+    /// [position](crate::store::Checkpoint::ip)) with `status` was saved;
+    /// the store took `latency`.
     fn on_checkpoint(
         &self,
         run_id: &str,

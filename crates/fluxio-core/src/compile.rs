@@ -16,6 +16,19 @@
 //! had not finished (finished ones are recorded, contract rule 19).
 //! A router compiles like a stage and is followed by
 //! `ROUTE`, the bodies (each ending in a `JUMP` past the block).
+//!
+//! # Positions
+//!
+//! An instruction's *position* is its index with the `VALIDATE`
+//! instructions left out ([`Program::position`]). The schemas a stage
+//! declares add `VALIDATE` instructions and nothing else, so positions
+//! depend on the pipeline's compiled shape only: a stage gaining or losing
+//! `input`/`output` (or a timeout, or middleware, which add no instruction)
+//! keeps every position. Checkpoints record positions, and a stage's
+//! idempotency key is the position of its `CALL` (contract rule 12): both
+//! stay the same across any code change that
+//! [`allow_code_changes`](crate::ResumeOptions::allow_code_changes) accepts.
+//! A program without schemas has each position equal to its ip.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -130,6 +143,9 @@ pub struct Program {
     /// Whether a stage is blocking: only then does a plain run need the
     /// run's `RunBodies` (counted once here, not at every run).
     pub(crate) blocking: bool,
+    /// The position of every instruction, and of the end (see the module
+    /// docs): one more entry than `instrs`, never decreasing.
+    positions: Vec<u32>,
 }
 
 impl Program {
@@ -153,8 +169,18 @@ impl Program {
         check_unique_names(&c.stages)?;
         let blocking =
             (c.stages.iter()).any(|s| s.meta().kind == crate::stage::StageKind::Blocking);
+        let mut position = 0u32;
+        let mut positions = Vec::with_capacity(c.instrs.len() + 1);
+        for instr in &c.instrs {
+            positions.push(position);
+            if !matches!(instr, Instr::Validate { .. }) {
+                position = position.saturating_add(1);
+            }
+        }
+        positions.push(position);
         Ok(Program {
             blocking,
+            positions,
             instrs: c.instrs,
             stages: c.stages,
             steps: c.steps,
@@ -168,6 +194,48 @@ impl Program {
     #[must_use]
     pub fn is_resume_point(&self, ip: usize) -> bool {
         ip == self.instrs.len() || matches!(self.instrs.get(ip), Some(Instr::Checkpoint { .. }))
+    }
+
+    /// The position of the instruction at `ip` (or of the end, at
+    /// `instrs.len()`): its ip with the `VALIDATE` instructions before it
+    /// left out, so that it depends on the pipeline's shape only (see the
+    /// module docs). What checkpoints record, and what a stage's idempotency
+    /// key is made of.
+    ///
+    /// ```
+    /// use fluxio_core::compile::Program;
+    /// let empty = Program::compile(&[], true)?;
+    /// assert_eq!(empty.position(0), 0);
+    /// # Ok::<(), fluxio_core::Error>(())
+    /// ```
+    #[must_use]
+    pub fn position(&self, ip: usize) -> u32 {
+        let end = self.positions.len().saturating_sub(1);
+        self.positions.get(ip.min(end)).copied().unwrap_or_default()
+    }
+
+    /// The resume point (see [`is_resume_point`](Self::is_resume_point))
+    /// at `position`: the ip of the `CHECKPOINT` there, or of the end.
+    /// `None` when no resume point of this program has that position.
+    #[must_use]
+    pub fn resume_point_at(&self, position: u32) -> Option<usize> {
+        // positions never decrease, and only a `VALIDATE` shares its
+        // position, with the instruction after it (a `CALL` or an `EMIT`,
+        // never a `CHECKPOINT`): the first ip of a position is the only
+        // candidate
+        let ip = self.positions.partition_point(|p| *p < position);
+        (self.positions.get(ip) == Some(&position) && self.is_resume_point(ip)).then_some(ip)
+    }
+
+    /// The step the `CHECKPOINT` at `ip` names (`""` at the end), or
+    /// `None` when `ip` is not a resume point.
+    #[must_use]
+    pub fn step_at(&self, ip: usize) -> Option<&str> {
+        match self.instrs.get(ip) {
+            Some(Instr::Checkpoint { step }) => Some(step),
+            None if ip == self.instrs.len() => Some(""),
+            _ => None,
+        }
     }
 
     /// The stage called `name`, if the pipeline has one.
@@ -290,6 +358,25 @@ fn foldable(node: &Node) -> Option<&Stage> {
     }
 }
 
+/// The stages at the start of `nodes` that auto-parallelism folds into
+/// one parallel block (the compiler compiles them as `parallel![...]` of one
+/// stage per branch, and the [`Structure`](crate::Structure) shows them so):
+/// two or more consecutive foldable, pairwise independent stages; fewer
+/// than two when nothing folds.
+pub(crate) fn folded(nodes: &[Node], auto_parallel: bool) -> Vec<&Stage> {
+    let Some(first) = nodes.first().and_then(foldable).filter(|_| auto_parallel) else {
+        return Vec::new();
+    };
+    let mut group: Vec<&Stage> = vec![first];
+    while let Some(next) = nodes.get(group.len()).and_then(foldable) {
+        if !group.iter().all(|g| independent(g, next)) {
+            break;
+        }
+        group.push(next);
+    }
+    group
+}
+
 fn independent(x: &Stage, y: &Stage) -> bool {
     let (rx, wx) = (
         x.meta().reads.unwrap_or(&[]),
@@ -364,19 +451,7 @@ impl Compiler {
                     i += 2;
                 }
                 Node::Stage(s) => {
-                    let group = if self.auto_parallel && foldable(&nodes[i]).is_some() {
-                        let mut group: Vec<&Stage> = vec![s];
-                        while let Some(next) = nodes.get(i + group.len()).and_then(foldable) {
-                            if group.iter().all(|g| independent(g, next)) {
-                                group.push(next);
-                            } else {
-                                break;
-                            }
-                        }
-                        group
-                    } else {
-                        vec![s]
-                    };
+                    let group = folded(&nodes[i..], self.auto_parallel);
                     if group.len() > 1 {
                         let branches: Vec<Vec<Node>> = group
                             .iter()

@@ -54,7 +54,8 @@ pub struct Step {
     /// The number of the checkpoint written before the step: what
     /// `replay`, `fork` and `diff` take to name this point.
     pub number: u32,
-    /// The position of the stage (or block) in the program.
+    /// The position of the stage (or block) in the program (its
+    /// checkpoint's [`ip`](crate::store::Checkpoint::ip)).
     pub ip: u32,
     /// The stage's name (a parallel block's is its first branch's).
     pub stage: String,

@@ -51,6 +51,12 @@ pub(crate) struct Durable<'a> {
     /// The finished branches recorded at the resumed checkpoint, when it is
     /// a parallel block's (rule 19): they are rebuilt, not run again.
     pub(crate) resumed_branches: Vec<BranchRecord>,
+    /// The run was checkpointed by a fluxio that recorded ips, not
+    /// positions (see [`Program::position`]): it keeps numbering its
+    /// checkpoints and its stages' idempotency keys by ip to its end, so
+    /// that every stage keeps the key it had (rule 12). Only differs for a
+    /// program with schemas.
+    pub(crate) by_ip: bool,
     /// Delete the run once its completed checkpoint is written.
     pub(crate) delete_completed: bool,
     /// Where the run's journal stands: what the next checkpoint is written
@@ -89,7 +95,7 @@ pub(crate) fn first_checkpoint(
         [pipeline, run_id, version],
         structure,
         created_at_ms,
-        0,
+        program.position(0),
         step,
         input.clone(),
     );
@@ -98,16 +104,16 @@ pub(crate) fn first_checkpoint(
     Some(cp)
 }
 
-/// A running checkpoint of the run `run_id` of `pipeline` at `ip`.
+/// A running checkpoint of the run `run_id` of `pipeline` at `position`
+/// (see [`Program::position`]).
 fn new_checkpoint(
     [pipeline, run_id, version]: [&str; 3],
     structure: &Arc<Structure>,
     created_at_ms: u64,
-    ip: usize,
+    ip: u32,
     step: &str,
     context: Snapshot,
 ) -> Checkpoint {
-    let ip = u32::try_from(ip).unwrap_or(u32::MAX);
     let mut cp = Checkpoint::new(run_id, version, ip, step, context).in_pipeline(pipeline);
     cp.structure = Some(Arc::clone(structure));
     cp.created_at_ms = created_at_ms;
@@ -297,9 +303,20 @@ fn context_size(context: &Snapshot) -> u64 {
 }
 
 impl Durable<'_> {
+    /// What a checkpoint of the instruction at `ip` records: its position,
+    /// or its ip in a run that numbers by ip ([`by_ip`](Self::by_ip)).
+    pub(crate) fn place(&self, program: &Program, ip: usize) -> u32 {
+        if self.by_ip {
+            u32::try_from(ip).unwrap_or(u32::MAX)
+        } else {
+            program.position(ip)
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn checkpoint(
         &self,
+        program: &Program,
         ip: usize,
         step: &str,
         ctx: &Context,
@@ -312,7 +329,7 @@ impl Durable<'_> {
             meta,
             self.structure,
             self.created_at_ms,
-            ip,
+            self.place(program, ip),
             step,
             ctx.snapshot(),
         );
@@ -323,8 +340,14 @@ impl Durable<'_> {
     }
 
     /// The checkpoint of `last` again, with the finished branches `records`.
-    fn block_checkpoint(&self, last: &Last, records: &[BranchRecord]) -> Checkpoint {
+    fn block_checkpoint(
+        &self,
+        program: &Program,
+        last: &Last,
+        records: &[BranchRecord],
+    ) -> Checkpoint {
         let mut cp = self.checkpoint(
+            program,
             last.ip,
             &last.step,
             &last.ctx,
@@ -387,8 +410,15 @@ impl Top<'_> {
                 // the checkpoint goes into the boxed save at once: a local
                 // would stay in this future (a parked run's) beside it
                 let saving = {
-                    let mut cp =
-                        d.checkpoint(ip, step, ctx, RunStatus::Running, None, scope.attempt);
+                    let mut cp = d.checkpoint(
+                        program,
+                        ip,
+                        step,
+                        ctx,
+                        RunStatus::Running,
+                        None,
+                        scope.attempt,
+                    );
                     cp.branches.clone_from(&self.records);
                     Box::pin(save(program, d, cp, lineage, Write::Step))
                 };
@@ -455,7 +485,7 @@ impl Top<'_> {
                     Box::pin(save(
                         program,
                         d,
-                        d.block_checkpoint(last, &held),
+                        d.block_checkpoint(program, last, &held),
                         Lineage::NONE,
                         Write::Step,
                     ))
@@ -487,6 +517,9 @@ struct Frame {
 struct Scope {
     run_id: Arc<str>,
     attempt: u32,
+    /// Stages' keys are their `CALL`'s ip, not its position (a run that
+    /// numbers by ip: [`Durable::by_ip`]).
+    by_ip: bool,
 }
 
 /// Why a frame stopped early.
@@ -542,6 +575,7 @@ pub(crate) async fn run(
     let scope = Scope {
         run_id: Arc::clone(run_id),
         attempt: 1,
+        by_ip: durable.is_some_and(|d| d.by_ip),
     };
     let done = exec(program, ip, ctx, scope, Some(&mut top)).await;
     // one await for the end, so that nothing it holds (the last
@@ -649,7 +683,7 @@ async fn end(
         Ok(done) => {
             if let Some(d) = durable {
                 let end = program.instrs.len();
-                let cp = d.checkpoint(end, "", &done, RunStatus::Completed, None, 1);
+                let cp = d.checkpoint(program, end, "", &done, RunStatus::Completed, None, 1);
                 let delete = d.delete_completed;
                 let lineage = done.lineage();
                 Box::pin(save(program, d, cp, lineage, Write::Last { delete })).await?;
@@ -673,6 +707,7 @@ async fn failed(
 ) -> Result<Context> {
     if let (Some(d), Some(last)) = (durable, top.last) {
         let mut cp = d.checkpoint(
+            program,
             last.ip,
             &last.step,
             &last.ctx,
@@ -908,7 +943,7 @@ async fn call(
 ) -> std::result::Result<Context, Box<Error>> {
     use futures::future::Either;
     let stage = &program.stages[index];
-    let (start, span) = prepare(frame, scope, ip, stage, &ctx);
+    let (start, span) = prepare(program, frame, scope, ip, stage, &ctx);
     let chain = program.middleware.get(index).filter(|c| !c.is_empty());
     let sink = stage.meta().kind == StageKind::Stream && !program.callbacks.is_empty();
     let out = if chain.is_none() && !sink {
@@ -959,7 +994,7 @@ fn call_in_place(
     ctx: Context,
 ) -> std::result::Result<Context, Box<Error>> {
     let stage = &program.stages[index];
-    let (start, span) = prepare(frame, scope, ip, stage, &ctx);
+    let (start, span) = prepare(program, frame, scope, ip, stage, &ctx);
     let out = match with_info(&mut frame.info, span.as_ref(), || stage.start(ctx)) {
         Begun::Done(out) => out,
         // `ready_stage` finishes every call; a stage marked by hand could
@@ -978,6 +1013,7 @@ fn call_in_place(
 /// the stage, its span, and for a router the context it started from.
 #[inline(always)]
 fn prepare(
+    program: &Program,
     frame: &mut Frame,
     scope: &Scope,
     ip: usize,
@@ -994,7 +1030,11 @@ fn prepare(
         attempt: 1,
     });
     info.stage = stage.name();
-    info.position = u32::try_from(ip).unwrap_or(u32::MAX);
+    info.position = if scope.by_ip {
+        u32::try_from(ip).unwrap_or(u32::MAX)
+    } else {
+        program.position(ip)
+    };
     info.attempt = scope.attempt;
     let span = tracing::info_span!(
         "fluxio.stage",

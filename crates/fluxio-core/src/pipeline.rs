@@ -481,10 +481,10 @@ impl ResumeOptions {
 enum Continue<'a> {
     /// From the checkpoint; a completed run returns its final context.
     Resume,
-    /// From the top-level checkpoint `from` (a step's; runs again even when
-    /// the run completed) with the context the run had there (rule 20),
-    /// or, without a step, like `Resume`.
-    Replay { from: Option<(usize, &'a Snapshot)> },
+    /// From the step's checkpoint `from` (runs again even when the run
+    /// completed) with the context the run had there (rule 20), or,
+    /// without a step, like `Resume`.
+    Replay { from: Option<&'a Checkpoint> },
 }
 
 /// A durable run needs a tokio runtime (its lease is renewed by a timer
@@ -629,10 +629,16 @@ impl Pipeline {
     /// - nothing: the run starts fresh on `input`, like
     ///   [`invoke`](Self::invoke);
     /// - a completed run: its stored final context is returned and no stage
-    ///   runs;
+    ///   runs, whatever version of the pipeline completed it (a result does
+    ///   not depend on the code that reads it back: a client retrying
+    ///   yesterday's request after a redeploy gets yesterday's result);
     /// - a failed run, or a running one whose owner's lease has lapsed (a
     ///   crashed worker): it is resumed, like [`resume`](Self::resume);
-    ///   `input` is not used;
+    ///   `input` is not used. A run of other code is resumed only on a
+    ///   [held](Self::hold) version that wrote it: `start` never opts in to
+    ///   code changes, so a run of code this pipeline does not hold is
+    ///   [`Error::CheckpointVersion`], with nothing run and nothing written
+    ///   (the caller may then [`resume_with`](Self::resume_with) it);
     /// - a running run whose owner holds its lease: [`Error::RunIdInUse`];
     /// - a [cancelled](Self::cancel) run: [`Error::Cancelled`], running
     ///   nothing.
@@ -641,7 +647,8 @@ impl Pipeline {
     /// across processes: of any number of concurrent calls, one runs the
     /// stages and the others get [`Error::RunIdInUse`] or, once it has
     /// completed, its result. A completed run's result is read without
-    /// taking the lease, so concurrent starts of a finished run all get it. Like `resume`, it adopts a run stored before
+    /// taking the lease, so concurrent starts of a finished run all get it.
+    /// Like `resume`, it adopts a run stored before
     /// pipelines had names and continues a run of a [held](Self::hold)
     /// version on that version.
     ///
@@ -666,8 +673,8 @@ impl Pipeline {
     /// # Errors
     /// [`Error::NotDurable`] when the pipeline has no store (nothing could
     /// tell a repeated call from the first); [`Error::RunIdInUse`] as above;
-    /// [`Error::CheckpointVersion`] when the stored run was written by code
-    /// this pipeline does not run; the errors of [`invoke`](Self::invoke) and
+    /// [`Error::CheckpointVersion`] when the stored run, not completed, was
+    /// written by code this pipeline does not run; the errors of [`invoke`](Self::invoke) and
     /// [`resume`](Self::resume).
     ///
     /// # Cancel safety
@@ -678,15 +685,11 @@ impl Pipeline {
         check_runtime("start", &key)?;
         let span = self.span(&key, false);
         async {
-            let options = ResumeOptions::new();
             // a completed run is final: its result needs no lease, so
-            // repeated starts of it never contend for one
+            // repeated starts of it never contend for one, and it does not
+            // depend on code, so it is returned whatever version wrote it
             if let Some(cp) = store.load(&key).await? {
-                if cp.status == RunStatus::Completed
-                    && self
-                        .version_for(&key, &cp, Continue::Resume, options)
-                        .is_ok()
-                {
+                if cp.status == RunStatus::Completed {
                     return Ok(cp.context.to_context());
                 }
             } else {
@@ -736,6 +739,8 @@ impl Pipeline {
             .await?
         {
             None => self.run_fresh(store, owner, run_id, key, input).await,
+            // completed since `start` looked (or adopted): final on any code
+            Some(cp) if cp.status == RunStatus::Completed => Ok(cp.context.to_context()),
             Some(cp) => {
                 self.continue_stored(store, owner, run_id, cp, Continue::Resume, options)
                     .await
@@ -923,7 +928,7 @@ impl Pipeline {
                 .await;
         };
         let at = self.before_step("replay", run_id, step).await?;
-        let from = Some((at.ip as usize, &at.context));
+        let from = Some(&at);
         self.continue_run(run_id, Continue::Replay { from }, ResumeOptions::new())
             .await
     }
@@ -937,15 +942,16 @@ impl Pipeline {
         step: &str,
     ) -> Result<Checkpoint> {
         let key = self.key(run_id)?;
+        let program = &self.inner.program;
         let ip = if crate::history::is_step_number(step) {
             None
         } else {
-            match self.inner.program.steps.get(step) {
+            match program.steps.get(step) {
                 Some(ip) => Some(*ip),
                 None => {
                     return Err(Error::UnknownStep {
                         step: step.to_owned(),
-                        available: self.inner.program.stage_names(),
+                        available: program.stage_names(),
                     });
                 }
             }
@@ -957,7 +963,15 @@ impl Pipeline {
                 run_id: key.to_string(),
             });
         }
-        crate::history::point_in(&journal, &key, step, ip).cloned()
+        // the journal records positions; a run checkpointed before
+        // positions recorded ips (they differ only with schemas)
+        let position = ip.map(|ip| program.position(ip) as usize);
+        match crate::history::point_in(&journal, &key, step, position) {
+            Err(Error::StepNotInHistory { .. }) if ip != position => {
+                crate::history::point_in(&journal, &key, step, ip).cloned()
+            }
+            found => found.cloned(),
+        }
     }
 
     /// The history of the run `run_id` (contract rule 20): every step it
@@ -1022,10 +1036,11 @@ impl Pipeline {
             });
         }
         let at = self.before_step("fork", run_id, from_step).await?;
-        let how = Continue::Replay {
-            from: Some((at.ip as usize, &at.context)),
-        };
+        let how = Continue::Replay { from: Some(&at) };
         let runner = self.version_for(&self.key(run_id)?, &at, how, ResumeOptions::new())?;
+        // the new run numbers its checkpoints by position, whatever the
+        // forked one did
+        let (ip, _) = runner.resume_point(&self.key(run_id)?, &at)?;
         let span = self.span(&new_key, true);
         async {
             self.owning(store, &new_key, async |owner| {
@@ -1036,13 +1051,7 @@ impl Pipeline {
                     });
                 }
                 runner
-                    .run_from(
-                        store,
-                        owner,
-                        (new_run_id, &new_key),
-                        at.ip as usize,
-                        &at.context,
-                    )
+                    .run_from(store, owner, (new_run_id, &new_key), ip, &at.context)
                     .await
             })
             .await
@@ -1288,21 +1297,23 @@ impl Pipeline {
         how: Continue<'_>,
     ) -> Result<Context> {
         let key = cp.key();
-        let (ip, start) = match how {
-            Continue::Replay {
-                from: Some((ip, context)),
-            } => (ip, context.clone()),
+        let from = match how {
+            Continue::Replay { from: Some(step) } => step,
             Continue::Resume | Continue::Replay { from: None }
                 if cp.status == RunStatus::Completed =>
             {
                 return Ok(cp.context.to_context());
             }
-            Continue::Resume | Continue::Replay { from: None } => {
-                (cp.ip as usize, cp.context.clone())
-            }
+            Continue::Resume | Continue::Replay { from: None } => &cp,
         };
+        let (ip, by_ip) = self.resume_point(&key, from)?;
+        let start = from.context.clone();
         // a retry of the stage the checkpoint points at is its next attempt
-        let resumed = (cp.status != RunStatus::Completed).then_some((cp.ip as usize, cp.attempt));
+        let stopped = match cp.status {
+            RunStatus::Completed => None,
+            _ => Some(self.resume_point(&key, &cp)?.0),
+        };
+        let resumed = stopped.map(|at| (at, cp.attempt));
         let mut durable = self.durable(
             store,
             owner,
@@ -1311,16 +1322,74 @@ impl Pipeline {
             resumed,
             Tail::after(&cp, self.inner.history_depth),
         );
+        // a run checkpointed by ip goes on by ip, so that its stages keep
+        // their keys (rule 12)
+        durable.by_ip = by_ip;
         // the finished branches of the block the run stopped in (rule
         // 19); a replay from a named step runs that step whole
-        if ip == cp.ip as usize && !matches!(how, Continue::Replay { from: Some(_) }) {
+        if stopped == Some(ip) && !matches!(how, Continue::Replay { from: Some(_) }) {
             durable.resumed_branches = cp.branches;
         }
         self.run_at(owner, &durable, ip, &start).await
     }
 
-    /// Runs `durable`'s run from the top-level checkpoint `ip` with
-    /// `context`, under `owner`'s lease.
+    /// Where the stored checkpoint `cp` (of `key`) continues in this
+    /// pipeline's program: the ip of the resume point at its position (see
+    /// [`Program::position`]), and whether the run numbers its checkpoints
+    /// by ip instead (it was checkpointed by a fluxio that recorded ips;
+    /// they differ from positions only in a program with schemas).
+    ///
+    /// The step name the checkpoint records tells the two apart: a
+    /// position is taken when its step is the checkpoint's, an ip when
+    /// only its step is, and a position whose step has another name when
+    /// nothing else fits (a checkpoint whose step names no stage).
+    ///
+    /// # Errors
+    /// [`Error::CorruptCheckpoint`] when the checkpoint's version is this
+    /// pipeline's and neither is a resume point of it (the same code always
+    /// places its own checkpoints); [`Error::CheckpointVersion`] naming the
+    /// step when another version wrote it (its position is not a step of
+    /// this code: the shape changed in a way the structure did not show).
+    fn resume_point(&self, key: &str, cp: &Checkpoint) -> Result<(usize, bool)> {
+        let program = &self.inner.program;
+        let by_position = program.resume_point_at(cp.ip);
+        let named = |ip: usize| program.step_at(ip) == Some(cp.step.as_str());
+        if let Some(ip) = by_position.filter(|ip| named(*ip)) {
+            return Ok((ip, false));
+        }
+        let ip = cp.ip as usize;
+        if named(ip) {
+            return Ok((ip, true));
+        }
+        if cp.version == self.inner.version {
+            if let Some(ip) = by_position {
+                return Ok((ip, false));
+            }
+            return Err(Error::CorruptCheckpoint {
+                run_id: key.to_owned(),
+                reason: format!(
+                    "position {} (step `{}`) is not a checkpoint of pipeline version {}",
+                    cp.ip, cp.step, self.inner.version
+                ),
+                source: None,
+            });
+        }
+        let mut changes = cp
+            .structure
+            .as_ref()
+            .map(|old| old.changes_to(&self.inner.structure))
+            .unwrap_or_default();
+        changes.moved.push(cp.step.clone());
+        Err(Error::CheckpointVersion {
+            run_id: key.to_owned(),
+            checkpoint_version: cp.version.clone(),
+            pipeline_version: self.inner.version.clone(),
+            changes: Some(Box::new(changes)),
+        })
+    }
+
+    /// Runs `durable`'s run from the top-level checkpoint `ip` (a resume
+    /// point of this program) with `context`, under `owner`'s lease.
     async fn run_at(
         &self,
         owner: &Ownership,
@@ -1328,16 +1397,7 @@ impl Pipeline {
         ip: usize,
         context: &Snapshot,
     ) -> Result<Context> {
-        if !self.inner.program.is_resume_point(ip) {
-            return Err(Error::CorruptCheckpoint {
-                run_id: durable.key.to_owned(),
-                reason: format!(
-                    "ip {ip} is not a checkpoint of pipeline version {}",
-                    self.inner.version
-                ),
-                source: None,
-            });
-        }
+        debug_assert!(self.inner.program.is_resume_point(ip));
         // built in place: a future held in a local and then moved into
         // another is stored twice in this one (a parked run's size)
         RunBodies::scope(
@@ -1842,6 +1902,7 @@ impl Pipeline {
             created_at_ms,
             resumed,
             resumed_branches: Vec::new(),
+            by_ip: false,
             delete_completed: self.inner.delete_completed,
             tail,
             prewritten: std::sync::Mutex::new(None),

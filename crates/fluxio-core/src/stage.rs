@@ -676,8 +676,12 @@ pub struct StageInfo {
     pub run_id: Arc<str>,
     /// The stage's name.
     pub stage: &'static str,
-    /// The stage's position: the ip of its `CALL` instruction, stable for a
-    /// given pipeline version.
+    /// The stage's position: the [position](crate::compile::Program::position)
+    /// of its `CALL` instruction, its place in the pipeline's compiled
+    /// shape. Schemas, timeouts and middleware do not move it, so it is the
+    /// same on every version of the pipeline that a resume with
+    /// [`allow_code_changes`](crate::ResumeOptions::allow_code_changes)
+    /// accepts; in a pipeline without schemas it is the `CALL`'s ip.
     pub position: u32,
     /// 1 on the first run of the stage, one more on every resume that
     /// retries it (after a failure or a crash). Stages in a parallel block
@@ -789,9 +793,11 @@ impl StageInfo {
 
     /// `"{run_id}/{position}"` (with the pipeline's name in `run_id`):
     /// the same for every attempt of one stage position of one run (retries
-    /// in the process, resumes after a failure or a crash), different for
-    /// every other position, in parallel branches and routing bodies too,
-    /// and for every other run and pipeline. The attempt is not part of it:
+    /// in the process, resumes after a failure or a crash, also a resume on
+    /// fixed code whose stages gained or lost schemas, a timeout or
+    /// middleware), different for every other position, in parallel
+    /// branches and routing bodies too, and for every other run and
+    /// pipeline. The attempt is not part of it:
     /// read [`attempt`](StageInfo::attempt) for that.
     ///
     /// ```

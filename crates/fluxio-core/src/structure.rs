@@ -14,7 +14,8 @@ use std::fmt::{self, Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use crate::compile::Node;
+use crate::compile::{Node, folded};
+use crate::stage::Stage;
 
 /// A pipeline's shape and its stages' code hashes, as stored in every
 /// checkpoint (format 2).
@@ -29,8 +30,12 @@ use crate::compile::Node;
 pub struct Structure {
     /// The shape in a canonical text: stage names in order, parallel and
     /// fire-and-forget blocks with their branches, routing blocks with their
-    /// keys and bodies, and `auto` when auto-parallelism is on. Two
-    /// pipelines have the same shape exactly when these texts are equal.
+    /// keys and bodies, and `auto` when auto-parallelism is on. Stages that
+    /// auto-parallelism folds into a parallel block (by their declared
+    /// `reads` and `writes`) show as that block, since they compile to it.
+    /// Two pipelines have the same shape exactly when these texts are
+    /// equal, and then their checkpoints have the same positions (see
+    /// [`Program::position`](crate::compile::Program::position)).
     pub shape: String,
     /// Every stage's name and the hash of its own tokens (see
     /// `fluxio-macros`), in order of appearance, each name once.
@@ -73,30 +78,50 @@ impl Structure {
     /// The structure of the pipeline made of `root`.
     pub(crate) fn of(root: &[Node], auto_parallel: bool) -> Self {
         let mut s = Structure::default();
-        s.seq(root);
+        s.seq(root, auto_parallel);
         if auto_parallel {
             s.shape.push_str(" auto");
         }
         s
     }
 
-    fn seq(&mut self, nodes: &[Node]) {
+    fn stage(&mut self, stage: &Stage) {
+        self.shape.push_str(stage.name());
+        let meta = stage.meta();
+        if !self.stages.iter().any(|s| s.name == meta.name) {
+            self.stages.push(StageCode {
+                name: meta.name.to_owned(),
+                hash: meta.hash,
+            });
+        }
+    }
+
+    fn seq(&mut self, nodes: &[Node], auto: bool) {
         self.shape.push('[');
-        for (i, node) in nodes.iter().enumerate() {
+        let mut i = 0;
+        while let Some(node) = nodes.get(i) {
             if i > 0 {
                 self.shape.push_str(", ");
             }
-            match node {
-                Node::Stage(stage) => {
-                    self.shape.push_str(stage.name());
-                    let meta = stage.meta();
-                    if !self.stages.iter().any(|s| s.name == meta.name) {
-                        self.stages.push(StageCode {
-                            name: meta.name.to_owned(),
-                            hash: meta.hash,
-                        });
+            let group = folded(&nodes[i..], auto);
+            if group.len() > 1 {
+                // what `parallel![a, b]` shows: one stage per branch
+                self.shape.push_str("parallel[");
+                for (j, stage) in group.iter().enumerate() {
+                    if j > 0 {
+                        self.shape.push_str(", ");
                     }
+                    self.shape.push('[');
+                    self.stage(stage);
+                    self.shape.push(']');
                 }
+                self.shape.push(']');
+                i += group.len();
+                continue;
+            }
+            i += 1;
+            match node {
+                Node::Stage(stage) => self.stage(stage),
                 Node::Parallel { branches, detached } => {
                     self.shape.push_str(if *detached {
                         "fire_and_forget"
@@ -108,7 +133,7 @@ impl Structure {
                         if j > 0 {
                             self.shape.push_str(", ");
                         }
-                        self.seq(branch);
+                        self.seq(branch, auto);
                     }
                     self.shape.push(']');
                 }
@@ -121,7 +146,7 @@ impl Structure {
                         // `Debug` quotes and escapes the key, so no key can
                         // imitate the punctuation around it
                         let _ = write!(self.shape, "{key:?}: ");
-                        self.seq(body);
+                        self.seq(body, auto);
                     }
                     self.shape.push('}');
                 }
@@ -181,6 +206,11 @@ pub struct Changes {
     pub removed: Vec<String>,
     /// The old and the new shape, when they differ.
     pub shape: Option<(String, String)>,
+    /// Steps a checkpoint stands at whose position is no step of the same
+    /// name in the new code: the compiled shape differs where the
+    /// [`Structure`] could not tell (a checkpoint written by a fluxio that
+    /// recorded ips, resumed on code whose schemas moved them).
+    pub moved: Vec<String>,
 }
 
 impl Changes {
@@ -193,12 +223,16 @@ impl Changes {
             && self.added.is_empty()
             && self.removed.is_empty()
             && self.shape.is_none()
+            && self.moved.is_empty()
     }
 
     /// Whether only stage bodies changed: the case a resume may opt in to.
     #[must_use]
     pub fn same_shape(&self) -> bool {
-        self.shape.is_none() && self.added.is_empty() && self.removed.is_empty()
+        self.shape.is_none()
+            && self.added.is_empty()
+            && self.removed.is_empty()
+            && self.moved.is_empty()
     }
 }
 
@@ -229,6 +263,12 @@ impl fmt::Display for Changes {
         }
         if let Some((old, new)) = &self.shape {
             parts.push(format!("the shape changed from {old} to {new}"));
+        }
+        if !self.moved.is_empty() {
+            parts.push(format!(
+                "the shape changed: the checkpoint's step {} is not at its place in this code",
+                names(&self.moved)
+            ));
         }
         if parts.is_empty() {
             f.write_str("no stage or shape changed")

@@ -16,6 +16,7 @@ mod durability;
 mod durable;
 mod empty_pipeline;
 mod facade_stores;
+mod fix_and_resume;
 mod golden_checkpoints;
 mod hardening;
 mod history;

@@ -98,9 +98,11 @@ pub struct Checkpoint {
     pub run_id: String,
     /// The version of the pipeline that wrote it.
     pub version: String,
-    /// The instruction pointer to continue from: the `CHECKPOINT` instruction
-    /// of the stage (or block) about to run, or the program's length once
-    /// completed.
+    /// Where to continue from: the [position](crate::compile::Program::position)
+    /// of the `CHECKPOINT` instruction of the stage (or block) about to run,
+    /// or of the program's end once completed. A position is an ip with the
+    /// `VALIDATE` instructions left out, so it is the ip in a pipeline
+    /// without schemas; releases before positions recorded the ip.
     pub ip: u32,
     /// The name of the stage at `ip` (empty once completed), for humans.
     pub step: String,
