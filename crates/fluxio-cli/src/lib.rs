@@ -104,15 +104,40 @@ where
 {
     let cli = match args::Cli::try_parse_from(args) {
         Ok(cli) => cli,
-        Err(e) => {
-            // help and version are "errors" that print to stdout and exit 0
+        // help and version are "errors" that print to stdout and exit 0
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return if e.use_stderr() {
-                Exit::Usage
-            } else {
-                Exit::Ok
-            };
+            return Exit::Ok;
+        }
+        Err(e) => {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "{}", usage_line(&e));
+            return Exit::Usage;
         }
     };
     commands::run(cli)
+}
+
+/// A parser error as one line, as every failure is: clap's message (its
+/// lines joined, without the usage, which `--help` shows) and the hint to
+/// try `--help`.
+fn usage_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut parts: Vec<String> = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with("Usage:") || line.starts_with("For more information")
+        {
+            continue;
+        }
+        let line = line.strip_prefix("error: ").unwrap_or(line);
+        match parts.last_mut() {
+            // a list under a heading ("were not provided:") stays with it
+            Some(last) if last.ends_with(':') || last.ends_with(',') => {
+                last.push(' ');
+                last.push_str(line);
+            }
+            _ => parts.push(line.to_owned()),
+        }
+    }
+    exit::one_line(&format!("fluxio: {}; try '--help'", parts.join("; ")))
 }

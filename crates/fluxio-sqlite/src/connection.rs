@@ -127,9 +127,9 @@ pub(crate) async fn check_readable(
     timeout: Duration,
 ) -> Result<()> {
     timed(timeout, "open", async {
-        let applied = migrate::applied(reader, names).await.map_err(|source| {
-            Failure::Fluxio(own_error(open_error(path, source)))
-        })?;
+        let applied = migrate::applied(reader, names)
+            .await
+            .map_err(|source| Failure::Fluxio(own_error(open_error(path, source))))?;
         let Some(applied) = applied else {
             return Err(Failure::Fluxio(own_error(SqliteStoreError::NoTables {
                 path: path.to_owned(),

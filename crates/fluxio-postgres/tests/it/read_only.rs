@@ -29,11 +29,12 @@ async fn read_only(url: &str, schema: &str) -> fluxio_core::Result<PostgresStore
 /// Whether the schema exists, and every relation in it (tables, indexes,
 /// sequences) with its kind.
 async fn catalog(pool: &PgPool, schema: &str) -> (bool, Vec<(String, String)>) {
-    let exists = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
-        .bind(schema)
-        .fetch_one(pool)
-        .await
-        .expect("pg_namespace");
+    let exists =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+            .bind(schema)
+            .fetch_one(pool)
+            .await
+            .expect("pg_namespace");
     let relations = sqlx::query_as(
         "SELECT c.relname::text, c.relkind::text FROM pg_class c \
          JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 ORDER BY 1",
@@ -57,7 +58,10 @@ async fn read_only_creates_no_schema_and_no_table() {
     let err = read_only(&url, &fresh).await.expect_err("no schema");
     match own(&err) {
         PostgresStoreError::NoTables { schema, table } => {
-            assert_eq!((schema.as_str(), table.as_str()), (fresh.as_str(), "fluxio_checkpoints"));
+            assert_eq!(
+                (schema.as_str(), table.as_str()),
+                (fresh.as_str(), "fluxio_checkpoints")
+            );
         }
         other => panic!("expected NoTables, got {other:?}"),
     }
@@ -74,8 +78,13 @@ async fn read_only_creates_no_schema_and_no_table() {
     .await
     .expect("the application's schema");
     let before = catalog(&pool, &foreign).await;
-    let err = read_only(&url, &foreign).await.expect_err("no fluxio tables");
-    assert!(matches!(own(&err), PostgresStoreError::NoTables { .. }), "{err:?}");
+    let err = read_only(&url, &foreign)
+        .await
+        .expect_err("no fluxio tables");
+    assert!(
+        matches!(own(&err), PostgresStoreError::NoTables { .. }),
+        "{err:?}"
+    );
     assert_eq!(catalog(&pool, &foreign).await, before);
     support::postgres::drop_schema(&url, &foreign).await;
 }
@@ -139,7 +148,11 @@ async fn read_only_refuses_an_older_schema_and_reads_a_newer_one() {
     .execute(&pool)
     .await
     .expect("a newer migration");
-    drop(read_only(&url, &schema).await.expect("a newer schema is read"));
+    drop(
+        read_only(&url, &schema)
+            .await
+            .expect("a newer schema is read"),
+    );
 
     sqlx::query(&format!("DELETE FROM {bookkeeping} WHERE version = $1"))
         .bind(latest)
@@ -160,13 +173,18 @@ async fn read_only_refuses_an_older_schema_and_reads_a_newer_one() {
     .expect("count");
     assert_eq!(left, 0, "the read-only open migrated");
 
-    sqlx::query(&format!("UPDATE {bookkeeping} SET checksum = '\\x00' WHERE version = 1"))
-        .execute(&pool)
-        .await
-        .expect("tamper");
+    sqlx::query(&format!(
+        "UPDATE {bookkeeping} SET checksum = '\\x00' WHERE version = 1"
+    ))
+    .execute(&pool)
+    .await
+    .expect("tamper");
     let err = read_only(&url, &schema).await.expect_err("changed");
     assert!(
-        matches!(own(&err), PostgresStoreError::MigrationChanged { version: 1, .. }),
+        matches!(
+            own(&err),
+            PostgresStoreError::MigrationChanged { version: 1, .. }
+        ),
         "{err:?}"
     );
     pool.close().await;

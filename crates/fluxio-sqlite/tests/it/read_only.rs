@@ -43,7 +43,11 @@ async fn read_only_never_creates_a_missing_file() {
         matches!(own(&err), SqliteStoreError::Open { path, .. } if path == &file),
         "{err:?}"
     );
-    assert!(!file.exists(), "the read-only open created {}", file.display());
+    assert!(
+        !file.exists(),
+        "the read-only open created {}",
+        file.display()
+    );
 }
 
 #[tokio::test]
@@ -71,7 +75,10 @@ async fn read_only_leaves_a_foreign_file_byte_identical() {
     let err = read_only(&file).await.expect_err("no fluxio tables");
     match own(&err) {
         SqliteStoreError::NoTables { path, table } => {
-            assert_eq!((path.as_path(), table.as_str()), (file.as_path(), "fluxio_checkpoints"));
+            assert_eq!(
+                (path.as_path(), table.as_str()),
+                (file.as_path(), "fluxio_checkpoints")
+            );
         }
         other => panic!("expected NoTables, got {other:?}"),
     }
@@ -93,8 +100,13 @@ async fn read_only_reads_a_store_and_refuses_every_write() {
         store.save(cp.clone()).await.expect("save");
     }
     let before = snapshot(&file).await;
-    let store = read_only(&file).await.expect("a store's file opens read-only");
-    assert_eq!(store.load("orders/r").await.expect("load"), Some(cp.clone()));
+    let store = read_only(&file)
+        .await
+        .expect("a store's file opens read-only");
+    assert_eq!(
+        store.load("orders/r").await.expect("load"),
+        Some(cp.clone())
+    );
     assert_eq!(store.history("orders/r").await.expect("history").len(), 1);
     let page = store.list_runs(&RunFilter::new()).await.expect("list");
     assert_eq!(page.runs.len(), 1);
@@ -158,7 +170,10 @@ async fn read_only_refuses_an_older_schema_and_reads_a_newer_one() {
         .expect("tamper");
     let err = read_only(&file).await.expect_err("changed");
     assert!(
-        matches!(own(&err), SqliteStoreError::MigrationChanged { version: 1, .. }),
+        matches!(
+            own(&err),
+            SqliteStoreError::MigrationChanged { version: 1, .. }
+        ),
         "{err:?}"
     );
 }
