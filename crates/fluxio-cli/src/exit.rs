@@ -129,16 +129,7 @@ pub(crate) fn one_line(text: &str) -> String {
         .filter(|line| !line.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
-    joined
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_debug().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    crate::render::escape_controls(&joined)
 }
 
 impl From<Error> for Failure {

@@ -203,8 +203,12 @@ pub(crate) fn value_text(value: &Value, bytes: usize, limit: usize) -> String {
     // one line: a newline inside a string is shown escaped already; keys
     // and enum variants could still hold control characters, shown escaped
     // too
-    out.text
-        .chars()
+    escape_controls(&out.text)
+}
+
+/// `text` with each control character escaped (`\n`, `\u{1b}`).
+pub(crate) fn escape_controls(text: &str) -> String {
+    text.chars()
         .map(|c| {
             if c.is_control() {
                 c.escape_debug().to_string()
