@@ -15,8 +15,10 @@ RUN is a run's store key, pipeline/run_id.
 Exit codes:
   0  done
   1  the operation failed (no such run, a run in the wrong state, a store that cannot list)
-  2  usage: bad arguments (a malformed RUN too), or a deletion that needs --yes without a terminal
-  3  the store: a bad or unsupported URL, or it cannot be reached or does not answer";
+  2  usage: bad arguments (a malformed RUN too), no store, or a deletion that needs --yes without a terminal
+  3  the store: a bad or unsupported URL, no fluxio tables there, or it cannot be reached or does not answer
+
+list, show and diff never create or migrate anything in the store.";
 
 /// Inspect and manage the runs of fluxio's durable pipelines in a store.
 #[derive(Debug, Parser)]
@@ -60,7 +62,7 @@ pub(crate) enum Command {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Runs {
-    /// List runs (a table, or --json: an array of run summaries).
+    /// List runs (a table, or --json: {"runs": [run summaries], "next": cursor or null}).
     List(ListArgs),
     /// One run: status, step, attempt, error, times, lease, context and history.
     Show(ShowArgs),

@@ -84,7 +84,9 @@ impl Failure {
     /// the message keeps the causes.
     pub(crate) fn of(error: &Error) -> Self {
         let message = match error {
-            Error::CheckpointNotFound { run_id } => format!("no run `{run_id}` in the store"),
+            Error::CheckpointNotFound { run_id } => {
+                format!("no run `{}` in the store", crate::render::shown(run_id))
+            }
             Error::Unsupported { operation, store } => {
                 format!("this store ({store}) cannot {operation}")
             }
@@ -92,21 +94,42 @@ impl Failure {
         };
         match error.store_error_kind() {
             Some(StoreErrorKind::Connection | StoreErrorKind::Timeout) => Failure::store(message),
-            // a malformed RUN is bad input, wherever it was caught
-            _ if matches!(error, Error::InvalidRunId { .. }) => Failure::usage(message),
+            // a malformed RUN, or a setting out of range, is bad input,
+            // wherever it was caught
+            _ if matches!(
+                error,
+                Error::InvalidRunId { .. } | Error::InvalidSetting { .. }
+            ) =>
+            {
+                Failure::usage(message)
+            }
             _ => Failure::failed(message),
         }
     }
 
     /// The line for standard error, with every form of the store URL's
-    /// password masked.
+    /// password masked: one line, whatever the message (a library's
+    /// message of several lines is joined with spaces, other control
+    /// characters are escaped).
     pub(crate) fn line(&self, url: Option<&RedactedUrl>) -> String {
         let message = match url {
             Some(url) => url.scrub(&self.message),
             None => self.message.clone(),
         };
-        format!("fluxio: {message}")
+        format!("fluxio: {}", one_line(&message))
     }
+}
+
+/// `text` on one line: its lines trimmed and joined with a space, blank
+/// ones dropped, any other control character escaped (`\u{1b}`).
+pub(crate) fn one_line(text: &str) -> String {
+    let joined = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    crate::render::escape_controls(&joined)
 }
 
 impl From<Error> for Failure {
@@ -177,6 +200,24 @@ mod tests {
             run_id: "orders/9".into(),
         });
         assert_eq!(missing.message, "no run `orders/9` in the store");
+        let odd = Failure::of(&Error::CheckpointNotFound {
+            run_id: "orders/\u{202e}9".into(),
+        });
+        assert_eq!(odd.message, r#"no run `"orders/\u{202e}9"` in the store"#);
+        let setting = Failure::of(&Error::InvalidSetting {
+            setting: "timeout",
+            message: "too long".into(),
+        });
+        assert_eq!(setting.exit, Exit::Usage);
+    }
+
+    #[test]
+    fn every_line_is_one_line() {
+        let failure = Failure::store("cannot open:\n  response was [invalid]\n\n\u{1b}[31m end");
+        assert_eq!(
+            failure.line(None),
+            r"fluxio: cannot open: response was [invalid] \u{1b}[31m end"
+        );
     }
 
     #[test]

@@ -19,10 +19,41 @@ pub(crate) const SHORT: usize = 200;
 /// output unless `--full`: a preview and their size instead.
 pub(crate) const JSON_WHOLE: usize = 64 * 1024;
 
-/// Whether standard output gets colours: a terminal, and `NO_COLOR` unset
-/// or empty (<https://no-color.org>).
+/// Whether standard output gets colours: a terminal, `NO_COLOR` unset or
+/// empty (<https://no-color.org>), and `TERM` not `dumb`.
 pub(crate) fn colour() -> bool {
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    std::io::stdout().is_terminal()
+        && colour_allowed(
+            std::env::var_os("NO_COLOR").as_deref(),
+            std::env::var_os("TERM").as_deref(),
+        )
+}
+
+/// Whether the environment allows colours: `NO_COLOR` unset or empty, and
+/// `TERM` not `dumb`.
+fn colour_allowed(no_color: Option<&std::ffi::OsStr>, term: Option<&std::ffi::OsStr>) -> bool {
+    no_color.is_none_or(|v| v.is_empty()) && term.is_none_or(|t| t != "dumb")
+}
+
+/// A context key, run key, run id, stage, version or other name as it is
+/// printed: as it is when every character is visible and tells itself
+/// apart; otherwise quoted and escaped as Rust writes a string (`{:?}`):
+/// control characters (`\n`, `\0`), bidirectional overrides and
+/// zero-width characters (`\u{202e}`, `\u{200b}`), other invisible or
+/// blank characters, quotes and backslashes. The empty text is `""`, and
+/// any whitespace, a space too, quotes the text (so a list of names
+/// separated by spaces reads one way only). A text shown as it is never
+/// starts with `"`, so no two texts look the same.
+pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    let quoted = format!("{text:?}");
+    let plain = !text.is_empty()
+        && !text.chars().any(char::is_whitespace)
+        && quoted.len() == text.len() + 2;
+    if plain {
+        std::borrow::Cow::Borrowed(text)
+    } else {
+        std::borrow::Cow::Owned(quoted)
+    }
 }
 
 pub(crate) fn ms_since_epoch(at: SystemTime) -> u64 {
@@ -170,10 +201,21 @@ pub(crate) fn value_text(value: &Value, bytes: usize, limit: usize) -> String {
         out.text.push_str(&format!("… ({bytes} bytes)"));
     }
     // one line: a newline inside a string is shown escaped already; keys
-    // and enum variants could still hold control characters
-    out.text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+    // and enum variants could still hold control characters, shown escaped
+    // too
+    escape_controls(&out.text)
+}
+
+/// `text` with each control character escaped (`\n`, `\u{1b}`).
+pub(crate) fn escape_controls(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
         .collect()
 }
 
@@ -376,6 +418,61 @@ mod tests {
         let coloured = t.render(true);
         assert!(coloured.contains("\x1b[31mfailed\x1b[0m"), "{coloured}");
         assert!(!t.render(false).contains('\x1b'));
+    }
+
+    #[test]
+    fn names_that_could_be_mistaken_are_quoted_and_escaped() {
+        assert_eq!(shown("orders/ok-1"), "orders/ok-1");
+        assert_eq!(shown("café"), "café");
+        let cases = [
+            ("a\nb", r#""a\nb""#),
+            ("a b", r#""a b""#),
+            ("", r#""""#),
+            ("\0", r#""\0""#),
+            ("ab\u{202e}lmth", r#""ab\u{202e}lmth""#),
+            ("a\u{200b}b", r#""a\u{200b}b""#),
+            ("a\u{feff}", r#""a\u{feff}""#),
+            ("\"x\"", r#""\"x\"""#),
+            ("a\\u{202e}", r#""a\\u{202e}""#),
+            ("tab\there", r#""tab\there""#),
+            ("nb\u{a0}sp", r#""nb\u{a0}sp""#),
+        ];
+        for (text, want) in cases {
+            assert_eq!(shown(text), want, "{text:?}");
+        }
+        // every one looks unlike every other, and unlike the plain ones
+        let mut all: Vec<String> = cases.iter().map(|(t, _)| shown(t).into_owned()).collect();
+        all.push(shown("ab").into_owned());
+        all.push(shown("a").into_owned());
+        let count = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), count);
+    }
+
+    #[test]
+    fn colour_is_refused_by_no_color_and_a_dumb_terminal() {
+        use std::ffi::OsStr;
+        let on = |no_color: Option<&str>, term: Option<&str>| {
+            colour_allowed(no_color.map(OsStr::new), term.map(OsStr::new))
+        };
+        assert!(on(None, Some("xterm-256color")));
+        assert!(on(Some(""), None));
+        assert!(!on(Some("1"), Some("xterm")));
+        assert!(!on(None, Some("dumb")));
+    }
+
+    #[test]
+    fn control_characters_in_enum_variants_are_escaped() {
+        // strings are escaped by the value's own rendering; a variant's
+        // name is written as it is
+        let odd = Value::Enum {
+            variant: "Paid\u{1}".into(),
+            value: Box::new(Value::Unit),
+        };
+        let text = value_text(&odd, 1, 100);
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(text.contains(r"\u{1}"), "{text:?}");
     }
 
     #[test]

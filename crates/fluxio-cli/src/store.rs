@@ -3,12 +3,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use fluxio_core::CheckpointStore;
 use fluxio_core::store::RedactedUrl;
-use fluxio_postgres::PostgresStore;
+use fluxio_postgres::{PostgresStore, PostgresStoreError};
 use fluxio_redis::RedisStore;
-use fluxio_sqlite::SqliteStore;
+use fluxio_sqlite::{SqliteStore, SqliteStoreError};
 
 use crate::args::StoreArgs;
 use crate::exit::Failure;
@@ -48,25 +49,49 @@ pub(crate) fn backend(url: &str) -> Result<Backend, Failure> {
     }
 }
 
-/// Opens the store of `args`: [`Exit::Store`](crate::Exit::Store) when the
-/// URL is missing, bad or unsupported, or the store cannot be opened.
-pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn CheckpointStore>, Failure> {
-    let Some(url) = args.store.as_deref() else {
+/// What a command does to the store it opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// `list`, `show`, `diff`: the store is opened read-only, so nothing is
+    /// ever created or migrated in it.
+    Read,
+    /// `retry`, `cancel`, `delete`, `purge`: the store must already hold
+    /// fluxio's tables (checked read-only first, creating nothing); then it
+    /// is opened as a worker opens it, applying its pending migrations.
+    Write,
+}
+
+/// The longest `--timeout` PostgreSQL takes: its `statement_timeout` is a
+/// 32-bit count of milliseconds (about 24.8 days).
+const POSTGRES_MAX_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// Opens the store of `args` for `access`: [`Exit::Usage`](crate::Exit::Usage)
+/// when no URL is given or a setting is out of range,
+/// [`Exit::Store`](crate::Exit::Store) when the URL is bad or unsupported,
+/// the store cannot be opened, or it holds no fluxio tables (or older ones
+/// than a read can use).
+pub(crate) async fn open(
+    args: &StoreArgs,
+    access: Access,
+) -> Result<Arc<dyn CheckpointStore>, Failure> {
+    // an empty FLUXIO_STORE (or --store "") names no store
+    let Some(url) = args.store.as_deref().filter(|url| !url.trim().is_empty()) else {
         return Err(Failure::usage(
             "no store: pass --store URL or set FLUXIO_STORE (sqlite://PATH, redis://..., postgres://...)",
         ));
     };
     let shown = RedactedUrl::new(url).url;
-    let cannot = |e: fluxio_core::Error| {
-        Failure::store(format_args!(
+    let cannot = |e: fluxio_core::Error| match unreadable(&e) {
+        // the store's own message says where it looked
+        Some(message) => Failure::store(message),
+        None => Failure::store(format_args!(
             "cannot open the store {shown}: {}",
             e.message_with_causes()
-        ))
+        )),
     };
     let store: Arc<dyn CheckpointStore> = match backend(url)? {
         Backend::Sqlite(path) => {
-            // the builder would create a missing file: a typo must not make
-            // an empty store that lists nothing
+            // a typo must not look like an empty store that lists nothing
             if !path.is_file() {
                 return Err(Failure::store(format_args!(
                     "no SQLite database at {}",
@@ -77,9 +102,17 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn CheckpointStore>, F
             if let Some(table) = &args.table {
                 builder = builder.table(table);
             }
-            Arc::new(builder.connect().await.map_err(cannot)?)
+            let checked = builder.clone().read_only(true).connect().await;
+            match (access, checked) {
+                (Access::Read, checked) => Arc::new(checked.map_err(cannot)?),
+                (Access::Write, checked) => {
+                    writable(checked).map_err(cannot)?;
+                    Arc::new(builder.connect().await.map_err(cannot)?)
+                }
+            }
         }
         Backend::Redis => {
+            // nothing to create or migrate: a read writes no key
             let mut builder = RedisStore::builder(url).command_timeout(args.timeout);
             if let Some(prefix) = &args.prefix {
                 builder = builder.key_prefix(prefix);
@@ -87,17 +120,85 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn CheckpointStore>, F
             Arc::new(builder.connect().await.map_err(cannot)?)
         }
         Backend::Postgres => {
-            let mut builder = PostgresStore::builder(url).timeout(args.timeout);
-            if let Some(schema) = &args.schema {
-                builder = builder.schema(schema);
+            if args.timeout > POSTGRES_MAX_TIMEOUT {
+                return Err(Failure::of(&fluxio_core::Error::InvalidSetting {
+                    setting: "timeout",
+                    message: format!(
+                        "{} is longer than PostgreSQL's statement_timeout takes (at most {})",
+                        humantime::format_duration(args.timeout),
+                        humantime::format_duration(POSTGRES_MAX_TIMEOUT)
+                    ),
+                }));
             }
-            if let Some(table) = &args.table {
-                builder = builder.table(table);
+            let builder = || {
+                let mut builder = PostgresStore::builder(url).timeout(args.timeout);
+                if let Some(schema) = &args.schema {
+                    builder = builder.schema(schema);
+                }
+                if let Some(table) = &args.table {
+                    builder = builder.table(table);
+                }
+                builder
+            };
+            let checked = builder().read_only(true).connect().await;
+            match (access, checked) {
+                (Access::Read, checked) => Arc::new(checked.map_err(cannot)?),
+                (Access::Write, checked) => {
+                    writable(checked).map_err(cannot)?;
+                    Arc::new(builder().connect().await.map_err(cannot)?)
+                }
             }
-            Arc::new(builder.connect().await.map_err(cannot)?)
         }
     };
     Ok(store)
+}
+
+/// Whether a store a read-only open answered `checked` for may be opened
+/// for writing: one it reads, or one whose tables are older than a read
+/// takes (opening it for writing migrates them). No tables, or any other
+/// failure, is the answer.
+fn writable<S>(checked: fluxio_core::Result<S>) -> fluxio_core::Result<()> {
+    match checked {
+        Ok(_) => Ok(()),
+        Err(e) if outdated(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The store's source error inside `e`, when it is one.
+fn own<E: std::error::Error + 'static>(e: &fluxio_core::Error) -> Option<&E> {
+    match e {
+        fluxio_core::Error::Store { source, .. } => source.downcast_ref::<E>(),
+        _ => None,
+    }
+}
+
+/// Whether `e` says the tables are older than a read-only open reads.
+fn outdated(e: &fluxio_core::Error) -> bool {
+    matches!(
+        own::<SqliteStoreError>(e),
+        Some(SqliteStoreError::SchemaOutdated { .. })
+    ) || matches!(
+        own::<PostgresStoreError>(e),
+        Some(PostgresStoreError::SchemaOutdated { .. })
+    )
+}
+
+/// The message of `e` when it says the store holds no fluxio tables, or
+/// older ones than a read takes.
+fn unreadable(e: &fluxio_core::Error) -> Option<String> {
+    if let Some(
+        own @ (SqliteStoreError::NoTables { .. } | SqliteStoreError::SchemaOutdated { .. }),
+    ) = own::<SqliteStoreError>(e)
+    {
+        return Some(own.to_string());
+    }
+    match own::<PostgresStoreError>(e) {
+        Some(
+            own @ (PostgresStoreError::NoTables { .. } | PostgresStoreError::SchemaOutdated { .. }),
+        ) => Some(own.to_string()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,7 @@ pub struct PostgresStoreBuilder {
     completed_retention: Option<Duration>,
     keep_completed: Option<usize>,
     timeout: Duration,
+    read_only: bool,
 }
 
 impl fmt::Debug for PostgresStoreBuilder {
@@ -75,6 +76,7 @@ impl fmt::Debug for PostgresStoreBuilder {
             .field("completed_retention", &self.completed_retention)
             .field("keep_completed", &self.keep_completed)
             .field("timeout", &self.timeout)
+            .field("read_only", &self.read_only)
             .finish()
     }
 }
@@ -89,6 +91,7 @@ impl PostgresStoreBuilder {
             completed_retention: Some(DEFAULT_COMPLETED_RETENTION),
             keep_completed: None,
             timeout: DEFAULT_TIMEOUT,
+            read_only: false,
         }
     }
 
@@ -155,8 +158,46 @@ impl PostgresStoreBuilder {
         self
     }
 
+    /// Opens the store for reading only (default `false`): for tools that
+    /// look at a store (such as the `fluxio` command's `runs list`) and must
+    /// change nothing, in any database they are pointed at.
+    ///
+    /// A read-only [`connect`](Self::connect) creates no schema or table and
+    /// applies no migration, and takes no lock: it checks that the schema
+    /// holds the store's tables
+    /// ([`PostgresStoreError::NoTables`] when it, or they, do not exist) at a
+    /// schema version this build reads: every migration this build knows
+    /// applied, unchanged ([`PostgresStoreError::SchemaOutdated`] for a
+    /// missing one, [`PostgresStoreError::MigrationChanged`] for a changed
+    /// one). A schema with migrations newer than this build is read
+    /// (migrations only add). The store's own connections (from a URL) are
+    /// read-only sessions (`default_transaction_read_only`), so every write
+    /// fails with the server's error; a pool given to
+    /// [`from_pool`](PostgresStore::from_pool) is used as it is.
+    ///
+    /// ```no_run
+    /// # async fn f() -> fluxio_core::Result<()> {
+    /// use fluxio_core::CheckpointStore as _;
+    /// use fluxio_core::store::RunFilter;
+    /// use fluxio_postgres::PostgresStore;
+    ///
+    /// let store = PostgresStore::builder("postgres://app:secret@db.internal/app")
+    ///     .schema("orders")
+    ///     .read_only(true)
+    ///     .connect()
+    ///     .await?;
+    /// let page = store.list_runs(&RunFilter::new()).await?;
+    /// # let _ = page; Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
     /// Builds the store and applies the pending migrations (creating the
-    /// schema and tables on first use).
+    /// schema and tables on first use); [read-only](Self::read_only), it
+    /// checks the tables instead.
     ///
     /// # Errors
     /// [`Error::Store`](fluxio_core::Error::Store): an invalid setting
@@ -166,9 +207,14 @@ impl PostgresStoreBuilder {
     /// source) or does not answer within the timeout, a failed migration.
     /// No message shows the URL's password.
     pub async fn connect(self) -> Result<PostgresStore> {
+        let read_only = self.read_only;
         let store = self.connect_lazy()?;
         store.first_connection().await?;
-        store.migrate().await?;
+        if read_only {
+            store.check_readable().await?;
+        } else {
+            store.migrate().await?;
+        }
         Ok(store)
     }
 
@@ -202,6 +248,12 @@ impl PostgresStoreBuilder {
             Source::Pool(pool) => (pool, None),
             Source::Url(url) => {
                 let (pool, redacted) = url_pool(&url, self.max_connections, self.timeout)?;
+                if self.read_only {
+                    let options = (*pool.connect_options())
+                        .clone()
+                        .options([("default_transaction_read_only", "on")]);
+                    pool.set_connect_options(options);
+                }
                 (pool, Some(redacted))
             }
         };

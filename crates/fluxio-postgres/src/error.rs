@@ -57,6 +57,36 @@ pub enum PostgresStoreError {
         description: String,
     },
 
+    /// A store opened [read-only](crate::PostgresStoreBuilder::read_only)
+    /// found no checkpoint table of this name (or no bookkeeping of the
+    /// store's migrations) in the schema, or no such schema: it is not a
+    /// fluxio store. Nothing was created.
+    #[error("no fluxio tables here (schema `{schema}`, table `{table}`)")]
+    NoTables {
+        /// The schema looked in.
+        schema: String,
+        /// The checkpoint table looked for.
+        table: String,
+    },
+
+    /// A store opened [read-only](crate::PostgresStoreBuilder::read_only)
+    /// found the tables at a schema version older than this build reads: a
+    /// migration it needs was never applied. Opening the store for writing
+    /// (any worker of this build) applies it.
+    #[error(
+        "the tables of `{table}` in schema `{schema}` are older than this build reads: migration {version} ({description}) is not applied; open the store for writing once to migrate them"
+    )]
+    SchemaOutdated {
+        /// The schema.
+        schema: String,
+        /// The checkpoint table.
+        table: String,
+        /// The first migration missing.
+        version: i64,
+        /// Its description.
+        description: String,
+    },
+
     /// The server could not be reached (or refused the connection) when
     /// [`connect`](crate::PostgresStoreBuilder::connect) opened its first
     /// connection. `url` has the password replaced by `***`; the source is
@@ -93,6 +123,8 @@ impl PostgresStoreError {
             PostgresStoreError::Connect { .. } => StoreErrorKind::Connection,
             PostgresStoreError::InvalidSetting { .. }
             | PostgresStoreError::MigrationChanged { .. }
+            | PostgresStoreError::NoTables { .. }
+            | PostgresStoreError::SchemaOutdated { .. }
             | PostgresStoreError::Scrubbed { .. } => StoreErrorKind::Other,
         }
     }

@@ -119,6 +119,14 @@
 //! are tolerated, so old and new workers can run side by side (migrations
 //! only add).
 //!
+//! A tool that only looks (the `fluxio` command's `runs list`, `show`,
+//! `diff`) connects [read-only](PostgresStoreBuilder::read_only): no schema
+//! or table is created, nothing is migrated, its sessions are read-only,
+//! and a schema without the store's tables
+//! ([`PostgresStoreError::NoTables`]) or with an older schema version than
+//! the build reads ([`PostgresStoreError::SchemaOutdated`]) is refused with
+//! a typed error; a newer one is read.
+//!
 //! # Retention
 //!
 //! A completed run's row gets `expires_at = now + retention` (the

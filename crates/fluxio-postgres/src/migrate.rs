@@ -46,6 +46,62 @@ pub(crate) fn render(migration: &Migration, names: &Names) -> String {
         .replace("{steps}", &names.steps_qualified())
 }
 
+/// The migrations applied to `names.table` (version and checksum), read
+/// without writing or locking; `None` when the schema, its bookkeeping
+/// table or the checkpoint table does not exist (no fluxio tables).
+pub(crate) async fn applied(
+    conn: &mut PgConnection,
+    names: &Names,
+) -> Result<Option<Vec<(i64, Vec<u8>)>>, sqlx::Error> {
+    let bookkeeping = names.migrations_qualified();
+    // `to_regclass` answers NULL for a missing schema or table, and needs
+    // no privilege
+    let found: bool =
+        sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL")
+            .bind(&bookkeeping)
+            .bind(names.checkpoints_qualified())
+            .fetch_one(&mut *conn)
+            .await?;
+    if !found {
+        return Ok(None);
+    }
+    let applied = sqlx::query_as(&format!(
+        "SELECT version, checksum FROM {bookkeeping} WHERE table_name = $1"
+    ))
+    .bind(&names.table)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(Some(applied))
+}
+
+/// Whether the migrations `applied` are ones this build reads (see
+/// [`fluxio_sql::readable`]), as the store's error otherwise.
+pub(crate) fn readable(
+    names: &Names,
+    applied: &[(i64, Vec<u8>)],
+) -> Result<(), PostgresStoreError> {
+    fluxio_sql::readable(&MIGRATOR, applied).map_err(|unreadable| match unreadable {
+        fluxio_sql::Unreadable::Missing {
+            version,
+            description,
+        } => PostgresStoreError::SchemaOutdated {
+            schema: names.schema.clone(),
+            table: names.table.clone(),
+            version,
+            description,
+        },
+        fluxio_sql::Unreadable::Changed {
+            version,
+            description,
+        } => PostgresStoreError::MigrationChanged {
+            schema: names.schema.clone(),
+            table: names.table.clone(),
+            version,
+            description,
+        },
+    })
+}
+
 /// Applies the pending migrations in one transaction, under a
 /// transaction-level advisory lock per schema: concurrent first connections
 /// wait for each other instead of racing on `CREATE SCHEMA` / `CREATE TABLE`,

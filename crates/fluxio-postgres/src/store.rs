@@ -146,6 +146,35 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Checks, writing and locking nothing, that the schema holds the
+    /// store's tables at a schema version this build reads: what a
+    /// [read-only](PostgresStoreBuilder::read_only) `connect` does instead
+    /// of [`migrate`](Self::migrate).
+    ///
+    /// # Errors
+    /// [`Error::Store`]: a
+    /// [`PostgresStoreError::NoTables`](crate::PostgresStoreError::NoTables),
+    /// [`SchemaOutdated`](crate::PostgresStoreError::SchemaOutdated) or
+    /// [`MigrationChanged`](crate::PostgresStoreError::MigrationChanged),
+    /// the sqlx error, or a timeout.
+    pub(crate) async fn check_readable(&self) -> Result<()> {
+        let inner = &self.inner;
+        let applied = self
+            .call("open", Retry::Once, |mut conn| async move {
+                Ok::<_, Failure>(migrate::applied(&mut conn, &inner.names).await?)
+            })
+            .await?;
+        let Some(applied) = applied else {
+            return Err(crate::error::own_error(
+                crate::PostgresStoreError::NoTables {
+                    schema: inner.names.schema.clone(),
+                    table: inner.names.table.clone(),
+                },
+            ));
+        };
+        migrate::readable(&inner.names, &applied).map_err(crate::error::own_error)
+    }
+
     /// Deletes the checkpoints of completed runs whose retention has passed
     /// (see [`completed_retention`](PostgresStoreBuilder::completed_retention))
     /// and returns how many it deleted. It also deletes lease rows that are

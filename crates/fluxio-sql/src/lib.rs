@@ -17,10 +17,14 @@
 //!
 //! Listing runs (contract rule 21) is here too, in `list.rs`: the
 //! statement a filter asks for, over the run rows and the lease table.
+//! So is checking, without writing, that the migrations a store finds
+//! applied are ones this build reads (`schema.rs`).
 
 mod list;
+mod schema;
 
 pub use list::{Listing, Statement, list, statement};
+pub use schema::{Unreadable, readable};
 
 use std::marker::PhantomData;
 use std::time::Duration;

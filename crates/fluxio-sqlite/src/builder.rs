@@ -9,7 +9,7 @@ use std::time::Duration;
 use fluxio_core::Result;
 use sqlx::sqlite::SqliteSynchronous;
 
-use crate::connection::{pools, prepare};
+use crate::connection::{check_readable, pools, prepare};
 use crate::error::{SqliteStoreError, own_error};
 use crate::names::{Names, Sql, validate_path};
 use crate::store::{Inner, SqliteStore};
@@ -87,6 +87,7 @@ pub struct SqliteStoreBuilder {
     pub(crate) busy_timeout: Duration,
     pub(crate) synchronous: Synchronous,
     pub(crate) max_connections: u32,
+    pub(crate) read_only: bool,
 }
 
 impl SqliteStoreBuilder {
@@ -100,6 +101,7 @@ impl SqliteStoreBuilder {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             synchronous: Synchronous::Full,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            read_only: false,
         }
     }
 
@@ -180,6 +182,42 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Opens the file for reading only (default `false`): for tools that
+    /// look at a store (such as the `fluxio` command's `runs list`) and must
+    /// change nothing, on any file they are pointed at.
+    ///
+    /// A read-only [`connect`](Self::connect) opens the file with SQLite's
+    /// read-only flag (`mode=ro`): a missing file is not created
+    /// ([`SqliteStoreError::Open`]), nothing is migrated, the journal mode
+    /// is left as it is, and no table, index or row is written. It checks
+    /// that the file holds the store's tables
+    /// ([`SqliteStoreError::NoTables`] when it does not) at a schema version
+    /// this build reads: every migration this build knows applied, unchanged
+    /// ([`SqliteStoreError::SchemaOutdated`] for a missing one,
+    /// [`SqliteStoreError::MigrationChanged`] for a changed one). A file
+    /// with migrations newer than this build is read (migrations only
+    /// add). Every write of the store then fails with SQLite's error for a
+    /// read-only database.
+    ///
+    /// ```no_run
+    /// # async fn f() -> fluxio_core::Result<()> {
+    /// use fluxio_core::CheckpointStore as _;
+    /// use fluxio_core::store::RunFilter;
+    /// use fluxio_sqlite::SqliteStore;
+    ///
+    /// let store = SqliteStore::builder("/var/lib/orders/fluxio.db")
+    ///     .read_only(true)
+    ///     .connect()
+    ///     .await?;
+    /// let page = store.list_runs(&RunFilter::new()).await?;
+    /// # let _ = page; Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
     /// Opens the store: creates the file if it is missing, switches it to
     /// write-ahead logging and applies the pending migrations (creating the
     /// tables on first use), within the [timeout](Self::timeout). Several
@@ -192,7 +230,9 @@ impl SqliteStoreBuilder {
     /// ([`SqliteStoreError::Open`]) or written
     /// ([`SqliteStoreError::NotWritable`], checked by trying a write that is
     /// rolled back), a file that cannot use WAL ([`SqliteStoreError::NotWal`]), a failed or changed migration
-    /// ([`SqliteStoreError::MigrationChanged`]), a timeout.
+    /// ([`SqliteStoreError::MigrationChanged`]), a timeout. Opened
+    /// [read-only](Self::read_only), it writes nothing and fails as that
+    /// says instead.
     pub async fn connect(self) -> Result<SqliteStore> {
         let names = Names::new(&self.table).map_err(own_error)?;
         validate_path(&self.path).map_err(own_error)?;
@@ -227,7 +267,12 @@ impl SqliteStoreBuilder {
 
         let commits = Arc::new(AtomicU64::new(0));
         let (writer, reader) = pools(&self, &commits);
-        let applied = prepare(&writer, &names, &self.path, self.timeout).await?;
+        let applied = if self.read_only {
+            check_readable(&reader, &names, &self.path, self.timeout).await?;
+            0
+        } else {
+            prepare(&writer, &names, &self.path, self.timeout).await?
+        };
         tracing::debug!(
             path = %self.path.display(),
             table = %names.table,

@@ -29,10 +29,17 @@ pub(crate) fn pools(
     // (see `migrate::ensure_wal`), not per connection.
     let options = SqliteConnectOptions::new()
         .filename(&builder.path)
-        .create_if_missing(true)
+        .create_if_missing(!builder.read_only)
+        .read_only(builder.read_only)
         .busy_timeout(builder.busy_timeout)
-        .synchronous(builder.synchronous.to_sqlx())
         .foreign_keys(false);
+    // `synchronous` is a setting of writes (and a read-only connection
+    // changes nothing of the file)
+    let options = if builder.read_only {
+        options
+    } else {
+        options.synchronous(builder.synchronous.to_sqlx())
+    };
     let pool = |max: u32| {
         SqlitePoolOptions::new()
             .max_connections(max)
@@ -41,6 +48,12 @@ pub(crate) fn pools(
             // A local file does not drop connections like a server does.
             .test_before_acquire(false)
     };
+    if builder.read_only {
+        // one pool of read-only connections: no temporary tables, no
+        // commits; a write fails with SQLite's error for a read-only database
+        let reader = pool(builder.max_connections).connect_lazy_with(options);
+        return (reader.clone(), reader);
+    }
     let commits = Arc::clone(commits);
     let writer = pool(1).after_connect(move |conn, _| {
         let commits = Arc::clone(&commits);
@@ -95,6 +108,56 @@ pub(crate) async fn prepare(
             }))
         })?;
         Ok::<_, Failure>(applied)
+    })
+    .await
+}
+
+/// Checks within `timeout`, writing nothing, that the file holds the
+/// store's tables at a schema version this build reads (a store opened
+/// [read-only](SqliteStoreBuilder::read_only)).
+///
+/// # Errors
+/// [`Error::Store`]: [`SqliteStoreError::Open`] naming `path`,
+/// [`SqliteStoreError::NoTables`], [`SqliteStoreError::SchemaOutdated`],
+/// [`SqliteStoreError::MigrationChanged`], a timeout.
+pub(crate) async fn check_readable(
+    reader: &SqlitePool,
+    names: &Names,
+    path: &Path,
+    timeout: Duration,
+) -> Result<()> {
+    timed(timeout, "open", async {
+        let applied = migrate::applied(reader, names)
+            .await
+            .map_err(|source| Failure::Fluxio(own_error(open_error(path, source))))?;
+        let Some(applied) = applied else {
+            return Err(Failure::Fluxio(own_error(SqliteStoreError::NoTables {
+                path: path.to_owned(),
+                table: names.table.clone(),
+            })));
+        };
+        migrate::readable(&applied).map_err(|unreadable| {
+            Failure::Fluxio(own_error(match unreadable {
+                fluxio_sql::Unreadable::Missing {
+                    version,
+                    description,
+                } => SqliteStoreError::SchemaOutdated {
+                    path: path.to_owned(),
+                    table: names.table.clone(),
+                    version,
+                    description,
+                },
+                fluxio_sql::Unreadable::Changed {
+                    version,
+                    description,
+                } => SqliteStoreError::MigrationChanged {
+                    table: names.table.clone(),
+                    version,
+                    description,
+                },
+            }))
+        })?;
+        Ok::<_, Failure>(())
     })
     .await
 }

@@ -66,6 +66,37 @@ pub enum SqliteStoreError {
         description: String,
     },
 
+    /// A store opened [read-only](crate::SqliteStoreBuilder::read_only)
+    /// found no checkpoint table of this name (or no bookkeeping of the
+    /// store's migrations) in the file: it is not a fluxio store, or not one
+    /// with this table. Nothing was created.
+    #[error("no fluxio tables here (table `{table}` in {})", path.display())]
+    NoTables {
+        /// The file.
+        path: PathBuf,
+        /// The checkpoint table looked for.
+        table: String,
+    },
+
+    /// A store opened [read-only](crate::SqliteStoreBuilder::read_only)
+    /// found the tables at a schema version older than this build reads: a
+    /// migration it needs was never applied. Opening the store for writing
+    /// (any worker of this build) applies it.
+    #[error(
+        "the tables of `{table}` in {} are older than this build reads: migration {version} ({description}) is not applied; open the store for writing once to migrate them",
+        path.display()
+    )]
+    SchemaOutdated {
+        /// The file.
+        path: PathBuf,
+        /// The checkpoint table.
+        table: String,
+        /// The first migration missing.
+        version: i64,
+        /// Its description.
+        description: String,
+    },
+
     /// The database file could not be opened or prepared (a missing
     /// directory, a path that is not a database, no permission); the source
     /// is the [`sqlx::Error`].
@@ -121,6 +152,8 @@ impl SqliteStoreError {
             SqliteStoreError::InvalidSetting { .. }
             | SqliteStoreError::NotWal { .. }
             | SqliteStoreError::MigrationChanged { .. }
+            | SqliteStoreError::NoTables { .. }
+            | SqliteStoreError::SchemaOutdated { .. }
             | SqliteStoreError::NotWritable { .. }
             | SqliteStoreError::WriterStopped => StoreErrorKind::Other,
         }

@@ -184,6 +184,13 @@
 //! ([`SqliteStoreError::MigrationChanged`]); versions newer than the build
 //! are tolerated (migrations only add).
 //!
+//! A tool that only looks (the `fluxio` command's `runs list`, `show`,
+//! `diff`) opens the file [read-only](SqliteStoreBuilder::read_only): no
+//! file is created, nothing is migrated or written, and a file without the
+//! store's tables ([`SqliteStoreError::NoTables`]) or with an older schema
+//! than the build reads ([`SqliteStoreError::SchemaOutdated`]) is refused
+//! with a typed error; a newer schema is read.
+//!
 //! # Leases and fencing
 //!
 //! Ownership of a run id is a row of the lease table with a fencing token and

@@ -95,6 +95,39 @@ pub(crate) async fn ensure_wal(pool: &SqlitePool) -> Result<(), MigrateError> {
     }
 }
 
+/// The migrations applied to `names.table` (version and checksum), read
+/// without writing; `None` when the file has no bookkeeping table or no
+/// checkpoint table of that name (no fluxio tables).
+pub(crate) async fn applied(
+    pool: &SqlitePool,
+    names: &Names,
+) -> Result<Option<Vec<(i64, Vec<u8>)>>, sqlx::Error> {
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?1, ?2)",
+    )
+    .bind(MIGRATIONS_TABLE)
+    .bind(&names.table)
+    .fetch_one(pool)
+    .await?;
+    if tables < 2 {
+        return Ok(None);
+    }
+    let applied = sqlx::query_as(&format!(
+        "SELECT version, checksum FROM {} WHERE table_name = ?1",
+        quote(MIGRATIONS_TABLE)
+    ))
+    .bind(&names.table)
+    .fetch_all(pool)
+    .await?;
+    Ok(Some(applied))
+}
+
+/// Whether the migrations `applied` are ones this build reads (see
+/// [`fluxio_sql::readable`]).
+pub(crate) fn readable(applied: &[(i64, Vec<u8>)]) -> Result<(), fluxio_sql::Unreadable> {
+    fluxio_sql::readable(&MIGRATOR, applied)
+}
+
 /// Applies the pending migrations in one `BEGIN IMMEDIATE` transaction: it
 /// takes the file's write lock before reading the bookkeeping, so processes
 /// opening a fresh file together queue (through the busy timeout) instead of

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::{Out, check_key};
 use crate::exit::Failure;
+use crate::render::shown;
 
 pub(crate) async fn cancel(
     out: &mut Out<'_>,
@@ -18,7 +19,8 @@ pub(crate) async fn cancel(
     }
     writeln!(
         out.out,
-        "cancelled run {key}: its worker, if any, stops before its next stage"
+        "cancelled run {}: its worker, if any, stops before its next stage",
+        shown(key)
     )?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{Out, check_key, confirm};
 use crate::args::DeleteArgs;
 use crate::exit::Failure;
-use crate::render::status_name;
+use crate::render::{shown, status_name};
 
 /// How long the lease a deletion takes lasts: it is released at once.
 const DELETE_LEASE: Duration = Duration::from_secs(30);
@@ -28,17 +28,21 @@ pub(crate) async fn delete(
     };
     if !args.yes
         && !confirm(&format!(
-            "delete run {key} ({}) and its history?",
+            "delete run {} ({}) and its history?",
+            shown(key),
             status_name(latest.status)
         ))?
     {
-        return Err(Failure::failed(format_args!("run {key} was not deleted")));
+        return Err(Failure::failed(format_args!(
+            "run {} was not deleted",
+            shown(key)
+        )));
     }
     delete_run(store, key, args.force).await?;
     if out.json {
         return out.json(&json!({ "run": key, "deleted": true }));
     }
-    writeln!(out.out, "deleted run {key}")?;
+    writeln!(out.out, "deleted run {}", shown(key))?;
     Ok(())
 }
 
@@ -61,8 +65,9 @@ pub(crate) async fn delete_run(
         }
         Err(Error::RunIdInUse { .. }) if force => Ok(store.delete(key).await?),
         Err(Error::RunIdInUse { .. }) => Err(Failure::failed(format_args!(
-            "run {key} is running: a worker holds its lease; cancel it first \
-             (fluxio runs cancel), or pass --force to delete it anyway"
+            "run {} is running: a worker holds its lease; cancel it first \
+             (fluxio runs cancel), or pass --force to delete it anyway",
+            shown(key)
         ))),
         Err(e) => Err(e.into()),
     }

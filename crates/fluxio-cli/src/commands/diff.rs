@@ -9,7 +9,7 @@ use serde_json::{Map, Value as Json, json};
 use super::Out;
 use crate::args::DiffArgs;
 use crate::exit::Failure;
-use crate::render::{SHORT, Table, one_line, value_json, value_text};
+use crate::render::{SHORT, Table, one_line, shown, value_json, value_text};
 
 pub(crate) async fn diff(
     out: &mut Out<'_>,
@@ -43,7 +43,12 @@ pub(crate) async fn diff(
         return out.json(&json!({ "a": args.a, "b": args.b, "entries": entries }));
     }
     if diff.is_empty() {
-        writeln!(out.out, "no differences between {} and {}", args.a, args.b)?;
+        writeln!(
+            out.out,
+            "no differences between {} and {}",
+            shown(&args.a),
+            shown(&args.b)
+        )?;
         return Ok(());
     }
     let show = |value: &Option<Value>, bytes: Option<usize>| {
@@ -52,10 +57,11 @@ pub(crate) async fn diff(
             |v| value_text(v, bytes.unwrap_or(0), SHORT / 2),
         )
     };
-    let mut table = Table::new(["KEY", args.a.as_str(), args.b.as_str()]);
+    let (a_head, b_head) = (shown(&args.a), shown(&args.b));
+    let mut table = Table::new(["KEY", &*a_head, &*b_head]);
     for e in &diff.entries {
         table.row(vec![
-            one_line(&e.key, SHORT),
+            one_line(&shown(&e.key), SHORT),
             show(&e.a, a.context.encoded_len(&e.key)),
             show(&e.b, b.context.encoded_len(&e.key)),
         ]);

@@ -2,11 +2,12 @@
 
 use fluxio_core::CheckpointStore;
 use fluxio_core::store::{RunFilter, RunSummary};
+use serde_json::json;
 
 use super::{Out, note};
 use crate::args::ListArgs;
 use crate::exit::Failure;
-use crate::render::{Table, one_line, when};
+use crate::render::{Table, one_line, shown, when};
 
 pub(crate) async fn list(
     out: &mut Out<'_>,
@@ -29,8 +30,11 @@ pub(crate) async fn list(
     }
     let (runs, next) = pages(store, filter, args.all).await?;
     if out.json {
-        out.json(&runs)?;
-    } else if runs.is_empty() {
+        // one document: the runs and the cursor of the next page (`null`
+        // on the last page)
+        return out.json(&json!({ "runs": runs, "next": next }));
+    }
+    if runs.is_empty() {
         writeln!(out.out, "no runs")?;
     } else {
         write!(out.out, "{}", table(&runs).render(out.colour))?;
@@ -69,11 +73,11 @@ pub(crate) fn table(runs: &[RunSummary]) -> Table {
     .state_column(1);
     for run in runs {
         table.row(vec![
-            one_line(&run.key, 80),
+            one_line(&shown(&run.key), 80),
             run.state.as_str().to_owned(),
-            one_line(&run.step, 40),
+            one_line(&shown(&run.step), 40),
             run.attempt.to_string(),
-            run.version.clone(),
+            one_line(&shown(&run.version), 40),
             when(run.created_at_ms),
             when(run.updated_at_ms),
             run.error_message

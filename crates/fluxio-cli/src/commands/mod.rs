@@ -17,6 +17,7 @@ use fluxio_core::store::RedactedUrl;
 
 use crate::args::{Cli, Command, Runs};
 use crate::exit::{Exit, Failure};
+use crate::store::Access;
 
 /// What a command writes to, and how.
 pub(crate) struct Out<'w> {
@@ -65,8 +66,12 @@ pub(crate) fn run(cli: Cli) -> Exit {
         colour: !cli.json && crate::render::colour(),
     };
     let done = runtime.block_on(async {
-        let store = crate::store::open(&cli.store).await?;
         let Command::Runs(command) = cli.command;
+        let access = match command {
+            Runs::List(_) | Runs::Show(_) | Runs::Diff(_) => Access::Read,
+            Runs::Retry(_) | Runs::Cancel(_) | Runs::Delete(_) | Runs::Purge(_) => Access::Write,
+        };
+        let store = crate::store::open(&cli.store, access).await?;
         dispatch(&mut out, &store, command).await?;
         out.out.flush()?;
         Ok::<(), Failure>(())

@@ -7,10 +7,10 @@ use serde_json::json;
 
 use super::delete::delete_run;
 use super::list::{pages, table};
-use super::{Out, confirm, note};
+use super::{Out, confirm};
 use crate::args::PurgeArgs;
 use crate::exit::Failure;
-use crate::render::ms_since_epoch;
+use crate::render::{ms_since_epoch, shown};
 
 pub(crate) async fn purge(
     out: &mut Out<'_>,
@@ -51,13 +51,14 @@ pub(crate) async fn purge(
     for key in keys {
         match delete_run(store, key, false).await {
             Ok(()) => deleted.push(key),
-            Err(failure) => {
-                note(&format!("fluxio: {}", failure.message));
-                failed.push(json!({ "run": key, "error": failure.message }));
-            }
+            Err(failure) => failed.push((key, failure.message)),
         }
     }
     if out.json {
+        let failed: Vec<_> = failed
+            .iter()
+            .map(|(key, error)| json!({ "run": key, "error": error }))
+            .collect();
         out.json(&json!({ "dry_run": false, "runs": runs, "deleted": deleted, "failed": failed }))?;
     } else {
         writeln!(out.out, "deleted {} runs", deleted.len())?;
@@ -65,10 +66,16 @@ pub(crate) async fn purge(
     if failed.is_empty() {
         Ok(())
     } else {
+        // one line, naming each run that was not deleted and why
+        let why: Vec<String> = failed
+            .iter()
+            .map(|(key, error)| format!("{} ({error})", shown(key)))
+            .collect();
         Err(Failure::failed(format_args!(
-            "{} of {} runs were not deleted",
+            "{} of {} runs were not deleted: {}",
             failed.len(),
-            runs.len()
+            runs.len(),
+            why.join("; ")
         )))
     }
 }

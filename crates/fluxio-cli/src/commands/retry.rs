@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::{Out, check_key};
 use crate::exit::Failure;
+use crate::render::shown;
 
 pub(crate) async fn retry(
     out: &mut Out<'_>,
@@ -20,9 +21,10 @@ pub(crate) async fn retry(
     }
     writeln!(
         out.out,
-        "run {key} is marked for retry at stage {}: it lists as abandoned until a \
+        "run {} is marked for retry at stage {}: it lists as abandoned until a \
          recovery worker of its pipeline resumes it",
-        retried.step
+        shown(key),
+        shown(&retried.step)
     )?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `fluxio runs show RUN`: one run, readable without the pipeline's types.
 
-use fluxio_core::store::{Checkpoint, RunFilter, RunSummary};
+use fluxio_core::store::{RunFilter, RunSummary, StoreErrorKind};
 use fluxio_core::{CheckpointStore, Error, History};
 use serde_json::json;
 
@@ -8,7 +8,7 @@ use super::{Out, check_key};
 use crate::args::ShowArgs;
 use crate::exit::Failure;
 use crate::render::{
-    SHORT, Table, context_json, one_line, paint_state, status_name, value_text, when,
+    SHORT, Table, context_json, one_line, paint_state, shown, status_name, value_text, when,
 };
 
 pub(crate) async fn show(
@@ -18,13 +18,19 @@ pub(crate) async fn show(
 ) -> Result<(), Failure> {
     let key = args.run.as_str();
     check_key(key)?;
-    let journal = store.history(key).await?;
+    let journal = match store.history(key).await {
+        Ok(journal) => journal,
+        // a store that answers, but not with this run's history (a row it
+        // cannot read): what its listing knows, beside the error
+        Err(e) if answered(&e) => return unreadable(out, store, key, e).await,
+        Err(e) => return Err(e.into()),
+    };
     let Some(latest) = journal.last() else {
         return Err(Failure::of(&Error::CheckpointNotFound {
             run_id: key.to_owned(),
         }));
     };
-    let listed = listed(store, key, latest).await;
+    let listed = listed(store, key, &latest.pipeline, Some(&latest.version)).await;
     let history = History::of(key, &journal);
     if out.json {
         return out.json(&json!({
@@ -49,38 +55,19 @@ pub(crate) async fn show(
         || status_name(latest.status),
         |summary| summary.state.as_str(),
     );
-    let mut head = Table::new(["", ""]);
-    let mut field = |name: &str, value: String| head.row(vec![name.to_owned(), value]);
-    field("run", key.to_owned());
-    field("pipeline", latest.pipeline.clone());
-    field("run id", latest.run_id.clone());
-    field("status", paint_state(state, out.colour));
-    field(
-        "step",
-        if latest.step.is_empty() {
-            "-".to_owned()
-        } else {
-            format!("{} (attempt {})", latest.step, latest.attempt)
-        },
-    );
-    field("version", latest.version.clone());
-    field("started", when(latest.created_at_ms));
-    field(
-        "updated",
-        format!(
-            "{} ({} after the start)",
-            when(latest.updated_at_ms),
-            took(latest.updated_at_ms.saturating_sub(latest.created_at_ms))
-        ),
-    );
-    field("lease", listed.lease());
-    if let Some(error) = &latest.error_message {
-        field("error", error.clone());
-    }
-    // the header rows are `name  value`: drop the empty header line
-    let rendered = head.render(false);
-    let rows = rendered.split_once('\n').map_or("", |(_, rows)| rows);
-    write!(out.out, "{rows}")?;
+    let known = Known {
+        key,
+        pipeline: &latest.pipeline,
+        run_id: &latest.run_id,
+        state,
+        step: &latest.step,
+        attempt: latest.attempt,
+        version: &latest.version,
+        created_at_ms: latest.created_at_ms,
+        updated_at_ms: latest.updated_at_ms,
+        error: latest.error_message.as_deref(),
+    };
+    write!(out.out, "{}", known.head(&listed, out.colour))?;
 
     writeln!(out.out, "\ncontext ({} keys)", latest.context.len())?;
     let limit = if args.full { usize::MAX } else { SHORT };
@@ -88,7 +75,7 @@ pub(crate) async fn show(
     for (name, value) in latest.context.iter() {
         let bytes = latest.context.encoded_len(name).unwrap_or(0);
         context.row(vec![
-            one_line(name, limit),
+            one_line(&shown(name), limit),
             value_text(&value, bytes, limit),
         ]);
     }
@@ -96,8 +83,178 @@ pub(crate) async fn show(
         write!(out.out, "{}", indent(&context.render(out.colour)))?;
     }
     writeln!(out.out, "\nhistory")?;
-    write!(out.out, "{}", indent(&history.to_string()))?;
+    write!(
+        out.out,
+        "{}",
+        indent(&history_text(&history, limit, out.colour))
+    )?;
     Ok(())
+}
+
+/// Whether the store answered with `e` (rather than failing to answer, or
+/// refusing the key): then the listing may still know the run.
+fn answered(e: &Error) -> bool {
+    !matches!(e, Error::InvalidRunId { .. })
+        && !matches!(
+            e.store_error_kind(),
+            Some(StoreErrorKind::Connection | StoreErrorKind::Timeout)
+        )
+}
+
+/// A run whose history the store cannot read (`error`): what its listing
+/// says of it (state, step, attempt, error, times, lease), then `error`
+/// itself as the command's failure. Without a listing entry, just `error`.
+async fn unreadable(
+    out: &mut Out<'_>,
+    store: &dyn CheckpointStore,
+    key: &str,
+    error: Error,
+) -> Result<(), Failure> {
+    let pipeline = key.split_once('/').map_or("", |(pipeline, _)| pipeline);
+    let listed = listed(store, key, pipeline, None).await;
+    let Some(summary) = &listed.summary else {
+        return Err(error.into());
+    };
+    let failure = Failure::of(&error);
+    if out.json {
+        out.json(&json!({
+            "key": key,
+            "pipeline": summary.pipeline,
+            "run_id": summary.run_id,
+            "state": summary.state,
+            "step": summary.step,
+            "attempt": summary.attempt,
+            "error_message": summary.error_message,
+            "version": summary.version,
+            "created_at_ms": summary.created_at_ms,
+            "updated_at_ms": summary.updated_at_ms,
+            "lease_expires_at_ms": summary.lease_expires_at_ms,
+            "context": null,
+            "history": null,
+            "unreadable": failure.message,
+        }))?;
+    } else {
+        let known = Known {
+            key,
+            pipeline: &summary.pipeline,
+            run_id: &summary.run_id,
+            state: summary.state.as_str(),
+            step: &summary.step,
+            attempt: summary.attempt,
+            version: &summary.version,
+            created_at_ms: summary.created_at_ms,
+            updated_at_ms: summary.updated_at_ms,
+            error: summary.error_message.as_deref(),
+        };
+        write!(out.out, "{}", known.head(&listed, out.colour))?;
+        writeln!(
+            out.out,
+            "\ncontext and history cannot be read: {}",
+            one_line(&failure.message, usize::MAX)
+        )?;
+    }
+    Err(failure)
+}
+
+/// What is known of a run: from its latest checkpoint, or from its listing
+/// when its history cannot be read.
+struct Known<'a> {
+    key: &'a str,
+    pipeline: &'a str,
+    run_id: &'a str,
+    state: &'a str,
+    step: &'a str,
+    attempt: u32,
+    version: &'a str,
+    created_at_ms: u64,
+    updated_at_ms: u64,
+    error: Option<&'a str>,
+}
+
+impl Known<'_> {
+    /// The rows `name  value`: key, pipeline, run id, state, step and
+    /// attempt, version, times, lease, error.
+    fn head(&self, listed: &Listed, colour: bool) -> String {
+        let mut head = Table::new(["", ""]);
+        let mut field = |name: &str, value: String| head.row(vec![name.to_owned(), value]);
+        field("run", shown(self.key).into_owned());
+        field("pipeline", shown(self.pipeline).into_owned());
+        field("run id", shown(self.run_id).into_owned());
+        field("status", paint_state(self.state, colour));
+        field(
+            "step",
+            if self.step.is_empty() {
+                "-".to_owned()
+            } else {
+                format!("{} (attempt {})", shown(self.step), self.attempt)
+            },
+        );
+        field("version", shown(self.version).into_owned());
+        field("started", when(self.created_at_ms));
+        field(
+            "updated",
+            format!(
+                "{} ({} after the start)",
+                when(self.updated_at_ms),
+                took(self.updated_at_ms.saturating_sub(self.created_at_ms))
+            ),
+        );
+        field("lease", listed.lease());
+        if let Some(error) = self.error {
+            field("error", one_line(error, usize::MAX));
+        }
+        // the header rows are `name  value`: drop the empty header line
+        let rendered = head.render(false);
+        rendered
+            .split_once('\n')
+            .map_or("", |(_, rows)| rows)
+            .to_owned()
+    }
+}
+
+/// The history as a table, one row per step: its keys written (`+key`)
+/// and removed (`-key`), each [shown](crate::render::shown) (so `+-coupon`
+/// wrote `-coupon` and `-coupon` removed `coupon`), or its error; then the
+/// run's status.
+fn history_text(history: &History, limit: usize, colour: bool) -> String {
+    let mut table = Table::new([
+        "step",
+        "stage",
+        "try",
+        "status",
+        "started",
+        "took",
+        "keys written (+) and removed (-) / error",
+    ]);
+    for step in &history.steps {
+        let keys: Vec<String> = step
+            .written
+            .iter()
+            .map(|k| format!("+{}", shown(k)))
+            .chain(step.removed.iter().map(|k| format!("-{}", shown(k))))
+            .collect();
+        table.row(vec![
+            step.number.to_string(),
+            shown(&step.stage).into_owned(),
+            step.attempt.to_string(),
+            step.status.to_string(),
+            when(step.started_at_ms),
+            step.finished_at_ms
+                .map(|end| format!("{} ms", end.saturating_sub(step.started_at_ms)))
+                .unwrap_or_default(),
+            match &step.error {
+                Some(error) => one_line(error, limit),
+                None => keys.join(" "),
+            },
+        ]);
+    }
+    format!(
+        "{}run {}: {} ({} checkpoints kept)\n",
+        table.render(colour),
+        shown(&history.run),
+        status_name(history.status),
+        history.checkpoints
+    )
 }
 
 fn indent(text: &str) -> String {
@@ -131,14 +288,20 @@ impl Listed {
 
 /// The run's listing entry: its lease is known only to the store's listing
 /// (nothing else reads a lease without taking it). Looked up by pipeline
-/// and version, from just before its key, a few pages at most.
-async fn listed(store: &dyn CheckpointStore, key: &str, latest: &Checkpoint) -> Listed {
+/// (and version, when known), from just before its key, a few pages at
+/// most.
+async fn listed(
+    store: &dyn CheckpointStore,
+    key: &str,
+    pipeline: &str,
+    version: Option<&str>,
+) -> Listed {
     let mut before: String = key.to_owned();
     before.pop();
-    let mut filter = RunFilter::new()
-        .pipeline(&latest.pipeline)
-        .version(&latest.version)
-        .limit(100);
+    let mut filter = RunFilter::new().pipeline(pipeline).limit(100);
+    if let Some(version) = version {
+        filter = filter.version(version);
+    }
     if !before.is_empty() {
         filter = filter.after(before);
     }

@@ -40,12 +40,19 @@ impl Ran {
 
 /// Runs `fluxio` with `args`, standard input closed (no terminal), no
 /// `FLUXIO_STORE` from the environment. Every output is checked for ANSI
-/// escapes (standard output is a pipe here) and for `secret`.
+/// escapes (standard output is a pipe here) and for `secret`, and every
+/// failure for its one line on standard error (contract rule 23).
 pub(crate) fn fluxio(args: &[&str], secret: Option<&str>) -> Ran {
+    fluxio_with(args, secret, &[])
+}
+
+/// [`fluxio`] with the environment variables `env` set too.
+pub(crate) fn fluxio_with(args: &[&str], secret: Option<&str>, env: &[(&str, &str)]) -> Ran {
     let out = Command::new(env!("CARGO_BIN_EXE_fluxio"))
         .args(args)
         .env_remove("FLUXIO_STORE")
         .env_remove("NO_COLOR")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("the fluxio binary runs");
@@ -63,6 +70,19 @@ pub(crate) fn fluxio(args: &[&str], secret: Option<&str>) -> Ran {
         assert!(
             !ran.all().contains(secret),
             "the password was printed: {}",
+            ran.all()
+        );
+    }
+    if ran.code != 0 {
+        assert_eq!(
+            ran.stderr.lines().count(),
+            1,
+            "{args:?}: a failure is one line on standard error: {}",
+            ran.all()
+        );
+        assert!(
+            ran.stderr.starts_with("fluxio: "),
+            "{args:?}: {}",
             ran.all()
         );
     }

@@ -5,4 +5,6 @@
 
 mod common;
 mod errors;
+mod output;
 mod scenario;
+mod untouched;

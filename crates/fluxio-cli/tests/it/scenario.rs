@@ -34,8 +34,9 @@ async fn seed(target: &Target) {
 
 /// The keys of a `list --json` document.
 fn keys(list: &serde_json::Value) -> Vec<&str> {
-    list.as_array()
-        .expect("an array")
+    list["runs"]
+        .as_array()
+        .expect("an array of runs")
         .iter()
         .filter_map(|r| r["key"].as_str())
         .collect()
@@ -63,8 +64,9 @@ async fn scenario(target: &Target, secret: Option<&str>) {
             "orders/ok-1"
         ]
     );
-    assert_eq!(all[1]["state"], json!("Failed"), "{all}");
-    assert_eq!(all[1]["step"], json!("charge"), "{all}");
+    assert_eq!(all["runs"][1]["state"], json!("Failed"), "{all}");
+    assert_eq!(all["runs"][1]["step"], json!("charge"), "{all}");
+    assert_eq!(all["next"], json!(null), "{all}");
     // filtered, as a table
     let failed = run(&["runs", "list", "--pipeline", "orders", "--status", "failed"]).code(0);
     assert!(failed.stdout.starts_with("RUN"), "{}", failed.all());
@@ -74,13 +76,28 @@ async fn scenario(target: &Target, secret: Option<&str>) {
     let since = run(&["runs", "list", "--since", "1h", "--json"])
         .code(0)
         .json();
-    assert_eq!(since.as_array().map(Vec::len), Some(5));
+    assert_eq!(since["runs"].as_array().map(Vec::len), Some(5));
     let future = run(&["runs", "list", "--since", "2999-01-01T00:00:00Z"]).code(0);
     assert_eq!(future.stdout, "no runs\n");
     // a page, and the cursor of the next one
     let page = run(&["runs", "list", "--limit", "2"]).code(0);
     assert_eq!(page.stdout.lines().count(), 3, "{}", page.all());
     assert!(page.stderr.contains("--after"), "{}", page.all());
+    // as JSON, the cursor is in the document, and leads to the rest
+    let page = run(&["runs", "list", "--limit", "2", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(keys(&page), ["billing/ok-2", "orders/bad-1"], "{page}");
+    let next = page["next"].as_str().expect("a cursor").to_owned();
+    let rest = run(&["runs", "list", "--after", &next, "--limit", "10", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(
+        keys(&rest),
+        ["orders/bad-2", "orders/big-1", "orders/ok-1"],
+        "{rest}"
+    );
+    assert_eq!(rest["next"], json!(null), "{rest}");
 
     // show: status, step, attempt, error, context, history
     let shown = run(&["runs", "show", "orders/bad-1"]).code(0);

@@ -10,6 +10,7 @@ mod connect;
 mod error_kind;
 mod journal;
 mod list;
+mod read_only;
 mod runs;
 mod schema;
 mod secrets;

@@ -13,6 +13,7 @@ mod group;
 mod journal;
 mod list;
 mod open;
+mod read_only;
 mod resume;
 mod runs;
 mod schema;
