@@ -68,9 +68,6 @@ pub(crate) const KNOWN: &[(&str, &str)] = &[
     // `Changes` (structure): they move down to the errors layer
     ("error", "store"),
     ("error", "structure"),
-    // the recorded shape is built from the compiler's `Node`s: the conversion
-    // moves up into the program layer
-    ("structure", "compile"),
     // `EncodedValue` turns value errors into `Error`, and the value limits use
     // `store::MAX_PAYLOAD`: the limit moves to `value`, the conversion up
     ("value", "error"),

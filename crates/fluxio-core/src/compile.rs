@@ -32,10 +32,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::stage::Stage;
+use crate::structure::{StageCode, Structure};
 
 /// A pipeline's shape, as `pipeline!` builds it.
 #[derive(Clone, Debug)]
@@ -611,5 +613,93 @@ impl Compiler {
             *routes = table;
         }
         Ok(())
+    }
+}
+
+/// The [`Structure`] a checkpoint records of the pipeline made of `root`:
+/// its shape as the compiler lays it out (stages that auto-parallelism folds
+/// show as the parallel block they become) and each stage's code hash.
+pub(crate) fn structure_of(root: &[Node], auto_parallel: bool) -> Structure {
+    let mut s = ShapeWriter::default();
+    s.seq(root, auto_parallel);
+    if auto_parallel {
+        s.shape.push_str(" auto");
+    }
+    Structure::new(s.shape, s.stages)
+}
+
+/// Writes a shape's canonical text while it walks the node tree.
+#[derive(Default)]
+struct ShapeWriter {
+    shape: String,
+    stages: Vec<StageCode>,
+}
+
+impl ShapeWriter {
+    fn stage(&mut self, stage: &Stage) {
+        self.shape.push_str(stage.name());
+        let meta = stage.meta();
+        if !self.stages.iter().any(|s| s.name == meta.name) {
+            self.stages.push(StageCode::new(meta.name, meta.hash));
+        }
+    }
+
+    fn seq(&mut self, nodes: &[Node], auto: bool) {
+        self.shape.push('[');
+        let mut i = 0;
+        while let Some(node) = nodes.get(i) {
+            if i > 0 {
+                self.shape.push_str(", ");
+            }
+            let group = folded(&nodes[i..], auto);
+            if group.len() > 1 {
+                // what `parallel![a, b]` shows: one stage per branch
+                self.shape.push_str("parallel[");
+                for (j, stage) in group.iter().enumerate() {
+                    if j > 0 {
+                        self.shape.push_str(", ");
+                    }
+                    self.shape.push('[');
+                    self.stage(stage);
+                    self.shape.push(']');
+                }
+                self.shape.push(']');
+                i += group.len();
+                continue;
+            }
+            i += 1;
+            match node {
+                Node::Stage(stage) => self.stage(stage),
+                Node::Parallel { branches, detached } => {
+                    self.shape.push_str(if *detached {
+                        "fire_and_forget"
+                    } else {
+                        "parallel"
+                    });
+                    self.shape.push('[');
+                    for (j, branch) in branches.iter().enumerate() {
+                        if j > 0 {
+                            self.shape.push_str(", ");
+                        }
+                        self.seq(branch, auto);
+                    }
+                    self.shape.push(']');
+                }
+                Node::Route { routes } => {
+                    self.shape.push_str("routes{");
+                    for (j, (key, body)) in routes.iter().enumerate() {
+                        if j > 0 {
+                            self.shape.push_str(", ");
+                        }
+                        // `Debug` quotes and escapes the key, so no key can
+                        // imitate the punctuation around it
+                        let _ = write!(self.shape, "{key:?}: ");
+                        self.seq(body, auto);
+                    }
+                    self.shape.push('}');
+                }
+            }
+        }
+        self.shape.push(']');
     }
 }

@@ -347,7 +347,7 @@ impl PipelineBuilder {
             (true, None) => Some(Arc::new(InMemoryStore::new()) as Arc<dyn CheckpointStore>),
         };
         program.version = Arc::from(short_hex(&digest));
-        let structure = Arc::new(Structure::of(&self.root, self.auto_parallel));
+        let structure = Arc::new(crate::compile::structure_of(&self.root, self.auto_parallel));
         Ok(Pipeline {
             inner: Arc::new(Inner {
                 program: Arc::new(program),

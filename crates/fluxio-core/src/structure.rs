@@ -10,12 +10,9 @@
 //! [`ResumeOptions::allow_code_changes`]: crate::ResumeOptions::allow_code_changes
 
 use std::collections::BTreeMap;
-use std::fmt::{self, Write as _};
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
-
-use crate::compile::{Node, folded};
-use crate::stage::Stage;
 
 /// A pipeline's shape and its stages' code hashes, as stored in every
 /// checkpoint (format 2).
@@ -73,86 +70,6 @@ impl Structure {
             shape: shape.into(),
             stages,
         }
-    }
-
-    /// The structure of the pipeline made of `root`.
-    pub(crate) fn of(root: &[Node], auto_parallel: bool) -> Self {
-        let mut s = Structure::default();
-        s.seq(root, auto_parallel);
-        if auto_parallel {
-            s.shape.push_str(" auto");
-        }
-        s
-    }
-
-    fn stage(&mut self, stage: &Stage) {
-        self.shape.push_str(stage.name());
-        let meta = stage.meta();
-        if !self.stages.iter().any(|s| s.name == meta.name) {
-            self.stages.push(StageCode {
-                name: meta.name.to_owned(),
-                hash: meta.hash,
-            });
-        }
-    }
-
-    fn seq(&mut self, nodes: &[Node], auto: bool) {
-        self.shape.push('[');
-        let mut i = 0;
-        while let Some(node) = nodes.get(i) {
-            if i > 0 {
-                self.shape.push_str(", ");
-            }
-            let group = folded(&nodes[i..], auto);
-            if group.len() > 1 {
-                // what `parallel![a, b]` shows: one stage per branch
-                self.shape.push_str("parallel[");
-                for (j, stage) in group.iter().enumerate() {
-                    if j > 0 {
-                        self.shape.push_str(", ");
-                    }
-                    self.shape.push('[');
-                    self.stage(stage);
-                    self.shape.push(']');
-                }
-                self.shape.push(']');
-                i += group.len();
-                continue;
-            }
-            i += 1;
-            match node {
-                Node::Stage(stage) => self.stage(stage),
-                Node::Parallel { branches, detached } => {
-                    self.shape.push_str(if *detached {
-                        "fire_and_forget"
-                    } else {
-                        "parallel"
-                    });
-                    self.shape.push('[');
-                    for (j, branch) in branches.iter().enumerate() {
-                        if j > 0 {
-                            self.shape.push_str(", ");
-                        }
-                        self.seq(branch, auto);
-                    }
-                    self.shape.push(']');
-                }
-                Node::Route { routes } => {
-                    self.shape.push_str("routes{");
-                    for (j, (key, body)) in routes.iter().enumerate() {
-                        if j > 0 {
-                            self.shape.push_str(", ");
-                        }
-                        // `Debug` quotes and escapes the key, so no key can
-                        // imitate the punctuation around it
-                        let _ = write!(self.shape, "{key:?}: ");
-                        self.seq(body, auto);
-                    }
-                    self.shape.push('}');
-                }
-            }
-        }
-        self.shape.push(']');
     }
 
     /// What changed from `self` (the code that wrote a checkpoint) to
