@@ -7,7 +7,7 @@
 //! no two modules may import each other around a circle.
 //!
 //! The check reads the source as text, so it is deliberately simple: a
-//! reference is `crate::` followed by a module name (or a `{...}` group of
+//! reference is `crate::` (or `super::`, read from the crate root) followed by a module name (or a `{...}` group of
 //! them) in code, a module is a file or a folder of `src/` (`store/lease` is
 //! its own module, `store` is `store/mod.rs`), and an item reached through a
 //! re-export (`crate::store::BodyLease`) counts as the module it is named
@@ -114,6 +114,26 @@ fn module_of(relative: &Path) -> String {
             None => return parts.first().cloned().unwrap_or_default(),
         }
     }
+}
+
+/// What `super::` names in the file at `relative`, spelled from the crate
+/// root (`crate::store::` in `store/checkpoint.rs`, `crate::` in
+/// `store/mod.rs`), so that `super::branch` counts as `crate::store::branch`.
+fn super_path(relative: &Path) -> String {
+    let mut parts: Vec<String> = relative
+        .iter()
+        .map(|part| part.to_string_lossy().trim_end_matches(".rs").to_owned())
+        .collect();
+    if parts.last().is_some_and(|last| last == "mod") {
+        parts.pop();
+    }
+    parts.pop(); // the module itself
+    let mut path = String::from("crate::");
+    for part in parts {
+        path.push_str(&part);
+        path.push_str("::");
+    }
+    path
 }
 
 /// The source of a file without comments, string contents and the test
@@ -227,7 +247,8 @@ pub(crate) fn imports(src: &Path) -> Result<BTreeMap<String, BTreeSet<String>>> 
         let module = module_of(&rel);
         let source =
             fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let named = references(&code_of(&source), &submodules);
+        let code = code_of(&source).replace("super::", &super_path(&rel));
+        let named = references(&code, &submodules);
         let entry = graph.entry(module.clone()).or_default();
         entry.extend(
             named
@@ -362,6 +383,19 @@ mod tests {
             &subs(&["stage", "pipeline", "compile", "value", "store"]),
         );
         assert_eq!(found, subs(&["value"]));
+    }
+
+    #[test]
+    fn super_is_read_from_the_crate_root() {
+        assert_eq!(
+            super_path(Path::new("store/checkpoint.rs")),
+            "crate::store::"
+        );
+        assert_eq!(super_path(Path::new("store/mod.rs")), "crate::");
+        assert_eq!(
+            super_path(Path::new("store/checkpoint/codec.rs")),
+            "crate::store::checkpoint::"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::value::{EncodedValue, Value, encode_entry};
+use crate::value::{Cursor, EncodedValue, Value, WireError, encode_entry, validate};
 
 mod key;
 mod map;
@@ -575,6 +575,28 @@ impl Snapshot {
             map.remove(key.as_bytes());
         }
         Snapshot(map)
+    }
+
+    /// A context as format 3 writes it: the key count, then each key, in
+    /// strictly increasing order, and its value's encoding, validated and
+    /// copied (no `Value` built). Branch records hold their writes the same way.
+    pub(crate) fn read_wire(c: &mut Cursor<'_>) -> std::result::Result<Snapshot, WireError> {
+        let count = c.len(2)?;
+        let mut entries: Vec<(String, EncodedValue)> = Vec::new();
+        for _ in 0..count {
+            let key = c.str()?;
+            if entries.last().is_some_and(|(last, _)| last.as_str() >= key) {
+                return Err(WireError::Invalid("context keys out of order or repeated"));
+            }
+            let start = c.pos();
+            let depth = validate(c)?;
+            let bytes = c.since(start);
+            entries.push((
+                key.to_owned(),
+                EncodedValue::from_valid(bytes.into(), depth),
+            ));
+        }
+        Ok(Snapshot::from_sorted(entries))
     }
 
     /// A snapshot of `entries`, in strictly increasing key order.

@@ -107,7 +107,7 @@ impl BranchRecord {
 pub(crate) fn writes_and_removals(
     c: &mut Cursor<'_>,
 ) -> std::result::Result<(Snapshot, Vec<String>), WireError> {
-    let written = crate::store::checkpoint::snapshot_v3(c)?;
+    let written = Snapshot::read_wire(c)?;
     let count = c.len(1)?;
     let mut removed: Vec<String> = Vec::new();
     for _ in 0..count {

@@ -1,0 +1,708 @@
+//! The binary encoding of checkpoints: the frame (magic, format version, CRC-32, length),
+//! format 4's journal entries, and the decoders of formats 1 to 3.
+
+use std::collections::BTreeMap;
+
+use bincode::de::{Decode, Decoder};
+use bincode::enc::{Encode, Encoder};
+use bincode::error::{AllowedEnumVariants, DecodeError, EncodeError};
+
+use std::sync::Arc;
+
+use crate::context::Snapshot;
+use crate::error::{BoxError, Error, Result};
+use crate::structure::{StageCode, Structure};
+
+use crate::store::branch::decode_records;
+use crate::store::journal::Change;
+use crate::value::{Cursor, EncodedValue, WireError, decode_legacy, decode_string, varint_len};
+
+use super::*;
+
+/// The payload length of `entries` encoded as one blob, checking that the
+/// blob would decode: it starts with a whole checkpoint and its numbers
+/// follow each other.
+/// With `head_whole`, the first is written whole whatever its change says
+/// (its context is whole in memory), as [`Checkpoint::to_bytes`] does.
+pub(super) fn payload_size(key: &str, entries: &[&Checkpoint], head_whole: bool) -> Result<u64> {
+    let mut size = varint_len(entries.len() as u64) as u64;
+    for (i, entry) in entries.iter().enumerate() {
+        let follows = match i.checked_sub(1) {
+            None => true,
+            Some(before) => entries[before].seq.checked_add(1) == Some(entry.seq),
+        };
+        let delta = !(entry.change.is_full() || (head_whole && i == 0));
+        let same_code = i.checked_sub(1).is_none_or(|before| {
+            (&entries[before].version, &entries[before].structure)
+                == (&entry.version, &entry.structure)
+        });
+        if delta && !same_code {
+            return Err(Error::CorruptCheckpoint {
+                run_id: key.to_owned(),
+                reason: format!(
+                    "checkpoint {} is a delta written by other code than the checkpoint \
+                     before it (a change of version is written whole)",
+                    entry.seq
+                ),
+                source: None,
+            });
+        }
+        if !follows {
+            return Err(Error::CorruptCheckpoint {
+                run_id: key.to_owned(),
+                reason: format!(
+                    "its journal does not read back: checkpoint {} does not follow checkpoint {}",
+                    entry.seq,
+                    entries[i - 1].seq
+                ),
+                source: None,
+            });
+        }
+        size = size.saturating_add(entry.entry_size(head_whole && i == 0)?);
+    }
+    if size > MAX_PAYLOAD as u64 {
+        return Err(Error::CheckpointTooLarge {
+            run_id: key.to_owned(),
+            size,
+            limit: MAX_PAYLOAD as u64,
+        });
+    }
+    Ok(size)
+}
+
+/// `entries` in one frame (see [`Checkpoint::to_bytes`]), written once into
+/// a buffer of the exact size.
+pub(super) fn frame(key: &str, entries: &[&Checkpoint], head_whole: bool) -> Result<Vec<u8>> {
+    let size = payload_size(key, entries, head_whole)?;
+    let mut out = Vec::with_capacity(HEADER + size as usize);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&[0; 4]); // the CRC, below
+    out.extend_from_slice(&size.to_le_bytes());
+    let encoded = bincode::encode_into_std_write(
+        Blob(entries, head_whole),
+        &mut out,
+        bincode::config::standard(),
+    );
+    encoded.map_err(|e| Error::Internal {
+        message: format!("encoding a checkpoint into memory failed: {e}"),
+    })?;
+    if out.len() != HEADER + size as usize {
+        return Err(Error::Internal {
+            message: format!(
+                "checkpoint of run `{key}`: {} payload bytes written, {size} counted",
+                out.len() - HEADER
+            ),
+        });
+    }
+    let crc = checksum(FORMAT_VERSION, &out[HEADER..]);
+    out[6..10].copy_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// The header's checks: the payload of `bytes` and its format version.
+pub(super) fn unframe<'b>(run_id: &str, bytes: &'b [u8]) -> Result<(u16, &'b [u8])> {
+    let corrupt = |reason: String| Error::CorruptCheckpoint {
+        run_id: run_id.to_owned(),
+        reason,
+        source: None,
+    };
+    let magic = bytes.len() >= MAGIC.len() && bytes[..MAGIC.len()] == MAGIC;
+    // The version first: another format may have another header.
+    if magic && bytes.len() >= 6 {
+        let format = u16::from_le_bytes([bytes[4], bytes[5]]);
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&format) {
+            let age = if format > FORMAT_VERSION {
+                "newer"
+            } else {
+                "older"
+            };
+            return Err(corrupt(format!(
+                "written in checkpoint format {format} ({age} than the formats \
+                 this build reads: format {OLDEST_FORMAT_VERSION} to format {FORMAT_VERSION})"
+            )));
+        }
+    }
+    if bytes.len() < HEADER {
+        return Err(corrupt(format!(
+            "{} bytes is shorter than the {HEADER}-byte header",
+            bytes.len()
+        )));
+    }
+    if !magic {
+        return Err(corrupt(
+            "not a fluxio checkpoint (bad magic bytes)".to_owned(),
+        ));
+    }
+    let (header, payload) = bytes.split_at(HEADER);
+    let crc = u32::from_le_bytes([header[6], header[7], header[8], header[9]]);
+    let mut len_bytes = [0u8; 8];
+    len_bytes.copy_from_slice(&header[10..18]);
+    let len = u64::from_le_bytes(len_bytes);
+    if len != payload.len() as u64 {
+        return Err(corrupt(format!(
+            "header says {len} payload bytes, found {}",
+            payload.len()
+        )));
+    }
+    if payload.len() > MAX_PAYLOAD {
+        return Err(corrupt(format!(
+            "payload of {} bytes exceeds the {MAX_PAYLOAD}-byte limit",
+            payload.len()
+        )));
+    }
+    let format = u16::from_le_bytes([header[4], header[5]]);
+    if checksum(format, payload) != crc {
+        return Err(corrupt("checksum mismatch".to_owned()));
+    }
+    Ok((format, payload))
+}
+
+/// The checkpoints of `parts` (see [`Checkpoint::from_entries`]), folded:
+/// all of them when `keep` is set, else only the latest.
+pub(super) fn decode_parts<B: AsRef<[u8]>>(
+    run_id: &str,
+    parts: impl IntoIterator<Item = B>,
+    keep: bool,
+) -> Result<Vec<Checkpoint>> {
+    let corrupt = |reason: String| Error::CorruptCheckpoint {
+        run_id: run_id.to_owned(),
+        reason,
+        source: None,
+    };
+    let mut journal: Vec<Checkpoint> = Vec::new();
+    for part in parts {
+        let (format, payload) = unframe(run_id, part.as_ref())?;
+        // Allocation stays proportional to `payload`: strings and byte buffers
+        // are copied only once their bytes are known to be there, containers
+        // pre-allocate at most a few hundred slots, and values nest at most
+        // `MAX_DEPTH` deep (see `decode_v4`, `Format2`, and `crate::value`).
+        let decoded = match format {
+            FORMAT_VERSION => {
+                decode_v4(payload, journal.last()).map_err(|e| undecodable_v3(run_id, e))?
+            }
+            3 => vec![decode_v3(payload).map_err(|e| undecodable_v3(run_id, e))?],
+            _ => {
+                let decoded = if format == 1 {
+                    bincode::decode_from_slice(payload, config())
+                        .map(|(Format1(cp), used)| (cp, used))
+                } else {
+                    bincode::decode_from_slice(payload, config())
+                        .map(|(Format2(cp), used)| (cp, used))
+                };
+                let (cp, used) = decoded.map_err(|e| undecodable(run_id, e))?;
+                if used != payload.len() {
+                    return Err(corrupt(format!("{} trailing bytes", payload.len() - used)));
+                }
+                vec![cp]
+            }
+        };
+        for cp in decoded {
+            if cp.key() != run_id {
+                return Err(corrupt(format!("it belongs to run `{}`", cp.key())));
+            }
+            if !cp.change.is_full() && journal.last().is_none() {
+                return Err(corrupt(format!(
+                    "checkpoint {} is a delta with no checkpoint before it",
+                    cp.seq
+                )));
+            }
+            if !keep {
+                journal.clear();
+            }
+            journal.push(cp);
+        }
+    }
+    Ok(journal)
+}
+
+/// [`Error::CorruptCheckpoint`] for a payload the decoder refused. A message
+/// fluxio's own decoders wrote (a value nested past `MAX_DEPTH`, a duplicate
+/// key) is the reason itself; an error of bincode's (the bytes end early, an
+/// invalid tag or UTF-8) is kept as the source.
+#[cold]
+pub(super) fn undecodable(run_id: &str, e: DecodeError) -> Error {
+    let (reason, source) = match e {
+        DecodeError::OtherString(own) => (format!("cannot decode: {own}"), None),
+        DecodeError::Other(own) => (format!("cannot decode: {own}"), None),
+        e => (
+            "cannot decode the payload".to_owned(),
+            Some(Box::new(e) as BoxError),
+        ),
+    };
+    Error::CorruptCheckpoint {
+        run_id: run_id.to_owned(),
+        reason,
+        source,
+    }
+}
+
+/// The header's CRC-32 (IEEE) of a `format` checkpoint's `payload`: from
+/// format 3 on it covers the format version too, so that a damaged version
+/// number (3 read as 2, say: the two payloads look alike) is a checksum
+/// mismatch; formats 1 and 2 covered the payload only.
+pub(crate) fn checksum(format: u16, payload: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    if format >= 3 {
+        crc.update(&format.to_le_bytes());
+    }
+    crc.update(payload);
+    crc.finalize()
+}
+
+/// [`Error::CorruptCheckpoint`] for a format 3 payload the decoder refused,
+/// as [`undecodable`] says it: what the value module found wrong (a value
+/// nested past `MAX_DEPTH`, keys out of order...) is the reason; bytes that
+/// end early or an unknown tag are the source.
+#[cold]
+pub(super) fn undecodable_v3(run_id: &str, e: WireError) -> Error {
+    let (reason, source) = match e {
+        WireError::Invalid(_) | WireError::TooDeep => (format!("cannot decode: {e}"), None),
+        WireError::End | WireError::Tag(_) => (
+            "cannot decode the payload".to_owned(),
+            Some(Box::new(e) as BoxError),
+        ),
+    };
+    Error::CorruptCheckpoint {
+        run_id: run_id.to_owned(),
+        reason,
+        source,
+    }
+}
+
+/// The context of a format 1 or 2 checkpoint: a `u64` count, then key and
+/// value pairs, with the keys read by [`decode_string`] and the values by
+/// the decoder of those formats, then encoded as a context holds them.
+pub(super) fn decode_snapshot<D: Decoder>(decoder: &mut D) -> Result<Snapshot, DecodeError> {
+    let len = u64::decode(decoder)?;
+    let mut entries = BTreeMap::new();
+    for _ in 0..len {
+        let key = decode_string(decoder)?;
+        let value = decode_legacy(decoder)?;
+        if entries.contains_key(&key) {
+            return Err(DecodeError::Other("duplicate key in context snapshot"));
+        }
+        entries.insert(key, EncodedValue::from_value(&value));
+    }
+    Ok(Snapshot::from_sorted(entries.into_iter().collect()))
+}
+
+/// `Option<String>` in bincode's wire format (a `0`/`1` byte, then the string).
+pub(super) fn decode_opt_string<D: Decoder>(
+    decoder: &mut D,
+) -> Result<Option<String>, DecodeError> {
+    match u8::decode(decoder)? {
+        0 => Ok(None),
+        1 => decode_string(decoder).map(Some),
+        found => Err(DecodeError::UnexpectedVariant {
+            type_name: "Option<String>",
+            allowed: &AllowedEnumVariants::Range { min: 0, max: 1 },
+            found: u32::from(found),
+        }),
+    }
+}
+
+/// A format 4 payload: the number of checkpoints, then each (see
+/// [`Checkpoint::to_bytes`]).
+pub(super) struct Blob<'a>(&'a [&'a Checkpoint], bool);
+
+impl Encode for Blob<'_> {
+    fn encode<E: Encoder>(&self, encoder: &mut E) -> std::result::Result<(), EncodeError> {
+        (self.0.len() as u64).encode(encoder)?;
+        for (i, cp) in self.0.iter().enumerate() {
+            encode_entry(cp, self.1 && i == 0, encoder)?;
+        }
+        Ok(())
+    }
+}
+
+/// One checkpoint of format 4, field by field (see [`Checkpoint::to_bytes`]).
+pub(super) fn encode_entry<E: Encoder>(
+    cp: &Checkpoint,
+    whole: bool,
+    encoder: &mut E,
+) -> std::result::Result<(), EncodeError> {
+    cp.pipeline.encode(encoder)?;
+    cp.run_id.encode(encoder)?;
+    cp.version.encode(encoder)?;
+    cp.seq.encode(encoder)?;
+    cp.keep_from.encode(encoder)?;
+    cp.ip.encode(encoder)?;
+    cp.step.encode(encoder)?;
+    cp.status.encode(encoder)?;
+    cp.error_message.encode(encoder)?;
+    cp.created_at_ms.encode(encoder)?;
+    cp.updated_at_ms.encode(encoder)?;
+    cp.attempt.encode(encoder)?;
+    let delta = !whole && !cp.change.is_full();
+    match &cp.structure {
+        // a delta has the structure of the checkpoint before it
+        _ if delta => 2u8.encode(encoder)?,
+        None => 0u8.encode(encoder)?,
+        Some(structure) => {
+            1u8.encode(encoder)?;
+            structure.shape.encode(encoder)?;
+            (structure.stages.len() as u64).encode(encoder)?;
+            for stage in &structure.stages {
+                stage.name.encode(encoder)?;
+                stage.hash.encode(encoder)?;
+            }
+        }
+    }
+    (cp.branches.len() as u64).encode(encoder)?;
+    for record in &cp.branches {
+        record.encode(encoder)?;
+    }
+    match &cp.change {
+        _ if whole => {
+            0u8.encode(encoder)?;
+            cp.context.encode(encoder)?;
+        }
+        Change::Full => {
+            0u8.encode(encoder)?;
+            cp.context.encode(encoder)?;
+        }
+        Change::Delta { written, removed } => {
+            1u8.encode(encoder)?;
+            // `entry_size` checked that the context holds every written key
+            let values: Vec<(String, EncodedValue)> = written
+                .iter()
+                .filter_map(|k| cp.context.encoded(k).map(|v| (k.clone(), v.clone())))
+                .collect();
+            Snapshot::from_sorted(values).encode(encoder)?;
+            (removed.len() as u64).encode(encoder)?;
+            for key in removed {
+                key.encode(encoder)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A format 2 checkpoint: format 3's fields, its values in the tags 0 to
+/// 14. Read without bincode's `String` decoder, which allocates the claimed
+/// length before reading (see `value::decode_string`).
+pub(super) struct Format2(Checkpoint);
+
+impl<C> Decode<C> for Format2 {
+    fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
+        Ok(Format2(Checkpoint {
+            pipeline: decode_string(decoder)?,
+            run_id: decode_string(decoder)?,
+            version: decode_string(decoder)?,
+            ip: u32::decode(decoder)?,
+            step: decode_string(decoder)?,
+            context: decode_snapshot(decoder)?,
+            status: RunStatus::decode(decoder)?,
+            error_message: decode_opt_string(decoder)?,
+            created_at_ms: u64::decode(decoder)?,
+            updated_at_ms: u64::decode(decoder)?,
+            attempt: u32::decode(decoder)?,
+            structure: decode_structure(decoder)?,
+            branches: Vec::new(),
+            seq: 0,
+            change: Change::Full,
+            keep_from: 0,
+            earlier: Vec::new(),
+        }))
+    }
+}
+
+/// A format 3 payload (see [`Checkpoint::to_bytes`]), read with the value
+/// module's bounds-checked [`Cursor`]: every context value is validated
+/// (`value::validate`) and its bytes copied, no `Value` built.
+pub(super) fn decode_v3(payload: &[u8]) -> std::result::Result<Checkpoint, WireError> {
+    let mut c = Cursor::new(payload);
+    let string = |c: &mut Cursor<'_>| c.str().map(str::to_owned);
+    let pipeline = string(&mut c)?;
+    let run_id = string(&mut c)?;
+    let version = string(&mut c)?;
+    let ip = c.varint_u32()?;
+    let step = string(&mut c)?;
+    let context = Snapshot::read_wire(&mut c)?;
+    let status = decode_status(&mut c)?;
+    let error_message = match c.byte()? {
+        0 => None,
+        1 => Some(string(&mut c)?),
+        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+    };
+    let created_at_ms = c.varint()?;
+    let updated_at_ms = c.varint()?;
+    let attempt = c.varint_u32()?;
+    let structure = decode_structure_v3(&mut c)?;
+    let branches = decode_records(&mut c)?;
+    if !branches.is_empty()
+        && !matches!(
+            status,
+            RunStatus::Running | RunStatus::Failed | RunStatus::NeedsAttention
+        )
+    {
+        return Err(WireError::Invalid(
+            "branch records in a checkpoint that is not running, failed or needing attention",
+        ));
+    }
+    if c.remaining() != 0 {
+        return Err(WireError::Invalid("trailing bytes after the checkpoint"));
+    }
+    Ok(Checkpoint {
+        pipeline,
+        run_id,
+        version,
+        ip,
+        step,
+        context,
+        status,
+        error_message,
+        created_at_ms,
+        updated_at_ms,
+        attempt,
+        structure,
+        branches,
+        seq: 0,
+        change: Change::Full,
+        keep_from: 0,
+        earlier: Vec::new(),
+    })
+}
+
+/// A format 4 payload (see [`Checkpoint::to_bytes`]): its checkpoints,
+/// each delta applied to the context before it (`before`, the last
+/// checkpoint of an earlier part, for the first).
+pub(super) fn decode_v4(
+    payload: &[u8],
+    mut before: Option<&Checkpoint>,
+) -> std::result::Result<Vec<Checkpoint>, WireError> {
+    let mut c = Cursor::new(payload);
+    let count = c.len(16)?;
+    let mut out: Vec<Checkpoint> = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        let cp = decode_entry(&mut c, out.last().or(before))?;
+        out.push(cp);
+        before = None;
+    }
+    if c.remaining() != 0 {
+        return Err(WireError::Invalid("trailing bytes after the checkpoints"));
+    }
+    Ok(out)
+}
+
+/// One checkpoint of format 4, on top of `before`.
+pub(super) fn decode_entry(
+    c: &mut Cursor<'_>,
+    before: Option<&Checkpoint>,
+) -> std::result::Result<Checkpoint, WireError> {
+    let string = |c: &mut Cursor<'_>| c.str().map(str::to_owned);
+    let pipeline = string(c)?;
+    let run_id = string(c)?;
+    let version = string(c)?;
+    let seq = c.varint_u32()?;
+    let keep_from = c.varint_u32()?;
+    if keep_from > seq {
+        return Err(WireError::Invalid("a checkpoint kept from a later one"));
+    }
+    if let Some(before) = before {
+        if before.seq.checked_add(1) != Some(seq) {
+            return Err(WireError::Invalid(
+                "checkpoints whose numbers do not follow each other",
+            ));
+        }
+    }
+    let ip = c.varint_u32()?;
+    let step = string(c)?;
+    let status = decode_status(c)?;
+    let error_message = match c.byte()? {
+        0 => None,
+        1 => Some(string(c)?),
+        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+    };
+    let created_at_ms = c.varint()?;
+    let updated_at_ms = c.varint()?;
+    let attempt = c.varint_u32()?;
+    // 2: a delta's, the structure of the checkpoint before it (checked below)
+    let structure_tag = c.byte()?;
+    let structure = match structure_tag {
+        2 => before.and_then(|b| b.structure.clone()),
+        tag => structure_body(c, tag)?,
+    };
+    let branches = decode_records(c)?;
+    if !branches.is_empty()
+        && !matches!(
+            status,
+            RunStatus::Running | RunStatus::Failed | RunStatus::NeedsAttention
+        )
+    {
+        return Err(WireError::Invalid(
+            "branch records in a checkpoint that is not running, failed or needing attention",
+        ));
+    }
+    let (context, change) = match c.byte()? {
+        0 => (Snapshot::read_wire(c)?, Change::Full),
+        1 => {
+            let Some(before) = before else {
+                return Err(WireError::Invalid("a delta with no checkpoint before it"));
+            };
+            let (written, removed) = crate::store::branch::writes_and_removals(c)?;
+            if removed
+                .iter()
+                .any(|key| before.context.encoded(key).is_none())
+            {
+                return Err(WireError::Invalid(
+                    "a delta removes a key the context does not hold",
+                ));
+            }
+            let context = before.context.apply(&written, &removed);
+            let written = written.entries().map(|(k, _)| k.to_owned()).collect();
+            (context, Change::Delta { written, removed })
+        }
+        _ => return Err(WireError::Invalid("a change tag other than 0 or 1")),
+    };
+    let same_code = before.is_some_and(|b| b.version == version);
+    let delta = !change.is_full();
+    if (structure_tag == 2) != delta || (delta && !same_code) {
+        return Err(WireError::Invalid(
+            "a delta with a structure of its own, of another version than the checkpoint \
+             before it, or a whole checkpoint without its structure",
+        ));
+    }
+    Ok(Checkpoint {
+        pipeline,
+        run_id,
+        version,
+        ip,
+        step,
+        context,
+        status,
+        error_message,
+        created_at_ms,
+        updated_at_ms,
+        attempt,
+        structure,
+        branches,
+        seq,
+        change,
+        keep_from,
+        earlier: Vec::new(),
+    })
+}
+
+pub(super) fn decode_status(c: &mut Cursor<'_>) -> std::result::Result<RunStatus, WireError> {
+    Ok(match c.varint_u32()? {
+        0 => RunStatus::Running,
+        1 => RunStatus::Failed,
+        2 => RunStatus::Completed,
+        3 => RunStatus::Cancelled,
+        4 => RunStatus::NeedsAttention,
+        _ => return Err(WireError::Invalid("an unknown run status")),
+    })
+}
+
+pub(super) fn decode_structure_v3(
+    c: &mut Cursor<'_>,
+) -> std::result::Result<Option<Arc<Structure>>, WireError> {
+    let tag = c.byte()?;
+    structure_body(c, tag)
+}
+
+/// The structure option after its tag `tag` (0 or 1).
+pub(super) fn structure_body(
+    c: &mut Cursor<'_>,
+    tag: u8,
+) -> std::result::Result<Option<Arc<Structure>>, WireError> {
+    Ok(match tag {
+        0 => None,
+        1 => {
+            let shape = c.str()?.to_owned();
+            let n = c.len(33)?;
+            let mut stages = Vec::with_capacity(n);
+            for _ in 0..n {
+                let name = c.str()?.to_owned();
+                let mut hash = [0u8; 32];
+                hash.copy_from_slice(c.take(32)?);
+                stages.push(StageCode { name, hash });
+            }
+            Some(Arc::new(Structure { shape, stages }))
+        }
+        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+    })
+}
+
+/// An option of a [`Structure`]: a `0`/`1` byte, the shape, the stage count
+/// and each stage's name and hash. The count is not trusted for the
+/// allocation: stages are pushed as they are read.
+pub(super) fn decode_structure<D: Decoder>(
+    decoder: &mut D,
+) -> std::result::Result<Option<Arc<Structure>>, DecodeError> {
+    match u8::decode(decoder)? {
+        0 => return Ok(None),
+        1 => {}
+        found => {
+            return Err(DecodeError::UnexpectedVariant {
+                type_name: "Option<Structure>",
+                allowed: &AllowedEnumVariants::Range { min: 0, max: 1 },
+                found: u32::from(found),
+            });
+        }
+    }
+    let mut structure = Structure {
+        shape: decode_string(decoder)?,
+        stages: Vec::new(),
+    };
+    let count = u64::decode(decoder)?;
+    for _ in 0..count {
+        structure.stages.push(StageCode {
+            name: decode_string(decoder)?,
+            hash: <[u8; 32]>::decode(decoder)?,
+        });
+    }
+    Ok(Some(Arc::new(structure)))
+}
+
+/// A format 1 checkpoint: no pipeline name and no structure, and an `error`
+/// flag after the status. A flag that disagrees with the status, and the
+/// cancelled status (format 2 added it), are corrupt: no build of fluxio
+/// wrote them.
+pub(super) struct Format1(pub(super) Checkpoint);
+
+impl<C> Decode<C> for Format1 {
+    fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
+        let run_id = decode_string(decoder)?;
+        let version = decode_string(decoder)?;
+        let ip = u32::decode(decoder)?;
+        let step = decode_string(decoder)?;
+        let context = decode_snapshot(decoder)?;
+        let status = RunStatus::decode(decoder)?;
+        if status == RunStatus::Cancelled {
+            return Err(DecodeError::Other("format 1 has no cancelled status"));
+        }
+        if status == RunStatus::NeedsAttention {
+            return Err(DecodeError::Other("format 1 has no needs-attention status"));
+        }
+        if bool::decode(decoder)? != (status == RunStatus::Failed) {
+            return Err(DecodeError::Other(
+                "the error flag disagrees with the status",
+            ));
+        }
+        Ok(Format1(Checkpoint {
+            pipeline: String::new(),
+            run_id,
+            version,
+            ip,
+            step,
+            context,
+            status,
+            error_message: decode_opt_string(decoder)?,
+            created_at_ms: u64::decode(decoder)?,
+            updated_at_ms: u64::decode(decoder)?,
+            attempt: u32::decode(decoder)?,
+            structure: None,
+            branches: Vec::new(),
+            seq: 0,
+            change: Change::Full,
+            keep_from: 0,
+            earlier: Vec::new(),
+        }))
+    }
+}
+
+bincode::impl_borrow_decode!(Format1);
+bincode::impl_borrow_decode!(Format2);
