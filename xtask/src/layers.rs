@@ -53,7 +53,13 @@ pub(crate) const LAYERS: &[(&str, &[&str])] = &[
     ("program", &["compile", "version"]),
     (
         "run",
-        &["interpret", "durability", "store/lease", "store/renew"],
+        &[
+            "interpret",
+            "durability",
+            "store/lease",
+            "store/renew",
+            "stage/bodies",
+        ],
     ),
     ("pipeline", &["pipeline"]),
     ("workers", &["recovery"]),

@@ -123,7 +123,7 @@ pub mod __private {
         T: StageOutput,
         E: 'static,
     {
-        crate::stage::run_blocking(move || f().map(StageOutput::into_output).map_err(err))
+        crate::stage::bodies::run_blocking(move || f().map(StageOutput::into_output).map_err(err))
     }
 
     /// Runs a stream stage's body with the current run's emitter, then

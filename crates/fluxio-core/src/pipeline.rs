@@ -13,7 +13,8 @@ use crate::durability::{Durability, Writer};
 use crate::error::{Error, Result};
 use crate::interpret::{self, Durable, Tail};
 use crate::middleware::Middleware;
-use crate::stage::{Output, Resources, RunBodies};
+use crate::stage::bodies::RunBodies;
+use crate::stage::{Output, Resources};
 use crate::store::{
     Begin, Checkpoint, CheckpointStore, InMemoryStore, LeaseTracker, Ownership, RunStatus, now_ms,
 };

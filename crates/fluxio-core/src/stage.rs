@@ -5,23 +5,44 @@
 //! type of the same name that implements [`StageDef`], which is what
 //! `pipeline!` refers to.
 
+pub(crate) mod bodies;
+
+mod info;
+
+pub use info::StageInfo;
+
+pub(crate) use info::WithInfo;
+
+pub(crate) use info::span_if_wanted;
+
+pub(crate) use info::with_info;
+
 use std::any::{Any, TypeId};
-use std::cell::Cell;
+
 use std::collections::HashMap;
+
 use std::fmt;
+
 use std::future::Future;
+
 use std::ops::Deref;
+
 use std::panic::AssertUnwindSafe;
+
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+
+use std::sync::Arc;
+
 use std::task::{Context as Context_, Poll};
+
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::context::Context;
+
 use crate::error::{BoxError, Error, Result};
-use crate::store::{BodyLease, KeepLease};
+
 use crate::value::Value;
 
 /// How a stage runs.
@@ -655,275 +676,6 @@ pub trait StageReturn {
 impl<T, E> StageReturn for std::result::Result<T, E> {
     type Ok = T;
     type Err = E;
-}
-
-/// What a running stage can learn about its call: the run, its position in
-/// the program, and which attempt this is.
-///
-/// [`StageInfo::current`] returns it inside a stage called by a pipeline
-/// (async or blocking), and `None` elsewhere, e.g. when a test calls the
-/// function directly.
-///
-/// Use [`idempotency_key`](StageInfo::idempotency_key) to make side effects
-/// idempotent: a stage's body runs at least once (a crash after a side effect
-/// but before the next checkpoint re-runs the stage on resume), and the key
-/// is the same on every such re-run (contract rule 12), so a payment API
-/// given it charges once.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StageInfo {
-    /// The run, as its store key: `pipeline/run_id` for a named pipeline,
-    /// the run id alone otherwise (see [`run_key`](crate::store::run_key)).
-    pub run_id: Arc<str>,
-    /// The stage's name.
-    pub stage: &'static str,
-    /// The stage's position: the [position](crate::compile::Program::position)
-    /// of its `CALL` instruction, its place in the pipeline's compiled
-    /// shape. Schemas, timeouts and middleware do not move it, so it is the
-    /// same on every version of the pipeline that a resume with
-    /// [`allow_code_changes`](crate::ResumeOptions::allow_code_changes)
-    /// accepts; in a pipeline without schemas it is the `CALL`'s ip.
-    pub position: u32,
-    /// 1 on the first run of the stage, one more on every resume that
-    /// retries it (after a failure or a crash). Stages in a parallel block
-    /// share the block's attempt.
-    pub attempt: u32,
-}
-
-thread_local! {
-    /// The info of the stage being polled on this thread (set by
-    /// [`WithInfo`] for the length of one poll), or of the blocking body
-    /// running on it (set by [`run_blocking`] for the length of the body).
-    static CURRENT: Cell<Option<StageInfo>> = const { Cell::new(None) };
-}
-
-/// Puts the info in `slot` in [`CURRENT`] until dropped, and then back
-/// into its slot, with what was there before restored (a stage may run a
-/// pipeline of its own inside it). Both ways one swap of the two cells:
-/// while the guard lives, the slot holds what `CURRENT` held.
-struct InfoGuard<'s> {
-    slot: &'s Cell<Option<StageInfo>>,
-}
-
-impl<'s> InfoGuard<'s> {
-    #[inline]
-    fn enter(slot: &'s mut Option<StageInfo>) -> Self {
-        let slot = Cell::from_mut(slot);
-        // `try_with`: only fails while the thread is being torn down, and
-        // then no stage can ask for its info anyway
-        let _ = CURRENT.try_with(|c| c.swap(slot));
-        InfoGuard { slot }
-    }
-}
-
-impl Drop for InfoGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        let _ = CURRENT.try_with(|c| c.swap(self.slot));
-    }
-}
-
-/// A stage call (or its middleware chain) with its [`StageInfo`] set and
-/// its span entered at every poll: what [`StageInfo::current`] reads. The
-/// info is moved in and out of the caller's slot, never cloned.
-pub(crate) struct WithInfo<'s, F> {
-    slot: &'s mut Option<StageInfo>,
-    span: Option<tracing::Span>,
-    fut: F,
-}
-
-impl<'s, F> WithInfo<'s, F> {
-    /// `fut` with the info in `slot` and `span` (see [`span_if_wanted`]).
-    pub(crate) fn new(
-        slot: &'s mut Option<StageInfo>,
-        span: Option<tracing::Span>,
-        fut: F,
-    ) -> Self {
-        WithInfo { slot, span, fut }
-    }
-}
-
-/// `span`, or `None` when no subscriber wants it: a run without tracing
-/// then enters nothing.
-#[inline]
-pub(crate) fn span_if_wanted(span: tracing::Span) -> Option<tracing::Span> {
-    (!span.is_disabled()).then_some(span)
-}
-
-/// Runs `f` with the info in `slot` and `span` entered, as a poll of
-/// [`WithInfo`] does.
-#[inline]
-pub(crate) fn with_info<R>(
-    slot: &mut Option<StageInfo>,
-    span: Option<&tracing::Span>,
-    f: impl FnOnce() -> R,
-) -> R {
-    let _entered = span.map(tracing::Span::enter);
-    let _info = InfoGuard::enter(slot);
-    f()
-}
-
-impl<F: Future + Unpin> Future for WithInfo<'_, F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context_<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
-        let fut = &mut this.fut;
-        with_info(this.slot, this.span.as_ref(), || Pin::new(fut).poll(cx))
-    }
-}
-
-impl StageInfo {
-    /// The info of the stage running on this task or blocking thread.
-    ///
-    /// ```
-    /// assert!(fluxio_core::StageInfo::current().is_none());
-    /// ```
-    #[must_use]
-    pub fn current() -> Option<StageInfo> {
-        CURRENT
-            .try_with(|c| {
-                let info = c.take();
-                let copy = info.clone();
-                c.set(info);
-                copy
-            })
-            .ok()
-            .flatten()
-    }
-
-    /// `"{run_id}/{position}"` (with the pipeline's name in `run_id`):
-    /// the same for every attempt of one stage position of one run (retries
-    /// in the process, resumes after a failure or a crash, also a resume on
-    /// fixed code whose stages gained or lost schemas, a timeout or
-    /// middleware), different for every other position, in parallel
-    /// branches and routing bodies too, and for every other run and
-    /// pipeline. The attempt is not part of it:
-    /// read [`attempt`](StageInfo::attempt) for that.
-    ///
-    /// ```
-    /// use fluxio_core::StageInfo;
-    /// let info = StageInfo { run_id: "orders/42".into(), stage: "charge", position: 6, attempt: 3 };
-    /// assert_eq!(info.idempotency_key(), "orders/42/6");
-    /// ```
-    #[must_use]
-    pub fn idempotency_key(&self) -> String {
-        format!("{}/{}", self.run_id, self.position)
-    }
-}
-
-/// The blocking stage bodies of one run (rule 16: one body at a time).
-///
-/// A blocking body cannot be stopped once it started: a timeout, a retry or
-/// a dropped run only stops *waiting* for it. So each body holds, until it
-/// returns:
-///
-/// - the lock of its stage position, so that a retry (or any second call of
-///   that stage in the run) waits for the body before it instead of running
-///   beside it; a call still waiting for the lock has started nothing and
-///   can be dropped or time out freely;
-/// - the run's lease (durable runs), so that no other run of the run id
-///   (a resume, in this process or another) starts while it executes.
-///
-/// Set for the whole run as a task-local (`Pipeline` scopes it around the
-/// interpreter of every durable run, and of a plain run whose program has a
-/// blocking stage: nothing else reads it; parallel branches are futures of
-/// the same task and share it). Fire-and-forget branches are spawned tasks outside the run and do
-/// not see it, nor do [`StageTest`](crate::testing::StageTest) calls.
-pub(crate) struct RunBodies {
-    keep: Option<KeepLease>,
-    positions: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-tokio::task_local! {
-    static RUN_BODIES: Arc<RunBodies>;
-}
-
-/// What a running blocking body holds (see [`RunBodies`]); dropped on the
-/// blocking thread right after the body returns, before its result is handed
-/// back.
-struct BodyHold {
-    _position: tokio::sync::OwnedMutexGuard<()>,
-    _lease: Option<BodyLease>,
-}
-
-impl RunBodies {
-    /// Runs `run` with `keep` (a durable run's lease; `None` for a run
-    /// without one) as what its blocking bodies hold.
-    /// (A plain `fn`: an `async fn` would keep `run` twice in its future,
-    /// as its argument and inside the task-local scope.)
-    pub(crate) fn scope<F: Future>(
-        keep: Option<KeepLease>,
-        run: F,
-    ) -> impl Future<Output = F::Output> {
-        let bodies = Arc::new(RunBodies {
-            keep,
-            positions: Mutex::default(),
-        });
-        RUN_BODIES.scope(bodies, run)
-    }
-
-    /// Waits until no other body of the stage at `position` runs, then
-    /// holds its lock and the run's lease.
-    async fn hold(&self, position: u32) -> BodyHold {
-        let lock = Arc::clone(
-            self.positions
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(position)
-                .or_default(),
-        );
-        BodyHold {
-            _position: lock.lock_owned().await,
-            _lease: self.keep.as_ref().map(KeepLease::body),
-        }
-    }
-}
-
-/// Runs a blocking stage body on tokio's blocking pool, holding what
-/// [`RunBodies`] says until the body returns.
-pub(crate) fn run_blocking<F>(f: F) -> StageFuture
-where
-    F: FnOnce() -> Result<Output, BoxError> + std::marker::Send + 'static,
-{
-    /// Clears the thread's `StageInfo` when the body ends, by returning or
-    /// by panicking: pool threads are reused, and a stale `StageInfo` would
-    /// be reported to whatever runs on the thread next.
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            let _ = CURRENT.try_with(|c| c.set(None));
-        }
-    }
-    let info = StageInfo::current();
-    let bodies = RUN_BODIES.try_with(Arc::clone).ok();
-    StageFuture::new(async move {
-        let hold = match (&bodies, &info) {
-            (Some(bodies), Some(info)) => Some(bodies.hold(info.position).await),
-            _ => None,
-        };
-        let f = move || {
-            // dropped last: after the body and `Reset`, before the result
-            // is handed back to the awaiting call
-            let _hold = hold;
-            let _ = CURRENT.try_with(|c| c.set(info));
-            let _reset = Reset;
-            f()
-        };
-        match tokio::task::spawn_blocking(f).await {
-            Ok(r) => r,
-            Err(join) => {
-                let message = if join.is_panic() {
-                    panic_message(&*join.into_panic())
-                } else {
-                    "blocking task was cancelled".to_owned()
-                };
-                Err(Box::new(Error::StagePanic {
-                    stage: String::new(),
-                    message,
-                }) as BoxError)
-            }
-        }
-    })
 }
 
 /// A shared value a stage takes as an argument: a database pool, an HTTP
