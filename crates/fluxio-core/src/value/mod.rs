@@ -130,6 +130,7 @@ mod error;
 mod fast;
 mod limits;
 mod packed;
+mod prim;
 mod read;
 #[cfg(test)]
 mod roundtrip;
