@@ -16,7 +16,7 @@ use crate::value::{check_entry, varint_len};
 
 mod codec;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-util"))]
 pub(crate) use codec::checksum;
 use codec::{decode_parts, frame, payload_size};
 
