@@ -74,10 +74,8 @@ pub(crate) const KNOWN: &[(&str, &str)] = &[
     // `Changes` (structure): they move down to the errors layer
     ("error", "store"),
     ("error", "structure"),
-    // `EncodedValue` turns value errors into `Error`, and the value limits use
-    // `store::MAX_PAYLOAD`: the limit moves to `value`, the conversion up
+    // `EncodedValue` turns value errors into `Error`: the conversion moves up
     ("value", "error"),
-    ("value", "store"),
     // the Async writer and the interpreter's tail call each other: the tail
     // moves into `durability` or the writer into `interpret`
     ("durability", "interpret"),

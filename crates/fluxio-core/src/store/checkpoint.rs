@@ -203,11 +203,7 @@ pub const MAGIC: [u8; 4] = *b"FXCP";
 pub const FORMAT_VERSION: u16 = 4;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
-/// The largest checkpoint payload this build writes and decodes (1 GiB):
-/// [`Checkpoint::to_bytes`] refuses a larger checkpoint, and a context value
-/// whose key and encoding alone take more (see
-/// [the limits](crate::value#limits)) is refused when it is set.
-pub const MAX_PAYLOAD: usize = 1 << 30;
+pub use crate::value::MAX_PAYLOAD;
 const HEADER: usize = 4 + 2 + 4 + 8;
 
 fn config() -> impl bincode::config::Config {

@@ -14,7 +14,7 @@ use super::ser::Writer;
 use super::wire::varint_len;
 use super::{MAX_DEPTH, Value, ValueError, from_encoded, tag};
 use crate::error::Error;
-use crate::store::MAX_PAYLOAD;
+use super::MAX_PAYLOAD;
 
 /// A context value in its wire encoding (see the
 /// [module documentation](super#wire-format)); a clone is O(1).

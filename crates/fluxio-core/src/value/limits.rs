@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::encoded::{encode_entry, key_size, refusal_error};
 use super::ser::Writer;
 use super::{MAX_DEPTH, Value};
-use crate::store::MAX_PAYLOAD;
+use super::MAX_PAYLOAD;
 
 /// Whether `value` may be stored under `key` in a context: the check behind
 /// [`Context::set`](crate::Context::set), for a value converted already (as

@@ -152,6 +152,13 @@ pub(crate) use wire::{Cursor, WireError, varint_len};
 /// [`Context::set`](crate::Context::set) accepts, a checkpoint's encoder
 /// writes and its decoder reads.
 ///
+/// The largest checkpoint payload this build writes and decodes (1 GiB):
+/// [`Checkpoint::to_bytes`](crate::store::Checkpoint::to_bytes) refuses a
+/// larger checkpoint, and a context value whose key and encoding alone take
+/// more (see [the limits](self#limits)) is refused when it is set. Also
+/// [`store::MAX_PAYLOAD`](crate::store::MAX_PAYLOAD).
+pub const MAX_PAYLOAD: usize = 1 << 30;
+
 /// The root value is at depth 0 and every `Some`, `Seq`, `Map` or `Enum`
 /// increases the depth of its children by one; a value nested deeper than
 /// `MAX_DEPTH` is rejected with an error (instead of overflowing the stack on

@@ -974,9 +974,9 @@ impl Serialize for Value {
 /// Fails if the type's `Serialize` implementation reports an error or
 /// misuses the serializer API (e.g. a map value without a key), or if the
 /// value is larger than any checkpoint can hold
-/// ([`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD) bytes encoded).
+/// ([`MAX_PAYLOAD`](super::MAX_PAYLOAD) bytes encoded).
 pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, ValueError> {
-    let mut w = Writer::new(0, crate::store::MAX_PAYLOAD as u64, usize::MAX);
+    let mut w = Writer::new(0, super::MAX_PAYLOAD as u64, usize::MAX);
     value.serialize(&mut w)?;
     super::decode::decode_value(&w.buf, usize::MAX).map_err(|e| {
         ValueError::new(format!(
