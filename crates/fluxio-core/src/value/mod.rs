@@ -85,7 +85,7 @@
 //!   (packed ones included), maps and enums (a struct is a map, so a field of
 //!   a struct is one level down);
 //! * **size**: a key and its value's encoding take at most
-//!   [`MAX_PAYLOAD`](crate::store::MAX_PAYLOAD) (1 GiB), and a whole
+//!   [`MAX_PAYLOAD`] (1 GiB), and a whole
 //!   checkpoint's payload too. A value costs its encoded size, about its
 //!   data's: a plain `Vec<u8>` one byte per byte (like `serde_bytes`), a
 //!   `Vec<f32>` four bytes per element, a string its length plus a byte or
