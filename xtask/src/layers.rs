@@ -55,6 +55,7 @@ pub(crate) const LAYERS: &[(&str, &[&str])] = &[
         "run",
         &[
             "interpret",
+            "interpret/tail",
             "durability",
             "store/lease",
             "store/renew",
@@ -76,9 +77,6 @@ pub(crate) const KNOWN: &[(&str, &str)] = &[
     ("error", "structure"),
     // `EncodedValue` turns value errors into `Error`: the conversion moves up
     ("value", "error"),
-    // the Async writer and the interpreter's tail call each other: the tail
-    // moves into `durability` or the writer into `interpret`
-    ("durability", "interpret"),
 ];
 
 /// The layer index of a module: its own entry, or its parent folder's.

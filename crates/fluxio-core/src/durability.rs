@@ -52,7 +52,7 @@ use tokio::sync::Notify;
 
 use crate::context::Lineage;
 use crate::error::{Error, Result};
-use crate::interpret::Tail;
+use crate::interpret::tail::Tail;
 use crate::store::{Checkpoint, CheckpointStore, KeepLease, Lease};
 
 /// How long an [`Async`](Durability::Async) checkpoint waits before it is

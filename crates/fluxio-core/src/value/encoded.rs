@@ -8,13 +8,13 @@ use std::sync::{Arc, OnceLock};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::MAX_PAYLOAD;
 use super::decode::decode_value;
 use super::error::Refusal;
 use super::ser::Writer;
 use super::wire::varint_len;
 use super::{MAX_DEPTH, Value, ValueError, from_encoded, tag};
 use crate::error::Error;
-use super::MAX_PAYLOAD;
 
 /// A context value in its wire encoding (see the
 /// [module documentation](super#wire-format)); a clone is O(1).

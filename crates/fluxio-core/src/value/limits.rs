@@ -3,10 +3,10 @@
 
 use serde::Serialize;
 
+use super::MAX_PAYLOAD;
 use super::encoded::{encode_entry, key_size, refusal_error};
 use super::ser::Writer;
 use super::{MAX_DEPTH, Value};
-use super::MAX_PAYLOAD;
 
 /// Whether `value` may be stored under `key` in a context: the check behind
 /// [`Context::set`](crate::Context::set), for a value converted already (as
