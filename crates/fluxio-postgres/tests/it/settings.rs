@@ -329,3 +329,65 @@ async fn a_statement_that_blocks_times_out_and_the_store_recovers() {
     drop(store);
     support::postgres::drop_schema(&url, &schema).await;
 }
+
+/// The real server's refusals, on URLs whose password is one or a few
+/// characters, or a word of the server's message: the server's words come
+/// back whole, the role's name included (a user name is not a secret), and
+/// the password never shows. (The test server trusts 127.0.0.1, so it
+/// accepts any password of a role that exists: its refusals here are of a
+/// role or a database that does not exist.)
+#[tokio::test]
+async fn short_passwords_leave_the_servers_messages_whole() {
+    let Some(base) = support::postgres::server().await else {
+        return;
+    };
+    let Some(host) = base
+        .strip_prefix("postgres://")
+        .and_then(|rest| rest.split_once('@'))
+        .map(|(_, host)| host.split_once('/').map_or(host, |(h, _)| h).to_owned())
+    else {
+        support::skip(&"FLUXIO_POSTGRES_URL is not postgres://user@host/db");
+        return;
+    };
+    let role = "fx_no_such_role";
+    let database = "fx_no_such_database";
+    for password in ["e", "1", "127", "s", "does", "exist", "role"] {
+        let cases = [
+            (
+                format!("postgres://{role}:{password}@{host}/test"),
+                format!("role \"{role}\" does not exist"),
+            ),
+            (
+                format!("postgres://postgres:{password}@{host}/{database}"),
+                format!("database \"{database}\" does not exist"),
+            ),
+        ];
+        for (url, says) in cases {
+            let err = PostgresStore::builder(url.as_str())
+                .timeout(Duration::from_secs(5))
+                .connect()
+                .await
+                .expect_err("the server refuses");
+            let shown = everything_about(&err);
+            assert!(shown.contains(&says), "password {password:?}: {shown}");
+            let redacted = url.replacen(&format!(":{password}@"), ":***@", 1);
+            assert!(shown.contains(&redacted), "password {password:?}: {shown}");
+            assert!(
+                !shown.contains(&format!(":{password}@")),
+                "password {password:?}: {shown}"
+            );
+        }
+    }
+    // A role given without a password is shown as it is.
+    let err = PostgresStore::builder(format!("postgres://{role}@{host}/test"))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect_err("no such role");
+    let shown = everything_about(&err);
+    assert!(
+        shown.contains(&format!("role \"{role}\" does not exist"))
+            && shown.contains(&format!("postgres://{role}@{host}/test")),
+        "{shown}"
+    );
+}

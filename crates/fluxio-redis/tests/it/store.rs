@@ -425,6 +425,59 @@ async fn the_password_never_shows() {
     }
 }
 
+/// AUTH refused by the real server for a user that exists, with wrong
+/// passwords of one to three characters and ones that are words of the
+/// client's message about it: the message comes back whole, the user's name is shown,
+/// and the password never is.
+#[tokio::test]
+async fn short_wrong_passwords_leave_the_servers_answer_whole() {
+    let Some(mut raw) = support::redis::raw().await else {
+        return;
+    };
+    let base = support::redis::url();
+    let Some(rest) = base.strip_prefix("redis://").filter(|r| !r.contains('@')) else {
+        support::skip(&"FLUXIO_REDIS_URL has credentials of its own");
+        return;
+    };
+    let user = format!("fx_short_{}", std::process::id());
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", &user, "on", ">the-right-password", "~*", "+@all"])
+        .query_async(&mut raw)
+        .await
+        .expect("ACL SETUSER");
+    let user_in_task = user.clone();
+    let rest = rest.to_owned();
+    let result = async move {
+        let user = user_in_task;
+        for password in ["e", "1", "127", "s", "ab", "Password", "failed", "auth"] {
+            let url = format!("redis://{user}:{password}@{rest}");
+            let err = RedisStore::connect(&url).await.expect_err("WRONGPASS");
+            let shown = every_rendering(&err);
+            assert!(
+                shown.contains("Password authentication failed - AuthenticationFailed"),
+                "password {password:?}: {shown}"
+            );
+            assert!(
+                shown.contains(&format!("redis://{user}:***@{rest}")),
+                "password {password:?}: {shown}"
+            );
+            assert!(
+                !shown.contains(&format!(":{password}@")),
+                "password {password:?}: {shown}"
+            );
+        }
+    };
+    let outcome = tokio::spawn(result).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&["DELUSER", &user])
+        .query_async(&mut raw)
+        .await
+        .expect("ACL DELUSER");
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic.into_panic());
+    }
+}
+
 #[tokio::test]
 async fn invalid_settings_are_named_before_connecting() {
     // an address where nothing listens: validation comes first

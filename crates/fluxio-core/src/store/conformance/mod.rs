@@ -1007,7 +1007,9 @@ pub async fn malformed_run_ids_are_invalid_run_id<H: Harness>(h: &H) {
 /// them holding `password`, for checking that no error message, `Debug` or
 /// `Display` shows it: missing and extra slashes, bad schemes and ports, `@`
 /// in odd places, percent escapes, unicode, whitespace, the truncations of a
-/// valid URL, and one-character deletions and insertions into it.
+/// valid URL, and one-character deletions and insertions into it. A user
+/// name is not a secret, so no URL here holds the password as its user name
+/// alone (`scheme://user{password}@host`).
 ///
 /// `scheme` is e.g. `"redis"`, `host_port` e.g. `"127.0.0.1:6379"` and `path`
 /// e.g. `"/0"`. The first URL returned is the valid one.
@@ -1081,9 +1083,6 @@ pub fn urls_with_password(
         format!("user:{pw}#@"),
         format!("user%3A{pw}@"),
         format!("user:{pw}%3A@"),
-        format!("{pw}:@"),
-        format!("{pw}@"),
-        format!("user{pw}@"),
         format!("[user:{pw}]@"),
     ] {
         urls.push(format!("{scheme}://{userinfo}{host_port}{path}"));
@@ -1150,7 +1149,10 @@ pub fn urls_with_password(
     for pair in boundaries.windows(2) {
         urls.push(format!("{}{}", &valid[..pair[0]], &valid[pair[1]..]));
     }
-    urls.retain(|u| u.contains(pw));
+    // A user name is shown: a password written as one (the `:` before it
+    // deleted) cannot be told from a user name, and is not among these.
+    let as_user_name = format!("://user{pw}@");
+    urls.retain(|u| u.contains(pw) && !u.contains(&as_user_name));
     let mut seen = std::collections::HashSet::new();
     urls.retain(|u| seen.insert(u.clone()));
     urls
