@@ -34,6 +34,7 @@
 
 mod begin;
 mod cancel;
+mod deleted;
 mod journal;
 mod list;
 mod recover;
@@ -55,6 +56,7 @@ pub use cancel::{
     rule14_cancel_of_an_unknown_run_is_checkpoint_not_found,
     rule14_cancel_twice_is_run_finished_cancelled, rule14_delete_clears_a_cancel,
 };
+pub use deleted::rule18_a_run_deleted_while_it_runs_stops_with_run_deleted;
 pub use journal::{
     rule18_a_checkpoint_sent_again_replaces_the_later_ones,
     rule18_a_delta_without_its_predecessor_is_refused, rule18_deltas_are_stored_and_loaded_whole,
@@ -1220,6 +1222,7 @@ macro_rules! __store_conformance_each {
             rule14_a_cancel_racing_fenced_saves_wins_for_good,
             rule18_deltas_are_stored_and_loaded_whole,
             rule18_a_delta_without_its_predecessor_is_refused,
+            rule18_a_run_deleted_while_it_runs_stops_with_run_deleted,
             rule18_a_checkpoint_sent_again_replaces_the_later_ones,
             rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
             rule20_a_plain_save_stores_the_journal_it_carries,
