@@ -66,6 +66,17 @@ pub trait Middleware: fmt::Debug + Send + Sync + 'static {
     /// # Errors
     /// Whatever the middleware or the rest of the chain fails with.
     async fn call(&self, stage: &Stage, ctx: Context, next: Next<'_>) -> Result<Output>;
+
+    /// Checks the middleware's settings before any call:
+    /// [`PipelineBuilder::build`](crate::PipelineBuilder::build) (and
+    /// [`StageTest::run`](crate::testing::StageTest::run)) calls it for every
+    /// middleware and refuses with its error. The default accepts anything.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] naming the setting and the values it accepts.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The rest of a middleware chain, ending in the stage. `Copy`: call it as

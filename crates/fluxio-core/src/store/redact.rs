@@ -114,8 +114,27 @@ impl RedactedUrl {
 fn delimits(c: char) -> bool {
     matches!(
         c,
-        '"' | '\'' | '`' | ':' | '@' | '/' | '=' | '&' | '?' | '#' | ';' | ',' | '(' | ')' | '['
-            | ']' | '{' | '}' | '<' | '>' | '|' | '\\'
+        '"' | '\''
+            | '`'
+            | ':'
+            | '@'
+            | '/'
+            | '='
+            | '&'
+            | '?'
+            | '#'
+            | ';'
+            | ','
+            | '('
+            | ')'
+            | '['
+            | ']'
+            | '{'
+            | '}'
+            | '<'
+            | '>'
+            | '|'
+            | '\\'
     )
 }
 
@@ -385,8 +404,24 @@ mod tests {
     #[test]
     fn short_and_common_passwords_leave_messages_whole() {
         let passwords = [
-            "e", "1", "0", "s", "ab", "127", "u", "db", "error", "password", "role", "the",
-            "connection", "postgres", "localhost", "5432", "user", "is",
+            "e",
+            "1",
+            "0",
+            "s",
+            "ab",
+            "127",
+            "u",
+            "db",
+            "error",
+            "password",
+            "role",
+            "the",
+            "connection",
+            "postgres",
+            "localhost",
+            "5432",
+            "user",
+            "is",
         ];
         for password in passwords {
             for scheme in ["postgres", "redis"] {
@@ -412,15 +447,22 @@ mod tests {
                 "cannot open the store postgres://u:***@db.internal:5432/db: error",
                 "{password:?}"
             );
-            let options = format!("PgConnectOptions {{ host: \"h\", password: Some(\"{password}\") }}");
+            let options =
+                format!("PgConnectOptions {{ host: \"h\", password: Some(\"{password}\") }}");
             assert_eq!(
                 r.scrub(&options),
                 "PgConnectOptions { host: \"h\", password: Some(\"***\") }",
                 "{password:?}"
             );
             assert!(r.leaks(&options));
-            assert_eq!(r.scrub(&format!("x=y&password={password}&z")), "x=y&password=***&z");
-            assert_eq!(r.scrub(&format!("other://a:{password}@b")), "other://a:***@b");
+            assert_eq!(
+                r.scrub(&format!("x=y&password={password}&z")),
+                "x=y&password=***&z"
+            );
+            assert_eq!(
+                r.scrub(&format!("other://a:{password}@b")),
+                "other://a:***@b"
+            );
             assert_eq!(r.scrub(password), "***", "the whole text");
         }
     }
@@ -449,8 +491,11 @@ mod tests {
             let r = Redacted::new(&url);
             assert_eq!(r.url, "postgres://u:***@h:5432/db");
             assert_eq!(r.scrub(message), message, "{url}");
-            assert_eq!(r.scrub(&url), r.url, "the URL quoted whole is still redacted");
+            assert_eq!(
+                r.scrub(&url),
+                r.url,
+                "the URL quoted whole is still redacted"
+            );
         }
     }
-
 }

@@ -285,7 +285,7 @@ async fn a_statement_that_blocks_times_out_and_the_store_recovers() {
         .await
         .expect("connect");
     let lease = store
-        .acquire_lease("r", Duration::from_millis(1))
+        .acquire_lease("r", fluxio_core::store::MIN_LEASE_TTL)
         .await
         .expect("acquire");
     drop(lease);
@@ -390,4 +390,33 @@ async fn short_passwords_leave_the_servers_messages_whole() {
             && shown.contains(&format!("postgres://{role}@{host}/test")),
         "{shown}"
     );
+}
+
+/// A timeout longer than the server's `statement_timeout` can hold is
+/// refused before anything is sent, naming `timeout`, as SQLite's
+/// `busy_timeout` is; the longest one it holds builds.
+#[tokio::test]
+async fn a_timeout_past_statement_timeout_is_an_invalid_setting() {
+    for timeout in [
+        Duration::MAX,
+        Duration::from_secs(30 * 24 * 60 * 60),
+        fluxio_postgres::MAX_TIMEOUT + Duration::from_millis(1),
+        Duration::ZERO,
+    ] {
+        let err = PostgresStore::builder(support::postgres::url())
+            .timeout(timeout)
+            .connect()
+            .await
+            .expect_err("out of range");
+        assert_eq!(
+            invalid_setting(&err),
+            ("timeout", format!("{timeout:?}")),
+            "{timeout:?}"
+        );
+        assert!(err.to_string().contains("i32::MAX milliseconds"), "{err}");
+    }
+    PostgresStore::builder("postgres://h/db")
+        .timeout(fluxio_postgres::MAX_TIMEOUT)
+        .connect_lazy()
+        .expect("the longest statement_timeout");
 }
