@@ -42,7 +42,14 @@ pub(crate) type Chain = Arc<[Arc<dyn Middleware>]>;
 
 /// Wraps stage calls.
 ///
+/// The trait is async: implement it under `#[async_trait]`, the
+/// [`async-trait`](https://docs.rs/async-trait) crate's attribute, which
+/// fluxio re-exports as `fluxio::async_trait` (and
+/// [`fluxio_core::async_trait`](crate::async_trait)), so no dependency of your
+/// own is needed.
+///
 /// ```
+/// use fluxio_core::async_trait;
 /// use fluxio_core::middleware::{Middleware, Next};
 /// use fluxio_core::{Context, Result, Stage};
 /// use fluxio_core::stage::Output;
@@ -51,7 +58,7 @@ pub(crate) type Chain = Arc<[Arc<dyn Middleware>]>;
 /// #[derive(Debug, Default)]
 /// struct Count(std::sync::atomic::AtomicUsize);
 ///
-/// #[async_trait::async_trait]
+/// #[async_trait]
 /// impl Middleware for Count {
 ///     async fn call(&self, stage: &Stage, ctx: Context, next: Next<'_>) -> Result<Output> {
 ///         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
