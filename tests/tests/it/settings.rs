@@ -21,18 +21,17 @@ fn setting(err: &Error) -> Option<&'static str> {
 
 #[tokio::test]
 async fn middleware_that_lets_nothing_through_is_refused_at_build() {
-    fn cases() -> Vec<(Box<dyn Fn() -> Box<dyn Middleware>>, &'static str)> {
-        vec![
-            (
-                Box::new(|| Box::new(RateLimit::new(0, Duration::from_secs(1)))),
-                "calls",
-            ),
-            (Box::new(|| Box::new(RateLimit::per_second(0))), "calls"),
-            (Box::new(|| Box::new(RateLimit::per_minute(0))), "calls"),
-            (Box::new(|| Box::new(CircuitBreaker::new(0))), "failures"),
-        ]
-    }
-    for (make, name) in cases() {
+    type Make = fn() -> Box<dyn Middleware>;
+    let cases: [(Make, &str); 4] = [
+        (
+            || Box::new(RateLimit::new(0, Duration::from_secs(1))),
+            "calls",
+        ),
+        (|| Box::new(RateLimit::per_second(0)), "calls"),
+        (|| Box::new(RateLimit::per_minute(0)), "calls"),
+        (|| Box::new(CircuitBreaker::new(0)), "failures"),
+    ];
+    for (make, name) in cases {
         let wide = pipeline![a].middleware(Boxed(make())).build();
         let own = pipeline![a].stage_middleware("a", Boxed(make())).build();
         for built in [wide.map(drop), own.map(drop)] {
