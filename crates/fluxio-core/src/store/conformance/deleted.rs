@@ -12,7 +12,7 @@ use crate::compile::Node;
 use crate::context::Context;
 use crate::error::Error;
 use crate::pipeline::PipelineBuilder;
-use crate::stage::{Output, ResourceReq, Resources, Stage, StageFuture, StageKind, StageMeta};
+use crate::stage::{Output, ResourceReq, Resources, Stage, StageFuture};
 use crate::store::{CheckpointStore, run_key};
 
 /// The pipeline's name.
@@ -49,18 +49,8 @@ fn after(ctx: Context, resources: &Resources) -> StageFuture {
 fn pipeline(gate: &Gate) -> PipelineBuilder {
     const TAKES_GATE: &[fn() -> ResourceReq] = &[ResourceReq::of::<Gate>];
     let stage = |name, n, call| {
-        let meta = StageMeta {
-            name,
-            hash: [n; 32],
-            kind: StageKind::Async,
-            router: false,
-            reads: None,
-            writes: None,
-            timeout: None,
-            input: None,
-            output: None,
-            resources: TAKES_GATE,
-        };
+        let mut meta = crate::__private::stage_meta(name, [n; 32]);
+        meta.resources = TAKES_GATE;
         Node::Stage(Stage::new(meta, call))
     };
     let nodes = vec![stage("hold", 1, hold as _), stage("after", 2, after as _)];
