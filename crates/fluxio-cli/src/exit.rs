@@ -223,8 +223,8 @@ mod tests {
     #[test]
     fn lines_are_scrubbed_of_the_password() {
         let url = RedactedUrl::new("redis://u:hunter2@h");
-        let failure = Failure::failed("auth failed for hunter2");
-        assert_eq!(failure.line(Some(&url)), "fluxio: auth failed for ***");
+        let failure = Failure::failed("auth failed for \"hunter2\"");
+        assert_eq!(failure.line(Some(&url)), "fluxio: auth failed for \"***\"");
     }
 
     #[test]

@@ -110,6 +110,24 @@ pub enum Error {
         run_id: String,
     },
 
+    /// The run was deleted from the store while it ran (a plain
+    /// [`CheckpointStore::delete`](crate::store::CheckpointStore::delete),
+    /// such as `fluxio runs delete --force`): its owner's next checkpoint
+    /// holds only the keys changed since one the store no longer keeps, so
+    /// the store refused it and nothing was written (contract rule 18). The
+    /// run stops; a fresh `invoke` starts the run id again.
+    #[error(
+        "run `{run_id}` was deleted while it ran: checkpoint {seq} follows checkpoint {}, \
+         which the store no longer holds; nothing was written",
+        seq.saturating_sub(1)
+    )]
+    RunDeleted {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// The number of the refused checkpoint ([`Checkpoint::seq`](crate::store::Checkpoint::seq)).
+        seq: u32,
+    },
+
     /// A cancel found the run already finished: completed, or cancelled
     /// before. Nothing was changed.
     #[error("run `{run_id}` {}; nothing was changed", finished(*status))]

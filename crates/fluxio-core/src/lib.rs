@@ -35,6 +35,15 @@ pub use stream::{Chunk, EmitError, Emitter, RunStream, StreamEvent};
 pub use structure::{Changes, StageCode, Structure};
 pub use value::Value;
 
+/// The attribute that implements fluxio's async traits
+/// ([`Middleware`](middleware::Middleware),
+/// [`CheckpointStore`](store::CheckpointStore) and
+/// [`CacheStore`](middleware::CacheStore)): the
+/// [`async-trait`](https://docs.rs/async-trait) crate's, re-exported so that
+/// implementing one needs no dependency of its own (`fluxio::async_trait`
+/// in the facade).
+pub use async_trait::async_trait;
+
 /// What a stage returns: `Result<Context, BoxError>` by default, or
 /// `StageResult<fluxio::Route>` for a router.
 pub type StageResult<T = Context> = std::result::Result<T, BoxError>;

@@ -179,7 +179,8 @@ impl PipelineBuilder {
 
     /// How long a run's ownership of its run id lasts without renewal, for
     /// stores whose leases expire (the in-process default never expires).
-    /// From [`MIN_LEASE_TTL`](crate::store::MIN_LEASE_TTL) (1 ms) to
+    /// From [`MIN_LEASE_TTL`](crate::store::MIN_LEASE_TTL) (3 ms, the
+    /// shortest a run can renew, every third of it) to
     /// [`MAX_LEASE_TTL`](crate::store::MAX_LEASE_TTL) (365 days): `build`
     /// refuses anything else with [`Error::InvalidSetting`].
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
@@ -263,9 +264,14 @@ impl PipelineBuilder {
     /// stage middleware names a stage the pipeline does not have, or a stage
     /// takes a resource type that is not registered (naming the stage and
     /// the type); [`Error::InvalidSetting`] for a lease time-to-live or
-    /// stream buffer out of range.
+    /// stream buffer out of range, or a middleware whose
+    /// [`check`](crate::middleware::Middleware::check) refuses its settings.
     pub fn build(self) -> Result<Pipeline> {
         crate::store::check_lease_ttl(self.lease_ttl)?;
+        let stage_middleware = self.stage_middleware.iter().map(|(_, m)| m);
+        for m in self.middleware.iter().chain(stage_middleware) {
+            m.check()?;
+        }
         if self.async_flush > crate::durability::MAX_ASYNC_FLUSH {
             return Err(Error::InvalidSetting {
                 setting: "async_flush",

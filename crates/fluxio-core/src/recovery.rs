@@ -97,11 +97,13 @@ impl RecoveryPolicy {
     }
 
     /// Give up on a run (mark it needs-attention) once its stage had
-    /// `attempts` attempts, counting the first run and every resume
-    /// (at least 1).
+    /// `attempts` attempts, counting the first run and every resume. At
+    /// least 1: [`RecoveryWorkerBuilder::build`] refuses a policy with
+    /// `max_attempts(0)` with [`Error::InvalidSetting`] naming
+    /// `max_attempts`.
     #[must_use]
     pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts.max(1);
+        self.max_attempts = attempts;
         self
     }
 
@@ -240,6 +242,10 @@ pub struct Sweep {
     pub not_held: usize,
 }
 
+/// The most runs a [`RecoveryWorker`] resumes at once
+/// ([`RecoveryWorkerBuilder::concurrency`]).
+pub const MAX_CONCURRENCY: usize = 100_000;
+
 /// Configures a [`RecoveryWorker`]: [`RecoveryWorker::builder`].
 #[must_use]
 pub struct RecoveryWorkerBuilder {
@@ -285,10 +291,11 @@ impl RecoveryWorkerBuilder {
         self
     }
 
-    /// At most `runs` resumed at once by this worker (default 8; clamped
-    /// to 1..=100,000).
+    /// At most `runs` resumed at once by this worker (default 8; 1 to
+    /// [`MAX_CONCURRENCY`]: [`build`](Self::build) refuses anything else
+    /// with [`Error::InvalidSetting`] naming `concurrency`).
     pub fn concurrency(mut self, runs: usize) -> Self {
-        self.concurrency = runs.clamp(1, 100_000);
+        self.concurrency = runs;
         self
     }
 
@@ -303,8 +310,28 @@ impl RecoveryWorkerBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] (setting `"pipelines"`) when no pipeline
-    /// was added, or one has no store or no name.
+    /// was added, or one has no store or no name; naming `concurrency` when
+    /// it is not in 1..=[`MAX_CONCURRENCY`], and `max_attempts` when the
+    /// policy's is 0.
     pub fn build(self) -> Result<RecoveryWorker> {
+        if !(1..=MAX_CONCURRENCY).contains(&self.concurrency) {
+            return Err(Error::InvalidSetting {
+                setting: "concurrency",
+                message: format!(
+                    "{} runs at once is out of range: a worker resumes 1 to {MAX_CONCURRENCY} \
+                     runs at once",
+                    self.concurrency
+                ),
+            });
+        }
+        if self.policy.max_attempts == 0 {
+            return Err(Error::InvalidSetting {
+                setting: "max_attempts",
+                message: "a policy of 0 attempts would give up on every run before resuming it: \
+                          give `RecoveryPolicy::max_attempts` 1 or more"
+                    .to_owned(),
+            });
+        }
         let invalid = |message: String| Error::InvalidSetting {
             setting: "pipelines",
             message,

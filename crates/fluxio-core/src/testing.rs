@@ -93,8 +93,12 @@ impl StageTest {
     /// The stage's failure (or a middleware's), as a pipeline would return
     /// it; [`Error::Build`](crate::Error::Build) naming the stage and the
     /// type when the stage takes a resource not supplied with
-    /// [`resource`](Self::resource).
+    /// [`resource`](Self::resource); a middleware's
+    /// [`check`](Middleware::check) error.
     pub async fn run(&self, ctx: Context) -> Result<StageRun> {
+        for m in &self.middleware {
+            m.check()?;
+        }
         if let Some(req) = self.stage.missing_resource(&self.resources) {
             return Err(self
                 .stage

@@ -110,6 +110,15 @@ mod waits;
 /// repeated option and a malformed value are errors at the offending token,
 /// all reported at once. The function and its hidden type are emitted anyway,
 /// so a `pipeline!` naming the stage adds no error of its own.
+///
+/// A stage is a free function at module level, never inside an `impl`
+/// block: a method (`&self`) is refused with a message saying to move it out
+/// and take `ctx: Context` instead. An associated function without `self`
+/// cannot be told from a free one by the attribute, which does not see where
+/// it is; the compiler then says that a struct (the stage's hidden type) "is
+/// not supported in `trait`s or `impl`s" and to move it "to a nearby module
+/// scope": move the function out of the `impl` block, and reach what the
+/// type held through `Resource<T>` arguments.
 #[proc_macro_attribute]
 pub fn stage(args: TokenStream, item: TokenStream) -> TokenStream {
     stage::expand(args.into(), item.into()).into()

@@ -133,10 +133,20 @@ fn parse_item(input: ParseStream<'_>, seq: &mut Vec<Item>) -> syn::Result<()> {
     })?;
     if input.peek(syn::token::Paren) {
         let shown = quote!(#path).to_string().replace(' ', "");
-        return Err(syn::Error::new(
-            input.span(),
-            format!("a stage is named, not called: write `{shown}`, not `{shown}(...)`"),
-        ));
+        let message = if path.is_ident("parallel") || path.is_ident("fire_and_forget") {
+            let args = input
+                .fork()
+                .parse::<proc_macro2::Group>()
+                .map(|g| g.stream().to_string().replace(" ,", ","))
+                .unwrap_or_default();
+            format!(
+                "a block is a macro call with `!` and square brackets: write `{shown}![{args}]`, \
+                 not `{shown}({args})`"
+            )
+        } else {
+            format!("a stage is named, not called: write `{shown}`, not `{shown}(...)`")
+        };
+        return Err(syn::Error::new(input.span(), message));
     }
     if !input.peek(Token![=>]) {
         seq.push(Item::Stage(path));

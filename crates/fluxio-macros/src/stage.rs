@@ -381,7 +381,10 @@ fn check_signature(sig: &syn::Signature) -> syn::Result<Signature> {
                 errors,
                 syn::Error::new_spanned(
                     r,
-                    "a stage is a free function, not a method: take `ctx: Context`",
+                    "a stage is a free function, not a method: move it out of the `impl` block \
+                     to module level and take `ctx: Context` in place of `self` (reach shared \
+                     state through `Resource<T>` arguments registered with \
+                     `PipelineBuilder::resource`)",
                 ),
             );
             None

@@ -20,6 +20,10 @@ pub const DEFAULT_SCHEMA: &str = "public";
 pub const DEFAULT_TABLE: &str = "fluxio_checkpoints";
 /// The default timeout of every store call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest [timeout](PostgresStoreBuilder::timeout): `i32::MAX`
+/// milliseconds (about 24.8 days), the most PostgreSQL's
+/// `statement_timeout` holds.
+pub const MAX_TIMEOUT: Duration = Duration::from_millis(2_147_483_647);
 /// The default retention of completed runs' checkpoints: 7 days.
 pub const DEFAULT_COMPLETED_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// The default pool size.
@@ -151,7 +155,9 @@ impl PostgresStoreBuilder {
     /// The most any store call may take (default 10 s), including waiting
     /// for a pooled connection: the pool's acquire timeout, the server's
     /// `statement_timeout` (set per connection, unless the pool was given),
-    /// and a client-side deadline on the whole call.
+    /// and a client-side deadline on the whole call. More than zero and at
+    /// most [`MAX_TIMEOUT`] (the longest `statement_timeout` the server
+    /// takes); `connect` refuses anything else naming `timeout`.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -230,11 +236,13 @@ impl PostgresStoreBuilder {
     /// one).
     pub fn connect_lazy(self) -> Result<PostgresStore> {
         let names = Names::new(&self.schema, &self.table).map_err(own_error)?;
-        if self.timeout.is_zero() {
+        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
             return Err(own_error(PostgresStoreError::InvalidSetting {
                 setting: "timeout",
                 value: format!("{:?}", self.timeout),
-                reason: "it must be greater than zero".to_owned(),
+                reason: "it must be greater than zero and at most i32::MAX milliseconds \
+                         (about 24 days: the server's statement_timeout)"
+                    .to_owned(),
             }));
         }
         if self.max_connections == 0 {

@@ -10,10 +10,6 @@ use crate::index::{status_name, status_of};
 use crate::scripts;
 use crate::store::RedisStore;
 
-/// The most runs a page holds, whatever the filter's `limit` says (as
-/// `InMemoryStore`).
-const MAX_PAGE: usize = 10_000;
-
 /// The most index members one `LIST` script looks at: a filter that few
 /// runs pass (a version, a time) is answered in several short scripts, so
 /// no call holds the server for long.
@@ -153,7 +149,7 @@ impl RedisStore {
     /// order: a bucket's runs are in key order and no run is in two
     /// buckets, so these are the first of all.
     pub(crate) async fn list(&self, filter: &RunFilter) -> Result<RunPage> {
-        let limit = filter.limit.clamp(1, MAX_PAGE);
+        let limit = filter.page_size()?;
         let deadline = self.deadline();
         let mut runs = match (self.is_cluster(), filter.pipeline.as_deref()) {
             (true, None) => {

@@ -17,10 +17,6 @@ use sqlx::{Arguments as _, ColumnIndex, Database, Decode, Encode, Executor, Into
 
 use crate::{CANCELLED, COMPLETED, Dialect, FAILED, NEEDS_ATTENTION, RUNNING};
 
-/// The most runs a page holds, whatever the filter says (as
-/// `InMemoryStore` clamps it).
-const MAX_PAGE: usize = 10_000;
-
 /// One store's listing text, built once from its validated, quoted names.
 #[doc(hidden)]
 #[derive(Debug)]
@@ -107,7 +103,8 @@ impl<T> Statement<T> {
 /// The listing statement for `filter` in dialect `D`.
 ///
 /// # Errors
-/// `Unsupported` for a state this build does not know.
+/// `Unsupported` for a state this build does not know; `InvalidSetting`
+/// naming `limit` for a limit out of range.
 #[doc(hidden)]
 pub fn statement<D: Dialect>(
     sql: &Listing,
@@ -209,7 +206,7 @@ pub fn statement<D: Dialect>(
         );
     }
     // One run more than the page: whether there is a next page.
-    let limit = filter.limit.clamp(1, MAX_PAGE) + 1;
+    let limit = filter.page_size()? + 1;
     text.push_str(&format!(
         " ORDER BY {} LIMIT {}",
         sql.key,
@@ -304,7 +301,7 @@ where
     let rows: Vec<Row> = sqlx::query_as_with(&text, arguments)
         .fetch_all(&mut *conn)
         .await?;
-    let limit = filter.limit.clamp(1, MAX_PAGE);
+    let limit = filter.page_size()?;
     let more = rows.len() > limit;
     let mut page = RunPage::default();
     page.runs = rows
@@ -418,15 +415,27 @@ mod tests {
     }
 
     #[test]
-    fn the_page_asks_one_row_more_than_its_clamped_limit() {
-        for (limit, rows) in [(0, 2), (1, 2), (100, 101), (usize::MAX, 10_001)] {
-            let mut filter = RunFilter::new();
-            filter.limit = limit;
+    fn the_page_asks_one_row_more_than_its_limit_and_refuses_one_out_of_range() {
+        for (limit, rows) in [(1, 2), (100, 101), (10_000, 10_001)] {
+            let filter = RunFilter::new().limit(limit);
             let st = statement::<Plain>(&listing(), &filter).expect("a statement");
             match st.args.last() {
                 Some(Arg::Count(n)) => assert_eq!(*n, rows, "limit {limit}"),
                 _ => panic!("the limit is the last argument"),
             }
+        }
+        for limit in [0, 10_001, usize::MAX] {
+            let filter = RunFilter::new().limit(limit);
+            assert!(
+                matches!(
+                    statement::<Plain>(&listing(), &filter),
+                    Err(Error::InvalidSetting {
+                        setting: "limit",
+                        ..
+                    })
+                ),
+                "limit {limit}"
+            );
         }
     }
 

@@ -154,14 +154,51 @@
 //! keeps the lease, and a [`Retry`](middleware::Retry) keeps its next
 //! attempt, until the body returns, so no second copy of it ever runs beside
 //! it.
+//!
+//! ## Custom middleware
+//!
+//! A [`Middleware`](middleware::Middleware) is an async trait: implement it
+//! under [`#[async_trait]`](async_trait), re-exported here, so it needs no
+//! dependency of your own.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use fluxio::middleware::{Middleware, Next};
+//! use fluxio::stage::Output;
+//! use fluxio::{async_trait, pipeline, stage, Context, Stage, StageResult};
+//!
+//! /// Counts stage calls.
+//! #[derive(Debug, Default)]
+//! struct Count(AtomicUsize);
+//!
+//! #[async_trait]
+//! impl Middleware for Count {
+//!     async fn call(&self, stage: &Stage, ctx: Context, next: Next<'_>) -> fluxio::Result<Output> {
+//!         self.0.fetch_add(1, Ordering::Relaxed);
+//!         next.run(ctx).await
+//!     }
+//! }
+//!
+//! #[stage]
+//! async fn greet(ctx: Context) -> StageResult {
+//!     Ok(ctx.set("greeting", "hello")?)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> fluxio::Result<()> {
+//! let p = pipeline![greet].middleware(Count::default()).build()?;
+//! let out = p.invoke("run-1", Context::new()).await?;
+//! assert_eq!(out.get::<String>("greeting")?, "hello");
+//! # Ok(()) }
+//! ```
 
 pub use fluxio_core::{
     BoxError, Changes, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, Durability,
     EmitError, Emitter, Error, History, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result,
     ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode, StageInfo, StageKind,
-    StageMeta, StageResult, Step, StepStatus, StreamEvent, Structure, Value, callback, context,
-    ctx, durability, error, history, middleware, recovery, stage, store, stream, structure,
-    testing, value,
+    StageMeta, StageResult, Step, StepStatus, StreamEvent, Structure, Value, async_trait, callback,
+    context, ctx, durability, error, history, middleware, recovery, stage, store, stream,
+    structure, testing, value,
 };
 pub use fluxio_macros::{pipeline, stage};
 

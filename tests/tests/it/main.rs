@@ -32,6 +32,7 @@ mod recovery_processes;
 mod release;
 mod resources;
 mod retention;
+mod settings;
 mod stage_errors;
 mod store_faults;
 mod streaming;

@@ -118,12 +118,15 @@ enum Outcome {
 }
 
 impl CircuitBreaker {
-    /// Opens a stage's circuit after `failures` consecutive failures (0 is
-    /// taken as 1), for a 30 s cool-down.
+    /// Opens a stage's circuit after `failures` consecutive failures, for a
+    /// 30 s cool-down. `failures` must be at least 1: a pipeline (or a
+    /// [`StageTest`](crate::testing::StageTest)) with
+    /// `CircuitBreaker::new(0)` is refused when built, with
+    /// [`Error::InvalidSetting`] naming `failures`.
     #[must_use]
     pub fn new(failures: u32) -> Self {
         CircuitBreaker {
-            threshold: failures.max(1),
+            threshold: failures,
             cool_down: Duration::from_secs(30),
             failure_if: Arc::new(stage_failure),
             circuits: Arc::default(),
@@ -205,7 +208,7 @@ impl CircuitBreaker {
             }
             (Phase::Closed { failures }, false, Outcome::Failure) => {
                 let failures = failures.saturating_add(1);
-                if failures >= self.threshold {
+                if failures >= self.threshold.max(1) {
                     tracing::warn!(stage, failures, cool_down = ?self.cool_down, "circuit open");
                     reopen(circuit, super::after(Instant::now(), self.cool_down));
                 } else {
@@ -256,6 +259,18 @@ impl Middleware for CircuitBreaker {
         };
         drop(permit);
         out
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.threshold == 0 {
+            return Err(Error::InvalidSetting {
+                setting: "failures",
+                message: "`CircuitBreaker::new(0)` would open before any call failed: \
+                          give it 1 or more consecutive failures"
+                    .to_owned(),
+            });
+        }
+        Ok(())
     }
 }
 

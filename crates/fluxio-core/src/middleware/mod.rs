@@ -42,7 +42,14 @@ pub(crate) type Chain = Arc<[Arc<dyn Middleware>]>;
 
 /// Wraps stage calls.
 ///
+/// The trait is async: implement it under `#[async_trait]`, the
+/// [`async-trait`](https://docs.rs/async-trait) crate's attribute, which
+/// fluxio re-exports as `fluxio::async_trait` (and
+/// [`fluxio_core::async_trait`](crate::async_trait)), so no dependency of your
+/// own is needed.
+///
 /// ```
+/// use fluxio_core::async_trait;
 /// use fluxio_core::middleware::{Middleware, Next};
 /// use fluxio_core::{Context, Result, Stage};
 /// use fluxio_core::stage::Output;
@@ -51,7 +58,7 @@ pub(crate) type Chain = Arc<[Arc<dyn Middleware>]>;
 /// #[derive(Debug, Default)]
 /// struct Count(std::sync::atomic::AtomicUsize);
 ///
-/// #[async_trait::async_trait]
+/// #[async_trait]
 /// impl Middleware for Count {
 ///     async fn call(&self, stage: &Stage, ctx: Context, next: Next<'_>) -> Result<Output> {
 ///         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -66,6 +73,17 @@ pub trait Middleware: fmt::Debug + Send + Sync + 'static {
     /// # Errors
     /// Whatever the middleware or the rest of the chain fails with.
     async fn call(&self, stage: &Stage, ctx: Context, next: Next<'_>) -> Result<Output>;
+
+    /// Checks the middleware's settings before any call:
+    /// [`PipelineBuilder::build`](crate::PipelineBuilder::build) (and
+    /// [`StageTest::run`](crate::testing::StageTest::run)) calls it for every
+    /// middleware and refuses with its error. The default accepts anything.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] naming the setting and the values it accepts.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The rest of a middleware chain, ending in the stage. `Copy`: call it as

@@ -41,6 +41,8 @@ use crate::stage::{Output, Stage};
 /// ```
 #[derive(Clone)]
 pub struct RateLimit {
+    /// The `calls` of [`RateLimit::new`], as given (0 is refused at build).
+    calls: u32,
     interval: Duration,
     burst: u32,
     shared: bool,
@@ -51,6 +53,7 @@ pub struct RateLimit {
 impl fmt::Debug for RateLimit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
+            .field("calls", &self.calls)
             .field("interval", &self.interval)
             .field("burst", &self.burst)
             .field("shared", &self.shared)
@@ -59,12 +62,16 @@ impl fmt::Debug for RateLimit {
 }
 
 impl RateLimit {
-    /// `calls` calls every `per` (0 calls is taken as 1), no burst, per stage.
-    /// The interval between calls is at most [`MAX_WAIT`](super::MAX_WAIT):
-    /// a longer one is clamped to it.
+    /// `calls` calls every `per`, no burst, per stage. `calls` must be at
+    /// least 1: a pipeline (or a [`StageTest`](crate::testing::StageTest))
+    /// with `RateLimit::new(0, ..)` is refused when built, with
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming
+    /// `calls`. The interval between calls is at most
+    /// [`MAX_WAIT`](super::MAX_WAIT): a longer one is clamped to it.
     #[must_use]
     pub fn new(calls: u32, per: Duration) -> Self {
         RateLimit {
+            calls,
             interval: (per / calls.max(1)).min(super::MAX_WAIT),
             burst: 1,
             shared: false,
@@ -125,6 +132,18 @@ impl Middleware for RateLimit {
             tokio::time::sleep_until(at).await;
         }
         next.run(ctx).await
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.calls == 0 {
+            return Err(crate::Error::InvalidSetting {
+                setting: "calls",
+                message: "`RateLimit::new(0, ..)` would let no call through: \
+                          give it 1 or more calls per interval"
+                    .to_owned(),
+            });
+        }
+        Ok(())
     }
 }
 

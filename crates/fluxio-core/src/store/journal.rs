@@ -115,17 +115,12 @@ pub fn cut_point(next: &Checkpoint, full: impl IntoIterator<Item = u32>) -> Opti
 }
 
 /// The error of a delta whose predecessor the store does not hold: the run
-/// was deleted (or its journal cut) while its owner still wrote to it.
+/// was deleted while its owner still wrote to it ([`Error::RunDeleted`]).
 #[must_use]
 pub fn missing_predecessor(key: &str, seq: u32) -> Error {
-    Error::CorruptCheckpoint {
+    Error::RunDeleted {
         run_id: key.to_owned(),
-        reason: format!(
-            "checkpoint {seq} holds only the keys changed since checkpoint {}, which the store \
-             does not hold (the run was deleted while it ran?); nothing was written",
-            seq.saturating_sub(1)
-        ),
-        source: None,
+        seq,
     }
 }
 

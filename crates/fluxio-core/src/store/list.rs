@@ -84,6 +84,10 @@ impl std::str::FromStr for RunState {
     }
 }
 
+/// The most runs a page of [`list_runs`](super::CheckpointStore::list_runs)
+/// holds ([`RunFilter::limit`]).
+pub const MAX_LIST_LIMIT: usize = 10_000;
+
 /// Which runs to list, a page at a time. Every filter is optional; a page
 /// holds at most [`limit`](RunFilter::limit) runs, in key order, and
 /// [`RunPage::next`] is the cursor of the next page.
@@ -106,7 +110,8 @@ pub struct RunFilter {
     pub created_after_ms: Option<u64>,
     /// Only runs last written before this time (ms since the Unix epoch).
     pub updated_before_ms: Option<u64>,
-    /// At most this many runs per page (at least 1, at most 10,000).
+    /// At most this many runs per page: 1 to [`MAX_LIST_LIMIT`]; the
+    /// built-in stores refuse anything else ([`page_size`](Self::page_size)).
     pub limit: usize,
     /// The cursor a previous page returned: list the runs after it.
     pub after: Option<String>,
@@ -154,11 +159,38 @@ impl RunFilter {
         self
     }
 
-    /// At most `runs` a page, clamped to 1..=10,000.
+    /// At most `runs` a page: 1 to [`MAX_LIST_LIMIT`]. A listing with any
+    /// other limit is refused ([`page_size`](Self::page_size)).
     #[must_use]
     pub fn limit(mut self, runs: usize) -> Self {
-        self.limit = runs.clamp(1, 10_000);
+        self.limit = runs;
         self
+    }
+
+    /// The page's size, [`limit`](Self::limit), checked: what a store's
+    /// [`list_runs`](super::CheckpointStore::list_runs) calls first.
+    ///
+    /// ```
+    /// use fluxio_core::store::RunFilter;
+    /// assert_eq!(RunFilter::new().limit(50).page_size().ok(), Some(50));
+    /// assert!(RunFilter::new().limit(0).page_size().is_err());
+    /// assert!(RunFilter::new().limit(usize::MAX).page_size().is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming `limit`
+    /// when it is not in 1..=[`MAX_LIST_LIMIT`].
+    pub fn page_size(&self) -> crate::Result<usize> {
+        if (1..=MAX_LIST_LIMIT).contains(&self.limit) {
+            return Ok(self.limit);
+        }
+        Err(crate::Error::InvalidSetting {
+            setting: "limit",
+            message: format!(
+                "a page of {} runs is out of range: a page lists 1 to {MAX_LIST_LIMIT} runs",
+                self.limit
+            ),
+        })
     }
 
     /// The page after the cursor `next` of a previous page.

@@ -233,6 +233,7 @@ impl CheckpointStore for InMemoryStore {
     /// Scans every run (the store is a map in memory): fine for tests and
     /// one process, not an index.
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
+        let limit = filter.page_size()?;
         let now = Instant::now();
         let wall = super::now_ms();
         let leases = lock(&self.leases);
@@ -259,7 +260,7 @@ impl CheckpointStore for InMemoryStore {
             if !filter.matches(key, cp, summary.state) {
                 continue;
             }
-            if page.runs.len() == filter.limit.clamp(1, 10_000) {
+            if page.runs.len() == limit {
                 page.next = page.runs.last().map(|r| r.key.clone());
                 break;
             }

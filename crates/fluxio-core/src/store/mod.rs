@@ -90,7 +90,7 @@ pub use error_kind::StoreErrorKind;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::{Begin, Begun, Lease};
 pub(crate) use lease::{BodyLease, KeepLease, LeaseTracker, Ownership};
-pub use list::{RunFilter, RunPage, RunState, RunSummary};
+pub use list::{MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
 pub(crate) use retry::mark_needs_attention;
@@ -98,8 +98,19 @@ pub use retry::retry_run;
 
 use crate::error::Result;
 
-/// The shortest lease time-to-live a run or a store accepts (1 ms).
-pub const MIN_LEASE_TTL: Duration = Duration::from_millis(1);
+/// The shortest lease time-to-live a run or a store accepts (3 ms): the
+/// shortest that a run can renew.
+///
+/// A run renews its lease every third of the ttl, from a tokio timer, whose
+/// resolution is 1 ms: a renewal due after `ttl / 3` fires up to 1 ms late.
+/// At 3 ms the renewal period is one timer tick and the renewal, however
+/// late its tick, is sent by `ttl / 3 + 1 ms = 2 ttl / 3`, with a third of
+/// the ttl left to reach the store. Below it the period is less than a tick
+/// (the renewal is sent a whole tick after it was due), and at 1 ms it is
+/// never sent before the lease lapses: every run would be `LeaseLost`.
+/// Real stores need the ttl to cover their round trips as well: keep it
+/// well above this.
+pub const MIN_LEASE_TTL: Duration = Duration::from_millis(3);
 
 /// The longest lease time-to-live a run or a store accepts (365 days): far
 /// past any real stage, and small enough for every store's clock arithmetic
@@ -127,7 +138,10 @@ pub fn check_lease_ttl(ttl: Duration) -> Result<()> {
     }
     Err(crate::Error::InvalidSetting {
         setting: "lease_ttl",
-        message: format!("{ttl:?} is out of range: a lease lasts from 1ms to 365 days"),
+        message: format!(
+            "{ttl:?} is out of range: a lease lasts from {MIN_LEASE_TTL:?} (the shortest a run \
+             can renew, every third of it) to 365 days"
+        ),
     })
 }
 

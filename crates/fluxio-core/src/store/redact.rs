@@ -7,15 +7,32 @@ use std::fmt;
 /// scrub from any other text (the password as written and percent-decoded).
 ///
 /// Only a URL that parses is shown, rebuilt from its parts; of one that does
-/// not parse only the scheme is shown.
+/// not parse only the scheme is shown. The user name is not a secret and is
+/// shown.
+///
+/// [`scrub`](Self::scrub) masks the password in a message only where the
+/// message quotes it as a value: the whole URL as written (replaced by
+/// [`url`](Self::url)), or the password between quotes or a URL's
+/// delimiters (`:hunter2@`, `"hunter2"`, `password=hunter2&`). Its text
+/// inside a word, a number or a host name, or as a word of prose, is left
+/// alone, so a short password (`e`, `1`, `127`) or one that is a common
+/// word never garbles a message, nor shows which of its words it is; and
+/// a password that is also a part the shown URL shows (its user name, host,
+/// port or database) is not masked elsewhere either.
 ///
 /// ```
 /// use fluxio_core::store::RedactedUrl;
 ///
 /// let r = RedactedUrl::new("redis://user:hunter2@host:6379/0");
 /// assert_eq!(r.url, "redis://user:***@host:6379/0");
-/// assert!(r.leaks("auth failed for hunter2"));
-/// assert_eq!(r.scrub("auth failed for hunter2"), "auth failed for ***");
+/// assert!(r.leaks("auth failed for \"hunter2\""));
+/// assert_eq!(r.scrub("auth failed for \"hunter2\""), "auth failed for \"***\"");
+/// assert_eq!(
+///     r.scrub("cannot parse redis://user:hunter2@host:6379/0"),
+///     "cannot parse redis://user:***@host:6379/0"
+/// );
+/// let short = RedactedUrl::new("postgres://u:127@127.0.0.1/db");
+/// assert_eq!(short.scrub("connection to 127.0.0.1 refused"), "connection to 127.0.0.1 refused");
 /// let bad = RedactedUrl::new("redis//:hunter2@host");
 /// assert!(!bad.url.contains("hunter2"));
 /// ```
@@ -24,6 +41,9 @@ pub struct RedactedUrl {
     /// The URL with the password (userinfo and `pass`/`password` query
     /// parameters) replaced by `***`.
     pub url: String,
+    /// The URL as given: a message quoting it whole shows [`url`](Self::url)
+    /// instead.
+    raw: String,
     secrets: Vec<String>,
 }
 
@@ -49,34 +69,101 @@ impl RedactedUrl {
         secrets.extend(trimmed);
         let decoded: Vec<String> = secrets.iter().map(|s| percent_decode(s)).collect();
         secrets.extend(decoded);
-        secrets.retain(|s| !s.is_empty());
-        secrets.sort();
+        // What the shown URL shows anyway (a password that is the user name,
+        // the host, the port or the database) is never masked elsewhere:
+        // masking it would hide nothing and say which part it is.
+        let shown: Vec<&str> = out.split(delimits).collect();
+        secrets.retain(|s| !s.is_empty() && !shown.contains(&s.as_str()));
+        // Longest first, so a secret that contains another is masked whole.
+        secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         secrets.dedup();
-        RedactedUrl { url: out, secrets }
+        RedactedUrl {
+            url: out,
+            raw: url.to_owned(),
+            secrets,
+        }
     }
 
-    /// Whether `text` contains the password.
+    /// Whether `text` quotes the password (what [`scrub`](Self::scrub)
+    /// would mask).
     #[must_use]
     pub fn leaks(&self, text: &str) -> bool {
-        self.secrets.iter().any(|s| text.contains(s.as_str()))
+        self.scrub(text) != text
     }
 
-    /// `text` with every occurrence of the password replaced by `***`.
+    /// `text` with the URL as written replaced by [`url`](Self::url), and
+    /// every other place that quotes the password as a value (between
+    /// quotes or URL delimiters, or the whole text) replaced by `***`.
     #[must_use]
     pub fn scrub(&self, text: &str) -> String {
-        // Longest first, so a secret that contains another is masked whole.
-        let mut secrets: Vec<&String> = self.secrets.iter().collect();
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        secrets
-            .into_iter()
-            .fold(text.to_owned(), |t, s| t.replace(s.as_str(), MASK))
+        let scrub_part = |part: &str| {
+            self.secrets
+                .iter()
+                .fold(part.to_owned(), |t, s| mask_quoted(&t, s))
+        };
+        if self.raw.is_empty() || self.raw == self.url {
+            return scrub_part(text);
+        }
+        let parts: Vec<String> = text.split(self.raw.as_str()).map(scrub_part).collect();
+        parts.join(&self.url)
     }
+}
+
+/// Whether `c`, next to a secret's text, marks it as a quoted value rather
+/// than a piece of a word, number or host name (or a word of prose).
+fn delimits(c: char) -> bool {
+    matches!(
+        c,
+        '"' | '\''
+            | '`'
+            | ':'
+            | '@'
+            | '/'
+            | '='
+            | '&'
+            | '?'
+            | '#'
+            | ';'
+            | ','
+            | '('
+            | ')'
+            | '['
+            | ']'
+            | '{'
+            | '}'
+            | '<'
+            | '>'
+            | '|'
+            | '\\'
+    )
+}
+
+/// `text` with each occurrence of `secret` that is delimited on both sides
+/// (by [`delimits`] or the text's ends) replaced by `***`.
+fn mask_quoted(text: &str, secret: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    for (at, _) in text.match_indices(secret) {
+        if at < from {
+            continue;
+        }
+        let end = at + secret.len();
+        let before = text[..at].chars().next_back();
+        let after = text[end..].chars().next();
+        if before.is_none_or(delimits) && after.is_none_or(delimits) {
+            out.push_str(&text[from..at]);
+            out.push_str(MASK);
+            from = end;
+        }
+    }
+    out.push_str(&text[from..]);
+    out
 }
 
 /// What a message may show of `url`, pushing what it hides onto `secrets`.
 ///
-/// Only a URL that parses is shown, rebuilt from its parts: the password,
-/// a user name without a password (it may be a password missing its `:`), a
+/// Only a URL that parses is shown, rebuilt from its parts: the password, a
+/// user name holding an escaped `:` or `@` (a user info with its password), a
 /// path or query value holding `@` or `:` (a misplaced user info), a
 /// `pass`/`password` parameter and the fragment become `***`. Of a URL that
 /// does not parse, where no parser can say which part is the password, only
@@ -106,10 +193,15 @@ fn redact(url: &str, secrets: &mut Vec<String>) -> String {
             out.push_str(MASK);
             out.push('@');
         }
-        // A user info without `:` may be a password whose `:` was left out.
-        None if !parsed.username().is_empty() => {
+        // A user name is not a secret, unless it holds an escaped `:` or
+        // `@`: then it is a user info with the password in it.
+        None if suspicious(parsed.username()) => {
             secrets.push(parsed.username().to_owned());
             out.push_str(MASK);
+            out.push('@');
+        }
+        None if !parsed.username().is_empty() => {
+            out.push_str(parsed.username());
             out.push('@');
         }
         None => {}
@@ -213,7 +305,7 @@ mod tests {
                 "redis://user:***@host:6379/0",
             ),
             ("rediss://:secret@host", "rediss://:***@host"),
-            ("redis://user@host", "redis://***@host"),
+            ("redis://user@host", "redis://user@host"),
             ("redis://host:6379", "redis://host:6379"),
             (
                 "redis://u:p%40ss@h/1?protocol=resp3",
@@ -243,8 +335,8 @@ mod tests {
     #[test]
     fn scrubs_raw_and_decoded_passwords_redis() {
         let r = Redacted::new("redis://u:p%40ss@h");
-        assert!(r.leaks("auth with p@ss failed"));
-        assert_eq!(r.scrub("p%40ss and p@ss"), "*** and ***");
+        assert!(r.leaks("auth with \"p@ss\" failed"));
+        assert_eq!(r.scrub("\"p%40ss\" and \"p@ss\""), "\"***\" and \"***\"");
         assert!(!Redacted::new("redis://h").leaks("anything"));
     }
 
@@ -255,7 +347,8 @@ mod tests {
                 "postgres://u:secret@h:5432/db",
                 "postgres://u:***@h:5432/db",
             ),
-            ("postgres://u@h/db", "postgres://***@h/db"),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("postgres://u%3Asecret@h/db", "postgres://***@h/db"),
             ("postgres://h/db", "postgres://h/db"),
             (
                 "postgres://u:p%40ss@h/db?sslmode=require",
@@ -288,10 +381,121 @@ mod tests {
     #[test]
     fn scrubs_raw_and_decoded_passwords_postgres() {
         let r = Redacted::new("postgres://u:p%40ss@h");
-        assert!(r.leaks("auth with p@ss failed"));
-        assert_eq!(r.scrub("p%40ss and p@ss"), "*** and ***");
+        assert!(r.leaks("auth with 'p@ss' failed"));
+        assert_eq!(r.scrub("(p%40ss) and [p@ss]"), "(***) and [***]");
         assert!(!Redacted::new("postgres://h/db").leaks("anything"));
         let opaque = Redacted::new("postgres:hunter2@127.0.0.1/db");
         assert!(opaque.leaks("database \"hunter2@127.0.0.1/db\" does not exist"));
+    }
+
+    /// Messages as servers and clients write them: none quotes the password.
+    const MESSAGES: [&str; 9] = [
+        "cannot open the store: error communicating with database: Connection refused (os error 111)",
+        "connection to 127.0.0.1:5432 refused",
+        "pool timed out while waiting for an open connection",
+        "error returned from database: password authentication failed for user \"u\"",
+        "error returned from database: role \"u\" does not exist",
+        "WRONGPASS invalid username-password pair or user is disabled.",
+        "os error 1",
+        "connection error: the server closed the connection (127.0.0.1)",
+        "database \"db\" does not exist on localhost:5432",
+    ];
+
+    #[test]
+    fn short_and_common_passwords_leave_messages_whole() {
+        let passwords = [
+            "e",
+            "1",
+            "0",
+            "s",
+            "ab",
+            "127",
+            "u",
+            "db",
+            "error",
+            "password",
+            "role",
+            "the",
+            "connection",
+            "postgres",
+            "localhost",
+            "5432",
+            "user",
+            "is",
+        ];
+        for password in passwords {
+            for scheme in ["postgres", "redis"] {
+                let url = format!("{scheme}://u:{password}@127.0.0.1:5432/db");
+                let r = Redacted::new(&url);
+                assert_eq!(r.url, format!("{scheme}://u:***@127.0.0.1:5432/db"));
+                for message in MESSAGES {
+                    assert_eq!(r.scrub(message), message, "password {password:?}");
+                    assert!(!r.leaks(message), "password {password:?}: {message}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_quoted_short_password_is_masked_and_nothing_else() {
+        for password in ["e", "1", "127", "ab", "error", "localhost"] {
+            let url = format!("postgres://u:{password}@db.internal:5432/db");
+            let r = Redacted::new(&url);
+            let whole = format!("cannot open the store {url}: error");
+            assert_eq!(
+                r.scrub(&whole),
+                "cannot open the store postgres://u:***@db.internal:5432/db: error",
+                "{password:?}"
+            );
+            let options =
+                format!("PgConnectOptions {{ host: \"h\", password: Some(\"{password}\") }}");
+            assert_eq!(
+                r.scrub(&options),
+                "PgConnectOptions { host: \"h\", password: Some(\"***\") }",
+                "{password:?}"
+            );
+            assert!(r.leaks(&options));
+            assert_eq!(
+                r.scrub(&format!("x=y&password={password}&z")),
+                "x=y&password=***&z"
+            );
+            assert_eq!(
+                r.scrub(&format!("other://a:{password}@b")),
+                "other://a:***@b"
+            );
+            assert_eq!(r.scrub(password), "***", "the whole text");
+        }
+    }
+
+    #[test]
+    fn a_user_name_is_not_a_secret() {
+        let r = Redacted::new("postgres://alice@h/db");
+        assert_eq!(r.url, "postgres://alice@h/db");
+        let message = "role \"alice\" does not exist";
+        assert_eq!(r.scrub(message), message);
+        assert!(!r.leaks(message));
+        let r = Redacted::new("redis://alice:pw@h");
+        assert_eq!(r.url, "redis://alice:***@h");
+        assert_eq!(r.scrub("user \"alice\""), "user \"alice\"");
+    }
+
+    #[test]
+    fn a_password_that_the_url_shows_anyway_is_not_masked_elsewhere() {
+        for (password, message) in [
+            ("u", "role \"u\" does not exist"),
+            ("h", "cannot reach (h)"),
+            ("5432", "connect to (h:5432)"),
+            ("db", "database \"db\" does not exist"),
+        ] {
+            let url = format!("postgres://u:{password}@h:5432/db");
+            let r = Redacted::new(&url);
+            assert_eq!(r.url, "postgres://u:***@h:5432/db");
+            assert_eq!(r.scrub(message), message, "{url}");
+            assert_eq!(
+                r.scrub(&url),
+                r.url,
+                "the URL quoted whole is still redacted"
+            );
+        }
     }
 }

@@ -285,7 +285,7 @@ async fn a_statement_that_blocks_times_out_and_the_store_recovers() {
         .await
         .expect("connect");
     let lease = store
-        .acquire_lease("r", Duration::from_millis(1))
+        .acquire_lease("r", fluxio_core::store::MIN_LEASE_TTL)
         .await
         .expect("acquire");
     drop(lease);
@@ -328,4 +328,95 @@ async fn a_statement_that_blocks_times_out_and_the_store_recovers() {
     let _ = other.close().await;
     drop(store);
     support::postgres::drop_schema(&url, &schema).await;
+}
+
+/// The real server's refusals, on URLs whose password is one or a few
+/// characters, or a word of the server's message: the server's words come
+/// back whole, the role's name included (a user name is not a secret), and
+/// the password never shows. (The test server trusts 127.0.0.1, so it
+/// accepts any password of a role that exists: its refusals here are of a
+/// role or a database that does not exist.)
+#[tokio::test]
+async fn short_passwords_leave_the_servers_messages_whole() {
+    let Some(base) = support::postgres::server().await else {
+        return;
+    };
+    let Some(host) = base
+        .strip_prefix("postgres://")
+        .and_then(|rest| rest.split_once('@'))
+        .map(|(_, host)| host.split_once('/').map_or(host, |(h, _)| h).to_owned())
+    else {
+        support::skip(&"FLUXIO_POSTGRES_URL is not postgres://user@host/db");
+        return;
+    };
+    let role = "fx_no_such_role";
+    let database = "fx_no_such_database";
+    for password in ["e", "1", "127", "s", "does", "exist", "role"] {
+        let cases = [
+            (
+                format!("postgres://{role}:{password}@{host}/test"),
+                format!("role \"{role}\" does not exist"),
+            ),
+            (
+                format!("postgres://postgres:{password}@{host}/{database}"),
+                format!("database \"{database}\" does not exist"),
+            ),
+        ];
+        for (url, says) in cases {
+            let err = PostgresStore::builder(url.as_str())
+                .timeout(Duration::from_secs(5))
+                .connect()
+                .await
+                .expect_err("the server refuses");
+            let shown = everything_about(&err);
+            assert!(shown.contains(&says), "password {password:?}: {shown}");
+            let redacted = url.replacen(&format!(":{password}@"), ":***@", 1);
+            assert!(shown.contains(&redacted), "password {password:?}: {shown}");
+            assert!(
+                !shown.contains(&format!(":{password}@")),
+                "password {password:?}: {shown}"
+            );
+        }
+    }
+    // A role given without a password is shown as it is.
+    let err = PostgresStore::builder(format!("postgres://{role}@{host}/test"))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect_err("no such role");
+    let shown = everything_about(&err);
+    assert!(
+        shown.contains(&format!("role \"{role}\" does not exist"))
+            && shown.contains(&format!("postgres://{role}@{host}/test")),
+        "{shown}"
+    );
+}
+
+/// A timeout longer than the server's `statement_timeout` can hold is
+/// refused before anything is sent, naming `timeout`, as SQLite's
+/// `busy_timeout` is; the longest one it holds builds.
+#[tokio::test]
+async fn a_timeout_past_statement_timeout_is_an_invalid_setting() {
+    for timeout in [
+        Duration::MAX,
+        Duration::from_secs(30 * 24 * 60 * 60),
+        fluxio_postgres::MAX_TIMEOUT + Duration::from_millis(1),
+        Duration::ZERO,
+    ] {
+        let err = PostgresStore::builder(support::postgres::url())
+            .timeout(timeout)
+            .connect()
+            .await
+            .expect_err("out of range");
+        assert_eq!(
+            invalid_setting(&err),
+            ("timeout", format!("{timeout:?}")),
+            "{timeout:?}"
+        );
+        assert!(err.to_string().contains("i32::MAX milliseconds"), "{err}");
+    }
+    PostgresStore::builder("postgres://h/db")
+        .timeout(fluxio_postgres::MAX_TIMEOUT)
+        .connect_lazy()
+        .expect("the longest statement_timeout");
 }

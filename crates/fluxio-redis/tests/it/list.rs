@@ -486,9 +486,10 @@ async fn rule21_a_sparse_filter_reads_the_index_in_bounded_slices() {
         ["p/r04321"]
     );
     assert_eq!(page.next, None);
-    let mut huge = RunFilter::new().pipeline("p");
-    huge.limit = usize::MAX;
-    let page = store.list_runs(&huge).await.expect("list");
+    let largest = RunFilter::new()
+        .pipeline("p")
+        .limit(fluxio_core::store::MAX_LIST_LIMIT);
+    let page = store.list_runs(&largest).await.expect("list");
     assert_eq!((page.runs.len(), page.next), (4_500, None));
     let page = store
         .list_runs(&RunFilter::new().pipeline("p").limit(4_499))

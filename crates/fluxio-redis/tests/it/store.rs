@@ -346,12 +346,7 @@ async fn rule20_only_completed_runs_expire_failed_and_cancelled_ones_are_kept() 
 
 #[tokio::test]
 async fn the_password_never_shows() {
-    let Some(mut raw) = support::redis::raw().await else {
-        return;
-    };
-    let base = support::redis::url();
-    let Some(rest) = base.strip_prefix("redis://").filter(|r| !r.contains('@')) else {
-        support::skip(&"FLUXIO_REDIS_URL has credentials of its own");
+    let Some((mut raw, rest)) = server_without_credentials().await else {
         return;
     };
     let user = format!("fx_redact_{}", std::process::id());
@@ -372,19 +367,6 @@ async fn the_password_never_shows() {
     assert_eq!(redis_source(&err).operation(), "connect");
 
     // a user that may not SET: connect works, save fails on the server
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            &user,
-            "on",
-            &format!(">{password}"),
-            "~*",
-            "+@all",
-            "-hset",
-        ])
-        .query_async(&mut raw)
-        .await
-        .expect("ACL SETUSER");
     let user_in_task = user.clone();
     let result = async move {
         let user = user_in_task;
@@ -413,16 +395,83 @@ async fn the_password_never_shows() {
         );
         assert!(shown.contains(&format!("{user}:***@")), "{shown}");
     };
-    // delete the user even when an assertion fails
-    let outcome = tokio::spawn(result).await;
+    let grant = format!(">{password}");
+    let rules = [grant.as_str(), "~*", "+@all", "-hset"];
+    as_acl_user(&mut raw, &user, &rules, result).await;
+}
+
+/// A connection to the test server and its address (`host:port/db`), when
+/// its URL carries no credentials of its own (the tests add theirs).
+async fn server_without_credentials() -> Option<(redis::aio::MultiplexedConnection, String)> {
+    let raw = support::redis::raw().await?;
+    let base = support::redis::url();
+    let Some(rest) = base.strip_prefix("redis://").filter(|r| !r.contains('@')) else {
+        support::skip(&"FLUXIO_REDIS_URL has credentials of its own");
+        return None;
+    };
+    Some((raw, rest.to_owned()))
+}
+
+/// Runs `body` while the ACL user `user` exists with `rules` (after `on`),
+/// and deletes the user afterwards, even when `body` panics.
+async fn as_acl_user(
+    raw: &mut redis::aio::MultiplexedConnection,
+    user: &str,
+    rules: &[&str],
+    body: impl std::future::Future<Output = ()> + Send + 'static,
+) {
     let _: () = redis::cmd("ACL")
-        .arg(&["DELUSER", &user])
-        .query_async(&mut raw)
+        .arg("SETUSER")
+        .arg(user)
+        .arg("on")
+        .arg(rules)
+        .query_async(raw)
+        .await
+        .expect("ACL SETUSER");
+    let outcome = tokio::spawn(body).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&["DELUSER", user])
+        .query_async(raw)
         .await
         .expect("ACL DELUSER");
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic.into_panic());
     }
+}
+
+/// AUTH refused by the real server for a user that exists, with wrong
+/// passwords of one to three characters and ones that are words of the
+/// client's message about it: the message comes back whole, the user's name is shown,
+/// and the password never is.
+#[tokio::test]
+async fn short_wrong_passwords_leave_the_servers_answer_whole() {
+    let Some((mut raw, rest)) = server_without_credentials().await else {
+        return;
+    };
+    let user = format!("fx_short_{}", std::process::id());
+    let user_in_task = user.clone();
+    let result = async move {
+        let user = user_in_task;
+        for password in ["e", "1", "127", "s", "ab", "Password", "failed", "auth"] {
+            let url = format!("redis://{user}:{password}@{rest}");
+            let err = RedisStore::connect(&url).await.expect_err("WRONGPASS");
+            let shown = every_rendering(&err);
+            assert!(
+                shown.contains("Password authentication failed - AuthenticationFailed"),
+                "password {password:?}: {shown}"
+            );
+            assert!(
+                shown.contains(&format!("redis://{user}:***@{rest}")),
+                "password {password:?}: {shown}"
+            );
+            assert!(
+                !shown.contains(&format!(":{password}@")),
+                "password {password:?}: {shown}"
+            );
+        }
+    };
+    let rules = [">the-right-password", "~*", "+@all"];
+    as_acl_user(&mut raw, &user, &rules, result).await;
 }
 
 #[tokio::test]

@@ -136,7 +136,7 @@ async fn rule24_a_refused_write_fails_only_its_own_caller() {
         answers[1]
     );
     assert!(
-        matches!(answers[2], Err(Error::CorruptCheckpoint { .. })),
+        matches!(answers[2], Err(Error::RunDeleted { .. })),
         "{:?}",
         answers[2]
     );

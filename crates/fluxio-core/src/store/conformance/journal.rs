@@ -121,8 +121,7 @@ pub async fn rule18_a_delta_without_its_predecessor_is_refused<H: Harness>(h: &H
         .save_fenced(entry(&run, 1, &c1, Some(&c0)), &lease)
         .await;
     assert!(
-        matches!(&refused, Err(Error::CorruptCheckpoint { run_id, reason, .. })
-            if run_id == &key && reason.contains("checkpoint 0")),
+        matches!(&refused, Err(Error::RunDeleted { run_id, seq: 1 }) if run_id == &key),
         "{refused:?}"
     );
     assert!(
@@ -136,7 +135,7 @@ pub async fn rule18_a_delta_without_its_predecessor_is_refused<H: Harness>(h: &H
         .save_fenced(entry(&run, 3, &c3, Some(&c1)), &lease)
         .await;
     assert!(
-        matches!(gap, Err(Error::CorruptCheckpoint { .. })),
+        matches!(gap, Err(Error::RunDeleted { seq: 3, .. })),
         "{gap:?}"
     );
     assert_eq!(seqs(&history(&store, &key).await), [0, 1], "left as it was");
@@ -145,7 +144,7 @@ pub async fn rule18_a_delta_without_its_predecessor_is_refused<H: Harness>(h: &H
         .save_fenced(entry(&run, 2, &c3, Some(&c1)), &lease)
         .await;
     assert!(
-        matches!(after_delete, Err(Error::CorruptCheckpoint { .. })),
+        matches!(after_delete, Err(Error::RunDeleted { seq: 2, .. })),
         "{after_delete:?}"
     );
     assert!(

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{Harness, checkpoint, namespace};
 use crate::error::Error;
-use crate::store::{Checkpoint, CheckpointStore, RunFilter, RunState};
+use crate::store::{Checkpoint, CheckpointStore, MAX_LIST_LIMIT, RunFilter, RunState};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -297,17 +297,32 @@ pub async fn rule21_keys_list_in_byte_order_and_every_filter_value_is_answered<H
     let mut filter = RunFilter::new();
     filter.updated_before_ms = Some(0);
     assert_eq!(list(filter).await, (vec![], None), "updated before 1970");
-    let mut filter = RunFilter::new();
-    filter.limit = 0;
     let first = saved[0].key();
     assert_eq!(
-        list(filter).await,
+        list(RunFilter::new().limit(1)).await,
         (vec![first.clone()], Some(first)),
-        "a limit of 0 is 1"
+        "the smallest page"
     );
-    let mut filter = RunFilter::new();
-    filter.limit = usize::MAX;
-    assert_eq!(list(filter).await, (keys(&saved), None), "a huge limit");
+    assert_eq!(
+        list(RunFilter::new().limit(MAX_LIST_LIMIT)).await,
+        (keys(&saved), None),
+        "the largest page"
+    );
+    for limit in [0, MAX_LIST_LIMIT + 1, usize::MAX] {
+        let mut filter = RunFilter::new();
+        filter.limit = limit;
+        let refused = store.list_runs(&filter).await;
+        assert!(
+            matches!(
+                &refused,
+                Err(Error::InvalidSetting {
+                    setting: "limit",
+                    ..
+                })
+            ),
+            "limit {limit}: {refused:?}"
+        );
+    }
     assert_eq!(
         list(RunFilter::new().after("")).await,
         (keys(&saved), None),
