@@ -37,7 +37,7 @@ pub use value::Value;
 
 /// The attribute that implements fluxio's async traits
 /// ([`Middleware`](middleware::Middleware),
-/// [`CheckpointStore`](store::CheckpointStore) and
+/// [`CheckpointStore`] and
 /// [`CacheStore`](middleware::CacheStore)): the
 /// [`async-trait`](https://docs.rs/async-trait) crate's, re-exported so that
 /// implementing one needs no dependency of its own (`fluxio::async_trait`

@@ -1,0 +1,387 @@
+//! Building a pipeline: [`PipelineBuilder`], its settings and their checks, and `build`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Inner, MAX_STREAM_BUFFER, Pipeline};
+use crate::callback::Callback;
+use crate::compile::{Node, Program};
+use crate::durability::Durability;
+use crate::error::{Error, Result};
+use crate::middleware::Middleware;
+use crate::stage::Resources;
+use crate::store::{CheckpointStore, InMemoryStore, LeaseTracker};
+use crate::stream::DEFAULT_STREAM_BUFFER;
+use crate::version::short_hex;
+
+/// What `pipeline!` returns: set the options, then [`build`](PipelineBuilder::build).
+///
+/// Defaults: not durable, auto-parallelism on, lease time-to-live 30 s.
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `.build()`"]
+pub struct PipelineBuilder {
+    root: Vec<Node>,
+    name: Option<String>,
+    digest_plain: [u8; 32],
+    digest_auto: [u8; 32],
+    store: Option<Arc<dyn CheckpointStore>>,
+    durable: bool,
+    auto_parallel: bool,
+    lease_ttl: Duration,
+    durability: Durability,
+    async_flush: Duration,
+    delete_completed: bool,
+    history_depth: Option<u32>,
+    stream_buffer: usize,
+    middleware: Vec<Arc<dyn Middleware>>,
+    stage_middleware: Vec<(String, Arc<dyn Middleware>)>,
+    callbacks: Vec<Arc<dyn Callback>>,
+    resources: Resources,
+}
+
+impl PipelineBuilder {
+    /// Used by `pipeline!` (through `__private::pipeline_builder`).
+    pub(crate) fn new(root: Vec<Node>, digest_plain: [u8; 32], digest_auto: [u8; 32]) -> Self {
+        PipelineBuilder {
+            root,
+            name: None,
+            digest_plain,
+            digest_auto,
+            store: None,
+            durable: false,
+            auto_parallel: true,
+            lease_ttl: Duration::from_secs(30),
+            durability: Durability::Sync,
+            async_flush: crate::durability::DEFAULT_ASYNC_FLUSH,
+            delete_completed: false,
+            history_depth: None,
+            stream_buffer: DEFAULT_STREAM_BUFFER,
+            middleware: Vec::new(),
+            stage_middleware: Vec::new(),
+            callbacks: Vec::new(),
+            resources: Resources::default(),
+        }
+    }
+
+    /// Names the pipeline (contract rule 10): stores keep its runs under
+    /// `name/run_id` ([`run_key`](crate::store::run_key)), so pipelines with
+    /// different names never see, overwrite, delete or lease each other's
+    /// runs, whatever their run ids. The name appears in the run's span, its
+    /// callbacks, its errors and its stages' idempotency keys.
+    ///
+    /// A name is 1 to 64 ASCII letters, digits, `_`, `-` or `.`; `build`
+    /// refuses anything else, naming the setting.
+    ///
+    /// ```
+    /// # fn demo(p: fluxio_core::PipelineBuilder) -> fluxio_core::Result<fluxio_core::Pipeline> {
+    /// p.name("orders").durable(true).build()
+    /// # }
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Registers `value` as the shared resource of type `T`, for the stages
+    /// that take a [`Resource<T>`](crate::Resource) argument (registering a
+    /// type again replaces the value). Every stage and every run share the
+    /// one value; resources are part of neither the version nor the
+    /// checkpoints. `build` fails when a stage takes a type not registered.
+    ///
+    /// ```
+    /// # fn demo(p: fluxio_core::PipelineBuilder) -> fluxio_core::Result<fluxio_core::Pipeline> {
+    /// struct Config { currency: &'static str }
+    /// p.resource(Config { currency: "EUR" }).build()
+    /// # }
+    /// ```
+    pub fn resource<T: std::marker::Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.resources.insert(value);
+        self
+    }
+
+    /// Makes the pipeline durable, keeping checkpoints in `store`.
+    pub fn store(self, store: impl CheckpointStore) -> Self {
+        self.store_arc(Arc::new(store))
+    }
+
+    /// Like [`store`](Self::store), for a store that is already shared.
+    pub fn store_arc(mut self, store: Arc<dyn CheckpointStore>) -> Self {
+        self.store = Some(store);
+        self.durable = true;
+        self
+    }
+
+    /// Switches durable execution on or off. On without a store uses a new
+    /// [`InMemoryStore`].
+    pub fn durable(mut self, on: bool) -> Self {
+        self.durable = on;
+        self
+    }
+
+    /// Switches auto-parallelism on or off: folding consecutive stages whose
+    /// declared `reads`/`writes` are disjoint into one parallel block. The
+    /// version differs between the two modes, since the program differs.
+    pub fn auto_parallel(mut self, on: bool) -> Self {
+        self.auto_parallel = on;
+        self
+    }
+
+    /// When a durable run's checkpoints are written (contract rule 24):
+    /// [`Durability::Sync`] (the default: each one is durable before its
+    /// stage starts), [`Durability::Async`] (sent in the background, all
+    /// acknowledged before the run ends) or [`Durability::Exit`] (only the
+    /// run's end is written). See [`crate::durability`] for what a crash
+    /// costs in each.
+    ///
+    /// ```
+    /// # fn demo(p: fluxio_core::PipelineBuilder) -> fluxio_core::Result<fluxio_core::Pipeline> {
+    /// use fluxio_core::Durability;
+    /// let pipeline = p.durability(Durability::Async).build()?;
+    /// # Ok(pipeline) }
+    /// ```
+    pub fn durability(mut self, mode: Durability) -> Self {
+        self.durability = mode;
+        self
+    }
+
+    /// How long a checkpoint of an [`Async`](Durability::Async) run waits
+    /// before it is sent (default
+    /// [`DEFAULT_ASYNC_FLUSH`](crate::durability::DEFAULT_ASYNC_FLUSH), 2
+    /// ms): a newer checkpoint made meanwhile replaces it, so quick stages
+    /// cost no write. Zero sends each one as soon as the write before it is
+    /// acknowledged. A crash may re-run the stages of about this long
+    /// (plus a write's time) before it.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) refuses more than
+    /// [`MAX_ASYNC_FLUSH`](crate::durability::MAX_ASYNC_FLUSH) (one hour)
+    /// with [`Error::InvalidSetting`] naming `async_flush`.
+    pub fn async_flush(mut self, wait: Duration) -> Self {
+        self.async_flush = wait;
+        self
+    }
+
+    /// How long a run's ownership of its run id lasts without renewal, for
+    /// stores whose leases expire (the in-process default never expires).
+    /// From [`MIN_LEASE_TTL`](crate::store::MIN_LEASE_TTL) (3 ms, the
+    /// shortest a run can renew, every third of it) to
+    /// [`MAX_LEASE_TTL`](crate::store::MAX_LEASE_TTL) (365 days): `build`
+    /// refuses anything else with [`Error::InvalidSetting`].
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// Deletes a durable run from the store as soon as it completed (a
+    /// retention policy, contract rule 20; default off: a completed run is
+    /// kept until the store's own retention drops it). The completed
+    /// checkpoint is still written first, fenced, so a run cancelled in its
+    /// last stage ends cancelled and is kept; then the run is deleted under
+    /// its lease. Failed, cancelled and abandoned runs are always kept.
+    ///
+    /// A deleted run is gone: [`Pipeline::start`] of its run id runs it
+    /// again, and [`Pipeline::resume`] finds nothing. Use it for runs whose
+    /// result lives elsewhere once they complete.
+    pub fn delete_completed(mut self, on: bool) -> Self {
+        self.delete_completed = on;
+        self
+    }
+
+    /// Bounds the history a durable run keeps (contract rule 20; default:
+    /// every checkpoint until the run is removed). With `Some(n)`, the
+    /// store drops the run's checkpoints before the last whole one at least
+    /// `n` checkpoints back, so a run keeps between `n` and `n +`
+    /// [`COMPACT_EVERY`](crate::store::COMPACT_EVERY) checkpoints of
+    /// history, whatever its length and however often it is resumed or
+    /// replayed. `Some(0)` counts as 1.
+    pub fn history_depth(mut self, checkpoints: Option<u32>) -> Self {
+        self.history_depth = checkpoints.map(|n| n.max(1));
+        self
+    }
+
+    /// How many chunks [`Pipeline::stream`] buffers before a stream stage's
+    /// [`Emitter::emit`](crate::Emitter::emit) waits for the consumer
+    /// (default [`DEFAULT_STREAM_BUFFER`]; 0 counts as 1; `build` refuses
+    /// more than [`MAX_STREAM_BUFFER`] with [`Error::InvalidSetting`]).
+    pub fn stream_buffer(mut self, chunks: usize) -> Self {
+        self.stream_buffer = chunks.max(1);
+        self
+    }
+
+    /// Wraps every stage call in `middleware`. Several calls nest: the first
+    /// one added is the outermost.
+    ///
+    /// ```
+    /// # fn demo(p: fluxio_core::PipelineBuilder) -> fluxio_core::Result<fluxio_core::Pipeline> {
+    /// use std::time::Duration;
+    /// use fluxio_core::middleware::{Retry, Timeout};
+    /// p.middleware(Retry::new(3)).middleware(Timeout(Duration::from_secs(5))).build()
+    /// # }
+    /// ```
+    pub fn middleware(mut self, middleware: impl Middleware) -> Self {
+        self.middleware.push(Arc::new(middleware));
+        self
+    }
+
+    /// Wraps the calls of the stage named `stage` in `middleware`, inside the
+    /// pipeline-wide middleware. `build` fails when no stage has that name.
+    pub fn stage_middleware(
+        mut self,
+        stage: impl Into<String>,
+        middleware: impl Middleware,
+    ) -> Self {
+        self.stage_middleware
+            .push((stage.into(), Arc::new(middleware)));
+        self
+    }
+
+    /// Adds a callback that observes every run (see [`Callback`]).
+    pub fn callback(mut self, callback: impl Callback) -> Self {
+        self.callbacks.push(Arc::new(callback));
+        self
+    }
+
+    /// Compiles the pipeline.
+    ///
+    /// # Errors
+    /// [`Error::Build`] when the shape is invalid (see [`Program::compile`]),
+    /// stage middleware names a stage the pipeline does not have, or a stage
+    /// takes a resource type that is not registered (naming the stage and
+    /// the type); [`Error::InvalidSetting`] for a lease time-to-live or
+    /// stream buffer out of range, or a middleware whose
+    /// [`check`](crate::middleware::Middleware::check) refuses its settings.
+    pub fn build(self) -> Result<Pipeline> {
+        crate::store::check_lease_ttl(self.lease_ttl)?;
+        let stage_middleware = self.stage_middleware.iter().map(|(_, m)| m);
+        for m in self.middleware.iter().chain(stage_middleware) {
+            m.check()?;
+        }
+        if self.async_flush > crate::durability::MAX_ASYNC_FLUSH {
+            return Err(Error::InvalidSetting {
+                setting: "async_flush",
+                message: format!(
+                    "{:?} is longer than the longest wait, {:?}",
+                    self.async_flush,
+                    crate::durability::MAX_ASYNC_FLUSH
+                ),
+            });
+        }
+        let name = self.name.clone().unwrap_or_default();
+        if self.name.is_some() {
+            check_pipeline_name(&name)?;
+        } else if self.durable {
+            return Err(Error::InvalidSetting {
+                setting: "name",
+                message: "a durable pipeline needs a name, which scopes its run ids in the store \
+                          (contract rule 10): add `.name(\"orders\")` before `.build()`"
+                    .to_owned(),
+            });
+        }
+        if self.stream_buffer > MAX_STREAM_BUFFER {
+            return Err(Error::InvalidSetting {
+                setting: "stream_buffer",
+                message: format!(
+                    "{} chunks is more than the most a stream buffers, {MAX_STREAM_BUFFER}",
+                    self.stream_buffer
+                ),
+            });
+        }
+        let mut program = Program::compile(&self.root, self.auto_parallel)?;
+        program.callbacks = self.callbacks.into();
+        let resources = Arc::new(self.resources);
+        for stage in &mut program.stages {
+            if let Some(req) = stage.missing_resource(&resources) {
+                return Err(stage.missing_resource_error(
+                    &req,
+                    &format!(
+                        "register one with `.resource(value)` before `.build()` (registered: {})",
+                        resources.describe()
+                    ),
+                ));
+            }
+            *stage = stage.clone().with_resources(Arc::clone(&resources));
+        }
+        for (name, _) in &self.stage_middleware {
+            if program.stage(name).is_none() {
+                return Err(Error::build(format!(
+                    "middleware for unknown stage `{name}`; stages: {}",
+                    program.stage_names().join(", ")
+                )));
+            }
+        }
+        if !self.middleware.is_empty() || !self.stage_middleware.is_empty() {
+            program.middleware = program
+                .stages
+                .iter()
+                .map(|stage| {
+                    let own = self
+                        .stage_middleware
+                        .iter()
+                        .filter(|(n, _)| n == stage.name())
+                        .map(|(_, m)| Arc::clone(m));
+                    self.middleware
+                        .iter()
+                        .cloned()
+                        .chain(own)
+                        .collect::<Vec<_>>()
+                        .into()
+                })
+                .collect();
+        }
+        let digest = if self.auto_parallel {
+            self.digest_auto
+        } else {
+            self.digest_plain
+        };
+        let store = match (self.durable, self.store) {
+            (false, _) => None,
+            (true, Some(s)) => Some(s),
+            (true, None) => Some(Arc::new(InMemoryStore::new()) as Arc<dyn CheckpointStore>),
+        };
+        program.version = Arc::from(short_hex(&digest));
+        let structure = Arc::new(crate::compile::structure_of(&self.root, self.auto_parallel));
+        Ok(Pipeline {
+            inner: Arc::new(Inner {
+                program: Arc::new(program),
+                name,
+                structure,
+                held: Vec::new(),
+                version: short_hex(&digest),
+                auto_parallel: self.auto_parallel,
+                store,
+                lease_ttl: self.lease_ttl,
+                durability: self.durability,
+                async_flush: self.async_flush,
+                delete_completed: self.delete_completed,
+                history_depth: self.history_depth,
+                stream_buffer: self.stream_buffer,
+                leases: LeaseTracker::default(),
+            }),
+        })
+    }
+}
+
+/// The longest pipeline name [`PipelineBuilder::name`] accepts, in bytes.
+pub const MAX_PIPELINE_NAME_LEN: usize = 64;
+
+/// A pipeline name: 1 to [`MAX_PIPELINE_NAME_LEN`] ASCII letters, digits,
+/// `_`, `-` or `.` (no `/`, so `name/run_id` keys cannot collide).
+pub(super) fn check_pipeline_name(name: &str) -> Result<()> {
+    let problem = if name.is_empty() {
+        "it is empty".to_owned()
+    } else if name.len() > MAX_PIPELINE_NAME_LEN {
+        format!("it is longer than {MAX_PIPELINE_NAME_LEN} bytes")
+    } else if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
+        format!("{c:?} is not an ASCII letter, digit, `_`, `-` or `.`")
+    } else {
+        return Ok(());
+    };
+    let shown: String = name.chars().take(MAX_PIPELINE_NAME_LEN).collect();
+    Err(Error::InvalidSetting {
+        setting: "name",
+        message: format!("pipeline name {shown:?}: {problem}"),
+    })
+}

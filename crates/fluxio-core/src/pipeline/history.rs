@@ -1,0 +1,277 @@
+//! History and time travel: `history`, `fork`, `diff`, `context_at`, `checkpoint`
+//! (rules 18 and 20).
+
+use std::fmt;
+
+use tracing::Instrument as _;
+
+use super::resume::{Continue, ResumeOptions};
+use super::{Pipeline, check_runtime};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::store::{Checkpoint, CheckpointStore};
+use crate::value::Value;
+
+/// How two runs' stored contexts differ: [`Pipeline::diff`].
+///
+/// ```
+/// use fluxio_core::{ctx, Diff};
+/// # fn main() -> fluxio_core::Result<()> {
+/// let a = ctx! { "n" => 1, "same" => true }?;
+/// let b = ctx! { "n" => 2, "same" => true, "new" => "x" }?;
+/// let d = Diff::between("a", &a, "b", &b);
+/// assert_eq!(d.entries.len(), 2);
+/// assert_eq!(d.to_string(), "n: 1 | 2\nnew: <absent> | \"x\"\n");
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diff {
+    /// The first run id.
+    pub run_a: String,
+    /// The second run id.
+    pub run_b: String,
+    /// One entry per differing key, in key order.
+    pub entries: Vec<DiffEntry>,
+}
+
+/// One differing key of a [`Diff`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DiffEntry {
+    /// The key.
+    pub key: String,
+    /// Its value in the first run, `None` when absent there.
+    pub a: Option<Value>,
+    /// Its value in the second run, `None` when absent there.
+    pub b: Option<Value>,
+}
+
+impl Diff {
+    /// The differences between two contexts.
+    #[must_use]
+    pub fn between(run_a: &str, a: &Context, run_b: &str, b: &Context) -> Diff {
+        let mut keys: Vec<&str> = a.keys().chain(b.keys()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let entries = keys
+            .into_iter()
+            .filter_map(|k| {
+                // equal encodings are equal values: decode only what differs
+                let (va, vb) = (a.encoded(k), b.encoded(k));
+                (va != vb).then(|| DiffEntry {
+                    key: k.to_owned(),
+                    a: va.map(crate::value::EncodedValue::decode),
+                    b: vb.map(crate::value::EncodedValue::decode),
+                })
+            })
+            .collect();
+        Diff {
+            run_a: run_a.to_owned(),
+            run_b: run_b.to_owned(),
+            entries,
+        }
+    }
+
+    /// Whether the two contexts are equal.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl fmt::Display for Diff {
+    /// One line per key: `key: <value in a> | <value in b>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let show = |v: &Option<Value>| {
+            v.as_ref()
+                .map_or_else(|| "<absent>".to_owned(), ToString::to_string)
+        };
+        for e in &self.entries {
+            writeln!(f, "{}: {} | {}", e.key, show(&e.a), show(&e.b))?;
+        }
+        Ok(())
+    }
+}
+
+impl Pipeline {
+    /// The history of the run `run_id` (contract rule 20): every step it
+    /// took that its store still keeps, with its attempt, status, times,
+    /// the keys it wrote and its error. It prints as a table.
+    ///
+    /// ```
+    /// # use fluxio_core::{Context, InMemoryStore, StepStatus};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .name("orders")
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// pipeline.invoke("order-1", Context::new()).await?;
+    /// let history = pipeline.history("order-1").await?;
+    /// assert!(history.steps.iter().all(|s| s.status == StepStatus::Completed));
+    /// println!("{history}");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store;
+    /// [`Error::CheckpointNotFound`] when nothing is stored for `run_id`;
+    /// [`Error::InvalidRunId`], [`Error::Store`] and
+    /// [`Error::CorruptCheckpoint`] as for [`checkpoint`](Self::checkpoint).
+    pub async fn history(&self, run_id: &str) -> Result<crate::History> {
+        let key = self.key(run_id)?;
+        let journal = self.require_store("history")?.history(&key).await?;
+        if journal.is_empty() {
+            return Err(Error::CheckpointNotFound {
+                run_id: key.to_string(),
+            });
+        }
+        Ok(crate::History::of(&key, &journal))
+    }
+
+    /// Starts a new run, `new_run_id`, from `from_step` of the run `run_id`
+    /// (a stage name or a step number, as for [`replay`](Self::replay)),
+    /// with the context `run_id` had before that step (contract rule 20).
+    /// The original run is read, never written: its checkpoints, status and
+    /// lease stay as they are. The new run is an ordinary durable run from
+    /// there on (its history starts at the fork), and this returns its
+    /// result, like [`invoke`](Self::invoke).
+    ///
+    /// # Errors
+    /// [`Error::InvalidRunId`] when `new_run_id` is malformed, is `run_id`,
+    /// or names a run that is already stored; [`Error::RunIdInUse`] when
+    /// another run holds it; [`Error::UnknownStep`],
+    /// [`Error::StepNotInHistory`] and [`Error::CheckpointNotFound`] as for
+    /// [`replay`](Self::replay); [`Error::CheckpointVersion`] when the step
+    /// was written by another version of the pipeline; the errors of
+    /// [`invoke`](Self::invoke).
+    pub async fn fork(&self, run_id: &str, from_step: &str, new_run_id: &str) -> Result<Context> {
+        let new_key = self.key(new_run_id)?;
+        let store = self.require_store("fork")?;
+        check_runtime("fork", &new_key)?;
+        if new_run_id == run_id {
+            return Err(Error::InvalidRunId {
+                run_id: new_run_id.to_owned(),
+                reason: "a fork needs a new run id, not the id of the run it forks",
+            });
+        }
+        let at = self.before_step("fork", run_id, from_step).await?;
+        let how = Continue::Replay { from: Some(&at) };
+        let runner = self.version_for(&self.key(run_id)?, &at, how, ResumeOptions::new())?;
+        // the new run numbers its checkpoints by position, whatever the
+        // forked one did
+        let (ip, _) = runner.resume_point(&self.key(run_id)?, &at)?;
+        let span = self.span(&new_key, true);
+        async {
+            self.owning(store, &new_key, async |owner| {
+                if store.exists(&new_key).await? {
+                    return Err(Error::InvalidRunId {
+                        run_id: new_run_id.to_owned(),
+                        reason: "a run with this id is stored: fork into a new run id",
+                    });
+                }
+                runner
+                    .run_from(store, owner, (new_run_id, &new_key), ip, &at.context)
+                    .await
+            })
+            .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Compares two points of runs key by key (contract rule 20). A point
+    /// is a run id (its latest checkpoint), or `run@step`: the context the
+    /// run had before `step`, a stage name or a step number from
+    /// [`history`](Self::history) (see [`context_at`](Self::context_at)).
+    /// Two points of one run show what the steps between them changed.
+    ///
+    /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store;
+    /// [`Error::CheckpointNotFound`] naming the run that has no checkpoint;
+    /// [`Error::StepNotInHistory`] naming a step its history does not hold;
+    /// [`Error::InvalidRunId`] naming a malformed run id.
+    pub async fn diff(&self, a: &str, b: &str) -> Result<Diff> {
+        // both run ids are checked before either run is read
+        let (point_a, point_b) = (self.point(a)?, self.point(b)?);
+        let context_a = self.context_at_point(point_a).await?;
+        let context_b = self.context_at_point(point_b).await?;
+        Ok(Diff::between(a, &context_a, b, &context_b))
+    }
+
+    /// The context of a run at `point`: `run_id` alone is its latest
+    /// checkpoint's; `run_id@step` is the context it had before `step` (a
+    /// stage name of this pipeline, or a step number from
+    /// [`history`](Self::history)), read from its history. A run id that
+    /// itself contains `@` followed by neither is taken whole.
+    ///
+    /// # Errors
+    /// As [`diff`](Self::diff).
+    pub async fn context_at(&self, point: &str) -> Result<Context> {
+        let point = self.point(point)?;
+        self.context_at_point(point).await
+    }
+
+    /// `point` split into its run id, checked, and its step, if any.
+    pub(super) fn point<'p>(&self, point: &'p str) -> Result<(&'p str, Option<&'p str>)> {
+        let (run_id, step) = match point.rsplit_once('@') {
+            Some((run, step))
+                if !run.is_empty()
+                    && (crate::history::is_step_number(step)
+                        || self.inner.program.steps.contains_key(step)) =>
+            {
+                (run, Some(step))
+            }
+            _ => (point, None),
+        };
+        self.key(run_id)?;
+        Ok((run_id, step))
+    }
+
+    pub(super) async fn context_at_point(
+        &self,
+        (run_id, step): (&str, Option<&str>),
+    ) -> Result<Context> {
+        if let Some(step) = step {
+            return Ok(self
+                .before_step("diff", run_id, step)
+                .await?
+                .context
+                .to_context());
+        }
+        let key = self.key(run_id)?;
+        let store = self.require_store("diff")?;
+        match store.load(&key).await? {
+            Some(cp) => Ok(cp.context.to_context()),
+            None => Err(Error::CheckpointNotFound {
+                run_id: key.to_string(),
+            }),
+        }
+    }
+
+    /// The stored checkpoint of `run_id`, if any: the pipeline's own, or a
+    /// run of one of its versions stored before pipelines had names, which
+    /// [`resume`](Self::resume) adopts.
+    ///
+    /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store;
+    /// [`Error::Store`] and [`Error::CorruptCheckpoint`] from the store;
+    /// [`Error::InvalidRunId`] for a malformed run id.
+    pub async fn checkpoint(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+        let key = self.key(run_id)?;
+        let store = self.require_store("checkpoint")?;
+        match store.load(&key).await? {
+            Some(cp) => Ok(Some(cp)),
+            // a run of this pipeline from before names, which `resume` adopts
+            None if !self.inner.name.is_empty() => Ok(store.load(run_id).await?.filter(|cp| {
+                cp.pipeline.is_empty()
+                    && (cp.version == self.inner.version
+                        || self
+                            .inner
+                            .held
+                            .iter()
+                            .any(|p| p.inner.version == cp.version))
+            })),
+            None => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,439 @@
+//! Running a run: `invoke`, `start` and `stream`, and how a durable run takes its lease
+//! and writes its first checkpoint.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument as _;
+
+use super::resume::{Continue, ResumeOptions};
+use super::{Pipeline, check_runtime};
+use crate::context::{Context, Lineage, Snapshot};
+use crate::durability::{Durability, Writer};
+use crate::error::Result;
+use crate::interpret::tail::Tail;
+use crate::interpret::{self, Durable};
+use crate::stage::bodies::RunBodies;
+use crate::store::{Begin, CheckpointStore, Ownership, RunStatus, now_ms};
+use crate::stream::{RunStream, STREAM_TX, StreamEvent};
+
+/// What [`Pipeline::begin`] did with a fresh run.
+pub(super) enum Fresh {
+    /// It began and ran: how it ended.
+    Ran(Result<Context>),
+    /// It did not begin; the lease is held.
+    Stored(Ownership),
+}
+
+impl Pipeline {
+    /// Runs the pipeline on `input` as a fresh run.
+    ///
+    /// Durable pipelines take ownership of `run_id` for the whole run, delete
+    /// any checkpoint stored for it (a fresh run never continues old state),
+    /// save a checkpoint before every stage, a failure checkpoint pointing at
+    /// a failing stage, and a completed checkpoint at the end. Pipelines that
+    /// are not durable use `run_id` only in logs.
+    ///
+    /// # Errors
+    /// The failing stage's error ([`Error::Stage`](crate::Error::Stage) with the stage's own error
+    /// as source, [`Error::StagePanic`](crate::Error::StagePanic), [`Error::StageTimeout`](crate::Error::StageTimeout));
+    /// [`Error::Cancelled`](crate::Error::Cancelled) when the run was [cancelled](Self::cancel) while
+    /// it ran (it stopped before its next stage);
+    /// [`Error::RunIdInUse`](crate::Error::RunIdInUse) when another run holds `run_id`;
+    /// [`Error::ShutDown`](crate::Error::ShutDown) once the pipeline is [shut down](Self::shutdown);
+    /// [`Error::MergeConflict`](crate::Error::MergeConflict), [`Error::UnknownRoute`](crate::Error::UnknownRoute), [`Error::Store`](crate::Error::Store),
+    /// [`Error::InvalidRunId`](crate::Error::InvalidRunId).
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the run at its next `.await`; the last saved
+    /// checkpoint stays, so the run can be resumed, and the lease on the run
+    /// id is released by a background task, which
+    /// [`shutdown`](Self::shutdown) waits for (if the task cannot run or the
+    /// store fails, the lease expires). A blocking stage body that is running
+    /// cannot be stopped: it finishes on the blocking pool and the run keeps
+    /// its lease until it returns, so no other run of the id starts beside it.
+    pub async fn invoke(&self, run_id: &str, input: Context) -> Result<Context> {
+        let key = self.key(run_id)?;
+        let span = self.span(&key, false);
+        async move {
+            // stage timeouts, blocking stages and fire-and-forget branches
+            // need tokio's timer and pools, durable runs its lease renewal
+            check_runtime("invoke", &key)?;
+            let Some(store) = &self.inner.store else {
+                self.inner.leases.check_open(&key)?;
+                let program = &self.inner.program;
+                let run = interpret::run(program, &key, 0, input.clear_written(), None);
+                // only blocking bodies read the run's `RunBodies`
+                if !program.blocking {
+                    return run.await;
+                }
+                return RunBodies::scope(None, run).await;
+            };
+            // rule 24: `Exit` writes no first checkpoint, so it only takes
+            // the lease, and clears what is stored (a cancel mark too)
+            if self.inner.durability == Durability::Exit {
+                return Box::pin(self.invoke_owned(store, run_id, &key, input)).await;
+            }
+            match self
+                .begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
+                .await?
+            {
+                Fresh::Ran(result) => result,
+                // `Replace` always begins; a program with no stage took
+                // the lease only
+                Fresh::Stored(owner) => {
+                    Box::pin(self.run_owned(store, owner, run_id, &key, input)).await
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// `invoke` of an `Exit` pipeline: the lease only, then the run (boxed
+    /// by the caller: not the common case, and large).
+    pub(super) async fn invoke_owned(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        run_id: &str,
+        key: &str,
+        input: Context,
+    ) -> Result<Context> {
+        let owner = self.own(store, key).await?;
+        self.run_owned(store, owner, run_id, key, input).await
+    }
+
+    /// `invoke` holding the run's lease with nothing written yet: the
+    /// stored run goes, then the run runs from its first stage, and the
+    /// lease is given back.
+    pub(super) async fn run_owned(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: Ownership,
+        run_id: &str,
+        key: &str,
+        input: Context,
+    ) -> Result<Context> {
+        let result = async {
+            store.delete_fenced(key, owner.lease()).await?;
+            self.run_fresh(store, &owner, run_id, key, input).await
+        }
+        .await;
+        owner.release().await;
+        result
+    }
+
+    /// Starts the run `run_id` on `input`, or, when the run was started
+    /// before, carries it to its end once (contract rule 11): a client may
+    /// call it any number of times for one run id and the run's stages run
+    /// as if it had been called once. What is stored decides:
+    ///
+    /// - nothing: the run starts fresh on `input`, like
+    ///   [`invoke`](Self::invoke);
+    /// - a completed run: its stored final context is returned and no stage
+    ///   runs, whatever version of the pipeline completed it (a result does
+    ///   not depend on the code that reads it back: a client retrying
+    ///   yesterday's request after a redeploy gets yesterday's result);
+    /// - a failed run, or a running one whose owner's lease has lapsed (a
+    ///   crashed worker): it is resumed, like [`resume`](Self::resume);
+    ///   `input` is not used. A run of other code is resumed only on a
+    ///   [held](Self::hold) version that wrote it: `start` never opts in to
+    ///   code changes, so a run of code this pipeline does not hold is
+    ///   [`Error::CheckpointVersion`](crate::Error::CheckpointVersion), with nothing run and nothing written
+    ///   (the caller may then [`resume_with`](Self::resume_with) it);
+    /// - a running run whose owner holds its lease: [`Error::RunIdInUse`](crate::Error::RunIdInUse);
+    /// - a [cancelled](Self::cancel) run: [`Error::Cancelled`](crate::Error::Cancelled), running
+    ///   nothing.
+    ///
+    /// The decision is taken while holding the run's lease, so it holds
+    /// across processes: of any number of concurrent calls, one runs the
+    /// stages and the others get [`Error::RunIdInUse`](crate::Error::RunIdInUse) or, once it has
+    /// completed, its result. A completed run's result is read without
+    /// taking the lease, so concurrent starts of a finished run all get it.
+    /// Like `resume`, it adopts a run stored before
+    /// pipelines had names and continues a run of a [held](Self::hold)
+    /// version on that version.
+    ///
+    /// ```
+    /// # use fluxio_core::{Context, InMemoryStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # // `fluxio::pipeline![...]` builds real ones; this one is empty
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .name("orders")
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// let input = Context::new().set("cents", 1999u64)?;
+    /// let first = pipeline.start("order-42", input.clone()).await?;
+    /// // a client retrying the request gets the same result; nothing runs again
+    /// let again = pipeline.start("order-42", input).await?;
+    /// assert_eq!(first, again);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotDurable`](crate::Error::NotDurable) when the pipeline has no store (nothing could
+    /// tell a repeated call from the first); [`Error::RunIdInUse`](crate::Error::RunIdInUse) as above;
+    /// [`Error::CheckpointVersion`](crate::Error::CheckpointVersion) when the stored run, not completed, was
+    /// written by code this pipeline does not run; the errors of [`invoke`](Self::invoke) and
+    /// [`resume`](Self::resume).
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke).
+    pub async fn start(&self, run_id: &str, input: Context) -> Result<Context> {
+        let key = self.key(run_id)?;
+        let store = self.require_store("start")?;
+        check_runtime("start", &key)?;
+        let span = self.span(&key, false);
+        async {
+            // a completed run is final: its result needs no lease, so
+            // repeated starts of it never contend for one, and it does not
+            // depend on code, so it is returned whatever version wrote it
+            if let Some(cp) = store.load(&key).await? {
+                if cp.status == RunStatus::Completed {
+                    return Ok(cp.context.to_context());
+                }
+            } else {
+                // nothing stored under the key (and, for a named pipeline,
+                // no run of before names under the bare id to adopt): the
+                // lease and the first checkpoint in one call, which leaves a
+                // run stored meanwhile by a concurrent start alone
+                // (`Exit` writes no first checkpoint: the lease alone, below)
+                let exit = self.inner.durability == Durability::Exit;
+                let unnamed = self.inner.name.is_empty();
+                if !exit && (unnamed || !store.exists(run_id).await?) {
+                    match self
+                        .begin(store, (run_id, &key), &input.snapshot(), Begin::IfAbsent)
+                        .await?
+                    {
+                        Fresh::Ran(result) => return result,
+                        Fresh::Stored(owner) => {
+                            let result = self.start_owned(store, &owner, run_id, &key, input).await;
+                            owner.release().await;
+                            return result;
+                        }
+                    }
+                }
+            }
+            self.owning(store, &key, async |owner| {
+                self.start_owned(store, owner, run_id, &key, input).await
+            })
+            .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// `start` holding the run's lease: the stored run decides (see
+    /// [`start`](Self::start)); with none, the run starts on `input`.
+    pub(super) async fn start_owned(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: &Ownership,
+        run_id: &str,
+        key: &str,
+        input: Context,
+    ) -> Result<Context> {
+        let options = ResumeOptions::new();
+        match self
+            .load_or_adopt(store, owner, run_id, Continue::Resume, options)
+            .await?
+        {
+            None => self.run_fresh(store, owner, run_id, key, input).await,
+            // completed since `start` looked (or adopted): final on any code
+            Some(cp) if cp.status == RunStatus::Completed => Ok(cp.context.to_context()),
+            Some(cp) => {
+                self.continue_stored(store, owner, run_id, cp, Continue::Resume, options)
+                    .await
+            }
+        }
+    }
+
+    /// A fresh run of `key` on `input` that takes its lease and writes its
+    /// first checkpoint in one call ([`CheckpointStore::begin_run`], rule
+    /// 24), then runs to its end and gives the lease back with its last
+    /// checkpoint. [`Fresh::Stored`] when it did not begin: `begin` is
+    /// [`Begin::IfAbsent`] and a run is stored, or the program has no stage
+    /// (nothing to write before one); the caller then holds the lease.
+    pub(super) async fn begin(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        (run_id, key): (&str, &str),
+        input: &Snapshot,
+        begin: Begin,
+    ) -> Result<Fresh> {
+        // the first write in an `async fn` of its own: its checkpoint and
+        // journal are gone before the run starts, instead of staying in
+        // this future's state for as long as the run goes on (rule 24)
+        let (owner, (tail, created, took)) =
+            match self.write_first(store, (run_id, key), input, begin).await? {
+                (owner, Some(first)) => (owner, first),
+                (owner, None) => return Ok(Fresh::Stored(owner)),
+            };
+        let durable = self.durable(store, &owner, (run_id, key), created, None, tail);
+        *durable
+            .prewritten
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(took);
+        let result = self.run_at(&owner, &durable, 0, input).await;
+        drop(durable);
+        owner.release().await;
+        Ok(Fresh::Ran(result))
+    }
+
+    /// [`begin`](Self::begin)'s first write: the lease, and the first
+    /// checkpoint with it. Returns the lease, and, when the checkpoint was
+    /// written, the run's journal after it, its creation time and how long
+    /// the write took; `None` when it was not (a run is stored and `begin`
+    /// is [`Begin::IfAbsent`], or the program has no stage).
+    pub(super) async fn write_first(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        (run_id, key): (&str, &str),
+        input: &Snapshot,
+        begin: Begin,
+    ) -> Result<(Ownership, Option<(Tail, u64, Duration)>)> {
+        let created = now_ms();
+        let mut tail = Tail::fresh(self.inner.history_depth);
+        let meta = [
+            self.inner.name.as_str(),
+            run_id,
+            self.inner.version.as_str(),
+        ];
+        let first = interpret::first_checkpoint(
+            &self.inner.program,
+            meta,
+            &self.inner.structure,
+            created,
+            input,
+            &mut tail,
+        );
+        let (ttl, leases) = (self.inner.lease_ttl, &self.inner.leases);
+        let Some(first) = first else {
+            return Ok((Ownership::acquire(store, key, ttl, leases).await?, None));
+        };
+        let (seq, context) = (first.seq, first.context.clone());
+        let started = Instant::now();
+        let (owner, begun) = Box::pin(Ownership::begin(store, first, ttl, leases, begin)).await?;
+        if !begun {
+            return Ok((owner, None));
+        }
+        // the run's context takes its epoch at its first `CHECKPOINT`,
+        // which finds this one written (`Durable::prewritten`)
+        tail.advance(seq, context, true, 0, &self.inner.version, Lineage::NONE);
+        Ok((owner, Some((tail, created, started.elapsed()))))
+    }
+
+    /// Runs the pipeline from its first stage on `input`, under `owner`'s
+    /// lease on `key`, with nothing stored for `key`.
+    pub(super) async fn run_fresh(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: &Ownership,
+        run_id: &str,
+        key: &str,
+        input: Context,
+    ) -> Result<Context> {
+        self.run_from(store, owner, (run_id, key), 0, &input.snapshot())
+            .await
+    }
+
+    /// Runs the pipeline on `input` as a fresh run, like
+    /// [`invoke`](Self::invoke), on a task of its own, and streams the chunks
+    /// of its stream stages (see [`crate::stream`]) as they are emitted.
+    ///
+    /// The stream yields [`StreamEvent::Chunk`]s in emission order, then
+    /// [`StreamEvent::Done`] with the final context, or one `Err` (any error
+    /// of `invoke`) when the run fails, then ends. Chunks pass through a
+    /// bounded buffer ([`PipelineBuilder::stream_buffer`](crate::PipelineBuilder::stream_buffer)): a stage emitting
+    /// into a full buffer waits, so a slow consumer slows the stage.
+    ///
+    /// A durable run owns `run_id` for the whole stream. Dropping the stream
+    /// cancels the run (its task is aborted; the last checkpoint stays and
+    /// the lease is released in the background, as for a dropped `invoke`,
+    /// which [`shutdown`](Self::shutdown) waits for).
+    /// A resume re-runs an interrupted stream stage from its start: chunks
+    /// emitted before a crash or failure are emitted again.
+    ///
+    /// The run is spawned on the current tokio runtime; called outside one,
+    /// the stream yields one `Err(`[`Error::NoRuntime`](crate::Error::NoRuntime)`)`.
+    pub fn stream(&self, run_id: &str, input: Context) -> RunStream {
+        let pipeline = self.clone();
+        let id = run_id.to_owned();
+        RunStream::spawn(self.inner.stream_buffer, run_id, move |tx| async move {
+            let result = STREAM_TX
+                .scope(tx.clone(), pipeline.invoke(&id, input))
+                .await;
+            // the receiver may be gone: nothing left to tell
+            let _ = tx.send(result.map(StreamEvent::Done)).await;
+        })
+    }
+
+    /// Takes `run_id` for a run of this pipeline (refused once it is shut down).
+    /// Runs `body` owning `key` (its lease taken, [`RunIdInUse`](Error::RunIdInUse)
+    /// when another run holds it), and gives the lease back after, whatever
+    /// `body` returned.
+    pub(super) async fn owning<T>(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        key: &str,
+        body: impl AsyncFnOnce(&Ownership) -> Result<T>,
+    ) -> Result<T> {
+        let owner = self.own(store, key).await?;
+        let result = body(&owner).await;
+        owner.release().await;
+        result
+    }
+
+    pub(super) async fn own(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        run_id: &str,
+    ) -> Result<Ownership> {
+        Ownership::acquire(store, run_id, self.inner.lease_ttl, &self.inner.leases).await
+    }
+
+    pub(super) fn durable<'a>(
+        &'a self,
+        store: &'a Arc<dyn CheckpointStore>,
+        owner: &'a Ownership,
+        (run_id, key): (&'a str, &'a str),
+        created_at_ms: u64,
+        resumed: Option<(usize, u32)>,
+        tail: Tail,
+    ) -> Durable<'a> {
+        let tail = Arc::new(std::sync::Mutex::new(tail));
+        let mode = self.inner.durability;
+        let writer = (mode == Durability::Async).then(|| {
+            let lease = owner.lease();
+            let handle = crate::store::Lease::new(lease.run_id(), lease.token());
+            Box::new(Writer::new(
+                Arc::clone(store),
+                handle,
+                Arc::clone(&tail),
+                &self.inner.version,
+                self.inner.async_flush,
+                owner.keep(),
+            ))
+        });
+        Durable {
+            store: store.as_ref(),
+            owner,
+            mode,
+            writer,
+            pipeline: &self.inner.name,
+            run_id,
+            key,
+            version: &self.inner.version,
+            structure: &self.inner.structure,
+            created_at_ms,
+            resumed,
+            resumed_branches: Vec::new(),
+            by_ip: false,
+            delete_completed: self.inner.delete_completed,
+            tail,
+            prewritten: std::sync::Mutex::new(None),
+        }
+    }
+}
