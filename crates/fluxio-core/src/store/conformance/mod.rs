@@ -32,14 +32,47 @@
 //! this store", and the checks (or the parts of them) that need it then do
 //! not apply.
 
+mod input;
+
+pub use input::corrupt_payload_is_a_typed_error;
+pub use input::lease_ttl_out_of_range_is_invalid_setting;
+pub use input::malformed_run_ids_are_invalid_run_id;
+pub use input::urls_with_password;
+
+mod lease;
+
+pub use lease::lease_is_exclusive_under_concurrent_acquires;
+
+pub use lease::renewal_keeps_the_lease;
+
+pub use lease::expired_lease_is_taken_over_with_a_greater_token;
+
+pub use lease::stale_token_is_fenced;
+
+pub use lease::stale_writes_never_land_after_a_takeover;
+
+pub use lease::expired_lease_refuses_writes;
+
+pub use lease::release_frees_at_once_and_only_its_own_lease;
+
+pub use lease::fenced_writes_with_the_current_lease;
+
 mod begin;
+
 mod cancel;
+
 mod deleted;
+
 mod journal;
+
 mod line;
+
 mod list;
+
 mod recover;
+
 mod retention;
+
 mod run;
 
 pub use begin::{
@@ -48,6 +81,7 @@ pub use begin::{
     rule24_concurrent_begins_of_one_run_begin_once,
     rule24_finish_run_writes_the_last_checkpoint_and_frees_the_lease,
 };
+
 pub use cancel::{
     rule14_a_cancel_racing_fenced_saves_wins_for_good, rule14_a_failed_run_can_be_cancelled,
     rule14_a_plain_save_replaces_a_cancel, rule14_a_run_whose_owner_is_gone_can_be_cancelled,
@@ -57,7 +91,9 @@ pub use cancel::{
     rule14_cancel_of_an_unknown_run_is_checkpoint_not_found,
     rule14_cancel_twice_is_run_finished_cancelled, rule14_delete_clears_a_cancel,
 };
+
 pub use deleted::rule18_a_run_deleted_while_it_runs_stops_with_run_deleted;
+
 pub use journal::{
     rule18_a_checkpoint_sent_again_replaces_the_later_ones,
     rule18_a_delta_without_its_predecessor_is_refused, rule18_deltas_are_stored_and_loaded_whole,
@@ -65,6 +101,7 @@ pub use journal::{
     rule20_history_is_cut_at_a_whole_checkpoint_and_deleted_with_the_run,
     rule20_keep_completed_keeps_the_newest_completed_runs_of_each_pipeline,
 };
+
 pub use line::{
     rule14_a_cancelled_sync_run_starts_no_further_stage,
     rule17_a_value_too_deep_is_refused_alike_on_every_store,
@@ -72,29 +109,39 @@ pub use line::{
     rule24_a_cancelled_async_run_stops_at_its_first_refused_write,
     rule24_an_async_run_starts_no_stage_once_a_refusal_reached_it,
 };
+
 pub use list::{
     rule21_a_store_without_listing_says_so,
     rule21_keys_list_in_byte_order_and_every_filter_value_is_answered,
     rule21_runs_are_listed_by_pipeline_state_version_and_time,
 };
+
 pub use recover::rule22_retry_hands_a_failed_run_back_to_the_workers;
+
 pub use retention::{
     completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
     purging_dead_leases_keeps_tokens_growing,
 };
+
 pub use run::{
     a_failed_run_resumes_from_the_failed_stage_on_another_store,
     rule19_a_finished_branch_is_kept_by_the_store_and_not_run_again,
 };
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::{Arc, Mutex, PoisonError};
+
 use std::time::Duration;
 
 use super::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
+
 use crate::context::Context;
+
 use crate::error::Error;
 
 /// Makes stores for the checks.
@@ -539,633 +586,6 @@ pub async fn hundred_concurrent_saves<H: Harness>(h: &H) {
             (i, i)
         );
     }
-}
-
-/// Among 32 concurrent acquires from 4 store handles, exactly one wins.
-pub async fn lease_is_exclusive_under_concurrent_acquires<H: Harness>(h: &H) {
-    let ns = namespace("exclusive");
-    let mut stores = Vec::new();
-    for _ in 0..4 {
-        stores.push(Arc::new(h.store(&ns).await));
-    }
-    let barrier = Arc::new(tokio::sync::Barrier::new(32));
-    let tasks: Vec<_> = (0..32)
-        .map(|i| {
-            let (store, barrier) = (Arc::clone(&stores[i % 4]), Arc::clone(&barrier));
-            tokio::spawn(async move {
-                barrier.wait().await;
-                store
-                    .acquire_lease("contested", Duration::from_secs(30))
-                    .await
-            })
-        })
-        .collect();
-    let (mut won, mut in_use) = (0, 0);
-    for t in tasks {
-        match t.await.expect("no panic") {
-            Ok(_) => won += 1,
-            Err(Error::RunIdInUse { run_id }) => {
-                assert_eq!(run_id, "contested");
-                in_use += 1;
-            }
-            Err(e) => panic!("unexpected error: {e}"),
-        }
-    }
-    assert_eq!((won, in_use), (1, 31));
-}
-
-/// Renewing keeps a lease past its first time-to-live.
-pub async fn renewal_keeps_the_lease<H: Harness>(h: &H) {
-    let ns = namespace("renew");
-    let (owner, other) = (h.store(&ns).await, h.store(&ns).await);
-    // four renewals 500 ms apart hold the lease for 2 s, past its 1.5 s
-    // time-to-live; what follows the last one has 1.5 s, room for a
-    // loaded machine (600 ms was once not enough for a Postgres save)
-    let ttl = Duration::from_millis(1500);
-    let lease = owner.acquire_lease("r", ttl).await.expect("acquire");
-    for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        owner
-            .renew_lease(&lease, ttl)
-            .await
-            .expect("renew while held");
-    }
-    assert!(
-        matches!(
-            other.acquire_lease("r", ttl).await,
-            Err(Error::RunIdInUse { .. })
-        ),
-        "still held after 2 s"
-    );
-    owner
-        .save_fenced(checkpoint("r", 1), &lease)
-        .await
-        .expect("fenced save while held");
-}
-
-/// An expired lease can be taken over, with a greater token.
-pub async fn expired_lease_is_taken_over_with_a_greater_token<H: Harness>(h: &H) {
-    let ns = namespace("expiry");
-    let (dead, next) = (h.store(&ns).await, h.store(&ns).await);
-    let first = dead
-        .acquire_lease("r", Duration::from_millis(300))
-        .await
-        .expect("acquire");
-    assert!(matches!(
-        next.acquire_lease("r", Duration::from_secs(30)).await,
-        Err(Error::RunIdInUse { .. })
-    ));
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let second = next
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("takeover after expiry");
-    assert!(
-        second.token() > first.token(),
-        "tokens grow: {} then {}",
-        first.token(),
-        second.token()
-    );
-}
-
-/// A worker whose lease was taken over cannot write: its save, delete and
-/// renew fail with `LeaseLost` and the new owner's checkpoint is intact.
-pub async fn stale_token_is_fenced<H: Harness>(h: &H) {
-    let ns = namespace("fencing");
-    let (zombie, owner) = (h.store(&ns).await, h.store(&ns).await);
-    let ctx = Context::new();
-    let old = zombie
-        .acquire_lease("r", Duration::from_millis(300))
-        .await
-        .expect("acquire");
-    zombie
-        .save_fenced(checkpoint_with("r", 1, &ctx), &old)
-        .await
-        .expect("save while held");
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let new = owner
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("takeover");
-    let theirs = checkpoint_with(
-        "r",
-        2,
-        &ctx.clone().set("owner", "new").expect("serializes"),
-    );
-    owner
-        .save_fenced(theirs.clone(), &new)
-        .await
-        .expect("new owner saves");
-
-    let lost = |r: crate::Result<()>, what: &str| match r {
-        Err(Error::LeaseLost { run_id, token }) => {
-            assert_eq!((run_id.as_str(), token), ("r", old.token()), "{what}")
-        }
-        other => panic!("{what}: expected LeaseLost, got {other:?}"),
-    };
-    lost(
-        zombie
-            .save_fenced(checkpoint_with("r", 9, &ctx), &old)
-            .await,
-        "stale save",
-    );
-    lost(zombie.delete_fenced("r", &old).await, "stale delete");
-    lost(
-        zombie.renew_lease(&old, Duration::from_secs(30)).await,
-        "stale renew",
-    );
-    assert_eq!(
-        owner.load("r").await.expect("load"),
-        Some(theirs),
-        "the new owner's checkpoint is intact"
-    );
-}
-
-/// Fencing under concurrency: once a new owner has written, no write of the
-/// previous owner lands, however its writes interleave with the takeover.
-/// Five rounds of four writers of the old owner (another handle, as another
-/// process would be) saving across the moment its lease expires and is
-/// taken over.
-pub async fn stale_writes_never_land_after_a_takeover<H: Harness>(h: &H) {
-    for round in 0..5 {
-        let ns = namespace(&format!("takeover{round}"));
-        let zombie = Arc::new(h.store(&ns).await);
-        let owner = h.store(&ns).await;
-        let old = Arc::new(
-            zombie
-                .acquire_lease("r", Duration::from_millis(150))
-                .await
-                .expect("acquire"),
-        );
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers: Vec<_> = (0..4u32)
-            .map(|w| {
-                let (zombie, old, stop) =
-                    (Arc::clone(&zombie), Arc::clone(&old), Arc::clone(&stop));
-                tokio::spawn(async move {
-                    let mut n = 0u32;
-                    while !stop.load(Ordering::SeqCst) {
-                        n += 1;
-                        match zombie
-                            .save_fenced(checkpoint("r", w * 100_000 + n), &old)
-                            .await
-                        {
-                            Ok(()) | Err(Error::LeaseLost { .. }) => {}
-                            Err(e) => panic!("unexpected: {e}"),
-                        }
-                        // A store that never waits (in memory) would keep
-                        // the runtime's workers, and its clock, to itself.
-                        tokio::task::yield_now().await;
-                    }
-                })
-            })
-            .collect();
-        let new = loop {
-            match owner.acquire_lease("r", Duration::from_secs(30)).await {
-                Ok(lease) => break lease,
-                Err(Error::RunIdInUse { .. }) => tokio::task::yield_now().await,
-                Err(e) => panic!("unexpected: {e}"),
-            }
-        };
-        assert!(new.token() > old.token());
-        let theirs = checkpoint("r", 999_999_999);
-        owner
-            .save_fenced(theirs.clone(), &new)
-            .await
-            .expect("the new owner writes");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        stop.store(true, Ordering::SeqCst);
-        for w in writers {
-            w.await.expect("no panic");
-        }
-        assert_eq!(
-            owner.load("r").await.expect("load"),
-            Some(theirs),
-            "round {round}: a stale write landed after the new owner's"
-        );
-    }
-}
-
-/// An expired lease (no takeover yet) no longer fences writes in.
-pub async fn expired_lease_refuses_writes<H: Harness>(h: &H) {
-    let store = h.store(&namespace("expired")).await;
-    let lease = store
-        .acquire_lease("r", Duration::from_millis(200))
-        .await
-        .expect("acquire");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(matches!(
-        store.save_fenced(checkpoint("r", 1), &lease).await,
-        Err(Error::LeaseLost { .. })
-    ));
-    assert!(store.load("r").await.expect("load").is_none());
-}
-
-/// Release frees the run id at once; releasing a lost lease frees nothing.
-pub async fn release_frees_at_once_and_only_its_own_lease<H: Harness>(h: &H) {
-    let ns = namespace("release");
-    let (a, b) = (h.store(&ns).await, h.store(&ns).await);
-    let first = a
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("acquire");
-    a.release_lease(first).await.expect("release");
-    let second = b
-        .acquire_lease("r", Duration::from_millis(300))
-        .await
-        .expect("free at once");
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let third = a
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("takeover");
-    b.release_lease(second)
-        .await
-        .expect("releasing a lost lease is not an error");
-    assert!(
-        matches!(
-            b.acquire_lease("r", Duration::from_secs(30)).await,
-            Err(Error::RunIdInUse { .. })
-        ),
-        "the stale release did not free the new owner's lease"
-    );
-    a.save_fenced(checkpoint("r", 1), &third)
-        .await
-        .expect("the owner still writes");
-}
-
-/// Fenced writes with a valid lease behave like plain ones.
-pub async fn fenced_writes_with_the_current_lease<H: Harness>(h: &H) {
-    let store = h.store(&namespace("fenced_ok")).await;
-    let lease = store
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("acquire");
-    let cp = checkpoint_with("r", 4, &every_value_type());
-    store.save_fenced(cp.clone(), &lease).await.expect("save");
-    assert_eq!(store.load("r").await.expect("load"), Some(cp));
-    store.delete_fenced("r", &lease).await.expect("delete");
-    assert!(!store.exists("r").await.expect("exists"));
-    let other = store
-        .acquire_lease("other-run", Duration::from_secs(30))
-        .await
-        .expect("acquire");
-    assert!(
-        matches!(
-            store.save_fenced(checkpoint("r", 5), &other).await,
-            Err(Error::LeaseLost { .. })
-        ),
-        "a lease on another run id does not fence this one"
-    );
-}
-
-/// A corrupt, truncated or foreign payload, one in another format version,
-/// and one with a valid header (right checksum) over garbage or over a claim
-/// of a 1 GiB string, is a typed error naming the run id (and, for another
-/// format, both version numbers), and the bytes stay in place.
-pub async fn corrupt_payload_is_a_typed_error<H: Harness>(h: &H) {
-    let ns = namespace("corrupt");
-    let store = h.store(&ns).await;
-    let good = checkpoint_with("bad:run", 1, &every_value_type())
-        .to_bytes()
-        .expect("encode");
-    let mut flipped = good.clone();
-    if let Some(last) = flipped.last_mut() {
-        *last ^= 0x40;
-    }
-    // A correct header (magic, version, CRC, length) over `payload`.
-    let framed = |format: u16, payload: &[u8]| {
-        let mut bytes = good[..4].to_vec();
-        bytes.extend_from_slice(&format.to_le_bytes());
-        bytes.extend_from_slice(&super::checkpoint::checksum(format, payload).to_le_bytes());
-        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(payload);
-        bytes
-    };
-    let other_format = |format: u16| {
-        let mut bytes = good.clone();
-        bytes[4..6].copy_from_slice(&format.to_le_bytes());
-        bytes
-    };
-    // The run id's length prefix claims 1 GiB - 1 bytes (bincode varint: 0xfc + u32).
-    let mut huge = vec![0xfc];
-    huge.extend_from_slice(&((1u32 << 30) - 1).to_le_bytes());
-    huge.extend_from_slice(b"bad:run");
-    let current = super::FORMAT_VERSION;
-    let oldest = super::OLDEST_FORMAT_VERSION;
-    let cases: Vec<(String, Vec<u8>, Option<u16>)> = vec![
-        (
-            "garbage".into(),
-            b"{\"not\": \"a checkpoint\"}".to_vec(),
-            None,
-        ),
-        ("truncated".into(), good[..good.len() / 2].to_vec(), None),
-        ("bit flip".into(), flipped, None),
-        ("empty".into(), Vec::new(), None),
-        (
-            format!("older format {}", oldest.wrapping_sub(1)),
-            other_format(oldest.wrapping_sub(1)),
-            Some(oldest.wrapping_sub(1)),
-        ),
-        (
-            format!("newer format {}", current + 1),
-            other_format(current + 1),
-            Some(current + 1),
-        ),
-        (
-            "newer format u16::MAX".into(),
-            other_format(u16::MAX),
-            Some(u16::MAX),
-        ),
-        (
-            "valid header, garbage payload".into(),
-            framed(current, b"\xff\xfe\xfd garbage with a correct CRC \x00\x80"),
-            None,
-        ),
-        (
-            "valid header, 1 GiB string claimed".into(),
-            framed(current, &huge),
-            None,
-        ),
-    ];
-    for (what, bytes, format) in cases {
-        if !h.write_raw(&ns, "bad:run", &bytes).await {
-            return; // a store of values, not bytes
-        }
-        for _ in 0..2 {
-            match store.load("bad:run").await {
-                Err(Error::CorruptCheckpoint { run_id, reason, .. }) => {
-                    assert_eq!(run_id, "bad:run", "{what}");
-                    if let Some(format) = format {
-                        for version in [format, current] {
-                            assert!(
-                                reason.contains(&format!("format {version}")),
-                                "{what}: the reason should name format {version}: {reason}"
-                            );
-                        }
-                    }
-                }
-                other => panic!("{what}: expected CorruptCheckpoint, got {other:?}"),
-            }
-        }
-        assert!(
-            store.exists("bad:run").await.expect("exists"),
-            "{what}: the bytes are left in place"
-        );
-    }
-}
-
-/// A lease time-to-live outside [`MIN_LEASE_TTL`](super::MIN_LEASE_TTL)..=
-/// [`MAX_LEASE_TTL`](super::MAX_LEASE_TTL) (zero, `Duration::MAX`,
-/// `u64::MAX` seconds) is `InvalidSetting` naming `lease_ttl`, on acquire and
-/// on renew, and never panics; both ends of the range are accepted.
-pub async fn lease_ttl_out_of_range_is_invalid_setting<H: Harness>(h: &H) {
-    use super::{MAX_LEASE_TTL, MIN_LEASE_TTL};
-    let ns = namespace("lease_ttl");
-    let store = h.store(&ns).await;
-    let bad = [
-        ("zero", Duration::ZERO),
-        ("Duration::MAX", Duration::MAX),
-        ("u64::MAX seconds", Duration::from_secs(u64::MAX)),
-        (
-            "one day over the maximum",
-            MAX_LEASE_TTL + Duration::from_secs(86_400),
-        ),
-    ];
-    let invalid = |r: crate::Result<()>, what: &str| match r {
-        Err(Error::InvalidSetting { setting, .. }) => {
-            assert_eq!(setting, "lease_ttl", "{what}");
-        }
-        other => {
-            panic!("{what}: expected InvalidSetting {{ setting: \"lease_ttl\" }}, got {other:?}")
-        }
-    };
-    for (what, ttl) in bad {
-        invalid(
-            store.acquire_lease("bad-ttl", ttl).await.map(drop),
-            &format!("acquire with {what}"),
-        );
-    }
-    // Nothing was taken by the refused acquires.
-    let short = store
-        .acquire_lease("bad-ttl", MIN_LEASE_TTL)
-        .await
-        .expect("MIN_LEASE_TTL is accepted");
-    drop(short);
-    let long = store
-        .acquire_lease("max-ttl", MAX_LEASE_TTL)
-        .await
-        .expect("MAX_LEASE_TTL is accepted");
-    for (what, ttl) in bad {
-        invalid(
-            store.renew_lease(&long, ttl).await,
-            &format!("renew with {what}"),
-        );
-    }
-    store
-        .renew_lease(&long, MAX_LEASE_TTL)
-        .await
-        .expect("renew with MAX_LEASE_TTL");
-    let other = h.store(&ns).await;
-    assert!(
-        matches!(
-            other.acquire_lease("max-ttl", MAX_LEASE_TTL).await,
-            Err(Error::RunIdInUse { .. })
-        ),
-        "a lease of MAX_LEASE_TTL is held"
-    );
-    store
-        .save_fenced(checkpoint("max-ttl", 1), &long)
-        .await
-        .expect("fenced save under a MAX_LEASE_TTL lease");
-    store.release_lease(long).await.expect("release");
-}
-
-/// A malformed run id (a NUL byte, empty, over 512 bytes) is
-/// `InvalidRunId` from every method that takes one, before the store is
-/// reached: never a backend error (Postgres text cannot hold a NUL), never
-/// stored.
-pub async fn malformed_run_ids_are_invalid_run_id<H: Harness>(h: &H) {
-    let ns = namespace("bad_ids");
-    let store = h.store(&ns).await;
-    let long = "x".repeat(super::MAX_RUN_ID_LEN + 1);
-    for bad in ["nul\0byte", "", long.as_str()] {
-        let what = format!("{:?}", bad.chars().take(12).collect::<String>());
-        let results = [
-            ("save", store.save(checkpoint(bad, 1)).await),
-            ("load", store.load(bad).await.map(drop)),
-            ("exists", store.exists(bad).await.map(drop)),
-            ("delete", store.delete(bad).await),
-            (
-                "acquire_lease",
-                store
-                    .acquire_lease(bad, Duration::from_secs(30))
-                    .await
-                    .map(drop),
-            ),
-        ];
-        for (method, result) in results {
-            assert!(
-                matches!(result, Err(Error::InvalidRunId { .. })),
-                "{method} of {what}: expected InvalidRunId, got {result:?}"
-            );
-        }
-    }
-}
-
-/// Malformed (and some well-formed) URLs of a store's server, every one of
-/// them holding `password`, for checking that no error message, `Debug` or
-/// `Display` shows it: missing and extra slashes, bad schemes and ports, `@`
-/// in odd places, percent escapes, unicode, whitespace, the truncations of a
-/// valid URL, and one-character deletions and insertions into it. A user
-/// name is not a secret, so no URL here holds the password as its user name
-/// alone (`scheme://user{password}@host`).
-///
-/// `scheme` is e.g. `"redis"`, `host_port` e.g. `"127.0.0.1:6379"` and `path`
-/// e.g. `"/0"`. The first URL returned is the valid one.
-///
-/// ```
-/// let urls = fluxio_core::store::conformance::urls_with_password(
-///     "redis", "127.0.0.1:6379", "/0", "hunter2",
-/// );
-/// assert_eq!(urls[0], "redis://user:hunter2@127.0.0.1:6379/0");
-/// assert!(urls.iter().all(|u| u.contains("hunter2")));
-/// assert!(urls.contains(&"redis//:hunter2@127.0.0.1:6379/0".to_owned()));
-/// ```
-#[must_use]
-pub fn urls_with_password(
-    scheme: &str,
-    host_port: &str,
-    path: &str,
-    password: &str,
-) -> Vec<String> {
-    let pw = password;
-    let valid = format!("{scheme}://user:{pw}@{host_port}{path}");
-    let mut urls = vec![valid.clone()];
-    for sep in [
-        "", ":", ":/", "//", "/", ":///", "::", "::/", ":////", ":\\\\", " :// ", "://\t", ":/\\/",
-        ":/ /", "://:", "://@",
-    ] {
-        for userinfo in [format!(":{pw}"), format!("user:{pw}")] {
-            urls.push(format!("{scheme}{sep}{userinfo}@{host_port}{path}"));
-        }
-    }
-    let upper = scheme.to_ascii_uppercase();
-    for bad_scheme in [
-        String::new(),
-        "http".to_owned(),
-        "HTTP".to_owned(),
-        "file".to_owned(),
-        format!("{scheme}s"),
-        upper,
-        format!("{scheme} "),
-        format!(" {scheme}"),
-        format!("1{scheme}"),
-        format!("{scheme}+tcp"),
-        format!("{scheme}:"),
-        format!("{scheme}🦀"),
-        format!("ü{scheme}"),
-        format!("{scheme}%3A"),
-    ] {
-        urls.push(format!("{bad_scheme}://user:{pw}@{host_port}{path}"));
-        urls.push(format!("{bad_scheme}:user:{pw}@{host_port}{path}"));
-    }
-    for userinfo in [
-        format!(":{pw}@@"),
-        format!(":{pw}@user@"),
-        format!("@:{pw}@"),
-        format!("user@:{pw}@"),
-        format!(":{pw}"),
-        format!(":{pw}:"),
-        format!("user:{pw}:extra@"),
-        format!(":{pw}%40"),
-        format!(":{pw}%@"),
-        format!(":{pw}%4@"),
-        format!(":{pw}%zz@"),
-        format!("user:{pw}@@@"),
-        format!("user:{pw} @"),
-        format!("user :{pw}@"),
-        format!(" user:{pw}@"),
-        format!("user:{pw}\n@"),
-        format!("us€r:{pw}@"),
-        format!("user:{pw}/@"),
-        format!("user:{pw}?@"),
-        format!("user:{pw}#@"),
-        format!("user%3A{pw}@"),
-        format!("user:{pw}%3A@"),
-        format!("[user:{pw}]@"),
-    ] {
-        urls.push(format!("{scheme}://{userinfo}{host_port}{path}"));
-    }
-    for tail in [
-        format!("/:{pw}@x"),
-        format!("{path}/user:{pw}@x"),
-        format!("{path}?password={pw}"),
-        format!("{path}?PASS={pw}&x=1"),
-        format!("{path}?x=:{pw}@"),
-        format!("{path}?sslmode=:{pw}@"),
-        format!("{path}?sslmode=user:{pw}"),
-        format!("{path}?:{pw}@"),
-        format!("{path}#:{pw}@"),
-        format!("@:{pw}"),
-        format!("@:{pw}@"),
-        format!(":{pw}@"),
-    ] {
-        urls.push(format!("{scheme}://{host_port}{tail}"));
-    }
-    let host = host_port.rsplit_once(':').map_or(host_port, |(h, _)| h);
-    for bad_host in [
-        format!("{host}:"),
-        format!("{host}:99999"),
-        format!("{host}:-1"),
-        format!("{host}:abc"),
-        format!("{host_port}:1"),
-        format!("{host}:６３７９"),
-        "[::1".to_owned(),
-        "::1:1".to_owned(),
-        "[::1]:x".to_owned(),
-        "hôst:1".to_owned(),
-        "%zz:1".to_owned(),
-        "%2Ftmp%2Fsock".to_owned(),
-        "h st:1".to_owned(),
-        String::new(),
-        " ".to_owned(),
-        "🦀".to_owned(),
-    ] {
-        urls.push(format!("{scheme}://user:{pw}@{bad_host}{path}"));
-        urls.push(format!("{scheme}://:{pw}@{bad_host}{path}"));
-    }
-    for (before, after) in [
-        (" ", ""),
-        ("", "\n"),
-        ("\t", "\t"),
-        ("", " x"),
-        ("<", ">"),
-        ("\"", "\""),
-    ] {
-        urls.push(format!("{before}{valid}{after}"));
-    }
-    let boundaries: Vec<usize> = valid
-        .char_indices()
-        .map(|(i, _)| i)
-        .chain([valid.len()])
-        .collect();
-    for &i in &boundaries {
-        urls.push(valid[..i].to_owned());
-        for insert in ["/", "@", ":", "%", " ", "//", "\\"] {
-            urls.push(format!("{}{insert}{}", &valid[..i], &valid[i..]));
-        }
-    }
-    for pair in boundaries.windows(2) {
-        urls.push(format!("{}{}", &valid[..pair[0]], &valid[pair[1]..]));
-    }
-    // A user name is shown: a password written as one (the `:` before it
-    // deleted) cannot be told from a user name, and is not among these.
-    let as_user_name = format!("://user{pw}@");
-    urls.retain(|u| u.contains(pw) && !u.contains(&as_user_name));
-    let mut seen = std::collections::HashSet::new();
-    urls.retain(|u| seen.insert(u.clone()));
-    urls
 }
 
 /// Generates one `#[test]` per conformance check, for the concrete store and
