@@ -28,7 +28,15 @@ use crate::Result;
 /// The layers of `fluxio-core`, bottom first: each a name and its modules.
 pub(crate) const LAYERS: &[(&str, &[&str])] = &[
     ("values", &["value"]),
-    ("errors", &["error"]),
+    (
+        "errors",
+        &[
+            "error",
+            "store/status",
+            "store/error_kind",
+            "structure/changes",
+        ],
+    ),
     ("context", &["context"]),
     (
         "store types",
@@ -37,7 +45,6 @@ pub(crate) const LAYERS: &[(&str, &[&str])] = &[
             "store",
             "store/branch",
             "store/checkpoint",
-            "store/error_kind",
             "store/journal",
             "store/list",
             "store/memory",
@@ -71,10 +78,6 @@ pub(crate) const LAYERS: &[(&str, &[&str])] = &[
 /// circle inside a layer.
 /// Remove an entry with the import; never add one.
 pub(crate) const KNOWN: &[(&str, &str)] = &[
-    // the error type names `RunStatus` and `StoreErrorKind` (store) and
-    // `Changes` (structure): they move down to the errors layer
-    ("error", "store"),
-    ("error", "structure"),
     // `EncodedValue` turns value errors into `Error`: the conversion moves up
     ("value", "error"),
 ];

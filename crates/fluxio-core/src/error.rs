@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use crate::store::{RunStatus, StoreErrorKind};
-use crate::structure::Changes;
+use crate::store::error_kind::StoreErrorKind;
+use crate::store::status::RunStatus;
+use crate::structure::changes::Changes;
 
 /// A boxed error as returned by a stage: any `std::error::Error + Send + Sync + 'static`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -1,5 +1,7 @@
 //! The checkpoint record; its binary encoding is `checkpoint/codec.rs`.
 
+pub use super::status::RunStatus;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -7,54 +9,23 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use crate::context::Snapshot;
+
 use crate::error::{Error, Result};
+
 use crate::structure::Structure;
 
 use super::branch::BranchRecord;
+
 use super::journal::Change;
+
 use crate::value::{check_entry, varint_len};
 
 mod codec;
 
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) use codec::checksum;
-use codec::{decode_parts, frame, payload_size};
 
-/// Where a run stands.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    bincode::Encode,
-    bincode::Decode,
-)]
-#[non_exhaustive]
-pub enum RunStatus {
-    /// The run is (or was, when it crashed) executing the stage at `ip`.
-    Running,
-    /// The stage at `ip` failed; `error_message` says how. A resume retries it.
-    Failed,
-    /// The run finished; the snapshot is its final context.
-    Completed,
-    /// The run was cancelled (contract rule 14): `ip`, the context, the
-    /// attempt and any `error_message` are those of the checkpoint it was
-    /// cancelled at. It never runs again under this run id: resume and
-    /// replay refuse it, and fenced writes of its owner are refused, until
-    /// the run is deleted (a fresh `invoke` deletes it).
-    Cancelled,
-    /// Recovery gave up on the run at `ip` (contract rule 22): recovery
-    /// workers tried it as many times as their policy allows
-    /// ([`attempt`](Checkpoint::attempt) says how many) and now leave it
-    /// alone. `error_message` is the last failure, when there was one. An
-    /// operator's [`retry_run`](super::retry_run) hands it back to the
-    /// workers; an explicit resume retries it like a failed run.
-    NeedsAttention,
-}
+use codec::{decode_parts, frame, payload_size};
 
 /// The state of one run, saved before every stage call.
 ///
@@ -198,12 +169,16 @@ pub fn run_key(pipeline: &str, run_id: &str) -> String {
 
 /// The first four bytes of every encoded checkpoint.
 pub const MAGIC: [u8; 4] = *b"FXCP";
+
 /// The format version this build writes (and the newest it reads; it reads
 /// formats 1 and 2 too).
 pub const FORMAT_VERSION: u16 = 4;
+
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
+
 pub use crate::value::MAX_PAYLOAD;
+
 const HEADER: usize = 4 + 2 + 4 + 8;
 
 fn config() -> impl bincode::config::Config {

@@ -65,7 +65,7 @@ mod branch;
 mod checkpoint;
 #[cfg(feature = "test-util")]
 pub mod conformance;
-mod error_kind;
+pub(crate) mod error_kind;
 mod journal;
 mod lease;
 mod list;
@@ -73,6 +73,7 @@ mod memory;
 mod redact;
 mod renew;
 mod retry;
+pub(crate) mod status;
 
 use std::any::TypeId;
 use std::fmt::Debug;

@@ -1,0 +1,39 @@
+//! Where a run stands: [`RunStatus`], which every checkpoint carries and the error type names.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a run stands.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    bincode::Encode,
+    bincode::Decode,
+)]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// The run is (or was, when it crashed) executing the stage at `ip`.
+    Running,
+    /// The stage at `ip` failed; `error_message` says how. A resume retries it.
+    Failed,
+    /// The run finished; the snapshot is its final context.
+    Completed,
+    /// The run was cancelled (contract rule 14): `ip`, the context, the
+    /// attempt and any `error_message` are those of the checkpoint it was
+    /// cancelled at. It never runs again under this run id: resume and
+    /// replay refuse it, and fenced writes of its owner are refused, until
+    /// the run is deleted (a fresh `invoke` deletes it).
+    Cancelled,
+    /// Recovery gave up on the run at `ip` (contract rule 22): recovery
+    /// workers tried it as many times as their policy allows
+    /// ([`attempt`](crate::store::Checkpoint::attempt) says how many) and now leave it
+    /// alone. `error_message` is the last failure, when there was one. An
+    /// operator's [`retry_run`](super::retry_run) hands it back to the
+    /// workers; an explicit resume retries it like a failed run.
+    NeedsAttention,
+}
