@@ -294,6 +294,23 @@ pub async fn checkpoint_at<S: CheckpointStore + ?Sized>(
     }
 }
 
+/// A key in the history table: `+key` written, `-key` removed; a key that a
+/// reader could mistake for another (empty, with blanks, control, invisible
+/// or bidi characters, a comma) is quoted and escaped as `Debug` does.
+fn marked(mark: char, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key.chars().all(|c| {
+            !(c.is_whitespace()
+                || c.is_control()
+                || matches!(c, ',' | '"' | '\\' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'))
+        });
+    if plain {
+        format!("{mark}{key}")
+    } else {
+        format!("{mark}{key:?}")
+    }
+}
+
 fn when(ms: u64) -> String {
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(at).to_string()
@@ -306,8 +323,8 @@ impl fmt::Display for History {
             .steps
             .iter()
             .map(|s| {
-                let mut keys: Vec<String> = s.written.clone();
-                keys.extend(s.removed.iter().map(|k| format!("-{k}")));
+                let mut keys: Vec<String> = s.written.iter().map(|k| marked('+', k)).collect();
+                keys.extend(s.removed.iter().map(|k| marked('-', k)));
                 [
                     s.number.to_string(),
                     s.stage.clone(),
@@ -431,6 +448,13 @@ mod tests {
         assert_eq!(h.status, RunStatus::Completed);
         let table = h.to_string();
         assert!(table.starts_with("step  stage"), "{table}");
+        // written and removed keys are told apart: step 0 wrote `a` and removed `n`
+        assert!(table.contains("+a, -n"), "{table}");
+        assert_eq!(marked('+', "-coupon"), "+-coupon");
+        assert_eq!(marked('-', "coupon"), "-coupon");
+        assert_eq!(marked('+', "a\nb"), "+\"a\\nb\"");
+        assert_eq!(marked('+', ""), "+\"\"");
+        assert_eq!(marked('+', "a\u{202e}b"), "+\"a\\u{202e}b\"");
         assert!(table.contains("1970-01-01T00:00:01.000Z"), "{table}");
         assert!(
             table.ends_with("run p/r: completed (6 checkpoints kept)\n"),
