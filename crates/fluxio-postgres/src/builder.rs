@@ -11,8 +11,9 @@ use sqlx::postgres::PgPool;
 
 use crate::connection::url_pool;
 use crate::error::{PostgresStoreError, own_error};
-use crate::names::{Names, Sql};
+use crate::names::{Names, statements};
 use crate::store::{Inner, PostgresStore};
+use fluxio_sql::ServerStore;
 
 /// The default schema.
 pub const DEFAULT_SCHEMA: &str = "public";
@@ -215,7 +216,7 @@ impl PostgresStoreBuilder {
     pub async fn connect(self) -> Result<PostgresStore> {
         let read_only = self.read_only;
         let store = self.connect_lazy()?;
-        store.first_connection().await?;
+        store.server().first_connection().await?;
         if read_only {
             store.check_readable().await?;
         } else {
@@ -265,17 +266,13 @@ impl PostgresStoreBuilder {
                 (pool, Some(redacted))
             }
         };
-        let sql = Sql::new(&names);
+        let retention = fluxio_sql::Retention {
+            expire_after: self.completed_retention,
+            keep_completed: self.keep_completed,
+        };
+        let server = ServerStore::new(pool, statements(&names), self.timeout, retention, url);
         Ok(PostgresStore {
-            inner: Arc::new(Inner {
-                pool,
-                names,
-                sql,
-                timeout: self.timeout,
-                completed_retention: self.completed_retention,
-                keep_completed: self.keep_completed,
-                url,
-            }),
+            inner: Arc::new(Inner { server, names }),
         })
     }
 }

@@ -10,9 +10,12 @@
 
 use std::time::Duration;
 
-pub(crate) use fluxio_sql::{Retention, Step, latest};
+use fluxio_core::Error;
+use fluxio_core::store::StoreErrorKind;
+use fluxio_sql::{BoxFuture, Failure, RunStatements};
+use sqlx::postgres::{PgConnection, PgQueryResult};
 
-use crate::connection::Failure;
+use crate::error::{PostgresStoreError, is_connection_error, own_error, sql_kind};
 
 /// PostgreSQL's side of the journal: sqlx's Postgres driver, times as
 /// seconds in a float8 (the SQL makes a timestamp or an interval of it).
@@ -52,12 +55,48 @@ impl fluxio_sql::Dialect for Postgres {
     fn time_param(n: usize) -> String {
         format!("to_timestamp(${n}::float8)")
     }
+
+    /// [`acquire`](RunStatements::acquire) returns the token, drawn from
+    /// the lease table's identity sequence.
+    fn acquire<'c>(
+        conn: &'c mut PgConnection,
+        run: &'c RunStatements,
+        key: &'c str,
+        ttl: Duration,
+    ) -> BoxFuture<'c, sqlx::Result<Option<i64>>> {
+        Box::pin(fluxio_sql::acquire_by_statement::<Self, _>(
+            conn, run, key, ttl,
+        ))
+    }
+}
+
+impl fluxio_sql::Server for Postgres {
+    fn kind(e: &sqlx::Error) -> StoreErrorKind {
+        sql_kind(e)
+    }
+
+    fn is_connection_error(e: &sqlx::Error) -> bool {
+        is_connection_error(e)
+    }
+
+    fn timeout(operation: &'static str, timeout: Duration) -> Error {
+        own_error(PostgresStoreError::Timeout { operation, timeout })
+    }
+
+    fn connect(url: String, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
+        own_error(PostgresStoreError::Connect { url, source })
+    }
+
+    fn scrubbed(message: String) -> Box<dyn std::error::Error + Send + Sync> {
+        Box::new(PostgresStoreError::Scrubbed { message })
+    }
+
+    fn rows_affected(done: &PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
 }
 
 /// The last millisecond a listing binds as it is: `to_timestamp` refuses
 /// 9,224,318,016,000 seconds and more; a second less, so that the float's
 /// rounding stays below that.
 const LAST_MS: u64 = 9_224_318_015_000_000;
-
-/// The journal's writes on this store's connections.
-pub(crate) type Journal = fluxio_sql::Journal<Postgres>;

@@ -37,6 +37,15 @@ impl From<sqlx::Error> for MigrateError {
     }
 }
 
+impl From<MigrateError> for fluxio_sql::Failure {
+    fn from(e: MigrateError) -> Self {
+        match e {
+            MigrateError::Sql(e) => fluxio_sql::Failure::Sql(e),
+            MigrateError::Store(e) => fluxio_sql::Failure::Fluxio(crate::error::own_error(e)),
+        }
+    }
+}
+
 /// The SQL of `migration` for these names.
 pub(crate) fn render(migration: &Migration, names: &Names) -> String {
     migration

@@ -1,6 +1,6 @@
 //! Identifier validation, quoting and the SQL of the store.
 
-use fluxio_sql::{COMPLETED, Listing, RunStatements, Statements};
+use fluxio_sql::{COMPLETED, Listing, RunStatements, ServerSql, Statements};
 
 use crate::error::PostgresStoreError;
 
@@ -100,27 +100,6 @@ pub(crate) fn quote(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
-/// The statements of one store, built once from its validated, quoted names.
-/// Values are always bind parameters.
-#[derive(Debug)]
-pub(crate) struct Sql {
-    /// The journal's writes (`fluxio-sql` runs them).
-    pub(crate) journal: Statements,
-    /// Listing runs (`fluxio-sql` builds the statement).
-    pub(crate) list: Listing,
-    /// The lease and the run's row: `acquire`, `held` (the lease is
-    /// current, its row locked), `exists`, `delete` and `release`, for the
-    /// store's calls of those names and for starting and ending a run in
-    /// one transaction.
-    pub(crate) run: RunStatements,
-    pub(crate) lease_lock: String,
-    pub(crate) load: String,
-    pub(crate) history: String,
-    pub(crate) delete_fenced: String,
-    pub(crate) renew: String,
-    pub(crate) purge: String,
-}
-
 /// The columns of the run's row a save writes, in bind order `$1..$9`. The
 /// `payload` column is empty since schema version 2 (the checkpoints are
 /// rows of `<table>_steps`).
@@ -148,25 +127,15 @@ const KEEP_LOCK_CLASS: i32 = 0x6b65_6570;
 /// A row that is not expired (database clock).
 const VISIBLE: &str = "(expires_at IS NULL OR expires_at > clock_timestamp())";
 
-impl Sql {
-    pub(crate) fn new(names: &Names) -> Self {
+/// The statements of one store, built once from its validated, quoted
+/// names; values are always bind parameters.
+pub(crate) fn statements(names: &Names) -> ServerSql {
+    {
         let cp = names.checkpoints_qualified();
         let leases = names.leases_qualified();
-        // The current, unexpired lease of run `$1` with token `$tok`, locked
-        // FOR SHARE until the statement's transaction ends: a takeover must
-        // UPDATE that row (acquire), which conflicts with the share lock, so
-        // it waits for the fenced write to commit; a fenced write that comes
-        // second waits for the takeover and then re-checks the new row
-        // version (READ COMMITTED re-evaluation), whose token differs.
-        let current_lease = |tok: &str| {
-            format!(
-                "SELECT 1 FROM {leases} AS l WHERE l.run_id = $1 AND l.token = {tok} \
-                 AND l.expires_at > clock_timestamp() FOR SHARE"
-            )
-        };
         let steps = names.steps_qualified();
         let visible_run = format!("EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})");
-        Sql {
+        ServerSql {
             journal: Statements {
                 // The run's row: `$1` the key, then the latest checkpoint's fields.
                 save: format!("INSERT INTO {cp} AS c ({COLUMNS}) VALUES ({VALUES}) {UPSERT}"),
@@ -222,15 +191,6 @@ impl Sql {
                 key: "c.run_id COLLATE \"C\"".to_owned(),
                 held: "l.expires_at".to_owned(),
             },
-            // Whether the lease with token `$2` is current, locking the
-            // lease row: the fenced writes of a run take turns (a fresh
-            // run has no row of its own to lock yet), and a takeover (which
-            // updates the row) waits for the fenced write to commit, and a
-            // fenced write that waited reads the new token.
-            lease_lock: format!(
-                "SELECT token = $2 AND expires_at > clock_timestamp() FROM {leases} \
-                 WHERE run_id = $1 FOR UPDATE"
-            ),
             // From the last whole checkpoint on (the partial index finds
             // it), in one statement: one snapshot.
             load: format!(
@@ -240,12 +200,6 @@ impl Sql {
             ),
             history: format!(
                 "SELECT payload FROM {steps} WHERE run_id = $1 AND {visible_run} ORDER BY seq"
-            ),
-            delete_fenced: format!(
-                "WITH lease AS MATERIALIZED ({}), \
-                 deleted AS (DELETE FROM {cp} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM lease)) \
-                 SELECT EXISTS (SELECT 1 FROM lease)",
-                current_lease("$2::bigint")
             ),
             renew: format!(
                 "UPDATE {leases} SET expires_at = clock_timestamp() + make_interval(secs => $3::float8) \
@@ -260,7 +214,14 @@ impl Sql {
                  WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp() \
                  RETURNING l.token"
                 ),
-                // As `lease_lock`, one boolean: false when there is no row.
+                draw_token: None,
+                token_of: None,
+                // Whether the lease with token `$2` is current, locking the
+                // lease row (false when there is none): the fenced writes of
+                // a run take turns (a fresh run has no row of its own to
+                // lock yet), a takeover (which updates the row) waits for
+                // the fenced write to commit, and a fenced write that waited
+                // reads the new token.
                 held: format!(
                     "SELECT coalesce((SELECT token = $2 AND expires_at > clock_timestamp() \
                      FROM {leases} WHERE run_id = $1 FOR UPDATE), false)"
@@ -276,11 +237,13 @@ impl Sql {
             },
             // Lease rows that are released or expired go too: tokens come
             // from a sequence, so a re-created row still gets a greater token.
-            purge: format!(
-                "WITH dead_leases AS (DELETE FROM {leases} \
-                 WHERE expires_at IS NULL OR expires_at <= clock_timestamp()) \
-                 DELETE FROM {cp} WHERE expires_at <= clock_timestamp()"
-            ),
+            purge: vec![
+                format!(
+                    "DELETE FROM {leases} \
+                     WHERE expires_at IS NULL OR expires_at <= clock_timestamp()"
+                ),
+                format!("DELETE FROM {cp} WHERE expires_at <= clock_timestamp()"),
+            ],
         }
     }
 }
@@ -323,7 +286,7 @@ mod tests {
 
     #[test]
     fn statements_quote_the_names() {
-        let sql = Sql::new(&Names::new("s1", "t1").expect("valid"));
+        let sql = statements(&Names::new("s1", "t1").expect("valid"));
         assert!(
             sql.journal
                 .save

@@ -22,9 +22,16 @@
 
 mod list;
 mod schema;
+pub mod server;
 
 pub use list::{Listing, Statement, list, statement};
 pub use schema::{Unreadable, readable};
+pub use server::{Failure, Server, ServerSql, ServerStore};
+
+#[doc(hidden)]
+pub mod __private {
+    pub use async_trait::async_trait;
+}
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -82,6 +89,57 @@ pub trait Dialect {
     /// Bind parameter `n` holding a [`Time`](Dialect::Time), as an
     /// expression of the type of the rows' time columns.
     fn time_param(n: usize) -> String;
+
+    /// Takes the lease of `key` for `ttl` when no unexpired lease holds
+    /// it, in the caller's transaction: the new fencing token, or `None`
+    /// when another lease holds it. A store whose
+    /// [`acquire`](RunStatements::acquire) returns the token runs
+    /// [`acquire_by_statement`]; one that draws its tokens apart (MySQL)
+    /// runs its statements.
+    fn acquire<'c>(
+        conn: &'c mut <Self::Db as Database>::Connection,
+        run: &'c RunStatements,
+        key: &'c str,
+        ttl: Duration,
+    ) -> BoxFuture<'c, sqlx::Result<Option<i64>>>;
+}
+
+/// A future of a dialect's hook, boxed (the driver's connection is
+/// generic).
+#[doc(hidden)]
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// [`Dialect::acquire`] for a store whose
+/// [`acquire`](RunStatements::acquire) statement takes the lease and
+/// returns its token (a row of one integer; no row when it is held).
+///
+/// # Errors
+/// The driver's.
+#[doc(hidden)]
+pub async fn acquire_by_statement<D, DB>(
+    conn: &mut DB::Connection,
+    run: &RunStatements,
+    key: &str,
+    ttl: Duration,
+) -> sqlx::Result<Option<i64>>
+where
+    D: Dialect<Db = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB>,
+    str: Type<DB>,
+    for<'q> i64: Decode<'q, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    // `fetch_all` steps the statement to its end (the driver may
+    // otherwise reset it after the first row).
+    let tokens: Vec<i64> = sqlx::query_scalar(&run.acquire)
+        .bind(key)
+        .bind(D::span(ttl))
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(tokens.first().copied())
 }
 
 /// The journal's statements of one store, built by the store from its
@@ -121,8 +179,17 @@ pub struct Statements {
 pub struct RunStatements {
     /// Takes the lease of (key) for (ttl, [`Dialect::span`]) when no
     /// unexpired lease holds it: returns the new token, a row of one
-    /// integer; no row when another lease holds it.
+    /// integer; no row when another lease holds it. (A store that draws
+    /// its tokens apart gives its own [`Dialect::acquire`], which says
+    /// what this statement is there.)
     pub acquire: String,
+    /// Draws a new fencing token, for a store whose tokens come from a
+    /// table of their own (MySQL); `None` elsewhere.
+    pub draw_token: Option<String>,
+    /// The token of the lease row of (key), for a store that checks what
+    /// its [`acquire`](RunStatements::acquire) did (MySQL); `None`
+    /// elsewhere.
+    pub token_of: Option<String>,
     /// Whether the lease (key, token) is current and unexpired: one
     /// boolean. Locks the lease row if the store needs it.
     pub held: String,
@@ -297,14 +364,8 @@ where
         retention: Retention,
     ) -> std::result::Result<Begun, D::Failure> {
         let key = first.key();
-        // `fetch_all` steps the statement to its end (the driver may
-        // otherwise reset it after the first row).
-        let tokens: Vec<i64> = sqlx::query_scalar(&run.acquire)
-            .bind(key.as_str())
-            .bind(D::span(ttl))
-            .fetch_all(&mut *conn)
-            .await?;
-        let token = match tokens.first().copied().map(u64::try_from) {
+        let token = D::acquire(&mut *conn, run, &key, ttl).await?;
+        let token = match token.map(u64::try_from) {
             Some(Ok(token)) => token,
             Some(Err(e)) => return Err(Error::store(D::BACKEND, e).into()),
             None => return Err(Error::RunIdInUse { run_id: key }.into()),

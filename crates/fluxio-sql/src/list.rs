@@ -357,6 +357,14 @@ mod tests {
         fn time_param(n: usize) -> String {
             format!("T(?{n})")
         }
+        fn acquire<'c>(
+            conn: &'c mut sqlx::SqliteConnection,
+            run: &'c crate::RunStatements,
+            key: &'c str,
+            ttl: std::time::Duration,
+        ) -> crate::BoxFuture<'c, sqlx::Result<Option<i64>>> {
+            Box::pin(crate::acquire_by_statement::<Self, _>(conn, run, key, ttl))
+        }
     }
 
     fn listing() -> Listing {

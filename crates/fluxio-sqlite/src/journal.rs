@@ -46,6 +46,19 @@ impl Dialect for Sqlite {
     fn time_param(n: usize) -> String {
         format!("?{n}")
     }
+
+    /// [`acquire`](fluxio_sql::RunStatements::acquire) returns the token,
+    /// one more than the largest ever drawn.
+    fn acquire<'c>(
+        conn: &'c mut SqliteConnection,
+        run: &'c fluxio_sql::RunStatements,
+        key: &'c str,
+        ttl: Duration,
+    ) -> fluxio_sql::BoxFuture<'c, sqlx::Result<Option<i64>>> {
+        Box::pin(fluxio_sql::acquire_by_statement::<Self, _>(
+            conn, run, key, ttl,
+        ))
+    }
 }
 
 /// The journal's writes on this store's connections.

@@ -1,0 +1,811 @@
+//! The store body of a SQL database server reached over a pool (Postgres,
+//! MySQL): every [`CheckpointStore`](fluxio_core::store::CheckpointStore)
+//! call as one statement or one transaction on a pooled connection, the
+//! call's timeout, its repeat on a checked connection after a pooled one
+//! died, and the redaction of driver errors that quote the URL's password.
+//!
+//! A store crate keeps what differs: its [`Server`] (the driver, how a
+//! time and a parameter are written, which driver errors are connection
+//! failures or timeouts, its own error type), the text of its statements
+//! ([`ServerSql`], built from its validated names), its connection options
+//! and its migrations. Its store type wraps a [`ServerStore`] and
+//! implements the trait with [`server_store!`](crate::server_store).
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use fluxio_core::store::{
+    Begin, Begun, Checkpoint, Lease, RedactedUrl, RunFilter, RunPage, StoreErrorKind,
+    check_lease_ttl, check_run_id,
+};
+use fluxio_core::{Error, Result};
+use sqlx::pool::PoolConnection;
+use sqlx::{
+    ColumnIndex, Connection as _, Database, Decode, Encode, Executor, IntoArguments, Pool, Type,
+};
+
+use crate::{Dialect, Journal, Listing, Retention, RunStatements, Statements, Step, latest};
+
+/// What the body of a server store's call fails with: the driver's error
+/// (mapped by the [`Server`] when the call ends) or fluxio's.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Failure {
+    /// The driver's.
+    Sql(sqlx::Error),
+    /// fluxio's (a refusal, the store's own error).
+    Fluxio(Error),
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(e: sqlx::Error) -> Self {
+        Failure::Sql(e)
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Fluxio(e)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Sql(e) => e.fmt(f),
+            Failure::Fluxio(e) => e.fmt(f),
+        }
+    }
+}
+
+/// What a server store's dialect adds to [`Dialect`]: how its driver's
+/// errors are told apart, and its own errors.
+#[doc(hidden)]
+pub trait Server: Dialect<Failure = Failure> + Send + Sync + 'static {
+    /// What kind of failure an error of the driver is (a timeout, a
+    /// connection failure, another).
+    fn kind(e: &sqlx::Error) -> StoreErrorKind;
+    /// Whether `e` says the connection failed rather than the statement
+    /// (the statement may still have run when it came after it was sent).
+    fn is_connection_error(e: &sqlx::Error) -> bool;
+    /// The store's error for a call that did not finish within `timeout`.
+    fn timeout(operation: &'static str, timeout: Duration) -> Error;
+    /// The store's error for a first connection to `url` (redacted) that
+    /// failed with `source`.
+    fn connect(url: String, source: Box<dyn std::error::Error + Send + Sync>) -> Error;
+    /// The store's error standing for a driver error whose message quoted
+    /// the URL's password: the message, scrubbed.
+    fn scrubbed(message: String) -> Box<dyn std::error::Error + Send + Sync>;
+    /// How many rows a statement affected (matched, for an `UPDATE`).
+    fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
+}
+
+/// The statements of one server store, built once from its validated,
+/// quoted names; values are bind parameters, each bound once, in the order
+/// the fields' docs give (a dialect with anonymous parameters writes them
+/// in that order).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ServerSql {
+    /// The journal's writes.
+    pub journal: Statements,
+    /// The lease and the run's row.
+    pub run: RunStatements,
+    /// Listing runs.
+    pub list: Listing,
+    /// The payloads of run (key) from its last whole step on, oldest
+    /// first; none when the run is not visible.
+    pub load: String,
+    /// Every payload of run (key), oldest first; none when the run is not
+    /// visible.
+    pub history: String,
+    /// Extends the lease (key, token) by (ttl, [`Dialect::span`]) when it
+    /// is current: one row affected, or none.
+    pub renew: String,
+    /// Run in order by `purge_expired`, without parameters: the last one
+    /// deletes the expired runs (its rows are the count), the ones before
+    /// it what else is dead (released or expired leases).
+    pub purge: Vec<String>,
+}
+
+/// The body of a server store: its pool, statements and settings, and the
+/// store's calls.
+#[doc(hidden)]
+pub struct ServerStore<S: Server> {
+    pool: Pool<S::Db>,
+    sql: ServerSql,
+    timeout: Duration,
+    retention: Retention,
+    url: Option<RedactedUrl>,
+    dialect: PhantomData<S>,
+}
+
+/// How a call survives a pooled connection that died (terminated by an
+/// administrator, a server restart, a reset) since its last use.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// For statements that may run twice (idempotent, or checking the
+    /// lease's token): on a pooled connection, as fast as it comes; after
+    /// a connection failure once more, on a checked connection.
+    Once,
+    /// For statements whose repeat would answer differently (acquire: the
+    /// second attempt would find the first one's lease; purge: its count):
+    /// only on a checked connection, so a dead one is found before the
+    /// statement is sent, and never twice.
+    Never,
+}
+
+impl<S: Server> fmt::Debug for ServerStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerStore")
+            .field("backend", &S::BACKEND)
+            .field(
+                "url",
+                &self.url.as_ref().map_or("<given pool>", |u| u.url.as_str()),
+            )
+            .field("timeout", &self.timeout)
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lease_lost(lease: &Lease) -> Error {
+    Error::LeaseLost {
+        run_id: lease.run_id().to_owned(),
+        token: lease.token(),
+    }
+}
+
+/// The lease's token as the rows keep it, when the lease is of `key`.
+fn token_of(lease: &Lease, key: &str) -> Result<i64> {
+    match i64::try_from(lease.token()) {
+        Ok(token) if lease.run_id() == key => Ok(token),
+        _ => Err(lease_lost(lease)),
+    }
+}
+
+impl<S, DB> ServerStore<S>
+where
+    S: Server<Db = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<S::Time>: Encode<'q, DB>,
+    for<'q> S::Time: Encode<'q, DB>,
+    str: Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB>,
+    [u8]: Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> String: Encode<'r, DB> + Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    /// The body of a store on `pool` (its URL redacted, `None` for a pool
+    /// the application gave).
+    pub fn new(
+        pool: Pool<DB>,
+        sql: ServerSql,
+        timeout: Duration,
+        retention: Retention,
+        url: Option<RedactedUrl>,
+    ) -> Self {
+        ServerStore {
+            pool,
+            sql,
+            timeout,
+            retention,
+            url,
+            dialect: PhantomData,
+        }
+    }
+
+    /// The pool the store runs on.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    /// The store's statements.
+    pub fn sql(&self) -> &ServerSql {
+        &self.sql
+    }
+
+    /// The timeout of every call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// What the store keeps of its completed runs.
+    pub fn retention(&self) -> Retention {
+        self.retention
+    }
+
+    /// The URL, redacted; `None` for a pool the application gave.
+    pub fn url(&self) -> Option<&RedactedUrl> {
+        self.url.as_ref()
+    }
+
+    /// The URL as messages show it.
+    pub fn shown_url(&self) -> &str {
+        self.url.as_ref().map_or("<given pool>", |u| u.url.as_str())
+    }
+
+    /// `e` as the source of an [`Error::Store`] of `e`'s kind, or, when its
+    /// message quotes the password of the URL, the dialect's
+    /// [scrubbed](Server::scrubbed) error in its place.
+    pub fn sql_error(&self, e: sqlx::Error) -> Error {
+        Error::store_with_kind(S::BACKEND, S::kind(&e), self.scrubbed(e))
+    }
+
+    fn scrubbed(&self, e: sqlx::Error) -> Box<dyn std::error::Error + Send + Sync> {
+        match &self.url {
+            Some(url) if url.leaks(&format!("{e} {e:?}")) => S::scrubbed(url.scrub(&e.to_string())),
+            _ => Box::new(e),
+        }
+    }
+
+    /// Opens one connection outside the pool and closes it: a server that
+    /// refuses or cannot be reached is reported at once, with its I/O
+    /// error, rather than as the pool's timeout after retrying for the
+    /// whole timeout. Only for stores built from a URL.
+    ///
+    /// # Errors
+    /// The dialect's [`connect`](Server::connect) and
+    /// [`timeout`](Server::timeout) errors.
+    pub async fn first_connection(&self) -> Result<()> {
+        let Some(url) = &self.url else {
+            return Ok(());
+        };
+        let options = self.pool.connect_options();
+        let connecting = <DB::Connection as sqlx::Connection>::connect_with(&options);
+        match tokio::time::timeout(self.timeout, connecting).await {
+            Ok(Ok(conn)) => {
+                if let Err(e) = conn.close().await {
+                    tracing::debug!(error = %e, "closing the first connection failed");
+                }
+                Ok(())
+            }
+            Ok(Err(e)) => Err(S::connect(url.url.clone(), self.scrubbed(e))),
+            Err(_elapsed) => Err(S::timeout("connect", self.timeout)),
+        }
+    }
+
+    /// Runs `attempt` on a pooled connection within the store's timeout,
+    /// retried as `retry` says.
+    ///
+    /// # Errors
+    /// `attempt`'s, mapped to fluxio's; the dialect's timeout.
+    pub async fn call<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        retry: Retry,
+        mut attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut(PoolConnection<DB>) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Failure>>,
+    {
+        let call = async {
+            let conn = match retry {
+                Retry::Once => self.pool.acquire().await?,
+                Retry::Never => self.checked_connection(operation).await?,
+            };
+            match attempt(conn).await {
+                Err(Failure::Sql(e)) if retry == Retry::Once && S::is_connection_error(&e) => {
+                    tracing::debug!(
+                        operation,
+                        error = %e,
+                        "the connection failed; running the statement again on a checked one"
+                    );
+                    let conn = self.checked_connection(operation).await?;
+                    attempt(conn).await
+                }
+                result => result,
+            }
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(Failure::Sql(e))) => Err(self.sql_error(e)),
+            Ok(Err(Failure::Fluxio(e))) => Err(e),
+            Err(_elapsed) => Err(S::timeout(operation, self.timeout)),
+        }
+    }
+
+    /// A pooled connection that answered a ping. One that does not is
+    /// closed and the next one tried: each failure takes a dead connection
+    /// out of the pool, after which the pool opens new ones; after
+    /// `max_connections + 1` failures, the last error. A failure here
+    /// proves that no statement was sent.
+    async fn checked_connection(
+        &self,
+        operation: &'static str,
+    ) -> std::result::Result<PoolConnection<DB>, Failure> {
+        let tries = self.pool.options().get_max_connections().saturating_add(1);
+        let mut failed = 0;
+        loop {
+            let mut conn = self.pool.acquire().await?;
+            match conn.ping().await {
+                Ok(()) => return Ok(conn),
+                Err(e) => {
+                    // Closed at once, without a goodbye to a dead server;
+                    // its pool slot is free for a new connection.
+                    drop(conn.detach());
+                    failed += 1;
+                    if failed >= tries {
+                        return Err(e.into());
+                    }
+                    tracing::debug!(operation, error = %e, "dropped a dead pooled connection");
+                }
+            }
+        }
+    }
+
+    /// One transaction: the run's row, then its steps replaced by the
+    /// checkpoint's journal ([`earlier`](Checkpoint::earlier), then
+    /// itself).
+    ///
+    /// # Errors
+    /// A bad run id or checkpoint; the driver's.
+    pub async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
+        let key = checkpoint.key();
+        check_run_id(&key)?;
+        checkpoint.check()?;
+        let steps = checkpoint
+            .earlier
+            .iter()
+            .chain([&checkpoint])
+            .map(Step::of)
+            .collect::<Result<Vec<_>>>()?;
+        let (key, checkpoint, steps) = (&key, &checkpoint, &steps);
+        self.call("save", Retry::Once, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            Journal::<S>::replace(
+                &mut tx,
+                &self.sql.journal,
+                key,
+                checkpoint,
+                steps,
+                self.retention,
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// One statement: the steps from the run's last whole checkpoint on,
+    /// folded by [`Checkpoint::from_entries`]. Expired runs read as absent.
+    ///
+    /// # Errors
+    /// A bad run id; the driver's; a corrupt payload.
+    pub async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+        check_run_id(run_id)?;
+        self.call("load", Retry::Once, |mut conn| async move {
+            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&self.sql.load)
+                .bind(run_id)
+                .fetch_all(&mut *conn)
+                .await?;
+            Ok(latest(run_id, parts)?)
+        })
+        .await
+    }
+
+    /// One statement: every stored step of the run, oldest first.
+    ///
+    /// # Errors
+    /// A bad run id; the driver's; a corrupt payload.
+    pub async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
+        check_run_id(run_id)?;
+        self.call("history", Retry::Once, |mut conn| async move {
+            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&self.sql.history)
+                .bind(run_id)
+                .fetch_all(&mut *conn)
+                .await?;
+            Ok(Checkpoint::journal_from_entries(run_id, parts)?)
+        })
+        .await
+    }
+
+    /// One statement over the run rows and the leases
+    /// ([`list`](crate::list)): no journal is read. Read-only, so sent
+    /// again after a dead connection.
+    ///
+    /// # Errors
+    /// A bad filter; the driver's.
+    pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
+        self.call("list_runs", Retry::Once, |mut conn| async move {
+            crate::list::<S, DB>(&mut conn, &self.sql.list, filter).await
+        })
+        .await
+    }
+
+    /// One statement; the steps go with the row.
+    ///
+    /// # Errors
+    /// A bad run id; the driver's.
+    pub async fn delete(&self, run_id: &str) -> Result<()> {
+        check_run_id(run_id)?;
+        self.call("delete", Retry::Once, |mut conn| async move {
+            sqlx::query(&self.sql.run.delete)
+                .bind(run_id)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// One statement; expired runs read as absent.
+    ///
+    /// # Errors
+    /// A bad run id; the driver's.
+    pub async fn exists(&self, run_id: &str) -> Result<bool> {
+        check_run_id(run_id)?;
+        self.call("exists", Retry::Once, |mut conn| async move {
+            let exists: bool = sqlx::query_scalar(&self.sql.run.exists)
+                .bind(run_id)
+                .fetch_one(&mut *conn)
+                .await?;
+            Ok(exists)
+        })
+        .await
+    }
+
+    /// The dialect's [acquire](Dialect::acquire) in a transaction, on a
+    /// connection pinged first, and never sent twice: a second attempt
+    /// after a first that committed would find that lease and report
+    /// `RunIdInUse`.
+    ///
+    /// # Errors
+    /// A bad run id or ttl; `RunIdInUse`; the driver's.
+    pub async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+        check_run_id(run_id)?;
+        check_lease_ttl(ttl)?;
+        self.call("acquire_lease", Retry::Never, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            let token = S::acquire(&mut *tx, &self.sql.run, run_id, ttl).await?;
+            tx.commit().await?;
+            match token.map(u64::try_from) {
+                Some(Ok(token)) => Ok(Lease::new(run_id, token)),
+                Some(Err(e)) => Err(Error::store(S::BACKEND, e).into()),
+                None => Err(Error::RunIdInUse {
+                    run_id: run_id.to_owned(),
+                }
+                .into()),
+            }
+        })
+        .await
+    }
+
+    /// One statement, which changes the lease only when it is current.
+    ///
+    /// # Errors
+    /// A bad ttl; `LeaseLost`; the driver's.
+    pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
+        check_lease_ttl(ttl)?;
+        let token = token_of(lease, lease.run_id())?;
+        self.call("renew_lease", Retry::Once, |mut conn| async move {
+            let done = sqlx::query(&self.sql.renew)
+                .bind(lease.run_id())
+                .bind(token)
+                .bind(S::span(ttl))
+                .execute(&mut *conn)
+                .await?;
+            if S::rows_affected(&done) == 1 {
+                Ok(())
+            } else {
+                Err(lease_lost(lease).into())
+            }
+        })
+        .await
+    }
+
+    /// One statement; a lease that is not current is left alone.
+    ///
+    /// # Errors
+    /// The driver's.
+    pub async fn release_lease(&self, lease: Lease) -> Result<()> {
+        let Ok(token) = i64::try_from(lease.token()) else {
+            return Ok(());
+        };
+        let lease = &lease;
+        self.call("release_lease", Retry::Once, |mut conn| async move {
+            sqlx::query(&self.sql.run.release)
+                .bind(lease.run_id())
+                .bind(token)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// One transaction: the lease row locked and checked
+    /// ([`held`](RunStatements::held)), the run's row locked (a cancelled
+    /// run is refused with `Cancelled`), then `LeaseLost` for a lease that
+    /// is not current, and the checkpoint appended to the journal: only its
+    /// [`entry_bytes`](Checkpoint::entry_bytes). Sent again after a
+    /// connection failure: appending checkpoint `seq` again replaces what
+    /// the first attempt may have written.
+    ///
+    /// # Errors
+    /// `Cancelled`, `LeaseLost`, a missing predecessor; the driver's.
+    pub async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
+        let key = checkpoint.key();
+        let token = token_of(lease, &key)?;
+        let step = Step::of(&checkpoint)?;
+        let (key, checkpoint, step) = (&key, &checkpoint, &step);
+        self.call("save_fenced", Retry::Once, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            let held = self.held(&mut tx, key, token).await?;
+            if Journal::<S>::cancelled(&mut tx, &self.sql.journal, key).await? {
+                return Err(Error::Cancelled {
+                    run_id: key.clone(),
+                }
+                .into());
+            }
+            if !held {
+                return Err(lease_lost(lease).into());
+            }
+            Journal::<S>::append(
+                &mut tx,
+                &self.sql.journal,
+                key,
+                checkpoint,
+                step,
+                self.retention,
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Whether the lease (key, token) is current, its row locked.
+    async fn held(&self, conn: &mut DB::Connection, key: &str, token: i64) -> sqlx::Result<bool> {
+        sqlx::query_scalar(&self.sql.run.held)
+            .bind(key)
+            .bind(token)
+            .fetch_one(&mut *conn)
+            .await
+    }
+
+    /// One transaction, so one commit: [`Journal::begin`]. On an error
+    /// nothing is committed: no lease is taken. Never sent twice (like
+    /// `acquire_lease`).
+    ///
+    /// # Errors
+    /// A bad run id or ttl; `RunIdInUse`; the driver's.
+    pub async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
+        check_run_id(&first.key())?;
+        check_lease_ttl(ttl)?;
+        let step = Step::of(&first)?;
+        let (first, step) = (&first, &step);
+        self.call("begin_run", Retry::Never, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            let begun = Journal::<S>::begin(
+                &mut tx,
+                &self.sql.journal,
+                &self.sql.run,
+                first,
+                step,
+                ttl,
+                begin,
+                self.retention,
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(begun)
+        })
+        .await
+    }
+
+    /// One transaction, so one commit: [`Journal::finish`]. Never sent
+    /// twice: a repeat after a commit whose reply was lost would find the
+    /// lease released. When the transaction fails, the lease is released
+    /// apart.
+    ///
+    /// # Errors
+    /// `Cancelled`, `LeaseLost`, a missing predecessor; the driver's.
+    pub async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
+        let written = match Step::of(&last) {
+            Err(e) => Err(e),
+            Ok(step) => {
+                let (last, step, lease) = (&last, &step, &lease);
+                self.call("finish_run", Retry::Never, |mut conn| async move {
+                    let mut tx = conn.begin().await?;
+                    let decided = Journal::<S>::finish(
+                        &mut tx,
+                        &self.sql.journal,
+                        &self.sql.run,
+                        last,
+                        step,
+                        lease,
+                        delete,
+                        self.retention,
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    Ok(decided)
+                })
+                .await
+            }
+        };
+        match written {
+            Ok(decided) => decided,
+            Err(e) => {
+                let key = last.key();
+                if let Err(release) = self.release_lease(lease).await {
+                    tracing::warn!(run_id = %key, error = %release, "could not release the run's lease; it will expire");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// One transaction: the run's row locked, the run loaded, and
+    /// [`cancelled_checkpoint`](fluxio_core::store::cancelled_checkpoint)
+    /// appended. A fenced save waits for the row lock and then finds the
+    /// row cancelled. Never sent twice: a repeat after a commit whose reply
+    /// was lost would report the run as already cancelled.
+    ///
+    /// # Errors
+    /// A bad run id; `CheckpointNotFound`, `RunFinished`; the driver's.
+    pub async fn cancel(&self, run_id: &str) -> Result<()> {
+        check_run_id(run_id)?;
+        self.call("cancel", Retry::Never, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            Journal::<S>::cancelled(&mut tx, &self.sql.journal, run_id).await?;
+            Journal::<S>::cancel(&mut tx, &self.sql.journal, &self.sql.load, run_id).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// One transaction: the lease row locked and checked, then the run
+    /// deleted when the lease is current.
+    ///
+    /// # Errors
+    /// `LeaseLost`; the driver's.
+    pub async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
+        let token = token_of(lease, run_id)?;
+        self.call("delete_fenced", Retry::Once, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            if !self.held(&mut tx, run_id, token).await? {
+                return Err(lease_lost(lease).into());
+            }
+            sqlx::query(&self.sql.run.delete)
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Deletes the completed runs whose retention has passed, and the
+    /// lease rows that are released or expired (not counted), in one
+    /// transaction; returns how many runs it deleted. Never sent twice: a
+    /// repeat would count only what the first one left.
+    ///
+    /// # Errors
+    /// The driver's.
+    pub async fn purge_expired(&self) -> Result<u64> {
+        self.call("purge_expired", Retry::Never, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            let mut purged = 0;
+            for statement in &self.sql.purge {
+                let done = sqlx::query(statement).execute(&mut *tx).await?;
+                purged = S::rows_affected(&done);
+            }
+            tx.commit().await?;
+            Ok(purged)
+        })
+        .await
+    }
+}
+
+/// Implements [`CheckpointStore`](fluxio_core::store::CheckpointStore) for
+/// a store type whose `server()` method returns its [`ServerStore`]: each
+/// call is the body's.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! server_store {
+    ($store:ty) => {
+        #[$crate::__private::async_trait]
+        impl ::fluxio_core::store::CheckpointStore for $store {
+            async fn save(
+                &self,
+                checkpoint: ::fluxio_core::store::Checkpoint,
+            ) -> ::fluxio_core::Result<()> {
+                self.server().save(checkpoint).await
+            }
+            async fn load(
+                &self,
+                run_id: &str,
+            ) -> ::fluxio_core::Result<Option<::fluxio_core::store::Checkpoint>> {
+                self.server().load(run_id).await
+            }
+            async fn history(
+                &self,
+                run_id: &str,
+            ) -> ::fluxio_core::Result<Vec<::fluxio_core::store::Checkpoint>> {
+                self.server().history(run_id).await
+            }
+            async fn list_runs(
+                &self,
+                filter: &::fluxio_core::store::RunFilter,
+            ) -> ::fluxio_core::Result<::fluxio_core::store::RunPage> {
+                self.server().list_runs(filter).await
+            }
+            async fn delete(&self, run_id: &str) -> ::fluxio_core::Result<()> {
+                self.server().delete(run_id).await
+            }
+            async fn exists(&self, run_id: &str) -> ::fluxio_core::Result<bool> {
+                self.server().exists(run_id).await
+            }
+            async fn acquire_lease(
+                &self,
+                run_id: &str,
+                ttl: ::std::time::Duration,
+            ) -> ::fluxio_core::Result<::fluxio_core::store::Lease> {
+                self.server().acquire_lease(run_id, ttl).await
+            }
+            async fn renew_lease(
+                &self,
+                lease: &::fluxio_core::store::Lease,
+                ttl: ::std::time::Duration,
+            ) -> ::fluxio_core::Result<()> {
+                self.server().renew_lease(lease, ttl).await
+            }
+            async fn release_lease(
+                &self,
+                lease: ::fluxio_core::store::Lease,
+            ) -> ::fluxio_core::Result<()> {
+                self.server().release_lease(lease).await
+            }
+            async fn save_fenced(
+                &self,
+                checkpoint: ::fluxio_core::store::Checkpoint,
+                lease: &::fluxio_core::store::Lease,
+            ) -> ::fluxio_core::Result<()> {
+                self.server().save_fenced(checkpoint, lease).await
+            }
+            async fn delete_fenced(
+                &self,
+                run_id: &str,
+                lease: &::fluxio_core::store::Lease,
+            ) -> ::fluxio_core::Result<()> {
+                self.server().delete_fenced(run_id, lease).await
+            }
+            async fn begin_run(
+                &self,
+                first: ::fluxio_core::store::Checkpoint,
+                ttl: ::std::time::Duration,
+                begin: ::fluxio_core::store::Begin,
+            ) -> ::fluxio_core::Result<::fluxio_core::store::Begun> {
+                self.server().begin_run(first, ttl, begin).await
+            }
+            async fn finish_run(
+                &self,
+                last: ::fluxio_core::store::Checkpoint,
+                lease: ::fluxio_core::store::Lease,
+                delete: bool,
+            ) -> ::fluxio_core::Result<()> {
+                self.server().finish_run(last, lease, delete).await
+            }
+            async fn cancel(&self, run_id: &str) -> ::fluxio_core::Result<()> {
+                self.server().cancel(run_id).await
+            }
+        }
+    };
+}
