@@ -51,7 +51,7 @@ const PIPELINE_VERSIONS_PATH: &str = "examples/pipeline-versions.txt";
 
 /// The facade's features, each checked alone by `cargo xtask ci` so that none
 /// leans on another one to compile.
-const FACADE_FEATURES: [&str; 4] = ["redis", "postgres", "sqlite", "metrics"];
+const FACADE_FEATURES: [&str; 5] = ["redis", "postgres", "sqlite", "mysql", "metrics"];
 
 /// The cargo-deny version `.ci/run` installs (keep the two equal).
 const DENY_VERSION: &str = "0.20.2";

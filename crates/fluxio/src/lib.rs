@@ -218,6 +218,10 @@ pub use fluxio_postgres::{PostgresStore, PostgresStoreBuilder, PostgresStoreErro
 #[doc(inline)]
 pub use fluxio_sqlite::{SqliteStore, SqliteStoreBuilder, SqliteStoreError, Synchronous};
 
+#[cfg(feature = "mysql")]
+#[doc(inline)]
+pub use fluxio_mysql::{MySqlStore, MySqlStoreBuilder, MySqlStoreError};
+
 /// The compiled form of a pipeline, as [`Pipeline::program`] and
 /// [`Pipeline::explain`] show it. (The version encoding and the nodes
 /// `pipeline!` builds are not part of the facade: generated code reaches them

@@ -20,6 +20,7 @@
 pub mod bench;
 pub mod child;
 pub mod journal;
+pub mod mysql;
 pub mod postgres;
 pub mod redis;
 pub mod runs;

@@ -1,0 +1,109 @@
+//! MySQL's side of the shared SQL store: the driver, anonymous
+//! parameters, times as BIGINT milliseconds, which errors are connection
+//! failures or timeouts, and the lease's acquisition, which draws its token
+//! from a table of its own (MySQL has no sequences, and its upserts return
+//! nothing).
+
+use std::time::Duration;
+
+use fluxio_core::Error;
+use fluxio_core::store::StoreErrorKind;
+use fluxio_sql::{BoxFuture, Failure, RunStatements};
+use sqlx::mysql::{MySqlConnection, MySqlQueryResult};
+
+use crate::error::{MySqlStoreError, is_connection_error, own_error, sql_kind};
+
+/// MySQL's and MariaDB's dialect.
+#[derive(Debug)]
+pub(crate) struct MySql;
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl fluxio_sql::Dialect for MySql {
+    const BACKEND: &'static str = crate::error::BACKEND;
+    type Db = sqlx::MySql;
+    type Failure = Failure;
+    type Time = i64;
+
+    fn instant(ms: u64) -> i64 {
+        i64::try_from(ms).unwrap_or(i64::MAX)
+    }
+
+    fn span(d: Duration) -> i64 {
+        millis(d)
+    }
+
+    fn param(_n: usize) -> String {
+        "?".to_owned()
+    }
+
+    /// Times are BIGINT milliseconds, bound as they are.
+    fn time_param(_n: usize) -> String {
+        "?".to_owned()
+    }
+
+    /// Draws a token ([`draw_token`](RunStatements::draw_token): an
+    /// AUTO_INCREMENT row), offers it to the lease row
+    /// ([`acquire`](RunStatements::acquire), which keeps an unexpired
+    /// lease's token), and reads back which token the row holds
+    /// ([`token_of`](RunStatements::token_of)): the new one, or the lease
+    /// is held. In the caller's transaction, whose upsert keeps the row
+    /// locked until it ends.
+    fn acquire<'c>(
+        conn: &'c mut MySqlConnection,
+        run: &'c RunStatements,
+        key: &'c str,
+        ttl: Duration,
+    ) -> BoxFuture<'c, sqlx::Result<Option<i64>>> {
+        Box::pin(async move {
+            let (Some(draw), Some(token_of)) = (&run.draw_token, &run.token_of) else {
+                return Err(sqlx::Error::Protocol(
+                    "the MySQL store's statements draw their tokens".to_owned(),
+                ));
+            };
+            let drawn = sqlx::query(draw).execute(&mut *conn).await?;
+            let token = i64::try_from(drawn.last_insert_id())
+                .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+            sqlx::query(&run.acquire)
+                .bind(key)
+                .bind(token)
+                .bind(millis(ttl))
+                .execute(&mut *conn)
+                .await?;
+            let held: i64 = sqlx::query_scalar(token_of)
+                .bind(key)
+                .fetch_one(&mut *conn)
+                .await?;
+            Ok((held == token).then_some(token))
+        })
+    }
+}
+
+impl fluxio_sql::Server for MySql {
+    fn kind(e: &sqlx::Error) -> StoreErrorKind {
+        sql_kind(e)
+    }
+
+    fn is_connection_error(e: &sqlx::Error) -> bool {
+        is_connection_error(e)
+    }
+
+    fn timeout(operation: &'static str, timeout: Duration) -> Error {
+        own_error(MySqlStoreError::Timeout { operation, timeout })
+    }
+
+    fn connect(url: String, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
+        own_error(MySqlStoreError::Connect { url, source })
+    }
+
+    fn scrubbed(message: String) -> Box<dyn std::error::Error + Send + Sync> {
+        Box::new(MySqlStoreError::Scrubbed { message })
+    }
+
+    fn rows_affected(done: &MySqlQueryResult) -> u64 {
+        done.rows_affected()
+    }
+}

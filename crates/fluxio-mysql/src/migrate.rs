@@ -1,0 +1,251 @@
+//! The embedded migrations and the runner that applies them to one
+//! database and table, with bookkeeping in `_fluxio_migrations` (keyed by
+//! table name and version; sqlx's `Migrator` keeps a fixed table of its
+//! own, which the application may use for its own migrations).
+//!
+//! MySQL and MariaDB commit every DDL statement on its own, so a migration
+//! is not one transaction as on Postgres: its statements are written to run
+//! again after a crash half-way (`IF NOT EXISTS`), and it is recorded after
+//! its last one. Concurrent runners queue on a named lock (`GET_LOCK`),
+//! held by a connection taken out of the pool, so that a dropped future or
+//! an error closes the connection and frees the lock with it.
+
+use sqlx::migrate::{Migration, Migrator};
+use sqlx::mysql::MySqlConnection;
+use sqlx::{Connection as _, Executor};
+
+use crate::error::{MySqlStoreError, own_error};
+use crate::statements::Names;
+
+/// The migrations under `crates/fluxio-mysql/migrations/`, embedded at
+/// compile time. Their SQL is a template over the tables' names.
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// How long a runner waits for another one's lock, in seconds (the store's
+/// timeout bounds the call as a whole).
+const LOCK_WAIT_SECS: i64 = 3600;
+
+/// The SQL of `migration` for these names.
+pub(crate) fn render(migration: &Migration, names: &Names) -> String {
+    migration
+        .sql
+        .replace("{checkpoints}", &names.checkpoints())
+        .replace("{steps}", &names.derived("_steps"))
+        .replace("{leases}", &names.derived("_leases"))
+        .replace("{tokens}", &names.derived("_tokens"))
+        .replace("{pipelines}", &names.derived("_pipelines"))
+}
+
+/// The database a store's tables are in: its own, or the connection's.
+fn database_expr(names: &Names) -> (&'static str, Option<&str>) {
+    match &names.database {
+        Some(database) => ("?", Some(database.as_str())),
+        None => ("DATABASE()", None),
+    }
+}
+
+/// Whether table `name` exists in the store's database.
+async fn table_exists(conn: &mut MySqlConnection, names: &Names, name: &str) -> sqlx::Result<bool> {
+    let (database, bound) = database_expr(names);
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.tables \
+         WHERE table_schema = {database} AND table_name = ?)"
+    );
+    let mut query = sqlx::query_scalar(&sql);
+    if let Some(database) = bound {
+        query = query.bind(database);
+    }
+    query.bind(name).fetch_one(&mut *conn).await
+}
+
+/// The migrations applied to `names.table` (version and checksum), read
+/// without writing or locking; `None` when the bookkeeping table or the
+/// checkpoint table does not exist (no fluxio tables).
+pub(crate) async fn applied(
+    conn: &mut MySqlConnection,
+    names: &Names,
+) -> sqlx::Result<Option<Vec<(i64, Vec<u8>)>>> {
+    if !table_exists(conn, names, "_fluxio_migrations").await?
+        || !table_exists(conn, names, &names.table).await?
+    {
+        return Ok(None);
+    }
+    let applied = sqlx::query_as(&format!(
+        "SELECT version, checksum FROM {} WHERE table_name = ?",
+        names.migrations()
+    ))
+    .bind(&names.table)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(Some(applied))
+}
+
+/// Whether the migrations `applied` are ones this build reads (see
+/// [`fluxio_sql::readable`]), as the store's error otherwise.
+pub(crate) fn readable(names: &Names, applied: &[(i64, Vec<u8>)]) -> fluxio_core::Result<()> {
+    fluxio_sql::readable(&MIGRATOR, applied).map_err(|unreadable| {
+        let (database, table) = (names.shown_database().to_owned(), names.table.clone());
+        own_error(match unreadable {
+            fluxio_sql::Unreadable::Missing {
+                version,
+                description,
+            } => MySqlStoreError::SchemaOutdated {
+                database,
+                table,
+                version,
+                description,
+            },
+            fluxio_sql::Unreadable::Changed {
+                version,
+                description,
+            } => MySqlStoreError::MigrationChanged {
+                database,
+                table,
+                version,
+                description,
+            },
+        })
+    })
+}
+
+/// Applies the pending migrations on `conn` (a connection that is closed
+/// afterwards, not returned to a pool) under a named lock per database.
+/// Returns how many it applied.
+///
+/// # Errors
+/// The driver's; the store's `MigrationChanged`.
+pub(crate) async fn run(
+    conn: &mut MySqlConnection,
+    names: &Names,
+) -> Result<usize, fluxio_sql::Failure> {
+    let lock = format!("fluxio:{}", names.shown_database());
+    if let Some(database) = &names.database {
+        // `IF NOT EXISTS` needs the privilege to create one even when it
+        // exists: asked first.
+        let found: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = ?)",
+        )
+        .bind(database)
+        .fetch_one(&mut *conn)
+        .await?;
+        if !found {
+            let create = format!(
+                "CREATE DATABASE IF NOT EXISTS {}",
+                crate::statements::quote(database)
+            );
+            conn.execute(create.as_str()).await?;
+        }
+    }
+    let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+        .bind(&lock)
+        .bind(LOCK_WAIT_SECS)
+        .fetch_one(&mut *conn)
+        .await?;
+    if locked != Some(1) {
+        return Err(sqlx::Error::Protocol(format!("could not take the lock {lock:?}")).into());
+    }
+    let applied = apply(conn, names).await;
+    let released = sqlx::query("SELECT RELEASE_LOCK(?)")
+        .bind(&lock)
+        .execute(&mut *conn)
+        .await;
+    let applied = applied?;
+    released?;
+    Ok(applied)
+}
+
+async fn apply(conn: &mut MySqlConnection, names: &Names) -> Result<usize, fluxio_sql::Failure> {
+    let bookkeeping = names.migrations();
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
+            table_name   VARCHAR(64) CHARACTER SET ascii NOT NULL,
+            version      BIGINT       NOT NULL,
+            description  TEXT         NOT NULL,
+            checksum     VARBINARY(64) NOT NULL,
+            installed_on BIGINT       NOT NULL,
+            PRIMARY KEY (table_name, version)
+        ) ENGINE = InnoDB"
+    );
+    conn.execute(create.as_str()).await?;
+    let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(&format!(
+        "SELECT version, checksum FROM {bookkeeping} WHERE table_name = ?"
+    ))
+    .bind(&names.table)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut count = 0;
+    for migration in MIGRATOR.iter() {
+        if migration.migration_type.is_down_migration() {
+            continue;
+        }
+        match applied.iter().find(|(v, _)| *v == migration.version) {
+            Some((_, checksum)) if checksum.as_slice() == &*migration.checksum => {}
+            Some(_) => {
+                return Err(own_error(MySqlStoreError::MigrationChanged {
+                    database: names.shown_database().to_owned(),
+                    table: names.table.clone(),
+                    version: migration.version,
+                    description: migration.description.to_string(),
+                })
+                .into());
+            }
+            None => {
+                // Several statements, each committed by the server.
+                let sql = render(migration, names);
+                conn.execute(sqlx::raw_sql(&sql)).await?;
+                sqlx::query(&format!(
+                    "INSERT INTO {bookkeeping} \
+                     (table_name, version, description, checksum, installed_on) \
+                     VALUES (?, ?, ?, ?, {})",
+                    crate::statements::NOW
+                ))
+                .bind(&names.table)
+                .bind(migration.version)
+                .bind(&*migration.description)
+                .bind(&*migration.checksum)
+                .execute(&mut *conn)
+                .await?;
+                tracing::info!(
+                    database = names.shown_database(),
+                    table = %names.table,
+                    version = migration.version,
+                    description = %migration.description,
+                    "applied migration"
+                );
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
+}
+
+/// Closes `conn` (a connection taken out of the pool), logging a failure.
+pub(crate) async fn close(conn: MySqlConnection) {
+    if let Err(e) = conn.close().await {
+        tracing::debug!(error = %e, "closing the migration's connection failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_leave_no_placeholder() {
+        let names = Names::new(Some("d"), "t").expect("valid");
+        let mut all = String::new();
+        for m in MIGRATOR.iter() {
+            let sql = render(m, &names);
+            assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");
+            all.push_str(&sql);
+        }
+        for name in [
+            "`d`.`t`",
+            "`d`.`t_steps`",
+            "`d`.`t_leases`",
+            "`d`.`t_tokens`",
+        ] {
+            assert!(all.contains(name), "{name} in {all}");
+        }
+    }
+}
