@@ -23,10 +23,12 @@ pub enum StoreKind {
     Postgres,
     /// `SqliteStore`; the "url" is a directory, the namespace names the file in it.
     Sqlite,
+    /// `MySqlStore` (MySQL or MariaDB); the namespace is the database.
+    MySql,
 }
 
 impl StoreKind {
-    /// Parses `redis`, `redis-cluster`, `postgres` or `sqlite`.
+    /// Parses `redis`, `redis-cluster`, `postgres`, `sqlite` or `mysql`.
     #[must_use]
     pub fn parse(s: &str) -> Option<Self> {
         match s {
@@ -34,6 +36,7 @@ impl StoreKind {
             "redis-cluster" => Some(StoreKind::RedisCluster),
             "postgres" => Some(StoreKind::Postgres),
             "sqlite" => Some(StoreKind::Sqlite),
+            "mysql" => Some(StoreKind::MySql),
             _ => None,
         }
     }
@@ -46,10 +49,12 @@ impl StoreKind {
             StoreKind::RedisCluster => "redis-cluster",
             StoreKind::Postgres => "postgres",
             StoreKind::Sqlite => "sqlite",
+            StoreKind::MySql => "mysql",
         }
     }
 
-    /// The server's URL (`FLUXIO_REDIS_URL` / `FLUXIO_POSTGRES_URL`, or the
+    /// The server's URL (`FLUXIO_REDIS_URL` / `FLUXIO_POSTGRES_URL` /
+    /// `FLUXIO_MYSQL_URL`, or the
     /// local default: see `fluxio_test_support`), or for SQLite a directory;
     /// for a cluster, the nodes of the local cluster this call starts (once
     /// per process), or `""` after a loud skip when it cannot (then
@@ -62,6 +67,7 @@ impl StoreKind {
                 .map(fluxio_test_support::redis::Cluster::url)
                 .unwrap_or_default(),
             StoreKind::Postgres => fluxio_test_support::postgres::url(),
+            StoreKind::MySql => fluxio_test_support::mysql::url(),
             StoreKind::Sqlite => {
                 let dir = std::env::temp_dir().join("fluxio-tests-sqlite");
                 let _ = std::fs::create_dir_all(&dir);
@@ -95,6 +101,13 @@ impl StoreKind {
             StoreKind::Postgres => Arc::new(
                 fluxio::PostgresStore::builder(url)
                     .schema(ns)
+                    .max_connections(4)
+                    .connect()
+                    .await?,
+            ),
+            StoreKind::MySql => Arc::new(
+                fluxio::MySqlStore::builder(url)
+                    .database(ns)
                     .max_connections(4)
                     .connect()
                     .await?,

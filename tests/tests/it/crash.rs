@@ -595,3 +595,18 @@ fn rule24_crash_harness_exit_on_postgres() {
 fn rule24_crash_harness_exit_on_sqlite() {
     harness(StoreKind::Sqlite, Durability::Exit);
 }
+
+#[test]
+fn crash_harness_on_mysql() {
+    harness(StoreKind::MySql, Durability::Sync);
+}
+
+#[test]
+fn rule24_crash_harness_async_on_mysql() {
+    harness(StoreKind::MySql, Durability::Async);
+}
+
+#[test]
+fn rule24_crash_harness_exit_on_mysql() {
+    harness(StoreKind::MySql, Durability::Exit);
+}

@@ -1,5 +1,5 @@
 //! Every public type of the store crates is reachable from the facade, so a
-//! user of `fluxio` (features `redis`, `postgres`, `sqlite`) can name the
+//! user of `fluxio` (features `redis`, `postgres`, `sqlite`, `mysql`) can name the
 //! builders, the error types to downcast to, and the settings enums.
 
 use std::time::Duration;
@@ -17,6 +17,10 @@ fn store_types_are_named_through_the_facade() {
     let sqlite: fluxio::SqliteStoreBuilder =
         fluxio::SqliteStore::builder("facade.db").synchronous(fluxio::Synchronous::Normal);
     assert!(format!("{sqlite:?}").contains("Normal"));
+    let mysql: fluxio::MySqlStoreBuilder =
+        fluxio::MySqlStore::builder("mysql://root:pw@127.0.0.1/test").database("facade");
+    assert!(format!("{mysql:?}").contains("facade"));
+    assert!(!format!("{mysql:?}").contains("pw"), "{mysql:?}");
 
     // The error types a `fluxio::Error::Store` source is downcast to.
     let err = fluxio::Error::store(
@@ -36,4 +40,5 @@ fn store_types_are_named_through_the_facade() {
     );
     assert!(source.downcast_ref::<fluxio::SqliteStoreError>().is_none());
     assert!(source.downcast_ref::<fluxio::RedisStoreError>().is_none());
+    assert!(source.downcast_ref::<fluxio::MySqlStoreError>().is_none());
 }

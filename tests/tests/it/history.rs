@@ -251,6 +251,11 @@ async fn rule20_history_replay_fork_and_diff_postgres() {
     time_travel(Kind::Shared(StoreKind::Postgres), "r20_tt_postgres").await;
 }
 
+#[tokio::test]
+async fn rule20_history_replay_fork_and_diff_mysql() {
+    time_travel(Kind::Shared(StoreKind::MySql), "r20_tt_mysql").await;
+}
+
 /// Counts the bytes a store would write for each checkpoint: the entry
 /// ([`Checkpoint::entry_bytes`]) that stores keeping the journal write,
 /// and the whole checkpoint every save wrote before deltas.

@@ -622,3 +622,33 @@ fn rule11_redis_cluster_eight_processes_start_one_run_once() {
 fn rule14_redis_cluster_a_run_cancelled_from_another_process_stops_before_its_next_stage() {
     cancelled_from_another_process(StoreKind::RedisCluster);
 }
+
+#[test]
+fn mysql_exactly_one_of_eight_processes_runs_a_run_id() {
+    exactly_one_of_eight(StoreKind::MySql);
+}
+
+#[test]
+fn mysql_a_frozen_owner_is_fenced_out() {
+    zombie_is_fenced(StoreKind::MySql);
+}
+
+#[test]
+fn mysql_a_killed_owner_is_taken_over_after_the_lease() {
+    killed_owner_is_taken_over(StoreKind::MySql);
+}
+
+#[test]
+fn rule11_mysql_eight_processes_start_one_run_once() {
+    rule11_eight_starts(StoreKind::MySql);
+}
+
+#[test]
+fn rule12_mysql_a_stage_killed_after_its_side_effect_gets_the_same_key_in_the_next_process() {
+    rule12_key_survives_sigkill(StoreKind::MySql);
+}
+
+#[test]
+fn rule14_mysql_a_run_cancelled_from_another_process_stops_before_its_next_stage() {
+    cancelled_from_another_process(StoreKind::MySql);
+}

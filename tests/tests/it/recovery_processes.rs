@@ -244,3 +244,13 @@ fn rule22_postgres_a_killed_recovery_workers_runs_are_finished_by_the_others() {
 fn rule22_sqlite_a_killed_recovery_workers_runs_are_finished_by_the_others() {
     four_workers_recover(StoreKind::Sqlite, true);
 }
+
+#[test]
+fn rule22_mysql_four_worker_processes_recover_200_abandoned_runs_once_each() {
+    four_workers_recover(StoreKind::MySql, false);
+}
+
+#[test]
+fn rule22_mysql_a_killed_recovery_workers_runs_are_finished_by_the_others() {
+    four_workers_recover(StoreKind::MySql, true);
+}
