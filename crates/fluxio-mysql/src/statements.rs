@@ -22,12 +22,10 @@ pub(crate) struct Names {
 }
 
 fn validate(setting: &'static str, value: &str) -> Result<(), MySqlStoreError> {
-    fluxio_core::store::check_sql_identifier(value).map_err(|reason| {
-        MySqlStoreError::InvalidSetting {
-            setting,
-            value: value.to_owned(),
-            reason: reason.to_owned(),
-        }
+    fluxio_sql::check_identifier(value).map_err(|reason| MySqlStoreError::InvalidSetting {
+        setting,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
     })
 }
 

@@ -5,22 +5,20 @@ use fluxio_sql::{COMPLETED, Listing, RunStatements, ServerSql, Statements};
 use crate::error::PostgresStoreError;
 
 /// Longest identifier PostgreSQL keeps without truncating it (`NAMEDATALEN - 1`).
-const MAX_IDENTIFIER: usize = fluxio_core::store::MAX_SQL_IDENTIFIER;
+const MAX_IDENTIFIER: usize = fluxio_sql::MAX_IDENTIFIER;
 /// Suffix of the lease table's name.
 const LEASES_SUFFIX: &str = "_leases";
 
 /// Checks `value` against `^[a-z_][a-z0-9_]{0,62}$` (see
-/// [`fluxio_core::store::check_sql_identifier`]).
+/// [`fluxio_sql::check_identifier`]).
 pub(crate) fn validate_identifier(
     setting: &'static str,
     value: &str,
 ) -> Result<(), PostgresStoreError> {
-    fluxio_core::store::check_sql_identifier(value).map_err(|reason| {
-        PostgresStoreError::InvalidSetting {
-            setting,
-            value: value.to_owned(),
-            reason: reason.to_owned(),
-        }
+    fluxio_sql::check_identifier(value).map_err(|reason| PostgresStoreError::InvalidSetting {
+        setting,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
     })
 }
 

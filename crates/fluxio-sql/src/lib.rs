@@ -43,6 +43,39 @@ use fluxio_core::store::{
 use fluxio_core::{Error, Result};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
+/// The longest identifier the SQL stores accept (PostgreSQL's `NAMEDATALEN - 1`).
+#[doc(hidden)]
+pub const MAX_IDENTIFIER: usize = 63;
+
+/// Checks a schema, database or table name against
+/// `^[a-z_][a-z0-9_]{0,62}$`, so it can be quoted into SQL safely; the error
+/// says what is wrong with it.
+///
+/// # Errors
+/// The reason the name is refused.
+#[doc(hidden)]
+pub fn check_identifier(value: &str) -> std::result::Result<(), &'static str> {
+    let mut chars = value.chars();
+    match chars.next() {
+        None => return Err("it is empty"),
+        Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
+            return Err(
+                "it must match ^[a-z_][a-z0-9_]{0,62}$ (start with a lowercase ASCII letter or `_`)",
+            );
+        }
+        Some(_) => {}
+    }
+    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        return Err(
+            "it must match ^[a-z_][a-z0-9_]{0,62}$ (lowercase ASCII letters, digits and `_` only)",
+        );
+    }
+    if value.len() > MAX_IDENTIFIER {
+        return Err("it must match ^[a-z_][a-z0-9_]{0,62}$ (at most 63 characters)");
+    }
+    Ok(())
+}
+
 /// The `status` of a running run's row (held or abandoned: its lease says).
 #[doc(hidden)]
 pub const RUNNING: &str = "running";
@@ -688,5 +721,30 @@ pub fn status_name(status: RunStatus) -> &'static str {
         RunStatus::Cancelled => CANCELLED,
         RunStatus::NeedsAttention => NEEDS_ATTENTION,
         _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod identifier_tests {
+    use super::check_identifier;
+
+    #[test]
+    fn identifiers_are_lowercase_ascii_words_of_at_most_63_bytes() {
+        for ok in ["fluxio_checkpoints", "_x", "a1", &"a".repeat(63)] {
+            assert!(check_identifier(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "drop table",
+            "A",
+            "1a",
+            "a-b",
+            "é",
+            "a\"b",
+            "a`b",
+            &"a".repeat(64),
+        ] {
+            assert!(check_identifier(bad).is_err(), "{bad}");
+        }
     }
 }

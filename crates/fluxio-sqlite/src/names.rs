@@ -11,17 +11,15 @@ use crate::error::SqliteStoreError;
 pub(crate) const MIGRATIONS_TABLE: &str = "_fluxio_migrations";
 
 /// Checks `value` against `^[a-z_][a-z0-9_]{0,62}$` (see
-/// [`fluxio_core::store::check_sql_identifier`]).
+/// [`fluxio_sql::check_identifier`]).
 pub(crate) fn validate_identifier(
     setting: &'static str,
     value: &str,
 ) -> Result<(), SqliteStoreError> {
-    fluxio_core::store::check_sql_identifier(value).map_err(|reason| {
-        SqliteStoreError::InvalidSetting {
-            setting,
-            value: value.to_owned(),
-            reason: reason.to_owned(),
-        }
+    fluxio_sql::check_identifier(value).map_err(|reason| SqliteStoreError::InvalidSetting {
+        setting,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
     })
 }
 

@@ -253,44 +253,6 @@ pub fn cancelled_checkpoint(run_id: &str, stored: Option<Checkpoint>) -> Result<
     }
 }
 
-/// The longest identifier the SQL stores accept (PostgreSQL's `NAMEDATALEN - 1`).
-pub const MAX_SQL_IDENTIFIER: usize = 63;
-
-/// For SQL-backed stores: checks a schema or table name against
-/// `^[a-z_][a-z0-9_]{0,62}$`, so it can be quoted into SQL safely; the error
-/// says what is wrong with it.
-///
-/// ```
-/// use fluxio_core::store::check_sql_identifier;
-/// assert!(check_sql_identifier("fluxio_checkpoints").is_ok());
-/// assert!(check_sql_identifier("drop table").is_err());
-/// assert!(check_sql_identifier("").is_err());
-/// ```
-///
-/// # Errors
-/// The reason the name is refused.
-pub fn check_sql_identifier(value: &str) -> std::result::Result<(), &'static str> {
-    let mut chars = value.chars();
-    match chars.next() {
-        None => return Err("it is empty"),
-        Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
-            return Err(
-                "it must match ^[a-z_][a-z0-9_]{0,62}$ (start with a lowercase ASCII letter or `_`)",
-            );
-        }
-        Some(_) => {}
-    }
-    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
-        return Err(
-            "it must match ^[a-z_][a-z0-9_]{0,62}$ (lowercase ASCII letters, digits and `_` only)",
-        );
-    }
-    if value.len() > MAX_SQL_IDENTIFIER {
-        return Err("it must match ^[a-z_][a-z0-9_]{0,62}$ (at most 63 characters)");
-    }
-    Ok(())
-}
-
 /// [`CheckpointStore::begin_run`]'s default, one call after another:
 /// [`acquire_lease`](CheckpointStore::acquire_lease), then
 /// [`delete_fenced`](CheckpointStore::delete_fenced) ([`Begin::Replace`])
