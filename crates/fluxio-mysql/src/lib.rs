@@ -73,6 +73,14 @@
 //! token drawn first and offered to the lease row by an upsert that keeps
 //! an unexpired lease; the token is read back in the same transaction.
 //!
+//! A checkpoint's journal entry travels in one statement, which the server
+//! takes up to its `max_allowed_packet` (16 MiB on MariaDB, 64 MiB on MySQL
+//! 8 by default). The store reads that limit when it connects and refuses a
+//! larger entry before sending it, with
+//! [`Error::CheckpointTooLarge`](fluxio_core::Error::CheckpointTooLarge)
+//! naming the run: the run keeps its last checkpoint. Raise the server's
+//! setting for larger contexts.
+//!
 //! # Listing
 //!
 //! [`list_runs`](fluxio_core::store::CheckpointStore::list_runs) reads the

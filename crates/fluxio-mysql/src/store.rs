@@ -16,6 +16,10 @@ use crate::error::{MySqlStoreError, own_error};
 use crate::migrate;
 use crate::statements::Names;
 
+/// What a statement that writes a journal entry carries besides it (the
+/// key, the other values, the protocol's framing), with room to spare.
+const STATEMENT_MARGIN: u64 = 16 * 1024;
+
 /// A [`CheckpointStore`](fluxio_core::store::CheckpointStore) in MySQL 8
 /// or MariaDB 10.11+, on a sqlx [`MySqlPool`].
 ///
@@ -117,6 +121,7 @@ impl MySqlStore {
                 applied
             })
             .await?;
+        self.read_packet_limit().await?;
         tracing::debug!(
             url = self.server().shown_url(),
             database = names.shown_database(),
@@ -124,6 +129,27 @@ impl MySqlStore {
             applied,
             "checkpoint tables are up to date"
         );
+        Ok(())
+    }
+
+    /// Reads the server's `max_allowed_packet`: a checkpoint whose journal
+    /// entry would not fit in one statement is refused before it is sent
+    /// (the server would drop the connection), naming the run and the
+    /// size. [`connect`](MySqlStoreBuilder::connect) and
+    /// [`migrate`](Self::migrate) call it.
+    pub(crate) async fn read_packet_limit(&self) -> Result<()> {
+        let packet: u64 = self
+            .server()
+            .call("open", Retry::Once, |mut conn| async move {
+                Ok::<_, Failure>(
+                    sqlx::query_scalar("SELECT @@max_allowed_packet")
+                        .fetch_one(&mut *conn)
+                        .await?,
+                )
+            })
+            .await?;
+        self.server()
+            .limit_step(packet.saturating_sub(STATEMENT_MARGIN));
         Ok(())
     }
 
@@ -143,7 +169,8 @@ impl MySqlStore {
                 table: names.table.clone(),
             }));
         };
-        migrate::readable(names, &applied)
+        migrate::readable(names, &applied)?;
+        self.read_packet_limit().await
     }
 
     /// Deletes the checkpoints of completed runs whose retention has passed

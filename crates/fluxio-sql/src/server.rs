@@ -14,6 +14,7 @@
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fluxio_core::store::{
@@ -119,6 +120,9 @@ pub struct ServerStore<S: Server> {
     timeout: Duration,
     retention: Retention,
     url: Option<RedactedUrl>,
+    /// The largest step payload one statement may carry (the server's
+    /// packet limit, when the store read it); `u64::MAX`: none known.
+    max_step: AtomicU64,
     dialect: PhantomData<S>,
 }
 
@@ -201,8 +205,32 @@ where
             timeout,
             retention,
             url,
+            max_step: AtomicU64::new(u64::MAX),
             dialect: PhantomData,
         }
+    }
+
+    /// Refuses, from now on, a checkpoint whose journal entry is longer
+    /// than `bytes` ([`Error::CheckpointTooLarge`], before anything is
+    /// sent): for a server that would otherwise drop the connection on a
+    /// statement past its packet limit (MySQL's `max_allowed_packet`).
+    pub fn limit_step(&self, bytes: u64) {
+        self.max_step.store(bytes, Ordering::Relaxed);
+    }
+
+    /// `step` of run `key`, refused when it is longer than the server
+    /// takes.
+    fn checked(&self, key: &str, step: Step) -> Result<Step> {
+        let limit = self.max_step.load(Ordering::Relaxed);
+        let size = u64::try_from(step.payload().len()).unwrap_or(u64::MAX);
+        if size > limit {
+            return Err(Error::CheckpointTooLarge {
+                run_id: key.to_owned(),
+                size,
+                limit,
+            });
+        }
+        Ok(step)
     }
 
     /// The pool the store runs on.
@@ -359,7 +387,7 @@ where
             .earlier
             .iter()
             .chain([&checkpoint])
-            .map(Step::of)
+            .map(|c| Step::of(c).and_then(|step| self.checked(&key, step)))
             .collect::<Result<Vec<_>>>()?;
         let (key, checkpoint, steps) = (&key, &checkpoint, &steps);
         self.call("save", Retry::Once, |mut conn| async move {
@@ -539,7 +567,7 @@ where
     pub async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let key = checkpoint.key();
         let token = token_of(lease, &key)?;
-        let step = Step::of(&checkpoint)?;
+        let step = self.checked(&key, Step::of(&checkpoint)?)?;
         let (key, checkpoint, step) = (&key, &checkpoint, &step);
         self.call("save_fenced", Retry::Once, |mut conn| async move {
             let mut tx = conn.begin().await?;
@@ -586,7 +614,7 @@ where
     pub async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
         check_run_id(&first.key())?;
         check_lease_ttl(ttl)?;
-        let step = Step::of(&first)?;
+        let step = self.checked(&first.key(), Step::of(&first)?)?;
         let (first, step) = (&first, &step);
         self.call("begin_run", Retry::Never, |mut conn| async move {
             let mut tx = conn.begin().await?;
@@ -615,7 +643,7 @@ where
     /// # Errors
     /// `Cancelled`, `LeaseLost`, a missing predecessor; the driver's.
     pub async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
-        let written = match Step::of(&last) {
+        let written = match Step::of(&last).and_then(|step| self.checked(&last.key(), step)) {
             Err(e) => Err(e),
             Ok(step) => {
                 let (last, step, lease) = (&last, &step, &lease);

@@ -6,3 +6,4 @@
 //! when `CI` is set.
 
 mod conformance;
+mod limits;
