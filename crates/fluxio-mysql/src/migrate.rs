@@ -83,28 +83,31 @@ pub(crate) async fn applied(
 /// Whether the migrations `applied` are ones this build reads (see
 /// [`fluxio_sql::readable`]), as the store's error otherwise.
 pub(crate) fn readable(names: &Names, applied: &[(i64, Vec<u8>)]) -> fluxio_core::Result<()> {
-    fluxio_sql::readable(&MIGRATOR, applied).map_err(|unreadable| {
-        let (database, table) = (names.shown_database().to_owned(), names.table.clone());
-        own_error(match unreadable {
-            fluxio_sql::Unreadable::Missing {
-                version,
-                description,
-            } => MySqlStoreError::SchemaOutdated {
-                database,
-                table,
-                version,
-                description,
-            },
-            fluxio_sql::Unreadable::Changed {
-                version,
-                description,
-            } => MySqlStoreError::MigrationChanged {
-                database,
-                table,
-                version,
-                description,
-            },
-        })
+    fluxio_sql::readable(&MIGRATOR, applied, &names.table).map_err(|u| unreadable(names, u))
+}
+
+/// The store's error for migrations it cannot read.
+fn unreadable(names: &Names, unreadable: fluxio_sql::Unreadable) -> fluxio_core::Error {
+    let (database, table) = (names.shown_database().to_owned(), names.table.clone());
+    own_error(match unreadable {
+        fluxio_sql::Unreadable::Missing {
+            version,
+            description,
+        } => MySqlStoreError::SchemaOutdated {
+            database,
+            table,
+            version,
+            description,
+        },
+        fluxio_sql::Unreadable::Changed {
+            version,
+            description,
+        } => MySqlStoreError::MigrationChanged {
+            database,
+            table,
+            version,
+            description,
+        },
     })
 }
 
@@ -173,50 +176,33 @@ async fn apply(conn: &mut MySqlConnection, names: &Names) -> Result<usize, fluxi
     .bind(&names.table)
     .fetch_all(&mut *conn)
     .await?;
-    let mut count = 0;
-    for migration in MIGRATOR.iter() {
-        if migration.migration_type.is_down_migration() {
-            continue;
-        }
-        match applied.iter().find(|(v, _)| *v == migration.version) {
-            Some((_, checksum)) if checksum.as_slice() == &*migration.checksum => {}
-            Some(_) => {
-                return Err(own_error(MySqlStoreError::MigrationChanged {
-                    database: names.shown_database().to_owned(),
-                    table: names.table.clone(),
-                    version: migration.version,
-                    description: migration.description.to_string(),
-                })
-                .into());
-            }
-            None => {
-                // Several statements, each committed by the server.
-                let sql = render(migration, names);
-                conn.execute(sqlx::raw_sql(&sql)).await?;
-                sqlx::query(&format!(
-                    "INSERT INTO {bookkeeping} \
-                     (table_name, version, description, checksum, installed_on) \
-                     VALUES (?, ?, ?, ?, {})",
-                    crate::statements::NOW
-                ))
-                .bind(&names.table)
-                .bind(migration.version)
-                .bind(&*migration.description)
-                .bind(&*migration.checksum)
-                .execute(&mut *conn)
-                .await?;
-                tracing::info!(
-                    database = names.shown_database(),
-                    table = %names.table,
-                    version = migration.version,
-                    description = %migration.description,
-                    "applied migration"
-                );
-                count += 1;
-            }
-        }
+    let pending =
+        fluxio_sql::pending(&MIGRATOR, &applied, &names.table).map_err(|u| unreadable(names, u))?;
+    for migration in &pending {
+        // Several statements, each committed by the server.
+        let sql = render(migration, names);
+        conn.execute(sqlx::raw_sql(&sql)).await?;
+        sqlx::query(&format!(
+            "INSERT INTO {bookkeeping} \
+             (table_name, version, description, checksum, installed_on) \
+             VALUES (?, ?, ?, ?, {})",
+            crate::statements::NOW
+        ))
+        .bind(&names.table)
+        .bind(migration.version)
+        .bind(&*migration.description)
+        .bind(&*migration.checksum)
+        .execute(&mut *conn)
+        .await?;
+        tracing::info!(
+            database = names.shown_database(),
+            table = %names.table,
+            version = migration.version,
+            description = %migration.description,
+            "applied migration"
+        );
     }
-    Ok(count)
+    Ok(pending.len())
 }
 
 /// Closes `conn` (a connection taken out of the pool), logging a failure.

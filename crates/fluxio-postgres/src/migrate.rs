@@ -89,7 +89,12 @@ pub(crate) fn readable(
     names: &Names,
     applied: &[(i64, Vec<u8>)],
 ) -> Result<(), PostgresStoreError> {
-    fluxio_sql::readable(&MIGRATOR, applied).map_err(|unreadable| match unreadable {
+    fluxio_sql::readable(&MIGRATOR, applied, &names.table).map_err(|u| unreadable(names, u))
+}
+
+/// The store's error for migrations it cannot read.
+fn unreadable(names: &Names, unreadable: fluxio_sql::Unreadable) -> PostgresStoreError {
+    match unreadable {
         fluxio_sql::Unreadable::Missing {
             version,
             description,
@@ -108,7 +113,7 @@ pub(crate) fn readable(
             version,
             description,
         },
-    })
+    }
 }
 
 /// Applies the pending migrations in one transaction, under a
@@ -155,61 +160,32 @@ pub(crate) async fn run(conn: &mut PgConnection, names: &Names) -> Result<usize,
     .fetch_all(&mut *tx)
     .await?;
 
-    let mut count = 0;
-    for migration in MIGRATOR.iter() {
-        if migration.migration_type.is_down_migration() {
-            continue;
-        }
-        match applied.iter().find(|(v, _)| *v == migration.version) {
-            Some((_, checksum)) if checksum.as_slice() == &*migration.checksum => {}
-            Some(_) => {
-                return Err(MigrateError::Store(PostgresStoreError::MigrationChanged {
-                    schema: names.schema.clone(),
-                    table: names.table.clone(),
-                    version: migration.version,
-                    description: migration.description.to_string(),
-                }));
-            }
-            None => {
-                // Several statements: sent unprepared (simple query protocol).
-                let sql = render(migration, names);
-                tx.execute(sql.as_str()).await?;
-                sqlx::query(&format!(
-                    "INSERT INTO {bookkeeping} (table_name, version, description, checksum) \
-                     VALUES ($1, $2, $3, $4)"
-                ))
-                .bind(&names.table)
-                .bind(migration.version)
-                .bind(&*migration.description)
-                .bind(&*migration.checksum)
-                .execute(&mut *tx)
-                .await?;
-                tracing::info!(
-                    schema = %names.schema,
-                    table = %names.table,
-                    version = migration.version,
-                    description = %migration.description,
-                    "applied migration"
-                );
-                count += 1;
-            }
-        }
-    }
-    // Versions recorded but unknown to this build were applied by a newer
-    // fluxio-postgres: migrations only ever add, so this build keeps working
-    // (a rolling upgrade runs old and new workers side by side).
-    for (version, _) in &applied {
-        if !MIGRATOR.iter().any(|m| m.version == *version) {
-            tracing::debug!(
-                schema = %names.schema,
-                table = %names.table,
-                version,
-                "the schema has a migration newer than this build"
-            );
-        }
+    let pending = fluxio_sql::pending(&MIGRATOR, &applied, &names.table)
+        .map_err(|u| MigrateError::Store(unreadable(names, u)))?;
+    for migration in &pending {
+        // Several statements: sent unprepared (simple query protocol).
+        let sql = render(migration, names);
+        tx.execute(sql.as_str()).await?;
+        sqlx::query(&format!(
+            "INSERT INTO {bookkeeping} (table_name, version, description, checksum) \
+             VALUES ($1, $2, $3, $4)"
+        ))
+        .bind(&names.table)
+        .bind(migration.version)
+        .bind(&*migration.description)
+        .bind(&*migration.checksum)
+        .execute(&mut *tx)
+        .await?;
+        tracing::info!(
+            schema = %names.schema,
+            table = %names.table,
+            version = migration.version,
+            description = %migration.description,
+            "applied migration"
+        );
     }
     tx.commit().await?;
-    Ok(count)
+    Ok(pending.len())
 }
 
 #[cfg(test)]

@@ -136,7 +136,7 @@ pub(crate) async fn check_readable(
                 table: names.table.clone(),
             })));
         };
-        migrate::readable(&applied).map_err(|unreadable| {
+        migrate::readable(&applied, &names.table).map_err(|unreadable| {
             Failure::Fluxio(own_error(match unreadable {
                 fluxio_sql::Unreadable::Missing {
                     version,

@@ -124,8 +124,11 @@ pub(crate) async fn applied(
 
 /// Whether the migrations `applied` are ones this build reads (see
 /// [`fluxio_sql::readable`]).
-pub(crate) fn readable(applied: &[(i64, Vec<u8>)]) -> Result<(), fluxio_sql::Unreadable> {
-    fluxio_sql::readable(&MIGRATOR, applied)
+pub(crate) fn readable(
+    applied: &[(i64, Vec<u8>)],
+    table: &str,
+) -> Result<(), fluxio_sql::Unreadable> {
+    fluxio_sql::readable(&MIGRATOR, applied, table)
 }
 
 /// Applies the pending migrations in one `BEGIN IMMEDIATE` transaction: it
@@ -156,58 +159,44 @@ pub(crate) async fn run(pool: &SqlitePool, names: &Names) -> Result<usize, Migra
     .fetch_all(&mut *tx)
     .await?;
 
-    let mut count = 0;
-    for migration in MIGRATOR.iter() {
-        if migration.migration_type.is_down_migration() {
-            continue;
+    let pending = fluxio_sql::pending(&MIGRATOR, &applied, &names.table).map_err(|u| {
+        let (fluxio_sql::Unreadable::Changed {
+            version,
+            description,
         }
-        match applied.iter().find(|(v, _)| *v == migration.version) {
-            Some((_, checksum)) if checksum.as_slice() == &*migration.checksum => {}
-            Some(_) => {
-                return Err(MigrateError::Store(SqliteStoreError::MigrationChanged {
-                    table: names.table.clone(),
-                    version: migration.version,
-                    description: migration.description.to_string(),
-                }));
-            }
-            None => {
-                // Several statements: run one after the other by sqlx.
-                let sql = render(migration, names);
-                tx.execute(sql.as_str()).await?;
-                sqlx::query(&format!(
-                    "INSERT INTO {bookkeeping} (table_name, version, description, checksum, installed_on) \
-                     VALUES (?1, ?2, ?3, ?4, CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER))"
-                ))
-                .bind(&names.table)
-                .bind(migration.version)
-                .bind(&*migration.description)
-                .bind(&*migration.checksum)
-                .execute(&mut *tx)
-                .await?;
-                tracing::info!(
-                    table = %names.table,
-                    version = migration.version,
-                    description = %migration.description,
-                    "applied migration"
-                );
-                count += 1;
-            }
-        }
-    }
-    // Versions recorded but unknown to this build were applied by a newer
-    // fluxio-sqlite: migrations only ever add, so this build keeps working
-    // (old and new processes can share the file during an upgrade).
-    for (version, _) in &applied {
-        if !MIGRATOR.iter().any(|m| m.version == *version) {
-            tracing::debug!(
-                table = %names.table,
-                version,
-                "the file has a migration newer than this build"
-            );
-        }
+        | fluxio_sql::Unreadable::Missing {
+            version,
+            description,
+        }) = u;
+        MigrateError::Store(SqliteStoreError::MigrationChanged {
+            table: names.table.clone(),
+            version,
+            description,
+        })
+    })?;
+    for migration in &pending {
+        // Several statements: run one after the other by sqlx.
+        let sql = render(migration, names);
+        tx.execute(sql.as_str()).await?;
+        sqlx::query(&format!(
+            "INSERT INTO {bookkeeping} (table_name, version, description, checksum, installed_on) \
+             VALUES (?1, ?2, ?3, ?4, CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER))"
+        ))
+        .bind(&names.table)
+        .bind(migration.version)
+        .bind(&*migration.description)
+        .bind(&*migration.checksum)
+        .execute(&mut *tx)
+        .await?;
+        tracing::info!(
+            table = %names.table,
+            version = migration.version,
+            description = %migration.description,
+            "applied migration"
+        );
     }
     tx.commit().await?;
-    Ok(count)
+    Ok(pending.len())
 }
 
 #[cfg(test)]
