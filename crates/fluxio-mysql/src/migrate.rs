@@ -159,50 +159,33 @@ pub(crate) async fn run(
 
 async fn apply(conn: &mut MySqlConnection, names: &Names) -> Result<usize, fluxio_sql::Failure> {
     let bookkeeping = names.migrations();
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
-            table_name   VARCHAR(64) CHARACTER SET ascii NOT NULL,
-            version      BIGINT       NOT NULL,
-            description  TEXT         NOT NULL,
-            checksum     VARBINARY(64) NOT NULL,
-            installed_on BIGINT       NOT NULL,
-            PRIMARY KEY (table_name, version)
-        ) ENGINE = InnoDB"
-    );
-    conn.execute(create.as_str()).await?;
-    let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(&format!(
-        "SELECT version, checksum FROM {bookkeeping} WHERE table_name = ?"
-    ))
-    .bind(&names.table)
-    .fetch_all(&mut *conn)
-    .await?;
-    let pending =
-        fluxio_sql::pending(&MIGRATOR, &applied, &names.table).map_err(|u| unreadable(names, u))?;
-    for migration in &pending {
-        // Several statements, each committed by the server.
-        let sql = render(migration, names);
-        conn.execute(sqlx::raw_sql(&sql)).await?;
-        sqlx::query(&format!(
-            "INSERT INTO {bookkeeping} \
-             (table_name, version, description, checksum, installed_on) \
+    let book = fluxio_sql::Bookkeeping {
+        create: format!(
+            "CREATE TABLE IF NOT EXISTS {bookkeeping} (
+                table_name   VARCHAR(64) CHARACTER SET ascii NOT NULL,
+                version      BIGINT        NOT NULL,
+                description  TEXT          NOT NULL,
+                checksum     VARBINARY(64) NOT NULL,
+                installed_on BIGINT        NOT NULL,  -- milliseconds since the Unix epoch
+                PRIMARY KEY (table_name, version)
+            ) ENGINE = InnoDB"
+        ),
+        applied: format!("SELECT version, checksum FROM {bookkeeping} WHERE table_name = ?"),
+        record: format!(
+            "INSERT INTO {bookkeeping} (table_name, version, description, checksum, installed_on) \
              VALUES (?, ?, ?, ?, {})",
             crate::statements::NOW
-        ))
-        .bind(&names.table)
-        .bind(migration.version)
-        .bind(&*migration.description)
-        .bind(&*migration.checksum)
-        .execute(&mut *conn)
-        .await?;
-        tracing::info!(
-            database = names.shown_database(),
-            table = %names.table,
-            version = migration.version,
-            description = %migration.description,
-            "applied migration"
-        );
-    }
-    Ok(pending.len())
+        ),
+    };
+    fluxio_sql::apply::<sqlx::MySql, _>(
+        conn,
+        &MIGRATOR,
+        &book,
+        (names.shown_database(), &names.table),
+        |m| render(m, names),
+        |u| unreadable(names, u).into(),
+    )
+    .await
 }
 
 /// Closes `conn` (a connection taken out of the pool), logging a failure.

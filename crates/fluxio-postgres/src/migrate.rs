@@ -141,51 +141,34 @@ pub(crate) async fn run(conn: &mut PgConnection, names: &Names) -> Result<usize,
         tx.execute(create.as_str()).await?;
     }
     let bookkeeping = names.migrations_qualified();
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
-            table_name   TEXT        NOT NULL,
-            version      BIGINT      NOT NULL,
-            description  TEXT        NOT NULL,
-            checksum     BYTEA       NOT NULL,
-            installed_on TIMESTAMPTZ NOT NULL DEFAULT now(),
-            PRIMARY KEY (table_name, version)
-        )"
-    );
-    tx.execute(create.as_str()).await?;
-
-    let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(&format!(
-        "SELECT version, checksum FROM {bookkeeping} WHERE table_name = $1"
-    ))
-    .bind(&names.table)
-    .fetch_all(&mut *tx)
-    .await?;
-
-    let pending = fluxio_sql::pending(&MIGRATOR, &applied, &names.table)
-        .map_err(|u| MigrateError::Store(unreadable(names, u)))?;
-    for migration in &pending {
-        // Several statements: sent unprepared (simple query protocol).
-        let sql = render(migration, names);
-        tx.execute(sql.as_str()).await?;
-        sqlx::query(&format!(
+    let book = fluxio_sql::Bookkeeping {
+        create: format!(
+            "CREATE TABLE IF NOT EXISTS {bookkeeping} (
+                table_name   TEXT        NOT NULL,
+                version      BIGINT      NOT NULL,
+                description  TEXT        NOT NULL,
+                checksum     BYTEA       NOT NULL,
+                installed_on TIMESTAMPTZ NOT NULL DEFAULT now(),
+                PRIMARY KEY (table_name, version)
+            )"
+        ),
+        applied: format!("SELECT version, checksum FROM {bookkeeping} WHERE table_name = $1"),
+        record: format!(
             "INSERT INTO {bookkeeping} (table_name, version, description, checksum) \
              VALUES ($1, $2, $3, $4)"
-        ))
-        .bind(&names.table)
-        .bind(migration.version)
-        .bind(&*migration.description)
-        .bind(&*migration.checksum)
-        .execute(&mut *tx)
-        .await?;
-        tracing::info!(
-            schema = %names.schema,
-            table = %names.table,
-            version = migration.version,
-            description = %migration.description,
-            "applied migration"
-        );
-    }
+        ),
+    };
+    let applied = fluxio_sql::apply::<sqlx::Postgres, _>(
+        &mut tx,
+        &MIGRATOR,
+        &book,
+        (&names.schema, &names.table),
+        |m| render(m, names),
+        |u| MigrateError::Store(unreadable(names, u)),
+    )
+    .await?;
     tx.commit().await?;
-    Ok(pending.len())
+    Ok(applied)
 }
 
 #[cfg(test)]

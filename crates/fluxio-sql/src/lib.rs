@@ -25,7 +25,7 @@ mod schema;
 pub mod server;
 
 pub use list::{Listing, Statement, list, statement};
-pub use schema::{Unreadable, pending, readable};
+pub use schema::{Bookkeeping, Unreadable, apply, pending, readable};
 pub use server::{Failure, Server, ServerSql, ServerStore};
 
 #[doc(hidden)]

@@ -2,6 +2,7 @@
 //! read, checked without writing (a store opened read-only).
 
 use sqlx::migrate::{Migration, Migrator};
+use sqlx::{Database, Decode, Encode, Executor, IntoArguments, Type};
 
 /// Why a read-only open cannot read the tables it found.
 #[doc(hidden)]
@@ -89,4 +90,72 @@ pub fn readable(
             description: missing.description.to_string(),
         }),
     }
+}
+
+/// The statements of a store's migrations' bookkeeping table, keyed by
+/// table name and version; values are bind parameters in the order given.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Bookkeeping {
+    /// Creates the table if it is missing.
+    pub create: String,
+    /// The (version, checksum) applied to (table).
+    pub applied: String,
+    /// Records (table, version, description, checksum) as applied.
+    pub record: String,
+}
+
+/// Applies the [`pending`] migrations of `migrator` to table `table` on
+/// `conn`, each rendered for the store's names by `render` and recorded
+/// after it ran; in the caller's transaction and under the caller's lock
+/// (a runner takes both as its database allows). `place` names where the
+/// tables are, for the log. Returns how many it applied.
+///
+/// # Errors
+/// The driver's; `changed` of a migration applied with another checksum.
+#[doc(hidden)]
+pub async fn apply<DB, E>(
+    conn: &mut DB::Connection,
+    migrator: &Migrator,
+    book: &Bookkeeping,
+    (place, table): (&str, &str),
+    render: impl Fn(&Migration) -> String,
+    changed: impl FnOnce(Unreadable) -> E,
+) -> Result<usize, E>
+where
+    DB: Database,
+    E: From<sqlx::Error>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Vec<u8>: Decode<'q, DB> + Type<DB>,
+    for<'r> (i64, Vec<u8>): sqlx::FromRow<'r, DB::Row>,
+{
+    conn.execute(sqlx::raw_sql(&book.create)).await?;
+    let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(&book.applied)
+        .bind(table)
+        .fetch_all(&mut *conn)
+        .await?;
+    let pending = pending(migrator, &applied, table).map_err(changed)?;
+    for migration in &pending {
+        // Several statements, sent as one unprepared command.
+        conn.execute(sqlx::raw_sql(&render(migration))).await?;
+        sqlx::query(&book.record)
+            .bind(table)
+            .bind(migration.version)
+            .bind(&*migration.description)
+            .bind(&*migration.checksum)
+            .execute(&mut *conn)
+            .await?;
+        tracing::info!(
+            place,
+            table,
+            version = migration.version,
+            description = %migration.description,
+            "applied migration"
+        );
+    }
+    Ok(pending.len())
 }

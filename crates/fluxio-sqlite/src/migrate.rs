@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use sqlx::migrate::{Migration, Migrator};
-use sqlx::{Executor, SqlitePool};
+use sqlx::SqlitePool;
 
 use crate::error::SqliteStoreError;
 use crate::names::{MIGRATIONS_TABLE, Names, quote};
@@ -140,26 +140,25 @@ pub(crate) fn readable(
 pub(crate) async fn run(pool: &SqlitePool, names: &Names) -> Result<usize, MigrateError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let bookkeeping = quote(MIGRATIONS_TABLE);
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
-            table_name   TEXT    NOT NULL,
-            version      INTEGER NOT NULL,
-            description  TEXT    NOT NULL,
-            checksum     BLOB    NOT NULL,
-            installed_on INTEGER NOT NULL,  -- milliseconds since the Unix epoch
-            PRIMARY KEY (table_name, version)
-        ) STRICT"
-    );
-    tx.execute(create.as_str()).await?;
-
-    let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(&format!(
-        "SELECT version, checksum FROM {bookkeeping} WHERE table_name = ?1"
-    ))
-    .bind(&names.table)
-    .fetch_all(&mut *tx)
-    .await?;
-
-    let pending = fluxio_sql::pending(&MIGRATOR, &applied, &names.table).map_err(|u| {
+    let book = fluxio_sql::Bookkeeping {
+        create: format!(
+            "CREATE TABLE IF NOT EXISTS {bookkeeping} (
+                table_name   TEXT    NOT NULL,
+                version      INTEGER NOT NULL,
+                description  TEXT    NOT NULL,
+                checksum     BLOB    NOT NULL,
+                installed_on INTEGER NOT NULL,  -- milliseconds since the Unix epoch
+                PRIMARY KEY (table_name, version)
+            ) STRICT"
+        ),
+        applied: format!("SELECT version, checksum FROM {bookkeeping} WHERE table_name = ?1"),
+        record: format!(
+            "INSERT INTO {bookkeeping} (table_name, version, description, checksum, installed_on) \
+             VALUES (?1, ?2, ?3, ?4, CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER))"
+        ),
+    };
+    // Only a changed migration stops the runner (a missing one it applies).
+    let changed = |u: fluxio_sql::Unreadable| {
         let (fluxio_sql::Unreadable::Changed {
             version,
             description,
@@ -173,30 +172,18 @@ pub(crate) async fn run(pool: &SqlitePool, names: &Names) -> Result<usize, Migra
             version,
             description,
         })
-    })?;
-    for migration in &pending {
-        // Several statements: run one after the other by sqlx.
-        let sql = render(migration, names);
-        tx.execute(sql.as_str()).await?;
-        sqlx::query(&format!(
-            "INSERT INTO {bookkeeping} (table_name, version, description, checksum, installed_on) \
-             VALUES (?1, ?2, ?3, ?4, CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER))"
-        ))
-        .bind(&names.table)
-        .bind(migration.version)
-        .bind(&*migration.description)
-        .bind(&*migration.checksum)
-        .execute(&mut *tx)
-        .await?;
-        tracing::info!(
-            table = %names.table,
-            version = migration.version,
-            description = %migration.description,
-            "applied migration"
-        );
-    }
+    };
+    let applied = fluxio_sql::apply::<sqlx::Sqlite, _>(
+        &mut tx,
+        &MIGRATOR,
+        &book,
+        ("the file", &names.table),
+        |m| render(m, names),
+        changed,
+    )
+    .await?;
     tx.commit().await?;
-    Ok(pending.len())
+    Ok(applied)
 }
 
 #[cfg(test)]
