@@ -6,13 +6,14 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fluxio_core::store::{RedactedUrl, StoreErrorKind};
+use fluxio_core::store::RedactedUrl;
 use fluxio_core::{Error, Result};
 use fluxio_sql::{Retention, ServerStore};
 use sqlx::Executor as _;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
-use crate::error::{BACKEND, MySqlStoreError, own_error};
+use crate::dialect::MySql;
+use crate::error::{MySqlStoreError, own_error};
 use crate::statements::{Names, statements};
 use crate::store::{Inner, MySqlStore};
 
@@ -254,17 +255,8 @@ fn url_pool(url: &str, settings: &MySqlStoreBuilder) -> Result<(MySqlPool, Redac
         });
     }
     let redacted = RedactedUrl::new(url);
-    let options = MySqlConnectOptions::from_str(url).map_err(|e| {
-        let shown: Box<dyn std::error::Error + Send + Sync> =
-            if redacted.leaks(&format!("{e} {e:?}")) {
-                Box::new(MySqlStoreError::Scrubbed {
-                    message: redacted.scrub(&e.to_string()),
-                })
-            } else {
-                Box::new(e)
-            };
-        Error::store_with_kind(BACKEND, StoreErrorKind::Other, shown)
-    })?;
+    let options = MySqlConnectOptions::from_str(url)
+        .map_err(|e| fluxio_sql::server::url_error::<MySql>(&redacted, e))?;
     let lock_wait = settings.timeout.as_secs().max(1);
     let access = if settings.read_only {
         "READ ONLY"

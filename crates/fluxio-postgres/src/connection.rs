@@ -6,11 +6,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use fluxio_core::store::{RedactedUrl, StoreErrorKind};
+use fluxio_core::store::RedactedUrl;
 use fluxio_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-
-use crate::error::BACKEND;
 
 /// A pooled connection idle for this long is pinged before it is handed out
 /// (a busy pool skips the extra round trip; a pool that sat through a server
@@ -40,17 +38,7 @@ pub(crate) fn url_pool(
     }
     let redacted = RedactedUrl::new(url);
     let options = PgConnectOptions::from_str(url)
-        .map_err(|e| {
-            // sqlx quotes a malformed URL: no part of it is shown
-            let shown = if redacted.leaks(&format!("{e} {e:?}")) {
-                Box::new(crate::PostgresStoreError::Scrubbed {
-                    message: redacted.scrub(&e.to_string()),
-                }) as Box<dyn std::error::Error + Send + Sync>
-            } else {
-                Box::new(e)
-            };
-            Error::store_with_kind(BACKEND, StoreErrorKind::Other, shown)
-        })?
+        .map_err(|e| fluxio_sql::server::url_error::<crate::journal::Postgres>(&redacted, e))?
         // The server gives up on a statement when the client does.
         .options([("statement_timeout", timeout.as_millis().max(1))]);
     let pool = PgPoolOptions::new()

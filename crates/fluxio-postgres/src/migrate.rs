@@ -24,28 +24,6 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 /// (`"flux"`); the second is `hashtext(schema)`.
 const LOCK_CLASS: i32 = 0x666c_7578;
 
-/// Errors of the runner: sqlx's, or a changed migration.
-#[derive(Debug)]
-pub(crate) enum MigrateError {
-    Sql(sqlx::Error),
-    Store(PostgresStoreError),
-}
-
-impl From<sqlx::Error> for MigrateError {
-    fn from(e: sqlx::Error) -> Self {
-        MigrateError::Sql(e)
-    }
-}
-
-impl From<MigrateError> for fluxio_sql::Failure {
-    fn from(e: MigrateError) -> Self {
-        match e {
-            MigrateError::Sql(e) => fluxio_sql::Failure::Sql(e),
-            MigrateError::Store(e) => fluxio_sql::Failure::Fluxio(crate::error::own_error(e)),
-        }
-    }
-}
-
 /// The SQL of `migration` for these names.
 pub(crate) fn render(migration: &Migration, names: &Names) -> String {
     migration
@@ -121,7 +99,10 @@ fn unreadable(names: &Names, unreadable: fluxio_sql::Unreadable) -> PostgresStor
 /// wait for each other instead of racing on `CREATE SCHEMA` / `CREATE TABLE`,
 /// and a dropped future or a lost connection rolls everything back and frees
 /// the lock. Returns how many migrations it applied.
-pub(crate) async fn run(conn: &mut PgConnection, names: &Names) -> Result<usize, MigrateError> {
+pub(crate) async fn run(
+    conn: &mut PgConnection,
+    names: &Names,
+) -> Result<usize, fluxio_sql::Failure> {
     let mut tx = conn.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
         .bind(LOCK_CLASS)
@@ -158,13 +139,13 @@ pub(crate) async fn run(conn: &mut PgConnection, names: &Names) -> Result<usize,
              VALUES ($1, $2, $3, $4)"
         ),
     };
-    let applied = fluxio_sql::apply::<sqlx::Postgres, _>(
+    let applied = fluxio_sql::apply::<sqlx::Postgres, fluxio_sql::Failure>(
         &mut tx,
         &MIGRATOR,
         &book,
         (&names.schema, &names.table),
         |m| render(m, names),
-        |u| MigrateError::Store(unreadable(names, u)),
+        |u| crate::error::own_error(unreadable(names, u)).into(),
     )
     .await?;
     tx.commit().await?;

@@ -112,7 +112,7 @@ impl PostgresStore {
         let applied = self
             .server()
             .call("migrate", Retry::Once, |mut conn| async move {
-                Ok::<_, Failure>(migrate::run(&mut conn, &inner.names).await?)
+                migrate::run(&mut conn, &inner.names).await
             })
             .await?;
         tracing::debug!(

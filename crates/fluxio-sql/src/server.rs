@@ -156,6 +156,19 @@ impl<S: Server> fmt::Debug for ServerStore<S> {
     }
 }
 
+/// The error for a URL the driver refused (`e`): its kind is neither a
+/// timeout nor a connection failure, and when its message quotes the URL's
+/// password, the dialect's [scrubbed](Server::scrubbed) error stands in.
+#[doc(hidden)]
+pub fn url_error<S: Server>(url: &RedactedUrl, e: sqlx::Error) -> Error {
+    let shown = if url.leaks(&format!("{e} {e:?}")) {
+        S::scrubbed(url.scrub(&e.to_string()))
+    } else {
+        Box::new(e)
+    };
+    Error::store_with_kind(S::BACKEND, StoreErrorKind::Other, shown)
+}
+
 fn lease_lost(lease: &Lease) -> Error {
     Error::LeaseLost {
         run_id: lease.run_id().to_owned(),

@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use sqlx::migrate::{Migration, Migrator};
 use sqlx::SqlitePool;
+use sqlx::migrate::{Migration, Migrator};
 
 use crate::error::SqliteStoreError;
 use crate::names::{MIGRATIONS_TABLE, Names, quote};
