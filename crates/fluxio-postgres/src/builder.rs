@@ -11,7 +11,7 @@ use sqlx::postgres::PgPool;
 
 use crate::connection::url_pool;
 use crate::error::{PostgresStoreError, own_error};
-use crate::names::{Names, statements};
+use crate::statements::{Names, statements};
 use crate::store::{Inner, PostgresStore};
 use fluxio_sql::ServerStore;
 

@@ -38,7 +38,7 @@ pub(crate) fn url_pool(
     }
     let redacted = RedactedUrl::new(url);
     let options = PgConnectOptions::from_str(url)
-        .map_err(|e| fluxio_sql::server::url_error::<crate::journal::Postgres>(&redacted, e))?
+        .map_err(|e| fluxio_sql::server::url_error::<crate::dialect::Postgres>(&redacted, e))?
         // The server gives up on a statement when the client does.
         .options([("statement_timeout", timeout.as_millis().max(1))]);
     let pool = PgPoolOptions::new()

@@ -280,10 +280,10 @@
 
 mod builder;
 mod connection;
+mod dialect;
 mod error;
-mod journal;
 mod migrate;
-mod names;
+mod statements;
 mod store;
 
 pub use builder::{

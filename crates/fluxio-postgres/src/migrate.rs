@@ -14,7 +14,7 @@ use sqlx::migrate::{Migration, Migrator};
 use sqlx::{Connection as _, Executor, PgConnection};
 
 use crate::error::PostgresStoreError;
-use crate::names::Names;
+use crate::statements::Names;
 
 /// The migrations under `crates/fluxio-postgres/migrations/`, embedded at
 /// compile time. Their SQL is a template over `{checkpoints}` and `{leases}`.

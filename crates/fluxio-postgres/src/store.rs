@@ -1,6 +1,6 @@
 //! [`PostgresStore`]: its tables, migrations and retention. The trait's
 //! calls are `fluxio_sql::ServerStore`'s, one statement or one transaction
-//! each, on this store's statements (`names.rs`).
+//! each, on this store's statements (`statements.rs`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,9 +11,9 @@ use fluxio_sql::{Failure, ServerStore};
 use sqlx::postgres::PgPool;
 
 use crate::builder::{PostgresStoreBuilder, Source};
-use crate::journal::Postgres;
+use crate::dialect::Postgres;
 use crate::migrate;
-use crate::names::Names;
+use crate::statements::Names;
 
 /// A [`CheckpointStore`] in PostgreSQL, on a sqlx [`PgPool`].
 ///

@@ -11,7 +11,7 @@ use sqlx::sqlite::SqliteSynchronous;
 
 use crate::connection::{check_readable, pools, prepare};
 use crate::error::{SqliteStoreError, own_error};
-use crate::names::{Names, Sql, validate_path};
+use crate::statements::{Names, Sql, validate_path};
 use crate::store::{Inner, SqliteStore};
 use crate::writer::Writer;
 

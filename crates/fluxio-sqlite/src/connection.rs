@@ -14,13 +14,13 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use crate::builder::SqliteStoreBuilder;
 use crate::error::{SqliteStoreError, own_error, sql_error};
 use crate::migrate::{self, MigrateError};
-use crate::names::Names;
+use crate::statements::Names;
 
 /// The store's two pools on the file, connecting lazily: one writing
 /// connection, and the readers (`query_only`; the writer itself when
 /// `max_connections` is 1). Every commit of the writing connection adds
 /// one to `commits` (SQLite's commit hook); the writing connection has its
-/// [`GATE`](crate::names::GATE) and [`BATCH`](crate::names::BATCH) tables.
+/// [`GATE`](crate::statements::GATE) and [`BATCH`](crate::statements::BATCH) tables.
 pub(crate) fn pools(
     builder: &SqliteStoreBuilder,
     commits: &Arc<AtomicU64>,
@@ -65,7 +65,7 @@ pub(crate) fn pools(
                     true
                 });
             }
-            sqlx::query(crate::names::CREATE_TEMP)
+            sqlx::query(crate::statements::CREATE_TEMP)
                 .execute(&mut *conn)
                 .await?;
             Ok(())

@@ -3,7 +3,7 @@
 //! listing's statement, are `fluxio-sql`'s, shared with the Postgres
 //! store; what is SQLite's is here (how a parameter is named and a time
 //! bound) and in
-//! [`Sql`](crate::names::Sql) (the statements' text). The store runs the
+//! [`Sql`](crate::statements::Sql) (the statements' text). The store runs the
 //! writes inside a `BEGIN IMMEDIATE` transaction, which holds SQLite's
 //! write lock: the writes of all processes take turns, so nothing more is
 //! locked.
@@ -64,7 +64,7 @@ impl Dialect for Sqlite {
 /// The journal's writes on this store's connections.
 pub(crate) type Journal = fluxio_sql::Journal<Sqlite>;
 
-/// What a fenced append found before it wrote (the [`GATE`](crate::names::GATE)
+/// What a fenced append found before it wrote (the [`GATE`](crate::statements::GATE)
 /// row): whether the run is cancelled, the lease current, and the
 /// predecessor stored (or not needed).
 #[derive(Debug, sqlx::FromRow)]
@@ -72,7 +72,7 @@ pub(crate) struct Gate {
     cancelled: bool,
     held: bool,
     predecessor: bool,
-    /// The lease's token (a [`batch_append`](crate::names::Sql::batch_append)'s
+    /// The lease's token (a [`batch_append`](crate::statements::Sql::batch_append)'s
     /// gate: the token drawn for a run that begins, when it is free).
     #[sqlx(default)]
     token: Option<i64>,
@@ -101,8 +101,8 @@ impl Gate {
     }
 }
 
-/// Runs `sql`, the store's [`fenced_append`](crate::names::Sql::fenced_append)
-/// or [`finish_append`](crate::names::Sql::finish_append), for
+/// Runs `sql`, the store's [`fenced_append`](crate::statements::Sql::fenced_append)
+/// or [`finish_append`](crate::statements::Sql::finish_append), for
 /// `checkpoint` (encoded as `step`) of run `key` under the lease `token`:
 /// one command to the driver's thread for the decision and the writes,
 /// rather than one per statement. Returns the decision; nothing was written
@@ -140,7 +140,7 @@ pub(crate) async fn fenced_append(
 /// A fenced save queued for the group commit (see
 /// [`Writer::save_fenced`](crate::writer::Writer::save_fenced)): the
 /// fenced saves queued next to each other run in one command, the store's
-/// [`fenced_append`](crate::names::Sql::fenced_append) once for each.
+/// [`fenced_append`](crate::statements::Sql::fenced_append) once for each.
 /// Only a save with nothing for [`Journal::trim`] to do goes this way (a
 /// run's last one, that gives its lease up, too, unless the run is deleted).
 #[derive(Debug)]
@@ -153,14 +153,14 @@ pub(crate) struct FencedSave {
     pub(crate) step: Step,
     pub(crate) retention: Retention,
     /// Whether it gives the lease up, written or refused: the last
-    /// checkpoint of a run ([`finish_append`](crate::names::Sql::finish_append)).
+    /// checkpoint of a run ([`finish_append`](crate::statements::Sql::finish_append)).
     pub(crate) release: bool,
     /// The lease's time to live in milliseconds when this is the first
     /// checkpoint of a run that takes its lease with it (its `lease` and
     /// `token` are then placeholders): a
     /// [`begin_run`](fluxio_core::store::CheckpointStore::begin_run) that
     /// replaces the stored run, in a
-    /// [`batch_append`](crate::names::Sql::batch_append) only.
+    /// [`batch_append`](crate::statements::Sql::batch_append) only.
     pub(crate) ttl: Option<i64>,
 }
 
@@ -186,8 +186,8 @@ impl FencedSave {
     }
 
     /// Adds the arguments of its part of a
-    /// [`batch_append`](crate::names::Sql::batch_append) to `args`
-    /// ([`BATCH_PARAMS`](crate::names::BATCH_PARAMS) of them): key, token,
+    /// [`batch_append`](crate::statements::Sql::batch_append) to `args`
+    /// ([`BATCH_PARAMS`](crate::statements::BATCH_PARAMS) of them): key, token,
     /// seq, whole, payload, then the run's row as [`append_arguments`]
     /// binds it after the key, then whether it gives the lease up and the
     /// lease's time to live (NULL: the lease is held already, and `token`
@@ -255,8 +255,8 @@ fn fenced_arguments<'q>(
     append_arguments(args, key, checkpoint, step, retention)
 }
 
-/// Runs `sql`, the store's [`first_append`](crate::names::Sql::first_append)
-/// or [`first_replace`](crate::names::Sql::first_replace), for a run's first
+/// Runs `sql`, the store's [`first_append`](crate::statements::Sql::first_append)
+/// or [`first_replace`](crate::statements::Sql::first_replace), for a run's first
 /// `checkpoint` (encoded as `step`, a whole one), once its lease is taken:
 /// one command to the driver's thread. The journal's cut and the trim of
 /// completed runs are left to [`Journal::trim`], after.

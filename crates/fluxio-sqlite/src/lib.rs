@@ -325,7 +325,7 @@ mod connection;
 mod error;
 mod journal;
 mod migrate;
-mod names;
+mod statements;
 mod store;
 mod writer;
 

@@ -13,7 +13,7 @@ use sqlx::SqlitePool;
 use sqlx::migrate::{Migration, Migrator};
 
 use crate::error::SqliteStoreError;
-use crate::names::{MIGRATIONS_TABLE, Names, quote};
+use crate::statements::{MIGRATIONS_TABLE, Names, quote};
 
 /// The migrations under `crates/fluxio-sqlite/migrations/`, embedded at
 /// compile time. Their SQL is a template over the names of [`render`].

@@ -19,7 +19,7 @@ use crate::builder::{SqliteStoreBuilder, Synchronous};
 use crate::connection::{Failure, timed};
 use crate::error::BACKEND;
 use crate::journal::{self, FencedSave, Journal, Retention, Sqlite, Step};
-use crate::names::{Names, Sql};
+use crate::statements::{Names, Sql};
 use crate::writer::{BoxFuture, Writer};
 
 /// Durations in SQL are capped here (about 100 years, in milliseconds), so

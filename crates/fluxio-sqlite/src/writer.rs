@@ -49,7 +49,7 @@ use crate::connection::Failure;
 use crate::error::{SqliteStoreError, own_error};
 use crate::journal::{FencedSave, Gate};
 use crate::migrate::MigrateError;
-use crate::names::Sql;
+use crate::statements::Sql;
 use fluxio_core::Error;
 
 /// The most writes one transaction holds.
@@ -100,7 +100,7 @@ struct Save {
     /// written, else its refusal.
     tx: oneshot::Sender<Result<Result<i64, Error>, Failure>>,
     /// Run with the store's `fenced_append` (see [`run_saves`]) rather than
-    /// in a [`batch_append`](crate::names::Sql::batch_append): it was in a
+    /// in a [`batch_append`](crate::statements::Sql::batch_append): it was in a
     /// batch whose command failed, and is tried again so that the error
     /// fails only the save it belongs to.
     one_by_one: bool,
@@ -127,11 +127,11 @@ enum Slot<'c> {
 /// The queue of a store's writes, and the task that commits them.
 pub(crate) struct Writer {
     pool: SqlitePool,
-    /// The store's [`fenced_append`](crate::names::Sql::fenced_append) and
-    /// [`finish_append`](crate::names::Sql::finish_append).
+    /// The store's [`fenced_append`](crate::statements::Sql::fenced_append) and
+    /// [`finish_append`](crate::statements::Sql::finish_append).
     fenced_append: [Arc<str>; 2],
     /// `batch_appends[n - 1]`: the store's
-    /// [`batch_append`](crate::names::Sql::batch_append) of `n` saves, for
+    /// [`batch_append`](crate::statements::Sql::batch_append) of `n` saves, for
     /// `n` from 1 to [`MAX_BATCH`].
     batch_appends: Arc<[String]>,
     queue: Mutex<Option<mpsc::UnboundedSender<Work>>>,

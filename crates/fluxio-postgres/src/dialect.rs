@@ -3,7 +3,7 @@
 //! listing's statement, are `fluxio-sql`'s, shared with the SQLite store;
 //! what is PostgreSQL's is here (how a parameter is named and a time
 //! bound) and in
-//! [`Sql`](crate::names::Sql) (the statements' text, and the advisory lock
+//! [`Sql`](crate::statements::Sql) (the statements' text, and the advisory lock
 //! that makes the completions of one pipeline trim in turn). The store
 //! runs the writes inside a transaction that locks the run's row
 //! (`FOR UPDATE`, or by writing it first).
