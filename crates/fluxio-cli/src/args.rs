@@ -10,6 +10,7 @@ Store URLs (--store or FLUXIO_STORE):
   sqlite://PATH, sqlite:PATH    SQLite (the file must exist); --table
   redis://..., rediss://...     Redis; --prefix
   postgres://..., postgresql:// PostgreSQL; --schema, --table
+  mysql://..., mariadb://...    MySQL or MariaDB; --schema (the database), --table
 RUN is a run's store key, pipeline/run_id.
 
 Exit codes:
@@ -39,10 +40,10 @@ pub(crate) struct StoreArgs {
     /// The store's URL: sqlite://PATH, redis://..., rediss://..., postgres://...
     #[arg(long, env = "FLUXIO_STORE", global = true, hide_env_values = true)]
     pub(crate) store: Option<String>,
-    /// SQLite and Postgres: the checkpoint table [default: fluxio_checkpoints]
+    /// SQLite, Postgres and MySQL: the checkpoint table [default: fluxio_checkpoints]
     #[arg(long, global = true)]
     pub(crate) table: Option<String>,
-    /// Postgres: the schema [default: public]
+    /// Postgres: the schema [default: public]; MySQL: the database [default: the URL's]
     #[arg(long, global = true)]
     pub(crate) schema: Option<String>,
     /// Redis: the key prefix [default: fluxio:checkpoint]

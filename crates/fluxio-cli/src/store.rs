@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use fluxio_core::CheckpointStore;
 use fluxio_core::store::RedactedUrl;
+use fluxio_mysql::{MySqlStore, MySqlStoreError};
 use fluxio_postgres::{PostgresStore, PostgresStoreError};
 use fluxio_redis::RedisStore;
 use fluxio_sqlite::{SqliteStore, SqliteStoreError};
@@ -23,6 +24,8 @@ pub(crate) enum Backend {
     Redis,
     /// `postgres://...` or `postgresql://...`: the whole URL.
     Postgres,
+    /// `mysql://...` or `mariadb://...`: the whole URL.
+    MySql,
 }
 
 /// The backend of `url`, or why it names none (the URL shown redacted).
@@ -41,9 +44,10 @@ pub(crate) fn backend(url: &str) -> Result<Backend, Failure> {
         }
         Some("redis" | "rediss") => Ok(Backend::Redis),
         Some("postgres" | "postgresql") => Ok(Backend::Postgres),
+        Some("mysql" | "mariadb") => Ok(Backend::MySql),
         _ => Err(Failure::store(format_args!(
             "unsupported store URL `{}`: use sqlite://PATH, redis://..., rediss://..., \
-             postgres://... or postgresql://...",
+             postgres://..., postgresql://..., mysql://... or mariadb://...",
             RedactedUrl::new(url).url
         ))),
     }
@@ -77,7 +81,7 @@ pub(crate) async fn open(
     // an empty FLUXIO_STORE (or --store "") names no store
     let Some(url) = args.store.as_deref().filter(|url| !url.trim().is_empty()) else {
         return Err(Failure::usage(
-            "no store: pass --store URL or set FLUXIO_STORE (sqlite://PATH, redis://..., postgres://...)",
+            "no store: pass --store URL or set FLUXIO_STORE (sqlite://PATH, redis://..., postgres://..., mysql://...)",
         ));
     };
     let shown = RedactedUrl::new(url).url;
@@ -149,6 +153,27 @@ pub(crate) async fn open(
                 }
             }
         }
+        Backend::MySql => {
+            let builder = || {
+                let mut builder = MySqlStore::builder(url).timeout(args.timeout);
+                // MySQL calls a database a schema too
+                if let Some(database) = &args.schema {
+                    builder = builder.database(database);
+                }
+                if let Some(table) = &args.table {
+                    builder = builder.table(table);
+                }
+                builder
+            };
+            let checked = builder().read_only(true).connect().await;
+            match (access, checked) {
+                (Access::Read, checked) => Arc::new(checked.map_err(cannot)?),
+                (Access::Write, checked) => {
+                    writable(checked).map_err(cannot)?;
+                    Arc::new(builder().connect().await.map_err(cannot)?)
+                }
+            }
+        }
     };
     Ok(store)
 }
@@ -181,6 +206,9 @@ fn outdated(e: &fluxio_core::Error) -> bool {
     ) || matches!(
         own::<PostgresStoreError>(e),
         Some(PostgresStoreError::SchemaOutdated { .. })
+    ) || matches!(
+        own::<MySqlStoreError>(e),
+        Some(MySqlStoreError::SchemaOutdated { .. })
     )
 }
 
@@ -190,6 +218,11 @@ fn unreadable(e: &fluxio_core::Error) -> Option<String> {
     if let Some(
         own @ (SqliteStoreError::NoTables { .. } | SqliteStoreError::SchemaOutdated { .. }),
     ) = own::<SqliteStoreError>(e)
+    {
+        return Some(own.to_string());
+    }
+    if let Some(own @ (MySqlStoreError::NoTables { .. } | MySqlStoreError::SchemaOutdated { .. })) =
+        own::<MySqlStoreError>(e)
     {
         return Some(own.to_string());
     }
@@ -217,6 +250,8 @@ mod tests {
             ("rediss://h", Ok(Backend::Redis)),
             ("postgres://u@h/db", Ok(Backend::Postgres)),
             ("postgresql://u@h/db", Ok(Backend::Postgres)),
+            ("mysql://u@h/db", Ok(Backend::MySql)),
+            ("mariadb://u@h/db", Ok(Backend::MySql)),
         ];
         for (url, want) in cases {
             assert_eq!(backend(url).map_err(|f| f.message), want, "{url}");
@@ -229,7 +264,7 @@ mod tests {
             "ftp://u:hunter2@h",
             "sqlite:",
             "hunter2",
-            "mysql://root:hunter2@h/db",
+            "mongodb://root:hunter2@h/db",
         ] {
             let failure = backend(url).expect_err(url);
             assert_eq!(failure.exit, crate::Exit::Store, "{url}");

@@ -213,6 +213,25 @@ pub(crate) async fn postgres(url: &str, schema: &str) -> Target {
     }
 }
 
+/// MySQL or MariaDB in the database `database` through `url`.
+pub(crate) async fn mysql(url: &str, database: &str) -> Target {
+    let store = fluxio::MySqlStore::builder(url)
+        .database(database)
+        .connect()
+        .await
+        .expect("a MySQL store");
+    Target {
+        store: Arc::new(store),
+        args: vec![
+            "--store".into(),
+            url.to_owned(),
+            "--schema".into(),
+            database.into(),
+        ],
+        _dir: None,
+    }
+}
+
 /// `url` with `password` put in its user info (`postgres://u@h` ->
 /// `postgres://u:password@h`).
 pub(crate) fn with_password(url: &str, password: &str) -> String {

@@ -317,3 +317,15 @@ async fn rule23_every_command_on_postgres_and_its_password_is_never_printed() {
     scenario(&target, Some("hunter2-rule23")).await;
     fluxio_test_support::postgres::drop_schema(&url, &schema).await;
 }
+
+/// Every command on MySQL (or MariaDB), the database given as `--schema`.
+#[tokio::test(flavor = "multi_thread")]
+async fn rule23_every_command_on_mysql() {
+    let Some(url) = fluxio_test_support::mysql::server().await else {
+        return;
+    };
+    let database = namespace("rule23_my");
+    let target = crate::common::mysql(&url, &database).await;
+    scenario(&target, None).await;
+    fluxio_test_support::mysql::drop_database(&url, &database).await;
+}

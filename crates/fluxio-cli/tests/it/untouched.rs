@@ -137,6 +137,63 @@ async fn rule23_reads_create_no_postgres_schema_or_table() {
 }
 
 #[tokio::test]
+async fn rule23_reads_create_no_mysql_database_or_table() {
+    let Some(url) = fluxio_test_support::mysql::server().await else {
+        return;
+    };
+    let pool = sqlx::MySqlPool::connect(&url).await.expect("a raw pool");
+    let database = namespace("rule23_probe_fresh");
+    let tables = || async {
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = ?)",
+        )
+        .bind(&database)
+        .fetch_one(&pool)
+        .await
+        .expect("schemata");
+        let tables: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ?",
+        )
+        .bind(&database)
+        .fetch_one(&pool)
+        .await
+        .expect("tables");
+        (exists, tables)
+    };
+    for command in COMMANDS {
+        let mut args = vec!["--store", url.as_str(), "--schema", database.as_str()];
+        args.extend_from_slice(command);
+        let ran = fluxio(&args, None).code(3);
+        assert!(
+            ran.stderr
+                .contains(&format!("no fluxio tables here (database `{database}`")),
+            "{command:?}: {}",
+            ran.all()
+        );
+        assert_eq!(
+            tables().await,
+            (false, 0),
+            "{command:?} created the database"
+        );
+    }
+    // and in a database of another application's, its tables only
+    sqlx::raw_sql(&format!(
+        "CREATE DATABASE `{database}`; CREATE TABLE `{database}`.customers (id BIGINT)"
+    ))
+    .execute(&pool)
+    .await
+    .expect("the application's database");
+    for command in COMMANDS {
+        let mut args = vec!["--store", url.as_str(), "--schema", database.as_str()];
+        args.extend_from_slice(command);
+        fluxio(&args, None).code(3);
+        assert_eq!(tables().await, (true, 1), "{command:?} created a table");
+    }
+    pool.close().await;
+    fluxio_test_support::mysql::drop_database(&url, &database).await;
+}
+
+#[tokio::test]
 async fn rule23_reads_write_no_redis_key() {
     let Some(mut raw) = fluxio_test_support::redis::raw().await else {
         return;
