@@ -23,7 +23,8 @@
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use fluxio::store::{Begin, Change, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage};
+use fluxio::store::backend::Begin;
+use fluxio::store::{Change, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage};
 use fluxio::{Context, Durability, Pipeline, StageResult, pipeline, stage};
 use fluxio_redis::RedisStore;
 use fluxio_test_support::bench::timed;

@@ -197,9 +197,42 @@ pub use fluxio_core::{
     EmitError, Emitter, Error, History, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result,
     ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode, StageInfo, StageKind,
     StageMeta, StageResult, Step, StepStatus, StreamEvent, Structure, Value, async_trait, callback,
-    context, ctx, durability, error, history, middleware, recovery, stage, store, stream,
-    structure, testing, value,
+    context, ctx, durability, error, history, middleware, recovery, stage, stream, structure,
+    testing, value,
 };
+
+/// Checkpoint stores: the [`CheckpointStore`] trait, the checkpoint it
+/// keeps, the built-in [`InMemoryStore`], listing runs, and the limits
+/// every store enforces. The store crates' types are at the crate root
+/// (features `sqlite`, `postgres`, `mysql`, `redis`).
+///
+/// What only a store's author needs (the journal's helpers, the encoding's
+/// magic and versions, how a run begins and ends in one call, the
+/// conformance suite) is in [`backend`](store::backend).
+pub mod store {
+    pub use fluxio_core::store::{
+        BranchRecord, Change, Checkpoint, CheckpointStore, InMemoryStore, Lease, MAX_LEASE_TTL,
+        MAX_LIST_LIMIT, MAX_PAYLOAD, MAX_RUN_ID_LEN, MIN_LEASE_TTL, RunFilter, RunPage, RunState,
+        RunStatus, RunSummary, StoreErrorKind, retry_run, run_key,
+    };
+
+    pub mod backend {
+        //! For those who write a [`CheckpointStore`](super::CheckpointStore):
+        //! the journal's decisions ([`append`], [`cut_point`],
+        //! [`missing_predecessor`]), the encoding's [`MAGIC`] and format
+        //! versions, a run's first and last writes in one call ([`Begin`],
+        //! [`Begun`], and the call-by-call defaults), the checks every store
+        //! applies to its input, and URL redaction. The conformance suite
+        //! every store passes is `fluxio_core::store::conformance`
+        //! (fluxio-core's feature `test-util`).
+
+        pub use fluxio_core::store::{
+            Begin, Begun, COMPACT_EVERY, FORMAT_VERSION, MAGIC, OLDEST_FORMAT_VERSION, RedactedUrl,
+            append, appended, begin_run_stepwise, cancelled_checkpoint, check_lease_ttl,
+            check_run_id, cut_point, finish_run_stepwise, missing_predecessor,
+        };
+    }
+}
 pub use fluxio_macros::{pipeline, stage};
 
 // The store crates: every public type at the root, inlined, so each has a
@@ -221,6 +254,13 @@ pub use fluxio_sqlite::{SqliteStore, SqliteStoreBuilder, SqliteStoreError, Synch
 #[cfg(feature = "mysql")]
 #[doc(inline)]
 pub use fluxio_mysql::{MySqlStore, MySqlStoreBuilder, MySqlStoreError};
+
+/// The limits a pipeline checks its input against (a run id's and a
+/// pipeline name's length, a stream's buffer); a value's are
+/// [`value::MAX_PAYLOAD`] and its neighbours, a store's in [`store`].
+pub mod limits {
+    pub use fluxio_core::pipeline::{MAX_PIPELINE_NAME_LEN, MAX_RUN_ID_LEN, MAX_STREAM_BUFFER};
+}
 
 /// The compiled form of a pipeline, as [`Pipeline::program`] and
 /// [`Pipeline::explain`] show it. (The version encoding and the nodes

@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use fluxio::store::{Checkpoint, FORMAT_VERSION};
+use fluxio::store::Checkpoint;
+use fluxio::store::backend::FORMAT_VERSION;
 use fluxio::{Context, Error, RunStatus, Value, ctx};
 use serde::{Deserialize, Serialize};
 

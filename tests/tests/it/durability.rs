@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{StageFailed, a, arm, b, c, calls, disarm, input};
-use fluxio::store::{Begin, Begun, Checkpoint, CheckpointStore, InMemoryStore, Lease};
+use fluxio::store::backend::{Begin, Begun};
+use fluxio::store::{Checkpoint, CheckpointStore, InMemoryStore, Lease};
 use fluxio::{Context, Durability, Error, Pipeline, RunStatus, pipeline};
 use tokio::sync::Semaphore;
 

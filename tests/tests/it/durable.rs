@@ -747,10 +747,10 @@ impl CheckpointStore for Counting {
         &self,
         first: Checkpoint,
         ttl: Duration,
-        begin: fluxio::store::Begin,
-    ) -> fluxio::Result<fluxio::store::Begun> {
+        begin: fluxio::store::backend::Begin,
+    ) -> fluxio::Result<fluxio::store::backend::Begun> {
         if !self.native {
-            return fluxio::store::begin_run_stepwise(self, first, ttl, begin).await;
+            return fluxio::store::backend::begin_run_stepwise(self, first, ttl, begin).await;
         }
         self.note("begin_run");
         self.inner.begin_run(first, ttl, begin).await
@@ -762,7 +762,7 @@ impl CheckpointStore for Counting {
         delete: bool,
     ) -> fluxio::Result<()> {
         if !self.native {
-            return fluxio::store::finish_run_stepwise(self, last, lease, delete).await;
+            return fluxio::store::backend::finish_run_stepwise(self, last, lease, delete).await;
         }
         self.note("finish_run");
         self.inner.finish_run(last, lease, delete).await

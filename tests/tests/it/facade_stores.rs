@@ -42,3 +42,22 @@ fn store_types_are_named_through_the_facade() {
     assert!(source.downcast_ref::<fluxio::RedisStoreError>().is_none());
     assert!(source.downcast_ref::<fluxio::MySqlStoreError>().is_none());
 }
+
+/// The facade keeps what a user needs in `store` and what a store's author
+/// needs in `store::backend`; the pipeline's limits are in `limits`.
+#[test]
+fn backend_helpers_are_apart_and_the_limits_reachable() {
+    use fluxio::store::backend::{Begin, MAGIC, check_run_id};
+
+    let _named = Begin::Replace;
+    assert_eq!(MAGIC.len(), 4);
+    assert!(check_run_id("").is_err());
+    assert_eq!(
+        fluxio::limits::MAX_RUN_ID_LEN,
+        fluxio::store::MAX_RUN_ID_LEN
+    );
+    let at_limit = "p".repeat(fluxio::limits::MAX_PIPELINE_NAME_LEN);
+    assert!(fluxio::pipeline![].name(at_limit.as_str()).build().is_ok());
+    let past = format!("{at_limit}p");
+    assert!(fluxio::pipeline![].name(past.as_str()).build().is_err());
+}
