@@ -52,7 +52,12 @@ where
 
 /// `out`, if the visitor consumed all `len` items (`remaining` are left);
 /// else serde's `invalid_length` error, saying how many `what` it took.
-fn all_consumed<T>(out: T, len: usize, remaining: usize, what: &str) -> Result<T, ValueError> {
+pub(super) fn all_consumed<T>(
+    out: T,
+    len: usize,
+    remaining: usize,
+    what: &str,
+) -> Result<T, ValueError> {
     if remaining == 0 {
         Ok(out)
     } else {
