@@ -9,13 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::{Harness, namespace};
+use super::{Harness, namespace, suite_pipeline, suite_stage};
 use crate::compile::Node;
 use crate::context::Context;
 use crate::pipeline::PipelineBuilder;
-use crate::stage::{
-    CallFn, Output, ResourceReq, Resources, Stage, StageFuture, StageKind, StageMeta,
-};
+use crate::stage::{CallFn, Output, ResourceReq, Resources, StageFuture};
 use crate::store::{CheckpointStore, RunStatus, run_key};
 use crate::{BoxError, StageResult};
 
@@ -91,30 +89,19 @@ fn checkout(probe: &Probe) -> PipelineBuilder {
         .zip(1u8..)
         .map(|((&name, call), n)| probe_stage(name, n, call))
         .collect();
-    let digest = *b"fluxio/conformance/checkout/v1\0\0";
-    PipelineBuilder::new(nodes, digest, digest)
-        .name(CHECKOUT)
-        .resource(probe.clone())
-        .lease_ttl(Duration::from_secs(5))
+    suite_pipeline(
+        nodes,
+        *b"fluxio/conformance/checkout/v1\0\0",
+        CHECKOUT,
+        probe,
+    )
 }
 
 /// The stage `name` of [`checkout`]: async, taking the [`Probe`], with a
 /// code hash of `n`s.
 fn probe_stage(name: &'static str, n: u8, call: CallFn) -> Node {
     const TAKES_PROBE: &[fn() -> ResourceReq] = &[ResourceReq::of::<Probe>];
-    let meta = StageMeta {
-        name,
-        hash: [n; 32],
-        kind: StageKind::Async,
-        router: false,
-        reads: None,
-        writes: None,
-        timeout: None,
-        input: None,
-        output: None,
-        resources: TAKES_PROBE,
-    };
-    Node::Stage(Stage::new(meta, call))
+    suite_stage(name, n, TAKES_PROBE, call)
 }
 
 /// The name of [`checkout`]: the store keeps its runs under `checkout/<run id>`.
@@ -130,11 +117,12 @@ fn reserve_and_charge(probe: &Probe) -> PipelineBuilder {
         ],
         detached: false,
     };
-    let digest = *b"fluxio/conformance/parallel/v1\0\0";
-    PipelineBuilder::new(vec![block], digest, digest)
-        .name(CHECKOUT)
-        .resource(probe.clone())
-        .lease_ttl(Duration::from_secs(5))
+    suite_pipeline(
+        vec![block],
+        *b"fluxio/conformance/parallel/v1\0\0",
+        CHECKOUT,
+        probe,
+    )
 }
 
 /// Rule 19 through the store: a parallel block fails in one branch after
