@@ -294,9 +294,48 @@ pub async fn checkpoint_at<S: CheckpointStore + ?Sized>(
     }
 }
 
-/// A key in the history table: `+key` written, `-key` removed; a key that a
-/// reader could mistake for another (empty, with blanks, control, invisible
-/// or bidi characters, a comma) is quoted and escaped as `Debug` does.
+/// How [`History::table`] writes the cells of a history table that are
+/// not numbers. Every method has the default [`History`]'s `Display` uses;
+/// a tool that renders the table its own way (the `fluxio` CLI) overrides
+/// the ones it writes otherwise.
+pub trait TableCells {
+    /// A time, in milliseconds since the Unix epoch: RFC 3339, to the
+    /// millisecond, UTC.
+    fn time(&self, ms: u64) -> String {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+        humantime::format_rfc3339_millis(at).to_string()
+    }
+
+    /// A stage's name: as it is.
+    fn stage(&self, stage: &str) -> String {
+        stage.to_owned()
+    }
+
+    /// The keys a step wrote and removed: `+key` written, `-key` removed,
+    /// a comma apart; a key that a reader could mistake for another (empty,
+    /// with blanks, control, invisible or bidi characters, a comma) is
+    /// quoted and escaped as `Debug` does.
+    fn keys(&self, written: &[String], removed: &[String]) -> String {
+        let written = written.iter().map(|k| marked('+', k));
+        let removed = removed.iter().map(|k| marked('-', k));
+        written.chain(removed).collect::<Vec<_>>().join(", ")
+    }
+
+    /// A step's error: as it is.
+    fn error(&self, error: &str) -> String {
+        error.to_owned()
+    }
+}
+
+/// The cells [`History`]'s `Display` writes: every default of
+/// [`TableCells`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlainCells;
+
+impl TableCells for PlainCells {}
+
+/// `+key` or `-key`, quoted and escaped when a reader could mistake the key
+/// for another (see [`TableCells::keys`]).
 fn marked(mark: char, key: &str) -> String {
     let plain = !key.is_empty()
         && key.chars().all(|c| {
@@ -311,45 +350,51 @@ fn marked(mark: char, key: &str) -> String {
     }
 }
 
-fn when(ms: u64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    humantime::format_rfc3339_millis(at).to_string()
+impl History {
+    /// The header of the history table.
+    pub const TABLE_HEAD: [&'static str; 7] = [
+        "step",
+        "stage",
+        "try",
+        "status",
+        "started",
+        "took",
+        "keys written / error",
+    ];
+
+    /// The history table's rows, one per step (under
+    /// [`History::TABLE_HEAD`]): its number, stage, attempt, status, start,
+    /// duration, and the keys it wrote and removed or its error, the text
+    /// cells written by `cells`. [`History`]'s `Display` aligns them
+    /// ([`PlainCells`]), then tells the run's status.
+    pub fn table(&self, cells: &impl TableCells) -> Vec<[String; 7]> {
+        self.steps
+            .iter()
+            .map(|s| {
+                [
+                    s.number.to_string(),
+                    cells.stage(&s.stage),
+                    s.attempt.to_string(),
+                    s.status.to_string(),
+                    cells.time(s.started_at_ms),
+                    s.finished_at_ms
+                        .map(|e| format!("{} ms", e.saturating_sub(s.started_at_ms)))
+                        .unwrap_or_default(),
+                    match &s.error {
+                        Some(e) => cells.error(e),
+                        None => cells.keys(&s.written, &s.removed),
+                    },
+                ]
+            })
+            .collect()
+    }
 }
 
 impl fmt::Display for History {
     /// A table, one row per step, then the run's status.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: Vec<[String; 7]> = self
-            .steps
-            .iter()
-            .map(|s| {
-                let mut keys: Vec<String> = s.written.iter().map(|k| marked('+', k)).collect();
-                keys.extend(s.removed.iter().map(|k| marked('-', k)));
-                [
-                    s.number.to_string(),
-                    s.stage.clone(),
-                    s.attempt.to_string(),
-                    s.status.to_string(),
-                    when(s.started_at_ms),
-                    s.finished_at_ms
-                        .map(|e| format!("{} ms", e.saturating_sub(s.started_at_ms)))
-                        .unwrap_or_default(),
-                    match &s.error {
-                        Some(e) => e.clone(),
-                        None => keys.join(", "),
-                    },
-                ]
-            })
-            .collect();
-        let head = [
-            "step",
-            "stage",
-            "try",
-            "status",
-            "started",
-            "took",
-            "keys written / error",
-        ];
+        let rows = self.table(&PlainCells);
+        let head = History::TABLE_HEAD;
         let mut widths = head.map(str::len);
         for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row) {

@@ -13,6 +13,8 @@
 //!   pipelines, every pipeline (the cluster merges its 16 buckets), and
 //!   `*_one_pipeline`: the 20 runs of one pipeline (one bucket).
 
+mod common;
+
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
@@ -30,20 +32,10 @@ async fn noop(ctx: Context) -> StageResult {
 const TTL: Duration = Duration::from_secs(120);
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let rt = common::runtime();
     let prefix = format!("fx_bench_cluster_{}", std::process::id());
-    let single = rt.block_on(
-        RedisStore::builder(fluxio_test_support::redis::url())
-            .key_prefix(&prefix)
-            .completed_retention(Some(TTL))
-            .connect(),
-    );
-    let Ok(single) = single else {
-        eprintln!("SKIPPED: redis is unreachable; start it to run these benchmarks");
+    let url = fluxio_test_support::redis::url();
+    let Some(single) = common::connect(&rt, &url, &prefix, TTL) else {
         return;
     };
     let Some(cluster) = fluxio_test_support::redis::cluster() else {

@@ -26,6 +26,8 @@
 //! index (`MEMORY USAGE` of its sorted sets, and the summary fields' share
 //! of a run's hash).
 
+mod common;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -216,42 +218,12 @@ fn index_memory(rt: &tokio::runtime::Runtime, url: &str, store: &RedisStore) -> 
     })
 }
 
-async fn cleanup(url: &str, prefix: &str) -> redis::RedisResult<()> {
-    let mut conn = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
-        .await?;
-    for chunk in keys.chunks(1_000) {
-        redis::cmd("UNLINK")
-            .arg(chunk)
-            .query_async::<()>(&mut conn)
-            .await?;
-    }
-    Ok(())
-}
-
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let rt = common::runtime();
     let url = fluxio_test_support::redis::url();
     let prefix = format!("fx_bench_list_{}", std::process::id());
-    let store = match rt.block_on(
-        RedisStore::builder(&url)
-            .key_prefix(&prefix)
-            .completed_retention(Some(TTL))
-            .connect(),
-    ) {
-        Ok(store) => store,
-        Err(e) => {
-            eprintln!("SKIPPED: redis is unreachable ({e}); start it to run these benchmarks");
-            return;
-        }
+    let Some(store) = common::connect(&rt, &url, &prefix, TTL) else {
+        return;
     };
     let took = setup(&rt, &store);
     println!(
@@ -264,7 +236,5 @@ fn main() {
     c.final_summary();
     println!("\nsummary:\n  {}", interleaved(&rt, &store));
     println!("  {}", index_memory(&rt, &url, &store));
-    if let Err(e) = rt.block_on(cleanup(&url, &prefix)) {
-        eprintln!("could not delete the benchmark's keys (they expire in {TTL:?}): {e}");
-    }
+    common::cleanup(&rt, &url, &prefix, TTL);
 }

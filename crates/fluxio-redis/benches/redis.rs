@@ -27,6 +27,8 @@
 //!   runs per second. Each run writes the checkpoints counted in the summary
 //!   printed at the end (plus its lease: acquire and release).
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +55,42 @@ fn checkpoint(run_id: &str) -> Checkpoint {
     cp
 }
 
+/// `raw` and `fenced` interleaved, in 40 rounds of 50 calls of each
+/// (alternating which goes first), so that load from other processes hits
+/// both alike: the µs a call of each took, and how many calls of each ran.
+async fn interleaved<A, FA, B, FB>(mut raw: A, mut fenced: B) -> (f64, f64, u32)
+where
+    A: FnMut() -> FA,
+    FA: Future<Output = ()>,
+    B: FnMut() -> FB,
+    FB: Future<Output = ()>,
+{
+    let (mut raw_time, mut fenced_time, mut n) = (Duration::ZERO, Duration::ZERO, 0u32);
+    for round in 0..40 {
+        for first in [round % 2 == 0, round % 2 == 1] {
+            let start = Instant::now();
+            for _ in 0..50 {
+                if first {
+                    raw().await;
+                } else {
+                    fenced().await;
+                }
+            }
+            if first {
+                raw_time += start.elapsed();
+            } else {
+                fenced_time += start.elapsed();
+            }
+        }
+        n += 50;
+    }
+    (
+        raw_time.as_secs_f64() * 1e6 / f64::from(n),
+        fenced_time.as_secs_f64() * 1e6 / f64::from(n),
+        n,
+    )
+}
+
 fn per_checkpoint(
     c: &mut Criterion,
     rt: &tokio::runtime::Runtime,
@@ -74,30 +112,23 @@ fn per_checkpoint(
         .block_on(store.acquire_lease("fenced", Duration::from_secs(600)))
         .expect("acquire");
 
+    // a raw `SET` of `bytes` with the journal's expiry: what a save is
+    // measured against
+    let raw_set = |bytes: Vec<u8>| {
+        let mut conn = raw.clone();
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(&raw_key).arg(bytes).arg("EX").arg(ttl_s);
+        async move { cmd.query_async::<()>(&mut conn).await.expect("SET") }
+    };
+
     let mut g = c.benchmark_group("per_checkpoint");
     g.bench_function("raw_set", |b| {
-        b.iter_custom(|iters| {
-            timed(rt, iters, || {
-                let mut conn = raw.clone();
-                let mut cmd = redis::cmd("SET");
-                cmd.arg(&raw_key)
-                    .arg(black_box(bytes.clone()))
-                    .arg("EX")
-                    .arg(ttl_s);
-                async move { cmd.query_async::<()>(&mut conn).await.expect("SET") }
-            })
-        });
+        b.iter_custom(|iters| timed(rt, iters, || raw_set(black_box(bytes.clone()))));
     });
     g.bench_function("raw_set_encoding", |b| {
         b.iter_custom(|iters| {
             timed(rt, iters, || {
-                let mut conn = raw.clone();
-                let mut cmd = redis::cmd("SET");
-                cmd.arg(&raw_key)
-                    .arg(black_box(&cp).to_bytes().expect("encode"))
-                    .arg("EX")
-                    .arg(ttl_s);
-                async move { cmd.query_async::<()>(&mut conn).await.expect("SET") }
+                raw_set(black_box(&cp).to_bytes().expect("encode"))
             })
         });
     });
@@ -122,43 +153,16 @@ fn per_checkpoint(
 
     // The same two, interleaved in rounds (alternating which goes first), so
     // that load from other processes hits both alike: the ratio to report.
-    let (mut raw_time, mut fenced_time, mut n) = (Duration::ZERO, Duration::ZERO, 0u32);
-    rt.block_on(async {
-        for round in 0..40 {
-            for first in [round % 2 == 0, round % 2 == 1] {
-                let start = Instant::now();
-                for _ in 0..50 {
-                    if first {
-                        let mut conn = raw.clone();
-                        redis::cmd("SET")
-                            .arg(&raw_key)
-                            .arg(bytes.clone())
-                            .arg("EX")
-                            .arg(ttl_s)
-                            .query_async::<()>(&mut conn)
-                            .await
-                            .expect("SET");
-                    } else {
-                        store
-                            .save_fenced(cp.clone(), &lease)
-                            .await
-                            .expect("save_fenced");
-                    }
-                }
-                if first {
-                    raw_time += start.elapsed();
-                } else {
-                    fenced_time += start.elapsed();
-                }
-            }
-            n += 50;
-        }
-    });
+    let (raw_us, fenced_us, n) = rt.block_on(interleaved(
+        || raw_set(bytes.clone()),
+        || async {
+            store
+                .save_fenced(cp.clone(), &lease)
+                .await
+                .expect("save_fenced");
+        },
+    ));
     rt.block_on(store.release_lease(lease)).expect("release");
-    let (raw_us, fenced_us) = (
-        raw_time.as_secs_f64() * 1e6 / f64::from(n),
-        fenced_time.as_secs_f64() * 1e6 / f64::from(n),
-    );
     format!(
         "per checkpoint ({} bytes), interleaved, {n} of each: raw SET {raw_us:.1} µs, \
          save_fenced {fenced_us:.1} µs, ratio {:.2}",
@@ -239,35 +243,13 @@ fn journal(
             })
         });
     });
-    let (mut raw_time, mut fenced_time, mut n) = (Duration::ZERO, Duration::ZERO, 0u32);
-    rt.block_on(async {
-        for round in 0..40 {
-            for first in [round % 2 == 0, round % 2 == 1] {
-                let start = Instant::now();
-                for _ in 0..50 {
-                    if first {
-                        raw_set().await;
-                    } else {
-                        store
-                            .save_fenced(next(), &lease)
-                            .await
-                            .expect("save_fenced");
-                    }
-                }
-                if first {
-                    raw_time += start.elapsed();
-                } else {
-                    fenced_time += start.elapsed();
-                }
-            }
-            n += 50;
-        }
-    });
+    let (raw_us, fenced_us, n) = rt.block_on(interleaved(raw_set, || async {
+        store
+            .save_fenced(next(), &lease)
+            .await
+            .expect("save_fenced");
+    }));
     rt.block_on(store.release_lease(lease)).expect("release");
-    let (raw_us, fenced_us) = (
-        raw_time.as_secs_f64() * 1e6 / f64::from(n),
-        fenced_time.as_secs_f64() * 1e6 / f64::from(n),
-    );
 
     // the resume of a 10-stage run crashed after its fifth stage
     let (base, c0, _) = journal_1mb("crashed");
@@ -431,12 +413,7 @@ fn commands_per_run(rt: &tokio::runtime::Runtime, url: &str, store: &RedisStore)
         let mut conn = redis::aio::ConnectionManager::new(client)
             .await
             .expect("connect");
-        let p = ten_noops()
-            .name("bench")
-            .store(store.clone())
-            .build()
-            .expect("valid");
-        let input = Context::new().set("order", 42u64).expect("serializes");
+        let (p, input) = ten_noops_on(store);
         let before = command_calls(&mut conn).await;
         p.invoke("count-commands", input).await.expect("runs");
         let after = command_calls(&mut conn).await;
@@ -500,6 +477,17 @@ fn ten_noops() -> fluxio::PipelineBuilder {
     pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
 }
 
+/// The pipeline `bench` of ten no-op stages on `store`, and its input.
+fn ten_noops_on(store: &RedisStore) -> (Pipeline, Context) {
+    let p = ten_noops()
+        .name("bench")
+        .store(store.clone())
+        .build()
+        .expect("valid");
+    let input = Context::new().set("order", 42u64).expect("serializes");
+    (p, input)
+}
+
 async fn run_batch(p: &Pipeline, ids: &[String], input: &Context) {
     let runs = ids.iter().map(|id| p.invoke(id, input.clone()));
     for r in futures::future::join_all(runs).await {
@@ -539,12 +527,7 @@ fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &RedisStor
 /// A fixed-length measurement for the summary: runs and checkpoints per second.
 fn summary(rt: &tokio::runtime::Runtime, store: &RedisStore, per_checkpoint: &str, per_run: u64) {
     println!("\nsummary:\n  {per_checkpoint}");
-    let p = ten_noops()
-        .name("bench")
-        .store(store.clone())
-        .build()
-        .expect("valid");
-    let input = Context::new().set("order", 42u64).expect("serializes");
+    let (p, input) = ten_noops_on(store);
     println!("  pipelines of 10 no-op stages: {per_run} checkpoint writes per run");
     for n in CONCURRENCY {
         let ids: Vec<String> = (0..n).map(|i| format!("sum-{n}-{i}")).collect();
@@ -562,42 +545,12 @@ fn summary(rt: &tokio::runtime::Runtime, store: &RedisStore, per_checkpoint: &st
     }
 }
 
-async fn cleanup(url: &str, prefix: &str) -> redis::RedisResult<()> {
-    let mut conn = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
-        .await?;
-    if !keys.is_empty() {
-        redis::cmd("DEL")
-            .arg(keys)
-            .query_async::<()>(&mut conn)
-            .await?;
-    }
-    Ok(())
-}
-
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let rt = common::runtime();
     let url = fluxio_test_support::redis::url();
     let prefix = format!("fx_bench_{}", std::process::id());
-    let store = match rt.block_on(
-        RedisStore::builder(&url)
-            .key_prefix(&prefix)
-            .completed_retention(Some(TTL))
-            .connect(),
-    ) {
-        Ok(store) => store,
-        Err(e) => {
-            eprintln!("SKIPPED: redis is unreachable ({e}); start it to run these benchmarks");
-            return;
-        }
+    let Some(store) = common::connect(&rt, &url, &prefix, TTL) else {
+        return;
     };
     let mut c = Criterion::default().configure_from_args();
     let per_checkpoint = per_checkpoint(&mut c, &rt, &url, &store);
@@ -611,7 +564,5 @@ fn main() {
          other clients' commands meanwhile count too): {}",
         commands_per_run(&rt, &url, &store)
     );
-    if let Err(e) = rt.block_on(cleanup(&url, &prefix)) {
-        eprintln!("could not delete the benchmark's keys (they expire in {TTL:?}): {e}");
-    }
+    common::cleanup(&rt, &url, &prefix, TTL);
 }

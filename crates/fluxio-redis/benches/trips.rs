@@ -20,6 +20,8 @@
 //!   summary prints `async / sync` and `exit / sync` in runs/s from
 //!   interleaved rounds.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
@@ -170,30 +172,28 @@ where
     )
 }
 
+/// [`interleaved`] runs of the pipelines `a` and `b`: their runs/s.
+fn interleaved_runs(rt: &tokio::runtime::Runtime, a: &Pipeline, b: &Pipeline) -> (f64, f64) {
+    interleaved(
+        rt,
+        || async {
+            a.invoke("run", Context::new()).await.expect("runs");
+        },
+        || async {
+            b.invoke("run", Context::new()).await.expect("runs");
+        },
+    )
+}
+
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let rt = common::runtime();
     let url = fluxio_test_support::redis::url();
     let prefix = format!("fx_bench_trips_{}", std::process::id());
-    let connect = |prefix: String| {
-        rt.block_on(
-            RedisStore::builder(&url)
-                .key_prefix(prefix)
-                .completed_retention(Some(TTL))
-                .connect(),
-        )
+    let Some(native) = common::connect(&rt, &url, &format!("{prefix}_n"), TTL) else {
+        return;
     };
-    let native = match connect(format!("{prefix}_n")) {
-        Ok(store) => store,
-        Err(e) => {
-            eprintln!("SKIPPED: redis is unreachable ({e}); start it to run these benchmarks");
-            return;
-        }
-    };
-    let defaults = Defaults(connect(format!("{prefix}_d")).expect("connect"));
+    let defaults =
+        Defaults(common::connect(&rt, &url, &format!("{prefix}_d"), TTL).expect("connect"));
     let j = journal("run");
 
     let mut c = Criterion::default().configure_from_args();
@@ -241,15 +241,7 @@ fn main() {
          10-stage run: native {n:.0} runs/s, default calls {d:.0} runs/s, ratio {:.2}",
         n / d
     );
-    let (n, d) = interleaved(
-        &rt,
-        || async {
-            p_native.invoke("run", Context::new()).await.expect("runs");
-        },
-        || async {
-            p_default.invoke("run", Context::new()).await.expect("runs");
-        },
-    );
+    let (n, d) = interleaved_runs(&rt, &p_native, &p_default);
     println!(
         "  Pipeline::invoke of 10 stages: native {n:.0} runs/s, default calls {d:.0} runs/s, \
          ratio {:.2}",
@@ -257,15 +249,7 @@ fn main() {
     );
     for (mode, p) in &modes[1..] {
         let sync = &modes[0].1;
-        let (m, s) = interleaved(
-            &rt,
-            || async {
-                p.invoke("run", Context::new()).await.expect("runs");
-            },
-            || async {
-                sync.invoke("run", Context::new()).await.expect("runs");
-            },
-        );
+        let (m, s) = interleaved_runs(&rt, p, sync);
         println!(
             "  Pipeline::invoke of 10 stages, {mode} against sync: {m:.0} against {s:.0} runs/s, \
              ratio {:.2}",

@@ -6,6 +6,40 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// The Lua functions that take and keep a lease, shared by `ACQUIRE`,
+/// `RENEW` and `BEGIN`.
+///
+/// - `extend(lease, lease_px, epoch, epoch_px)`: the held lease `lease`
+///   expires in `lease_px` ms again, and the run's epoch `epoch`, unless it
+///   has no expiry, in `epoch_px` ms.
+/// - `take(lease, epoch, nonce, journal, lease_px, epoch_px, mark)`: takes
+///   the free lease: draws the next token from `epoch` (a new or expiring
+///   epoch gets `epoch_px` ms, unless the run's `journal` has no expiry),
+///   sets `lease` to it and `nonce` to `mark`, both for `lease_px` ms, and
+///   returns the token.
+macro_rules! lease_fns {
+    () => {
+        r"
+local function extend(lease, lease_px, epoch, epoch_px)
+  redis.call('PEXPIRE', lease, lease_px)
+  if redis.call('PTTL', epoch) ~= -1 then
+    redis.call('PEXPIRE', epoch, epoch_px)
+  end
+end
+local function take(lease, epoch, nonce, journal, lease_px, epoch_px, mark)
+  local fresh = redis.call('EXISTS', epoch) == 0
+  local token = redis.call('INCR', epoch)
+  if (fresh or redis.call('PTTL', epoch) ~= -1) and redis.call('PTTL', journal) ~= -1 then
+    redis.call('PEXPIRE', epoch, epoch_px)
+  end
+  redis.call('SET', lease, token, 'PX', lease_px)
+  redis.call('SET', nonce, mark, 'PX', lease_px)
+  return token
+end
+"
+    };
+}
+
 /// `KEYS`: lease, epoch, nonce, journal. `ARGV`: lease ttl (ms), epoch ttl
 /// (ms), the calling `acquire_lease`'s nonce. Returns the new token, or 0
 /// when the lease is held. An epoch with no expiry (its run's journal has
@@ -20,40 +54,33 @@ use redis::Script;
 /// returned and its expiry reset, as if this attempt had taken it. The
 /// nonce stays until it expires or `RELEASE_LEASE` or `FINISH` takes it
 /// with the lease: nonces are never reused, so no other call matches it.
-pub(crate) const ACQUIRE: &str = r"
+pub(crate) const ACQUIRE: &str = concat!(
+    lease_fns!(),
+    r"
 local held = redis.call('GET', KEYS[1])
 if held then
   if redis.call('GET', KEYS[3]) ~= ARGV[3] then
     return 0
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  if redis.call('PTTL', KEYS[2]) ~= -1 then
-    redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  end
+  extend(KEYS[1], ARGV[1], KEYS[2], ARGV[2])
   return tonumber(held)
 end
-local fresh = redis.call('EXISTS', KEYS[2]) == 0
-local token = redis.call('INCR', KEYS[2])
-if (fresh or redis.call('PTTL', KEYS[2]) ~= -1) and redis.call('PTTL', KEYS[4]) ~= -1 then
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-end
-redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
-redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[1])
-return token
-";
+return take(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3])
+"
+);
 
 /// `KEYS`: lease, epoch. `ARGV`: token, lease ttl (ms), epoch ttl (ms).
 /// Returns 1 when renewed, 0 when the lease is not `token`'s any more.
-pub(crate) const RENEW: &str = r"
+pub(crate) const RENEW: &str = concat!(
+    lease_fns!(),
+    r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if redis.call('PTTL', KEYS[2]) ~= -1 then
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-end
+extend(KEYS[1], ARGV[2], KEYS[2], ARGV[3])
 return 1
-";
+"
+);
 
 /// The Lua functions that keep the run index (contract rule 21; see the
 /// crate docs' key layout), shared by every script that writes a run. The
@@ -73,6 +100,11 @@ return 1
 ///   `old` (`nil`: not indexed), is indexed under `new`.
 /// - `unindex(prefix, run, status)`: the run leaves the index; `status`
 ///   `nil` when unknown (its journal is gone): every status set.
+/// - `delete_run(j, mark, epoch, completed, prefix, run, epoch_px)`: what
+///   `DELETE` does: the journal `j` and cancel mark `mark` deleted, the run
+///   out of the index and of the pipeline's completed index `completed`,
+///   and the epoch `epoch`, when it has no expiry, given `epoch_px` ms.
+/// - `now_ms()`: the server's clock, `TIME`, in ms.
 /// - `expiring(c, now)`: after a save that completed the run `c.run`
 ///   (`c.prefix`; `c.px` its journal's ttl, `'0'` for none), at the
 ///   server's `now` (ms): the run is in `P.expiring`, scored `now + px`,
@@ -120,6 +152,19 @@ local function unindex(prefix, run, status)
   end
   redis.call('ZREM', prefix .. '.expiring', run)
 end
+local function delete_run(j, mark, epoch, completed, prefix, run, epoch_px)
+  local status = redis.pcall('HGET', j, 'status')
+  unindex(prefix, run, type(status) == 'string' and status or nil)
+  redis.call('DEL', j, mark)
+  redis.call('ZREM', completed, run)
+  if redis.call('PTTL', epoch) == -1 then
+    redis.call('PEXPIRE', epoch, epoch_px)
+  end
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local function expiring(c, now)
   local set = c.prefix .. '.expiring'
   if c.px ~= '0' then
@@ -166,6 +211,12 @@ end
 ///   Redis may write a number argument as `1e+07`).
 /// - `drop(key, from, to)`: deletes the checkpoints `from..=to`.
 /// - `get(key, from, to)`: the checkpoints `from..=to`, in order.
+/// - `to_read(key, all, blob)`: what `LOAD` and `META` read of the journal
+///   `key`: `nil`, its meta and the first checkpoint to read (every stored
+///   one when `all` is `'1'`, from the last whole one on when it is `'0'`);
+///   or the reply when there is no journal to read: `{}` when nothing is
+///   stored, `{'legacy'}` (and with `blob` the run's blob) for a run of an
+///   earlier build.
 /// - `born()`: a `born` for a new hash.
 /// - `version(m)`: the `born:ver` of meta `m`.
 /// - `remove_run(prefix, run, epoch_px)`: deletes the run `run` as `DELETE`
@@ -218,6 +269,19 @@ local function meta(key)
   end
   return {first = tonumber(m[1]), last = tonumber(m[2]), fulls = fulls, born = m[4],
     ver = tonumber(m[5]), exp = m[6] == '1', done = m[7], status = m[8] or nil}
+end
+local function to_read(key, all, blob)
+  local m = meta(key)
+  if not m then
+    return {}
+  end
+  if m.legacy then
+    return blob and {'legacy', redis.call('GET', key)} or {'legacy'}
+  end
+  if all == '0' then
+    return nil, m, m.fulls[#m.fulls] or m.first
+  end
+  return nil, m, m.first
 end
 local function born()
   local t = redis.call('TIME')
@@ -277,8 +341,7 @@ local function completion(j, idx, c, was_done)
     end
     return
   end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   redis.call('HSET', j, 'done', int(now))
   expiring(c, now)
   if not c.keep then
@@ -499,16 +562,9 @@ pub(crate) const SAVE_FENCED: &str = concat!(journal_fns!(), save_fenced_body!()
 pub(crate) const LOAD: &str = concat!(
     journal_fns!(),
     r"
-local m = meta(KEYS[1])
-if not m then
-  return {}
-end
-if m.legacy then
-  return {'legacy', redis.call('GET', KEYS[1])}
-end
-local from = m.first
-if ARGV[1] == '0' then
-  from = m.fulls[#m.fulls] or m.first
+local reply, m, from = to_read(KEYS[1], ARGV[1], true)
+if reply then
+  return reply
 end
 local out = get(KEYS[1], from, m.last)
 table.insert(out, 1, version(m))
@@ -528,16 +584,9 @@ return out
 pub(crate) const META: &str = concat!(
     journal_fns!(),
     r"
-local m = meta(KEYS[1])
-if not m then
-  return {}
-end
-if m.legacy then
-  return {'legacy'}
-end
-local from = m.first
-if ARGV[1] == '0' then
-  from = m.fulls[#m.fulls] or m.first
+local reply, m, from = to_read(KEYS[1], ARGV[1], false)
+if reply then
+  return reply
 end
 return {version(m), int(from), int(m.last)}
 "
@@ -555,13 +604,7 @@ pub(crate) const DELETE_FENCED: &str = concat!(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local status = redis.pcall('HGET', KEYS[2], 'status')
-unindex(ARGV[4], ARGV[3], type(status) == 'string' and status or nil)
-redis.call('DEL', KEYS[2], KEYS[3])
-redis.call('ZREM', KEYS[5], ARGV[3])
-if redis.call('PTTL', KEYS[4]) == -1 then
-  redis.call('PEXPIRE', KEYS[4], ARGV[2])
-end
+delete_run(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[3], ARGV[2])
 return 1
 "
 );
@@ -572,13 +615,7 @@ return 1
 pub(crate) const DELETE: &str = concat!(
     index_fns!(),
     r"
-local status = redis.pcall('HGET', KEYS[1], 'status')
-unindex(ARGV[3], ARGV[2], type(status) == 'string' and status or nil)
-redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('ZREM', KEYS[4], ARGV[2])
-if redis.call('PTTL', KEYS[3]) == -1 then
-  redis.call('PEXPIRE', KEYS[3], ARGV[1])
-end
+delete_run(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[2], ARGV[1])
 return 1
 "
 );
@@ -669,8 +706,7 @@ local function below(a, b)
   end
   return false
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local out = {1, ''}
 local found, looked, min = 0, 0, ARGV[2]
 while true do
@@ -778,9 +814,7 @@ unindex(prefix, run, nil)
 local status = summarize(KEYS[1], 4)
 index(prefix, run, nil, status)
 if status == 'completed' and ttl > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZADD', prefix .. '.expiring', int(now + ttl), run)
+  redis.call('ZADD', prefix .. '.expiring', int(now_ms() + ttl), run)
 end
 return 1
 "
@@ -810,6 +844,7 @@ return 1
 /// not deleted in a second round trip as `acquire_lease`'s is: it expires
 /// with the lease, or `FINISH` takes it.
 pub(crate) const BEGIN: &str = concat!(
+    lease_fns!(),
     journal_fns!(),
     r"
 local held = redis.call('GET', KEYS[1])
@@ -833,26 +868,15 @@ if write then
   end
 end
 -- ACQUIRE
-local fresh = redis.call('EXISTS', KEYS[2]) == 0
-local token = redis.call('INCR', KEYS[2])
-if (fresh or redis.call('PTTL', KEYS[2]) ~= -1) and redis.call('PTTL', KEYS[4]) ~= -1 then
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-end
-redis.call('SET', KEYS[1], token, 'PX', ARGV[1])
-redis.call('SET', KEYS[3], ARGV[3] .. (write and ':1' or ':0'), 'PX', ARGV[1])
+local token = take(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2],
+  ARGV[3] .. (write and ':1' or ':0'))
 if not write then
   return {token, 0}
 end
 local prefix, run, epoch_px = ARGV[13], ARGV[14], ARGV[5]
 if replace then
   -- DELETE_FENCED
-  local status = redis.pcall('HGET', KEYS[4], 'status')
-  unindex(prefix, run, type(status) == 'string' and status or nil)
-  redis.call('DEL', KEYS[4], KEYS[5])
-  redis.call('ZREM', KEYS[6], run)
-  if redis.call('PTTL', KEYS[2]) == -1 then
-    redis.call('PEXPIRE', KEYS[2], epoch_px)
-  end
+  delete_run(KEYS[4], KEYS[5], KEYS[2], KEYS[6], prefix, run, epoch_px)
 end
 -- SAVE_FENCED of a whole checkpoint, the journal's first
 local set = {ARGV[6], ARGV[8], 'last', ARGV[6], 'born', born(), 'first', ARGV[6],
@@ -907,13 +931,7 @@ end
 local saved = save_fenced()
 if saved == 1 and delete == '1' then
   -- DELETE_FENCED (the lease was checked by the save)
-  local status = redis.pcall('HGET', KEYS[2], 'status')
-  unindex(ARGV[11], ARGV[12], type(status) == 'string' and status or nil)
-  redis.call('DEL', KEYS[2], KEYS[3])
-  redis.call('ZREM', KEYS[5], ARGV[12])
-  if redis.call('PTTL', KEYS[4]) == -1 then
-    redis.call('PEXPIRE', KEYS[4], ARGV[8])
-  end
+  delete_run(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[11], ARGV[12], ARGV[8])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -936,38 +954,29 @@ end
 return 0
 ";
 
-pub(crate) const ALL: [&str; 15] = [
-    ACQUIRE,
-    RENEW,
-    SAVE,
-    SAVE_FENCED,
-    META,
-    LOAD,
-    DELETE_FENCED,
-    DELETE,
-    CANCEL,
-    LIST,
-    INDEXED,
-    REINDEX,
-    BEGIN,
-    FINISH,
-    RELEASE_LEASE,
-];
+/// Every script, as [`ALL`] (what a connection loads), and a static
+/// [`Script`] of each, named `<NAME>_SCRIPT`.
+macro_rules! scripts {
+    ($($name:ident => $script:ident),* $(,)?) => {
+        pub(crate) const ALL: [&str; [$($name),*].len()] = [$($name),*];
+        $(pub(crate) static $script: LazyLock<Script> = LazyLock::new(|| Script::new($name));)*
+    };
+}
 
-pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
-pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
-pub(crate) static SAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SAVE));
-pub(crate) static SAVE_FENCED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SAVE_FENCED));
-pub(crate) static META_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(META));
-pub(crate) static LOAD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LOAD));
-pub(crate) static DELETE_FENCED_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(DELETE_FENCED));
-pub(crate) static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DELETE));
-pub(crate) static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CANCEL));
-pub(crate) static LIST_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LIST));
-pub(crate) static INDEXED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INDEXED));
-pub(crate) static REINDEX_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REINDEX));
-pub(crate) static BEGIN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(BEGIN));
-pub(crate) static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FINISH));
-pub(crate) static RELEASE_LEASE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(RELEASE_LEASE));
+scripts! {
+    ACQUIRE => ACQUIRE_SCRIPT,
+    RENEW => RENEW_SCRIPT,
+    SAVE => SAVE_SCRIPT,
+    SAVE_FENCED => SAVE_FENCED_SCRIPT,
+    META => META_SCRIPT,
+    LOAD => LOAD_SCRIPT,
+    DELETE_FENCED => DELETE_FENCED_SCRIPT,
+    DELETE => DELETE_SCRIPT,
+    CANCEL => CANCEL_SCRIPT,
+    LIST => LIST_SCRIPT,
+    INDEXED => INDEXED_SCRIPT,
+    REINDEX => REINDEX_SCRIPT,
+    BEGIN => BEGIN_SCRIPT,
+    FINISH => FINISH_SCRIPT,
+    RELEASE_LEASE => RELEASE_LEASE_SCRIPT,
+}

@@ -6,23 +6,14 @@
 //! - `cache_key/context_1mb_string`: one key holding a 1 MB string, so the
 //!   time is the hash's throughput.
 
+mod common;
+
 use std::hint::black_box;
 
+use common::twelve_keys;
 use criterion::{Criterion, criterion_main};
 use fluxio::Context;
 use fluxio::middleware::CacheKey;
-
-fn twelve_keys() -> Context {
-    (0..12u64).fold(Context::new(), |c, i| {
-        let key = format!("key-{i:02}");
-        match i % 3 {
-            0 => c.set(key, i),
-            1 => c.set(key, format!("value number {i}")),
-            _ => c.set(key, vec![i; 4]),
-        }
-        .expect("serializable")
-    })
-}
 
 fn one_mb_string() -> Context {
     Context::new()

@@ -21,9 +21,12 @@
 //! - `checkpoint/to_bytes_1mb` and `checkpoint/from_bytes_1mb`: a checkpoint
 //!   whose context holds 1 MiB (a `Vec<u8>`, a string and small keys).
 
+mod common;
+
 use std::hint::black_box;
 use std::mem::take;
 
+use common::twelve_keys;
 use criterion::{Criterion, criterion_main};
 use fluxio::Context;
 use fluxio::store::Checkpoint;
@@ -45,18 +48,6 @@ fn text() -> String {
 
 fn floats() -> Vec<f32> {
     (0..MIB / 4).map(|i| i as f32 * 0.25).collect()
-}
-
-fn twelve_keys() -> Context {
-    (0..12u64).fold(Context::new(), |c, i| {
-        let key = format!("key-{i:02}");
-        match i % 3 {
-            0 => c.set(key, i),
-            1 => c.set(key, format!("value number {i}")),
-            _ => c.set(key, vec![i; 4]),
-        }
-        .expect("serializable")
-    })
 }
 
 fn set(c: &mut Criterion) {

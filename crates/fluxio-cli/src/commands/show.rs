@@ -1,5 +1,6 @@
 //! `fluxio runs show RUN`: one run, readable without the pipeline's types.
 
+use fluxio_core::history::TableCells;
 use fluxio_core::store::{RunFilter, RunSummary, StoreErrorKind};
 use fluxio_core::{CheckpointStore, Error, History};
 use serde_json::json;
@@ -212,41 +213,14 @@ impl Known<'_> {
     }
 }
 
-/// The history as a table, one row per step: its keys written (`+key`)
-/// and removed (`-key`), each [shown](crate::render::shown) (so `+-coupon`
-/// wrote `-coupon` and `-coupon` removed `coupon`), or its error; then the
-/// run's status.
+/// The history as a table, one row per step ([`History::table`]): the
+/// keys it wrote (`+key`) and removed (`-key`), each
+/// [shown](crate::render::shown) (so `+-coupon` wrote `-coupon` and
+/// `-coupon` removed `coupon`), or its error; then the run's status.
 fn history_text(history: &History, limit: usize, colour: bool) -> String {
-    let mut table = Table::new([
-        "step",
-        "stage",
-        "try",
-        "status",
-        "started",
-        "took",
-        "keys written (+) and removed (-) / error",
-    ]);
-    for step in &history.steps {
-        let keys: Vec<String> = step
-            .written
-            .iter()
-            .map(|k| format!("+{}", shown(k)))
-            .chain(step.removed.iter().map(|k| format!("-{}", shown(k))))
-            .collect();
-        table.row(vec![
-            step.number.to_string(),
-            shown(&step.stage).into_owned(),
-            step.attempt.to_string(),
-            step.status.to_string(),
-            when(step.started_at_ms),
-            step.finished_at_ms
-                .map(|end| format!("{} ms", end.saturating_sub(step.started_at_ms)))
-                .unwrap_or_default(),
-            match &step.error {
-                Some(error) => one_line(error, limit),
-                None => keys.join(" "),
-            },
-        ]);
+    let mut table = Table::new(History::TABLE_HEAD);
+    for row in history.table(&Cells { limit }) {
+        table.row(row.into());
     }
     format!(
         "{}run {}: {} ({} checkpoints kept)\n",
@@ -255,6 +229,33 @@ fn history_text(history: &History, limit: usize, colour: bool) -> String {
         status_name(history.status),
         history.checkpoints
     )
+}
+
+/// The history table's cells as the CLI writes them: times to the second,
+/// names and keys [shown](crate::render::shown), keys a blank apart, an
+/// error on one line of at most `limit` characters.
+struct Cells {
+    limit: usize,
+}
+
+impl TableCells for Cells {
+    fn time(&self, ms: u64) -> String {
+        when(ms)
+    }
+
+    fn stage(&self, stage: &str) -> String {
+        shown(stage).into_owned()
+    }
+
+    fn keys(&self, written: &[String], removed: &[String]) -> String {
+        let written = written.iter().map(|k| format!("+{}", shown(k)));
+        let removed = removed.iter().map(|k| format!("-{}", shown(k)));
+        written.chain(removed).collect::<Vec<_>>().join(" ")
+    }
+
+    fn error(&self, error: &str) -> String {
+        one_line(error, self.limit)
+    }
 }
 
 fn indent(text: &str) -> String {

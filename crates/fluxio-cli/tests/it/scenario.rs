@@ -235,51 +235,21 @@ async fn scenario(target: &Target, secret: Option<&str>) {
     run(&["runs", "delete", "orders/ok-1", "--yes"]).code(1);
 
     // purge: nothing that old; a dry run; no terminal; then for real
-    let none = run(&[
-        "runs",
-        "purge",
-        "--status",
-        "completed",
-        "--older-than",
-        "7d",
-        "--yes",
-    ]);
+    let purge_completed = |older_than: &str, flags: &[&str]| {
+        let mut args = vec!["runs", "purge", "--status", "completed", "--older-than"];
+        args.push(older_than);
+        args.extend_from_slice(flags);
+        run(&args)
+    };
+    let none = purge_completed("7d", &["--yes"]);
     assert_eq!(none.code(0).stdout, "no runs to purge\n");
-    let dry = run(&[
-        "runs",
-        "purge",
-        "--status",
-        "completed",
-        "--older-than",
-        "0s",
-        "--dry-run",
-    ])
-    .code(0);
+    let dry = purge_completed("0s", &["--dry-run"]).code(0);
     assert!(dry.stdout.contains("orders/big-1"), "{}", dry.all());
     run(&["runs", "show", "orders/big-1"]).code(0);
-    let asked = run(&[
-        "runs",
-        "purge",
-        "--status",
-        "completed",
-        "--older-than",
-        "0s",
-    ])
-    .code(2);
+    let asked = purge_completed("0s", &[]).code(2);
     assert!(asked.stderr.contains("delete 1 runs?"), "{}", asked.all());
     run(&["runs", "show", "orders/big-1"]).code(0);
-    let purged = run(&[
-        "runs",
-        "purge",
-        "--status",
-        "completed",
-        "--older-than",
-        "0s",
-        "--yes",
-        "--json",
-    ])
-    .code(0)
-    .json();
+    let purged = purge_completed("0s", &["--yes", "--json"]).code(0).json();
     assert_eq!(purged["deleted"], json!(["orders/big-1"]));
     run(&["runs", "show", "orders/big-1"]).code(1);
     let left = run(&["runs", "list", "--all", "--json"]).code(0).json();

@@ -688,43 +688,36 @@ mod tests {
         ctx
     }
 
-    #[test]
-    fn an_error_flag_that_disagrees_with_the_status_is_refused() {
-        let ctx = Context::new();
-        for (status, flag) in [(RunStatus::Running, true), (RunStatus::Failed, false)] {
-            let fields = (
-                "r",
-                "v",
-                1u32,
-                "s",
-                ctx.snapshot(),
-                status,
-                flag,
-                None::<String>,
-                0u64,
-                0u64,
-                1u32,
-            );
-            let payload = bincode::encode_to_vec(&fields, config()).expect("encode");
-            let err = bincode::decode_from_slice::<Format1, _>(&payload, config())
-                .err()
-                .expect("a flag that disagrees is corrupt");
-            assert!(err.to_string().contains("error flag"), "{err}");
-        }
+    /// A format 1 payload of run `r`, version `v`, ip 1, step `s`, an empty
+    /// context, `status`, the error flag `flag` and `error`, times 0 and
+    /// attempt 1.
+    fn format1(status: RunStatus, flag: bool, error: Option<&str>) -> Vec<u8> {
         let fields = (
             "r",
             "v",
             1u32,
             "s",
-            ctx.snapshot(),
-            RunStatus::Failed,
-            true,
-            Some("boom"),
+            Context::new().snapshot(),
+            status,
+            flag,
+            error,
             0u64,
             0u64,
             1u32,
         );
-        let payload = bincode::encode_to_vec(&fields, config()).expect("encode");
+        bincode::encode_to_vec(&fields, config()).expect("encode")
+    }
+
+    #[test]
+    fn an_error_flag_that_disagrees_with_the_status_is_refused() {
+        for (status, flag) in [(RunStatus::Running, true), (RunStatus::Failed, false)] {
+            let payload = format1(status, flag, None);
+            let err = bincode::decode_from_slice::<Format1, _>(&payload, config())
+                .err()
+                .expect("a flag that disagrees is corrupt");
+            assert!(err.to_string().contains("error flag"), "{err}");
+        }
+        let payload = format1(RunStatus::Failed, true, Some("boom"));
         let (Format1(back), _) =
             bincode::decode_from_slice::<Format1, _>(&payload, config()).expect("decode");
         assert!(back.is_failed() && back.pipeline.is_empty() && back.structure.is_none());
@@ -750,20 +743,7 @@ mod tests {
         assert_eq!(bytes[status_at], 3, "the status byte");
         assert_eq!(Checkpoint::from_bytes("r", &bytes).expect("decodes"), cp);
 
-        let fields = (
-            "r",
-            "v",
-            1u32,
-            "s",
-            ctx.snapshot(),
-            RunStatus::Cancelled,
-            false,
-            None::<String>,
-            0u64,
-            0u64,
-            1u32,
-        );
-        let payload = bincode::encode_to_vec(&fields, config()).expect("encode");
+        let payload = format1(RunStatus::Cancelled, false, None);
         let err = bincode::decode_from_slice::<Format1, _>(&payload, config())
             .err()
             .expect("format 1 has no cancelled status");

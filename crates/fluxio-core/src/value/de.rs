@@ -47,13 +47,23 @@ where
     let len = items.len();
     let mut access = Prims { items };
     let out = visitor.visit_seq(&mut access)?;
-    let remaining = access.items.len();
+    all_consumed(out, len, access.items.len(), "elements in sequence")
+}
+
+/// `out`, if the visitor consumed all `len` items (`remaining` are left);
+/// else serde's `invalid_length` error, saying how many `what` it took.
+pub(super) fn all_consumed<T>(
+    out: T,
+    len: usize,
+    remaining: usize,
+    what: &str,
+) -> Result<T, ValueError> {
     if remaining == 0 {
         Ok(out)
     } else {
         Err(de::Error::invalid_length(
             len,
-            &format!("{} elements in sequence", len - remaining).as_str(),
+            &format!("{} {what}", len - remaining).as_str(),
         ))
     }
 }
@@ -128,16 +138,7 @@ fn visit_seq_ref<'de, V: Visitor<'de>>(
 ) -> Result<V::Value, ValueError> {
     let mut access = SeqRef { iter: items.iter() };
     let out = visitor.visit_seq(&mut access)?;
-    let remaining = access.iter.len();
-    if remaining == 0 {
-        Ok(out)
-    } else {
-        let consumed = items.len() - remaining;
-        Err(de::Error::invalid_length(
-            items.len(),
-            &format!("{consumed} elements in sequence").as_str(),
-        ))
-    }
+    all_consumed(out, items.len(), access.iter.len(), "elements in sequence")
 }
 
 /// Drives `visitor` over a map, requiring every entry to be consumed.
@@ -150,16 +151,7 @@ fn visit_map_ref<'de, V: Visitor<'de>>(
         value: None,
     };
     let out = visitor.visit_map(&mut access)?;
-    let remaining = access.iter.len();
-    if remaining == 0 {
-        Ok(out)
-    } else {
-        let consumed = map.len() - remaining;
-        Err(de::Error::invalid_length(
-            map.len(),
-            &format!("{consumed} entries in map").as_str(),
-        ))
-    }
+    all_consumed(out, map.len(), access.iter.len(), "entries in map")
 }
 
 /// `SeqAccess` over borrowed values.
@@ -211,14 +203,24 @@ impl<'de> MapAccess<'de> for MapRef<'de> {
         &mut self,
         seed: V,
     ) -> Result<V::Value, ValueError> {
-        match self.value.take() {
-            Some(value) => seed.deserialize(value),
-            None => Err(ValueError::new("map value requested before its key")),
-        }
+        take_value(&mut self.value, seed, "map value requested before its key")
     }
 
     fn size_hint(&self) -> Option<usize> {
         Some(self.iter.len())
+    }
+}
+
+/// Deserializes the value a `MapAccess` holds for the key it gave last,
+/// or fails with `missing` if it holds none.
+fn take_value<'de, V: DeserializeSeed<'de>>(
+    value: &mut Option<&'de Value>,
+    seed: V,
+    missing: &'static str,
+) -> Result<V::Value, ValueError> {
+    match value.take() {
+        Some(value) => seed.deserialize(value),
+        None => Err(ValueError::new(missing)),
     }
 }
 
@@ -249,10 +251,7 @@ impl<'de> MapAccess<'de> for EnumAsMap<'de> {
         &mut self,
         seed: V,
     ) -> Result<V::Value, ValueError> {
-        match self.value.take() {
-            Some(value) => seed.deserialize(value),
-            None => Err(ValueError::new("enum value requested twice")),
-        }
+        take_value(&mut self.value, seed, "enum value requested twice")
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -313,18 +312,7 @@ impl<'de> VariantAccess<'de> for VariantRef<'de> {
         _len: usize,
         visitor: V,
     ) -> Result<V::Value, ValueError> {
-        match self.value {
-            Some(Value::Seq(items)) => visit_seq_ref(items, visitor),
-            Some(Value::Packed(p)) => with_vec!(p, v => visit_prims(v.iter().copied(), visitor)),
-            Some(other) => Err(de::Error::invalid_type(
-                other.unexpected(),
-                &"tuple variant",
-            )),
-            None => Err(de::Error::invalid_type(
-                Unexpected::UnitVariant,
-                &"tuple variant",
-            )),
-        }
+        visit_variant_seq(self.value, visitor, "tuple variant")
     }
 
     fn struct_variant<V: Visitor<'de>>(
@@ -334,17 +322,23 @@ impl<'de> VariantAccess<'de> for VariantRef<'de> {
     ) -> Result<V::Value, ValueError> {
         match self.value {
             Some(Value::Map(map)) => visit_map_ref(map, visitor),
-            Some(Value::Seq(items)) => visit_seq_ref(items, visitor),
-            Some(Value::Packed(p)) => with_vec!(p, v => visit_prims(v.iter().copied(), visitor)),
-            Some(other) => Err(de::Error::invalid_type(
-                other.unexpected(),
-                &"struct variant",
-            )),
-            None => Err(de::Error::invalid_type(
-                Unexpected::UnitVariant,
-                &"struct variant",
-            )),
+            value => visit_variant_seq(value, visitor, "struct variant"),
         }
+    }
+}
+
+/// Drives `visitor` over a variant payload that is a sequence (plain or
+/// packed); anything else, or no payload, is an error expecting `expected`.
+fn visit_variant_seq<'de, V: Visitor<'de>>(
+    value: Option<&'de Value>,
+    visitor: V,
+    expected: &'static str,
+) -> Result<V::Value, ValueError> {
+    match value {
+        Some(Value::Seq(items)) => visit_seq_ref(items, visitor),
+        Some(Value::Packed(p)) => with_vec!(p, v => visit_prims(v.iter().copied(), visitor)),
+        Some(other) => Err(de::Error::invalid_type(other.unexpected(), &expected)),
+        None => Err(de::Error::invalid_type(Unexpected::UnitVariant, &expected)),
     }
 }
 
@@ -468,6 +462,16 @@ impl<'de> de::Deserializer<'de> for &'de Value {
     }
 }
 
+/// The `visit_*` methods of [`ValueVisitor`] for values that one variant
+/// holds, each converting its input into what that variant holds.
+macro_rules! visit_into {
+    ($($method:ident($ty:ty) => $variant:ident),*) => {
+        $(fn $method<E: de::Error>(self, v: $ty) -> Result<Value, E> {
+            Ok(Value::$variant(v.into()))
+        })*
+    };
+}
+
 /// Visitor building a [`Value`] from any self-describing input.
 struct ValueVisitor;
 
@@ -478,52 +482,12 @@ impl<'de> Visitor<'de> for ValueVisitor {
         f.write_str("any value")
     }
 
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::I64(v))
-    }
-
-    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
-        Ok(Value::I128(v))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::U64(v))
-    }
-
-    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
-        Ok(Value::U128(v))
-    }
-
-    fn visit_f32<E: de::Error>(self, v: f32) -> Result<Value, E> {
-        Ok(Value::F64(v.into()))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::F64(v))
-    }
-
-    fn visit_char<E: de::Error>(self, v: char) -> Result<Value, E> {
-        Ok(Value::Char(v))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-
-    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Value, E> {
-        Ok(Value::Bytes(v.to_vec()))
-    }
-
-    fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Value, E> {
-        Ok(Value::Bytes(v))
+    visit_into! {
+        visit_bool(bool) => Bool, visit_i64(i64) => I64, visit_i128(i128) => I128,
+        visit_u64(u64) => U64, visit_u128(u128) => U128, visit_f32(f32) => F64,
+        visit_f64(f64) => F64, visit_char(char) => Char, visit_str(&str) => String,
+        visit_string(String) => String, visit_bytes(&[u8]) => Bytes,
+        visit_byte_buf(Vec<u8>) => Bytes
     }
 
     fn visit_none<E: de::Error>(self) -> Result<Value, E> {

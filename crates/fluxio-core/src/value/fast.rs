@@ -13,6 +13,7 @@
 
 use std::slice;
 
+use super::packed::{FromLe, le_elements};
 use super::ser::Natural;
 
 /// The slice `iter` walks, when `I` is `std::slice::Iter<'_, P>`; `None`
@@ -58,45 +59,36 @@ pub(super) fn packed_vec<T>(bytes: &[u8]) -> Option<T> {
     if c.remaining() != 0 {
         return None;
     }
-    macro_rules! le {
-        ($ty:ty, $n:literal) => {{
-            if typeid::of::<T>() != typeid::of::<Vec<$ty>>() {
-                return None;
-            }
-            cast::<Vec<$ty>, T>(
-                data.chunks_exact($n)
-                    .map(|c| {
-                        let mut b = [0u8; $n];
-                        b.copy_from_slice(c);
-                        <$ty>::from_le_bytes(b)
-                    })
-                    .collect(),
-            )
-        }};
-    }
     match kind {
-        Kind::U8 => {
-            if typeid::of::<T>() != typeid::of::<Vec<u8>>() {
-                return None;
-            }
-            cast::<Vec<u8>, T>(data.to_vec())
-        }
-        Kind::I8 => le!(i8, 1),
-        Kind::U16 => le!(u16, 2),
-        Kind::I16 => le!(i16, 2),
-        Kind::U32 => le!(u32, 4),
-        Kind::I32 => le!(i32, 4),
-        Kind::U64 => le!(u64, 8),
-        Kind::I64 => le!(i64, 8),
-        Kind::F32 => le!(f32, 4),
-        Kind::F64 => le!(f64, 8),
+        Kind::U8 => is::<Vec<u8>, T>().then(|| data.to_vec()).and_then(cast),
+        Kind::I8 => le_vec::<i8, T>(data),
+        Kind::U16 => le_vec::<u16, T>(data),
+        Kind::I16 => le_vec::<i16, T>(data),
+        Kind::U32 => le_vec::<u32, T>(data),
+        Kind::I32 => le_vec::<i32, T>(data),
+        Kind::U64 => le_vec::<u64, T>(data),
+        Kind::I64 => le_vec::<i64, T>(data),
+        Kind::F32 => le_vec::<f32, T>(data),
+        Kind::F64 => le_vec::<f64, T>(data),
         Kind::Bool => None,
     }
 }
 
+/// Whether `T` is `V` (checked before building a `V` to cast).
+fn is<V: 'static, T>() -> bool {
+    typeid::of::<T>() == typeid::of::<V>()
+}
+
+/// The little-endian payload of `P`s as a `T`, when `T` is `Vec<P>`.
+fn le_vec<P: FromLe, T>(data: &[u8]) -> Option<T> {
+    is::<Vec<P>, T>()
+        .then(|| le_elements::<P>(data).collect())
+        .and_then(cast::<Vec<P>, T>)
+}
+
 /// `v` as a `T`, when `T` is `V`.
 fn cast<V: 'static, T>(v: V) -> Option<T> {
-    if typeid::of::<T>() != typeid::of::<V>() {
+    if !is::<V, T>() {
         return None;
     }
     let v = std::mem::ManuallyDrop::new(v);

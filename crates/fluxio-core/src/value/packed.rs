@@ -159,36 +159,17 @@ impl Packed {
     /// Reads the little-endian payload of `kind` (`data.len()` a multiple of
     /// its width; a bool byte other than 0 or 1 is `None`).
     pub(crate) fn from_le(kind: Kind, data: &[u8]) -> Option<Packed> {
-        macro_rules! read {
-            ($variant:ident, $ty:ty, $n:literal) => {
-                Packed::$variant(
-                    data.chunks_exact($n)
-                        .map(|c| {
-                            let mut b = [0u8; $n];
-                            b.copy_from_slice(c);
-                            <$ty>::from_le_bytes(b)
-                        })
-                        .collect(),
-                )
-            };
-        }
         Some(match kind {
             Kind::U8 => Packed::U8(data.to_vec()),
-            Kind::I8 => Packed::I8(data.iter().map(|&b| i8::from_le_bytes([b])).collect()),
-            Kind::U16 => read!(U16, u16, 2),
-            Kind::I16 => read!(I16, i16, 2),
-            Kind::U32 => read!(U32, u32, 4),
-            Kind::I32 => read!(I32, i32, 4),
-            Kind::U64 => read!(U64, u64, 8),
-            Kind::I64 => read!(I64, i64, 8),
-            Kind::F32 => match read!(U32, u32, 4) {
-                Packed::U32(bits) => Packed::F32(bits.into_iter().map(f32::from_bits).collect()),
-                _ => return None,
-            },
-            Kind::F64 => match read!(U64, u64, 8) {
-                Packed::U64(bits) => Packed::F64(bits.into_iter().map(f64::from_bits).collect()),
-                _ => return None,
-            },
+            Kind::I8 => Packed::I8(le_elements(data).collect()),
+            Kind::U16 => Packed::U16(le_elements(data).collect()),
+            Kind::I16 => Packed::I16(le_elements(data).collect()),
+            Kind::U32 => Packed::U32(le_elements(data).collect()),
+            Kind::I32 => Packed::I32(le_elements(data).collect()),
+            Kind::U64 => Packed::U64(le_elements(data).collect()),
+            Kind::I64 => Packed::I64(le_elements(data).collect()),
+            Kind::F32 => Packed::F32(le_elements(data).collect()),
+            Kind::F64 => Packed::F64(le_elements(data).collect()),
             Kind::Bool => Packed::Bool(
                 data.iter()
                     .map(|&b| match b {
@@ -202,18 +183,42 @@ impl Packed {
     }
 }
 
-fn cmp_f32(a: &[f32], b: &[f32]) -> Ordering {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| x.total_cmp(y))
-        .find(|o| o.is_ne())
-        .unwrap_or_else(|| a.len().cmp(&b.len()))
+/// A number an element of a packed payload is, read from its
+/// little-endian bytes.
+pub(crate) trait FromLe: Copy + 'static {
+    /// Its width in bytes.
+    const WIDTH: usize;
+    /// Reads it from `chunk`, exactly [`FromLe::WIDTH`] bytes.
+    fn from_le_chunk(chunk: &[u8]) -> Self;
 }
 
-fn cmp_f64(a: &[f64], b: &[f64]) -> Ordering {
+macro_rules! from_le {
+    ($($ty:ty),*) => {
+        $(impl FromLe for $ty {
+            const WIDTH: usize = size_of::<$ty>();
+            fn from_le_chunk(chunk: &[u8]) -> Self {
+                let mut b = [0u8; size_of::<$ty>()];
+                b.copy_from_slice(chunk);
+                <$ty>::from_le_bytes(b)
+            }
+        })*
+    };
+}
+
+from_le!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+/// The elements of a little-endian packed payload of `T`s (its length a
+/// multiple of their width).
+pub(crate) fn le_elements<T: FromLe>(data: &[u8]) -> impl ExactSizeIterator<Item = T> + '_ {
+    data.chunks_exact(T::WIDTH).map(T::from_le_chunk)
+}
+
+/// Compares two slices of floats element by element with `total_cmp`,
+/// then by length.
+fn cmp_floats<T>(a: &[T], b: &[T], total_cmp: fn(&T, &T) -> Ordering) -> Ordering {
     a.iter()
         .zip(b)
-        .map(|(x, y)| x.total_cmp(y))
+        .map(|(x, y)| total_cmp(x, y))
         .find(|o| o.is_ne())
         .unwrap_or_else(|| a.len().cmp(&b.len()))
 }
@@ -231,8 +236,8 @@ impl Ord for Packed {
             (Packed::I32(a), Packed::I32(b)) => a.cmp(b),
             (Packed::U64(a), Packed::U64(b)) => a.cmp(b),
             (Packed::I64(a), Packed::I64(b)) => a.cmp(b),
-            (Packed::F32(a), Packed::F32(b)) => cmp_f32(a, b),
-            (Packed::F64(a), Packed::F64(b)) => cmp_f64(a, b),
+            (Packed::F32(a), Packed::F32(b)) => cmp_floats(a, b, f32::total_cmp),
+            (Packed::F64(a), Packed::F64(b)) => cmp_floats(a, b, f64::total_cmp),
             (Packed::Bool(a), Packed::Bool(b)) => a.cmp(b),
             _ => (self.kind() as u8).cmp(&(other.kind() as u8)),
         }

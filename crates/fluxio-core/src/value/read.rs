@@ -9,9 +9,9 @@ use serde::de::{
     VariantAccess, Visitor,
 };
 
-use super::de::{PACKED_VARIANTS, VALUE_TOKEN, visit_prims};
+use super::de::{PACKED_VARIANTS, VALUE_TOKEN, all_consumed, visit_prims};
 use super::decode::packed_data;
-use super::packed::Kind;
+use super::packed::{Kind, le_elements};
 use super::wire::{Cursor, WireError};
 use super::{ValueError, tag};
 
@@ -83,55 +83,31 @@ impl<'de> Reader<'de> {
         let len = self.c.len(1)?;
         let mut access = Items { r: self, left: len };
         let out = visitor.visit_seq(&mut access)?;
-        if access.left != 0 {
-            return Err(de::Error::invalid_length(
-                len,
-                &format!("{} elements in sequence", len - access.left).as_str(),
-            ));
-        }
-        Ok(out)
+        all_consumed(out, len, access.left, "elements in sequence")
     }
 
     fn map<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value> {
         let len = self.c.len(2)?;
         let mut access = Items { r: self, left: len };
         let out = visitor.visit_map(&mut access)?;
-        if access.left != 0 {
-            return Err(de::Error::invalid_length(
-                len,
-                &format!("{} entries in map", len - access.left).as_str(),
-            ));
-        }
-        Ok(out)
+        all_consumed(out, len, access.left, "entries in map")
     }
 
     /// A packed sequence of `kind` (its tag read) as a sequence of its
     /// primitives.
     fn packed<V: Visitor<'de>>(&mut self, kind: Kind, visitor: V) -> Result<V::Value> {
         let data = packed_data(&mut self.c, kind)?;
-        macro_rules! le {
-            ($ty:ty, $n:literal) => {
-                visit_prims(
-                    data.chunks_exact($n).map(|c| {
-                        let mut b = [0u8; $n];
-                        b.copy_from_slice(c);
-                        <$ty>::from_le_bytes(b)
-                    }),
-                    visitor,
-                )
-            };
-        }
         match kind {
             Kind::U8 => visit_prims(data.iter().copied(), visitor),
-            Kind::I8 => visit_prims(data.iter().map(|&b| i8::from_le_bytes([b])), visitor),
-            Kind::U16 => le!(u16, 2),
-            Kind::I16 => le!(i16, 2),
-            Kind::U32 => le!(u32, 4),
-            Kind::I32 => le!(i32, 4),
-            Kind::U64 => le!(u64, 8),
-            Kind::I64 => le!(i64, 8),
-            Kind::F32 => le!(f32, 4),
-            Kind::F64 => le!(f64, 8),
+            Kind::I8 => visit_prims(le_elements::<i8>(data), visitor),
+            Kind::U16 => visit_prims(le_elements::<u16>(data), visitor),
+            Kind::I16 => visit_prims(le_elements::<i16>(data), visitor),
+            Kind::U32 => visit_prims(le_elements::<u32>(data), visitor),
+            Kind::I32 => visit_prims(le_elements::<i32>(data), visitor),
+            Kind::U64 => visit_prims(le_elements::<u64>(data), visitor),
+            Kind::I64 => visit_prims(le_elements::<i64>(data), visitor),
+            Kind::F32 => visit_prims(le_elements::<f32>(data), visitor),
+            Kind::F64 => visit_prims(le_elements::<f64>(data), visitor),
             Kind::Bool => visit_prims(data.iter().map(|&b| b != 0), visitor),
         }
     }
@@ -297,15 +273,22 @@ struct Items<'a, 'de> {
     left: usize,
 }
 
-impl<'de> SeqAccess<'de> for Items<'_, 'de> {
-    type Error = ValueError;
-
-    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
+impl<'de> Items<'_, 'de> {
+    /// The next item (a map's next key), if any is left.
+    fn next<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
         if self.left == 0 {
             return Ok(None);
         }
         self.left -= 1;
         seed.deserialize(&mut *self.r).map(Some)
+    }
+}
+
+impl<'de> SeqAccess<'de> for Items<'_, 'de> {
+    type Error = ValueError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
+        self.next(seed)
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -317,11 +300,7 @@ impl<'de> MapAccess<'de> for Items<'_, 'de> {
     type Error = ValueError;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
-        if self.left == 0 {
-            return Ok(None);
-        }
-        self.left -= 1;
-        seed.deserialize(&mut *self.r).map(Some)
+        self.next(seed)
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {

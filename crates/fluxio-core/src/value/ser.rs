@@ -128,6 +128,14 @@ impl Writer {
         self.at(self.depth + 1)
     }
 
+    /// Writes the tag of a tuple or struct variant and its name, and steps
+    /// down to its fields (the variant's writer steps back up at the end).
+    fn variant_fields(&mut self, variant: &str) -> Result<()> {
+        self.variant(variant)?;
+        self.depth += 1;
+        Ok(())
+    }
+
     // ---- containers ----------------------------------------------------------
 
     /// Starts a sequence or map at the current depth, `len` items long if
@@ -401,6 +409,27 @@ impl Prim {
     }
 }
 
+/// The `serialize_*` methods of the primitives: `widened` ones write the
+/// 64-bit value they fit in, `as_is` ones their own, `as_value` ones the
+/// [`Value`] variant that holds them.
+macro_rules! serialize_prims {
+    (
+        widened: $($wm:ident($wt:ty) => $wf:ident),*;
+        as_is: $($am:ident($at:ty) => $af:ident),*;
+        as_value: $($vm:ident($vt:ty) => $variant:ident),*
+    ) => {
+        $(fn $wm(self, v: $wt) -> Result<()> {
+            self.$wf(v.into())
+        })*
+        $(fn $am(self, v: $at) -> Result<()> {
+            self.$af(v)
+        })*
+        $(fn $vm(self, v: $vt) -> Result<()> {
+            self.value(&Value::$variant(v))
+        })*
+    };
+}
+
 // ---- the serializer -----------------------------------------------------------
 
 impl<'w> ser::Serializer for &'w mut Writer {
@@ -418,56 +447,15 @@ impl<'w> ser::Serializer for &'w mut Writer {
         Prim::Bool(v).write_generic(self)
     }
 
-    fn serialize_i8(self, v: i8) -> Result<()> {
-        self.i64_value(v.into())
-    }
-
-    fn serialize_i16(self, v: i16) -> Result<()> {
-        self.i64_value(v.into())
-    }
-
-    fn serialize_i32(self, v: i32) -> Result<()> {
-        self.i64_value(v.into())
-    }
-
-    fn serialize_i64(self, v: i64) -> Result<()> {
-        self.i64_value(v)
-    }
-
-    fn serialize_i128(self, v: i128) -> Result<()> {
-        self.value(&Value::I128(v))
-    }
-
-    fn serialize_u8(self, v: u8) -> Result<()> {
-        self.u64_value(v.into())
-    }
-
-    fn serialize_u16(self, v: u16) -> Result<()> {
-        self.u64_value(v.into())
-    }
-
-    fn serialize_u32(self, v: u32) -> Result<()> {
-        self.u64_value(v.into())
-    }
-
-    fn serialize_u64(self, v: u64) -> Result<()> {
-        self.u64_value(v)
-    }
-
-    fn serialize_u128(self, v: u128) -> Result<()> {
-        self.value(&Value::U128(v))
-    }
-
-    fn serialize_f32(self, v: f32) -> Result<()> {
-        self.f64_value(v.into())
-    }
-
-    fn serialize_f64(self, v: f64) -> Result<()> {
-        self.f64_value(v)
-    }
-
-    fn serialize_char(self, v: char) -> Result<()> {
-        self.value(&Value::Char(v))
+    serialize_prims! {
+        widened: serialize_i8(i8) => i64_value, serialize_i16(i16) => i64_value,
+        serialize_i32(i32) => i64_value, serialize_u8(u8) => u64_value,
+        serialize_u16(u16) => u64_value, serialize_u32(u32) => u64_value,
+        serialize_f32(f32) => f64_value;
+        as_is: serialize_i64(i64) => i64_value, serialize_u64(u64) => u64_value,
+        serialize_f64(f64) => f64_value;
+        as_value: serialize_i128(i128) => I128, serialize_u128(u128) => U128,
+        serialize_char(char) => Char
     }
 
     fn serialize_str(self, v: &str) -> Result<()> {
@@ -532,13 +520,7 @@ impl<'w> ser::Serializer for &'w mut Writer {
     }
 
     fn serialize_seq(self, len: Option<usize>) -> Result<SeqWriter<'w>> {
-        let frame = self.open(len, 1)?;
-        Ok(SeqWriter {
-            w: self,
-            frame,
-            mode: SeqMode::Empty,
-            variant: false,
-        })
+        SeqWriter::open(self, len, false)
     }
 
     fn serialize_tuple(self, len: usize) -> Result<SeqWriter<'w>> {
@@ -556,24 +538,12 @@ impl<'w> ser::Serializer for &'w mut Writer {
         variant: &'static str,
         len: usize,
     ) -> Result<SeqWriter<'w>> {
-        self.variant(variant)?;
-        self.depth += 1;
-        let frame = self.open(Some(len), 1)?;
-        Ok(SeqWriter {
-            w: self,
-            frame,
-            mode: SeqMode::Empty,
-            variant: true,
-        })
+        self.variant_fields(variant)?;
+        SeqWriter::open(self, Some(len), true)
     }
 
     fn serialize_map(self, len: Option<usize>) -> Result<MapWriter<'w>> {
-        let entries = Entries::new(self.open(len, 2)?);
-        Ok(MapWriter {
-            w: self,
-            entries,
-            variant: false,
-        })
+        MapWriter::open(self, len, false)
     }
 
     fn serialize_struct(self, _name: &'static str, len: usize) -> Result<MapWriter<'w>> {
@@ -587,14 +557,8 @@ impl<'w> ser::Serializer for &'w mut Writer {
         variant: &'static str,
         len: usize,
     ) -> Result<MapWriter<'w>> {
-        self.variant(variant)?;
-        self.depth += 1;
-        let entries = Entries::new(self.open(Some(len), 2)?);
-        Ok(MapWriter {
-            w: self,
-            entries,
-            variant: true,
-        })
+        self.variant_fields(variant)?;
+        MapWriter::open(self, Some(len), true)
     }
 
     fn collect_seq<I>(self, iter: I) -> Result<()>
@@ -650,7 +614,19 @@ pub(crate) struct SeqWriter<'w> {
     variant: bool,
 }
 
-impl SeqWriter<'_> {
+impl<'w> SeqWriter<'w> {
+    /// Starts a sequence `len` elements long if known (a tuple variant's
+    /// fields if `variant`).
+    fn open(w: &'w mut Writer, len: Option<usize>, variant: bool) -> Result<Self> {
+        let frame = w.open(len, 1)?;
+        Ok(SeqWriter {
+            w,
+            frame,
+            mode: SeqMode::Empty,
+            variant,
+        })
+    }
+
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
         if self.mode != SeqMode::Generic {
             match value.serialize(Probe) {
@@ -729,57 +705,34 @@ macro_rules! into_prim {
 into_prim!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32,
     u64 => U64, i64 => I64, f32 => F32, f64 => F64, bool => Bool);
 
-impl ser::SerializeSeq for SeqWriter<'_> {
-    type Ok = ();
-    type Error = ValueError;
+/// The serde traits of a writer's container, each method handing over to
+/// the writer's own (`element` or `field`, then `finish`).
+macro_rules! container_impls {
+    ($writer:ident: $($trait:ident::$method:ident($($key:ident: $key_ty:ty,)?) => $own:ident),*) => {
+        $(impl ser::$trait for $writer<'_> {
+            type Ok = ();
+            type Error = ValueError;
 
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
-        self.element(value)
-    }
+            fn $method<T: Serialize + ?Sized>(
+                &mut self,
+                $($key: $key_ty,)?
+                value: &T,
+            ) -> Result<()> {
+                self.$own($($key,)? value)
+            }
 
-    fn end(self) -> Result<()> {
-        self.finish()
-    }
+            fn end(self) -> Result<()> {
+                self.finish()
+            }
+        })*
+    };
 }
 
-impl ser::SerializeTuple for SeqWriter<'_> {
-    type Ok = ();
-    type Error = ValueError;
-
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
-        self.element(value)
-    }
-
-    fn end(self) -> Result<()> {
-        self.finish()
-    }
-}
-
-impl ser::SerializeTupleStruct for SeqWriter<'_> {
-    type Ok = ();
-    type Error = ValueError;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
-        self.element(value)
-    }
-
-    fn end(self) -> Result<()> {
-        self.finish()
-    }
-}
-
-impl ser::SerializeTupleVariant for SeqWriter<'_> {
-    type Ok = ();
-    type Error = ValueError;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
-        self.element(value)
-    }
-
-    fn end(self) -> Result<()> {
-        self.finish()
-    }
-}
+container_impls!(SeqWriter:
+    SerializeSeq::serialize_element() => element,
+    SerializeTuple::serialize_element() => element,
+    SerializeTupleStruct::serialize_field() => element,
+    SerializeTupleVariant::serialize_field() => element);
 
 /// [`serde::ser::SerializeMap`] (and structs and struct variants) for the
 /// [`Writer`]: entries in the canonical order, the last of equal keys
@@ -792,7 +745,18 @@ pub(crate) struct MapWriter<'w> {
     variant: bool,
 }
 
-impl MapWriter<'_> {
+impl<'w> MapWriter<'w> {
+    /// Starts a map `len` entries long if known (a struct variant's fields
+    /// if `variant`).
+    fn open(w: &'w mut Writer, len: Option<usize>, variant: bool) -> Result<Self> {
+        let entries = Entries::new(w.open(len, 2)?);
+        Ok(MapWriter {
+            w,
+            entries,
+            variant,
+        })
+    }
+
     fn key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<()> {
         if self.entries.key.is_some() {
             return Err(ValueError::new(
@@ -871,39 +835,9 @@ impl ser::SerializeMap for MapWriter<'_> {
     }
 }
 
-impl ser::SerializeStruct for MapWriter<'_> {
-    type Ok = ();
-    type Error = ValueError;
-
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<()> {
-        self.field(key, value)
-    }
-
-    fn end(self) -> Result<()> {
-        self.finish()
-    }
-}
-
-impl ser::SerializeStructVariant for MapWriter<'_> {
-    type Ok = ();
-    type Error = ValueError;
-
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<()> {
-        self.field(key, value)
-    }
-
-    fn end(self) -> Result<()> {
-        self.finish()
-    }
-}
+container_impls!(MapWriter:
+    SerializeStruct::serialize_field(key: &'static str,) => field,
+    SerializeStructVariant::serialize_field(key: &'static str,) => field);
 
 // ---- Serialize for Value ----------------------------------------------------------
 

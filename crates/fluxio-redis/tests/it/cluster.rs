@@ -355,22 +355,9 @@ impl Monitors {
         let mark = support::namespace("mark");
         let mut out = Vec::new();
         for (node, lines) in &mut self.0 {
-            let mut conn = redis::Client::open(node.as_str())
-                .expect("a node's URL")
-                .get_multiplexed_async_connection()
-                .await
-                .expect("connect");
-            let _: String = redis::cmd("ECHO")
-                .arg(&mark)
-                .query_async(&mut conn)
-                .await
-                .expect("ECHO");
+            crate::echo_mark(node, &mark).await;
             loop {
-                let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
-                    .await
-                    .expect("MONITOR goes on")
-                    .expect("read")
-                    .expect("MONITOR goes on");
+                let line = crate::monitor_line(lines).await;
                 let Some((source, command)) = line.split_once("] ") else {
                     continue;
                 };

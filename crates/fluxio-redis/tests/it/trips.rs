@@ -566,23 +566,10 @@ impl Monitor {
     async fn take(&mut self) -> Vec<String> {
         static MARKS: AtomicU64 = AtomicU64::new(0);
         let mark = format!("mark-{}", MARKS.fetch_add(1, Ordering::Relaxed));
-        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{}", self.port))
-            .expect("a valid URL")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        let _: String = redis::cmd("ECHO")
-            .arg(&mark)
-            .query_async(&mut conn)
-            .await
-            .expect("ECHO");
+        crate::echo_mark(&format!("redis://127.0.0.1:{}", self.port), &mark).await;
         let mut out = Vec::new();
         loop {
-            let line = tokio::time::timeout(Duration::from_secs(10), self.lines.next_line())
-                .await
-                .expect("MONITOR goes on")
-                .expect("read")
-                .expect("MONITOR goes on");
+            let line = crate::monitor_line(&mut self.lines).await;
             let Some((source, command)) = line.split_once("] ") else {
                 continue;
             };

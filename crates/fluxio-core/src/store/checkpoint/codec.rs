@@ -222,13 +222,24 @@ pub(super) fn decode_parts<B: AsRef<[u8]>>(
 /// invalid tag or UTF-8) is kept as the source.
 #[cold]
 pub(super) fn undecodable(run_id: &str, e: DecodeError) -> Error {
-    let (reason, source) = match e {
-        DecodeError::OtherString(own) => (format!("cannot decode: {own}"), None),
-        DecodeError::Other(own) => (format!("cannot decode: {own}"), None),
-        e => (
-            "cannot decode the payload".to_owned(),
-            Some(Box::new(e) as BoxError),
-        ),
+    corrupt(
+        run_id,
+        match e {
+            DecodeError::OtherString(own) => Ok(own),
+            DecodeError::Other(own) => Ok(own.to_owned()),
+            e => Err(Box::new(e)),
+        },
+    )
+}
+
+/// [`Error::CorruptCheckpoint`]: `cannot decode: ` and the decoder's own
+/// message, or `cannot decode the payload` with the decoder's error as the
+/// source.
+#[cold]
+fn corrupt(run_id: &str, found: std::result::Result<String, BoxError>) -> Error {
+    let (reason, source) = match found {
+        Ok(own) => (format!("cannot decode: {own}"), None),
+        Err(e) => ("cannot decode the payload".to_owned(), Some(e)),
     };
     Error::CorruptCheckpoint {
         run_id: run_id.to_owned(),
@@ -256,18 +267,13 @@ pub(crate) fn checksum(format: u16, payload: &[u8]) -> u32 {
 /// end early or an unknown tag are the source.
 #[cold]
 pub(super) fn undecodable_v3(run_id: &str, e: WireError) -> Error {
-    let (reason, source) = match e {
-        WireError::Invalid(_) | WireError::TooDeep => (format!("cannot decode: {e}"), None),
-        WireError::End | WireError::Tag(_) => (
-            "cannot decode the payload".to_owned(),
-            Some(Box::new(e) as BoxError),
-        ),
-    };
-    Error::CorruptCheckpoint {
-        run_id: run_id.to_owned(),
-        reason,
-        source,
-    }
+    corrupt(
+        run_id,
+        match e {
+            WireError::Invalid(_) | WireError::TooDeep => Ok(e.to_string()),
+            WireError::End | WireError::Tag(_) => Err(Box::new(e)),
+        },
+    )
 }
 
 /// The context of a format 1 or 2 checkpoint: a `u64` count, then key and
@@ -322,18 +328,22 @@ pub(super) fn encode_entry<E: Encoder>(
     whole: bool,
     encoder: &mut E,
 ) -> std::result::Result<(), EncodeError> {
-    cp.pipeline.encode(encoder)?;
-    cp.run_id.encode(encoder)?;
-    cp.version.encode(encoder)?;
-    cp.seq.encode(encoder)?;
-    cp.keep_from.encode(encoder)?;
-    cp.ip.encode(encoder)?;
-    cp.step.encode(encoder)?;
-    cp.status.encode(encoder)?;
-    cp.error_message.encode(encoder)?;
-    cp.created_at_ms.encode(encoder)?;
-    cp.updated_at_ms.encode(encoder)?;
-    cp.attempt.encode(encoder)?;
+    // the fields in order, as a tuple writes them
+    (
+        &cp.pipeline,
+        &cp.run_id,
+        &cp.version,
+        cp.seq,
+        cp.keep_from,
+        cp.ip,
+        &cp.step,
+        cp.status,
+        &cp.error_message,
+        cp.created_at_ms,
+        cp.updated_at_ms,
+        cp.attempt,
+    )
+        .encode(encoder)?;
     let delta = !whole && !cp.change.is_full();
     match &cp.structure {
         // a delta has the structure of the checkpoint before it
@@ -354,15 +364,7 @@ pub(super) fn encode_entry<E: Encoder>(
         record.encode(encoder)?;
     }
     match &cp.change {
-        _ if whole => {
-            0u8.encode(encoder)?;
-            cp.context.encode(encoder)?;
-        }
-        Change::Full => {
-            0u8.encode(encoder)?;
-            cp.context.encode(encoder)?;
-        }
-        Change::Delta { written, removed } => {
+        Change::Delta { written, removed } if !whole => {
             1u8.encode(encoder)?;
             // `entry_size` checked that the context holds every written key
             let values: Vec<(String, EncodedValue)> = written
@@ -375,6 +377,11 @@ pub(super) fn encode_entry<E: Encoder>(
                 key.encode(encoder)?;
             }
         }
+        // a whole checkpoint, or one written whole
+        _ => {
+            0u8.encode(encoder)?;
+            cp.context.encode(encoder)?;
+        }
     }
     Ok(())
 }
@@ -386,24 +393,21 @@ pub(super) struct Format2(Checkpoint);
 
 impl<C> Decode<C> for Format2 {
     fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
+        let pipeline = decode_string(decoder)?;
+        let run_id = decode_string(decoder)?;
+        let version = decode_string(decoder)?;
+        let ip = u32::decode(decoder)?;
+        let step = decode_string(decoder)?;
+        let context = decode_snapshot(decoder)?;
         Ok(Format2(Checkpoint {
-            pipeline: decode_string(decoder)?,
-            run_id: decode_string(decoder)?,
-            version: decode_string(decoder)?,
-            ip: u32::decode(decoder)?,
-            step: decode_string(decoder)?,
-            context: decode_snapshot(decoder)?,
+            pipeline,
             status: RunStatus::decode(decoder)?,
             error_message: decode_opt_string(decoder)?,
             created_at_ms: u64::decode(decoder)?,
             updated_at_ms: u64::decode(decoder)?,
             attempt: u32::decode(decoder)?,
             structure: decode_structure(decoder)?,
-            branches: Vec::new(),
-            seq: 0,
-            change: Change::Full,
-            keep_from: 0,
-            earlier: Vec::new(),
+            ..Checkpoint::new(run_id, version, ip, step, context)
         }))
     }
 }
@@ -421,16 +425,39 @@ pub(super) fn decode_v3(payload: &[u8]) -> std::result::Result<Checkpoint, WireE
     let step = string(&mut c)?;
     let context = Snapshot::read_wire(&mut c)?;
     let status = decode_status(&mut c)?;
-    let error_message = match c.byte()? {
-        0 => None,
-        1 => Some(string(&mut c)?),
-        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+    let cp = Checkpoint {
+        pipeline,
+        status,
+        error_message: opt_string(&mut c)?,
+        created_at_ms: c.varint()?,
+        updated_at_ms: c.varint()?,
+        attempt: c.varint_u32()?,
+        structure: decode_structure_v3(&mut c)?,
+        branches: branch_records(&mut c, status)?,
+        ..Checkpoint::new(run_id, version, ip, step, context)
     };
-    let created_at_ms = c.varint()?;
-    let updated_at_ms = c.varint()?;
-    let attempt = c.varint_u32()?;
-    let structure = decode_structure_v3(&mut c)?;
-    let branches = decode_records(&mut c)?;
+    if c.remaining() != 0 {
+        return Err(WireError::Invalid("trailing bytes after the checkpoint"));
+    }
+    Ok(cp)
+}
+
+/// An option of a string: a `0`/`1` byte, then the string.
+fn opt_string(c: &mut Cursor<'_>) -> std::result::Result<Option<String>, WireError> {
+    match c.byte()? {
+        0 => Ok(None),
+        1 => Ok(Some(c.str()?.to_owned())),
+        _ => Err(WireError::Invalid("an option tag other than 0 or 1")),
+    }
+}
+
+/// The branch records of a checkpoint of `status`: only one that is
+/// running, failed or needing attention has any.
+fn branch_records(
+    c: &mut Cursor<'_>,
+    status: RunStatus,
+) -> std::result::Result<Vec<BranchRecord>, WireError> {
+    let branches = decode_records(c)?;
     if !branches.is_empty()
         && !matches!(
             status,
@@ -441,28 +468,7 @@ pub(super) fn decode_v3(payload: &[u8]) -> std::result::Result<Checkpoint, WireE
             "branch records in a checkpoint that is not running, failed or needing attention",
         ));
     }
-    if c.remaining() != 0 {
-        return Err(WireError::Invalid("trailing bytes after the checkpoint"));
-    }
-    Ok(Checkpoint {
-        pipeline,
-        run_id,
-        version,
-        ip,
-        step,
-        context,
-        status,
-        error_message,
-        created_at_ms,
-        updated_at_ms,
-        attempt,
-        structure,
-        branches,
-        seq: 0,
-        change: Change::Full,
-        keep_from: 0,
-        earlier: Vec::new(),
-    })
+    Ok(branches)
 }
 
 /// A format 4 payload (see [`Checkpoint::to_bytes`]): its checkpoints,
@@ -510,11 +516,7 @@ pub(super) fn decode_entry(
     let ip = c.varint_u32()?;
     let step = string(c)?;
     let status = decode_status(c)?;
-    let error_message = match c.byte()? {
-        0 => None,
-        1 => Some(string(c)?),
-        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
-    };
+    let error_message = opt_string(c)?;
     let created_at_ms = c.varint()?;
     let updated_at_ms = c.varint()?;
     let attempt = c.varint_u32()?;
@@ -524,17 +526,7 @@ pub(super) fn decode_entry(
         2 => before.and_then(|b| b.structure.clone()),
         tag => structure_body(c, tag)?,
     };
-    let branches = decode_records(c)?;
-    if !branches.is_empty()
-        && !matches!(
-            status,
-            RunStatus::Running | RunStatus::Failed | RunStatus::NeedsAttention
-        )
-    {
-        return Err(WireError::Invalid(
-            "branch records in a checkpoint that is not running, failed or needing attention",
-        ));
-    }
+    let branches = branch_records(c, status)?;
     let (context, change) = match c.byte()? {
         0 => (Snapshot::read_wire(c)?, Change::Full),
         1 => {
@@ -683,23 +675,12 @@ impl<C> Decode<C> for Format1 {
             ));
         }
         Ok(Format1(Checkpoint {
-            pipeline: String::new(),
-            run_id,
-            version,
-            ip,
-            step,
-            context,
             status,
             error_message: decode_opt_string(decoder)?,
             created_at_ms: u64::decode(decoder)?,
             updated_at_ms: u64::decode(decoder)?,
             attempt: u32::decode(decoder)?,
-            structure: None,
-            branches: Vec::new(),
-            seq: 0,
-            change: Change::Full,
-            keep_from: 0,
-            earlier: Vec::new(),
+            ..Checkpoint::new(run_id, version, ip, step, context)
         }))
     }
 }

@@ -3,16 +3,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{Harness, namespace};
-use crate::compile::Node;
+use super::{Harness, namespace, suite_pipeline, suite_stage};
 use crate::context::Context;
 use crate::error::Error;
 use crate::pipeline::PipelineBuilder;
-use crate::stage::{Output, ResourceReq, Resources, Stage, StageFuture};
+use crate::stage::{Output, ResourceReq, Resources, StageFuture};
 use crate::store::{CheckpointStore, run_key};
 
 /// The pipeline's name.
@@ -48,17 +46,11 @@ fn after(ctx: Context, resources: &Resources) -> StageFuture {
 /// `hold, after`, both taking the [`Gate`].
 fn pipeline(gate: &Gate) -> PipelineBuilder {
     const TAKES_GATE: &[fn() -> ResourceReq] = &[ResourceReq::of::<Gate>];
-    let stage = |name, n, call| {
-        let mut meta = crate::__private::stage_meta(name, [n; 32]);
-        meta.resources = TAKES_GATE;
-        Node::Stage(Stage::new(meta, call))
-    };
-    let nodes = vec![stage("hold", 1, hold as _), stage("after", 2, after as _)];
-    let digest = *b"fluxio/conformance/deleted/v1\0\0\0";
-    PipelineBuilder::new(nodes, digest, digest)
-        .name(NAME)
-        .resource(gate.clone())
-        .lease_ttl(Duration::from_secs(5))
+    let nodes = vec![
+        suite_stage("hold", 1, TAKES_GATE, hold),
+        suite_stage("after", 2, TAKES_GATE, after),
+    ];
+    suite_pipeline(nodes, *b"fluxio/conformance/deleted/v1\0\0\0", NAME, gate)
 }
 
 /// Rule 18: a run whose checkpoints are deleted (a plain `delete`, as

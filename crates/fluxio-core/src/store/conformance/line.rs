@@ -13,13 +13,12 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{Harness, namespace};
-use crate::compile::Node;
+use super::{Harness, namespace, suite_pipeline, suite_stage};
 use crate::context::Context;
 use crate::durability::{Durability, MAX_ASYNC_FLUSH};
 use crate::error::Error;
 use crate::pipeline::{Pipeline, PipelineBuilder};
-use crate::stage::{CallFn, Output, ResourceReq, Resources, Stage, StageFuture, StageMeta};
+use crate::stage::{CallFn, Output, ResourceReq, Resources, StageFuture};
 use crate::store::{Begin, Begun, Checkpoint, CheckpointStore, Lease, RunStatus, run_key};
 use crate::value::{MAX_DEPTH, Value};
 
@@ -115,19 +114,14 @@ fn line(line: &Line) -> PipelineBuilder {
     let nodes = calls
         .into_iter()
         .zip(1u8..)
-        .map(|((name, call), n)| {
-            let meta = StageMeta {
-                resources: TAKES_LINE,
-                ..crate::__private::stage_meta(name, [n; 32])
-            };
-            Node::Stage(Stage::new(meta, call))
-        })
+        .map(|((name, call), n)| suite_stage(name, n, TAKES_LINE, call))
         .collect();
-    let digest = *b"fluxio/conformance/line/v1\0\0\0\0\0\0";
-    PipelineBuilder::new(nodes, digest, digest)
-        .name(LINE)
-        .resource(line.clone())
-        .lease_ttl(Duration::from_secs(5))
+    suite_pipeline(
+        nodes,
+        *b"fluxio/conformance/line/v1\0\0\0\0\0\0",
+        LINE,
+        line,
+    )
 }
 
 /// Rule 20: with `history_depth(Some(4))`, a run replayed from its first

@@ -368,6 +368,35 @@ pub fn checkpoint(run_id: &str, ip: u32) -> Checkpoint {
 }
 
 /// [`checkpoint`] with the context `ctx`.
+/// A pipeline of the suite: `nodes`, built as `digest`, named `name`, with
+/// `resource` registered and a lease of 5 seconds.
+fn suite_pipeline<R: Clone + Send + Sync + 'static>(
+    nodes: Vec<crate::compile::Node>,
+    digest: [u8; 32],
+    name: &str,
+    resource: &R,
+) -> crate::pipeline::PipelineBuilder {
+    crate::pipeline::PipelineBuilder::new(nodes, digest, digest)
+        .name(name)
+        .resource(resource.clone())
+        .lease_ttl(Duration::from_secs(5))
+}
+
+/// The stage `name` of a suite pipeline: async, taking the resources
+/// `takes`, with a code hash of `n`s.
+fn suite_stage(
+    name: &'static str,
+    n: u8,
+    takes: &'static [fn() -> crate::stage::ResourceReq],
+    call: crate::stage::CallFn,
+) -> crate::compile::Node {
+    let meta = crate::stage::StageMeta {
+        resources: takes,
+        ..crate::__private::stage_meta(name, [n; 32])
+    };
+    crate::compile::Node::Stage(crate::stage::Stage::new(meta, call))
+}
+
 fn checkpoint_with(run_id: &str, ip: u32, ctx: &Context) -> Checkpoint {
     let mut cp = checkpoint(run_id, ip);
     cp.context = ctx.snapshot();

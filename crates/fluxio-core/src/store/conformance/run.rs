@@ -9,14 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::{Harness, namespace};
+use super::{Harness, namespace, suite_pipeline, suite_stage};
 use crate::compile::Node;
 use crate::context::Context;
-use crate::pipeline::PipelineBuilder;
-use crate::stage::{
-    CallFn, Output, ResourceReq, Resources, Stage, StageFuture, StageKind, StageMeta,
-};
-use crate::store::{CheckpointStore, RunStatus, run_key};
+use crate::pipeline::{Pipeline, PipelineBuilder};
+use crate::stage::{CallFn, Output, ResourceReq, Resources, StageFuture};
+use crate::store::{Checkpoint, CheckpointStore, RunStatus, run_key};
 use crate::{BoxError, StageResult};
 
 /// The stages of [`checkout`], in order.
@@ -91,30 +89,19 @@ fn checkout(probe: &Probe) -> PipelineBuilder {
         .zip(1u8..)
         .map(|((&name, call), n)| probe_stage(name, n, call))
         .collect();
-    let digest = *b"fluxio/conformance/checkout/v1\0\0";
-    PipelineBuilder::new(nodes, digest, digest)
-        .name(CHECKOUT)
-        .resource(probe.clone())
-        .lease_ttl(Duration::from_secs(5))
+    suite_pipeline(
+        nodes,
+        *b"fluxio/conformance/checkout/v1\0\0",
+        CHECKOUT,
+        probe,
+    )
 }
 
 /// The stage `name` of [`checkout`]: async, taking the [`Probe`], with a
 /// code hash of `n`s.
 fn probe_stage(name: &'static str, n: u8, call: CallFn) -> Node {
     const TAKES_PROBE: &[fn() -> ResourceReq] = &[ResourceReq::of::<Probe>];
-    let meta = StageMeta {
-        name,
-        hash: [n; 32],
-        kind: StageKind::Async,
-        router: false,
-        reads: None,
-        writes: None,
-        timeout: None,
-        input: None,
-        output: None,
-        resources: TAKES_PROBE,
-    };
-    Node::Stage(Stage::new(meta, call))
+    suite_stage(name, n, TAKES_PROBE, call)
 }
 
 /// The name of [`checkout`]: the store keeps its runs under `checkout/<run id>`.
@@ -130,11 +117,35 @@ fn reserve_and_charge(probe: &Probe) -> PipelineBuilder {
         ],
         detached: false,
     };
-    let digest = *b"fluxio/conformance/parallel/v1\0\0";
-    PipelineBuilder::new(vec![block], digest, digest)
-        .name(CHECKOUT)
-        .resource(probe.clone())
-        .lease_ttl(Duration::from_secs(5))
+    suite_pipeline(
+        vec![block],
+        *b"fluxio/conformance/parallel/v1\0\0",
+        CHECKOUT,
+        probe,
+    )
+}
+
+/// `builder` built on a new handle of the store of namespace `ns`.
+async fn on_store<H: Harness>(h: &H, ns: &str, builder: PipelineBuilder) -> Pipeline {
+    builder
+        .store(h.store(ns).await)
+        .build()
+        .expect("the pipeline builds")
+}
+
+/// Invokes `run` on `p` with `input` while the gateway is down: the run
+/// fails with [`GatewayDown`].
+async fn fails_at_the_gateway(p: &Pipeline, run: &str, input: Context) {
+    let err = p.invoke(run, input).await.expect_err("the gateway is down");
+    assert!(err.stage_error::<GatewayDown>().is_some(), "{err}");
+}
+
+/// The checkpoint the failure of `run` left.
+async fn failure_checkpoint(p: &Pipeline, run: &str) -> Checkpoint {
+    p.checkpoint(run)
+        .await
+        .expect("load")
+        .expect("a failure leaves a checkpoint")
 }
 
 /// Rule 19 through the store: a parallel block fails in one branch after
@@ -146,28 +157,14 @@ pub async fn rule19_a_finished_branch_is_kept_by_the_store_and_not_run_again<H: 
     let run = "order-19";
     let probe = Probe::default();
     probe.gateway_down.store(true, Ordering::SeqCst);
-    let first = reserve_and_charge(&probe)
-        .store(h.store(&ns).await)
-        .build()
-        .expect("the pipeline builds");
+    let first = on_store(h, &ns, reserve_and_charge(&probe)).await;
     let input = Context::new().set("total", 4200u64).expect("serializes");
-    let err = first
-        .invoke(run, input)
-        .await
-        .expect_err("the gateway is down");
-    assert!(err.stage_error::<GatewayDown>().is_some(), "{err}");
+    fails_at_the_gateway(&first, run, input).await;
     assert_eq!(probe.calls(), [1, 0, 1, 0]);
     drop(first);
 
-    let second = reserve_and_charge(&probe)
-        .store(h.store(&ns).await)
-        .build()
-        .expect("the pipeline builds");
-    let cp = second
-        .checkpoint(run)
-        .await
-        .expect("load")
-        .expect("a failure leaves a checkpoint");
+    let second = on_store(h, &ns, reserve_and_charge(&probe)).await;
+    let cp = failure_checkpoint(&second, run).await;
     assert_eq!(cp.status, RunStatus::Failed);
     let recorded: Vec<(u32, &str)> = cp
         .branches
@@ -197,31 +194,17 @@ pub async fn a_failed_run_resumes_from_the_failed_stage_on_another_store<H: Harn
     let probe = Probe::default();
     probe.gateway_down.store(true, Ordering::SeqCst);
 
-    let first = checkout(&probe)
-        .store(h.store(&ns).await)
-        .build()
-        .expect("the pipeline builds");
+    let first = on_store(h, &ns, checkout(&probe)).await;
     let input = Context::new()
         .set("items", vec![1999u64, 2201])
         .expect("serializes");
-    let err = first
-        .invoke(run, input)
-        .await
-        .expect_err("the gateway is down");
-    assert!(err.stage_error::<GatewayDown>().is_some(), "{err}");
+    fails_at_the_gateway(&first, run, input).await;
     assert_eq!(probe.calls(), [1, 1, 1, 0]);
     drop(first);
     lease_released(h, &ns, &run_key(CHECKOUT, run), "after the failed run").await;
 
-    let second = checkout(&probe)
-        .store(h.store(&ns).await)
-        .build()
-        .expect("the pipeline builds");
-    let cp = second
-        .checkpoint(run)
-        .await
-        .expect("load")
-        .expect("a failure leaves a checkpoint");
+    let second = on_store(h, &ns, checkout(&probe)).await;
+    let cp = failure_checkpoint(&second, run).await;
     assert_eq!(
         (cp.step.as_str(), cp.status, cp.is_failed()),
         ("charge", RunStatus::Failed, true)
