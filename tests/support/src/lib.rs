@@ -9,6 +9,10 @@
 //! - [`journal`]: a crashed run with a 1 MB context, for the journal benches.
 //! - [`bench`](mod@bench): the benches' timed loop and the contexts they measure.
 //! - [`child`]: runs one test of the current test binary in a child process.
+//! - [`cleanup`]: cleaning up from `Drop`, on a runtime of its own.
+//! - `sql` (feature `sql`, on with `sqlite`, `postgres`, `mysql`): the
+//!   checks every SQL store runs, through its `sql::SqlHarness`, and
+//!   [`sql_tests!`] to make them tests.
 //! - [`namespace`] (a key prefix or schema no other test uses) and
 //!   [`checkpoint`] (the checkpoint tests write): the conformance suite's own,
 //!   re-exported.
@@ -19,10 +23,13 @@
 
 pub mod bench;
 pub mod child;
+pub mod cleanup;
 pub mod journal;
 pub mod postgres;
 pub mod redis;
 pub mod runs;
+#[cfg(feature = "sql")]
+pub mod sql;
 pub mod sqlite;
 mod temp_dir;
 

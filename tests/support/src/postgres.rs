@@ -45,8 +45,10 @@ pub async fn drop_schema(url: &str, schema: &str) {
     let mut conn = sqlx::PgConnection::connect(url)
         .await
         .expect("connect to drop");
-    sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-        .execute(&mut conn)
+    // `Executor::execute`, not `RawSql::execute`: the future stays `Send`
+    // (a harness's `async_trait` method awaits it)
+    let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+    sqlx::Executor::execute(&mut conn, sqlx::raw_sql(&drop))
         .await
         .expect("drop schema");
     let _ = conn.close().await;
