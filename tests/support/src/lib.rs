@@ -10,6 +10,7 @@
 //! - [`bench`](mod@bench): the benches' timed loop and the contexts they measure.
 //! - [`child`]: runs one test of the current test binary in a child process.
 //! - [`cleanup`]: cleaning up from `Drop`, on a runtime of its own.
+//! - [`secrets`]: that no URL shows its password, for every store.
 //! - `sql` (feature `sql`, on with `sqlite`, `postgres`, `mysql`): the
 //!   checks every SQL store runs, through its `sql::SqlHarness`, and
 //!   [`sql_tests!`] to make them tests.
@@ -28,6 +29,7 @@ pub mod journal;
 pub mod postgres;
 pub mod redis;
 pub mod runs;
+pub mod secrets;
 #[cfg(feature = "sql")]
 pub mod sql;
 pub mod sqlite;
