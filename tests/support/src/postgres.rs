@@ -80,3 +80,35 @@ pub async fn indexes(pool: &sqlx::PgPool, schema: &str, table: &str) -> Vec<(Str
     .await
     .expect("the table's indexes")
 }
+
+/// For a bench: `Some(url)` when the server answers within 5 s; otherwise
+/// `None` after saying on stderr that the benches are skipped.
+#[cfg(feature = "postgres")]
+pub fn bench_server(rt: &tokio::runtime::Runtime) -> Option<String> {
+    use sqlx::Connection as _;
+
+    let url = url();
+    let reachable = rt.block_on(async {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            sqlx::PgConnection::connect(&url),
+        )
+        .await
+    });
+    match reachable {
+        Ok(Ok(conn)) => {
+            drop(rt.block_on(conn.close()));
+            Some(url)
+        }
+        Ok(Err(e)) => {
+            eprintln!("SKIPPED: postgres is unreachable ({e}); start it to run these benchmarks");
+            None
+        }
+        Err(_) => {
+            eprintln!(
+                "SKIPPED: postgres did not answer within 5 s; start it to run these benchmarks"
+            );
+            None
+        }
+    }
+}

@@ -32,3 +32,13 @@ pub async fn hold_the_write_lock(path: &std::path::Path) -> sqlx::SqliteConnecti
         .expect("take the write lock");
     other
 }
+
+/// Removes the database `file` and its `-wal` and `-shm` files, those that
+/// are there (what a bench leaves under `target/tmp`).
+pub fn remove_database(file: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = file.as_os_str().to_owned();
+        name.push(suffix);
+        let _ = std::fs::remove_file(name);
+    }
+}
