@@ -26,38 +26,20 @@
 //! - baselines, in the same run: `pg_list/count_baseline`, a plain
 //!   `SELECT count(*)` of the run table, and `pg_list/load_baseline`, the
 //!   store's `load` of one run (a point lookup by key).
-
-use std::time::Duration;
+//!
+//! The group is written once for the SQL stores
+//! (`fluxio_test_support::bench::sql::list`); this file fills the schema.
 
 use criterion::Criterion;
-use fluxio::store::{CheckpointStore, RunFilter, RunState};
-use fluxio_core::store::conformance;
 use fluxio_postgres::PostgresStore;
-use sqlx::Connection;
-
-/// The runs in the table, and how many of them failed.
-const RUNS: i64 = 100_000;
-const FAILED: usize = 50;
+use fluxio_test_support::bench::sql::{self as bench, LIST_RUNS};
 
 /// Writes the two seed runs through the store and copies their rows into
-/// `RUNS` runs in all.
+/// `LIST_RUNS` runs in all.
 async fn fill(store: &PostgresStore) {
-    let done = conformance::checkpoint("seed-done", 3)
-        .in_pipeline("orders")
-        .completed();
-    let failed = conformance::checkpoint("seed-failed", 3)
-        .in_pipeline("orders")
-        .failed("card declined");
-    for cp in [done, failed] {
-        store.save(cp.clone()).await.expect("a seed run");
-        let lease = store
-            .acquire_lease(&cp.key(), Duration::from_secs(60))
-            .await
-            .expect("lease");
-        store.release_lease(lease).await.expect("release");
-    }
+    bench::list_seeds(store).await;
     let s = format!("\"{}\"", store.schema());
-    // Copies 2 .. RUNS - 1 (99,998 runs); one in 2,000 from the failed
+    // Copies 2 .. LIST_RUNS - 1 (99,998 runs); one in 2,000 from the failed
     // seed: 49 of them, 50 failed runs with the seed.
     let copies = "SELECT 'orders/run-' || lpad(i::text, 6, '0') AS run_id, \
                   CASE WHEN i % 2000 = 0 THEN 'orders/seed-failed' ELSE 'orders/seed-done' END \
@@ -70,7 +52,7 @@ async fn fill(store: &PostgresStore) {
            c.created_at, c.updated_at, c.expires_at, c.attempt \
          FROM ({copies}) AS k JOIN {s}.fluxio_checkpoints AS c ON c.run_id = k.seed"
     ))
-    .bind(RUNS - 1)
+    .bind(LIST_RUNS - 1)
     .execute(&mut *tx)
     .await
     .expect("copy the run rows");
@@ -80,7 +62,7 @@ async fn fill(store: &PostgresStore) {
         "INSERT INTO {s}.fluxio_checkpoints_leases (run_id, expires_at) \
          SELECT k.run_id, NULL FROM ({copies}) AS k"
     ))
-    .bind(RUNS - 1)
+    .bind(LIST_RUNS - 1)
     .execute(&mut *tx)
     .await
     .expect("copy the lease rows");
@@ -94,28 +76,10 @@ async fn fill(store: &PostgresStore) {
 }
 
 fn main() {
-    let url = fluxio_test_support::postgres::url();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let reachable = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), sqlx::PgConnection::connect(&url)).await
-    });
-    match reachable {
-        Ok(Ok(conn)) => drop(rt.block_on(conn.close())),
-        Ok(Err(e)) => {
-            eprintln!("SKIPPED: postgres is unreachable ({e}); start it to run these benchmarks");
-            return;
-        }
-        Err(_) => {
-            eprintln!(
-                "SKIPPED: postgres did not answer within 5 s; start it to run these benchmarks"
-            );
-            return;
-        }
-    }
+    let rt = bench::runtime();
+    let Some(url) = fluxio_test_support::postgres::bench_server(&rt) else {
+        return;
+    };
     let schema = format!("fx_bench_list_{}", std::process::id());
     let store = rt
         .block_on(
@@ -126,59 +90,17 @@ fn main() {
         )
         .expect("connect");
     rt.block_on(fill(&store));
-    let count = format!("SELECT count(*) FROM \"{schema}\".fluxio_checkpoints");
-    let runs: i64 = rt
-        .block_on(sqlx::query_scalar(&count).fetch_one(store.pool()))
-        .expect("count");
-    assert_eq!(runs, RUNS);
-
-    let failed = RunFilter::new()
-        .pipeline("orders")
-        .state(RunState::Failed)
-        .limit(100);
-    let page = rt.block_on(store.list_runs(&failed)).expect("list");
-    assert_eq!((page.runs.len(), page.next), (FAILED, None));
-    let first = RunFilter::new().pipeline("orders").limit(100);
-    let page = rt.block_on(store.list_runs(&first)).expect("list");
-    assert_eq!(page.runs.len(), 100);
-    let mut unindexed = RunFilter::new().pipeline("orders");
-    unindexed.updated_before_ms = Some(0);
-    let page = rt.block_on(store.list_runs(&unindexed)).expect("list");
-    assert!(page.runs.is_empty());
+    let count_sql = format!("SELECT count(*) FROM \"{schema}\".fluxio_checkpoints");
+    let count = || async {
+        sqlx::query_scalar(&count_sql)
+            .fetch_one(store.pool())
+            .await
+            .expect("count")
+    };
 
     let mut c = Criterion::default().configure_from_args();
-    let mut g = c.benchmark_group("pg_list");
-    g.bench_function("failed_100", |b| {
-        b.iter(|| rt.block_on(store.list_runs(&failed)).expect("list"));
-    });
-    g.bench_function("first_page_100", |b| {
-        b.iter(|| rt.block_on(store.list_runs(&first)).expect("list"));
-    });
-    g.bench_function("unindexed_scan", |b| {
-        b.iter(|| rt.block_on(store.list_runs(&unindexed)).expect("list"));
-    });
-    g.bench_function("count_baseline", |b| {
-        b.iter(|| {
-            let n: i64 = rt
-                .block_on(sqlx::query_scalar(&count).fetch_one(store.pool()))
-                .expect("count");
-            n
-        });
-    });
-    g.bench_function("load_baseline", |b| {
-        b.iter(|| {
-            rt.block_on(store.load("orders/seed-failed"))
-                .expect("load")
-                .expect("stored")
-        });
-    });
-    g.finish();
+    bench::list(&mut c, &rt, "pg_list", &store, count);
     c.final_summary();
 
-    rt.block_on(async {
-        sqlx::query(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
-            .execute(store.pool())
-            .await
-            .expect("drop the bench schema");
-    });
+    rt.block_on(fluxio_test_support::postgres::drop_schema(&url, &schema));
 }

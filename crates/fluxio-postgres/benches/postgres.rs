@@ -10,11 +10,12 @@
 //!   `per_checkpoint/raw_upsert`: one `INSERT ... ON CONFLICT DO UPDATE` of
 //!   the same, pre-encoded bytes into a plain `(run_id, payload)` table on the
 //!   same pool. Their ratio is the store's overhead per checkpoint (target
-//!   at most 1.3).
+//!   at most 1.3). To split that overhead: `save` is the same write without
+//!   the lease check, `encode` the encoding alone.
 //! - `throughput/{1,16,64}`: that many concurrent runs (distinct run ids) of
 //!   a durable pipeline of 10 no-op stages; criterion reports runs/s. Each
 //!   run saves 11 checkpoints (one before each stage and the completed one),
-//!   plus a lease acquire, a fenced delete and a release.
+//!   the lease taken with the first and given back with the last.
 //! - `pg_resume_1mb/journal`: a resume of a crashed 10-stage run whose
 //!   context holds 1 MB (a whole checkpoint, then five deltas of one small
 //!   key each): `load` plus the resume's first checkpoint, an empty delta,
@@ -25,235 +26,79 @@
 //!   setting one small key, on a 1 MB context; it prints the bytes of the
 //!   steps the run wrote (before the journal: 11 whole checkpoints, about
 //!   11.5 MB).
+//!
+//! Each group is written once for the SQL stores
+//! (`fluxio_test_support::bench::sql`); this file says how to reach the
+//! schema.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use criterion::{Criterion, Throughput};
-use fluxio::store::{Checkpoint, CheckpointStore};
-use fluxio::{Context, StageResult, pipeline, stage};
-use fluxio_core::store::conformance;
+use criterion::Criterion;
 use fluxio_postgres::PostgresStore;
-use fluxio_test_support::journal;
-use sqlx::Connection;
+use fluxio_test_support::bench::sql::{self as bench, RawTable};
+use fluxio_test_support::sql::{ten_counts, ten_noops};
 
-#[stage]
-async fn noop(ctx: Context) -> StageResult {
-    Ok(ctx)
-}
+/// The baselines: a plain table `raw_checkpoints` in the bench schema, on
+/// the store's pool.
+struct Raw<'a>(&'a PostgresStore);
 
-#[stage]
-async fn stamp(ctx: Context) -> StageResult {
-    let n: u64 = ctx.get_opt("n").unwrap_or(0);
-    Ok(ctx.set("n", n + 1)?)
-}
-
-fn context_of(bytes: usize) -> Context {
-    let per_key = 100;
-    (0..bytes / per_key).fold(Context::new(), |c, i| {
-        c.set(format!("key-{i:02}"), "x".repeat(per_key))
-            .expect("a string serializes")
-    })
-}
-
-fn checkpoint(run_id: &str, ctx: &Context) -> Checkpoint {
-    let mut cp = conformance::checkpoint(run_id, 3);
-    cp.context = ctx.snapshot();
-    cp
-}
-
-fn per_checkpoint(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &PostgresStore) {
-    let raw_table = format!("\"{}\".raw_checkpoints", store.schema());
-    rt.block_on(async {
-        sqlx::query(&format!(
-            "CREATE TABLE IF NOT EXISTS {raw_table} (run_id TEXT PRIMARY KEY, payload BYTEA NOT NULL)"
-        ))
-        .execute(store.pool())
-        .await
-        .expect("raw table");
-    });
-    let cp = checkpoint("bench", &context_of(1024));
-    let bytes = cp.to_bytes().expect("encode");
-    let lease = rt
-        .block_on(store.acquire_lease("bench", Duration::from_secs(3600)))
-        .expect("lease");
-    let raw_upsert = format!(
-        "INSERT INTO {raw_table} (run_id, payload) VALUES ($1, $2) \
-         ON CONFLICT (run_id) DO UPDATE SET payload = EXCLUDED.payload"
-    );
-
-    let mut g = c.benchmark_group("per_checkpoint");
-    g.bench_function("save_fenced", |b| {
-        b.iter(|| {
-            rt.block_on(store.save_fenced(cp.clone(), &lease))
-                .expect("fenced save");
-        });
-    });
-    g.bench_function("raw_upsert", |b| {
-        b.iter(|| {
-            rt.block_on(
-                sqlx::query(&raw_upsert)
-                    .bind("bench")
-                    .bind(bytes.as_slice())
-                    .execute(store.pool()),
-            )
-            .expect("raw upsert");
-        });
-    });
-    g.finish();
-    eprintln!(
-        "per_checkpoint: checkpoint of {} bytes ({} context keys)",
-        bytes.len(),
-        cp.context.len()
-    );
-}
-
-fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &PostgresStore) {
-    let p = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
-        .name("bench")
-        .store(store.clone())
-        .build()
-        .expect("valid");
-    let input = context_of(1024);
-    static RUN: AtomicU64 = AtomicU64::new(0);
-
-    let mut g = c.benchmark_group("throughput");
-    for runs in [1u64, 16, 64] {
-        g.throughput(Throughput::Elements(runs));
-        g.bench_function(format!("{runs}"), |b| {
-            b.iter(|| {
-                rt.block_on(async {
-                    let mut tasks = tokio::task::JoinSet::new();
-                    for _ in 0..runs {
-                        let (p, input) = (p.clone(), input.clone());
-                        let run_id = format!("run-{}", RUN.fetch_add(1, Ordering::Relaxed));
-                        tasks.spawn(async move { p.invoke(&run_id, input).await });
-                    }
-                    while let Some(done) = tasks.join_next().await {
-                        done.expect("no panic").expect("the run completes");
-                    }
-                });
-            });
-        });
+impl Raw<'_> {
+    fn table(&self) -> String {
+        format!("\"{}\".raw_checkpoints", self.0.schema())
     }
-    g.finish();
 }
 
-fn resume(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &PostgresStore) {
-    let mut run = journal::crashed_run();
-    let mut crashed = run.pop().expect("a journal");
-    crashed.earlier = run;
-    let next = journal::resumed(&crashed);
-    let blob = crashed.earlier[0].to_bytes().expect("encode");
-    let raw = format!("\"{}\".raw_resume", store.schema());
-    rt.block_on(async {
-        store.save(crashed).await.expect("the crashed run");
+#[async_trait::async_trait(?Send)]
+impl RawTable for Raw<'_> {
+    async fn create(&self) {
         sqlx::query(&format!(
-            "CREATE TABLE IF NOT EXISTS {raw} \
-             (run_id TEXT PRIMARY KEY, payload BYTEA NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS {} (run_id TEXT PRIMARY KEY, payload BYTEA NOT NULL)",
+            self.table()
         ))
-        .execute(store.pool())
+        .execute(self.0.pool())
         .await
         .expect("raw table");
-    });
-    let lease = rt
-        .block_on(store.acquire_lease(journal::KEY, Duration::from_secs(3600)))
-        .expect("lease");
-    let raw_upsert = &format!(
-        "INSERT INTO {raw} (run_id, payload) VALUES ($1, $2) \
-         ON CONFLICT (run_id) DO UPDATE SET payload = excluded.payload"
-    );
-    let raw_read = &format!("SELECT payload FROM {raw} WHERE run_id = 'blob'");
-    rt.block_on(
-        sqlx::query(raw_upsert)
-            .bind("blob")
-            .bind(&blob)
-            .execute(store.pool()),
-    )
-    .expect("the baseline's blob");
+    }
 
-    let mut g = c.benchmark_group("pg_resume_1mb");
-    g.bench_function("journal", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let latest = store.load(journal::KEY).await.expect("load");
-                assert_eq!(latest.map(|cp| cp.context.len()), Some(next.context.len()));
-                store.save_fenced(next.clone(), &lease).await.expect("save");
-            });
-        });
-    });
-    g.bench_function("blob_baseline", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let bytes: Vec<u8> = sqlx::query_scalar(raw_read)
-                    .fetch_one(store.pool())
-                    .await
-                    .expect("read");
-                sqlx::query(raw_upsert)
-                    .bind("blob")
-                    .bind(bytes)
-                    .execute(store.pool())
-                    .await
-                    .expect("write");
-            });
-        });
-    });
-    g.finish();
-}
+    async fn upsert(&self, run_id: &str, payload: &[u8]) {
+        sqlx::query(&format!(
+            "INSERT INTO {} (run_id, payload) VALUES ($1, $2) \
+             ON CONFLICT (run_id) DO UPDATE SET payload = EXCLUDED.payload",
+            self.table()
+        ))
+        .bind(run_id)
+        .bind(payload)
+        .execute(self.0.pool())
+        .await
+        .expect("raw upsert");
+    }
 
-fn run_1mb(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &PostgresStore) {
-    let steps = format!("\"{}\".\"{}_steps\"", store.schema(), store.table());
-    let p = pipeline![
-        stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp, stamp
-    ]
-    .name("bench1mb")
-    .store(store.clone())
-    .build()
-    .expect("valid");
-    let input = Context::new()
-        .set("blob", vec![7u8; journal::MB])
-        .expect("1 MB");
-    rt.block_on(p.invoke("once", input.clone())).expect("run");
-    let (steps, bytes): (i64, i64) = rt
-        .block_on(
-            sqlx::query_as(&format!(
-                "SELECT count(*), sum(length(payload))::bigint FROM {steps} \
-                 WHERE run_id = 'bench1mb/once'"
-            ))
-            .fetch_one(store.pool()),
-        )
-        .expect("count");
-    eprintln!("run_1mb: a 10-stage durable run wrote {steps} steps, {bytes} bytes");
-    let mut g = c.benchmark_group("pg_run_1mb");
-    g.bench_function("durable_10_stages", |b| {
-        b.iter(|| rt.block_on(p.invoke("run", input.clone())).expect("run"));
-    });
-    g.finish();
+    async fn read(&self, run_id: &str) -> Vec<u8> {
+        sqlx::query_scalar(&format!(
+            "SELECT payload FROM {} WHERE run_id = $1",
+            self.table()
+        ))
+        .bind(run_id)
+        .fetch_one(self.0.pool())
+        .await
+        .expect("read")
+    }
+
+    async fn steps_written(&self, key: &str) -> (i64, i64) {
+        let steps = format!("\"{}\".\"{}_steps\"", self.0.schema(), self.0.table());
+        sqlx::query_as(&format!(
+            "SELECT count(*), sum(length(payload))::bigint FROM {steps} WHERE run_id = $1"
+        ))
+        .bind(key)
+        .fetch_one(self.0.pool())
+        .await
+        .expect("count")
+    }
 }
 
 fn main() {
-    let url = fluxio_test_support::postgres::url();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let reachable = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), sqlx::PgConnection::connect(&url)).await
-    });
-    match reachable {
-        Ok(Ok(conn)) => drop(rt.block_on(conn.close())),
-        Ok(Err(e)) => {
-            eprintln!("SKIPPED: postgres is unreachable ({e}); start it to run these benchmarks");
-            return;
-        }
-        Err(_) => {
-            eprintln!(
-                "SKIPPED: postgres did not answer within 5 s; start it to run these benchmarks"
-            );
-            return;
-        }
-    }
+    let rt = bench::runtime();
+    let Some(url) = fluxio_test_support::postgres::bench_server(&rt) else {
+        return;
+    };
     let schema = format!("fx_bench_{}", std::process::id());
     let store = rt
         .block_on(
@@ -263,18 +108,14 @@ fn main() {
                 .connect(),
         )
         .expect("connect");
+    let raw = Raw(&store);
 
     let mut c = Criterion::default().configure_from_args();
-    per_checkpoint(&mut c, &rt, &store);
-    throughput(&mut c, &rt, &store);
-    resume(&mut c, &rt, &store);
-    run_1mb(&mut c, &rt, &store);
+    bench::per_checkpoint(&mut c, &rt, "per_checkpoint", (&store, &raw), None);
+    bench::throughput(&mut c, &rt, "throughput", (&store, ten_noops()), None);
+    bench::resume(&mut c, &rt, "pg_resume_1mb", (&store, &raw));
+    bench::run_1mb(&mut c, &rt, "pg_run_1mb", (&store, &raw), ten_counts());
     c.final_summary();
 
-    rt.block_on(async {
-        sqlx::query(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
-            .execute(store.pool())
-            .await
-            .expect("drop the bench schema");
-    });
+    rt.block_on(fluxio_test_support::postgres::drop_schema(&url, &schema));
 }

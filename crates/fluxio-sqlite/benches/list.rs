@@ -24,37 +24,21 @@
 //! - baselines, in the same run: `sqlite_list/count_baseline`, a plain
 //!   `SELECT count(*)` of the run table, and `sqlite_list/load_baseline`,
 //!   the store's `load` of one run (a point lookup by key).
+//!
+//! The group is written once for the SQL stores
+//! (`fluxio_test_support::bench::sql::list`); this file fills the file.
 
 use std::path::Path;
-use std::time::Duration;
 
 use criterion::Criterion;
-use fluxio::store::{CheckpointStore, RunFilter, RunState};
-use fluxio_core::store::conformance;
 use fluxio_sqlite::SqliteStore;
-
-/// The runs in the file, and how many of them failed.
-const RUNS: i64 = 100_000;
-const FAILED: usize = 50;
+use fluxio_test_support::bench::sql::{self as bench, LIST_RUNS};
 
 /// Writes the two seed runs through the store and copies their rows into
-/// `RUNS` runs in all.
+/// `LIST_RUNS` runs in all.
 async fn fill(store: &SqliteStore) {
-    let done = conformance::checkpoint("seed-done", 3)
-        .in_pipeline("orders")
-        .completed();
-    let failed = conformance::checkpoint("seed-failed", 3)
-        .in_pipeline("orders")
-        .failed("card declined");
-    for cp in [done, failed] {
-        store.save(cp.clone()).await.expect("a seed run");
-        let lease = store
-            .acquire_lease(&cp.key(), Duration::from_secs(60))
-            .await
-            .expect("lease");
-        store.release_lease(lease).await.expect("release");
-    }
-    // Copies 2 .. RUNS - 1 (99,998 runs); one in 2,000 from the failed
+    bench::list_seeds(store).await;
+    // Copies 2 .. LIST_RUNS - 1 (99,998 runs); one in 2,000 from the failed
     // seed: 49 of them, 50 failed runs with the seed.
     let copies = "WITH RECURSIVE n(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) \
                   SELECT n.i AS i, printf('orders/run-%06d', n.i) AS run_id, \
@@ -68,7 +52,7 @@ async fn fill(store: &SqliteStore) {
            c.created_at, c.updated_at, c.expires_at, c.attempt \
          FROM ({copies}) AS k JOIN fluxio_checkpoints AS c ON c.run_id = k.seed"
     ))
-    .bind(RUNS - 1)
+    .bind(LIST_RUNS - 1)
     .execute(&mut *tx)
     .await
     .expect("copy the run rows");
@@ -77,27 +61,15 @@ async fn fill(store: &SqliteStore) {
          SELECT k.run_id, (SELECT max(token) FROM fluxio_checkpoints_leases) + k.i, NULL \
          FROM ({copies}) AS k"
     ))
-    .bind(RUNS - 1)
+    .bind(LIST_RUNS - 1)
     .execute(&mut *tx)
     .await
     .expect("copy the lease rows");
     tx.commit().await.expect("commit");
 }
 
-fn remove_database(file: &Path) {
-    for suffix in ["", "-wal", "-shm"] {
-        let mut name = file.as_os_str().to_owned();
-        name.push(suffix);
-        let _ = std::fs::remove_file(name);
-    }
-}
-
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let rt = bench::runtime();
     let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "fluxio-sqlite-bench-list-{}.db",
         std::process::id()
@@ -106,56 +78,18 @@ fn main() {
         .block_on(SqliteStore::connect(&file))
         .expect("open the bench file");
     rt.block_on(fill(&store));
-    let count = "SELECT count(*) FROM fluxio_checkpoints";
-    let runs: i64 = rt
-        .block_on(sqlx::query_scalar(count).fetch_one(store.pool()))
-        .expect("count");
-    assert_eq!(runs, RUNS);
-
-    let failed = RunFilter::new()
-        .pipeline("orders")
-        .state(RunState::Failed)
-        .limit(100);
-    let page = rt.block_on(store.list_runs(&failed)).expect("list");
-    assert_eq!((page.runs.len(), page.next), (FAILED, None));
-    let first = RunFilter::new().pipeline("orders").limit(100);
-    let page = rt.block_on(store.list_runs(&first)).expect("list");
-    assert_eq!(page.runs.len(), 100);
-    let mut unindexed = RunFilter::new().pipeline("orders");
-    unindexed.updated_before_ms = Some(0);
-    let page = rt.block_on(store.list_runs(&unindexed)).expect("list");
-    assert!(page.runs.is_empty());
+    let count = || async {
+        sqlx::query_scalar("SELECT count(*) FROM fluxio_checkpoints")
+            .fetch_one(store.pool())
+            .await
+            .expect("count")
+    };
 
     let mut c = Criterion::default().configure_from_args();
-    let mut g = c.benchmark_group("sqlite_list");
-    g.bench_function("failed_100", |b| {
-        b.iter(|| rt.block_on(store.list_runs(&failed)).expect("list"));
-    });
-    g.bench_function("first_page_100", |b| {
-        b.iter(|| rt.block_on(store.list_runs(&first)).expect("list"));
-    });
-    g.bench_function("unindexed_scan", |b| {
-        b.iter(|| rt.block_on(store.list_runs(&unindexed)).expect("list"));
-    });
-    g.bench_function("count_baseline", |b| {
-        b.iter(|| {
-            let n: i64 = rt
-                .block_on(sqlx::query_scalar(count).fetch_one(store.pool()))
-                .expect("count");
-            n
-        });
-    });
-    g.bench_function("load_baseline", |b| {
-        b.iter(|| {
-            rt.block_on(store.load("orders/seed-failed"))
-                .expect("load")
-                .expect("stored")
-        });
-    });
-    g.finish();
+    bench::list(&mut c, &rt, "sqlite_list", &store, count);
     c.final_summary();
 
     drop(store);
     drop(rt);
-    remove_database(&file);
+    fluxio_test_support::sqlite::remove_database(&file);
 }

@@ -1,9 +1,13 @@
-//! What the benches share: a timed loop and the contexts they measure.
+//! What the benches share: a timed loop and the contexts they measure;
+//! [`sql`] (feature `sql`), the SQL stores' criterion groups.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use fluxio_core::Context;
+
+#[cfg(feature = "sql")]
+pub mod sql;
 
 /// Runs `f` `iters` times on `rt`, timing the loop only.
 pub fn timed<F, Fut>(rt: &tokio::runtime::Runtime, iters: u64, mut f: F) -> Duration

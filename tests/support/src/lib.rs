@@ -9,6 +9,11 @@
 //! - [`journal`]: a crashed run with a 1 MB context, for the journal benches.
 //! - [`bench`](mod@bench): the benches' timed loop and the contexts they measure.
 //! - [`child`]: runs one test of the current test binary in a child process.
+//! - [`cleanup`]: cleaning up from `Drop`, on a runtime of its own.
+//! - [`secrets`]: that no URL shows its password, for every store.
+//! - `sql` (feature `sql`, on with `sqlite`, `postgres`, `mysql`): the
+//!   checks every SQL store runs, through its `sql::SqlHarness`, and
+//!   [`sql_tests!`] to make them tests.
 //! - [`namespace`] (a key prefix or schema no other test uses) and
 //!   [`checkpoint`] (the checkpoint tests write): the conformance suite's own,
 //!   re-exported.
@@ -19,11 +24,15 @@
 
 pub mod bench;
 pub mod child;
+pub mod cleanup;
 pub mod journal;
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
 pub mod runs;
+pub mod secrets;
+#[cfg(feature = "sql")]
+pub mod sql;
 pub mod sqlite;
 mod temp_dir;
 

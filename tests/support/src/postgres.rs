@@ -45,8 +45,10 @@ pub async fn drop_schema(url: &str, schema: &str) {
     let mut conn = sqlx::PgConnection::connect(url)
         .await
         .expect("connect to drop");
-    sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-        .execute(&mut conn)
+    // `Executor::execute`, not `RawSql::execute`: the future stays `Send`
+    // (a harness's `async_trait` method awaits it)
+    let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+    sqlx::Executor::execute(&mut conn, sqlx::raw_sql(&drop))
         .await
         .expect("drop schema");
     let _ = conn.close().await;
@@ -77,4 +79,36 @@ pub async fn indexes(pool: &sqlx::PgPool, schema: &str, table: &str) -> Vec<(Str
     .fetch_all(pool)
     .await
     .expect("the table's indexes")
+}
+
+/// For a bench: `Some(url)` when the server answers within 5 s; otherwise
+/// `None` after saying on stderr that the benches are skipped.
+#[cfg(feature = "postgres")]
+pub fn bench_server(rt: &tokio::runtime::Runtime) -> Option<String> {
+    use sqlx::Connection as _;
+
+    let url = url();
+    let reachable = rt.block_on(async {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            sqlx::PgConnection::connect(&url),
+        )
+        .await
+    });
+    match reachable {
+        Ok(Ok(conn)) => {
+            drop(rt.block_on(conn.close()));
+            Some(url)
+        }
+        Ok(Err(e)) => {
+            eprintln!("SKIPPED: postgres is unreachable ({e}); start it to run these benchmarks");
+            None
+        }
+        Err(_) => {
+            eprintln!(
+                "SKIPPED: postgres did not answer within 5 s; start it to run these benchmarks"
+            );
+            None
+        }
+    }
 }

@@ -139,20 +139,11 @@ impl Drop for PgHarness {
             return;
         }
         let url = self.url.clone();
-        // Drop runs inside the check's runtime, which cannot be blocked on:
-        // clean up from a thread with a runtime of its own.
-        let cleanup = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for the cleanup");
-            rt.block_on(async {
-                for (ns, _pool) in pools {
-                    support::postgres::drop_schema(&url, &ns).await;
-                }
-            });
+        support::cleanup::on_own_runtime(move || async move {
+            for (ns, _pool) in pools {
+                support::postgres::drop_schema(&url, &ns).await;
+            }
         });
-        let _ = cleanup.join();
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! The tests that need the server take it from `FLUXIO_POSTGRES_URL` (see
 //! `fluxio_test_support::postgres`), each in a schema of its own; without a
-//! server they are skipped loudly, or fail when `CI` is set.
+//! server they are skipped loudly, or fail when `CI` is set. The SQL
+//! stores' shared checks reach the server through `sql::Postgres`.
 
 mod conformance;
 mod connect;
@@ -15,3 +16,4 @@ mod runs;
 mod schema;
 mod secrets;
 mod settings;
+mod sql;

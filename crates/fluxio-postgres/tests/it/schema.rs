@@ -1,13 +1,17 @@
 //! Migrations: concurrent first connections, several stores in one schema,
-//! the default schema, a changed migration.
+//! the default schema, a changed migration, the operator columns, the
+//! pipeline column. What every SQL store shares is checked by
+//! `fluxio_test_support::sql` (`schema.rs` there).
 
 use std::time::Duration;
 
-use fluxio_core::Error;
 use fluxio_core::store::conformance::checkpoint;
 use fluxio_core::store::{CheckpointStore, RunStatus};
-use fluxio_postgres::{PostgresStore, PostgresStoreError};
+use fluxio_postgres::PostgresStore;
 use fluxio_test_support as support;
+use support::sql::{self, Refusal, SqlHarness as _};
+
+use crate::sql::Postgres;
 
 /// A store on `schema` with `max_connections` 4.
 async fn store(url: &str, schema: &str) -> PostgresStore {
@@ -19,94 +23,18 @@ async fn store(url: &str, schema: &str) -> PostgresStore {
         .expect("connect")
 }
 
+/// Eight stores connecting to one fresh schema at once, each with a pool
+/// of one connection: the SQL stores' shared check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_first_connections_to_one_fresh_schema_all_succeed() {
-    let Some(url) = support::postgres::server().await else {
-        return;
-    };
-    let schema = support::namespace("race");
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..8 {
-        let (url, schema) = (url.clone(), schema.clone());
-        tasks.spawn(async move {
-            PostgresStore::builder(url)
-                .schema(schema)
-                .max_connections(1)
-                .connect()
-                .await
-        });
-    }
-    let mut stores = Vec::new();
-    while let Some(joined) = tasks.join_next().await {
-        stores.push(joined.expect("no panic").expect("every connect succeeds"));
-    }
-    assert_eq!(stores.len(), 8);
-    let applied: i64 = sqlx::query_scalar(&format!(
-        "SELECT count(*) FROM \"{schema}\"._fluxio_migrations WHERE table_name = 'fluxio_checkpoints'"
-    ))
-    .fetch_one(stores[0].pool())
-    .await
-    .expect("bookkeeping");
-    assert_eq!(
-        applied, 4,
-        "each migration (tables, run journal, pipeline column, listing) applied exactly once"
-    );
-    stores[0].save(checkpoint("r", 1)).await.expect("save");
-    assert!(stores[7].exists("r").await.expect("exists"));
-    drop(stores);
-    support::postgres::drop_schema(&url, &schema).await;
+    sql::run::<Postgres, _, _>("race", |h| {
+        sql::eight_concurrent_first_opens_all_succeed(h, 1)
+    })
+    .await;
 }
 
-#[tokio::test]
-async fn two_tables_in_one_schema_are_independent() {
-    let Some(url) = support::postgres::server().await else {
-        return;
-    };
-    let schema = support::namespace("two_tables");
-    let a = PostgresStore::builder(url.as_str())
-        .schema(&schema)
-        .table("a")
-        .max_connections(2)
-        .connect()
-        .await
-        .expect("a");
-    let b = PostgresStore::builder(url.as_str())
-        .schema(&schema)
-        .table("b")
-        .max_connections(2)
-        .connect()
-        .await
-        .expect("b");
-    a.save(checkpoint("r", 1)).await.expect("save");
-    assert!(!b.exists("r").await.expect("exists"));
-    let _held = a
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("lease in a");
-    b.acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("b's leases are its own");
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
-    )
-    .bind(&schema)
-    .fetch_all(a.pool())
-    .await
-    .expect("tables");
-    assert_eq!(
-        tables,
-        [
-            "_fluxio_migrations",
-            "a",
-            "a_leases",
-            "a_steps",
-            "b",
-            "b_leases",
-            "b_steps"
-        ]
-    );
-    drop((a, b));
-    support::postgres::drop_schema(&url, &schema).await;
+fluxio_test_support::sql_tests! { Postgres;
+    two_tables_in_one_schema_are_independent = two_tables_in_one_database_are_independent,
 }
 
 #[tokio::test]
@@ -134,30 +62,27 @@ async fn connect_with_the_defaults_uses_public_fluxio_checkpoints() {
         .expect("migrating again changes nothing");
 }
 
+/// The SQL stores' shared check (reopening changes nothing, an edited
+/// migration refuses the next connect), and `migrate` on a store that was
+/// already open refuses it the same way.
 #[tokio::test]
 async fn an_edited_migration_is_refused() {
-    let Some(url) = support::postgres::server().await else {
-        return;
-    };
-    let schema = support::namespace("edited");
-    let store = store(&url, &schema).await;
-    sqlx::query(&format!(
-        "UPDATE \"{schema}\"._fluxio_migrations SET checksum = '\\x00'"
-    ))
-    .execute(store.pool())
-    .await
-    .expect("tamper");
-    match store.migrate().await {
-        Err(Error::Store { source, .. }) => match source.downcast_ref::<PostgresStoreError>() {
-            Some(PostgresStoreError::MigrationChanged { version, table, .. }) => {
-                assert_eq!((*version, table.as_str()), (1, "fluxio_checkpoints"));
+    sql::run::<Postgres, _, _>("edited", |h| async move {
+        let open_before = sql::open(&*h).await;
+        sql::reopening_changes_nothing_and_an_edited_migration_is_refused(&*h).await;
+        let err = open_before
+            .migrate()
+            .await
+            .expect_err("an edited migration");
+        assert_eq!(
+            Postgres::refusal(&err),
+            Refusal::MigrationChanged {
+                version: 1,
+                table: "fluxio_checkpoints".to_owned()
             }
-            other => panic!("expected MigrationChanged, got {other:?}"),
-        },
-        other => panic!("expected a store error, got {other:?}"),
-    }
-    drop(store);
-    support::postgres::drop_schema(&url, &schema).await;
+        );
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -247,51 +172,20 @@ async fn purge_deletes_every_released_lease_row() {
 }
 
 /// Schema version 3: a run's pipeline (its key before the first `/`) is a
-/// column PostgreSQL generates from `run_id`, so rows written without
-/// naming it, as builds before version 3 write them, have it right too;
-/// and it leads an index `(pipeline, status, updated_at)`, which trimming
-/// a pipeline's completed runs searches.
+/// column PostgreSQL generates from `run_id` (the SQL stores' shared
+/// check), and it leads an index `(pipeline, status, updated_at)`, which
+/// trimming a pipeline's completed runs searches.
 #[tokio::test]
 async fn the_pipeline_column_is_generated_from_the_run_id_and_indexed() {
-    let Some(url) = support::postgres::server().await else {
-        return;
-    };
-    let schema = support::namespace("pipeline");
-    let store = store(&url, &schema).await;
-    for key in ["orders/r1", "r2", "a/b/c", "/x"] {
-        sqlx::query(&format!(
-            "INSERT INTO \"{schema}\".fluxio_checkpoints \
-               (run_id, payload, version, ip, step, status, created_at) \
-             VALUES ($1, '', 'v', 0, '', 'completed', now())"
-        ))
-        .bind(key)
-        .execute(store.pool())
-        .await
-        .expect("a row as an older build writes it");
-    }
-    let rows: Vec<(String, String)> = sqlx::query_as(&format!(
-        "SELECT run_id, pipeline FROM \"{schema}\".fluxio_checkpoints ORDER BY run_id COLLATE \"C\""
-    ))
-    .fetch_all(store.pool())
-    .await
-    .expect("rows");
-    let rows: Vec<(&str, &str)> = rows.iter().map(|(k, p)| (k.as_str(), p.as_str())).collect();
-    assert_eq!(
-        rows,
-        [
-            ("/x", ""),
-            ("a/b/c", "a"),
-            ("orders/r1", "orders"),
-            ("r2", "")
-        ]
-    );
-    let index: Vec<(String, String)> =
-        support::postgres::indexes(store.pool(), &schema, "fluxio_checkpoints")
-            .await
-            .into_iter()
-            .filter(|(_, def)| def.ends_with("(pipeline, status, updated_at)"))
-            .collect();
-    assert_eq!(index.len(), 1, "{index:?}");
-    drop(store);
-    support::postgres::drop_schema(&url, &schema).await;
+    sql::run::<Postgres, _, _>("pipeline", |h| async move {
+        sql::the_pipeline_column_is_generated_from_the_run_id(&*h).await;
+        let index: Vec<(String, String)> =
+            support::postgres::indexes(h.pool(), h.schema(), "fluxio_checkpoints")
+                .await
+                .into_iter()
+                .filter(|(_, def)| def.ends_with("(pipeline, status, updated_at)"))
+                .collect();
+        assert_eq!(index.len(), 1, "{index:?}");
+    })
+    .await;
 }

@@ -1,100 +1,46 @@
 //! No error message, `Display` or `Debug`, shows the password of the URL,
-//! whatever is wrong with the URL.
+//! whatever is wrong with the URL (the cases and the check:
+//! `fluxio_test_support::secrets`, shared with the other stores).
 
-use std::error::Error as _;
 use std::time::Duration;
 
 use fluxio_core::store::CheckpointStore as _;
-use fluxio_core::store::conformance::urls_with_password;
 use fluxio_postgres::PostgresStore;
-use futures::StreamExt as _;
-
-/// Passwords as written in the URL, with what must never be shown of each
-/// (as written and percent-decoded).
-const PASSWORDS: &[(&str, &[&str])] = &[
-    ("hunter2", &["hunter2"]),
-    ("hunt%65r2", &["hunt%65r2", "hunter2"]),
-    ("s3cr%40t%2Fpw", &["s3cr%40t%2Fpw", "s3cr@t/pw"]),
-    ("pässwörd🔑", &["pässwörd🔑", "p%C3%A4ssw%C3%B6rd"]),
-];
-
-/// Every text an error shows: `Display`, `Debug`, `{:#?}`, and the same of
-/// each source.
-fn texts(e: &fluxio_core::Error) -> Vec<String> {
-    let mut out = vec![e.to_string(), format!("{e:?}"), format!("{e:#?}")];
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.extend([s.to_string(), format!("{s:?}")]);
-        source = s.source();
-    }
-    out
-}
+use fluxio_test_support::secrets;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_url_shows_its_password() {
-    let mut cases = Vec::new();
-    for (password, forbidden) in PASSWORDS {
-        for url in urls_with_password("postgres", "127.0.0.1:5432", "/test", password) {
-            cases.push((url, *forbidden));
-        }
-        for url in urls_with_password("postgresql", "127.0.0.1:1", "", password) {
-            cases.push((url, *forbidden));
-        }
-    }
-    assert!(cases.len() > 500, "{} urls", cases.len());
-    let outcomes = futures::stream::iter(cases)
-        .map(|(url, forbidden)| async move {
-            // Lazily, on a schema that does not exist: URLs that reach the
-            // server (it trusts every password) fail at the first call,
-            // without creating anything.
-            let built = PostgresStore::builder(url.as_str())
-                .schema("fx_secrets_no_such_schema")
-                .timeout(Duration::from_secs(1))
-                .connect_lazy();
-            let shown = match built {
-                Ok(store) => {
-                    let mut shown = vec![format!("{store:?}"), format!("{store:#?}")];
-                    match store.load("r").await {
-                        Ok(_) => panic!("{url:?}: a load from a missing schema succeeded"),
-                        Err(e) => shown.extend(texts(&e)),
-                    }
-                    shown
+    let servers = [
+        ("postgres", "127.0.0.1:5432", "/test"),
+        ("postgresql", "127.0.0.1:1", ""),
+    ];
+    secrets::assert_no_url_shows_its_password(&servers, 64, |url| async move {
+        // Lazily, on a schema that does not exist: URLs that reach the
+        // server (it trusts every password) fail at the first call,
+        // without creating anything.
+        let built = PostgresStore::builder(url.as_str())
+            .schema("fx_secrets_no_such_schema")
+            .timeout(Duration::from_secs(1))
+            .connect_lazy();
+        match built {
+            Ok(store) => {
+                let mut shown = vec![format!("{store:?}"), format!("{store:#?}")];
+                match store.load("r").await {
+                    Ok(_) => panic!("{url:?}: a load from a missing schema succeeded"),
+                    Err(e) => shown.extend(secrets::texts(&e)),
                 }
-                Err(e) => texts(&e),
-            };
-            let leaks: Vec<String> = shown
-                .into_iter()
-                .filter(|text| forbidden.iter().any(|f| text.contains(f)))
-                .collect();
-            (url, leaks)
-        })
-        .buffer_unordered(64)
-        .collect::<Vec<_>>()
-        .await;
-    let leaked: Vec<String> = outcomes
-        .into_iter()
-        .filter(|(_, leaks)| !leaks.is_empty())
-        .map(|(url, leaks)| format!("{url:?} -> {}", leaks[0]))
-        .collect();
-    assert!(
-        leaked.is_empty(),
-        "{} urls leak their password, e.g.:\n{}",
-        leaked.len(),
-        leaked
-            .iter()
-            .take(15)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+                shown
+            }
+            Err(e) => secrets::texts(&e),
+        }
+    })
+    .await;
 }
 
 #[test]
 fn builder_debug_does_not_show_the_password() {
-    for url in urls_with_password("postgres", "127.0.0.1:5432", "/test", "hunter2") {
-        let builder = PostgresStore::builder(url.as_str());
-        for text in [format!("{builder:?}"), format!("{builder:#?}")] {
-            assert!(!text.contains("hunter2"), "{url:?} -> {text}");
-        }
-    }
+    secrets::assert_debug_hides_the_password(("postgres", "127.0.0.1:5432", "/test"), |url| {
+        let builder = PostgresStore::builder(url);
+        [format!("{builder:?}"), format!("{builder:#?}")]
+    });
 }

@@ -21,16 +21,6 @@ fn sqlite_source(err: &Error) -> &(dyn std::error::Error + Send + Sync + 'static
     }
 }
 
-/// Another connection takes the write lock and sits on it.
-async fn hold_the_write_lock(file: &std::path::Path) -> sqlx::SqliteConnection {
-    let mut other = support::sqlite::raw_connection(file).await;
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .expect("take the write lock");
-    other
-}
-
 #[tokio::test]
 async fn a_file_that_cannot_be_opened_is_a_connection_failure() {
     let dir = support::TempDir::new("error_kind_open");
@@ -58,7 +48,7 @@ async fn a_write_locked_past_the_busy_timeout_is_a_timeout() {
         .connect()
         .await
         .expect("open");
-    let other = hold_the_write_lock(&file).await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
     let err = store
         .acquire_lease("r", Duration::from_secs(30))
         .await
@@ -89,7 +79,7 @@ async fn a_write_locked_past_the_store_timeout_is_a_timeout() {
         .connect()
         .await
         .expect("open");
-    let other = hold_the_write_lock(&file).await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
     let err = store
         .acquire_lease("r", Duration::from_secs(30))
         .await

@@ -16,15 +16,6 @@ use sqlx::SqliteConnection;
 
 const TTL: Duration = Duration::from_secs(60);
 
-async fn hold_the_write_lock(file: &std::path::Path) -> SqliteConnection {
-    let mut other = support::sqlite::raw_connection(file).await;
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .expect("take the write lock");
-    other
-}
-
 async fn release(mut other: SqliteConnection) {
     sqlx::query("ROLLBACK")
         .execute(&mut other)
@@ -42,7 +33,7 @@ async fn rule24_writes_waiting_together_share_one_commit() {
     let dir = support::TempDir::new("group_share");
     let file = dir.db("x");
     let store = SqliteStore::connect(&file).await.expect("open");
-    let other = hold_the_write_lock(&file).await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
     let before = store.commits();
     let writes: Vec<_> = (0..16)
         .map(|i| {
@@ -75,7 +66,7 @@ async fn rule24_a_write_is_answered_only_once_its_commit_is_done() {
     let file = dir.db("x");
     let store = SqliteStore::connect(&file).await.expect("open");
     let lease = store.acquire_lease("r", TTL).await.expect("lease");
-    let other = hold_the_write_lock(&file).await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
     let write = {
         let store = store.clone();
         let lease = Lease::new(lease.run_id(), lease.token());
@@ -110,7 +101,7 @@ async fn rule24_a_refused_write_fails_only_its_own_caller() {
     delta.seq = 1;
     delta.change = Change::none();
 
-    let other = hold_the_write_lock(&file).await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
     let before = store.commits();
     let save = |cp, lease: &Lease| {
         let store = store.clone();
@@ -237,7 +228,7 @@ async fn rule24_a_save_failing_in_a_batch_gives_up_its_transaction_and_no_more()
         leases.push(store.acquire_lease(run, TTL).await.expect("lease"));
     }
 
-    let other = hold_the_write_lock(&file).await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
     // the first write waits for the lock alone, in a transaction of its own
     let opener = {
         let store = store.clone();
@@ -285,7 +276,7 @@ async fn rule24_runs_beginning_together_share_one_commit_and_draw_distinct_token
         .await
         .expect("lease");
 
-    let other = hold_the_write_lock(&file).await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
     let before = store.commits();
     let begin = |cp: Checkpoint| {
         let store = store.clone();
@@ -358,7 +349,7 @@ async fn rule24_runs_ending_together_share_one_commit_and_give_their_leases_back
     let cancelled = runs[5].0[0].key();
     store.cancel(&cancelled).await.expect("cancel");
 
-    let other = hold_the_write_lock(&file).await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
     let before = store.commits();
     let writes: Vec<_> = runs
         .iter()
@@ -417,7 +408,7 @@ async fn rule24_saves_of_one_run_waiting_together_run_one_after_the_other() {
         leases.push(begun.lease);
     }
 
-    let other = hold_the_write_lock(&file).await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
     let mut writes = Vec::new();
     for (cp, lease) in [
         (&run[1], &leases[0]),
@@ -461,7 +452,7 @@ async fn rule24_a_beginning_failing_in_a_batch_fails_alone_when_tried_again() {
     let file = dir.db("x");
     let store = refusing_steps_of(&file, "orders/bad").await;
 
-    let other = hold_the_write_lock(&file).await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
     let opener = {
         let store = store.clone();
         tokio::spawn(async move { store.acquire_lease("opener", TTL).await })

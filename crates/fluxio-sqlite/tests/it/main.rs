@@ -4,7 +4,8 @@
 //! Each test works in a scratch directory of its own
 //! (`fluxio_test_support::TempDir`). The tests of several processes run
 //! one test of this binary again in a child process
-//! (`fluxio_test_support::child`).
+//! (`fluxio_test_support::child`). The SQL stores' shared checks reach
+//! SQLite through `sql::Sqlite`.
 
 mod conformance;
 mod error_kind;
@@ -18,3 +19,4 @@ mod resume;
 mod runs;
 mod schema;
 mod settings;
+mod sql;

@@ -1,20 +1,20 @@
 //! Opening files: concurrent first opens (tasks and processes), several
-//! stores in one file, reopening, an edited migration, the operator columns.
+//! stores in one file, reopening, an edited migration, the operator columns,
+//! the pipeline column. What every SQL store shares is checked by
+//! `fluxio_test_support::sql` (`schema.rs` there).
 
 use std::path::Path;
 use std::time::Duration;
 
-use fluxio_core::Error;
 use fluxio_core::store::{CheckpointStore, RunStatus};
-use fluxio_sqlite::{SqliteStore, SqliteStoreError};
+use fluxio_sqlite::SqliteStore;
 use fluxio_test_support as support;
+use support::sql::{self, MIGRATIONS};
+
+use crate::sql::Sqlite;
 
 /// Set for the child processes of
 /// `four_processes_open_one_fresh_file_at_once`: the file to open.
-/// The migrations of this build: the tables and leases (1), the run
-/// journal (2), the pipeline column (3), listing (4).
-const MIGRATIONS: i64 = 4;
-
 const CHILD_FILE: &str = "FLUXIO_SQLITE_TEST_CHILD_FILE";
 /// When the children open it, in milliseconds since the Unix epoch.
 const CHILD_START: &str = "FLUXIO_SQLITE_TEST_CHILD_START";
@@ -27,38 +27,15 @@ async fn count(file: &Path, sql: &str) -> i64 {
         .expect("count")
 }
 
+/// Eight stores opening one fresh file at once, three times over: the SQL
+/// stores' shared check, each round on a file of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_first_opens_of_one_fresh_file_all_succeed() {
     for round in 0..3 {
-        let dir = support::TempDir::new(&format!("race{round}"));
-        let file = dir.db("fresh");
-        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(8));
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..8 {
-            let (file, barrier) = (file.clone(), barrier.clone());
-            tasks.spawn(async move {
-                barrier.wait().await;
-                SqliteStore::builder(file)
-                    .max_connections(2)
-                    .connect()
-                    .await
-            });
-        }
-        let mut stores = Vec::new();
-        while let Some(joined) = tasks.join_next().await {
-            stores.push(joined.expect("no panic").expect("every open succeeds"));
-        }
-        assert_eq!(stores.len(), 8);
-        assert_eq!(
-            count(&file, "SELECT count(*) FROM _fluxio_migrations").await,
-            MIGRATIONS,
-            "each migration applied exactly once"
-        );
-        stores[0]
-            .save(support::checkpoint("r", 1))
-            .await
-            .expect("save");
-        assert!(stores[7].exists("r").await.expect("exists"));
+        sql::run::<Sqlite, _, _>(&format!("race{round}"), |h| {
+            sql::eight_concurrent_first_opens_all_succeed(h, 2)
+        })
+        .await;
     }
 }
 
@@ -138,78 +115,10 @@ fn four_processes_open_one_fresh_file_at_once() {
     }
 }
 
-#[tokio::test]
-async fn two_tables_in_one_file_are_independent() {
-    let dir = support::TempDir::new("two_tables");
-    let file = dir.db("shared");
-    let a = SqliteStore::builder(&file)
-        .table("a")
-        .connect()
-        .await
-        .expect("a");
-    let b = SqliteStore::builder(&file)
-        .table("b")
-        .connect()
-        .await
-        .expect("b");
-    a.save(support::checkpoint("r", 1)).await.expect("save");
-    assert!(!b.exists("r").await.expect("exists"));
-    let _held = a
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("lease in a");
-    b.acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("b's leases are its own");
-    let mut conn = support::sqlite::raw_connection(&file).await;
-    let tables: Vec<String> =
-        sqlx::query_scalar("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
-            .fetch_all(&mut conn)
-            .await
-            .expect("tables");
-    assert_eq!(
-        tables,
-        [
-            "_fluxio_migrations",
-            "a",
-            "a_leases",
-            "a_steps",
-            "b",
-            "b_leases",
-            "b_steps"
-        ]
-    );
-}
-
-#[tokio::test]
-async fn reopening_changes_nothing_and_an_edited_migration_is_refused() {
-    let dir = support::TempDir::new("edited");
-    let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
-    let cp = support::checkpoint("r", 1);
-    store.save(cp.clone()).await.expect("save");
-    drop(store);
-    let again = SqliteStore::connect(&file).await.expect("reopen");
-    assert_eq!(again.load("r").await.expect("load"), Some(cp));
-    assert_eq!(
-        count(&file, "SELECT count(*) FROM _fluxio_migrations").await,
-        MIGRATIONS
-    );
-
-    let mut conn = support::sqlite::raw_connection(&file).await;
-    sqlx::query("UPDATE _fluxio_migrations SET checksum = x'00'")
-        .execute(&mut conn)
-        .await
-        .expect("tamper");
-    match SqliteStore::connect(&file).await {
-        Err(Error::Store { source, .. }) => match source.downcast_ref::<SqliteStoreError>() {
-            Some(SqliteStoreError::MigrationChanged { version, table, .. }) => {
-                assert_eq!((*version, table.as_str()), (1, "fluxio_checkpoints"));
-            }
-            other => panic!("expected MigrationChanged, got {other:?}"),
-        },
-        other => panic!("expected a store error, got {other:?}"),
-    }
+fluxio_test_support::sql_tests! { Sqlite;
+    two_tables_in_one_file_are_independent = two_tables_in_one_database_are_independent,
+    reopening_changes_nothing_and_an_edited_migration_is_refused,
+    the_pipeline_column_is_generated_from_the_run_id,
 }
 
 #[tokio::test]
@@ -324,43 +233,5 @@ async fn opening_a_fresh_file_waits_for_a_foreign_writer_to_finish() {
         count(&file, "SELECT count(*) FROM app_data").await,
         0,
         "the application's table is still there"
-    );
-}
-
-/// Schema version 3: a run's pipeline (its key before the first `/`) is a
-/// column SQLite generates from `run_id`, so rows written without naming
-/// it, as builds before version 3 write them, have it right too.
-#[tokio::test]
-async fn the_pipeline_column_is_generated_from_the_run_id() {
-    let dir = support::TempDir::new("pipeline");
-    let file = dir.db("p");
-    drop(SqliteStore::connect(&file).await.expect("open"));
-    let mut conn = support::sqlite::raw_connection(&file).await;
-    for key in ["orders/r1", "r2", "a/b/c", "/x", "émoji/1"] {
-        sqlx::query(
-            "INSERT INTO fluxio_checkpoints \
-               (run_id, payload, version, ip, step, status, created_at, updated_at) \
-             VALUES (?1, X'', 'v', 0, '', 'completed', 0, 0)",
-        )
-        .bind(key)
-        .execute(&mut conn)
-        .await
-        .expect("a row as an older build writes it");
-    }
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT run_id, pipeline FROM fluxio_checkpoints ORDER BY run_id")
-            .fetch_all(&mut conn)
-            .await
-            .expect("rows");
-    let rows: Vec<(&str, &str)> = rows.iter().map(|(k, p)| (k.as_str(), p.as_str())).collect();
-    assert_eq!(
-        rows,
-        [
-            ("/x", ""),
-            ("a/b/c", "a"),
-            ("orders/r1", "orders"),
-            ("r2", ""),
-            ("émoji/1", "émoji")
-        ]
     );
 }

@@ -181,17 +181,6 @@ fn assert_store_error_in_time(
     }
 }
 
-/// Another connection (another process, as far as SQLite can tell) takes
-/// the write lock and sits on it.
-async fn hold_the_write_lock(file: &std::path::Path) -> sqlx::SqliteConnection {
-    let mut other = support::sqlite::raw_connection(file).await;
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .expect("take the write lock");
-    other
-}
-
 #[tokio::test]
 async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store_recovers() {
     let dir = support::TempDir::new("blocked");
@@ -206,7 +195,7 @@ async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store
     let cp = support::checkpoint("r", 1);
     store.save(cp.clone()).await.expect("save");
 
-    let mut other = hold_the_write_lock(&file).await;
+    let mut other = support::sqlite::hold_the_write_lock(&file).await;
     let limit = timeout + Duration::from_millis(700);
 
     let started = Instant::now();
@@ -257,7 +246,7 @@ async fn a_write_blocked_past_the_busy_timeout_fails_with_sqlites_error() {
         .connect()
         .await
         .expect("open");
-    let mut other = hold_the_write_lock(&file).await;
+    let mut other = support::sqlite::hold_the_write_lock(&file).await;
 
     let started = Instant::now();
     let r = store.save(support::checkpoint("r", 1)).await;
