@@ -40,13 +40,15 @@ pub async fn server() -> Option<String> {
 /// When the server refuses.
 #[cfg(feature = "mysql")]
 pub async fn drop_database(url: &str, database: &str) {
-    use sqlx::Connection as _;
+    use sqlx::{Connection as _, Executor as _};
 
     let mut conn = sqlx::MySqlConnection::connect(url)
         .await
         .expect("connect to drop");
-    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS `{database}`"))
-        .execute(&mut conn)
+    // `Executor::execute` rather than `RawSql::execute`: the latter's
+    // future is not `Send` for every lifetime on a MySQL connection
+    let drop = format!("DROP DATABASE IF EXISTS `{database}`");
+    conn.execute(sqlx::raw_sql(&drop))
         .await
         .expect("drop database");
     let _ = conn.close().await;

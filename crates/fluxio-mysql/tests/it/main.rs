@@ -7,3 +7,4 @@
 
 mod conformance;
 mod limits;
+mod sql;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fluxio_core::store::CheckpointStore;
 
-use super::{MIGRATIONS, Options, Refusal, SqlHarness, TABLE, open};
+use super::{Options, Refusal, SqlHarness, TABLE, open};
 
 /// How many of this build's migrations of [`TABLE`] are applied.
 async fn applied<H: SqlHarness>(h: &H) -> i64 {
@@ -41,7 +41,7 @@ pub async fn eight_concurrent_first_opens_all_succeed<H: SqlHarness>(
     assert_eq!(stores.len(), 8);
     assert_eq!(
         applied(&*h).await,
-        MIGRATIONS,
+        H::MIGRATIONS,
         "each migration (tables, run journal, pipeline column, listing) applied exactly once"
     );
     stores[0]
@@ -89,7 +89,7 @@ pub async fn reopening_changes_nothing_and_an_edited_migration_is_refused<H: Sql
     drop(store);
     let again = open(h).await;
     assert_eq!(again.load("r").await.expect("load"), Some(cp));
-    assert_eq!(applied(h).await, MIGRATIONS);
+    assert_eq!(applied(h).await, H::MIGRATIONS);
     drop(again);
 
     let garbage = h.blob(&[0]);
