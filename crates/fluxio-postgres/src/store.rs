@@ -15,7 +15,7 @@ use crate::dialect::Postgres;
 use crate::migrate;
 use crate::statements::Names;
 
-/// A [`CheckpointStore`] in PostgreSQL, on a sqlx [`PgPool`].
+/// A [`CheckpointStore`](fluxio_core::store::CheckpointStore) in PostgreSQL, on a sqlx [`PgPool`].
 ///
 /// Cloning is cheap (one `Arc`) and the clones share the pool. See the
 /// [crate documentation](crate) for the schema, the lease protocol, retention
@@ -50,7 +50,7 @@ impl PostgresStore {
     /// the default settings and applies the pending migrations.
     ///
     /// # Errors
-    /// [`Error::Store`] when the URL is invalid, the server cannot be
+    /// [`Error::Store`](fluxio_core::Error::Store) when the URL is invalid, the server cannot be
     /// reached within the [timeout](PostgresStoreBuilder::timeout), or a
     /// migration fails.
     pub async fn connect(url: &str) -> Result<PostgresStore> {
@@ -102,7 +102,7 @@ impl PostgresStore {
     /// once (they queue on an advisory lock per schema).
     ///
     /// # Errors
-    /// [`Error::Store`] with the sqlx error, a
+    /// [`Error::Store`](fluxio_core::Error::Store) with the sqlx error, a
     /// [`PostgresStoreError::MigrationChanged`](crate::PostgresStoreError::MigrationChanged)
     /// or a timeout.
     pub async fn migrate(&self) -> Result<()> {
@@ -131,7 +131,7 @@ impl PostgresStore {
     /// of [`migrate`](Self::migrate).
     ///
     /// # Errors
-    /// [`Error::Store`]: a
+    /// [`Error::Store`](fluxio_core::Error::Store): a
     /// [`PostgresStoreError::NoTables`](crate::PostgresStoreError::NoTables),
     /// [`SchemaOutdated`](crate::PostgresStoreError::SchemaOutdated) or
     /// [`MigrationChanged`](crate::PostgresStoreError::MigrationChanged),
@@ -166,7 +166,7 @@ impl PostgresStore {
     /// from one worker; concurrent calls are harmless.
     ///
     /// # Errors
-    /// [`Error::Store`].
+    /// [`Error::Store`](fluxio_core::Error::Store).
     pub async fn purge_expired(&self) -> Result<u64> {
         self.server().purge_expired().await
     }

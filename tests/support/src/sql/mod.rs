@@ -7,7 +7,7 @@
 //! A store's tests say how to reach it with a [`SqlHarness`]: how to open a
 //! store on a fresh, isolated database (a file, a schema, a database), how
 //! to run SQL on that database as another program would, and the few
-//! places where its dialect or its migrations differ. [`sql_tests!`] then
+//! places where its dialect or its migrations differ. [`sql_tests!`](crate::sql_tests) then
 //! expands to one `#[tokio::test]` per check, under the name the store's
 //! tests give it:
 //!
@@ -220,7 +220,7 @@ pub async fn open<H: SqlHarness>(h: &H) -> H::Store {
 }
 
 /// Runs `check` on a fresh harness for `test`, then
-/// [`finish`](SqlHarness::finish)es it, as [`sql_tests!`] does (nothing
+/// [`finish`](SqlHarness::finish)es it, as [`sql_tests!`](crate::sql_tests) does (nothing
 /// after a loud skip).
 pub async fn run<H, F, Fut>(test: &str, check: F)
 where
