@@ -6,12 +6,11 @@
 
 use std::time::Duration;
 
-use fluxio_core::Error;
 use fluxio_core::store::StoreErrorKind;
 use fluxio_sql::{BoxFuture, Failure, RunStatements};
 use sqlx::mysql::{MySqlConnection, MySqlQueryResult};
 
-use crate::error::{MySqlStoreError, is_connection_error, own_error, sql_kind};
+use crate::error::{is_connection_error, sql_kind};
 
 /// MySQL's and MariaDB's dialect.
 #[derive(Debug)]
@@ -89,18 +88,6 @@ impl fluxio_sql::Server for MySql {
 
     fn is_connection_error(e: &sqlx::Error) -> bool {
         is_connection_error(e)
-    }
-
-    fn timeout(operation: &'static str, timeout: Duration) -> Error {
-        own_error(MySqlStoreError::Timeout { operation, timeout })
-    }
-
-    fn connect(url: String, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
-        own_error(MySqlStoreError::Connect { url, source })
-    }
-
-    fn scrubbed(message: String) -> Box<dyn std::error::Error + Send + Sync> {
-        Box::new(MySqlStoreError::Scrubbed { message })
     }
 
     fn rows_affected(done: &MySqlQueryResult) -> u64 {

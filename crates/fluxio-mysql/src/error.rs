@@ -1,8 +1,6 @@
 //! The errors of this crate that are not sqlx's, and what kind of failure
 //! (a timeout, a connection failure) each error of the store is.
 
-use std::time::Duration;
-
 use fluxio_core::Error;
 use fluxio_core::store::StoreErrorKind;
 use sqlx::mysql::MySqlDatabaseError;
@@ -10,120 +8,13 @@ use sqlx::mysql::MySqlDatabaseError;
 /// The `backend` of every [`Error::Store`] this crate returns.
 pub const BACKEND: &str = "mysql";
 
-/// What went wrong in the store itself, rather than in sqlx or the server.
+/// What went wrong in the store itself, rather than in sqlx or the server:
+/// the error of every SQL server store, [`fluxio_sql::ServerStoreError`]
+/// (whose `schema` is the store's database).
 ///
 /// It always arrives as the `source` of [`fluxio_core::Error::Store`] with
-/// `backend: "mysql"`; downcast the source to tell the cases apart. Errors
-/// of sqlx are the source themselves (a [`sqlx::Error`]): to ask whether
-/// any error of this store was a timeout or a connection failure, ask the
-/// [`fluxio_core::Error`]
-/// ([`store_error_kind`](fluxio_core::Error::store_error_kind)), which
-/// covers both.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum MySqlStoreError {
-    /// A setting of the builder was rejected before anything was sent.
-    #[error("invalid {setting} {value:?}: {reason}")]
-    InvalidSetting {
-        /// The setting, e.g. `"database"` or `"table"`.
-        setting: &'static str,
-        /// The rejected value (never a password: URLs are redacted).
-        value: String,
-        /// Why it was rejected.
-        reason: String,
-    },
-
-    /// A store call did not finish within the store's timeout.
-    #[error("{operation} timed out after {timeout:?}")]
-    Timeout {
-        /// The operation, e.g. `"save"` or `"migrate"`.
-        operation: &'static str,
-        /// The configured timeout.
-        timeout: Duration,
-    },
-
-    /// A migration embedded in this build differs from the one recorded as
-    /// applied: a migration file was edited after it was released.
-    #[error(
-        "migration {version} ({description}) of table `{table}` differs from the one applied to database `{database}`"
-    )]
-    MigrationChanged {
-        /// The database.
-        database: String,
-        /// The checkpoint table.
-        table: String,
-        /// The migration's version.
-        version: i64,
-        /// The migration's description.
-        description: String,
-    },
-
-    /// A store opened [read-only](crate::MySqlStoreBuilder::read_only)
-    /// found no checkpoint table of this name (or no bookkeeping of the
-    /// store's migrations) in the database: it is not a fluxio store.
-    /// Nothing was created.
-    #[error("no fluxio tables here (database `{database}`, table `{table}`)")]
-    NoTables {
-        /// The database looked in.
-        database: String,
-        /// The checkpoint table looked for.
-        table: String,
-    },
-
-    /// A store opened [read-only](crate::MySqlStoreBuilder::read_only)
-    /// found the tables at a schema version older than this build reads.
-    /// Opening the store for writing (any worker of this build) migrates
-    /// them.
-    #[error(
-        "the tables of `{table}` in database `{database}` are older than this build reads: migration {version} ({description}) is not applied; open the store for writing once to migrate them"
-    )]
-    SchemaOutdated {
-        /// The database.
-        database: String,
-        /// The checkpoint table.
-        table: String,
-        /// The first migration missing.
-        version: i64,
-        /// Its description.
-        description: String,
-    },
-
-    /// The server could not be reached (or refused the connection) when
-    /// [`connect`](crate::MySqlStoreBuilder::connect) opened its first
-    /// connection. `url` has the password replaced by `***`.
-    #[error("cannot connect to {url}: {source}")]
-    Connect {
-        /// The server's URL, with the password replaced by `***`.
-        url: String,
-        /// Why: the [`sqlx::Error`], or a [`MySqlStoreError::Scrubbed`]
-        /// when its message quoted the password.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-
-    /// An error of sqlx or the server whose message quoted the URL's
-    /// password: its message with that part replaced by `***`, instead of
-    /// the error itself.
-    #[error("{message}")]
-    Scrubbed {
-        /// The error's message, scrubbed.
-        message: String,
-    },
-}
-
-impl MySqlStoreError {
-    /// Whether this is a timeout, a connection failure or another failure:
-    /// the `kind` of the [`Error::Store`](fluxio_core::Error::Store) it
-    /// arrives in.
-    #[must_use]
-    pub fn kind(&self) -> StoreErrorKind {
-        match self {
-            MySqlStoreError::Timeout { .. } => StoreErrorKind::Timeout,
-            MySqlStoreError::Connect { .. } => StoreErrorKind::Connection,
-            _ => StoreErrorKind::Other,
-        }
-    }
-}
+/// `backend: "mysql"`; downcast the source to tell the cases apart.
+pub type MySqlStoreError = fluxio_sql::ServerStoreError;
 
 /// The server's error number (`ER_*`), for an error the server reported.
 fn number(e: &sqlx::Error) -> Option<u16> {
@@ -173,5 +64,5 @@ pub(crate) fn is_connection_error(e: &sqlx::Error) -> bool {
 
 /// `e` as the source of an [`Error::Store`] of `e`'s kind.
 pub(crate) fn own_error(e: MySqlStoreError) -> Error {
-    Error::store_with_kind(BACKEND, e.kind(), e)
+    e.into_store_error(BACKEND)
 }

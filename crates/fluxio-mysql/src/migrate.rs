@@ -88,27 +88,11 @@ pub(crate) fn readable(names: &Names, applied: &[(i64, Vec<u8>)]) -> fluxio_core
 
 /// The store's error for migrations it cannot read.
 fn unreadable(names: &Names, unreadable: fluxio_sql::Unreadable) -> fluxio_core::Error {
-    let (database, table) = (names.shown_database().to_owned(), names.table.clone());
-    own_error(match unreadable {
-        fluxio_sql::Unreadable::Missing {
-            version,
-            description,
-        } => MySqlStoreError::SchemaOutdated {
-            database,
-            table,
-            version,
-            description,
-        },
-        fluxio_sql::Unreadable::Changed {
-            version,
-            description,
-        } => MySqlStoreError::MigrationChanged {
-            database,
-            table,
-            version,
-            description,
-        },
-    })
+    own_error(MySqlStoreError::unreadable(
+        names.shown_database(),
+        &names.table,
+        unreadable,
+    ))
 }
 
 /// Applies the pending migrations on `conn` (a connection that is closed

@@ -165,7 +165,7 @@ impl MySqlStore {
             .await?;
         let Some(applied) = applied else {
             return Err(own_error(MySqlStoreError::NoTables {
-                database: names.shown_database().to_owned(),
+                schema: names.shown_database().to_owned(),
                 table: names.table.clone(),
             }));
         };

@@ -4,57 +4,32 @@
 //! quote the password are `fluxio_sql::ServerStore`'s.)
 
 use std::str::FromStr;
-use std::time::Duration;
 
+use fluxio_core::Result;
 use fluxio_core::store::RedactedUrl;
-use fluxio_core::{Error, Result};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use fluxio_sql::Settings;
+use sqlx::postgres::{PgConnectOptions, PgPool};
 
-/// A pooled connection idle for this long is pinged before it is handed out
-/// (a busy pool skips the extra round trip; a pool that sat through a server
-/// restart still drops its dead connections). A connection that died less
-/// than this after its last use fails its next statement, which
-/// `fluxio_sql::server::Retry` covers.
-const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
-
-/// A pool on `url`, connecting lazily: at most `max_connections`, waiting
-/// at most `timeout` for a connection, with the server's `statement_timeout`
-/// at `timeout` too, and a connection idle for [`PING_IF_IDLE_FOR`] pinged
-/// before it is handed out. Returned with the URL, redacted.
+/// A pool on `url`, connecting lazily, with the options every SQL store's
+/// pool has ([`fluxio_sql::pool_options`]) and the server's
+/// `statement_timeout` at the store's timeout, in read-only sessions when
+/// the store reads only. Returned with the URL, redacted.
 ///
 /// # Errors
-/// [`Error::NoRuntime`] outside a tokio runtime; [`Error::Store`] for a URL
-/// sqlx rejects.
-pub(crate) fn url_pool(
-    url: &str,
-    max_connections: u32,
-    timeout: Duration,
-) -> Result<(PgPool, RedactedUrl)> {
-    // sqlx's pool starts a task: without a runtime it would panic.
-    if tokio::runtime::Handle::try_current().is_err() {
-        return Err(Error::NoRuntime {
-            operation: "PostgresStoreBuilder::connect_lazy".to_owned(),
-        });
-    }
+/// [`Error::NoRuntime`](fluxio_core::Error::NoRuntime) outside a tokio
+/// runtime; [`Error::Store`](fluxio_core::Error::Store) for a URL sqlx
+/// rejects.
+pub(crate) fn url_pool(url: &str, settings: &Settings) -> Result<(PgPool, RedactedUrl)> {
+    let options = fluxio_sql::pool_options(settings, "PostgresStoreBuilder::connect_lazy")?;
     let redacted = RedactedUrl::new(url);
-    let options = PgConnectOptions::from_str(url)
+    let mut connect = PgConnectOptions::from_str(url)
         .map_err(|e| fluxio_sql::server::url_error::<crate::dialect::Postgres>(&redacted, e))?
         // The server gives up on a statement when the client does.
-        .options([("statement_timeout", timeout.as_millis().max(1))]);
-    let pool = PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(timeout)
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for >= PING_IF_IDLE_FOR {
-                    sqlx::Connection::ping(conn).await?;
-                }
-                Ok(true)
-            })
-        })
-        .connect_lazy_with(options);
-    Ok((pool, redacted))
+        .options([("statement_timeout", settings.timeout.as_millis().max(1))]);
+    if settings.read_only {
+        connect = connect.options([("default_transaction_read_only", "on")]);
+    }
+    Ok((options.connect_lazy_with(connect), redacted))
 }
 
 #[cfg(test)]

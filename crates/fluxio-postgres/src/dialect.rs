@@ -10,12 +10,11 @@
 
 use std::time::Duration;
 
-use fluxio_core::Error;
 use fluxio_core::store::StoreErrorKind;
 use fluxio_sql::{BoxFuture, Failure, RunStatements};
 use sqlx::postgres::{PgConnection, PgQueryResult};
 
-use crate::error::{PostgresStoreError, is_connection_error, own_error, sql_kind};
+use crate::error::{is_connection_error, sql_kind};
 
 /// PostgreSQL's side of the journal: sqlx's Postgres driver, times as
 /// seconds in a float8 (the SQL makes a timestamp or an interval of it).
@@ -77,18 +76,6 @@ impl fluxio_sql::Server for Postgres {
 
     fn is_connection_error(e: &sqlx::Error) -> bool {
         is_connection_error(e)
-    }
-
-    fn timeout(operation: &'static str, timeout: Duration) -> Error {
-        own_error(PostgresStoreError::Timeout { operation, timeout })
-    }
-
-    fn connect(url: String, source: Box<dyn std::error::Error + Send + Sync>) -> Error {
-        own_error(PostgresStoreError::Connect { url, source })
-    }
-
-    fn scrubbed(message: String) -> Box<dyn std::error::Error + Send + Sync> {
-        Box::new(PostgresStoreError::Scrubbed { message })
     }
 
     fn rows_affected(done: &PgQueryResult) -> u64 {

@@ -67,31 +67,8 @@ pub(crate) fn readable(
     names: &Names,
     applied: &[(i64, Vec<u8>)],
 ) -> Result<(), PostgresStoreError> {
-    fluxio_sql::readable(&MIGRATOR, applied, &names.table).map_err(|u| unreadable(names, u))
-}
-
-/// The store's error for migrations it cannot read.
-fn unreadable(names: &Names, unreadable: fluxio_sql::Unreadable) -> PostgresStoreError {
-    match unreadable {
-        fluxio_sql::Unreadable::Missing {
-            version,
-            description,
-        } => PostgresStoreError::SchemaOutdated {
-            schema: names.schema.clone(),
-            table: names.table.clone(),
-            version,
-            description,
-        },
-        fluxio_sql::Unreadable::Changed {
-            version,
-            description,
-        } => PostgresStoreError::MigrationChanged {
-            schema: names.schema.clone(),
-            table: names.table.clone(),
-            version,
-            description,
-        },
-    }
+    fluxio_sql::readable(&MIGRATOR, applied, &names.table)
+        .map_err(|u| PostgresStoreError::unreadable(&names.schema, &names.table, u))
 }
 
 /// Applies the pending migrations in one transaction, under a
@@ -145,7 +122,14 @@ pub(crate) async fn run(
         &book,
         (&names.schema, &names.table),
         |m| render(m, names),
-        |u| crate::error::own_error(unreadable(names, u)).into(),
+        |u| {
+            crate::error::own_error(PostgresStoreError::unreadable(
+                &names.schema,
+                &names.table,
+                u,
+            ))
+            .into()
+        },
     )
     .await?;
     tx.commit().await?;

@@ -20,13 +20,19 @@
 //! So is checking, without writing, that the migrations a store finds
 //! applied are ones this build reads (`schema.rs`).
 
+mod error;
 mod list;
 mod schema;
 pub mod server;
+mod settings;
 
+pub use error::ServerStoreError;
 pub use list::{Listing, Statement, list, statement};
 pub use schema::{Bookkeeping, Unreadable, apply, pending, readable};
 pub use server::{Failure, Server, ServerSql, ServerStore};
+pub use settings::{
+    DEFAULT_COMPLETED_RETENTION, DEFAULT_TABLE, DEFAULT_TIMEOUT, Settings, Source, pool_options,
+};
 
 #[doc(hidden)]
 pub mod __private {

@@ -27,6 +27,7 @@ use sqlx::{
     ColumnIndex, Connection as _, Database, Decode, Encode, Executor, IntoArguments, Pool, Type,
 };
 
+use crate::error::ServerStoreError;
 use crate::{Dialect, Journal, Listing, Retention, RunStatements, Statements, Step, latest};
 
 /// What the body of a server store's call fails with: the driver's error
@@ -71,14 +72,6 @@ pub trait Server: Dialect<Failure = Failure> + Send + Sync + 'static {
     /// Whether `e` says the connection failed rather than the statement
     /// (the statement may still have run when it came after it was sent).
     fn is_connection_error(e: &sqlx::Error) -> bool;
-    /// The store's error for a call that did not finish within `timeout`.
-    fn timeout(operation: &'static str, timeout: Duration) -> Error;
-    /// The store's error for a first connection to `url` (redacted) that
-    /// failed with `source`.
-    fn connect(url: String, source: Box<dyn std::error::Error + Send + Sync>) -> Error;
-    /// The store's error standing for a driver error whose message quoted
-    /// the URL's password: the message, scrubbed.
-    fn scrubbed(message: String) -> Box<dyn std::error::Error + Send + Sync>;
     /// How many rows a statement affected (matched, for an `UPDATE`).
     fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
 }
@@ -158,11 +151,13 @@ impl<S: Server> fmt::Debug for ServerStore<S> {
 
 /// The error for a URL the driver refused (`e`): its kind is neither a
 /// timeout nor a connection failure, and when its message quotes the URL's
-/// password, the dialect's [scrubbed](Server::scrubbed) error stands in.
+/// password, a [`ServerStoreError::Scrubbed`] stands in.
 #[doc(hidden)]
 pub fn url_error<S: Server>(url: &RedactedUrl, e: sqlx::Error) -> Error {
-    let shown = if url.leaks(&format!("{e} {e:?}")) {
-        S::scrubbed(url.scrub(&e.to_string()))
+    let shown: Box<dyn std::error::Error + Send + Sync> = if url.leaks(&format!("{e} {e:?}")) {
+        Box::new(ServerStoreError::Scrubbed {
+            message: url.scrub(&e.to_string()),
+        })
     } else {
         Box::new(e)
     };
@@ -277,15 +272,27 @@ where
     }
 
     /// `e` as the source of an [`Error::Store`] of `e`'s kind, or, when its
-    /// message quotes the password of the URL, the dialect's
-    /// [scrubbed](Server::scrubbed) error in its place.
+    /// message quotes the password of the URL, a
+    /// [`ServerStoreError::Scrubbed`] in its place.
     pub fn sql_error(&self, e: sqlx::Error) -> Error {
         Error::store_with_kind(S::BACKEND, S::kind(&e), self.scrubbed(e))
     }
 
+    /// The store's error for a call `operation` that did not finish within
+    /// the timeout.
+    fn timed_out(&self, operation: &'static str) -> Error {
+        ServerStoreError::Timeout {
+            operation,
+            timeout: self.timeout,
+        }
+        .into_store_error(S::BACKEND)
+    }
+
     fn scrubbed(&self, e: sqlx::Error) -> Box<dyn std::error::Error + Send + Sync> {
         match &self.url {
-            Some(url) if url.leaks(&format!("{e} {e:?}")) => S::scrubbed(url.scrub(&e.to_string())),
+            Some(url) if url.leaks(&format!("{e} {e:?}")) => Box::new(ServerStoreError::Scrubbed {
+                message: url.scrub(&e.to_string()),
+            }),
             _ => Box::new(e),
         }
     }
@@ -296,8 +303,7 @@ where
     /// whole timeout. Only for stores built from a URL.
     ///
     /// # Errors
-    /// The dialect's [`connect`](Server::connect) and
-    /// [`timeout`](Server::timeout) errors.
+    /// [`ServerStoreError::Connect`] and [`ServerStoreError::Timeout`].
     pub async fn first_connection(&self) -> Result<()> {
         let Some(url) = &self.url else {
             return Ok(());
@@ -311,8 +317,12 @@ where
                 }
                 Ok(())
             }
-            Ok(Err(e)) => Err(S::connect(url.url.clone(), self.scrubbed(e))),
-            Err(_elapsed) => Err(S::timeout("connect", self.timeout)),
+            Ok(Err(e)) => Err(ServerStoreError::Connect {
+                url: url.url.clone(),
+                source: self.scrubbed(e),
+            }
+            .into_store_error(S::BACKEND)),
+            Err(_elapsed) => Err(self.timed_out("connect")),
         }
     }
 
@@ -353,7 +363,7 @@ where
             Ok(Ok(value)) => Ok(value),
             Ok(Err(Failure::Sql(e))) => Err(self.sql_error(e)),
             Ok(Err(Failure::Fluxio(e))) => Err(e),
-            Err(_elapsed) => Err(S::timeout(operation, self.timeout)),
+            Err(_elapsed) => Err(self.timed_out(operation)),
         }
     }
 

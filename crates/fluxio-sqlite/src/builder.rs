@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use fluxio_core::Result;
+use fluxio_sql::Settings;
 use sqlx::sqlite::SqliteSynchronous;
 
 use crate::connection::{check_readable, pools, prepare};
@@ -15,15 +16,11 @@ use crate::statements::{Names, Sql, validate_path};
 use crate::store::{Inner, SqliteStore};
 use crate::writer::Writer;
 
-/// The default checkpoint table; the lease table is `<table>_leases`.
-pub const DEFAULT_TABLE: &str = "fluxio_checkpoints";
-/// The default timeout of every store call.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub use fluxio_sql::{DEFAULT_COMPLETED_RETENTION, DEFAULT_TABLE, DEFAULT_TIMEOUT};
+
 /// The default busy timeout: how long a write waits for another connection
 /// (of this or another process) to finish its write.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default retention of completed runs' checkpoints: 7 days.
-pub const DEFAULT_COMPLETED_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// The default number of connections: one that writes and three that read.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 4;
 
@@ -80,76 +77,19 @@ impl Synchronous {
 #[derive(Debug, Clone)]
 pub struct SqliteStoreBuilder {
     pub(crate) path: PathBuf,
-    pub(crate) table: String,
-    pub(crate) completed_retention: Option<Duration>,
-    pub(crate) keep_completed: Option<usize>,
-    pub(crate) timeout: Duration,
+    pub(crate) settings: Settings,
     pub(crate) busy_timeout: Duration,
     pub(crate) synchronous: Synchronous,
-    pub(crate) max_connections: u32,
-    pub(crate) read_only: bool,
 }
 
 impl SqliteStoreBuilder {
     pub(crate) fn new(path: PathBuf) -> Self {
         SqliteStoreBuilder {
             path,
-            table: DEFAULT_TABLE.to_owned(),
-            completed_retention: Some(DEFAULT_COMPLETED_RETENTION),
-            keep_completed: None,
-            timeout: DEFAULT_TIMEOUT,
+            settings: Settings::new(DEFAULT_MAX_CONNECTIONS),
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             synchronous: Synchronous::Full,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            read_only: false,
         }
-    }
-
-    /// The checkpoint table (default `fluxio_checkpoints`); the lease table
-    /// is `<table>_leases`. Must match `^[a-z_][a-z0-9_]{0,62}$` and not
-    /// start with `sqlite_`. Several stores with different tables can share
-    /// a file.
-    #[must_use]
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// How long a completed run's checkpoint stays visible (default 7 days);
-    /// `None` keeps it forever. Running, failed and cancelled runs never expire. The
-    /// retention is fixed when the completed checkpoint is written.
-    #[must_use]
-    pub fn completed_retention(mut self, retention: Option<Duration>) -> Self {
-        self.completed_retention = retention;
-        self
-    }
-
-    /// Keeps at most the `n` newest completed runs of each pipeline
-    /// (default `None`: all of them, each until its
-    /// [`completed_retention`](Self::completed_retention) passes). When a
-    /// run completes (a save, fenced or not, of a
-    /// [`RunStatus::Completed`](fluxio_core::store::RunStatus::Completed)
-    /// checkpoint), the completed runs of its pipeline but the `n` newest
-    /// (by when they completed, on the database's clock) are deleted, each
-    /// whole (its row and its journal), in the transaction of that save.
-    /// The pipeline of a run is the part of its key before the first `/`
-    /// (empty for a bare run id), as in
-    /// [`InMemoryStore::keep_completed`](fluxio_core::store::InMemoryStore::keep_completed).
-    /// Running, failed and cancelled runs are never deleted by it. `Some(0)`
-    /// deletes each run as it completes.
-    #[must_use]
-    pub fn keep_completed(mut self, n: Option<usize>) -> Self {
-        self.keep_completed = n;
-        self
-    }
-
-    /// The most any store call may take (default 10 s), including waiting
-    /// for a pooled connection and for the write lock; past it the call
-    /// fails with a [`SqliteStoreError::Timeout`]. Must be greater than zero.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
     }
 
     /// How long a write waits for the write lock while another connection
@@ -172,50 +112,52 @@ impl SqliteStoreBuilder {
         self
     }
 
-    /// How many connections the store opens at most (default 4): one writes,
-    /// the others read (`load`, `exists`) in parallel with it and with each
-    /// other. With 1, the one connection does both. SQLite admits one writer
-    /// at a time, so more writing connections would only wait for each other.
-    #[must_use]
-    pub fn max_connections(mut self, max: u32) -> Self {
-        self.max_connections = max;
-        self
-    }
-
-    /// Opens the file for reading only (default `false`): for tools that
-    /// look at a store (such as the `fluxio` command's `runs list`) and must
-    /// change nothing, on any file they are pointed at.
-    ///
-    /// A read-only [`connect`](Self::connect) opens the file with SQLite's
-    /// read-only flag (`mode=ro`): a missing file is not created
-    /// ([`SqliteStoreError::Open`]), nothing is migrated, the journal mode
-    /// is left as it is, and no table, index or row is written. It checks
-    /// that the file holds the store's tables
-    /// ([`SqliteStoreError::NoTables`] when it does not) at a schema version
-    /// this build reads: every migration this build knows applied, unchanged
-    /// ([`SqliteStoreError::SchemaOutdated`] for a missing one,
-    /// [`SqliteStoreError::MigrationChanged`] for a changed one). A file
-    /// with migrations newer than this build is read (migrations only
-    /// add). Every write of the store then fails with SQLite's error for a
-    /// read-only database.
-    ///
-    /// ```no_run
-    /// # async fn f() -> fluxio_core::Result<()> {
-    /// use fluxio_core::CheckpointStore as _;
-    /// use fluxio_core::store::RunFilter;
-    /// use fluxio_sqlite::SqliteStore;
-    ///
-    /// let store = SqliteStore::builder("/var/lib/orders/fluxio.db")
-    ///     .read_only(true)
-    ///     .connect()
-    ///     .await?;
-    /// let page = store.list_runs(&RunFilter::new()).await?;
-    /// # let _ = page; Ok(()) }
-    /// ```
-    #[must_use]
-    pub fn read_only(mut self, read_only: bool) -> Self {
-        self.read_only = read_only;
-        self
+    fluxio_sql::settings_setters! {
+        /// The checkpoint table (default `fluxio_checkpoints`); the lease table
+        /// is `<table>_leases`. Must match `^[a-z_][a-z0-9_]{0,62}$` and not
+        /// start with `sqlite_`. Several stores with different tables can share
+        /// a file.
+        table,
+        /// The most any store call may take (default 10 s), including waiting
+        /// for a pooled connection and for the write lock; past it the call
+        /// fails with a [`SqliteStoreError::Timeout`]. Must be greater than zero.
+        timeout,
+        /// How many connections the store opens at most (default 4): one writes,
+        /// the others read (`load`, `exists`) in parallel with it and with each
+        /// other. With 1, the one connection does both. SQLite admits one writer
+        /// at a time, so more writing connections would only wait for each other.
+        max_connections,
+        /// Opens the file for reading only (default `false`): for tools that
+        /// look at a store (such as the `fluxio` command's `runs list`) and must
+        /// change nothing, on any file they are pointed at.
+        ///
+        /// A read-only [`connect`](Self::connect) opens the file with SQLite's
+        /// read-only flag (`mode=ro`): a missing file is not created
+        /// ([`SqliteStoreError::Open`]), nothing is migrated, the journal mode
+        /// is left as it is, and no table, index or row is written. It checks
+        /// that the file holds the store's tables
+        /// ([`SqliteStoreError::NoTables`] when it does not) at a schema version
+        /// this build reads: every migration this build knows applied, unchanged
+        /// ([`SqliteStoreError::SchemaOutdated`] for a missing one,
+        /// [`SqliteStoreError::MigrationChanged`] for a changed one). A file
+        /// with migrations newer than this build is read (migrations only
+        /// add). Every write of the store then fails with SQLite's error for a
+        /// read-only database.
+        ///
+        /// ```no_run
+        /// # async fn f() -> fluxio_core::Result<()> {
+        /// use fluxio_core::CheckpointStore as _;
+        /// use fluxio_core::store::RunFilter;
+        /// use fluxio_sqlite::SqliteStore;
+        ///
+        /// let store = SqliteStore::builder("/var/lib/orders/fluxio.db")
+        ///     .read_only(true)
+        ///     .connect()
+        ///     .await?;
+        /// let page = store.list_runs(&RunFilter::new()).await?;
+        /// # let _ = page; Ok(()) }
+        /// ```
+        read_only,
     }
 
     /// Opens the store: creates the file if it is missing, switches it to
@@ -234,44 +176,33 @@ impl SqliteStoreBuilder {
     /// [read-only](Self::read_only), it writes nothing and fails as that
     /// says instead.
     pub async fn connect(self) -> Result<SqliteStore> {
-        let names = Names::new(&self.table).map_err(own_error)?;
+        let names = Names::new(&self.settings.table).map_err(own_error)?;
         validate_path(&self.path).map_err(own_error)?;
-        let invalid = |setting: &'static str, value: String, reason: &str| {
+        let invalid = |setting: &'static str, value: String, reason: String| {
             own_error(SqliteStoreError::InvalidSetting {
                 setting,
                 value,
-                reason: reason.to_owned(),
+                reason,
             })
         };
-        if self.timeout.is_zero() {
-            return Err(invalid(
-                "timeout",
-                format!("{:?}", self.timeout),
-                "it must be greater than zero",
-            ));
+        if let Some((setting, value, reason)) = self.settings.refusal(None) {
+            return Err(invalid(setting, value, reason));
         }
         if i32::try_from(self.busy_timeout.as_millis()).is_err() {
             return Err(invalid(
                 "busy_timeout",
                 format!("{:?}", self.busy_timeout),
-                "it must be at most i32::MAX milliseconds (about 24 days)",
-            ));
-        }
-        if self.max_connections == 0 {
-            return Err(invalid(
-                "max_connections",
-                "0".to_owned(),
-                "it must be at least 1",
+                "it must be at most i32::MAX milliseconds (about 24 days)".to_owned(),
             ));
         }
 
         let commits = Arc::new(AtomicU64::new(0));
         let (writer, reader) = pools(&self, &commits);
-        let applied = if self.read_only {
-            check_readable(&reader, &names, &self.path, self.timeout).await?;
+        let applied = if self.settings.read_only {
+            check_readable(&reader, &names, &self.path, self.settings.timeout).await?;
             0
         } else {
-            prepare(&writer, &names, &self.path, self.timeout).await?
+            prepare(&writer, &names, &self.path, self.settings.timeout).await?
         };
         tracing::debug!(
             path = %self.path.display(),
@@ -288,13 +219,8 @@ impl SqliteStoreBuilder {
                 reader,
                 names,
                 sql,
-                path: self.path,
-                timeout: self.timeout,
-                busy_timeout: self.busy_timeout,
-                synchronous: self.synchronous,
-                max_connections: self.max_connections,
-                completed_retention: self.completed_retention,
-                keep_completed: self.keep_completed,
+                timeout: self.settings.timeout,
+                config: self,
                 commits,
             }),
         })

@@ -29,13 +29,13 @@ pub(crate) fn pools(
     // (see `migrate::ensure_wal`), not per connection.
     let options = SqliteConnectOptions::new()
         .filename(&builder.path)
-        .create_if_missing(!builder.read_only)
-        .read_only(builder.read_only)
+        .create_if_missing(!builder.settings.read_only)
+        .read_only(builder.settings.read_only)
         .busy_timeout(builder.busy_timeout)
         .foreign_keys(false);
     // `synchronous` is a setting of writes (and a read-only connection
     // changes nothing of the file)
-    let options = if builder.read_only {
+    let options = if builder.settings.read_only {
         options
     } else {
         options.synchronous(builder.synchronous.to_sqlx())
@@ -44,14 +44,14 @@ pub(crate) fn pools(
         SqlitePoolOptions::new()
             .max_connections(max)
             .min_connections(0)
-            .acquire_timeout(builder.timeout)
+            .acquire_timeout(builder.settings.timeout)
             // A local file does not drop connections like a server does.
             .test_before_acquire(false)
     };
-    if builder.read_only {
+    if builder.settings.read_only {
         // one pool of read-only connections: no temporary tables, no
         // commits; a write fails with SQLite's error for a read-only database
-        let reader = pool(builder.max_connections).connect_lazy_with(options);
+        let reader = pool(builder.settings.max_connections).connect_lazy_with(options);
         return (reader.clone(), reader);
     }
     let commits = Arc::clone(commits);
@@ -72,10 +72,11 @@ pub(crate) fn pools(
         })
     });
     let writer = writer.connect_lazy_with(options.clone());
-    let reader = if builder.max_connections == 1 {
+    let reader = if builder.settings.max_connections == 1 {
         writer.clone()
     } else {
-        pool(builder.max_connections - 1).connect_lazy_with(options.pragma("query_only", "ON"))
+        pool(builder.settings.max_connections - 1)
+            .connect_lazy_with(options.pragma("query_only", "ON"))
     };
     (writer, reader)
 }

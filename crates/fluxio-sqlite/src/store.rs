@@ -15,7 +15,7 @@ use fluxio_core::store::{
 use fluxio_core::{Error, Result};
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
-use crate::builder::{SqliteStoreBuilder, Synchronous};
+use crate::builder::SqliteStoreBuilder;
 use crate::connection::{Failure, timed};
 use crate::error::BACKEND;
 use crate::journal::{self, FencedSave, Journal, Retention, Sqlite, Step};
@@ -46,13 +46,10 @@ pub(crate) struct Inner {
     pub(crate) reader: SqlitePool,
     pub(crate) names: Names,
     pub(crate) sql: Sql,
-    pub(crate) path: PathBuf,
+    /// The store's timeout (of its settings), read on every call.
     pub(crate) timeout: Duration,
-    pub(crate) busy_timeout: Duration,
-    pub(crate) synchronous: Synchronous,
-    pub(crate) max_connections: u32,
-    pub(crate) completed_retention: Option<Duration>,
-    pub(crate) keep_completed: Option<usize>,
+    /// The builder that opened the store: its path and settings.
+    pub(crate) config: SqliteStoreBuilder,
     /// Commits of the writing connection since the store opened.
     pub(crate) commits: Arc<AtomicU64>,
     /// The queue of the store's writes, committed in groups.
@@ -62,10 +59,7 @@ pub(crate) struct Inner {
 impl Inner {
     /// What the store keeps of its completed runs.
     pub(crate) fn retention(&self) -> Retention {
-        Retention {
-            expire_after: self.completed_retention,
-            keep_completed: self.keep_completed,
-        }
+        self.config.settings.retention
     }
 }
 
@@ -73,14 +67,7 @@ impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &self.inner;
         f.debug_struct("SqliteStore")
-            .field("path", &inner.path)
-            .field("table", &inner.names.table)
-            .field("timeout", &inner.timeout)
-            .field("busy_timeout", &inner.busy_timeout)
-            .field("synchronous", &inner.synchronous)
-            .field("max_connections", &inner.max_connections)
-            .field("completed_retention", &inner.completed_retention)
-            .field("keep_completed", &inner.keep_completed)
+            .field("config", &inner.config)
             .finish_non_exhaustive()
     }
 }
@@ -109,7 +96,7 @@ impl SqliteStore {
     /// The path of the database file (as given).
     #[must_use]
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        &self.inner.config.path
     }
 
     /// The checkpoint table (the lease table is `<table>_leases`).
