@@ -6,11 +6,10 @@
 
 use std::time::Duration;
 
-use fluxio_core::store::StoreErrorKind;
 use fluxio_sql::{BoxFuture, Failure, RunStatements};
+use sqlx::error::DatabaseError;
+use sqlx::mysql::MySqlDatabaseError;
 use sqlx::mysql::{MySqlConnection, MySqlQueryResult};
-
-use crate::error::{is_connection_error, sql_kind};
 
 /// MySQL's and MariaDB's dialect.
 #[derive(Debug)]
@@ -82,15 +81,32 @@ impl fluxio_sql::Dialect for MySql {
 }
 
 impl fluxio_sql::Server for MySql {
-    fn kind(e: &sqlx::Error) -> StoreErrorKind {
-        sql_kind(e)
+    fn session_ended(db: &dyn DatabaseError) -> bool {
+        number(db).is_some_and(|n| SESSION_ENDED.contains(&n))
     }
 
-    fn is_connection_error(e: &sqlx::Error) -> bool {
-        is_connection_error(e)
+    fn timed_out(db: &dyn DatabaseError) -> bool {
+        number(db).is_some_and(|n| n == LOCK_WAIT_TIMEOUT || STATEMENT_TIMEOUTS.contains(&n))
     }
 
     fn rows_affected(done: &MySqlQueryResult) -> u64 {
         done.rows_affected()
     }
 }
+
+/// The server's error number (`ER_*`), for an error the server reported.
+fn number(db: &dyn DatabaseError) -> Option<u16> {
+    db.try_downcast_ref::<MySqlDatabaseError>()
+        .map(MySqlDatabaseError::number)
+}
+
+/// `ER_LOCK_WAIT_TIMEOUT`: a row lock was not granted within
+/// `innodb_lock_wait_timeout` (which the store sets to its timeout).
+const LOCK_WAIT_TIMEOUT: u16 = 1205;
+/// `ER_QUERY_TIMEOUT` (MySQL's `max_execution_time`) and
+/// `ER_STATEMENT_TIMEOUT` (MariaDB's `max_statement_time`).
+const STATEMENT_TIMEOUTS: [u16; 2] = [3024, 1969];
+/// The server ends the session: `ER_SERVER_SHUTDOWN`, `ER_CONNECTION_KILLED`
+/// (MariaDB's `KILL`), `ER_NEW_ABORTING_CONNECTION`, and MySQL's
+/// `ER_CLIENT_INTERACTION_TIMEOUT`.
+const SESSION_ENDED: [u16; 4] = [1053, 1927, 1184, 4031];

@@ -4,7 +4,7 @@
 //! statement that needs a value twice reads it from a one-row derived
 //! table `p`).
 
-use fluxio_sql::{COMPLETED, Listing, RunStatements, ServerSql, Statements};
+use fluxio_sql::{COMPLETED, Listing, RunStatements, ServerSql, Statements, StepStatements};
 
 use crate::error::MySqlStoreError;
 
@@ -133,15 +133,7 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
             // Locks the run's row for the rest of the transaction: a cancel
             // (which locks it too) and a fenced save take turns.
             status: format!("SELECT status FROM {cp} WHERE run_id = ? FOR UPDATE"),
-            step_exists: format!(
-                "SELECT EXISTS (SELECT 1 FROM {steps} WHERE run_id = ? AND seq = ?)"
-            ),
-            insert_step: format!(
-                "INSERT INTO {steps} (run_id, seq, whole, payload) VALUES (?, ?, ?, ?)"
-            ),
-            delete_steps_from: format!("DELETE FROM {steps} WHERE run_id = ? AND seq >= ?"),
-            delete_steps_below: format!("DELETE FROM {steps} WHERE run_id = ? AND seq < ?"),
-            whole_steps: format!("SELECT seq FROM {steps} WHERE run_id = ? AND whole"),
+            steps: StepStatements::new::<crate::dialect::MySql>(&steps),
             // The pipeline's row, locked until the transaction ends: the
             // completions of one pipeline trim one after the other, each
             // (READ COMMITTED: a new snapshot per statement) seeing the
@@ -255,7 +247,7 @@ mod tests {
     fn statements_name_the_tables() {
         let sql = statements(&Names::new(Some("d1"), "t1").expect("valid"));
         assert!(sql.journal.save.starts_with("INSERT INTO `d1`.`t1` ("));
-        assert!(sql.journal.insert_step.contains("`d1`.`t1_steps`"));
+        assert!(sql.journal.steps.insert.contains("`d1`.`t1_steps`"));
         assert!(sql.run.acquire.contains("`d1`.`t1_leases`"));
         let plain = statements(&Names::new(None, "t1").expect("valid"));
         assert!(plain.journal.save.starts_with("INSERT INTO `t1` ("));

@@ -37,7 +37,13 @@ mod tests {
     use std::borrow::Cow;
     use std::fmt;
 
-    use crate::error::is_connection_error;
+    use fluxio_sql::Server as _;
+
+    use crate::dialect::Postgres;
+
+    fn is_connection_error(e: &sqlx::Error) -> bool {
+        Postgres::is_connection_error(e)
+    }
 
     /// A server error with a SQLSTATE.
     #[derive(Debug)]

@@ -10,11 +10,9 @@
 
 use std::time::Duration;
 
-use fluxio_core::store::StoreErrorKind;
 use fluxio_sql::{BoxFuture, Failure, RunStatements};
+use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnection, PgQueryResult};
-
-use crate::error::{is_connection_error, sql_kind};
 
 /// PostgreSQL's side of the journal: sqlx's Postgres driver, times as
 /// seconds in a float8 (the SQL makes a timestamp or an interval of it).
@@ -70,12 +68,18 @@ impl fluxio_sql::Dialect for Postgres {
 }
 
 impl fluxio_sql::Server for Postgres {
-    fn kind(e: &sqlx::Error) -> StoreErrorKind {
-        sql_kind(e)
+    /// `57P01` admin shutdown (e.g. `pg_terminate_backend`), `57P02` crash
+    /// shutdown, `57P03` cannot connect now, or a connection exception
+    /// (class `08`).
+    fn session_ended(db: &dyn DatabaseError) -> bool {
+        db.code()
+            .is_some_and(|c| matches!(&*c, "57P01" | "57P02" | "57P03") || c.starts_with("08"))
     }
 
-    fn is_connection_error(e: &sqlx::Error) -> bool {
-        is_connection_error(e)
+    /// `57014`, the server's `statement_timeout` (the only cancel this
+    /// store causes).
+    fn timed_out(db: &dyn DatabaseError) -> bool {
+        db.code().is_some_and(|c| c == "57014")
     }
 
     fn rows_affected(done: &PgQueryResult) -> u64 {

@@ -1,6 +1,6 @@
 //! Identifier validation, quoting and the SQL of the store.
 
-use fluxio_sql::{COMPLETED, Listing, RunStatements, ServerSql, Statements};
+use fluxio_sql::{COMPLETED, Listing, RunStatements, ServerSql, Statements, StepStatements};
 
 use crate::error::PostgresStoreError;
 
@@ -140,15 +140,7 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
                 // Locks the run's row for the rest of the transaction: a cancel
                 // (which locks it too) and a fenced save take turns.
                 status: format!("SELECT status FROM {cp} WHERE run_id = $1 FOR UPDATE"),
-                step_exists: format!(
-                    "SELECT EXISTS (SELECT 1 FROM {steps} WHERE run_id = $1 AND seq = $2)"
-                ),
-                insert_step: format!(
-                    "INSERT INTO {steps} (run_id, seq, whole, payload) VALUES ($1, $2, $3, $4)"
-                ),
-                delete_steps_from: format!("DELETE FROM {steps} WHERE run_id = $1 AND seq >= $2"),
-                delete_steps_below: format!("DELETE FROM {steps} WHERE run_id = $1 AND seq < $2"),
-                whole_steps: format!("SELECT seq FROM {steps} WHERE run_id = $1 AND whole"),
+                steps: StepStatements::new::<crate::dialect::Postgres>(&steps),
                 // Held until the transaction ends: the completions of pipeline
                 // `$1` in this table trim one after the other, each (a new
                 // statement, a new snapshot under READ COMMITTED) seeing the
@@ -292,7 +284,8 @@ mod tests {
         );
         assert!(
             sql.journal
-                .insert_step
+                .steps
+                .insert
                 .starts_with("INSERT INTO \"s1\".\"t1_steps\" (")
         );
         assert!(sql.run.acquire.contains("\"s1\".\"t1_leases\""));

@@ -123,6 +123,8 @@ pub trait Dialect {
     fn bound(ms: u64) -> Self::Time {
         Self::instant(ms)
     }
+    /// The condition that a step row holds the whole context.
+    const WHOLE: &'static str = "whole";
     /// Bind parameter `n` (from 1) in the statement's text.
     fn param(n: usize) -> String;
     /// Bind parameter `n` holding a [`Time`](Dialect::Time), as an
@@ -193,21 +195,51 @@ pub struct Statements {
     pub save: String,
     /// The run's `status` (key), locking the row if the store needs it.
     pub status: String,
-    /// Whether step (key, seq) is stored: one boolean.
-    pub step_exists: String,
-    /// Inserts a step: key, seq, whole, payload.
-    pub insert_step: String,
-    /// Deletes the steps (key, seq or later).
-    pub delete_steps_from: String,
-    /// Deletes the steps (key, below seq).
-    pub delete_steps_below: String,
-    /// The `seq` of the run's whole steps (key).
-    pub whole_steps: String,
+    /// The statements on the run's steps.
+    pub steps: StepStatements,
     /// Taken before trimming pipeline (pipeline), if the store's
     /// transactions do not already run one at a time.
     pub keep_lock: Option<String>,
     /// Deletes the completed runs of (pipeline) but the (n) newest.
     pub keep_completed: String,
+}
+
+/// The journal's statements on a run's steps, the same text for every
+/// dialect but for its parameters; values are bind parameters, in the
+/// order the fields' docs give.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct StepStatements {
+    /// Whether step (key, seq) is stored: one boolean.
+    pub exists: String,
+    /// Inserts a step: key, seq, whole, payload.
+    pub insert: String,
+    /// Deletes the steps (key, seq or later).
+    pub delete_from: String,
+    /// Deletes the steps (key, below seq).
+    pub delete_below: String,
+    /// The `seq` of the run's whole steps (key).
+    pub whole: String,
+}
+
+impl StepStatements {
+    /// The statements on the steps table `steps` (validated and quoted).
+    #[must_use]
+    pub fn new<D: Dialect>(steps: &str) -> StepStatements {
+        let (key, seq) = (D::param(1), D::param(2));
+        let (whole, payload) = (D::param(3), D::param(4));
+        let of_run = format!("FROM {steps} WHERE run_id = {key}");
+        StepStatements {
+            exists: format!("SELECT EXISTS (SELECT 1 {of_run} AND seq = {seq})"),
+            insert: format!(
+                "INSERT INTO {steps} (run_id, seq, whole, payload) \
+                 VALUES ({key}, {seq}, {whole}, {payload})"
+            ),
+            delete_from: format!("DELETE {of_run} AND seq >= {seq}"),
+            delete_below: format!("DELETE {of_run} AND seq < {seq}"),
+            whole: format!("SELECT seq {of_run} AND {}", D::WHOLE),
+        }
+    }
 }
 
 /// The statements of a run's lease and row that starting and ending a run
@@ -516,7 +548,7 @@ where
         if step.whole {
             return Ok(true);
         }
-        sqlx::query_scalar(&sql.step_exists)
+        sqlx::query_scalar(&sql.steps.exists)
             .bind(key)
             .bind(step.seq - 1)
             .fetch_one(&mut *conn)
@@ -587,13 +619,13 @@ where
         retention: Retention,
     ) -> std::result::Result<(), D::Failure> {
         if checkpoint.keep_from > 0 {
-            let whole: Vec<i64> = sqlx::query_scalar(&sql.whole_steps)
+            let whole: Vec<i64> = sqlx::query_scalar(&sql.steps.whole)
                 .bind(key)
                 .fetch_all(&mut *conn)
                 .await?;
             let whole = whole.into_iter().filter_map(|s| u32::try_from(s).ok());
             if let Some(cut) = cut_point(checkpoint, whole) {
-                sqlx::query(&sql.delete_steps_below)
+                sqlx::query(&sql.steps.delete_below)
                     .bind(key)
                     .bind(i64::from(cut))
                     .execute(&mut *conn)
@@ -634,7 +666,7 @@ where
         key: &str,
         seq: i64,
     ) -> sqlx::Result<()> {
-        sqlx::query(&sql.delete_steps_from)
+        sqlx::query(&sql.steps.delete_from)
             .bind(key)
             .bind(seq)
             .execute(&mut *conn)
@@ -648,7 +680,7 @@ where
         key: &str,
         step: &Step,
     ) -> sqlx::Result<()> {
-        sqlx::query(&sql.insert_step)
+        sqlx::query(&sql.steps.insert)
             .bind(key)
             .bind(step.seq)
             .bind(step.whole)

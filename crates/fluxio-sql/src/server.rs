@@ -22,6 +22,7 @@ use fluxio_core::store::{
     check_lease_ttl, check_run_id,
 };
 use fluxio_core::{Error, Result};
+use sqlx::error::DatabaseError;
 use sqlx::pool::PoolConnection;
 use sqlx::{
     ColumnIndex, Connection as _, Database, Decode, Encode, Executor, IntoArguments, Pool, Type,
@@ -66,12 +67,42 @@ impl fmt::Display for Failure {
 /// errors are told apart, and its own errors.
 #[doc(hidden)]
 pub trait Server: Dialect<Failure = Failure> + Send + Sync + 'static {
-    /// What kind of failure an error of the driver is (a timeout, a
-    /// connection failure, another).
-    fn kind(e: &sqlx::Error) -> StoreErrorKind;
-    /// Whether `e` says the connection failed rather than the statement
-    /// (the statement may still have run when it came after it was sent).
-    fn is_connection_error(e: &sqlx::Error) -> bool;
+    /// Whether the server's error `db` says it ended the session (a
+    /// shutdown, a killed connection).
+    fn session_ended(db: &dyn DatabaseError) -> bool;
+    /// Whether the server's error `db` is a limit of time the store set
+    /// (a statement timeout, a lock wait timeout).
+    fn timed_out(db: &dyn DatabaseError) -> bool;
+
+    /// What kind of failure an error of the driver is: waiting for a
+    /// pooled connection, an I/O timeout or the server's
+    /// [time limit](Server::timed_out) is a timeout; a
+    /// [failed connection](Server::is_connection_error) or TLS handshake a
+    /// connection failure.
+    fn kind(e: &sqlx::Error) -> StoreErrorKind {
+        match e {
+            sqlx::Error::PoolTimedOut => StoreErrorKind::Timeout,
+            sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+                StoreErrorKind::Timeout
+            }
+            sqlx::Error::Tls(_) => StoreErrorKind::Connection,
+            e if Self::is_connection_error(e) => StoreErrorKind::Connection,
+            sqlx::Error::Database(db) if Self::timed_out(db.as_ref()) => StoreErrorKind::Timeout,
+            _ => StoreErrorKind::Other,
+        }
+    }
+
+    /// Whether `e` says the connection failed rather than the statement:
+    /// an I/O error, or the server [ending the session](Server::session_ended).
+    /// The statement may still have run when the failure came after it
+    /// was sent.
+    fn is_connection_error(e: &sqlx::Error) -> bool {
+        match e {
+            sqlx::Error::Io(_) => true,
+            sqlx::Error::Database(db) => Self::session_ended(db.as_ref()),
+            _ => false,
+        }
+    }
     /// How many rows a statement affected (matched, for an `UPDATE`).
     fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
 }

@@ -38,6 +38,8 @@ impl Dialect for Sqlite {
         crate::store::millis(d)
     }
 
+    const WHOLE: &'static str = "whole = 1";
+
     fn param(n: usize) -> String {
         format!("?{n}")
     }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use fluxio_sql::{CANCELLED, COMPLETED, Listing, RunStatements, Statements};
+use fluxio_sql::{CANCELLED, COMPLETED, Listing, RunStatements, Statements, StepStatements};
 
 use crate::error::SqliteStoreError;
 
@@ -358,15 +358,7 @@ impl Sql {
                 // fields.
                 save: format!("INSERT INTO {cp} ({COLUMNS}) VALUES ({values}) {upsert}"),
                 status: format!("SELECT status FROM {cp} WHERE run_id = ?1"),
-                step_exists: format!(
-                    "SELECT EXISTS (SELECT 1 FROM {steps} WHERE run_id = ?1 AND seq = ?2)"
-                ),
-                insert_step: format!(
-                    "INSERT INTO {steps} (run_id, seq, whole, payload) VALUES (?1, ?2, ?3, ?4)"
-                ),
-                delete_steps_from: format!("DELETE FROM {steps} WHERE run_id = ?1 AND seq >= ?2"),
-                delete_steps_below: format!("DELETE FROM {steps} WHERE run_id = ?1 AND seq < ?2"),
-                whole_steps: format!("SELECT seq FROM {steps} WHERE run_id = ?1 AND whole = 1"),
+                steps: StepStatements::new::<crate::journal::Sqlite>(&steps),
                 // The completed runs of pipeline `?1` but the `?2` newest
                 // visible ones (expired ones go too: they are purgeable). Both
                 // scans are one range of the `(pipeline, status, updated_at)`
