@@ -242,26 +242,16 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
 mod tests {
     use super::*;
 
+    /// The grammar is `fluxio_sql::check_identifier`'s, tested there: here,
+    /// that the schema goes through it.
     #[test]
     fn identifiers() {
-        for ok in ["public", "_x", "fluxio_checkpoints", "a1", &"a".repeat(63)] {
+        for ok in ["public", "_x", "fluxio_checkpoints", &"a".repeat(63)] {
             assert!(validate_identifier("schema", ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "",
-            "drop table",
-            "a;b",
-            "A",
-            "1a",
-            "a-b",
-            "é",
-            "a\"b",
-            &"a".repeat(64),
-        ] {
-            let err = validate_identifier("schema", bad)
-                .expect_err(bad)
-                .to_string();
-            assert!(err.starts_with("invalid schema "), "{err}");
+        for bad in ["", "drop table", "A", "a\"b", &"a".repeat(64)] {
+            let err = validate_identifier("schema", bad).expect_err(bad);
+            assert!(err.to_string().starts_with("invalid schema "), "{err}");
         }
     }
 

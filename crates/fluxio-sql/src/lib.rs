@@ -28,7 +28,7 @@ mod settings;
 
 pub use error::ServerStoreError;
 pub use list::{Listing, Statement, list, statement};
-pub use schema::{Bookkeeping, Unreadable, apply, pending, readable};
+pub use schema::{Bookkeeping, Unreadable, apply, pending, readable, rendered};
 pub use server::{Failure, Server, ServerSql, ServerStore};
 pub use settings::{
     DEFAULT_COMPLETED_RETENTION, DEFAULT_TABLE, DEFAULT_TIMEOUT, Settings, Source, pool_options,

@@ -159,3 +159,24 @@ where
     }
     Ok(pending.len())
 }
+
+/// Every migration of `migrator` rendered by `render` and joined, in
+/// order: for a store's test that its templates name its tables.
+///
+/// # Errors
+/// The SQL of the first migration that still holds a `{placeholder}`.
+#[doc(hidden)]
+pub fn rendered(
+    migrator: &Migrator,
+    render: impl Fn(&Migration) -> String,
+) -> Result<String, String> {
+    let mut all = String::new();
+    for migration in migrator.iter() {
+        let sql = render(migration);
+        if sql.contains('{') || sql.contains('}') {
+            return Err(sql);
+        }
+        all.push_str(&sql);
+    }
+    Ok(all)
+}

@@ -491,24 +491,15 @@ impl Sql {
 mod tests {
     use super::*;
 
+    /// The grammar is `fluxio_sql::check_identifier`'s, tested there: here,
+    /// that the table goes through it, and SQLite's own reserved names.
     #[test]
     fn identifiers() {
-        for ok in ["fluxio_checkpoints", "_x", "a1", &"a".repeat(63)] {
+        for ok in ["fluxio_checkpoints", "_x", &"a".repeat(63)] {
             assert!(Names::new(ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "",
-            "drop table",
-            "a;b",
-            "A",
-            "1a",
-            "a-b",
-            "é",
-            "a\"b",
-            &"a".repeat(64),
-            "sqlite_master",
-            "_fluxio_migrations",
-        ] {
+        let long = "a".repeat(64);
+        for bad in ["", "a;b", "A", &long, "sqlite_master", "_fluxio_migrations"] {
             let err = Names::new(bad).expect_err(bad).to_string();
             assert!(err.starts_with("invalid table "), "{err}");
         }
