@@ -1,14 +1,15 @@
 //! Opening the store a URL names, with the builders' defaults for what the
 //! options leave out. Every message shows the URL redacted.
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fluxio_core::CheckpointStore;
 use fluxio_core::store::RedactedUrl;
-use fluxio_mysql::{MySqlStore, MySqlStoreError};
-use fluxio_postgres::{PostgresStore, PostgresStoreError};
+use fluxio_mysql::MySqlStore;
+use fluxio_postgres::{PostgresStore, PostgresStoreError as ServerStoreError};
 use fluxio_redis::RedisStore;
 use fluxio_sqlite::{SqliteStore, SqliteStoreError};
 
@@ -106,14 +107,8 @@ pub(crate) async fn open(
             if let Some(table) = &args.table {
                 builder = builder.table(table);
             }
-            let checked = builder.clone().read_only(true).connect().await;
-            match (access, checked) {
-                (Access::Read, checked) => Arc::new(checked.map_err(cannot)?),
-                (Access::Write, checked) => {
-                    writable(checked).map_err(cannot)?;
-                    Arc::new(builder.connect().await.map_err(cannot)?)
-                }
-            }
+            let open = |read_only| builder.clone().read_only(read_only).connect();
+            Arc::new(checked_open(access, open).await.map_err(cannot)?)
         }
         Backend::Redis => {
             // nothing to create or migrate: a read writes no key
@@ -134,48 +129,48 @@ pub(crate) async fn open(
                     ),
                 }));
             }
-            let builder = || {
-                let mut builder = PostgresStore::builder(url).timeout(args.timeout);
-                if let Some(schema) = &args.schema {
-                    builder = builder.schema(schema);
-                }
-                if let Some(table) = &args.table {
-                    builder = builder.table(table);
-                }
-                builder
-            };
-            let checked = builder().read_only(true).connect().await;
-            match (access, checked) {
-                (Access::Read, checked) => Arc::new(checked.map_err(cannot)?),
-                (Access::Write, checked) => {
-                    writable(checked).map_err(cannot)?;
-                    Arc::new(builder().connect().await.map_err(cannot)?)
-                }
+            let mut builder = PostgresStore::builder(url).timeout(args.timeout);
+            if let Some(schema) = &args.schema {
+                builder = builder.schema(schema);
             }
+            if let Some(table) = &args.table {
+                builder = builder.table(table);
+            }
+            let open = |read_only| builder.clone().read_only(read_only).connect();
+            Arc::new(checked_open(access, open).await.map_err(cannot)?)
         }
         Backend::MySql => {
-            let builder = || {
-                let mut builder = MySqlStore::builder(url).timeout(args.timeout);
-                // MySQL calls a database a schema too
-                if let Some(database) = &args.schema {
-                    builder = builder.database(database);
-                }
-                if let Some(table) = &args.table {
-                    builder = builder.table(table);
-                }
-                builder
-            };
-            let checked = builder().read_only(true).connect().await;
-            match (access, checked) {
-                (Access::Read, checked) => Arc::new(checked.map_err(cannot)?),
-                (Access::Write, checked) => {
-                    writable(checked).map_err(cannot)?;
-                    Arc::new(builder().connect().await.map_err(cannot)?)
-                }
+            let mut builder = MySqlStore::builder(url).timeout(args.timeout);
+            // MySQL calls a database a schema too
+            if let Some(database) = &args.schema {
+                builder = builder.database(database);
             }
+            if let Some(table) = &args.table {
+                builder = builder.table(table);
+            }
+            let open = |read_only| builder.clone().read_only(read_only).connect();
+            Arc::new(checked_open(access, open).await.map_err(cannot)?)
         }
     };
     Ok(store)
+}
+
+/// The store `open(read_only)` opens for `access`: read-only for a read;
+/// for a write, opened for writing only once a read-only open found tables
+/// it may migrate ([`writable`]).
+async fn checked_open<S, F, O>(access: Access, open: F) -> fluxio_core::Result<S>
+where
+    F: Fn(bool) -> O,
+    O: Future<Output = fluxio_core::Result<S>>,
+{
+    let checked = open(true).await;
+    match access {
+        Access::Read => checked,
+        Access::Write => {
+            writable(checked)?;
+            open(false).await
+        }
+    }
 }
 
 /// Whether a store a read-only open answered `checked` for may be opened
@@ -204,11 +199,8 @@ fn outdated(e: &fluxio_core::Error) -> bool {
         own::<SqliteStoreError>(e),
         Some(SqliteStoreError::SchemaOutdated { .. })
     ) || matches!(
-        own::<PostgresStoreError>(e),
-        Some(PostgresStoreError::SchemaOutdated { .. })
-    ) || matches!(
-        own::<MySqlStoreError>(e),
-        Some(MySqlStoreError::SchemaOutdated { .. })
+        own::<ServerStoreError>(e),
+        Some(ServerStoreError::SchemaOutdated { .. })
     )
 }
 
@@ -221,14 +213,10 @@ fn unreadable(e: &fluxio_core::Error) -> Option<String> {
     {
         return Some(own.to_string());
     }
-    if let Some(own @ (MySqlStoreError::NoTables { .. } | MySqlStoreError::SchemaOutdated { .. })) =
-        own::<MySqlStoreError>(e)
-    {
-        return Some(own.to_string());
-    }
-    match own::<PostgresStoreError>(e) {
+    // the Postgres and the MySQL store's (one type)
+    match own::<ServerStoreError>(e) {
         Some(
-            own @ (PostgresStoreError::NoTables { .. } | PostgresStoreError::SchemaOutdated { .. }),
+            own @ (ServerStoreError::NoTables { .. } | ServerStoreError::SchemaOutdated { .. }),
         ) => Some(own.to_string()),
         _ => None,
     }

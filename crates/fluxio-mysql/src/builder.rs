@@ -45,6 +45,7 @@ pub(crate) type Source = fluxio_sql::Source<sqlx::MySql>;
 ///     .await?;
 /// # let _ = store; Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct MySqlStoreBuilder {
     source: Source,
     database: Option<String>,

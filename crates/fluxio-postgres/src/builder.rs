@@ -45,6 +45,7 @@ pub(crate) type Source = fluxio_sql::Source<sqlx::Postgres>;
 ///     .await?;
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct PostgresStoreBuilder {
     source: Source,
     schema: String,

@@ -96,6 +96,15 @@ pub enum Source<DB: Database> {
     Pool(Pool<DB>),
 }
 
+impl<DB: Database> Clone for Source<DB> {
+    fn clone(&self) -> Self {
+        match self {
+            Source::Url(url) => Source::Url(url.clone()),
+            Source::Pool(pool) => Source::Pool(pool.clone()),
+        }
+    }
+}
+
 impl<DB: Database> std::fmt::Debug for Source<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.shown())
