@@ -123,7 +123,7 @@ impl std::str::FromStr for Durability {
 /// An `Async` run's background writer: the checkpoint waiting to be sent,
 /// the write in flight (on a task of its own while there is one), and the
 /// first error a write met.
-pub(crate) struct Writer {
+pub(crate) struct AsyncWriter {
     shared: Arc<Shared>,
     store: Arc<dyn CheckpointStore>,
     /// The run id and fencing token (the lease itself stays with the run).
@@ -165,7 +165,7 @@ impl Shared {
     }
 }
 
-impl Writer {
+impl AsyncWriter {
     pub(crate) fn new(
         store: Arc<dyn CheckpointStore>,
         lease: Lease,
@@ -174,7 +174,7 @@ impl Writer {
         flush: Duration,
         keep: KeepLease,
     ) -> Self {
-        Writer {
+        AsyncWriter {
             keep,
             shared: Arc::default(),
             store,
@@ -239,7 +239,7 @@ impl Writer {
     }
 }
 
-impl Drop for Writer {
+impl Drop for AsyncWriter {
     /// A run dropped mid-way: nothing more is sent (a write in flight
     /// finishes on its own).
     fn drop(&mut self) {

@@ -9,7 +9,7 @@ use tracing::Instrument as _;
 use super::resume::{Continue, ResumeOptions};
 use super::{Pipeline, check_runtime};
 use crate::context::{Context, Lineage, Snapshot};
-use crate::durability::{Durability, Writer};
+use crate::durability::{AsyncWriter, Durability};
 use crate::error::Result;
 use crate::interpret::tail::Tail;
 use crate::interpret::{self, Durable};
@@ -408,7 +408,7 @@ impl Pipeline {
         let writer = (mode == Durability::Async).then(|| {
             let lease = owner.lease();
             let handle = crate::store::Lease::new(lease.run_id(), lease.token());
-            Box::new(Writer::new(
+            Box::new(AsyncWriter::new(
                 Arc::clone(store),
                 handle,
                 Arc::clone(&tail),
