@@ -103,7 +103,7 @@ impl Pipeline {
     /// version (nothing runs, the checkpoint is untouched); the errors of
     /// [`invoke`](Self::invoke).
     pub async fn resume(&self, run_id: &str) -> Result<Context> {
-        self.continue_run(run_id, Continue::Resume, ResumeOptions::new())
+        self.resume_or_replay(run_id, Continue::Resume, ResumeOptions::new())
             .await
     }
 
@@ -115,7 +115,8 @@ impl Pipeline {
     /// checkpoint of other code whose shape is the same is no longer an
     /// error.
     pub async fn resume_with(&self, run_id: &str, options: ResumeOptions) -> Result<Context> {
-        self.continue_run(run_id, Continue::Resume, options).await
+        self.resume_or_replay(run_id, Continue::Resume, options)
+            .await
     }
 
     /// Re-runs `run_id` from its stored checkpoint, or from `from_step`
@@ -134,7 +135,7 @@ impl Pipeline {
     pub async fn replay(&self, run_id: &str, from_step: Option<&str>) -> Result<Context> {
         let Some(step) = from_step else {
             return self
-                .continue_run(
+                .resume_or_replay(
                     run_id,
                     Continue::Replay { from: None },
                     ResumeOptions::new(),
@@ -143,7 +144,7 @@ impl Pipeline {
         };
         let at = self.before_step("replay", run_id, step).await?;
         let from = Some(&at);
-        self.continue_run(run_id, Continue::Replay { from }, ResumeOptions::new())
+        self.resume_or_replay(run_id, Continue::Replay { from }, ResumeOptions::new())
             .await
     }
 
@@ -188,9 +189,10 @@ impl Pipeline {
         }
     }
 
-    /// Runs a fresh durable run `key` under `owner` from the top-level
-    /// checkpoint `ip` with `context` (a fork).
-    pub(super) async fn run_from(
+    /// Runs `key` as a fresh durable run (nothing stored for it) under
+    /// `owner`'s lease, from the top-level checkpoint `ip` with `context`:
+    /// `0` and the input for a new run, a step and its context for a fork.
+    pub(super) async fn run_fresh_from(
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: &Ownership,
@@ -206,10 +208,13 @@ impl Pipeline {
             None,
             Tail::fresh(self.inner.history_depth),
         );
-        self.run_at(owner, &durable, ip, context).await
+        self.interpret_from(owner, &durable, ip, context).await
     }
 
-    pub(super) async fn continue_run(
+    /// [`resume`](Self::resume) and [`replay`](Self::replay): takes the
+    /// run's lease, loads (or [adopts](Self::adopt_unnamed)) its checkpoint
+    /// and [resumes it](Self::resume_stored) as `how` says.
+    pub(super) async fn resume_or_replay(
         &self,
         run_id: &str,
         how: Continue<'_>,
@@ -224,14 +229,14 @@ impl Pipeline {
         check_runtime(what, &key)?;
         let span = self.span(&key, true);
         async {
-            self.owning(store, &key, async |owner| {
+            self.with_lease(store, &key, async |owner| {
                 let cp = self
                     .load_or_adopt(store, owner, run_id, how, options)
                     .await?
                     .ok_or_else(|| Error::CheckpointNotFound {
                         run_id: key.to_string(),
                     })?;
-                self.continue_stored(store, owner, run_id, cp, how, options)
+                self.resume_stored(store, owner, run_id, cp, how, options)
                     .await
             })
             .await
@@ -240,10 +245,11 @@ impl Pipeline {
         .await
     }
 
-    /// Continues the stored run `cp` under `owner`'s lease, on the version
-    /// that runs it: refused when it was cancelled (before the version
-    /// check: a cancelled run is cancelled on any code).
-    pub(super) async fn continue_stored(
+    /// Continues the stored run `cp` under `owner`'s lease on the version
+    /// that runs it ([`version_for`](Self::version_for)): refused when it was
+    /// cancelled (before the version check: a cancelled run is cancelled on
+    /// any code).
+    pub(super) async fn resume_stored(
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: &Ownership,
@@ -259,7 +265,9 @@ impl Pipeline {
             });
         }
         let runner = self.version_for(key, &cp, how, options)?;
-        runner.continue_locked(store, owner, run_id, cp, how).await
+        runner
+            .resume_from_checkpoint(store, owner, run_id, cp, how)
+            .await
     }
 
     /// The checkpoint stored for `run_id` under this pipeline's key, or one
@@ -297,7 +305,7 @@ impl Pipeline {
         if self.inner.name.is_empty() {
             return Ok(None);
         }
-        self.owning(store, run_id, async |old| {
+        self.with_lease(store, run_id, async |old| {
             let Some(mut cp) = store.load(run_id).await? else {
                 return Ok(None);
             };
@@ -336,7 +344,7 @@ impl Pipeline {
         check_runtime("recover", &key)?;
         let span = self.span(&key, true);
         async {
-            self.owning(store, &key, async |owner| {
+            self.with_lease(store, &key, async |owner| {
                 let Some(cp) = store.load(&key).await? else {
                     return Ok(Recovered::Left);
                 };
@@ -351,7 +359,7 @@ impl Pipeline {
                     Claim::Resume => {
                         let how = Continue::Resume;
                         let result = self
-                            .continue_stored(store, owner, run_id, cp, how, ResumeOptions::new())
+                            .resume_stored(store, owner, run_id, cp, how, ResumeOptions::new())
                             .await;
                         Ok(Recovered::Resumed(result))
                     }
@@ -415,8 +423,10 @@ impl Pipeline {
         })
     }
 
-    /// Runs `cp` on this pipeline's program, under `lease`.
-    pub(super) async fn continue_locked(
+    /// Runs the stored run `cp` on this pipeline's program under `owner`'s
+    /// lease, from where `how` says (its resume point, or a replayed step);
+    /// a completed run resumed returns its final context.
+    pub(super) async fn resume_from_checkpoint(
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: &Ownership,
@@ -458,7 +468,7 @@ impl Pipeline {
         if stopped == Some(ip) && !matches!(how, Continue::Replay { from: Some(_) }) {
             durable.resumed_branches = cp.branches;
         }
-        self.run_at(owner, &durable, ip, &start).await
+        self.interpret_from(owner, &durable, ip, &start).await
     }
 
     /// Where the stored checkpoint `cp` (of `key`) continues in this
@@ -518,7 +528,7 @@ impl Pipeline {
 
     /// Runs `durable`'s run from the top-level checkpoint `ip` (a resume
     /// point of this program) with `context`, under `owner`'s lease.
-    pub(super) async fn run_at(
+    pub(super) async fn interpret_from(
         &self,
         owner: &Ownership,
         durable: &Durable<'_>,

@@ -72,7 +72,7 @@ impl Pipeline {
             // rule 24: `Exit` writes no first checkpoint, so it only takes
             // the lease, and clears what is stored (a cancel mark too)
             if self.inner.durability == Durability::Exit {
-                return Box::pin(self.invoke_owned(store, run_id, &key, input)).await;
+                return Box::pin(self.invoke_exit(store, run_id, &key, input)).await;
             }
             match self
                 .begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
@@ -82,7 +82,7 @@ impl Pipeline {
                 // `Replace` always begins; a program with no stage took
                 // the lease only
                 Fresh::Stored(owner) => {
-                    Box::pin(self.run_owned(store, owner, run_id, &key, input)).await
+                    Box::pin(self.replace_and_run(store, owner, run_id, &key, input)).await
                 }
             }
         }
@@ -90,23 +90,24 @@ impl Pipeline {
         .await
     }
 
-    /// `invoke` of an `Exit` pipeline: the lease only, then the run (boxed
+    /// `invoke` of an `Exit` pipeline: takes the lease only (no first
+    /// checkpoint), then [`replace_and_run`](Self::replace_and_run) (boxed
     /// by the caller: not the common case, and large).
-    pub(super) async fn invoke_owned(
+    pub(super) async fn invoke_exit(
         &self,
         store: &Arc<dyn CheckpointStore>,
         run_id: &str,
         key: &str,
         input: Context,
     ) -> Result<Context> {
-        let owner = self.own(store, key).await?;
-        self.run_owned(store, owner, run_id, key, input).await
+        let owner = self.take_lease(store, key).await?;
+        self.replace_and_run(store, owner, run_id, key, input).await
     }
 
-    /// `invoke` holding the run's lease with nothing written yet: the
-    /// stored run goes, then the run runs from its first stage, and the
-    /// lease is given back.
-    pub(super) async fn run_owned(
+    /// `invoke` holding the run's lease with nothing written yet: deletes
+    /// the stored run, runs the pipeline from its first stage, and gives the
+    /// lease back.
+    pub(super) async fn replace_and_run(
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: Ownership,
@@ -116,7 +117,8 @@ impl Pipeline {
     ) -> Result<Context> {
         let result = async {
             store.delete_fenced(key, owner.lease()).await?;
-            self.run_fresh(store, &owner, run_id, key, input).await
+            self.run_fresh_from(store, &owner, (run_id, key), 0, &input.snapshot())
+                .await
         }
         .await;
         owner.release().await;
@@ -216,7 +218,7 @@ impl Pipeline {
                     }
                 }
             }
-            self.owning(store, &key, async |owner| {
+            self.with_lease(store, &key, async |owner| {
                 self.start_owned(store, owner, run_id, &key, input).await
             })
             .await
@@ -240,11 +242,14 @@ impl Pipeline {
             .load_or_adopt(store, owner, run_id, Continue::Resume, options)
             .await?
         {
-            None => self.run_fresh(store, owner, run_id, key, input).await,
+            None => {
+                self.run_fresh_from(store, owner, (run_id, key), 0, &input.snapshot())
+                    .await
+            }
             // completed since `start` looked (or adopted): final on any code
             Some(cp) if cp.status == RunStatus::Completed => Ok(cp.context.to_context()),
             Some(cp) => {
-                self.continue_stored(store, owner, run_id, cp, Continue::Resume, options)
+                self.resume_stored(store, owner, run_id, cp, Continue::Resume, options)
                     .await
             }
         }
@@ -276,7 +281,7 @@ impl Pipeline {
             .prewritten
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(took);
-        let result = self.run_at(&owner, &durable, 0, input).await;
+        let result = self.interpret_from(&owner, &durable, 0, input).await;
         drop(durable);
         owner.release().await;
         Ok(Fresh::Ran(result))
@@ -325,20 +330,6 @@ impl Pipeline {
         Ok((owner, Some((tail, created, started.elapsed()))))
     }
 
-    /// Runs the pipeline from its first stage on `input`, under `owner`'s
-    /// lease on `key`, with nothing stored for `key`.
-    pub(super) async fn run_fresh(
-        &self,
-        store: &Arc<dyn CheckpointStore>,
-        owner: &Ownership,
-        run_id: &str,
-        key: &str,
-        input: Context,
-    ) -> Result<Context> {
-        self.run_from(store, owner, (run_id, key), 0, &input.snapshot())
-            .await
-    }
-
     /// Runs the pipeline on `input` as a fresh run, like
     /// [`invoke`](Self::invoke), on a task of its own, and streams the chunks
     /// of its stream stages (see [`crate::stream`]) as they are emitted.
@@ -370,30 +361,35 @@ impl Pipeline {
         })
     }
 
-    /// Takes `run_id` for a run of this pipeline (refused once it is shut down).
-    /// Runs `body` owning `key` (its lease taken, [`RunIdInUse`](Error::RunIdInUse)
-    /// when another run holds it), and gives the lease back after, whatever
-    /// `body` returned.
-    pub(super) async fn owning<T>(
+    /// Runs `body` owning `key` (its lease taken by
+    /// [`take_lease`](Self::take_lease)), and gives the lease back after,
+    /// whatever `body` returned.
+    pub(super) async fn with_lease<T>(
         &self,
         store: &Arc<dyn CheckpointStore>,
         key: &str,
         body: impl AsyncFnOnce(&Ownership) -> Result<T>,
     ) -> Result<T> {
-        let owner = self.own(store, key).await?;
+        let owner = self.take_lease(store, key).await?;
         let result = body(&owner).await;
         owner.release().await;
         result
     }
 
-    pub(super) async fn own(
+    /// Takes the lease of `key` for a run of this pipeline: refused once the
+    /// pipeline is shut down, and [`RunIdInUse`](crate::Error::RunIdInUse)
+    /// when another run holds it.
+    pub(super) async fn take_lease(
         &self,
         store: &Arc<dyn CheckpointStore>,
-        run_id: &str,
+        key: &str,
     ) -> Result<Ownership> {
-        Ownership::acquire(store, run_id, self.inner.lease_ttl, &self.inner.leases).await
+        Ownership::acquire(store, key, self.inner.lease_ttl, &self.inner.leases).await
     }
 
+    /// The interpreter's durable side of a run of `key` under `owner`'s
+    /// lease: where it checkpoints, how (and, for `Async`, its writer), and
+    /// the journal `tail` it continues.
     pub(super) fn durable<'a>(
         &'a self,
         store: &'a Arc<dyn CheckpointStore>,
