@@ -124,29 +124,29 @@ impl std::str::FromStr for Durability {
 /// the write in flight (on a task of its own while there is one), and the
 /// first error a write met.
 pub(crate) struct AsyncWriter {
+    /// What the writing task shares with the run.
     shared: Arc<Shared>,
-    store: Arc<dyn CheckpointStore>,
-    /// The run id and fencing token (the lease itself stays with the run).
-    lease: Arc<Lease>,
-    tail: Arc<Mutex<Tail>>,
-    version: Arc<str>,
     /// The run's lease, held by a writing task until its write returns: a
     /// run dropped mid-write gives its lease back only after it (a write
     /// landing after another owner took the run over could otherwise land
     /// on a store whose leases cannot be lost).
     keep: KeepLease,
-    /// How long a checkpoint waits before it is sent, so that newer ones
-    /// made meanwhile replace it ([`PipelineBuilder::async_flush`](crate::PipelineBuilder::async_flush)).
-    flush: Duration,
 }
 
-#[derive(Default)]
 struct Shared {
     state: Mutex<State>,
     /// Woken when the writing task ends.
     idle: Notify,
     /// Wakes the writing task from its flush wait: the run is ending.
     wake: Notify,
+    store: Arc<dyn CheckpointStore>,
+    /// The run id and fencing token (the lease itself stays with the run).
+    lease: Lease,
+    tail: Arc<Mutex<Tail>>,
+    version: String,
+    /// How long a checkpoint waits before it is sent, so that newer ones
+    /// made meanwhile replace it ([`PipelineBuilder::async_flush`](crate::PipelineBuilder::async_flush)).
+    flush: Duration,
 }
 
 #[derive(Default)]
@@ -174,14 +174,19 @@ impl AsyncWriter {
         flush: Duration,
         keep: KeepLease,
     ) -> Self {
-        AsyncWriter {
-            keep,
-            shared: Arc::default(),
+        let shared = Shared {
+            state: Mutex::default(),
+            idle: Notify::new(),
+            wake: Notify::new(),
             store,
-            lease: Arc::new(lease),
+            lease,
             tail,
-            version: Arc::from(version),
+            version: version.to_owned(),
             flush,
+        };
+        AsyncWriter {
+            shared: Arc::new(shared),
+            keep,
         }
     }
 
@@ -200,15 +205,7 @@ impl AsyncWriter {
         if !state.writing {
             state.writing = true;
             drop(state);
-            let task = write_pending(
-                Arc::clone(&self.shared),
-                Arc::clone(&self.store),
-                Arc::clone(&self.lease),
-                Arc::clone(&self.tail),
-                Arc::clone(&self.version),
-                self.flush,
-                self.keep.clone(),
-            );
+            let task = write_pending(Arc::clone(&self.shared), self.keep.clone());
             // durable runs check for a runtime before they start
             tokio::spawn(task);
         }
@@ -249,20 +246,20 @@ impl Drop for AsyncWriter {
 
 /// Sends the pending checkpoint, and the next one made meanwhile, until
 /// there is none or a write fails.
-async fn write_pending(
-    shared: Arc<Shared>,
-    store: Arc<dyn CheckpointStore>,
-    lease: Arc<Lease>,
-    tail: Arc<Mutex<Tail>>,
-    version: Arc<str>,
-    flush: Duration,
-    keep: KeepLease,
-) {
+async fn write_pending(shared: Arc<Shared>, keep: KeepLease) {
+    let Shared {
+        store,
+        lease,
+        tail,
+        version,
+        flush,
+        ..
+    } = &*shared;
     let lock = || tail.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
         if !flush.is_zero() {
             tokio::select! {
-                () = tokio::time::sleep(flush) => {}
+                () = tokio::time::sleep(*flush) => {}
                 () = shared.wake.notified() => {}
             }
         }
@@ -278,8 +275,8 @@ async fn write_pending(
         };
         let delta = lock().stamp(&mut cp, lineage);
         let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());
-        match store.save_fenced(cp, &lease).await {
-            Ok(()) => lock().advance(seq, context, full, delta, &version, lineage),
+        match store.save_fenced(cp, lease).await {
+            Ok(()) => lock().advance(seq, context, full, delta, version, lineage),
             Err(e) => {
                 let mut state = shared.state();
                 state.pending = None;
