@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tracing::Instrument as _;
 
-use super::{Pipeline, check_runtime};
+use super::Pipeline;
 use crate::context::{Context, Snapshot};
 use crate::error::{Error, Result};
 use crate::interpret::tail::Tail;
@@ -206,7 +206,7 @@ impl Pipeline {
             (run_id, key),
             now_ms(),
             None,
-            Tail::fresh(self.inner.history_depth),
+            Tail::fresh(self.inner.settings.history_depth),
         );
         self.interpret_from(owner, &durable, ip, context).await
     }
@@ -220,14 +220,11 @@ impl Pipeline {
         how: Continue<'_>,
         options: ResumeOptions,
     ) -> Result<Context> {
-        let key = self.key(run_id)?;
         let what = match how {
             Continue::Resume => "resume",
             Continue::Replay { .. } => "replay",
         };
-        let store = self.require_store(what)?;
-        check_runtime(what, &key)?;
-        let span = self.span(&key, true);
+        let (key, store, span) = self.durable_run(what, run_id, true)?;
         async {
             self.with_lease(store, &key, async |owner| {
                 let cp = self
@@ -339,10 +336,7 @@ impl Pipeline {
         run_id: &str,
         decide: impl FnOnce(&Checkpoint) -> Claim,
     ) -> Result<Recovered> {
-        let key = self.key(run_id)?;
-        let store = self.require_store("recover")?;
-        check_runtime("recover", &key)?;
-        let span = self.span(&key, true);
+        let (key, store, span) = self.durable_run("recover", run_id, true)?;
         async {
             self.with_lease(store, &key, async |owner| {
                 let Some(cp) = store.load(&key).await? else {
@@ -458,7 +452,7 @@ impl Pipeline {
             (run_id, &key),
             cp.created_at_ms,
             resumed,
-            Tail::after(&cp, self.inner.history_depth),
+            Tail::after(&cp, self.inner.settings.history_depth),
         );
         // a run checkpointed by ip goes on by ip, so that its stages keep
         // their keys (rule 12)

@@ -71,8 +71,14 @@ impl Pipeline {
             };
             // rule 24: `Exit` writes no first checkpoint, so it only takes
             // the lease, and clears what is stored (a cancel mark too)
-            if self.inner.durability == Durability::Exit {
-                return Box::pin(self.invoke_exit(store, run_id, &key, input)).await;
+            if self.inner.settings.durability == Durability::Exit {
+                // (boxed: not the common case, and large)
+                return Box::pin(async {
+                    let owner = self.take_lease(store, &key).await?;
+                    self.replace_and_run(store, owner, run_id, &key, input)
+                        .await
+                })
+                .await;
             }
             match self
                 .begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
@@ -88,20 +94,6 @@ impl Pipeline {
         }
         .instrument(span)
         .await
-    }
-
-    /// `invoke` of an `Exit` pipeline: takes the lease only (no first
-    /// checkpoint), then [`replace_and_run`](Self::replace_and_run) (boxed
-    /// by the caller: not the common case, and large).
-    pub(super) async fn invoke_exit(
-        &self,
-        store: &Arc<dyn CheckpointStore>,
-        run_id: &str,
-        key: &str,
-        input: Context,
-    ) -> Result<Context> {
-        let owner = self.take_lease(store, key).await?;
-        self.replace_and_run(store, owner, run_id, key, input).await
     }
 
     /// `invoke` holding the run's lease with nothing written yet: deletes
@@ -184,10 +176,7 @@ impl Pipeline {
     /// # Cancel safety
     /// As [`invoke`](Self::invoke).
     pub async fn start(&self, run_id: &str, input: Context) -> Result<Context> {
-        let key = self.key(run_id)?;
-        let store = self.require_store("start")?;
-        check_runtime("start", &key)?;
-        let span = self.span(&key, false);
+        let (key, store, span) = self.durable_run("start", run_id, false)?;
         async {
             // a completed run is final: its result needs no lease, so
             // repeated starts of it never contend for one, and it does not
@@ -202,7 +191,7 @@ impl Pipeline {
                 // lease and the first checkpoint in one call, which leaves a
                 // run stored meanwhile by a concurrent start alone
                 // (`Exit` writes no first checkpoint: the lease alone, below)
-                let exit = self.inner.durability == Durability::Exit;
+                let exit = self.inner.settings.durability == Durability::Exit;
                 let unnamed = self.inner.name.is_empty();
                 if !exit && (unnamed || !store.exists(run_id).await?) {
                     match self
@@ -300,7 +289,7 @@ impl Pipeline {
         begin: Begin,
     ) -> Result<(Ownership, Option<(Tail, u64, Duration)>)> {
         let created = now_ms();
-        let mut tail = Tail::fresh(self.inner.history_depth);
+        let mut tail = Tail::fresh(self.inner.settings.history_depth);
         let meta = [
             self.inner.name.as_str(),
             run_id,
@@ -314,7 +303,7 @@ impl Pipeline {
             input,
             &mut tail,
         );
-        let (ttl, leases) = (self.inner.lease_ttl, &self.inner.leases);
+        let (ttl, leases) = (self.inner.settings.lease_ttl, &self.inner.leases);
         let Some(first) = first else {
             return Ok((Ownership::acquire(store, key, ttl, leases).await?, None));
         };
@@ -352,13 +341,17 @@ impl Pipeline {
     pub fn stream(&self, run_id: &str, input: Context) -> RunStream {
         let pipeline = self.clone();
         let id = run_id.to_owned();
-        RunStream::spawn(self.inner.stream_buffer, run_id, move |tx| async move {
-            let result = STREAM_TX
-                .scope(tx.clone(), pipeline.invoke(&id, input))
-                .await;
-            // the receiver may be gone: nothing left to tell
-            let _ = tx.send(result.map(StreamEvent::Done)).await;
-        })
+        RunStream::spawn(
+            self.inner.settings.stream_buffer,
+            run_id,
+            move |tx| async move {
+                let result = STREAM_TX
+                    .scope(tx.clone(), pipeline.invoke(&id, input))
+                    .await;
+                // the receiver may be gone: nothing left to tell
+                let _ = tx.send(result.map(StreamEvent::Done)).await;
+            },
+        )
     }
 
     /// Runs `body` owning `key` (its lease taken by
@@ -384,7 +377,13 @@ impl Pipeline {
         store: &Arc<dyn CheckpointStore>,
         key: &str,
     ) -> Result<Ownership> {
-        Ownership::acquire(store, key, self.inner.lease_ttl, &self.inner.leases).await
+        Ownership::acquire(
+            store,
+            key,
+            self.inner.settings.lease_ttl,
+            &self.inner.leases,
+        )
+        .await
     }
 
     /// The interpreter's durable side of a run of `key` under `owner`'s
@@ -400,7 +399,7 @@ impl Pipeline {
         tail: Tail,
     ) -> Durable<'a> {
         let tail = Arc::new(std::sync::Mutex::new(tail));
-        let mode = self.inner.durability;
+        let mode = self.inner.settings.durability;
         let writer = (mode == Durability::Async).then(|| {
             let lease = owner.lease();
             let handle = crate::store::Lease::new(lease.run_id(), lease.token());
@@ -409,7 +408,7 @@ impl Pipeline {
                 handle,
                 Arc::clone(&tail),
                 &self.inner.version,
-                self.inner.async_flush,
+                self.inner.settings.async_flush,
                 owner.keep(),
             ))
         });
@@ -427,7 +426,7 @@ impl Pipeline {
             resumed,
             resumed_branches: Vec::new(),
             by_ip: false,
-            delete_completed: self.inner.delete_completed,
+            delete_completed: self.inner.settings.delete_completed,
             tail,
             prewritten: std::sync::Mutex::new(None),
         }
