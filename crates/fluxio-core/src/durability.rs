@@ -52,8 +52,9 @@ use tokio::sync::Notify;
 
 use crate::context::Lineage;
 use crate::error::{Error, Result};
+use crate::interpret::ownership::KeepLease;
 use crate::interpret::tail::Tail;
-use crate::store::{Checkpoint, CheckpointStore, KeepLease, Lease};
+use crate::store::{Checkpoint, CheckpointStore, Lease};
 
 /// How long an [`Async`](Durability::Async) checkpoint waits before it is
 /// sent, by default: a newer one made meanwhile replaces it.

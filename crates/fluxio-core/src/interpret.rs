@@ -10,6 +10,8 @@
 //! ([`Durable`]) save a checkpoint at every `CHECKPOINT`, a failure checkpoint
 //! when the frame fails, and a completed checkpoint when it finishes.
 
+pub(crate) mod ownership;
+mod renew;
 pub(crate) mod tail;
 
 use tail::Tail;
@@ -38,7 +40,8 @@ use crate::stage::{
     Ended, Output, StageInfo, StageKind, Started, WithInfo, span_if_wanted, with_info,
 };
 
-use crate::store::{BranchRecord, Checkpoint, CheckpointStore, Ownership, RunStatus};
+use crate::store::{BranchRecord, Checkpoint, CheckpointStore, RunStatus};
+use ownership::Ownership;
 
 use crate::structure::Structure;
 

@@ -8,9 +8,10 @@ use crate::callback::Callback;
 use crate::compile::{Node, Program};
 use crate::durability::Durability;
 use crate::error::{Error, Result};
+use crate::interpret::ownership::LeaseTracker;
 use crate::middleware::Middleware;
 use crate::stage::Resources;
-use crate::store::{CheckpointStore, InMemoryStore, LeaseTracker};
+use crate::store::{CheckpointStore, InMemoryStore};
 use crate::stream::DEFAULT_STREAM_BUFFER;
 use crate::version::short_hex;
 

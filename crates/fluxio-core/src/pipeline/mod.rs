@@ -30,7 +30,8 @@ use std::time::Duration;
 use crate::compile::Program;
 use crate::durability::Durability;
 use crate::error::{Error, Result};
-use crate::store::{CheckpointStore, LeaseTracker};
+use crate::interpret::ownership::LeaseTracker;
+use crate::store::CheckpointStore;
 use crate::store::{check_run_id, run_key};
 use crate::structure::Structure;
 

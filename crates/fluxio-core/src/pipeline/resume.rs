@@ -8,10 +8,11 @@ use tracing::Instrument as _;
 use super::Pipeline;
 use crate::context::{Context, Snapshot};
 use crate::error::{Error, Result};
+use crate::interpret::ownership::Ownership;
 use crate::interpret::tail::Tail;
 use crate::interpret::{self, Durable};
 use crate::stage::bodies::RunBodies;
-use crate::store::{Checkpoint, CheckpointStore, Ownership, RunStatus, now_ms};
+use crate::store::{Checkpoint, CheckpointStore, RunStatus, now_ms};
 use crate::structure::Changes;
 
 /// How [`Pipeline::resume_with`] may continue a run.

@@ -11,10 +11,11 @@ use super::{Pipeline, check_runtime};
 use crate::context::{Context, Lineage, Snapshot};
 use crate::durability::{AsyncWriter, Durability};
 use crate::error::Result;
+use crate::interpret::ownership::Ownership;
 use crate::interpret::tail::Tail;
 use crate::interpret::{self, Durable};
 use crate::stage::bodies::RunBodies;
-use crate::store::{Begin, CheckpointStore, Ownership, RunStatus, now_ms};
+use crate::store::{Begin, CheckpointStore, RunStatus, now_ms};
 use crate::stream::{RunStream, STREAM_TX, StreamEvent};
 
 /// What [`Pipeline::begin`] did with a fresh run.

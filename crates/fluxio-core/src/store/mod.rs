@@ -71,7 +71,6 @@ mod lease;
 mod list;
 mod memory;
 mod redact;
-mod renew;
 mod retry;
 pub(crate) mod status;
 
@@ -90,7 +89,6 @@ pub use checkpoint::{
 pub use error_kind::StoreErrorKind;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::{Begin, Begun, Lease};
-pub(crate) use lease::{BodyLease, KeepLease, LeaseTracker, Ownership};
 pub use list::{MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
