@@ -640,18 +640,9 @@ pub async fn rule10_pipelines_sharing_a_run_id_are_kept_apart<H: Harness>(h: &H)
         store.exists(&k_orders).await.expect("exists"),
         "orders kept"
     );
-    let held = store
-        .acquire_lease(&k_orders, Duration::from_secs(30))
-        .await
-        .expect("lease orders/42");
-    let other = store
-        .acquire_lease(&k_emails, Duration::from_secs(30))
-        .await
-        .expect("emails/42 is not leased by orders/42");
-    store
-        .save_fenced(emails.clone(), &other)
-        .await
-        .expect("fenced save of emails/42 under its own lease");
+    let held = acquire(&store, &k_orders, Duration::from_secs(30)).await;
+    // emails/42 is not leased by orders/42: it takes and saves under its own
+    let _other = save_owned(&store, emails.clone(), Duration::from_secs(30)).await;
     assert!(
         matches!(
             store.save_fenced(emails, &held).await,
