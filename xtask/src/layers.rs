@@ -10,7 +10,7 @@
 //! reference is `crate::` (or `super::`, read from the crate root) followed by a module name (or a `{...}` group of
 //! them) in code, a module is a file or a folder of `src/` (`store/lease` is
 //! its own module, `store` is `store/mod.rs`), and an item reached through a
-//! re-export (`crate::store::BodyLease`) counts as the module it is named
+//! re-export (`crate::store::Lease`) counts as the module it is named
 //! through. `#[cfg(test)] mod tests` at the end of a file is not read: a test
 //! may use anything.
 //!
@@ -46,6 +46,7 @@ pub(crate) const LAYERS: &[(&str, &[&str])] = &[
             "store/branch",
             "store/checkpoint",
             "store/journal",
+            "store/lease",
             "store/list",
             "store/memory",
             "store/redact",
@@ -62,10 +63,10 @@ pub(crate) const LAYERS: &[(&str, &[&str])] = &[
         "run",
         &[
             "interpret",
+            "interpret/ownership",
+            "interpret/renew",
             "interpret/tail",
             "durability",
-            "store/lease",
-            "store/renew",
             "stage/bodies",
         ],
     ),

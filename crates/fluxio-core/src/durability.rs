@@ -52,8 +52,9 @@ use tokio::sync::Notify;
 
 use crate::context::Lineage;
 use crate::error::{Error, Result};
+use crate::interpret::ownership::KeepLease;
 use crate::interpret::tail::Tail;
-use crate::store::{Checkpoint, CheckpointStore, KeepLease, Lease};
+use crate::store::{Checkpoint, CheckpointStore, Lease};
 
 /// How long an [`Async`](Durability::Async) checkpoint waits before it is
 /// sent, by default: a newer one made meanwhile replaces it.
@@ -123,30 +124,30 @@ impl std::str::FromStr for Durability {
 /// An `Async` run's background writer: the checkpoint waiting to be sent,
 /// the write in flight (on a task of its own while there is one), and the
 /// first error a write met.
-pub(crate) struct Writer {
+pub(crate) struct AsyncWriter {
+    /// What the writing task shares with the run.
     shared: Arc<Shared>,
-    store: Arc<dyn CheckpointStore>,
-    /// The run id and fencing token (the lease itself stays with the run).
-    lease: Arc<Lease>,
-    tail: Arc<Mutex<Tail>>,
-    version: Arc<str>,
     /// The run's lease, held by a writing task until its write returns: a
     /// run dropped mid-write gives its lease back only after it (a write
     /// landing after another owner took the run over could otherwise land
     /// on a store whose leases cannot be lost).
     keep: KeepLease,
-    /// How long a checkpoint waits before it is sent, so that newer ones
-    /// made meanwhile replace it ([`PipelineBuilder::async_flush`](crate::PipelineBuilder::async_flush)).
-    flush: Duration,
 }
 
-#[derive(Default)]
 struct Shared {
     state: Mutex<State>,
     /// Woken when the writing task ends.
     idle: Notify,
     /// Wakes the writing task from its flush wait: the run is ending.
     wake: Notify,
+    store: Arc<dyn CheckpointStore>,
+    /// The run id and fencing token (the lease itself stays with the run).
+    lease: Lease,
+    tail: Arc<Mutex<Tail>>,
+    version: String,
+    /// How long a checkpoint waits before it is sent, so that newer ones
+    /// made meanwhile replace it ([`PipelineBuilder::async_flush`](crate::PipelineBuilder::async_flush)).
+    flush: Duration,
 }
 
 #[derive(Default)]
@@ -165,7 +166,7 @@ impl Shared {
     }
 }
 
-impl Writer {
+impl AsyncWriter {
     pub(crate) fn new(
         store: Arc<dyn CheckpointStore>,
         lease: Lease,
@@ -174,14 +175,19 @@ impl Writer {
         flush: Duration,
         keep: KeepLease,
     ) -> Self {
-        Writer {
-            keep,
-            shared: Arc::default(),
+        let shared = Shared {
+            state: Mutex::default(),
+            idle: Notify::new(),
+            wake: Notify::new(),
             store,
-            lease: Arc::new(lease),
+            lease,
             tail,
-            version: Arc::from(version),
+            version: version.to_owned(),
             flush,
+        };
+        AsyncWriter {
+            shared: Arc::new(shared),
+            keep,
         }
     }
 
@@ -200,15 +206,7 @@ impl Writer {
         if !state.writing {
             state.writing = true;
             drop(state);
-            let task = write_pending(
-                Arc::clone(&self.shared),
-                Arc::clone(&self.store),
-                Arc::clone(&self.lease),
-                Arc::clone(&self.tail),
-                Arc::clone(&self.version),
-                self.flush,
-                self.keep.clone(),
-            );
+            let task = write_pending(Arc::clone(&self.shared), self.keep.clone());
             // durable runs check for a runtime before they start
             tokio::spawn(task);
         }
@@ -239,7 +237,7 @@ impl Writer {
     }
 }
 
-impl Drop for Writer {
+impl Drop for AsyncWriter {
     /// A run dropped mid-way: nothing more is sent (a write in flight
     /// finishes on its own).
     fn drop(&mut self) {
@@ -249,20 +247,20 @@ impl Drop for Writer {
 
 /// Sends the pending checkpoint, and the next one made meanwhile, until
 /// there is none or a write fails.
-async fn write_pending(
-    shared: Arc<Shared>,
-    store: Arc<dyn CheckpointStore>,
-    lease: Arc<Lease>,
-    tail: Arc<Mutex<Tail>>,
-    version: Arc<str>,
-    flush: Duration,
-    keep: KeepLease,
-) {
+async fn write_pending(shared: Arc<Shared>, keep: KeepLease) {
+    let Shared {
+        store,
+        lease,
+        tail,
+        version,
+        flush,
+        ..
+    } = &*shared;
     let lock = || tail.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
         if !flush.is_zero() {
             tokio::select! {
-                () = tokio::time::sleep(flush) => {}
+                () = tokio::time::sleep(*flush) => {}
                 () = shared.wake.notified() => {}
             }
         }
@@ -278,8 +276,8 @@ async fn write_pending(
         };
         let delta = lock().stamp(&mut cp, lineage);
         let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());
-        match store.save_fenced(cp, &lease).await {
-            Ok(()) => lock().advance(seq, context, full, delta, &version, lineage),
+        match store.save_fenced(cp, lease).await {
+            Ok(()) => lock().advance(seq, context, full, delta, version, lineage),
             Err(e) => {
                 let mut state = shared.state();
                 state.pending = None;

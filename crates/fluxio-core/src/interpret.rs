@@ -10,6 +10,8 @@
 //! ([`Durable`]) save a checkpoint at every `CHECKPOINT`, a failure checkpoint
 //! when the frame fails, and a completed checkpoint when it finishes.
 
+pub(crate) mod ownership;
+mod renew;
 pub(crate) mod tail;
 
 use tail::Tail;
@@ -28,17 +30,18 @@ use crate::compile::{Event, Instr, Program};
 
 use crate::context::{Context, Lineage, Snapshot};
 
-use crate::durability::{Durability, Writer};
+use crate::durability::{AsyncWriter, Durability};
 
 use crate::error::{Error, Result};
 
 use crate::middleware::Next;
 
 use crate::stage::{
-    Begun, Ended, Output, StageInfo, StageKind, WithInfo, span_if_wanted, with_info,
+    Ended, Output, StageInfo, StageKind, Started, WithInfo, span_if_wanted, with_info,
 };
 
-use crate::store::{BranchRecord, Checkpoint, CheckpointStore, Ownership, RunStatus};
+use crate::store::{BranchRecord, Checkpoint, CheckpointStore, RunStatus};
+use ownership::Ownership;
 
 use crate::structure::Structure;
 
@@ -78,7 +81,7 @@ pub(crate) struct Durable<'a> {
     pub(crate) mode: Durability,
     /// `Async` runs: the background writer of their checkpoints (boxed:
     /// this struct is part of every durable run's future, rule 24).
-    pub(crate) writer: Option<Box<Writer>>,
+    pub(crate) writer: Option<Box<AsyncWriter>>,
     /// Set when the run's first checkpoint was written with its lease
     /// ([`Ownership::begin`]), and how long that took: the first
     /// `CHECKPOINT` then only reports it.
@@ -780,8 +783,8 @@ async fn call(
         // started here, inside its info and span: a stage that has ended
         // when called needs no future around it
         match with_info(&mut frame.info, span.as_ref(), || stage.start(ctx)) {
-            Begun::Done(out) => out,
-            Begun::Running(call) => WithInfo::new(&mut frame.info, span, call)
+            Started::Done(out) => out,
+            Started::Running(call) => WithInfo::new(&mut frame.info, span, call)
                 .await
                 .map_err(Box::new),
         }
@@ -826,10 +829,10 @@ fn call_in_place(
     let stage = &program.stages[index];
     let (start, span) = prepare(program, frame, scope, ip, stage, &ctx);
     let out = match with_info(&mut frame.info, span.as_ref(), || stage.start(ctx)) {
-        Begun::Done(out) => out,
+        Started::Done(out) => out,
         // `ready_stage` finishes every call; a stage marked by hand could
         // not, and is stopped rather than left waiting unpolled
-        Begun::Running(_) => Err(Box::new(Error::Internal {
+        Started::Running(_) => Err(Box::new(Error::Internal {
             message: format!(
                 "stage `{}` is run in place, but its future waited",
                 stage.name()

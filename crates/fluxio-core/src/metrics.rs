@@ -1,4 +1,4 @@
-//! Metrics of runs and checkpoints, through the [`metrics`] facade crate
+//! Metrics of runs and checkpoints, through the [`metrics`](https://docs.rs/metrics) facade crate
 //! (with the `metrics` cargo feature; without it every call here is empty
 //! and costs nothing). A service exports them with the exporter it already
 //! installs (`metrics-exporter-prometheus`, say). Every metric has a

@@ -394,10 +394,10 @@ impl Stage {
     /// has ended already (it never waits), so that the caller makes no
     /// future of it; else the call, running.
     #[inline(always)]
-    pub(crate) fn start(&self, ctx: Context) -> Begun<'_> {
+    pub(crate) fn start(&self, ctx: Context) -> Started<'_> {
         match self.begin(ctx) {
-            Ok(state) => Begun::Running(StageCall { stage: self, state }),
-            Err(done) => Begun::Done(done),
+            Ok(state) => Started::Running(StageCall { stage: self, state }),
+            Err(done) => Started::Done(done),
         }
     }
 
@@ -449,7 +449,7 @@ pub struct StageCall<'a> {
 pub(crate) type Ended = std::result::Result<Output, Box<Error>>;
 
 /// A call [started](Stage::start) at once.
-pub(crate) enum Begun<'a> {
+pub(crate) enum Started<'a> {
     /// The stage's result: it ended while it was called.
     Done(Ended),
     /// It runs on.

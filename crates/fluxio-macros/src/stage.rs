@@ -134,6 +134,16 @@ fn combine(acc: &mut Option<syn::Error>, e: syn::Error) {
     }
 }
 
+/// Records that the signature lacks `what` (pointing at `span`), and gives
+/// nothing in its place.
+fn missing<T>(errors: &mut Option<syn::Error>, span: Span, what: &str) -> Option<T> {
+    combine(
+        errors,
+        syn::Error::new(span, format!("missing {what}: {SIGNATURE}")),
+    );
+    None
+}
+
 fn string_list(expr: &Expr, option: &str) -> syn::Result<Vec<LitStr>> {
     let Expr::Array(arr) = expr else {
         return Err(syn::Error::new_spanned(
@@ -400,16 +410,11 @@ fn check_signature(sig: &syn::Signature) -> syn::Result<Signature> {
             }
             pat.map(FnArg::Typed)
         }
-        None => {
-            combine(
-                &mut errors,
-                syn::Error::new(
-                    sig.paren_token.span.join(),
-                    format!("missing the context argument: {SIGNATURE}"),
-                ),
-            );
-            None
-        }
+        None => missing(
+            &mut errors,
+            sig.paren_token.span.join(),
+            "the context argument",
+        ),
     };
     let mut stream = false;
     let mut resources = Vec::new();
@@ -442,16 +447,7 @@ fn check_signature(sig: &syn::Signature) -> syn::Result<Signature> {
     }
     let ret = match &sig.output {
         ReturnType::Type(_, ty) => Some((**ty).clone()),
-        ReturnType::Default => {
-            combine(
-                &mut errors,
-                syn::Error::new(
-                    sig.paren_token.span.close(),
-                    format!("missing return type: {SIGNATURE}"),
-                ),
-            );
-            None
-        }
+        ReturnType::Default => missing(&mut errors, sig.paren_token.span.close(), "return type"),
     };
     match (errors, ctx, ret) {
         (None, Some(ctx), Some(ret)) => Ok(Signature {

@@ -110,6 +110,49 @@ fn bench_invoke(
     });
 }
 
+/// Benchmarks ten direct calls of `stage` in a row on a clone of `input`,
+/// no interpreter: the hand-written chain a pipeline of ten is compared with.
+fn bench_hand_written<F: Future<Output = StageResult>>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    input: &Context,
+    stage: impl Fn(Context) -> F,
+) {
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let mut ctx = black_box(input.clone());
+                for _ in 0..10 {
+                    ctx = stage(ctx).await.expect("the stage runs");
+                }
+                black_box(ctx)
+            })
+        });
+    });
+}
+
+/// `set_one_key_{hand_written,pipeline}_10_{kind}`: ten calls of `stage` on
+/// a context of twelve keys, by hand and by `ten`, the pipeline of ten.
+fn bench_set_one_key<F: Future<Output = StageResult>>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &tokio::runtime::Runtime,
+    kind: &str,
+    ten: &Pipeline,
+    stage: impl Fn(Context) -> F,
+) {
+    let twelve = keys(12);
+    let name = format!("set_one_key_hand_written_10_{kind}");
+    bench_hand_written(g, rt, &name, &twelve, stage);
+    bench_invoke(
+        g,
+        rt,
+        format!("set_one_key_pipeline_10_{kind}"),
+        ten,
+        &twelve,
+    );
+}
+
 fn per_stage(c: &mut Criterion) {
     let rt = runtime();
     let p = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
@@ -117,17 +160,7 @@ fn per_stage(c: &mut Criterion) {
         .expect("valid");
     let input = context_of(1024);
     let mut g = c.benchmark_group("per_stage");
-    g.bench_function("hand_written_10", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let mut ctx = black_box(input.clone());
-                for _ in 0..10 {
-                    ctx = noop(ctx).await.expect("no-op");
-                }
-                black_box(ctx)
-            })
-        });
-    });
+    bench_hand_written(&mut g, &rt, "hand_written_10", &input, noop);
     let twelve = keys(12);
     let strings = pipeline![
         set_string, set_string, set_string, set_string, set_string, set_string, set_string,
@@ -141,24 +174,7 @@ fn per_stage(c: &mut Criterion) {
     ]
     .build()
     .expect("valid");
-    g.bench_function("set_one_key_hand_written_10_string", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let mut ctx = black_box(twelve.clone());
-                for _ in 0..10 {
-                    ctx = set_string(ctx).await.expect("sets");
-                }
-                black_box(ctx)
-            })
-        });
-    });
-    bench_invoke(
-        &mut g,
-        &rt,
-        "set_one_key_pipeline_10_string",
-        &strings,
-        &twelve,
-    );
+    bench_set_one_key(&mut g, &rt, "string", &strings, set_string);
     let awaiting = pipeline![
         set_string_awaiting,
         set_string_awaiting,
@@ -180,24 +196,7 @@ fn per_stage(c: &mut Criterion) {
         &awaiting,
         &twelve,
     );
-    g.bench_function("set_one_key_hand_written_10_vec_u8", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let mut ctx = black_box(twelve.clone());
-                for _ in 0..10 {
-                    ctx = set_bytes(ctx).await.expect("sets");
-                }
-                black_box(ctx)
-            })
-        });
-    });
-    bench_invoke(
-        &mut g,
-        &rt,
-        "set_one_key_pipeline_10_vec_u8",
-        &bytes,
-        &twelve,
-    );
+    bench_set_one_key(&mut g, &rt, "vec_u8", &bytes, set_bytes);
     let with_mw = pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
         .middleware(PassThrough)
         .build()

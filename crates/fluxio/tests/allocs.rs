@@ -76,6 +76,15 @@ fn allocs(rt: &tokio::runtime::Runtime, p: &Pipeline) -> u64 {
     ALLOCS.with(Cell::get) - before
 }
 
+/// A pipeline of ten calls of `stage`.
+macro_rules! ten_of {
+    ($stage:ident) => {
+        pipeline![
+            $stage, $stage, $stage, $stage, $stage, $stage, $stage, $stage, $stage, $stage
+        ]
+    };
+}
+
 /// Allocations a stage call makes: (ten stages - one stage) / 9, a run.
 fn per_stage(rt: &tokio::runtime::Runtime, ten: &Pipeline, one: &Pipeline) -> f64 {
     // once first: whatever is allocated once per process is not counted
@@ -91,46 +100,16 @@ fn a_stage_without_await_is_called_without_an_allocation_and_one_that_awaits_wit
         .enable_all()
         .build()
         .expect("a runtime");
-    let build = |p: fluxio::PipelineBuilder| p.build().expect("valid");
-    let never_waits = per_stage(
-        &rt,
-        &build(pipeline![
-            keep, keep, keep, keep, keep, keep, keep, keep, keep, keep
-        ]),
-        &build(pipeline![keep]),
-    );
-    let logs = per_stage(
-        &rt,
-        &build(pipeline![
-            keep_and_check,
-            keep_and_check,
-            keep_and_check,
-            keep_and_check,
-            keep_and_check,
-            keep_and_check,
-            keep_and_check,
-            keep_and_check,
-            keep_and_check,
-            keep_and_check
-        ]),
-        &build(pipeline![keep_and_check]),
-    );
-    let awaits = per_stage(
-        &rt,
-        &build(pipeline![
-            keep_after_a_wait,
-            keep_after_a_wait,
-            keep_after_a_wait,
-            keep_after_a_wait,
-            keep_after_a_wait,
-            keep_after_a_wait,
-            keep_after_a_wait,
-            keep_after_a_wait,
-            keep_after_a_wait,
-            keep_after_a_wait
-        ]),
-        &build(pipeline![keep_after_a_wait]),
-    );
+    let per_stage_of = |ten: fluxio::PipelineBuilder, one: fluxio::PipelineBuilder| {
+        per_stage(
+            &rt,
+            &ten.build().expect("valid"),
+            &one.build().expect("valid"),
+        )
+    };
+    let never_waits = per_stage_of(ten_of!(keep), pipeline![keep]);
+    let logs = per_stage_of(ten_of!(keep_and_check), pipeline![keep_and_check]);
+    let awaits = per_stage_of(ten_of!(keep_after_a_wait), pipeline![keep_after_a_wait]);
     assert!(
         never_waits == 0.0 && logs == 0.0,
         "a stage that never waits allocated {never_waits} (with assertions {logs}) a call"

@@ -4,8 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::BackoffBuilder as _;
-
 use super::{MAX_WAIT, Middleware, Next, stage_failure};
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -134,11 +132,7 @@ impl Retry {
                 let b = backon::ConstantBuilder::default()
                     .with_delay(d)
                     .with_max_times(times);
-                if self.jitter {
-                    Box::new(b.with_jitter().build())
-                } else {
-                    Box::new(b.build())
-                }
+                self.built(b, backon::ConstantBuilder::with_jitter)
             }
             Backoff::Exponential {
                 initial,
@@ -150,13 +144,28 @@ impl Retry {
                     .with_factor(factor)
                     .with_max_delay(max)
                     .with_max_times(times);
-                if self.jitter {
-                    Box::new(b.with_jitter().build())
-                } else {
-                    Box::new(b.build())
-                }
+                self.built(b, backon::ExponentialBuilder::with_jitter)
             }
         }
+    }
+
+    /// The delays `builder` makes, jittered (by `with_jitter`, the builder's
+    /// own) when [`jitter`](Self::jitter) is on.
+    fn built<B>(
+        &self,
+        builder: B,
+        with_jitter: fn(B) -> B,
+    ) -> Box<dyn Iterator<Item = Duration> + Send>
+    where
+        B: backon::BackoffBuilder,
+        B::Backoff: 'static,
+    {
+        let builder = if self.jitter {
+            with_jitter(builder)
+        } else {
+            builder
+        };
+        Box::new(builder.build())
     }
 }
 

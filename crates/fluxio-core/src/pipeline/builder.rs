@@ -3,14 +3,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Inner, MAX_STREAM_BUFFER, Pipeline};
+use super::{Inner, MAX_STREAM_BUFFER, Pipeline, RunSettings};
 use crate::callback::Callback;
 use crate::compile::{Node, Program};
 use crate::durability::Durability;
 use crate::error::{Error, Result};
+use crate::interpret::ownership::LeaseTracker;
 use crate::middleware::Middleware;
 use crate::stage::Resources;
-use crate::store::{CheckpointStore, InMemoryStore, LeaseTracker};
+use crate::store::{CheckpointStore, InMemoryStore};
 use crate::stream::DEFAULT_STREAM_BUFFER;
 use crate::version::short_hex;
 
@@ -27,12 +28,7 @@ pub struct PipelineBuilder {
     store: Option<Arc<dyn CheckpointStore>>,
     durable: bool,
     auto_parallel: bool,
-    lease_ttl: Duration,
-    durability: Durability,
-    async_flush: Duration,
-    delete_completed: bool,
-    history_depth: Option<u32>,
-    stream_buffer: usize,
+    settings: RunSettings,
     middleware: Vec<Arc<dyn Middleware>>,
     stage_middleware: Vec<(String, Arc<dyn Middleware>)>,
     callbacks: Vec<Arc<dyn Callback>>,
@@ -50,12 +46,14 @@ impl PipelineBuilder {
             store: None,
             durable: false,
             auto_parallel: true,
-            lease_ttl: Duration::from_secs(30),
-            durability: Durability::Sync,
-            async_flush: crate::durability::DEFAULT_ASYNC_FLUSH,
-            delete_completed: false,
-            history_depth: None,
-            stream_buffer: DEFAULT_STREAM_BUFFER,
+            settings: RunSettings {
+                lease_ttl: Duration::from_secs(30),
+                durability: Durability::Sync,
+                async_flush: crate::durability::DEFAULT_ASYNC_FLUSH,
+                delete_completed: false,
+                history_depth: None,
+                stream_buffer: DEFAULT_STREAM_BUFFER,
+            },
             middleware: Vec::new(),
             stage_middleware: Vec::new(),
             callbacks: Vec::new(),
@@ -140,7 +138,7 @@ impl PipelineBuilder {
     /// # Ok(pipeline) }
     /// ```
     pub fn durability(mut self, mode: Durability) -> Self {
-        self.durability = mode;
+        self.settings.durability = mode;
         self
     }
 
@@ -157,7 +155,7 @@ impl PipelineBuilder {
     /// [`MAX_ASYNC_FLUSH`](crate::durability::MAX_ASYNC_FLUSH) (one hour)
     /// with [`Error::InvalidSetting`] naming `async_flush`.
     pub fn async_flush(mut self, wait: Duration) -> Self {
-        self.async_flush = wait;
+        self.settings.async_flush = wait;
         self
     }
 
@@ -168,7 +166,7 @@ impl PipelineBuilder {
     /// [`MAX_LEASE_TTL`](crate::store::MAX_LEASE_TTL) (365 days): `build`
     /// refuses anything else with [`Error::InvalidSetting`].
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl;
+        self.settings.lease_ttl = ttl;
         self
     }
 
@@ -183,7 +181,7 @@ impl PipelineBuilder {
     /// again, and [`Pipeline::resume`] finds nothing. Use it for runs whose
     /// result lives elsewhere once they complete.
     pub fn delete_completed(mut self, on: bool) -> Self {
-        self.delete_completed = on;
+        self.settings.delete_completed = on;
         self
     }
 
@@ -195,7 +193,7 @@ impl PipelineBuilder {
     /// history, whatever its length and however often it is resumed or
     /// replayed. `Some(0)` counts as 1.
     pub fn history_depth(mut self, checkpoints: Option<u32>) -> Self {
-        self.history_depth = checkpoints.map(|n| n.max(1));
+        self.settings.history_depth = checkpoints.map(|n| n.max(1));
         self
     }
 
@@ -204,7 +202,7 @@ impl PipelineBuilder {
     /// (default [`DEFAULT_STREAM_BUFFER`]; 0 counts as 1; `build` refuses
     /// more than [`MAX_STREAM_BUFFER`] with [`Error::InvalidSetting`]).
     pub fn stream_buffer(mut self, chunks: usize) -> Self {
-        self.stream_buffer = chunks.max(1);
+        self.settings.stream_buffer = chunks.max(1);
         self
     }
 
@@ -251,17 +249,17 @@ impl PipelineBuilder {
     /// stream buffer out of range, or a middleware whose
     /// [`check`](crate::middleware::Middleware::check) refuses its settings.
     pub fn build(self) -> Result<Pipeline> {
-        crate::store::check_lease_ttl(self.lease_ttl)?;
+        crate::store::check_lease_ttl(self.settings.lease_ttl)?;
         let stage_middleware = self.stage_middleware.iter().map(|(_, m)| m);
         for m in self.middleware.iter().chain(stage_middleware) {
             m.check()?;
         }
-        if self.async_flush > crate::durability::MAX_ASYNC_FLUSH {
+        if self.settings.async_flush > crate::durability::MAX_ASYNC_FLUSH {
             return Err(Error::InvalidSetting {
                 setting: "async_flush",
                 message: format!(
                     "{:?} is longer than the longest wait, {:?}",
-                    self.async_flush,
+                    self.settings.async_flush,
                     crate::durability::MAX_ASYNC_FLUSH
                 ),
             });
@@ -277,12 +275,12 @@ impl PipelineBuilder {
                     .to_owned(),
             });
         }
-        if self.stream_buffer > MAX_STREAM_BUFFER {
+        if self.settings.stream_buffer > MAX_STREAM_BUFFER {
             return Err(Error::InvalidSetting {
                 setting: "stream_buffer",
                 message: format!(
                     "{} chunks is more than the most a stream buffers, {MAX_STREAM_BUFFER}",
-                    self.stream_buffer
+                    self.settings.stream_buffer
                 ),
             });
         }
@@ -349,12 +347,7 @@ impl PipelineBuilder {
                 version: short_hex(&digest),
                 auto_parallel: self.auto_parallel,
                 store,
-                lease_ttl: self.lease_ttl,
-                durability: self.durability,
-                async_flush: self.async_flush,
-                delete_completed: self.delete_completed,
-                history_depth: self.history_depth,
-                stream_buffer: self.stream_buffer,
+                settings: self.settings,
                 leases: LeaseTracker::default(),
             }),
         })

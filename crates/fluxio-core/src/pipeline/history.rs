@@ -162,7 +162,7 @@ impl Pipeline {
         let (ip, _) = runner.resume_point(&self.key(run_id)?, &at)?;
         let span = self.span(&new_key, true);
         async {
-            self.owning(store, &new_key, async |owner| {
+            self.with_lease(store, &new_key, async |owner| {
                 if store.exists(&new_key).await? {
                     return Err(Error::InvalidRunId {
                         run_id: new_run_id.to_owned(),
@@ -170,7 +170,7 @@ impl Pipeline {
                     });
                 }
                 runner
-                    .run_from(store, owner, (new_run_id, &new_key), ip, &at.context)
+                    .run_fresh_from(store, owner, (new_run_id, &new_key), ip, &at.context)
                     .await
             })
             .await

@@ -30,7 +30,8 @@ use std::time::Duration;
 use crate::compile::Program;
 use crate::durability::Durability;
 use crate::error::{Error, Result};
-use crate::store::{CheckpointStore, LeaseTracker};
+use crate::interpret::ownership::LeaseTracker;
+use crate::store::CheckpointStore;
 use crate::store::{check_run_id, run_key};
 use crate::structure::Structure;
 
@@ -60,14 +61,21 @@ struct Inner {
     version: String,
     auto_parallel: bool,
     store: Option<Arc<dyn CheckpointStore>>,
+    settings: RunSettings,
+    /// The leases of this pipeline's runs, for `shutdown`.
+    leases: LeaseTracker,
+}
+
+/// How a pipeline runs its runs: what [`PipelineBuilder`] sets, and the
+/// built pipeline keeps (see the builder's setters of the same names).
+#[derive(Clone, Copy, Debug)]
+struct RunSettings {
     lease_ttl: Duration,
     durability: Durability,
     async_flush: Duration,
     delete_completed: bool,
     history_depth: Option<u32>,
     stream_buffer: usize,
-    /// The leases of this pipeline's runs, for `shutdown`.
-    leases: LeaseTracker,
 }
 
 impl fmt::Debug for Pipeline {
@@ -161,6 +169,23 @@ impl Pipeline {
             version = %self.inner.version,
             resume
         )
+    }
+
+    /// What the public method `operation` on the durable run `run_id` needs
+    /// first: the run's key, the store ([`Error::NotDurable`] without one),
+    /// a tokio runtime ([`Error::NoRuntime`] outside one), and the run's span
+    /// to run in (`resume`: the method continues a stored run).
+    fn durable_run(
+        &self,
+        operation: &'static str,
+        run_id: &str,
+        resume: bool,
+    ) -> Result<(Arc<str>, &Arc<dyn CheckpointStore>, tracing::Span)> {
+        let key = self.key(run_id)?;
+        let store = self.require_store(operation)?;
+        check_runtime(operation, &key)?;
+        let span = self.span(&key, resume);
+        Ok((key, store, span))
     }
 
     /// The checkpoint store, or [`Error::NotDurable`] naming `operation`

@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use tracing::Instrument as _;
 
-use super::{Pipeline, check_runtime};
+use super::Pipeline;
 use crate::context::{Context, Snapshot};
 use crate::error::{Error, Result};
+use crate::interpret::ownership::Ownership;
 use crate::interpret::tail::Tail;
 use crate::interpret::{self, Durable};
 use crate::stage::bodies::RunBodies;
-use crate::store::{Checkpoint, CheckpointStore, Ownership, RunStatus, now_ms};
+use crate::store::{Checkpoint, CheckpointStore, RunStatus, now_ms};
 use crate::structure::Changes;
 
 /// How [`Pipeline::resume_with`] may continue a run.
@@ -103,7 +104,7 @@ impl Pipeline {
     /// version (nothing runs, the checkpoint is untouched); the errors of
     /// [`invoke`](Self::invoke).
     pub async fn resume(&self, run_id: &str) -> Result<Context> {
-        self.continue_run(run_id, Continue::Resume, ResumeOptions::new())
+        self.resume_or_replay(run_id, Continue::Resume, ResumeOptions::new())
             .await
     }
 
@@ -115,7 +116,8 @@ impl Pipeline {
     /// checkpoint of other code whose shape is the same is no longer an
     /// error.
     pub async fn resume_with(&self, run_id: &str, options: ResumeOptions) -> Result<Context> {
-        self.continue_run(run_id, Continue::Resume, options).await
+        self.resume_or_replay(run_id, Continue::Resume, options)
+            .await
     }
 
     /// Re-runs `run_id` from its stored checkpoint, or from `from_step`
@@ -134,7 +136,7 @@ impl Pipeline {
     pub async fn replay(&self, run_id: &str, from_step: Option<&str>) -> Result<Context> {
         let Some(step) = from_step else {
             return self
-                .continue_run(
+                .resume_or_replay(
                     run_id,
                     Continue::Replay { from: None },
                     ResumeOptions::new(),
@@ -143,7 +145,7 @@ impl Pipeline {
         };
         let at = self.before_step("replay", run_id, step).await?;
         let from = Some(&at);
-        self.continue_run(run_id, Continue::Replay { from }, ResumeOptions::new())
+        self.resume_or_replay(run_id, Continue::Replay { from }, ResumeOptions::new())
             .await
     }
 
@@ -188,9 +190,10 @@ impl Pipeline {
         }
     }
 
-    /// Runs a fresh durable run `key` under `owner` from the top-level
-    /// checkpoint `ip` with `context` (a fork).
-    pub(super) async fn run_from(
+    /// Runs `key` as a fresh durable run (nothing stored for it) under
+    /// `owner`'s lease, from the top-level checkpoint `ip` with `context`:
+    /// `0` and the input for a new run, a step and its context for a fork.
+    pub(super) async fn run_fresh_from(
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: &Ownership,
@@ -204,34 +207,34 @@ impl Pipeline {
             (run_id, key),
             now_ms(),
             None,
-            Tail::fresh(self.inner.history_depth),
+            Tail::fresh(self.inner.settings.history_depth),
         );
-        self.run_at(owner, &durable, ip, context).await
+        self.interpret_from(owner, &durable, ip, context).await
     }
 
-    pub(super) async fn continue_run(
+    /// [`resume`](Self::resume) and [`replay`](Self::replay): takes the
+    /// run's lease, loads (or [adopts](Self::adopt_unnamed)) its checkpoint
+    /// and [resumes it](Self::resume_stored) as `how` says.
+    pub(super) async fn resume_or_replay(
         &self,
         run_id: &str,
         how: Continue<'_>,
         options: ResumeOptions,
     ) -> Result<Context> {
-        let key = self.key(run_id)?;
         let what = match how {
             Continue::Resume => "resume",
             Continue::Replay { .. } => "replay",
         };
-        let store = self.require_store(what)?;
-        check_runtime(what, &key)?;
-        let span = self.span(&key, true);
+        let (key, store, span) = self.durable_run(what, run_id, true)?;
         async {
-            self.owning(store, &key, async |owner| {
+            self.with_lease(store, &key, async |owner| {
                 let cp = self
                     .load_or_adopt(store, owner, run_id, how, options)
                     .await?
                     .ok_or_else(|| Error::CheckpointNotFound {
                         run_id: key.to_string(),
                     })?;
-                self.continue_stored(store, owner, run_id, cp, how, options)
+                self.resume_stored(store, owner, run_id, cp, how, options)
                     .await
             })
             .await
@@ -240,10 +243,11 @@ impl Pipeline {
         .await
     }
 
-    /// Continues the stored run `cp` under `owner`'s lease, on the version
-    /// that runs it: refused when it was cancelled (before the version
-    /// check: a cancelled run is cancelled on any code).
-    pub(super) async fn continue_stored(
+    /// Continues the stored run `cp` under `owner`'s lease on the version
+    /// that runs it ([`version_for`](Self::version_for)): refused when it was
+    /// cancelled (before the version check: a cancelled run is cancelled on
+    /// any code).
+    pub(super) async fn resume_stored(
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: &Ownership,
@@ -259,7 +263,9 @@ impl Pipeline {
             });
         }
         let runner = self.version_for(key, &cp, how, options)?;
-        runner.continue_locked(store, owner, run_id, cp, how).await
+        runner
+            .resume_from_checkpoint(store, owner, run_id, cp, how)
+            .await
     }
 
     /// The checkpoint stored for `run_id` under this pipeline's key, or one
@@ -297,7 +303,7 @@ impl Pipeline {
         if self.inner.name.is_empty() {
             return Ok(None);
         }
-        self.owning(store, run_id, async |old| {
+        self.with_lease(store, run_id, async |old| {
             let Some(mut cp) = store.load(run_id).await? else {
                 return Ok(None);
             };
@@ -331,12 +337,9 @@ impl Pipeline {
         run_id: &str,
         decide: impl FnOnce(&Checkpoint) -> Claim,
     ) -> Result<Recovered> {
-        let key = self.key(run_id)?;
-        let store = self.require_store("recover")?;
-        check_runtime("recover", &key)?;
-        let span = self.span(&key, true);
+        let (key, store, span) = self.durable_run("recover", run_id, true)?;
         async {
-            self.owning(store, &key, async |owner| {
+            self.with_lease(store, &key, async |owner| {
                 let Some(cp) = store.load(&key).await? else {
                     return Ok(Recovered::Left);
                 };
@@ -351,7 +354,7 @@ impl Pipeline {
                     Claim::Resume => {
                         let how = Continue::Resume;
                         let result = self
-                            .continue_stored(store, owner, run_id, cp, how, ResumeOptions::new())
+                            .resume_stored(store, owner, run_id, cp, how, ResumeOptions::new())
                             .await;
                         Ok(Recovered::Resumed(result))
                     }
@@ -415,8 +418,10 @@ impl Pipeline {
         })
     }
 
-    /// Runs `cp` on this pipeline's program, under `lease`.
-    pub(super) async fn continue_locked(
+    /// Runs the stored run `cp` on this pipeline's program under `owner`'s
+    /// lease, from where `how` says (its resume point, or a replayed step);
+    /// a completed run resumed returns its final context.
+    pub(super) async fn resume_from_checkpoint(
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: &Ownership,
@@ -448,7 +453,7 @@ impl Pipeline {
             (run_id, &key),
             cp.created_at_ms,
             resumed,
-            Tail::after(&cp, self.inner.history_depth),
+            Tail::after(&cp, self.inner.settings.history_depth),
         );
         // a run checkpointed by ip goes on by ip, so that its stages keep
         // their keys (rule 12)
@@ -458,7 +463,7 @@ impl Pipeline {
         if stopped == Some(ip) && !matches!(how, Continue::Replay { from: Some(_) }) {
             durable.resumed_branches = cp.branches;
         }
-        self.run_at(owner, &durable, ip, &start).await
+        self.interpret_from(owner, &durable, ip, &start).await
     }
 
     /// Where the stored checkpoint `cp` (of `key`) continues in this
@@ -518,7 +523,7 @@ impl Pipeline {
 
     /// Runs `durable`'s run from the top-level checkpoint `ip` (a resume
     /// point of this program) with `context`, under `owner`'s lease.
-    pub(super) async fn run_at(
+    pub(super) async fn interpret_from(
         &self,
         owner: &Ownership,
         durable: &Durable<'_>,

@@ -9,12 +9,13 @@ use tracing::Instrument as _;
 use super::resume::{Continue, ResumeOptions};
 use super::{Pipeline, check_runtime};
 use crate::context::{Context, Lineage, Snapshot};
-use crate::durability::{Durability, Writer};
+use crate::durability::{AsyncWriter, Durability};
 use crate::error::Result;
+use crate::interpret::ownership::Ownership;
 use crate::interpret::tail::Tail;
 use crate::interpret::{self, Durable};
 use crate::stage::bodies::RunBodies;
-use crate::store::{Begin, CheckpointStore, Ownership, RunStatus, now_ms};
+use crate::store::{Begin, CheckpointStore, RunStatus, now_ms};
 use crate::stream::{RunStream, STREAM_TX, StreamEvent};
 
 /// What [`Pipeline::begin`] did with a fresh run.
@@ -71,8 +72,14 @@ impl Pipeline {
             };
             // rule 24: `Exit` writes no first checkpoint, so it only takes
             // the lease, and clears what is stored (a cancel mark too)
-            if self.inner.durability == Durability::Exit {
-                return Box::pin(self.invoke_owned(store, run_id, &key, input)).await;
+            if self.inner.settings.durability == Durability::Exit {
+                // (boxed: not the common case, and large)
+                return Box::pin(async {
+                    let owner = self.take_lease(store, &key).await?;
+                    self.replace_and_run(store, owner, run_id, &key, input)
+                        .await
+                })
+                .await;
             }
             match self
                 .begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
@@ -82,7 +89,7 @@ impl Pipeline {
                 // `Replace` always begins; a program with no stage took
                 // the lease only
                 Fresh::Stored(owner) => {
-                    Box::pin(self.run_owned(store, owner, run_id, &key, input)).await
+                    Box::pin(self.replace_and_run(store, owner, run_id, &key, input)).await
                 }
             }
         }
@@ -90,23 +97,10 @@ impl Pipeline {
         .await
     }
 
-    /// `invoke` of an `Exit` pipeline: the lease only, then the run (boxed
-    /// by the caller: not the common case, and large).
-    pub(super) async fn invoke_owned(
-        &self,
-        store: &Arc<dyn CheckpointStore>,
-        run_id: &str,
-        key: &str,
-        input: Context,
-    ) -> Result<Context> {
-        let owner = self.own(store, key).await?;
-        self.run_owned(store, owner, run_id, key, input).await
-    }
-
-    /// `invoke` holding the run's lease with nothing written yet: the
-    /// stored run goes, then the run runs from its first stage, and the
-    /// lease is given back.
-    pub(super) async fn run_owned(
+    /// `invoke` holding the run's lease with nothing written yet: deletes
+    /// the stored run, runs the pipeline from its first stage, and gives the
+    /// lease back.
+    pub(super) async fn replace_and_run(
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: Ownership,
@@ -116,7 +110,8 @@ impl Pipeline {
     ) -> Result<Context> {
         let result = async {
             store.delete_fenced(key, owner.lease()).await?;
-            self.run_fresh(store, &owner, run_id, key, input).await
+            self.run_fresh_from(store, &owner, (run_id, key), 0, &input.snapshot())
+                .await
         }
         .await;
         owner.release().await;
@@ -182,10 +177,7 @@ impl Pipeline {
     /// # Cancel safety
     /// As [`invoke`](Self::invoke).
     pub async fn start(&self, run_id: &str, input: Context) -> Result<Context> {
-        let key = self.key(run_id)?;
-        let store = self.require_store("start")?;
-        check_runtime("start", &key)?;
-        let span = self.span(&key, false);
+        let (key, store, span) = self.durable_run("start", run_id, false)?;
         async {
             // a completed run is final: its result needs no lease, so
             // repeated starts of it never contend for one, and it does not
@@ -200,7 +192,7 @@ impl Pipeline {
                 // lease and the first checkpoint in one call, which leaves a
                 // run stored meanwhile by a concurrent start alone
                 // (`Exit` writes no first checkpoint: the lease alone, below)
-                let exit = self.inner.durability == Durability::Exit;
+                let exit = self.inner.settings.durability == Durability::Exit;
                 let unnamed = self.inner.name.is_empty();
                 if !exit && (unnamed || !store.exists(run_id).await?) {
                     match self
@@ -216,7 +208,7 @@ impl Pipeline {
                     }
                 }
             }
-            self.owning(store, &key, async |owner| {
+            self.with_lease(store, &key, async |owner| {
                 self.start_owned(store, owner, run_id, &key, input).await
             })
             .await
@@ -240,11 +232,14 @@ impl Pipeline {
             .load_or_adopt(store, owner, run_id, Continue::Resume, options)
             .await?
         {
-            None => self.run_fresh(store, owner, run_id, key, input).await,
+            None => {
+                self.run_fresh_from(store, owner, (run_id, key), 0, &input.snapshot())
+                    .await
+            }
             // completed since `start` looked (or adopted): final on any code
             Some(cp) if cp.status == RunStatus::Completed => Ok(cp.context.to_context()),
             Some(cp) => {
-                self.continue_stored(store, owner, run_id, cp, Continue::Resume, options)
+                self.resume_stored(store, owner, run_id, cp, Continue::Resume, options)
                     .await
             }
         }
@@ -276,7 +271,7 @@ impl Pipeline {
             .prewritten
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(took);
-        let result = self.run_at(&owner, &durable, 0, input).await;
+        let result = self.interpret_from(&owner, &durable, 0, input).await;
         drop(durable);
         owner.release().await;
         Ok(Fresh::Ran(result))
@@ -295,7 +290,7 @@ impl Pipeline {
         begin: Begin,
     ) -> Result<(Ownership, Option<(Tail, u64, Duration)>)> {
         let created = now_ms();
-        let mut tail = Tail::fresh(self.inner.history_depth);
+        let mut tail = Tail::fresh(self.inner.settings.history_depth);
         let meta = [
             self.inner.name.as_str(),
             run_id,
@@ -309,7 +304,7 @@ impl Pipeline {
             input,
             &mut tail,
         );
-        let (ttl, leases) = (self.inner.lease_ttl, &self.inner.leases);
+        let (ttl, leases) = (self.inner.settings.lease_ttl, &self.inner.leases);
         let Some(first) = first else {
             return Ok((Ownership::acquire(store, key, ttl, leases).await?, None));
         };
@@ -323,20 +318,6 @@ impl Pipeline {
         // which finds this one written (`Durable::prewritten`)
         tail.advance(seq, context, true, 0, &self.inner.version, Lineage::NONE);
         Ok((owner, Some((tail, created, started.elapsed()))))
-    }
-
-    /// Runs the pipeline from its first stage on `input`, under `owner`'s
-    /// lease on `key`, with nothing stored for `key`.
-    pub(super) async fn run_fresh(
-        &self,
-        store: &Arc<dyn CheckpointStore>,
-        owner: &Ownership,
-        run_id: &str,
-        key: &str,
-        input: Context,
-    ) -> Result<Context> {
-        self.run_from(store, owner, (run_id, key), 0, &input.snapshot())
-            .await
     }
 
     /// Runs the pipeline on `input` as a fresh run, like
@@ -361,39 +342,54 @@ impl Pipeline {
     pub fn stream(&self, run_id: &str, input: Context) -> RunStream {
         let pipeline = self.clone();
         let id = run_id.to_owned();
-        RunStream::spawn(self.inner.stream_buffer, run_id, move |tx| async move {
-            let result = STREAM_TX
-                .scope(tx.clone(), pipeline.invoke(&id, input))
-                .await;
-            // the receiver may be gone: nothing left to tell
-            let _ = tx.send(result.map(StreamEvent::Done)).await;
-        })
+        RunStream::spawn(
+            self.inner.settings.stream_buffer,
+            run_id,
+            move |tx| async move {
+                let result = STREAM_TX
+                    .scope(tx.clone(), pipeline.invoke(&id, input))
+                    .await;
+                // the receiver may be gone: nothing left to tell
+                let _ = tx.send(result.map(StreamEvent::Done)).await;
+            },
+        )
     }
 
-    /// Takes `run_id` for a run of this pipeline (refused once it is shut down).
-    /// Runs `body` owning `key` (its lease taken, [`RunIdInUse`](Error::RunIdInUse)
-    /// when another run holds it), and gives the lease back after, whatever
-    /// `body` returned.
-    pub(super) async fn owning<T>(
+    /// Runs `body` owning `key` (its lease taken by
+    /// [`take_lease`](Self::take_lease)), and gives the lease back after,
+    /// whatever `body` returned.
+    pub(super) async fn with_lease<T>(
         &self,
         store: &Arc<dyn CheckpointStore>,
         key: &str,
         body: impl AsyncFnOnce(&Ownership) -> Result<T>,
     ) -> Result<T> {
-        let owner = self.own(store, key).await?;
+        let owner = self.take_lease(store, key).await?;
         let result = body(&owner).await;
         owner.release().await;
         result
     }
 
-    pub(super) async fn own(
+    /// Takes the lease of `key` for a run of this pipeline: refused once the
+    /// pipeline is shut down, and [`RunIdInUse`](crate::Error::RunIdInUse)
+    /// when another run holds it.
+    pub(super) async fn take_lease(
         &self,
         store: &Arc<dyn CheckpointStore>,
-        run_id: &str,
+        key: &str,
     ) -> Result<Ownership> {
-        Ownership::acquire(store, run_id, self.inner.lease_ttl, &self.inner.leases).await
+        Ownership::acquire(
+            store,
+            key,
+            self.inner.settings.lease_ttl,
+            &self.inner.leases,
+        )
+        .await
     }
 
+    /// The interpreter's durable side of a run of `key` under `owner`'s
+    /// lease: where it checkpoints, how (and, for `Async`, its writer), and
+    /// the journal `tail` it continues.
     pub(super) fn durable<'a>(
         &'a self,
         store: &'a Arc<dyn CheckpointStore>,
@@ -404,16 +400,16 @@ impl Pipeline {
         tail: Tail,
     ) -> Durable<'a> {
         let tail = Arc::new(std::sync::Mutex::new(tail));
-        let mode = self.inner.durability;
+        let mode = self.inner.settings.durability;
         let writer = (mode == Durability::Async).then(|| {
             let lease = owner.lease();
             let handle = crate::store::Lease::new(lease.run_id(), lease.token());
-            Box::new(Writer::new(
+            Box::new(AsyncWriter::new(
                 Arc::clone(store),
                 handle,
                 Arc::clone(&tail),
                 &self.inner.version,
-                self.inner.async_flush,
+                self.inner.settings.async_flush,
                 owner.keep(),
             ))
         });
@@ -431,7 +427,7 @@ impl Pipeline {
             resumed,
             resumed_branches: Vec::new(),
             by_ip: false,
-            delete_completed: self.inner.delete_completed,
+            delete_completed: self.inner.settings.delete_completed,
             tail,
             prewritten: std::sync::Mutex::new(None),
         }

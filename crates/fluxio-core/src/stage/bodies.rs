@@ -1,7 +1,7 @@
 //! Blocking stage bodies that outlive their call: [`RunBodies`] keeps each one's stage position and the run's lease until it returns (rule 16).
 
 use crate::error::{BoxError, Error, Result};
-use crate::store::{BodyLease, KeepLease};
+use crate::interpret::ownership::{BodyLease, KeepLease};
 use info::CURRENT;
 use std::collections::HashMap;
 use std::future::Future;

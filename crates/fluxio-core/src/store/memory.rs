@@ -137,21 +137,21 @@ impl InMemoryStore {
     /// meanwhile, so the checks and the write are one step.
     fn fenced(
         &self,
-        run_id: &str,
+        key: &str,
         lease: &Lease,
         save: bool,
         f: impl FnOnce(&mut HashMap<String, Vec<Checkpoint>>) -> Result<()>,
     ) -> Result<()> {
         let leases = lock(&self.leases);
         let mut map = lock(&self.map);
-        if save && latest(&map, run_id).is_some_and(Checkpoint::is_cancelled) {
+        if save && latest(&map, key).is_some_and(Checkpoint::is_cancelled) {
             return Err(Error::Cancelled {
-                run_id: run_id.to_owned(),
+                run_id: key.to_owned(),
             });
         }
-        let current = lease.run_id() == run_id
+        let current = lease.run_id() == key
             && leases
-                .get(run_id)
+                .get(key)
                 .is_some_and(|l| l.token == lease.token() && l.held_at(Instant::now()));
         if !current {
             return Err(Error::LeaseLost {
@@ -209,25 +209,25 @@ impl CheckpointStore for InMemoryStore {
         Ok(())
     }
 
-    async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        crate::store::check_run_id(run_id)?;
-        Ok(latest(&lock(&self.map), run_id).cloned())
+    async fn load(&self, key: &str) -> Result<Option<Checkpoint>> {
+        crate::store::check_run_id(key)?;
+        Ok(latest(&lock(&self.map), key).cloned())
     }
 
-    async fn delete(&self, run_id: &str) -> Result<()> {
-        crate::store::check_run_id(run_id)?;
-        lock(&self.map).remove(run_id);
+    async fn delete(&self, key: &str) -> Result<()> {
+        crate::store::check_run_id(key)?;
+        lock(&self.map).remove(key);
         Ok(())
     }
 
-    async fn exists(&self, run_id: &str) -> Result<bool> {
-        crate::store::check_run_id(run_id)?;
-        Ok(lock(&self.map).contains_key(run_id))
+    async fn exists(&self, key: &str) -> Result<bool> {
+        crate::store::check_run_id(key)?;
+        Ok(lock(&self.map).contains_key(key))
     }
 
-    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
-        crate::store::check_run_id(run_id)?;
-        Ok(lock(&self.map).get(run_id).cloned().unwrap_or_default())
+    async fn history(&self, key: &str) -> Result<Vec<Checkpoint>> {
+        crate::store::check_run_id(key)?;
+        Ok(lock(&self.map).get(key).cloned().unwrap_or_default())
     }
 
     /// Scans every run (the store is a map in memory): fine for tests and
@@ -269,24 +269,24 @@ impl CheckpointStore for InMemoryStore {
         Ok(page)
     }
 
-    async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
-        crate::store::check_run_id(run_id)?;
+    async fn acquire_lease(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        crate::store::check_run_id(key)?;
         super::check_lease_ttl(ttl)?;
         let now = Instant::now();
         let expires = expiry(now, ttl);
         let mut leases = lock(&self.leases);
-        let state = leases.entry(run_id.to_owned()).or_insert(LeaseState {
+        let state = leases.entry(key.to_owned()).or_insert(LeaseState {
             token: 0,
             expires: None,
         });
         if state.held_at(now) {
             return Err(Error::RunIdInUse {
-                run_id: run_id.to_owned(),
+                run_id: key.to_owned(),
             });
         }
         state.token += 1;
         state.expires = Some(expires);
-        Ok(Lease::new(run_id, state.token))
+        Ok(Lease::new(key, state.token))
     }
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
@@ -342,19 +342,19 @@ impl CheckpointStore for InMemoryStore {
         })
     }
 
-    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
-        self.fenced(run_id, lease, false, |map| {
-            map.remove(run_id);
+    async fn delete_fenced(&self, key: &str, lease: &Lease) -> Result<()> {
+        self.fenced(key, lease, false, |map| {
+            map.remove(key);
             Ok(())
         })
     }
 
     /// Rewrites the checkpoint under the map's mutex, which every fenced
     /// write holds while it checks the stored status.
-    async fn cancel(&self, run_id: &str) -> Result<()> {
-        crate::store::check_run_id(run_id)?;
+    async fn cancel(&self, key: &str) -> Result<()> {
+        crate::store::check_run_id(key)?;
         let mut map = lock(&self.map);
-        let cancelled = cancelled_checkpoint(run_id, latest(&map, run_id).cloned())?;
-        append(map.entry(run_id.to_owned()).or_default(), cancelled)
+        let cancelled = cancelled_checkpoint(key, latest(&map, key).cloned())?;
+        append(map.entry(key.to_owned()).or_default(), cancelled)
     }
 }

@@ -47,16 +47,16 @@
 //!         self.0.lock().unwrap().insert(checkpoint.key(), bytes);
 //!         Ok(())
 //!     }
-//!     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-//!         let bytes = self.0.lock().unwrap().get(run_id).cloned();
-//!         bytes.map(|b| Checkpoint::from_bytes(run_id, &b)).transpose()
+//!     async fn load(&self, key: &str) -> Result<Option<Checkpoint>> {
+//!         let bytes = self.0.lock().unwrap().get(key).cloned();
+//!         bytes.map(|b| Checkpoint::from_bytes(key, &b)).transpose()
 //!     }
-//!     async fn delete(&self, run_id: &str) -> Result<()> {
-//!         self.0.lock().unwrap().remove(run_id);
+//!     async fn delete(&self, key: &str) -> Result<()> {
+//!         self.0.lock().unwrap().remove(key);
 //!         Ok(())
 //!     }
-//!     async fn exists(&self, run_id: &str) -> Result<bool> {
-//!         Ok(self.0.lock().unwrap().contains_key(run_id))
+//!     async fn exists(&self, key: &str) -> Result<bool> {
+//!         Ok(self.0.lock().unwrap().contains_key(key))
 //!     }
 //! }
 //! ```
@@ -71,7 +71,6 @@ mod lease;
 mod list;
 mod memory;
 mod redact;
-mod renew;
 mod retry;
 pub(crate) mod status;
 
@@ -90,7 +89,6 @@ pub use checkpoint::{
 pub use error_kind::StoreErrorKind;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::{Begin, Begun, Lease};
-pub(crate) use lease::{BodyLease, KeepLease, LeaseTracker, Ownership};
 pub use list::{MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
@@ -330,7 +328,7 @@ pub async fn finish_run_stepwise<S: CheckpointStore + ?Sized>(
 /// # Keys
 /// A store addresses runs by key: [`run_key`]`(pipeline, run_id)`, which is
 /// `pipeline/run_id` for a named pipeline (contract rule 10) and the bare run
-/// id for an unnamed one. Every `run_id` argument below is such a key, and
+/// id for an unnamed one. Every `key` argument below is such a key, and
 /// `save` keeps a checkpoint under [`Checkpoint::key`]: a store that does
 /// that keeps the runs of two pipelines apart without knowing about
 /// pipelines.
@@ -348,16 +346,16 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// [`Checkpoint::to_bytes`], which holds them all.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()>;
 
-    /// The checkpoint stored for `run_id`, or `None`.
-    async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>>;
+    /// The checkpoint stored for `key`, or `None`.
+    async fn load(&self, key: &str) -> Result<Option<Checkpoint>>;
 
-    /// Removes the checkpoint of `run_id`. Deleting a missing id is not an error.
-    async fn delete(&self, run_id: &str) -> Result<()>;
+    /// Removes the checkpoint of `key`. Deleting a missing key is not an error.
+    async fn delete(&self, key: &str) -> Result<()>;
 
-    /// Whether a checkpoint is stored for `run_id`.
-    async fn exists(&self, run_id: &str) -> Result<bool>;
+    /// Whether a checkpoint is stored for `key`.
+    async fn exists(&self, key: &str) -> Result<bool>;
 
-    /// Every checkpoint of the run `run_id` the store still keeps, oldest
+    /// Every checkpoint of the run under `key` the store still keeps, oldest
     /// first, each with its whole context (contract rule 20); empty when
     /// nothing is stored. The last one is what [`load`](Self::load)
     /// returns.
@@ -366,9 +364,9 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// required methods keeps the run's journal in it (the default
     /// [`save_fenced`](Self::save_fenced) appends each checkpoint to it).
     /// A store that keeps the journal itself overrides this.
-    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
+    async fn history(&self, key: &str) -> Result<Vec<Checkpoint>> {
         Ok(self
-            .load(run_id)
+            .load(key)
             .await?
             .map(Checkpoint::into_journal)
             .unwrap_or_default())
@@ -390,7 +388,7 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
         })
     }
 
-    /// Takes ownership of `run_id` for a run, for `ttl` unless renewed.
+    /// Takes ownership of the run under `key`, for `ttl` unless renewed.
     ///
     /// Exactly one of any number of concurrent callers wins. The lease's
     /// [`token`](Lease::token) is a fencing token: it is greater than the
@@ -406,12 +404,12 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     ///
     /// # Errors
     /// [`Error::RunIdInUse`](crate::Error::RunIdInUse) when another run holds
-    /// an unexpired lease on `run_id`;
+    /// an unexpired lease on `key`;
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) when `ttl` is
     /// outside [`MIN_LEASE_TTL`]..=[`MAX_LEASE_TTL`].
-    async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
+    async fn acquire_lease(&self, key: &str, ttl: Duration) -> Result<Lease> {
         check_lease_ttl(ttl)?;
-        lease::acquire_local(std::any::TypeId::of::<Self>(), run_id)
+        lease::acquire_local(std::any::TypeId::of::<Self>(), key)
     }
 
     /// Extends `lease` to `ttl` from now.
@@ -461,9 +459,9 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// # Errors
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) as for
     /// [`save_fenced`](Self::save_fenced).
-    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
+    async fn delete_fenced(&self, key: &str, lease: &Lease) -> Result<()> {
         let _ = lease;
-        lease::delete_local(self, TypeId::of::<Self>(), run_id).await
+        lease::delete_local(self, TypeId::of::<Self>(), key).await
     }
 
     /// Starts a run in one step (contract rule 24): takes the lease on
@@ -516,7 +514,7 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
         finish_run_stepwise(self, last, lease, delete).await
     }
 
-    /// Cancels the run `run_id` (contract rule 14), whoever owns it: the
+    /// Cancels the run under `key` (contract rule 14), whoever owns it: the
     /// stored checkpoint becomes the one [`cancelled_checkpoint`] makes of
     /// it ([`RunStatus::Cancelled`]; its position, context, attempt and
     /// error message kept), and from then on every
@@ -537,7 +535,7 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// The default, for a store with only the four required methods, works
     /// within one process, like the default leases: it loads the checkpoint,
     /// saves its cancelled version, and marks the run in an in-process
-    /// table keyed by this store's *type* and `run_id`, which the default
+    /// table keyed by this store's *type* and `key`, which the default
     /// `save_fenced` consults; a per-key lock in the same table makes the
     /// cancel and the fenced saves of the run take turns. Another process
     /// sees the cancelled checkpoint (a resume refuses it) but not the mark:
@@ -547,7 +545,7 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     ///
     /// # Errors
     /// [`Error::CheckpointNotFound`](crate::Error::CheckpointNotFound) when
-    /// nothing is stored for `run_id`;
+    /// nothing is stored for `key`;
     /// [`Error::RunFinished`](crate::Error::RunFinished) when the run
     /// completed or was cancelled already (nothing changes);
     /// [`Error::InvalidRunId`](crate::Error::InvalidRunId) for a malformed
@@ -555,8 +553,8 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     ///
     /// # Cancel safety
     /// Dropping the future leaves the run cancelled or not, never half-way.
-    async fn cancel(&self, run_id: &str) -> Result<()> {
-        lease::cancel_local(self, TypeId::of::<Self>(), run_id).await
+    async fn cancel(&self, key: &str) -> Result<()> {
+        lease::cancel_local(self, TypeId::of::<Self>(), key).await
     }
 }
 
@@ -565,23 +563,23 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
         (**self).save(checkpoint).await
     }
-    async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        (**self).load(run_id).await
+    async fn load(&self, key: &str) -> Result<Option<Checkpoint>> {
+        (**self).load(key).await
     }
-    async fn delete(&self, run_id: &str) -> Result<()> {
-        (**self).delete(run_id).await
+    async fn delete(&self, key: &str) -> Result<()> {
+        (**self).delete(key).await
     }
-    async fn exists(&self, run_id: &str) -> Result<bool> {
-        (**self).exists(run_id).await
+    async fn exists(&self, key: &str) -> Result<bool> {
+        (**self).exists(key).await
     }
-    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
-        (**self).history(run_id).await
+    async fn history(&self, key: &str) -> Result<Vec<Checkpoint>> {
+        (**self).history(key).await
     }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
         (**self).list_runs(filter).await
     }
-    async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
-        (**self).acquire_lease(run_id, ttl).await
+    async fn acquire_lease(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        (**self).acquire_lease(key, ttl).await
     }
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
         (**self).renew_lease(lease, ttl).await
@@ -592,8 +590,8 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         (**self).save_fenced(checkpoint, lease).await
     }
-    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
-        (**self).delete_fenced(run_id, lease).await
+    async fn delete_fenced(&self, key: &str, lease: &Lease) -> Result<()> {
+        (**self).delete_fenced(key, lease).await
     }
     async fn begin_run(&self, first: Checkpoint, ttl: Duration, begin: Begin) -> Result<Begun> {
         (**self).begin_run(first, ttl, begin).await
@@ -601,7 +599,7 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
         (**self).finish_run(last, lease, delete).await
     }
-    async fn cancel(&self, run_id: &str) -> Result<()> {
-        (**self).cancel(run_id).await
+    async fn cancel(&self, key: &str) -> Result<()> {
+        (**self).cancel(key).await
     }
 }

@@ -327,17 +327,7 @@ mod tests {
             ),
             ("redis://h/0?x=a@b#frag", "redis://h/0?x=***#***"),
         ];
-        for (url, want) in cases {
-            assert_eq!(Redacted::new(url).url, want, "{url}");
-        }
-    }
-
-    #[test]
-    fn scrubs_raw_and_decoded_passwords_redis() {
-        let r = Redacted::new("redis://u:p%40ss@h");
-        assert!(r.leaks("auth with \"p@ss\" failed"));
-        assert_eq!(r.scrub("\"p%40ss\" and \"p@ss\""), "\"***\" and \"***\"");
-        assert!(!Redacted::new("redis://h").leaks("anything"));
+        assert_masked(&cases);
     }
 
     #[test]
@@ -373,17 +363,42 @@ mod tests {
                 "postgres:<a url that does not parse, not shown>",
             ),
         ];
+        assert_masked(&cases);
+    }
+
+    /// Each url of `cases` is shown as its masked form.
+    fn assert_masked(cases: &[(&str, &str)]) {
         for (url, want) in cases {
-            assert_eq!(Redacted::new(url).url, want, "{url}");
+            assert_eq!(Redacted::new(url).url, *want, "{url}");
         }
     }
 
     #[test]
-    fn scrubs_raw_and_decoded_passwords_postgres() {
-        let r = Redacted::new("postgres://u:p%40ss@h");
-        assert!(r.leaks("auth with 'p@ss' failed"));
-        assert_eq!(r.scrub("(p%40ss) and [p@ss]"), "(***) and [***]");
-        assert!(!Redacted::new("postgres://h/db").leaks("anything"));
+    fn scrubs_raw_and_decoded_passwords() {
+        // a url with a password, a message quoting it decoded, a text quoting
+        // it both ways and that text scrubbed; a url of the scheme without one
+        let cases = [
+            (
+                "redis://u:p%40ss@h",
+                "auth with \"p@ss\" failed",
+                "\"p%40ss\" and \"p@ss\"",
+                "\"***\" and \"***\"",
+                "redis://h",
+            ),
+            (
+                "postgres://u:p%40ss@h",
+                "auth with 'p@ss' failed",
+                "(p%40ss) and [p@ss]",
+                "(***) and [***]",
+                "postgres://h/db",
+            ),
+        ];
+        for (url, message, text, scrubbed, without) in cases {
+            let r = Redacted::new(url);
+            assert!(r.leaks(message), "{url}");
+            assert_eq!(r.scrub(text), scrubbed, "{url}");
+            assert!(!Redacted::new(without).leaks("anything"), "{without}");
+        }
         let opaque = Redacted::new("postgres:hunter2@127.0.0.1/db");
         assert!(opaque.leaks("database \"hunter2@127.0.0.1/db\" does not exist"));
     }

@@ -11,7 +11,7 @@ use bincode::enc::{Encode, Encoder};
 use bincode::error::{AllowedEnumVariants, DecodeError, EncodeError};
 
 use super::packed::{Kind, Packed};
-use super::ser::Writer;
+use super::ser::WireWriter;
 use super::{MAX_DEPTH, PREALLOC_LIMIT, Value, tag};
 
 /// Largest step by which a byte buffer grows while decoding, when the reader
@@ -27,7 +27,7 @@ const FIRST_CHUNK: usize = 256;
 /// [`MAX_DEPTH`], since it could not be decoded again.
 impl Encode for Value {
     fn encode<E: Encoder>(&self, encoder: &mut E) -> Result<(), EncodeError> {
-        let mut w = Writer::new(0, u64::MAX, MAX_DEPTH);
+        let mut w = WireWriter::new(0, u64::MAX, MAX_DEPTH);
         w.value(self)
             .map_err(|e| EncodeError::OtherString(e.message))?;
         bincode::enc::write::Writer::write(encoder.writer(), &w.buf)

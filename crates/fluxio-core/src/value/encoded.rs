@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use super::MAX_PAYLOAD;
 use super::decode::decode_value;
 use super::error::Refusal;
-use super::ser::Writer;
+use super::ser::WireWriter;
 use super::wire::varint_len;
 use super::{MAX_DEPTH, Value, ValueError, from_encoded, tag};
 use crate::error::Error;
@@ -126,7 +126,7 @@ impl EncodedValue {
     /// `value`, encoded as it is, whatever its size and depth (the
     /// checkpoint refuses it if it is past a limit).
     pub(crate) fn from_value(value: &Value) -> Self {
-        let mut w = Writer::new(0, u64::MAX, usize::MAX);
+        let mut w = WireWriter::new(0, u64::MAX, usize::MAX);
         // An unlimited writer refuses nothing, and a `Value` cannot misuse
         // the serializer API: nothing can fail.
         let _ = w.value(value);
@@ -274,7 +274,7 @@ pub(crate) fn encode_within<T: Serialize + ?Sized>(
     value: &T,
     limit: u64,
 ) -> crate::Result<EncodedValue> {
-    let mut w = Writer::new(key_size(key), limit, MAX_DEPTH);
+    let mut w = WireWriter::new(key_size(key), limit, MAX_DEPTH);
     w.buf = SCRATCH.take();
     w.buf.clear();
     let encoded = match value.serialize(&mut w) {

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::MAX_PAYLOAD;
 use super::encoded::{encode_entry, key_size, refusal_error};
-use super::ser::Writer;
+use super::ser::WireWriter;
 use super::{MAX_DEPTH, Value};
 
 /// Whether `value` may be stored under `key` in a context: the check behind
@@ -33,7 +33,7 @@ use super::{MAX_DEPTH, Value};
 /// the value's encoding take more than [`MAX_PAYLOAD`] bytes of a
 /// checkpoint (`size` and `limit` in bytes). Both name `key`.
 pub fn check_context_value(key: &str, value: &Value) -> crate::Result<()> {
-    let mut w = Writer::new(key_size(key), MAX_PAYLOAD as u64, MAX_DEPTH);
+    let mut w = WireWriter::new(key_size(key), MAX_PAYLOAD as u64, MAX_DEPTH);
     w.value(value).map_err(|e| refusal_error(key, e))
 }
 

@@ -1,6 +1,6 @@
 //! The primitives of packed sequences ([`Prim`], [`Primitive`]) and [`Probe`], the
 //! serializer that tells whether a sequence's element is one of them, so the
-//! [`Writer`](super::ser::Writer) can pack the sequence.
+//! [`WireWriter`](super::ser::WireWriter) can pack the sequence.
 
 use serde::ser::{self, Impossible, Serialize};
 

@@ -1,4 +1,4 @@
-//! Serde types straight into the wire format: [`Writer`], the byte-writing
+//! Serde types straight into the wire format: [`WireWriter`], the byte-writing
 //! `serde::Serializer` behind [`Context::set`](crate::Context::set) (no
 //! [`Value`] is built), the same writer for a [`Value`], and `Serialize` for
 //! `Value` itself.
@@ -17,7 +17,7 @@ use super::wire::{
 use super::{Value, ValueError, fast, tag};
 
 /// Private newtype-struct name with which `impl Serialize for Value` marks a
-/// [`Value`]: the [`Writer`] writes the marked value exactly (a `Seq` stays a
+/// [`Value`]: the [`WireWriter`] writes the marked value exactly (a `Seq` stays a
 /// `Seq`, an `Enum` an `Enum`); every other serializer sees a transparent
 /// newtype around the value's natural serde form.
 pub(super) const VALUE_TOKEN: &str = "$fluxio_core::value::Value";
@@ -25,7 +25,7 @@ pub(super) const VALUE_TOKEN: &str = "$fluxio_core::value::Value";
 /// Writes values in the wire format into a buffer, within a byte budget and
 /// (unless told otherwise) [`MAX_DEPTH`].
 #[derive(Debug)]
-pub(crate) struct Writer {
+pub(crate) struct WireWriter {
     pub(crate) buf: Vec<u8>,
     /// Bytes already spent outside `buf` (the key of a context entry).
     base: u64,
@@ -42,11 +42,11 @@ pub(crate) struct Writer {
 /// What a writer that stopped says.
 type Result<T, E = ValueError> = std::result::Result<T, E>;
 
-impl Writer {
+impl WireWriter {
     /// A writer whose output may take `limit - base` bytes, nested at most
     /// `max_depth` levels.
     pub(crate) fn new(base: u64, limit: u64, max_depth: usize) -> Self {
-        Writer {
+        WireWriter {
             buf: Vec::new(),
             base,
             limit,
@@ -140,7 +140,7 @@ impl Writer {
 
     /// Starts a sequence or map at the current depth, `len` items long if
     /// known, each at least `min` bytes: the tag and the count are written
-    /// by [`Writer::close`].
+    /// by [`WireWriter::close`].
     fn open(&mut self, len: Option<usize>, min: usize) -> Result<Frame> {
         self.at(self.depth)?;
         let reserved = varint_len(len.unwrap_or(0) as u64);
@@ -157,7 +157,7 @@ impl Writer {
         })
     }
 
-    /// Writes the tag and the count of a container started by [`Writer::open`].
+    /// Writes the tag and the count of a container started by [`WireWriter::open`].
     fn close(&mut self, frame: &Frame, tag: u8) -> Result<()> {
         self.buf[frame.start] = tag;
         let mut count = Vec::with_capacity(9);
@@ -331,7 +331,7 @@ impl Entries {
 
     /// Puts the entries in order (the last of equal keys wins) and writes the
     /// map's tag and count.
-    fn finish(mut self, w: &mut Writer) -> Result<()> {
+    fn finish(mut self, w: &mut WireWriter) -> Result<()> {
         if !self.sorted {
             let data = self.frame.data;
             let region = w.buf.split_off(data);
@@ -388,7 +388,7 @@ impl Prim {
     }
 
     /// Writes it as a value of its own, as a generic sequence holds it.
-    fn write_generic(self, w: &mut Writer) -> Result<()> {
+    fn write_generic(self, w: &mut WireWriter) -> Result<()> {
         match self {
             Prim::U8(v) => w.u64_value(v.into()),
             Prim::U16(v) => w.u64_value(v.into()),
@@ -432,7 +432,7 @@ macro_rules! serialize_prims {
 
 // ---- the serializer -----------------------------------------------------------
 
-impl<'w> ser::Serializer for &'w mut Writer {
+impl<'w> ser::Serializer for &'w mut WireWriter {
     type Ok = ();
     type Error = ValueError;
     type SerializeSeq = SeqWriter<'w>;
@@ -603,11 +603,11 @@ enum SeqMode {
 }
 
 /// [`serde::ser::SerializeSeq`] (and tuples, tuple structs and tuple
-/// variants) for the [`Writer`]: packed while every element is the same
+/// variants) for the [`WireWriter`]: packed while every element is the same
 /// primitive, generic from the first one that is not.
 #[derive(Debug)]
 pub(crate) struct SeqWriter<'w> {
-    w: &'w mut Writer,
+    w: &'w mut WireWriter,
     frame: Frame,
     mode: SeqMode,
     /// A tuple variant's fields: one level below the variant.
@@ -617,7 +617,7 @@ pub(crate) struct SeqWriter<'w> {
 impl<'w> SeqWriter<'w> {
     /// Starts a sequence `len` elements long if known (a tuple variant's
     /// fields if `variant`).
-    fn open(w: &'w mut Writer, len: Option<usize>, variant: bool) -> Result<Self> {
+    fn open(w: &'w mut WireWriter, len: Option<usize>, variant: bool) -> Result<Self> {
         let frame = w.open(len, 1)?;
         Ok(SeqWriter {
             w,
@@ -735,11 +735,11 @@ container_impls!(SeqWriter:
     SerializeTupleVariant::serialize_field() => element);
 
 /// [`serde::ser::SerializeMap`] (and structs and struct variants) for the
-/// [`Writer`]: entries in the canonical order, the last of equal keys
+/// [`WireWriter`]: entries in the canonical order, the last of equal keys
 /// winning.
 #[derive(Debug)]
 pub(crate) struct MapWriter<'w> {
-    w: &'w mut Writer,
+    w: &'w mut WireWriter,
     entries: Entries,
     /// A struct variant's fields: one level below the variant.
     variant: bool,
@@ -748,7 +748,7 @@ pub(crate) struct MapWriter<'w> {
 impl<'w> MapWriter<'w> {
     /// Starts a map `len` entries long if known (a struct variant's fields
     /// if `variant`).
-    fn open(w: &'w mut Writer, len: Option<usize>, variant: bool) -> Result<Self> {
+    fn open(w: &'w mut WireWriter, len: Option<usize>, variant: bool) -> Result<Self> {
         let entries = Entries::new(w.open(len, 2)?);
         Ok(MapWriter {
             w,
@@ -910,7 +910,7 @@ impl Serialize for Value {
 /// value is larger than any checkpoint can hold
 /// ([`MAX_PAYLOAD`](super::MAX_PAYLOAD) bytes encoded).
 pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, ValueError> {
-    let mut w = Writer::new(0, super::MAX_PAYLOAD as u64, usize::MAX);
+    let mut w = WireWriter::new(0, super::MAX_PAYLOAD as u64, usize::MAX);
     value.serialize(&mut w)?;
     super::decode::decode_value(&w.buf, usize::MAX).map_err(|e| {
         ValueError::new(format!(

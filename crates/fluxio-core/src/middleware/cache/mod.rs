@@ -6,7 +6,6 @@
 //! `memory`), which holds [`CacheEntry`] values (`entry`, with their byte
 //! encoding).
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,19 +61,10 @@ pub use store::CacheStore;
 /// let cache = Cache::new(MemoryCacheStore::new(10_000)).ttl(Duration::from_secs(300));
 /// # let _ = cache;
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Cache {
     store: Arc<dyn CacheStore>,
     ttl: Option<Duration>,
-}
-
-impl fmt::Debug for Cache {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Cache")
-            .field("store", &self.store)
-            .field("ttl", &self.ttl)
-            .finish()
-    }
 }
 
 impl Cache {

@@ -3,12 +3,14 @@
 //! do what their calls one by one do, whether the store overrides them or
 //! not.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Harness, checkpoint, namespace};
+use super::{
+    Harness, acquire, assert_lease_free, assert_lease_held, checkpoint, namespace, race,
+    two_handles,
+};
 use crate::error::Error;
-use crate::store::{Begin, Checkpoint, CheckpointStore, RunStatus};
+use crate::store::{Begin, Begun, Checkpoint, CheckpointStore, RunStatus};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -19,15 +21,34 @@ fn numbered(run_id: &str, seq: u32) -> Checkpoint {
     cp
 }
 
+/// Begins the run `run_id` with [`Begin::Replace`]: its first checkpoint
+/// written, its lease held.
+async fn begin<S: CheckpointStore>(store: &S, run_id: &str) -> Begun {
+    store
+        .begin_run(numbered(run_id, 0), TTL, Begin::Replace)
+        .await
+        .unwrap_or_else(|e| panic!("begin {run_id}: {e}"))
+}
+
+/// [`begin`]s the run `run_id`, and finishes it at once with its completed
+/// checkpoint 1, deleting it when `delete` says so.
+async fn begin_and_complete<S: CheckpointStore>(store: &S, run_id: &str, delete: bool) {
+    let begun = begin(store, run_id).await;
+    store
+        .finish_run(numbered(run_id, 1).completed(), begun.lease, delete)
+        .await
+        .unwrap_or_else(|e| panic!("finish {run_id}: {e}"));
+}
+
 /// Rule 24: `begin_run` with [`Begin::Replace`] takes the lease and
 /// replaces the stored run (its whole journal) with the first checkpoint;
 /// while another owner holds the lease it is refused and changes nothing;
 /// the lease it returns fences like one from `acquire_lease`.
 pub async fn rule24_begin_run_replaces_a_stored_run_under_a_new_lease<H: Harness>(h: &H) {
     let ns = namespace("rule24_replace");
-    let (store, other) = (h.store(&ns).await, h.store(&ns).await);
+    let (store, other) = two_handles(h, &ns).await;
     let key = numbered("r", 0).key();
-    let old = other.acquire_lease(&key, TTL).await.expect("acquire");
+    let old = acquire(&other, &key, TTL).await;
     for seq in 0..3 {
         other
             .save_fenced(numbered("r", seq), &old)
@@ -58,13 +79,7 @@ pub async fn rule24_begin_run_replaces_a_stored_run_under_a_new_lease<H: Harness
     let history = store.history(&key).await.expect("history");
     assert_eq!(history.len(), 1, "the old journal is gone: {history:?}");
     assert_eq!(history[0].context, first.context);
-    assert!(
-        matches!(
-            other.acquire_lease(&key, TTL).await,
-            Err(Error::RunIdInUse { .. })
-        ),
-        "the lease is held"
-    );
+    assert_lease_held(&other, &key, TTL, "the lease is held").await;
     store
         .save_fenced(numbered("r", 1), &begun.lease)
         .await
@@ -80,7 +95,7 @@ pub async fn rule24_begin_run_replaces_a_stored_run_under_a_new_lease<H: Harness
 /// lease and leaves the run as it was, for the caller to decide.
 pub async fn rule24_begin_run_if_absent_leaves_a_stored_run_alone<H: Harness>(h: &H) {
     let ns = namespace("rule24_ifabsent");
-    let (store, other) = (h.store(&ns).await, h.store(&ns).await);
+    let (store, other) = two_handles(h, &ns).await;
     let fresh = store
         .begin_run(numbered("new", 0), TTL, Begin::IfAbsent)
         .await
@@ -104,13 +119,7 @@ pub async fn rule24_begin_run_if_absent_leaves_a_stored_run_alone<H: Harness>(h:
         (1, RunStatus::Completed),
         "untouched"
     );
-    assert!(
-        matches!(
-            store.acquire_lease(&key, TTL).await,
-            Err(Error::RunIdInUse { .. })
-        ),
-        "the lease is held all the same"
-    );
+    assert_lease_held(&store, &key, TTL, "the lease is held all the same").await;
     other.release_lease(again.lease).await.expect("release");
 }
 
@@ -118,31 +127,21 @@ pub async fn rule24_begin_run_if_absent_leaves_a_stored_run_alone<H: Harness>(h:
 /// the others are refused with `RunIdInUse`.
 pub async fn rule24_concurrent_begins_of_one_run_begin_once<H: Harness>(h: &H) {
     let ns = namespace("rule24_race");
-    let mut stores = Vec::new();
-    for _ in 0..4 {
-        stores.push(Arc::new(h.store(&ns).await));
-    }
-    let barrier = Arc::new(tokio::sync::Barrier::new(16));
-    let tasks: Vec<_> = (0..16)
-        .map(|i| {
-            let (store, barrier) = (Arc::clone(&stores[i % 4]), Arc::clone(&barrier));
-            let begin = if i % 2 == 0 {
-                Begin::Replace
-            } else {
-                Begin::IfAbsent
-            };
-            tokio::spawn(async move {
-                barrier.wait().await;
-                store
-                    .begin_run(numbered("raced", 0), TTL, begin)
-                    .await
-                    .map(|b| b.started)
-            })
-        })
-        .collect();
+    let results = race(h, &ns, 16, |i, store| async move {
+        let begin = if i % 2 == 0 {
+            Begin::Replace
+        } else {
+            Begin::IfAbsent
+        };
+        store
+            .begin_run(numbered("raced", 0), TTL, begin)
+            .await
+            .map(|b| b.started)
+    })
+    .await;
     let (mut begun, mut in_use) = (0, 0);
-    for t in tasks {
-        match t.await.expect("no panic") {
+    for result in results {
+        match result {
             Ok(true) => begun += 1,
             Err(Error::RunIdInUse { .. }) => in_use += 1,
             other => panic!("unexpected outcome: {other:?}"),
@@ -157,39 +156,20 @@ pub async fn rule24_concurrent_begins_of_one_run_begin_once<H: Harness>(h: &H) {
 /// it is refused with `Cancelled` and frees the lease all the same.
 pub async fn rule24_finish_run_writes_the_last_checkpoint_and_frees_the_lease<H: Harness>(h: &H) {
     let ns = namespace("rule24_finish");
-    let (store, other) = (h.store(&ns).await, h.store(&ns).await);
+    let (store, other) = two_handles(h, &ns).await;
     let key = numbered("done", 0).key();
-    let begun = store
-        .begin_run(numbered("done", 0), TTL, Begin::Replace)
-        .await
-        .expect("begin");
-    store
-        .finish_run(numbered("done", 1).completed(), begun.lease, false)
-        .await
-        .expect("finish");
+    begin_and_complete(&store, "done", false).await;
     let last = store.load(&key).await.expect("load").expect("a run");
     assert_eq!((last.seq, last.status), (1, RunStatus::Completed));
     assert_eq!(store.history(&key).await.expect("history").len(), 2);
-    let lease = other
-        .acquire_lease(&key, TTL)
-        .await
-        .expect("the lease is free at once");
-    other.release_lease(lease).await.expect("release");
+    assert_lease_free(&other, &key).await;
 
     // delete: the run is gone with its history, and the lease free
     let gone = numbered("gone", 0).key();
-    let begun = store
-        .begin_run(numbered("gone", 0), TTL, Begin::Replace)
-        .await
-        .expect("begin");
-    store
-        .finish_run(numbered("gone", 1).completed(), begun.lease, true)
-        .await
-        .expect("finish and delete");
+    begin_and_complete(&store, "gone", true).await;
     assert!(!store.exists(&gone).await.expect("exists"));
     assert!(store.history(&gone).await.expect("history").is_empty());
-    let lease = other.acquire_lease(&gone, TTL).await.expect("free");
-    other.release_lease(lease).await.expect("release");
+    assert_lease_free(&other, &gone).await;
 
     // a stale lease: refused, the new owner's run untouched
     let stale_key = numbered("stale", 0).key();
@@ -216,21 +196,13 @@ pub async fn rule24_finish_run_writes_the_last_checkpoint_and_frees_the_lease<H:
     }
     let stored = store.load(&stale_key).await.expect("load").expect("a run");
     assert_eq!((stored.seq, stored.status), (0, RunStatus::Running));
-    assert!(
-        matches!(
-            store.acquire_lease(&stale_key, TTL).await,
-            Err(Error::RunIdInUse { .. })
-        ),
-        "the new owner still holds its lease"
-    );
+    let what = "the new owner still holds its lease";
+    assert_lease_held(&store, &stale_key, TTL, what).await;
     other.release_lease(taken.lease).await.expect("release");
 
     // a cancelled run: refused, and the lease freed
     let cancelled = numbered("cancelled", 0).key();
-    let begun = store
-        .begin_run(numbered("cancelled", 0), TTL, Begin::Replace)
-        .await
-        .expect("begin");
+    let begun = begin(&store, "cancelled").await;
     other.cancel(&cancelled).await.expect("cancel");
     match store
         .finish_run(numbered("cancelled", 1).completed(), begun.lease, false)
@@ -241,9 +213,5 @@ pub async fn rule24_finish_run_writes_the_last_checkpoint_and_frees_the_lease<H:
     }
     let stored = store.load(&cancelled).await.expect("load").expect("a run");
     assert!(stored.is_cancelled(), "still cancelled: {stored:?}");
-    let lease = other
-        .acquire_lease(&cancelled, TTL)
-        .await
-        .expect("the lease was given back");
-    other.release_lease(lease).await.expect("release");
+    assert_lease_free(&other, &cancelled).await;
 }

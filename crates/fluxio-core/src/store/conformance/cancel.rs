@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::{Harness, checkpoint, namespace};
+use super::{
+    Harness, acquire, assert_lease_held, checkpoint, namespace, save_owned, save_released,
+    two_handles,
+};
 use crate::context::Context;
 use crate::error::Error;
 use crate::store::{Checkpoint, CheckpointStore, RunStatus};
@@ -63,13 +66,42 @@ fn assert_cancelled_error(result: crate::Result<()>, key: &str, what: &str) {
     }
 }
 
-fn assert_run_finished(result: crate::Result<()>, key: &str, status: RunStatus, what: &str) {
-    match result {
+/// The next owner of the cancelled run `cancelled` (`store` takes its
+/// lease) is refused its fenced save of `next` with `Cancelled`, and the
+/// run stays as it was.
+async fn assert_next_owner_refused<S: CheckpointStore>(
+    store: &S,
+    next: Checkpoint,
+    cancelled: &Checkpoint,
+    what: &str,
+) {
+    let key = next.key();
+    let lease = acquire(store, &key, TTL).await;
+    assert_cancelled_error(store.save_fenced(next, &lease).await, &key, what);
+    assert_eq!(
+        &load(store, &key).await,
+        cancelled,
+        "{what}: nothing changed"
+    );
+    store.release_lease(lease).await.expect("release");
+}
+
+/// A cancel of the finished run `stored` (with `store`) is refused with
+/// `RunFinished` saying `status`, and the run is left as it was.
+async fn assert_cancel_refused<S: CheckpointStore>(
+    store: &S,
+    stored: &Checkpoint,
+    status: RunStatus,
+    what: &str,
+) {
+    let key = stored.key();
+    match store.cancel(&key).await {
         Err(Error::RunFinished { run_id, status: s }) => {
-            assert_eq!((run_id.as_str(), s), (key, status), "{what}");
+            assert_eq!((run_id.as_str(), s), (key.as_str(), status), "{what}");
         }
         other => panic!("{what}: expected Error::RunFinished({status:?}), got {other:?}"),
     }
+    assert_eq!(&load(store, &key).await, stored, "{what}: nothing changed");
 }
 
 /// A cancel of a run id with nothing stored is `CheckpointNotFound` naming
@@ -98,14 +130,10 @@ pub async fn rule14_cancel_of_an_unknown_run_is_checkpoint_not_found<H: Harness>
 /// lease is left alone.
 pub async fn rule14_cancel_marks_a_running_run_and_fences_its_owner<H: Harness>(h: &H) {
     let ns = namespace("cancel_running");
-    let (owner, canceller) = (h.store(&ns).await, h.store(&ns).await);
+    let (owner, canceller) = two_handles(h, &ns).await;
     let running = at("orders", &ns, 2);
     let key = running.key();
-    let lease = owner.acquire_lease(&key, TTL).await.expect("acquire");
-    owner
-        .save_fenced(running.clone(), &lease)
-        .await
-        .expect("the owner saves");
+    let lease = save_owned(&owner, running.clone(), TTL).await;
 
     canceller.cancel(&key).await.expect("cancel a running run");
     let cancelled = load(&canceller, &key).await;
@@ -122,13 +150,8 @@ pub async fn rule14_cancel_marks_a_running_run_and_fences_its_owner<H: Harness>(
         cancelled,
         "the refused save changed nothing"
     );
-    assert!(
-        matches!(
-            canceller.acquire_lease(&key, TTL).await,
-            Err(Error::RunIdInUse { .. })
-        ),
-        "the cancel left the owner's lease alone"
-    );
+    let what = "the cancel left the owner's lease alone";
+    assert_lease_held(&canceller, &key, TTL, what).await;
     owner.release_lease(lease).await.expect("release");
 }
 
@@ -138,54 +161,38 @@ pub async fn rule14_cancel_of_a_completed_run_is_run_finished<H: Harness>(h: &H)
     let ns = namespace("cancel_completed");
     let store = h.store(&ns).await;
     let done = at("orders", &ns, 9).completed();
-    let key = done.key();
-    let lease = store.acquire_lease(&key, TTL).await.expect("acquire");
-    store
-        .save_fenced(done.clone(), &lease)
-        .await
-        .expect("save the completed run");
-    store.release_lease(lease).await.expect("release");
-    assert_run_finished(
-        store.cancel(&key).await,
-        &key,
-        RunStatus::Completed,
-        "cancel of a completed run",
-    );
-    assert_eq!(load(&store, &key).await, done, "nothing changed");
+    save_released(&store, done.clone(), TTL).await;
+    let what = "cancel of a completed run";
+    assert_cancel_refused(&store, &done, RunStatus::Completed, what).await;
 }
 
 /// A second cancel is `RunFinished` saying cancelled, and changes nothing
 /// (not even the time of the write).
 pub async fn rule14_cancel_twice_is_run_finished_cancelled<H: Harness>(h: &H) {
     let ns = namespace("cancel_twice");
-    let (first, second) = (h.store(&ns).await, h.store(&ns).await);
+    let (first, second) = two_handles(h, &ns).await;
     let running = at("orders", &ns, 4);
     let key = running.key();
     first.save(running).await.expect("save");
     first.cancel(&key).await.expect("the first cancel");
     let cancelled = load(&first, &key).await;
-    assert_run_finished(
-        second.cancel(&key).await,
-        &key,
+    assert_cancel_refused(
+        &second,
+        &cancelled,
         RunStatus::Cancelled,
         "the second cancel",
-    );
-    assert_eq!(load(&second, &key).await, cancelled, "nothing changed");
+    )
+    .await;
 }
 
 /// A failed run can be cancelled: its error message, position and attempt
 /// stay, and a new owner's fenced save is refused.
 pub async fn rule14_a_failed_run_can_be_cancelled<H: Harness>(h: &H) {
     let ns = namespace("cancel_failed");
-    let (owner, canceller) = (h.store(&ns).await, h.store(&ns).await);
+    let (owner, canceller) = two_handles(h, &ns).await;
     let failed = at("orders", &ns, 5).failed("stage `charge` failed: card declined");
     let key = failed.key();
-    let lease = owner.acquire_lease(&key, TTL).await.expect("acquire");
-    owner
-        .save_fenced(failed.clone(), &lease)
-        .await
-        .expect("save the failure");
-    owner.release_lease(lease).await.expect("release");
+    save_released(&owner, failed.clone(), TTL).await;
 
     canceller.cancel(&key).await.expect("cancel a failed run");
     let cancelled = load(&owner, &key).await;
@@ -195,14 +202,8 @@ pub async fn rule14_a_failed_run_can_be_cancelled<H: Harness>(h: &H) {
         Some("stage `charge` failed: card declined")
     );
 
-    let next = owner.acquire_lease(&key, TTL).await.expect("a new owner");
-    assert_cancelled_error(
-        owner.save_fenced(at("orders", &ns, 5), &next).await,
-        &key,
-        "a resume's fenced save",
-    );
-    assert_eq!(load(&owner, &key).await, cancelled);
-    owner.release_lease(next).await.expect("release");
+    let what = "a resume's fenced save";
+    assert_next_owner_refused(&owner, at("orders", &ns, 5), &cancelled, what).await;
 }
 
 /// A running run whose owner is gone (its lease given back, as after a
@@ -210,28 +211,18 @@ pub async fn rule14_a_failed_run_can_be_cancelled<H: Harness>(h: &H) {
 /// next is fenced out.
 pub async fn rule14_a_run_whose_owner_is_gone_can_be_cancelled<H: Harness>(h: &H) {
     let ns = namespace("cancel_orphan");
-    let (gone, canceller) = (h.store(&ns).await, h.store(&ns).await);
+    let (gone, canceller) = two_handles(h, &ns).await;
     let running = at("orders", &ns, 6);
     let key = running.key();
-    let lease = gone.acquire_lease(&key, TTL).await.expect("acquire");
-    gone.save_fenced(running.clone(), &lease)
-        .await
-        .expect("save");
-    gone.release_lease(lease).await.expect("release");
+    save_released(&gone, running.clone(), TTL).await;
     drop(gone);
 
     canceller.cancel(&key).await.expect("cancel");
     let cancelled = load(&canceller, &key).await;
     assert_cancelled_version_of(&cancelled, &running, "an orphan, cancelled");
     let taker = h.store(&ns).await;
-    let lease = taker.acquire_lease(&key, TTL).await.expect("take over");
-    assert_cancelled_error(
-        taker.save_fenced(at("orders", &ns, 7), &lease).await,
-        &key,
-        "the next owner's fenced save",
-    );
-    assert_eq!(load(&taker, &key).await, cancelled);
-    taker.release_lease(lease).await.expect("release");
+    let what = "the next owner's fenced save";
+    assert_next_owner_refused(&taker, at("orders", &ns, 7), &cancelled, what).await;
 }
 
 /// A delete removes a cancelled run entirely: a fresh run under the same
@@ -239,12 +230,10 @@ pub async fn rule14_a_run_whose_owner_is_gone_can_be_cancelled<H: Harness>(h: &H
 /// is not cancelled. Through `delete_fenced`, and through plain `delete`.
 pub async fn rule14_delete_clears_a_cancel<H: Harness>(h: &H) {
     let ns = namespace("cancel_delete");
-    let (store, canceller) = (h.store(&ns).await, h.store(&ns).await);
+    let (store, canceller) = two_handles(h, &ns).await;
     let first = at("orders", &ns, 2);
     let key = first.key();
-    let lease = store.acquire_lease(&key, TTL).await.expect("acquire");
-    store.save_fenced(first, &lease).await.expect("save");
-    store.release_lease(lease).await.expect("release");
+    save_released(&store, first, TTL).await;
     canceller.cancel(&key).await.expect("cancel");
 
     let lease = store.acquire_lease(&key, TTL).await.expect("a new run");
@@ -276,11 +265,10 @@ pub async fn rule14_delete_clears_a_cancel<H: Harness>(h: &H) {
 /// run is no longer cancelled: its owner's fenced saves are accepted again.
 pub async fn rule14_a_plain_save_replaces_a_cancel<H: Harness>(h: &H) {
     let ns = namespace("cancel_save");
-    let (store, canceller) = (h.store(&ns).await, h.store(&ns).await);
+    let (store, canceller) = two_handles(h, &ns).await;
     let running = at("orders", &ns, 3);
     let key = running.key();
-    let lease = store.acquire_lease(&key, TTL).await.expect("acquire");
-    store.save_fenced(running, &lease).await.expect("save");
+    let lease = save_owned(&store, running, TTL).await;
     canceller.cancel(&key).await.expect("cancel");
 
     let replaced = at("orders", &ns, 4);
@@ -311,16 +299,11 @@ pub async fn rule14_a_plain_save_replaces_a_cancel<H: Harness>(h: &H) {
 /// same run id (keys `a/<id>` and `b/<id>`) keeps running and saving.
 pub async fn rule14_cancel_does_not_touch_another_key<H: Harness>(h: &H) {
     let ns = namespace("cancel_other");
-    let (store, canceller) = (h.store(&ns).await, h.store(&ns).await);
+    let (store, canceller) = two_handles(h, &ns).await;
     let (a, b) = (at("a", &ns, 1), at("b", &ns, 1));
     let (key_a, key_b) = (a.key(), b.key());
-    let lease_a = store.acquire_lease(&key_a, TTL).await.expect("lease a");
-    let lease_b = store.acquire_lease(&key_b, TTL).await.expect("lease b");
-    store.save_fenced(a, &lease_a).await.expect("save a");
-    store
-        .save_fenced(b.clone(), &lease_b)
-        .await
-        .expect("save b");
+    let lease_a = save_owned(&store, a, TTL).await;
+    let lease_b = save_owned(&store, b.clone(), TTL).await;
 
     canceller.cancel(&key_a).await.expect("cancel a");
     assert_eq!(load(&canceller, &key_b).await, b, "b is untouched");

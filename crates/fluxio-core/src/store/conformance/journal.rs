@@ -56,6 +56,15 @@ async fn leased_run<H: Harness>(h: &H, check: &str) -> (H::Store, String, String
     (store, ns, run, key, lease)
 }
 
+/// Asserts that a fenced save of checkpoint `seq` was refused with
+/// `RunDeleted`: its predecessor is not stored.
+fn assert_run_deleted(saved: crate::Result<()>, seq: u32) {
+    assert!(
+        matches!(saved, Err(Error::RunDeleted { seq: s, .. }) if s == seq),
+        "checkpoint {seq}: {saved:?}"
+    );
+}
+
 fn seqs(journal: &[Checkpoint]) -> Vec<u32> {
     journal.iter().map(|cp| cp.seq).collect()
 }
@@ -131,22 +140,12 @@ pub async fn rule18_a_delta_without_its_predecessor_is_refused<H: Harness>(h: &H
     save(&store, entry(&run, 0, &c0, None), &lease).await;
     save(&store, entry(&run, 1, &c1, Some(&c0)), &lease).await;
     let c3 = set(&c1, "n", 3);
-    let gap = store
-        .save_fenced(entry(&run, 3, &c3, Some(&c1)), &lease)
-        .await;
-    assert!(
-        matches!(gap, Err(Error::RunDeleted { seq: 3, .. })),
-        "{gap:?}"
-    );
+    let gap = store.save_fenced(entry(&run, 3, &c3, Some(&c1)), &lease);
+    assert_run_deleted(gap.await, 3);
     assert_eq!(seqs(&history(&store, &key).await), [0, 1], "left as it was");
     store.delete_fenced(&key, &lease).await.expect("delete");
-    let after_delete = store
-        .save_fenced(entry(&run, 2, &c3, Some(&c1)), &lease)
-        .await;
-    assert!(
-        matches!(after_delete, Err(Error::RunDeleted { seq: 2, .. })),
-        "{after_delete:?}"
-    );
+    let after_delete = store.save_fenced(entry(&run, 2, &c3, Some(&c1)), &lease);
+    assert_run_deleted(after_delete.await, 2);
     assert!(
         !store.exists(&key).await.expect("exists"),
         "a deleted run stays deleted"

@@ -12,25 +12,15 @@ use super::*;
 /// Among 32 concurrent acquires from 4 store handles, exactly one wins.
 pub async fn lease_is_exclusive_under_concurrent_acquires<H: Harness>(h: &H) {
     let ns = namespace("exclusive");
-    let mut stores = Vec::new();
-    for _ in 0..4 {
-        stores.push(Arc::new(h.store(&ns).await));
-    }
-    let barrier = Arc::new(tokio::sync::Barrier::new(32));
-    let tasks: Vec<_> = (0..32)
-        .map(|i| {
-            let (store, barrier) = (Arc::clone(&stores[i % 4]), Arc::clone(&barrier));
-            tokio::spawn(async move {
-                barrier.wait().await;
-                store
-                    .acquire_lease("contested", Duration::from_secs(30))
-                    .await
-            })
-        })
-        .collect();
+    let results = race(h, &ns, 32, |_, store| async move {
+        store
+            .acquire_lease("contested", Duration::from_secs(30))
+            .await
+    })
+    .await;
     let (mut won, mut in_use) = (0, 0);
-    for t in tasks {
-        match t.await.expect("no panic") {
+    for result in results {
+        match result {
             Ok(_) => won += 1,
             Err(Error::RunIdInUse { run_id }) => {
                 assert_eq!(run_id, "contested");
@@ -45,7 +35,7 @@ pub async fn lease_is_exclusive_under_concurrent_acquires<H: Harness>(h: &H) {
 /// Renewing keeps a lease past its first time-to-live.
 pub async fn renewal_keeps_the_lease<H: Harness>(h: &H) {
     let ns = namespace("renew");
-    let (owner, other) = (h.store(&ns).await, h.store(&ns).await);
+    let (owner, other) = two_handles(h, &ns).await;
     // four renewals 500 ms apart hold the lease for 2 s, past its 1.5 s
     // time-to-live; what follows the last one has 1.5 s, room for a
     // loaded machine (600 ms was once not enough for a Postgres save)
@@ -58,13 +48,7 @@ pub async fn renewal_keeps_the_lease<H: Harness>(h: &H) {
             .await
             .expect("renew while held");
     }
-    assert!(
-        matches!(
-            other.acquire_lease("r", ttl).await,
-            Err(Error::RunIdInUse { .. })
-        ),
-        "still held after 2 s"
-    );
+    assert_lease_held(&other, "r", ttl, "still held after 2 s").await;
     owner
         .save_fenced(checkpoint("r", 1), &lease)
         .await
@@ -74,20 +58,17 @@ pub async fn renewal_keeps_the_lease<H: Harness>(h: &H) {
 /// An expired lease can be taken over, with a greater token.
 pub async fn expired_lease_is_taken_over_with_a_greater_token<H: Harness>(h: &H) {
     let ns = namespace("expiry");
-    let (dead, next) = (h.store(&ns).await, h.store(&ns).await);
-    let first = dead
-        .acquire_lease("r", Duration::from_millis(300))
-        .await
-        .expect("acquire");
-    assert!(matches!(
-        next.acquire_lease("r", Duration::from_secs(30)).await,
-        Err(Error::RunIdInUse { .. })
-    ));
+    let (dead, next) = two_handles(h, &ns).await;
+    let first = acquire(&dead, "r", Duration::from_millis(300)).await;
+    assert_lease_held(
+        &next,
+        "r",
+        Duration::from_secs(30),
+        "held before it expires",
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let second = next
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("takeover after expiry");
+    let second = acquire(&next, "r", Duration::from_secs(30)).await;
     assert!(
         second.token() > first.token(),
         "tokens grow: {} then {}",
@@ -100,21 +81,15 @@ pub async fn expired_lease_is_taken_over_with_a_greater_token<H: Harness>(h: &H)
 /// renew fail with `LeaseLost` and the new owner's checkpoint is intact.
 pub async fn stale_token_is_fenced<H: Harness>(h: &H) {
     let ns = namespace("fencing");
-    let (zombie, owner) = (h.store(&ns).await, h.store(&ns).await);
+    let (zombie, owner) = two_handles(h, &ns).await;
     let ctx = Context::new();
-    let old = zombie
-        .acquire_lease("r", Duration::from_millis(300))
-        .await
-        .expect("acquire");
+    let old = acquire(&zombie, "r", Duration::from_millis(300)).await;
     zombie
         .save_fenced(checkpoint_with("r", 1, &ctx), &old)
         .await
         .expect("save while held");
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let new = owner
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("takeover");
+    let new = acquire(&owner, "r", Duration::from_secs(30)).await;
     let theirs = checkpoint_with(
         "r",
         2,
@@ -217,10 +192,7 @@ pub async fn stale_writes_never_land_after_a_takeover<H: Harness>(h: &H) {
 /// An expired lease (no takeover yet) no longer fences writes in.
 pub async fn expired_lease_refuses_writes<H: Harness>(h: &H) {
     let store = h.store(&namespace("expired")).await;
-    let lease = store
-        .acquire_lease("r", Duration::from_millis(200))
-        .await
-        .expect("acquire");
+    let lease = acquire(&store, "r", Duration::from_millis(200)).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(matches!(
         store.save_fenced(checkpoint("r", 1), &lease).await,
@@ -232,31 +204,17 @@ pub async fn expired_lease_refuses_writes<H: Harness>(h: &H) {
 /// Release frees the run id at once; releasing a lost lease frees nothing.
 pub async fn release_frees_at_once_and_only_its_own_lease<H: Harness>(h: &H) {
     let ns = namespace("release");
-    let (a, b) = (h.store(&ns).await, h.store(&ns).await);
-    let first = a
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("acquire");
+    let (a, b) = two_handles(h, &ns).await;
+    let first = acquire(&a, "r", Duration::from_secs(30)).await;
     a.release_lease(first).await.expect("release");
-    let second = b
-        .acquire_lease("r", Duration::from_millis(300))
-        .await
-        .expect("free at once");
+    let second = acquire(&b, "r", Duration::from_millis(300)).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let third = a
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("takeover");
+    let third = acquire(&a, "r", Duration::from_secs(30)).await;
     b.release_lease(second)
         .await
         .expect("releasing a lost lease is not an error");
-    assert!(
-        matches!(
-            b.acquire_lease("r", Duration::from_secs(30)).await,
-            Err(Error::RunIdInUse { .. })
-        ),
-        "the stale release did not free the new owner's lease"
-    );
+    let what = "the stale release did not free the new owner's lease";
+    assert_lease_held(&b, "r", Duration::from_secs(30), what).await;
     a.save_fenced(checkpoint("r", 1), &third)
         .await
         .expect("the owner still writes");
@@ -265,19 +223,13 @@ pub async fn release_frees_at_once_and_only_its_own_lease<H: Harness>(h: &H) {
 /// Fenced writes with a valid lease behave like plain ones.
 pub async fn fenced_writes_with_the_current_lease<H: Harness>(h: &H) {
     let store = h.store(&namespace("fenced_ok")).await;
-    let lease = store
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("acquire");
+    let lease = acquire(&store, "r", Duration::from_secs(30)).await;
     let cp = checkpoint_with("r", 4, &every_value_type());
     store.save_fenced(cp.clone(), &lease).await.expect("save");
     assert_eq!(store.load("r").await.expect("load"), Some(cp));
     store.delete_fenced("r", &lease).await.expect("delete");
     assert!(!store.exists("r").await.expect("exists"));
-    let other = store
-        .acquire_lease("other-run", Duration::from_secs(30))
-        .await
-        .expect("acquire");
+    let other = acquire(&store, "other-run", Duration::from_secs(30)).await;
     assert!(
         matches!(
             store.save_fenced(checkpoint("r", 5), &other).await,

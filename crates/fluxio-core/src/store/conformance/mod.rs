@@ -138,7 +138,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::time::Duration;
 
-use super::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
+use super::{Checkpoint, CheckpointStore, InMemoryStore, Lease, RunStatus};
 
 use crate::context::Context;
 
@@ -367,7 +367,90 @@ pub fn checkpoint(run_id: &str, ip: u32) -> Checkpoint {
     cp
 }
 
-/// [`checkpoint`] with the context `ctx`.
+/// Two handles on the namespace `ns`: two processes sharing the store.
+async fn two_handles<H: Harness>(h: &H, ns: &str) -> (H::Store, H::Store) {
+    (h.store(ns).await, h.store(ns).await)
+}
+
+/// Takes the lease of `key` for `ttl`, which must be free.
+async fn acquire<S: CheckpointStore>(store: &S, key: &str, ttl: Duration) -> Lease {
+    store
+        .acquire_lease(key, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("acquire {key}: {e}"))
+}
+
+/// Asserts that the lease of `key` is free: takes it, and gives it back.
+async fn assert_lease_free<S: CheckpointStore>(store: &S, key: &str) {
+    let lease = acquire(store, key, Duration::from_secs(30)).await;
+    store.release_lease(lease).await.expect("release");
+}
+
+/// Runs `task` `n` times at once, each on one of four handles on `ns` in
+/// turn and let go together (a barrier), and returns what each returned,
+/// in order.
+async fn race<H, F, T>(
+    h: &H,
+    ns: &str,
+    n: usize,
+    task: impl Fn(usize, Arc<H::Store>) -> F,
+) -> Vec<T>
+where
+    H: Harness,
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(Arc::new(h.store(ns).await));
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (barrier, run) = (Arc::clone(&barrier), task(i, Arc::clone(&stores[i % 4])));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                run.await
+            })
+        })
+        .collect();
+    let mut results = Vec::with_capacity(n);
+    for t in tasks {
+        results.push(t.await.expect("no panic"));
+    }
+    results
+}
+
+/// Saves `cp` as its run's owner does: takes the lease of its key for `ttl`
+/// and saves it fenced under the lease, which stays held.
+async fn save_owned<S: CheckpointStore>(store: &S, cp: Checkpoint, ttl: Duration) -> Lease {
+    let key = cp.key();
+    let lease = acquire(store, &key, ttl).await;
+    store
+        .save_fenced(cp, &lease)
+        .await
+        .unwrap_or_else(|e| panic!("fenced save of {key}: {e}"));
+    lease
+}
+
+/// [`save_owned`], then the lease given back: a run whose owner stopped.
+async fn save_released<S: CheckpointStore>(store: &S, cp: Checkpoint, ttl: Duration) {
+    let lease = save_owned(store, cp, ttl).await;
+    store.release_lease(lease).await.expect("release");
+}
+
+/// Asserts that `store` cannot take the lease of `key` (for `ttl`): another
+/// owner holds it.
+async fn assert_lease_held<S: CheckpointStore>(store: &S, key: &str, ttl: Duration, what: &str) {
+    assert!(
+        matches!(
+            store.acquire_lease(key, ttl).await,
+            Err(Error::RunIdInUse { .. })
+        ),
+        "{what}"
+    );
+}
+
 /// A pipeline of the suite: `nodes`, built as `digest`, named `name`, with
 /// `resource` registered and a lease of 5 seconds.
 fn suite_pipeline<R: Clone + Send + Sync + 'static>(
@@ -397,6 +480,7 @@ fn suite_stage(
     crate::compile::Node::Stage(crate::stage::Stage::new(meta, call))
 }
 
+/// [`checkpoint`] with the context `ctx`.
 fn checkpoint_with(run_id: &str, ip: u32, ctx: &Context) -> Checkpoint {
     let mut cp = checkpoint(run_id, ip);
     cp.context = ctx.snapshot();
@@ -556,18 +640,9 @@ pub async fn rule10_pipelines_sharing_a_run_id_are_kept_apart<H: Harness>(h: &H)
         store.exists(&k_orders).await.expect("exists"),
         "orders kept"
     );
-    let held = store
-        .acquire_lease(&k_orders, Duration::from_secs(30))
-        .await
-        .expect("lease orders/42");
-    let other = store
-        .acquire_lease(&k_emails, Duration::from_secs(30))
-        .await
-        .expect("emails/42 is not leased by orders/42");
-    store
-        .save_fenced(emails.clone(), &other)
-        .await
-        .expect("fenced save of emails/42 under its own lease");
+    let held = acquire(&store, &k_orders, Duration::from_secs(30)).await;
+    // emails/42 is not leased by orders/42: it takes and saves under its own
+    let _other = save_owned(&store, emails.clone(), Duration::from_secs(30)).await;
     assert!(
         matches!(
             store.save_fenced(emails, &held).await,

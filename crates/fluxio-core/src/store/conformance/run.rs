@@ -29,6 +29,13 @@ struct Probe {
 }
 
 impl Probe {
+    /// A probe whose payment gateway is down, until told otherwise.
+    fn gateway_down() -> Self {
+        let probe = Probe::default();
+        probe.gateway_down.store(true, Ordering::SeqCst);
+        probe
+    }
+
     fn calls(&self) -> [u32; 4] {
         [0, 1, 2, 3].map(|i| self.calls[i].load(Ordering::SeqCst))
     }
@@ -155,8 +162,7 @@ async fn failure_checkpoint(p: &Pipeline, run: &str) -> Checkpoint {
 pub async fn rule19_a_finished_branch_is_kept_by_the_store_and_not_run_again<H: Harness>(h: &H) {
     let ns = namespace("branches");
     let run = "order-19";
-    let probe = Probe::default();
-    probe.gateway_down.store(true, Ordering::SeqCst);
+    let probe = Probe::gateway_down();
     let first = on_store(h, &ns, reserve_and_charge(&probe)).await;
     let input = Context::new().set("total", 4200u64).expect("serializes");
     fails_at_the_gateway(&first, run, input).await;
@@ -191,8 +197,7 @@ pub async fn rule19_a_finished_branch_is_kept_by_the_store_and_not_run_again<H: 
 pub async fn a_failed_run_resumes_from_the_failed_stage_on_another_store<H: Harness>(h: &H) {
     let ns = namespace("resume");
     let run = "order-42";
-    let probe = Probe::default();
-    probe.gateway_down.store(true, Ordering::SeqCst);
+    let probe = Probe::gateway_down();
 
     let first = on_store(h, &ns, checkout(&probe)).await;
     let input = Context::new()

@@ -24,8 +24,8 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{CheckpointStore, Lease};
 use crate::error::Error;
+use crate::store::{CheckpointStore, Lease};
 
 /// How many renewals one pass sends at once.
 const AT_ONCE: usize = 64;
