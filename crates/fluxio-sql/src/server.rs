@@ -434,9 +434,7 @@ where
     /// # Errors
     /// A bad run id or checkpoint; the driver's.
     pub async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        let key = checkpoint.key();
-        check_run_id(&key)?;
-        checkpoint.check()?;
+        let key = checkpoint.checked_key()?;
         let steps = checkpoint
             .earlier
             .iter()

@@ -300,9 +300,7 @@ impl CheckpointStore for SqliteStore {
     /// replaced by the checkpoint's journal
     /// ([`earlier`](Checkpoint::earlier), then itself), and its row.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        let key = checkpoint.key();
-        fluxio_core::store::check_run_id(&key)?;
-        checkpoint.check()?;
+        let key = checkpoint.checked_key()?;
         let steps = checkpoint
             .earlier
             .iter()

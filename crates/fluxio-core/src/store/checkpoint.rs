@@ -242,6 +242,21 @@ impl Checkpoint {
         run_key(&self.pipeline, &self.run_id)
     }
 
+    /// The [`key`](Checkpoint::key) of a checkpoint a store is asked to
+    /// [`save`](crate::CheckpointStore::save) whole, once both are checked:
+    /// the key ([`check_run_id`](super::check_run_id)) and the journal
+    /// ([`check`](Checkpoint::check)).
+    ///
+    /// # Errors
+    /// Theirs: [`Error::InvalidRunId`](crate::Error::InvalidRunId), or what
+    /// [`check`](Checkpoint::check) refuses.
+    pub fn checked_key(&self) -> Result<String> {
+        let key = self.key();
+        super::check_run_id(&key)?;
+        self.check()?;
+        Ok(key)
+    }
+
     /// Whether `key` is this checkpoint's [`key`](Checkpoint::key), told
     /// without building it.
     ///

@@ -200,9 +200,7 @@ fn latest<'m>(map: &'m HashMap<String, Vec<Checkpoint>>, key: &str) -> Option<&'
 #[async_trait::async_trait]
 impl CheckpointStore for InMemoryStore {
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        let key = checkpoint.key();
-        crate::store::check_run_id(&key)?;
-        checkpoint.check()?;
+        let key = checkpoint.checked_key()?;
         let mut map = lock(&self.map);
         map.insert(key.clone(), checkpoint.into_journal());
         trim_completed(&mut map, &key, self.keep_completed);
