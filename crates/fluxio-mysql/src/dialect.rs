@@ -4,80 +4,21 @@
 //! from a table of its own (MySQL has no sequences, and its upserts return
 //! nothing).
 
-use std::time::Duration;
-
-use fluxio_sql::{BoxFuture, Failure, RunStatements};
+use fluxio_sql::{Failure, Params};
 use sqlx::error::DatabaseError;
 use sqlx::mysql::MySqlDatabaseError;
-use sqlx::mysql::{MySqlConnection, MySqlQueryResult};
+use sqlx::mysql::MySqlQueryResult;
 
 /// MySQL's and MariaDB's dialect.
 #[derive(Debug)]
 pub(crate) struct MySql;
-
-/// A duration in whole milliseconds, saturating.
-pub(crate) fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 impl fluxio_sql::Dialect for MySql {
     const BACKEND: &'static str = crate::error::BACKEND;
     type Db = sqlx::MySql;
     type Failure = Failure;
     type Time = i64;
-
-    fn instant(ms: u64) -> i64 {
-        i64::try_from(ms).unwrap_or(i64::MAX)
-    }
-
-    fn span(d: Duration) -> i64 {
-        millis(d)
-    }
-
-    fn param(_n: usize) -> String {
-        "?".to_owned()
-    }
-
-    /// Times are BIGINT milliseconds, bound as they are.
-    fn time_param(_n: usize) -> String {
-        "?".to_owned()
-    }
-
-    /// Draws a token ([`draw_token`](RunStatements::draw_token): an
-    /// AUTO_INCREMENT row), offers it to the lease row
-    /// ([`acquire`](RunStatements::acquire), which keeps an unexpired
-    /// lease's token), and reads back which token the row holds
-    /// ([`token_of`](RunStatements::token_of)): the new one, or the lease
-    /// is held. In the caller's transaction, whose upsert keeps the row
-    /// locked until it ends.
-    fn acquire<'c>(
-        conn: &'c mut MySqlConnection,
-        run: &'c RunStatements,
-        key: &'c str,
-        ttl: Duration,
-    ) -> BoxFuture<'c, sqlx::Result<Option<i64>>> {
-        Box::pin(async move {
-            let (Some(draw), Some(token_of)) = (&run.draw_token, &run.token_of) else {
-                return Err(sqlx::Error::Protocol(
-                    "the MySQL store's statements draw their tokens".to_owned(),
-                ));
-            };
-            let drawn = sqlx::query(draw).execute(&mut *conn).await?;
-            let token = i64::try_from(drawn.last_insert_id())
-                .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-            sqlx::query(&run.acquire)
-                .bind(key)
-                .bind(token)
-                .bind(millis(ttl))
-                .execute(&mut *conn)
-                .await?;
-            let held: i64 = sqlx::query_scalar(token_of)
-                .bind(key)
-                .fetch_one(&mut *conn)
-                .await?;
-            Ok((held == token).then_some(token))
-        })
-    }
+    const PARAMS: Params = Params::Anonymous;
 }
 
 impl fluxio_sql::Server for MySql {

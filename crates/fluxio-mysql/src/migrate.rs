@@ -143,24 +143,21 @@ pub(crate) async fn run(
 
 async fn apply(conn: &mut MySqlConnection, names: &Names) -> Result<usize, fluxio_sql::Failure> {
     let bookkeeping = names.migrations();
-    let book = fluxio_sql::Bookkeeping {
-        create: format!(
-            "CREATE TABLE IF NOT EXISTS {bookkeeping} (
-                table_name   VARCHAR(64) CHARACTER SET ascii NOT NULL,
-                version      BIGINT        NOT NULL,
-                description  TEXT          NOT NULL,
-                checksum     VARBINARY(64) NOT NULL,
-                installed_on BIGINT        NOT NULL,  -- milliseconds since the Unix epoch
-                PRIMARY KEY (table_name, version)
-            ) ENGINE = InnoDB"
-        ),
-        applied: format!("SELECT version, checksum FROM {bookkeeping} WHERE table_name = ?"),
-        record: format!(
-            "INSERT INTO {bookkeeping} (table_name, version, description, checksum, installed_on) \
-             VALUES (?, ?, ?, ?, {})",
-            crate::statements::NOW
-        ),
-    };
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
+            table_name   VARCHAR(64) CHARACTER SET ascii NOT NULL,
+            version      BIGINT        NOT NULL,
+            description  TEXT          NOT NULL,
+            checksum     VARBINARY(64) NOT NULL,
+            installed_on BIGINT        NOT NULL,  -- milliseconds since the Unix epoch
+            PRIMARY KEY (table_name, version)
+        ) ENGINE = InnoDB"
+    );
+    let book = fluxio_sql::Bookkeeping::new::<crate::dialect::MySql>(
+        &bookkeeping,
+        create,
+        Some(crate::statements::NOW),
+    );
     fluxio_sql::apply::<sqlx::MySql, _>(
         conn,
         &MIGRATOR,

@@ -4,7 +4,9 @@
 //! statement that needs a value twice reads it from a one-row derived
 //! table `p`).
 
-use fluxio_sql::{COMPLETED, Listing, RunStatements, ServerSql, Statements, StepStatements};
+use fluxio_sql::{
+    COMPLETED, DrawnTokens, Listing, RunStatements, ServerSql, Statements, StepStatements,
+};
 
 use crate::error::MySqlStoreError;
 
@@ -154,9 +156,9 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
             ),
         },
         run: RunStatements {
-            // Takes the lease with the token [`draw_token`] drew, when no
+            // Takes the lease with the token `drawn.draw` drew, when no
             // unexpired lease holds it (the row locked by the upsert); the
-            // token is checked after ([`token_of`]), since the server
+            // token is checked after (`drawn.held`), since the server
             // counts an unchanged row as affected. Binds (key, token, ttl).
             acquire: format!(
                 "INSERT INTO {leases} (run_id, token, expires_at) VALUES (?, ?, {NOW} + ?) \
@@ -164,8 +166,13 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
                  token = IF(expires_at IS NULL OR expires_at <= {NOW}, VALUES(token), token), \
                  expires_at = IF(token = VALUES(token), VALUES(expires_at), expires_at)"
             ),
-            draw_token: Some(format!("INSERT INTO {tokens} () VALUES ()")),
-            token_of: Some(format!("SELECT token FROM {leases} WHERE run_id = ?")),
+            drawn: Some(DrawnTokens {
+                // an AUTO_INCREMENT row
+                draw: format!("INSERT INTO {tokens} () VALUES ()"),
+                // LAST_INSERT_ID() is unsigned: as the signed token column
+                drawn: "SELECT CAST(LAST_INSERT_ID() AS SIGNED)".to_owned(),
+                held: format!("SELECT token FROM {leases} WHERE run_id = ?"),
+            }),
             // Whether the lease (key, token) is current, locking its row
             // (false when there is none): the fenced writes of a run take
             // turns, and a takeover (which updates the row) waits for the

@@ -8,11 +8,9 @@
 //! runs the writes inside a transaction that locks the run's row
 //! (`FOR UPDATE`, or by writing it first).
 
-use std::time::Duration;
-
-use fluxio_sql::{BoxFuture, Failure, RunStatements};
+use fluxio_sql::{Failure, Params};
 use sqlx::error::DatabaseError;
-use sqlx::postgres::{PgConnection, PgQueryResult};
+use sqlx::postgres::PgQueryResult;
 
 /// PostgreSQL's side of the journal: sqlx's Postgres driver, times as
 /// seconds in a float8 (the SQL makes a timestamp or an interval of it).
@@ -24,15 +22,7 @@ impl fluxio_sql::Dialect for Postgres {
     type Db = sqlx::Postgres;
     type Failure = Failure;
     type Time = f64;
-
-    fn instant(ms: u64) -> f64 {
-        // milliseconds up to 2^53 are exact in an f64
-        ms as f64 / 1000.0
-    }
-
-    fn span(d: Duration) -> f64 {
-        d.as_secs_f64()
-    }
+    const PARAMS: Params = Params::Dollar;
 
     /// Past the last instant a `timestamptz` holds (294276 AD), infinity:
     /// `to_timestamp` refuses a larger number, and infinity is later than
@@ -45,25 +35,8 @@ impl fluxio_sql::Dialect for Postgres {
         }
     }
 
-    fn param(n: usize) -> String {
-        format!("${n}")
-    }
-
     fn time_param(n: usize) -> String {
         format!("to_timestamp(${n}::float8)")
-    }
-
-    /// [`acquire`](RunStatements::acquire) returns the token, drawn from
-    /// the lease table's identity sequence.
-    fn acquire<'c>(
-        conn: &'c mut PgConnection,
-        run: &'c RunStatements,
-        key: &'c str,
-        ttl: Duration,
-    ) -> BoxFuture<'c, sqlx::Result<Option<i64>>> {
-        Box::pin(fluxio_sql::acquire_by_statement::<Self, _>(
-            conn, run, key, ttl,
-        ))
     }
 }
 

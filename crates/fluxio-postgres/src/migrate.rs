@@ -99,23 +99,17 @@ pub(crate) async fn run(
         tx.execute(create.as_str()).await?;
     }
     let bookkeeping = names.migrations_qualified();
-    let book = fluxio_sql::Bookkeeping {
-        create: format!(
-            "CREATE TABLE IF NOT EXISTS {bookkeeping} (
-                table_name   TEXT        NOT NULL,
-                version      BIGINT      NOT NULL,
-                description  TEXT        NOT NULL,
-                checksum     BYTEA       NOT NULL,
-                installed_on TIMESTAMPTZ NOT NULL DEFAULT now(),
-                PRIMARY KEY (table_name, version)
-            )"
-        ),
-        applied: format!("SELECT version, checksum FROM {bookkeeping} WHERE table_name = $1"),
-        record: format!(
-            "INSERT INTO {bookkeeping} (table_name, version, description, checksum) \
-             VALUES ($1, $2, $3, $4)"
-        ),
-    };
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
+            table_name   TEXT        NOT NULL,
+            version      BIGINT      NOT NULL,
+            description  TEXT        NOT NULL,
+            checksum     BYTEA       NOT NULL,
+            installed_on TIMESTAMPTZ NOT NULL DEFAULT now(),
+            PRIMARY KEY (table_name, version)
+        )"
+    );
+    let book = fluxio_sql::Bookkeeping::new::<crate::dialect::Postgres>(&bookkeeping, create, None);
     let applied = fluxio_sql::apply::<sqlx::Postgres, fluxio_sql::Failure>(
         &mut tx,
         &MIGRATOR,

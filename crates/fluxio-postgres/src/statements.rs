@@ -204,8 +204,7 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
                  WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp() \
                  RETURNING l.token"
                 ),
-                draw_token: None,
-                token_of: None,
+                drawn: None,
                 // Whether the lease with token `$2` is current, locking the
                 // lease row (false when there is none): the fenced writes of
                 // a run take turns (a fresh run has no row of its own to

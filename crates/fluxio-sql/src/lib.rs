@@ -111,11 +111,17 @@ pub trait Dialect {
     /// What the store's calls fail with: a driver error or fluxio's.
     type Failure: From<sqlx::Error> + From<fluxio_core::Error>;
     /// A time or a duration as the row's statement binds it.
-    type Time: for<'q> Encode<'q, Self::Db> + Type<Self::Db> + Send + 'static;
+    type Time: SqlTime + for<'q> Encode<'q, Self::Db> + Type<Self::Db> + Send + 'static;
+    /// How the statements name their parameters.
+    const PARAMS: Params;
     /// The run's start, `ms` milliseconds since the Unix epoch.
-    fn instant(ms: u64) -> Self::Time;
+    fn instant(ms: u64) -> Self::Time {
+        Self::Time::from_ms(ms)
+    }
     /// A completed run's retention.
-    fn span(d: Duration) -> Self::Time;
+    fn span(d: Duration) -> Self::Time {
+        Self::Time::from_span(d)
+    }
     /// A time a listing compares the rows' times with, `ms` milliseconds
     /// since the Unix epoch: as [`instant`](Dialect::instant), but any
     /// `u64` is accepted (past what the database holds, it is later than
@@ -126,38 +132,77 @@ pub trait Dialect {
     /// The condition that a step row holds the whole context.
     const WHOLE: &'static str = "whole";
     /// Bind parameter `n` (from 1) in the statement's text.
-    fn param(n: usize) -> String;
+    fn param(n: usize) -> String {
+        match Self::PARAMS {
+            Params::Dollar => format!("${n}"),
+            Params::Numbered => format!("?{n}"),
+            Params::Anonymous => "?".to_owned(),
+        }
+    }
     /// Bind parameter `n` holding a [`Time`](Dialect::Time), as an
-    /// expression of the type of the rows' time columns.
-    fn time_param(n: usize) -> String;
-
-    /// Takes the lease of `key` for `ttl` when no unexpired lease holds
-    /// it, in the caller's transaction: the new fencing token, or `None`
-    /// when another lease holds it. A store whose
-    /// [`acquire`](RunStatements::acquire) returns the token runs
-    /// [`acquire_by_statement`]; one that draws its tokens apart (MySQL)
-    /// runs its statements.
-    fn acquire<'c>(
-        conn: &'c mut <Self::Db as Database>::Connection,
-        run: &'c RunStatements,
-        key: &'c str,
-        ttl: Duration,
-    ) -> BoxFuture<'c, sqlx::Result<Option<i64>>>;
+    /// expression of the type of the rows' time columns (the parameter
+    /// itself, where the columns hold what is bound).
+    fn time_param(n: usize) -> String {
+        Self::param(n)
+    }
 }
 
-/// A future of a dialect's hook, boxed (the driver's connection is
-/// generic).
+/// How a dialect's statements name their parameters.
 #[doc(hidden)]
-pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Params {
+    /// `$1`, `$2`… (Postgres).
+    Dollar,
+    /// `?1`, `?2`… (SQLite).
+    Numbered,
+    /// `?` each, bound in the order they stand (MySQL).
+    Anonymous,
+}
 
-/// [`Dialect::acquire`] for a store whose
-/// [`acquire`](RunStatements::acquire) statement takes the lease and
-/// returns its token (a row of one integer; no row when it is held).
+/// A time or a duration as a dialect binds it.
+#[doc(hidden)]
+pub trait SqlTime {
+    /// `ms` milliseconds (since the Unix epoch, for an instant).
+    fn from_ms(ms: u64) -> Self;
+    /// The duration `d`.
+    fn from_span(d: Duration) -> Self;
+}
+
+/// Whole milliseconds, saturating at `i64::MAX`.
+impl SqlTime for i64 {
+    fn from_ms(ms: u64) -> i64 {
+        i64::try_from(ms).unwrap_or(i64::MAX)
+    }
+
+    fn from_span(d: Duration) -> i64 {
+        i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// Seconds (milliseconds up to 2^53 are exact in an f64).
+impl SqlTime for f64 {
+    #[allow(clippy::cast_precision_loss)]
+    fn from_ms(ms: u64) -> f64 {
+        ms as f64 / 1000.0
+    }
+
+    fn from_span(d: Duration) -> f64 {
+        d.as_secs_f64()
+    }
+}
+
+/// Takes the lease of `key` for `ttl` when no unexpired lease holds it,
+/// in the caller's transaction: the new fencing token, or `None` when
+/// another lease holds it. A store whose
+/// [`acquire`](RunStatements::acquire) returns the token runs that one
+/// statement; one that draws its tokens apart ([`DrawnTokens`], MySQL)
+/// draws one, offers it to the lease row, and reads back which token the
+/// row holds: the new one, or the lease is held.
 ///
 /// # Errors
 /// The driver's.
 #[doc(hidden)]
-pub async fn acquire_by_statement<D, DB>(
+pub async fn acquire<D, DB>(
     conn: &mut DB::Connection,
     run: &RunStatements,
     key: &str,
@@ -170,17 +215,48 @@ where
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB>,
     str: Type<DB>,
-    for<'q> i64: Decode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
 {
-    // `fetch_all` steps the statement to its end (the driver may
-    // otherwise reset it after the first row).
-    let tokens: Vec<i64> = sqlx::query_scalar(&run.acquire)
-        .bind(key)
-        .bind(D::span(ttl))
-        .fetch_all(&mut *conn)
+    let Some(drawn) = &run.drawn else {
+        // `fetch_all` steps the statement to its end (the driver may
+        // otherwise reset it after the first row).
+        let tokens: Vec<i64> = sqlx::query_scalar(&run.acquire)
+            .bind(key)
+            .bind(D::span(ttl))
+            .fetch_all(&mut *conn)
+            .await?;
+        return Ok(tokens.first().copied());
+    };
+    sqlx::query(&drawn.draw).execute(&mut *conn).await?;
+    let token: i64 = sqlx::query_scalar(&drawn.drawn)
+        .fetch_one(&mut *conn)
         .await?;
-    Ok(tokens.first().copied())
+    sqlx::query(&run.acquire)
+        .bind(key)
+        .bind(token)
+        .bind(D::span(ttl))
+        .execute(&mut *conn)
+        .await?;
+    let held: i64 = sqlx::query_scalar(&drawn.held)
+        .bind(key)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok((held == token).then_some(token))
+}
+
+/// The statements of a store whose fencing tokens come from a table of
+/// their own (MySQL), rather than from its
+/// [`acquire`](RunStatements::acquire) statement.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct DrawnTokens {
+    /// Draws a new token (no parameter).
+    pub draw: String,
+    /// The token just drawn on this connection: one integer.
+    pub drawn: String,
+    /// The token the lease row of (key) holds: one integer.
+    pub held: String,
 }
 
 /// The journal's statements of one store, built by the store from its
@@ -250,17 +326,14 @@ impl StepStatements {
 pub struct RunStatements {
     /// Takes the lease of (key) for (ttl, [`Dialect::span`]) when no
     /// unexpired lease holds it: returns the new token, a row of one
-    /// integer; no row when another lease holds it. (A store that draws
-    /// its tokens apart gives its own [`Dialect::acquire`], which says
-    /// what this statement is there.)
+    /// integer; no row when another lease holds it. With
+    /// [`drawn`](RunStatements::drawn) tokens, it binds (key, token, ttl)
+    /// and returns nothing: the lease row keeps an unexpired lease's
+    /// token, the drawn one otherwise.
     pub acquire: String,
-    /// Draws a new fencing token, for a store whose tokens come from a
-    /// table of their own (MySQL); `None` elsewhere.
-    pub draw_token: Option<String>,
-    /// The token of the lease row of (key), for a store that checks what
-    /// its [`acquire`](RunStatements::acquire) did (MySQL); `None`
-    /// elsewhere.
-    pub token_of: Option<String>,
+    /// The statements of tokens drawn apart (MySQL); `None` where the
+    /// acquire statement draws them.
+    pub drawn: Option<DrawnTokens>,
     /// Whether the lease (key, token) is current and unexpired: one
     /// boolean. Locks the lease row if the store needs it.
     pub held: String,
@@ -435,7 +508,7 @@ where
         retention: Retention,
     ) -> std::result::Result<Begun, D::Failure> {
         let key = first.key();
-        let token = D::acquire(&mut *conn, run, &key, ttl).await?;
+        let token = acquire::<D, DB>(&mut *conn, run, &key, ttl).await?;
         let token = match token.map(u64::try_from) {
             Some(Ok(token)) => token,
             Some(Err(e)) => return Err(Error::store(D::BACKEND, e).into()),

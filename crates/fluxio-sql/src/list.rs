@@ -345,25 +345,9 @@ mod tests {
         type Db = sqlx::Sqlite;
         type Failure = Failure;
         type Time = i64;
-        fn instant(ms: u64) -> i64 {
-            i64::try_from(ms).unwrap_or(i64::MAX)
-        }
-        fn span(d: std::time::Duration) -> i64 {
-            i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-        }
-        fn param(n: usize) -> String {
-            format!("?{n}")
-        }
+        const PARAMS: crate::Params = crate::Params::Numbered;
         fn time_param(n: usize) -> String {
             format!("T(?{n})")
-        }
-        fn acquire<'c>(
-            conn: &'c mut sqlx::SqliteConnection,
-            run: &'c crate::RunStatements,
-            key: &'c str,
-            ttl: std::time::Duration,
-        ) -> crate::BoxFuture<'c, sqlx::Result<Option<i64>>> {
-            Box::pin(crate::acquire_by_statement::<Self, _>(conn, run, key, ttl))
         }
     }
 

@@ -105,6 +105,32 @@ pub struct Bookkeeping {
     pub record: String,
 }
 
+impl Bookkeeping {
+    /// The bookkeeping table `table` (validated and quoted) that `create`
+    /// makes: its reads and writes, in `D`'s parameters; `installed_on`, if
+    /// the table has no default for that column, is the SQL of the time a
+    /// migration is recorded at.
+    #[must_use]
+    pub fn new<D: crate::Dialect>(table: &str, create: String, installed_on: Option<&str>) -> Self {
+        let params: Vec<String> = (1..=4).map(D::param).collect();
+        let (column, now) = installed_on.map_or((String::new(), String::new()), |now| {
+            (", installed_on".to_owned(), format!(", {now}"))
+        });
+        Bookkeeping {
+            create,
+            applied: format!(
+                "SELECT version, checksum FROM {table} WHERE table_name = {}",
+                params[0]
+            ),
+            record: format!(
+                "INSERT INTO {table} (table_name, version, description, checksum{column}) \
+                 VALUES ({}{now})",
+                params.join(", ")
+            ),
+        }
+    }
+}
+
 /// Applies the [`pending`] migrations of `migrator` to table `table` on
 /// `conn`, each rendered for the store's names by `render` and recorded
 /// after it ran; in the caller's transaction and under the caller's lock

@@ -549,7 +549,7 @@ where
         check_lease_ttl(ttl)?;
         self.call("acquire_lease", Retry::Never, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            let token = S::acquire(&mut *tx, &self.sql.run, run_id, ttl).await?;
+            let token = crate::acquire::<S, DB>(&mut *tx, &self.sql.run, run_id, ttl).await?;
             tx.commit().await?;
             match token.map(u64::try_from) {
                 Some(Ok(token)) => Ok(Lease::new(run_id, token)),

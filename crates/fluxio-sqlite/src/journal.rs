@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fluxio_core::Error;
 use fluxio_core::store::{Checkpoint, Lease, RunStatus, missing_predecessor};
-use fluxio_sql::Dialect;
+use fluxio_sql::{Dialect, Params};
 pub(crate) use fluxio_sql::{Retention, Step, latest};
 use sqlx::Arguments as _;
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
@@ -29,38 +29,13 @@ impl Dialect for Sqlite {
     type Db = sqlx::Sqlite;
     type Failure = Failure;
     type Time = i64;
-
-    fn instant(ms: u64) -> i64 {
-        i64::try_from(ms).unwrap_or(i64::MAX)
-    }
+    const PARAMS: Params = Params::Numbered;
 
     fn span(d: Duration) -> i64 {
         crate::store::millis(d)
     }
 
     const WHOLE: &'static str = "whole = 1";
-
-    fn param(n: usize) -> String {
-        format!("?{n}")
-    }
-
-    /// Times are INTEGER milliseconds, bound as they are.
-    fn time_param(n: usize) -> String {
-        format!("?{n}")
-    }
-
-    /// [`acquire`](fluxio_sql::RunStatements::acquire) returns the token,
-    /// one more than the largest ever drawn.
-    fn acquire<'c>(
-        conn: &'c mut SqliteConnection,
-        run: &'c fluxio_sql::RunStatements,
-        key: &'c str,
-        ttl: Duration,
-    ) -> fluxio_sql::BoxFuture<'c, sqlx::Result<Option<i64>>> {
-        Box::pin(fluxio_sql::acquire_by_statement::<Self, _>(
-            conn, run, key, ttl,
-        ))
-    }
 }
 
 /// The journal's writes on this store's connections.

@@ -140,23 +140,21 @@ pub(crate) fn readable(
 pub(crate) async fn run(pool: &SqlitePool, names: &Names) -> Result<usize, MigrateError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let bookkeeping = quote(MIGRATIONS_TABLE);
-    let book = fluxio_sql::Bookkeeping {
-        create: format!(
-            "CREATE TABLE IF NOT EXISTS {bookkeeping} (
-                table_name   TEXT    NOT NULL,
-                version      INTEGER NOT NULL,
-                description  TEXT    NOT NULL,
-                checksum     BLOB    NOT NULL,
-                installed_on INTEGER NOT NULL,  -- milliseconds since the Unix epoch
-                PRIMARY KEY (table_name, version)
-            ) STRICT"
-        ),
-        applied: format!("SELECT version, checksum FROM {bookkeeping} WHERE table_name = ?1"),
-        record: format!(
-            "INSERT INTO {bookkeeping} (table_name, version, description, checksum, installed_on) \
-             VALUES (?1, ?2, ?3, ?4, CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER))"
-        ),
-    };
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
+            table_name   TEXT    NOT NULL,
+            version      INTEGER NOT NULL,
+            description  TEXT    NOT NULL,
+            checksum     BLOB    NOT NULL,
+            installed_on INTEGER NOT NULL,  -- milliseconds since the Unix epoch
+            PRIMARY KEY (table_name, version)
+        ) STRICT"
+    );
+    let book = fluxio_sql::Bookkeeping::new::<crate::journal::Sqlite>(
+        &bookkeeping,
+        create,
+        Some("CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER)"),
+    );
     // Only a changed migration stops the runner (a missing one it applies).
     let changed = |u: fluxio_sql::Unreadable| {
         let (fluxio_sql::Unreadable::Changed {

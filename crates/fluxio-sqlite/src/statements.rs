@@ -420,8 +420,7 @@ impl Sql {
                  WHERE l.expires_at IS NULL OR l.expires_at <= {NOW} \
                  RETURNING token"
                 ),
-                draw_token: None,
-                token_of: None,
+                drawn: None,
                 release: format!(
                     "UPDATE {leases} SET expires_at = NULL WHERE run_id = ?1 AND token = ?2"
                 ),

@@ -166,7 +166,7 @@ async fn rule23_reads_create_no_mysql_database_or_table() {
         let ran = fluxio(&args, None).code(3);
         assert!(
             ran.stderr
-                .contains(&format!("no fluxio tables here (database `{database}`")),
+                .contains(&format!("no fluxio tables here (schema `{database}`")),
             "{command:?}: {}",
             ran.all()
         );
