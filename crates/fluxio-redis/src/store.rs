@@ -14,6 +14,7 @@ use fluxio_core::store::{
     cancelled_checkpoint, check_lease_ttl, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
+use redis::ScriptInvocation;
 
 use crate::builder::{RedisStoreBuilder, px};
 use crate::connection::{Backend, Conn};
@@ -290,6 +291,46 @@ impl RedisStore {
             0
         }
     }
+
+    /// Puts on `script` the keys of the run `key` that every script writing
+    /// its journal takes, in this order: the journal, the cancel mark, the
+    /// epoch and the pipeline's completed runs.
+    fn journal_keys(&self, script: &mut ScriptInvocation<'static>, key: &str) {
+        script
+            .key(self.checkpoint_key(key))
+            .key(self.cancelled_key(key))
+            .key(self.epoch_key(key))
+            .key(self.completed_key_of(key));
+    }
+
+    /// Puts on `script` the keys and arguments of a fenced save of
+    /// `checkpoint` under `lease`: all that `SAVE_FENCED` takes, and what
+    /// `FINISH` takes first (it runs the same save).
+    fn fenced_save_args(
+        &self,
+        script: &mut ScriptInvocation<'static>,
+        checkpoint: &Checkpoint,
+        lease: &Lease,
+    ) -> Result<()> {
+        let key = checkpoint.key();
+        let bytes = checkpoint.entry_bytes()?;
+        script.key(self.lease_key(&key));
+        self.journal_keys(script, &key);
+        script
+            .arg(lease.token())
+            .arg(checkpoint.seq)
+            .arg(u8::from(checkpoint.change.is_full()))
+            .arg(checkpoint.keep_from)
+            .arg(bytes)
+            .arg(self.checkpoint_px(checkpoint))
+            .arg(u8::from(checkpoint.is_cancelled()))
+            .arg(self.epoch_px(0))
+            .arg(u8::from(checkpoint.status == RunStatus::Completed))
+            .arg(self.keep_arg())
+            .arg(&*self.run_prefix(&key))
+            .arg(&key);
+        summary_args(script, checkpoint)
+    }
 }
 
 /// How many buckets a cluster store spreads its runs over: each bucket is
@@ -461,11 +502,8 @@ impl CheckpointStore for RedisStore {
         checkpoint.check()?;
         let key = self.checkpoint_key(&run_key);
         let mut script = scripts::SAVE_SCRIPT.prepare_invoke();
+        self.journal_keys(&mut script, &run_key);
         script
-            .key(&key)
-            .key(self.cancelled_key(&run_key))
-            .key(self.epoch_key(&run_key))
-            .key(self.completed_key_of(&run_key))
             .arg(self.checkpoint_px(&checkpoint))
             .arg(u8::from(checkpoint.is_cancelled()))
             .arg(self.epoch_px(0));
@@ -531,11 +569,8 @@ impl CheckpointStore for RedisStore {
         fluxio_core::store::check_run_id(run_id)?;
         let key = self.checkpoint_key(run_id);
         let mut script = scripts::DELETE_SCRIPT.prepare_invoke();
+        self.journal_keys(&mut script, run_id);
         script
-            .key(&key)
-            .key(self.cancelled_key(run_id))
-            .key(self.epoch_key(run_id))
-            .key(self.completed_key_of(run_id))
             .arg(self.epoch_px(0))
             .arg(run_id)
             .arg(&*self.run_prefix(run_id));
@@ -661,28 +696,9 @@ impl CheckpointStore for RedisStore {
         if lease.run_id() != run_key {
             return Err(lease_lost(lease));
         }
-        let bytes = checkpoint.entry_bytes()?;
         let key = self.checkpoint_key(&run_key);
         let mut script = scripts::SAVE_FENCED_SCRIPT.prepare_invoke();
-        script
-            .key(self.lease_key(lease.run_id()))
-            .key(&key)
-            .key(self.cancelled_key(&run_key))
-            .key(self.epoch_key(&run_key))
-            .key(self.completed_key_of(&run_key))
-            .arg(lease.token())
-            .arg(checkpoint.seq)
-            .arg(u8::from(checkpoint.change.is_full()))
-            .arg(checkpoint.keep_from)
-            .arg(bytes)
-            .arg(self.checkpoint_px(&checkpoint))
-            .arg(u8::from(checkpoint.is_cancelled()))
-            .arg(self.epoch_px(0))
-            .arg(u8::from(checkpoint.status == RunStatus::Completed))
-            .arg(self.keep_arg())
-            .arg(&*self.run_prefix(&run_key))
-            .arg(&run_key);
-        summary_args(&mut script, &checkpoint)?;
+        self.fenced_save_args(&mut script, &checkpoint, lease)?;
         let (saved, acked): (u8, _) = self
             .invoke_write(op::SAVE_FENCED, &key, self.deadline(), &script)
             .await?;
@@ -703,12 +719,9 @@ impl CheckpointStore for RedisStore {
         }
         let key = self.checkpoint_key(run_id);
         let mut script = scripts::DELETE_FENCED_SCRIPT.prepare_invoke();
+        script.key(self.lease_key(run_id));
+        self.journal_keys(&mut script, run_id);
         script
-            .key(self.lease_key(run_id))
-            .key(&key)
-            .key(self.cancelled_key(run_id))
-            .key(self.epoch_key(run_id))
-            .key(self.completed_key_of(run_id))
             .arg(lease.token())
             .arg(self.epoch_px(0))
             .arg(run_id)
@@ -811,30 +824,11 @@ impl CheckpointStore for RedisStore {
             self.release_lease(lease).await?;
             return Err(lost);
         }
-        let bytes = last.entry_bytes()?;
         let key = self.checkpoint_key(&run_key);
         let mut script = scripts::FINISH_SCRIPT.prepare_invoke();
+        self.fenced_save_args(&mut script, &last, &lease)?;
         script
-            .key(self.lease_key(&run_key))
-            .key(&key)
-            .key(self.cancelled_key(&run_key))
-            .key(self.epoch_key(&run_key))
-            .key(self.completed_key_of(&run_key))
             .key(self.nonce_key(&run_key))
-            .arg(lease.token())
-            .arg(last.seq)
-            .arg(u8::from(last.change.is_full()))
-            .arg(last.keep_from)
-            .arg(bytes)
-            .arg(self.checkpoint_px(&last))
-            .arg(u8::from(last.is_cancelled()))
-            .arg(self.epoch_px(0))
-            .arg(u8::from(last.status == RunStatus::Completed))
-            .arg(self.keep_arg())
-            .arg(&*self.run_prefix(&run_key))
-            .arg(&run_key);
-        summary_args(&mut script, &last)?;
-        script
             .arg(u8::from(delete))
             .arg(px(self.inner.command_timeout));
         let (saved, acked): (u8, _) = self
