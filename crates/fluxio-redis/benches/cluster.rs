@@ -32,10 +32,8 @@ async fn noop(ctx: Context) -> StageResult {
 const TTL: Duration = Duration::from_secs(120);
 
 fn main() {
-    let rt = common::runtime();
     let prefix = format!("fx_bench_cluster_{}", std::process::id());
-    let url = fluxio_test_support::redis::url();
-    let Some(single) = common::connect(&rt, &url, &prefix, TTL) else {
+    let Some((rt, _, single)) = common::start(&prefix, TTL) else {
         return;
     };
     let Some(cluster) = fluxio_test_support::redis::cluster() else {

@@ -200,14 +200,7 @@ fn index_memory(rt: &tokio::runtime::Runtime, url: &str, store: &RedisStore) -> 
             .query_async(&mut conn)
             .await
             .expect("COPY");
-        let _: () = redis::cmd("HDEL")
-            .arg(&copy)
-            .arg(&[
-                "status", "step", "attempt", "version", "error", "created", "updated", "pipeline",
-            ])
-            .query_async(&mut conn)
-            .await
-            .expect("HDEL");
+        fluxio_test_support::redis::drop_summary(&mut conn, &copy).await;
         let without = memory(&mut conn, &copy).await;
         format!(
             "index memory: {:.1} MB of sorted sets ({:.0} bytes a run); a run's hash {with} \
@@ -219,10 +212,8 @@ fn index_memory(rt: &tokio::runtime::Runtime, url: &str, store: &RedisStore) -> 
 }
 
 fn main() {
-    let rt = common::runtime();
-    let url = fluxio_test_support::redis::url();
     let prefix = format!("fx_bench_list_{}", std::process::id());
-    let Some(store) = common::connect(&rt, &url, &prefix, TTL) else {
+    let Some((rt, url, store)) = common::start(&prefix, TTL) else {
         return;
     };
     let took = setup(&rt, &store);

@@ -35,11 +35,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use fluxio::store::{Change, Checkpoint, CheckpointStore, Lease};
+use fluxio::store::{Change, Checkpoint, CheckpointStore};
 use fluxio::{Context, Pipeline, StageResult, pipeline, stage};
 use fluxio_core::store::conformance;
 use fluxio_redis::RedisStore;
 use fluxio_test_support::bench::{context_1kb, timed};
+use fluxio_test_support::counted::Counted;
 
 #[stage]
 async fn noop(ctx: Context) -> StageResult {
@@ -433,46 +434,6 @@ fn commands_per_run(rt: &tokio::runtime::Runtime, url: &str, store: &RedisStore)
     })
 }
 
-/// Counts the checkpoint writes of one run.
-#[derive(Debug)]
-struct Counting(RedisStore, AtomicU64);
-
-#[async_trait::async_trait]
-impl CheckpointStore for Counting {
-    async fn save(&self, cp: Checkpoint) -> fluxio::Result<()> {
-        self.1.fetch_add(1, Ordering::Relaxed);
-        self.0.save(cp).await
-    }
-    async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
-        self.0.load(run_id).await
-    }
-    async fn delete(&self, run_id: &str) -> fluxio::Result<()> {
-        self.0.delete(run_id).await
-    }
-    async fn exists(&self, run_id: &str) -> fluxio::Result<bool> {
-        self.0.exists(run_id).await
-    }
-    async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> fluxio::Result<Lease> {
-        self.0.acquire_lease(run_id, ttl).await
-    }
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> fluxio::Result<()> {
-        self.0.renew_lease(lease, ttl).await
-    }
-    async fn release_lease(&self, lease: Lease) -> fluxio::Result<()> {
-        self.0.release_lease(lease).await
-    }
-    async fn save_fenced(&self, cp: Checkpoint, lease: &Lease) -> fluxio::Result<()> {
-        self.1.fetch_add(1, Ordering::Relaxed);
-        self.0.save_fenced(cp, lease).await
-    }
-    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> fluxio::Result<()> {
-        self.0.delete_fenced(run_id, lease).await
-    }
-    async fn cancel(&self, run_id: &str) -> fluxio::Result<()> {
-        self.0.cancel(run_id).await
-    }
-}
-
 fn ten_noops() -> fluxio::PipelineBuilder {
     pipeline![noop, noop, noop, noop, noop, noop, noop, noop, noop, noop]
 }
@@ -498,14 +459,14 @@ async fn run_batch(p: &Pipeline, ids: &[String], input: &Context) {
 fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &RedisStore) -> u64 {
     let input = Context::new().set("order", 42u64).expect("serializes");
     // checkpoint writes per run, counted once
-    let counting = Arc::new(Counting(store.clone(), AtomicU64::new(0)));
+    let counting = Arc::new(Counted::stepwise(store.clone()));
     let p = ten_noops()
         .name("bench")
         .store_arc(Arc::clone(&counting) as Arc<dyn CheckpointStore>)
         .build()
         .expect("valid");
     rt.block_on(p.invoke("count", input.clone())).expect("runs");
-    let per_run = counting.1.load(Ordering::Relaxed);
+    let per_run = counting.writes();
 
     let p = ten_noops()
         .name("bench")
@@ -546,10 +507,8 @@ fn summary(rt: &tokio::runtime::Runtime, store: &RedisStore, per_checkpoint: &st
 }
 
 fn main() {
-    let rt = common::runtime();
-    let url = fluxio_test_support::redis::url();
     let prefix = format!("fx_bench_{}", std::process::id());
-    let Some(store) = common::connect(&rt, &url, &prefix, TTL) else {
+    let Some((rt, url, store)) = common::start(&prefix, TTL) else {
         return;
     };
     let mut c = Criterion::default().configure_from_args();

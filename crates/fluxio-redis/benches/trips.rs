@@ -25,11 +25,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use fluxio::store::backend::Begin;
-use fluxio::store::{Change, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage};
+use fluxio::store::{Change, Checkpoint, CheckpointStore};
 use fluxio::{Context, Durability, Pipeline, StageResult, pipeline, stage};
-use fluxio_redis::RedisStore;
 use fluxio_test_support::bench::timed;
+use fluxio_test_support::counted::Counted;
+use fluxio_test_support::runs::drive;
 
 const TTL: Duration = Duration::from_secs(120);
 
@@ -37,50 +37,6 @@ const TTL: Duration = Duration::from_secs(120);
 async fn count_up(ctx: Context) -> StageResult {
     let n: u64 = ctx.get_opt("n").unwrap_or(0);
     Ok(ctx.set("n", n + 1)?)
-}
-
-/// A RedisStore through the trait's default `begin_run` and `finish_run`.
-#[derive(Debug)]
-struct Defaults(RedisStore);
-
-#[async_trait::async_trait]
-impl CheckpointStore for Defaults {
-    async fn save(&self, cp: Checkpoint) -> fluxio::Result<()> {
-        self.0.save(cp).await
-    }
-    async fn load(&self, run_id: &str) -> fluxio::Result<Option<Checkpoint>> {
-        self.0.load(run_id).await
-    }
-    async fn history(&self, run_id: &str) -> fluxio::Result<Vec<Checkpoint>> {
-        self.0.history(run_id).await
-    }
-    async fn delete(&self, run_id: &str) -> fluxio::Result<()> {
-        self.0.delete(run_id).await
-    }
-    async fn exists(&self, run_id: &str) -> fluxio::Result<bool> {
-        self.0.exists(run_id).await
-    }
-    async fn list_runs(&self, filter: &RunFilter) -> fluxio::Result<RunPage> {
-        self.0.list_runs(filter).await
-    }
-    async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> fluxio::Result<Lease> {
-        self.0.acquire_lease(run_id, ttl).await
-    }
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> fluxio::Result<()> {
-        self.0.renew_lease(lease, ttl).await
-    }
-    async fn release_lease(&self, lease: Lease) -> fluxio::Result<()> {
-        self.0.release_lease(lease).await
-    }
-    async fn save_fenced(&self, cp: Checkpoint, lease: &Lease) -> fluxio::Result<()> {
-        self.0.save_fenced(cp, lease).await
-    }
-    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> fluxio::Result<()> {
-        self.0.delete_fenced(run_id, lease).await
-    }
-    async fn cancel(&self, run_id: &str) -> fluxio::Result<()> {
-        self.0.cancel(run_id).await
-    }
 }
 
 /// The eleven checkpoints of a 10-stage run of `run`: a whole one, then a
@@ -105,24 +61,6 @@ fn journal(run: &str) -> Vec<Checkpoint> {
         last.status = fluxio::store::RunStatus::Completed;
     }
     out
-}
-
-/// One run's store calls.
-async fn one_run(store: &dyn CheckpointStore, journal: &[Checkpoint]) {
-    let begun = store
-        .begin_run(journal[0].clone(), TTL, Begin::Replace)
-        .await
-        .expect("begins");
-    for cp in &journal[1..10] {
-        store
-            .save_fenced(cp.clone(), &begun.lease)
-            .await
-            .expect("saves");
-    }
-    store
-        .finish_run(journal[10].clone(), begun.lease, false)
-        .await
-        .expect("finishes");
 }
 
 fn pipeline_on(store: impl CheckpointStore) -> Pipeline {
@@ -186,28 +124,27 @@ fn interleaved_runs(rt: &tokio::runtime::Runtime, a: &Pipeline, b: &Pipeline) ->
 }
 
 fn main() {
-    let rt = common::runtime();
-    let url = fluxio_test_support::redis::url();
     let prefix = format!("fx_bench_trips_{}", std::process::id());
-    let Some(native) = common::connect(&rt, &url, &format!("{prefix}_n"), TTL) else {
+    let Some((rt, url, native)) = common::start(&format!("{prefix}_n"), TTL) else {
         return;
     };
-    let defaults =
-        Defaults(common::connect(&rt, &url, &format!("{prefix}_d"), TTL).expect("connect"));
+    let defaults = Counted::stepwise(
+        common::connect(&rt, &url, &format!("{prefix}_d"), TTL).expect("connect"),
+    );
     let j = journal("run");
 
     let mut c = Criterion::default().configure_from_args();
     let mut g = c.benchmark_group("store_10_stages");
     g.bench_function("native", |b| {
-        b.iter_custom(|iters| timed(&rt, iters, || one_run(&native, &j)));
+        b.iter_custom(|iters| timed(&rt, iters, || drive(&native, &j)));
     });
     g.bench_function("default_calls", |b| {
-        b.iter_custom(|iters| timed(&rt, iters, || one_run(&defaults, &j)));
+        b.iter_custom(|iters| timed(&rt, iters, || drive(&defaults, &j)));
     });
     g.finish();
 
     let p_native = pipeline_on(native.clone());
-    let p_default = pipeline_on(Defaults(defaults.0.clone()));
+    let p_default = pipeline_on(Counted::stepwise(defaults.inner.clone()));
     let mut g = c.benchmark_group("pipeline_10_stages");
     for (name, p) in [("native", &p_native), ("default_calls", &p_default)] {
         g.bench_function(name, |b| {
@@ -235,7 +172,7 @@ fn main() {
     g.finish();
     c.final_summary();
 
-    let (n, d) = interleaved(&rt, || one_run(&native, &j), || one_run(&defaults, &j));
+    let (n, d) = interleaved(&rt, || drive(&native, &j), || drive(&defaults, &j));
     println!(
         "\nsummary (1 concurrent run, 400 interleaved rounds):\n  store calls of a \
          10-stage run: native {n:.0} runs/s, default calls {d:.0} runs/s, ratio {:.2}",

@@ -14,6 +14,7 @@ use fluxio_core::store::{
     cancelled_checkpoint, check_lease_ttl, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
+use redis::ScriptInvocation;
 
 use crate::builder::{RedisStoreBuilder, px};
 use crate::connection::{Backend, Conn};
@@ -290,6 +291,46 @@ impl RedisStore {
             0
         }
     }
+
+    /// Puts on `script` the keys of the run `key` that every script writing
+    /// its journal takes, in this order: the journal, the cancel mark, the
+    /// epoch and the pipeline's completed runs.
+    fn journal_keys(&self, script: &mut ScriptInvocation<'static>, key: &str) {
+        script
+            .key(self.checkpoint_key(key))
+            .key(self.cancelled_key(key))
+            .key(self.epoch_key(key))
+            .key(self.completed_key_of(key));
+    }
+
+    /// Puts on `script` the keys and arguments of a fenced save of
+    /// `checkpoint` under `lease`: all that `SAVE_FENCED` takes, and what
+    /// `FINISH` takes first (it runs the same save).
+    fn fenced_save_args(
+        &self,
+        script: &mut ScriptInvocation<'static>,
+        checkpoint: &Checkpoint,
+        lease: &Lease,
+    ) -> Result<()> {
+        let key = checkpoint.key();
+        let bytes = checkpoint.entry_bytes()?;
+        script.key(self.lease_key(&key));
+        self.journal_keys(script, &key);
+        script
+            .arg(lease.token())
+            .arg(checkpoint.seq)
+            .arg(u8::from(checkpoint.change.is_full()))
+            .arg(checkpoint.keep_from)
+            .arg(bytes)
+            .arg(self.checkpoint_px(checkpoint))
+            .arg(u8::from(checkpoint.is_cancelled()))
+            .arg(self.epoch_px(0))
+            .arg(u8::from(checkpoint.status == RunStatus::Completed))
+            .arg(self.keep_arg())
+            .arg(&*self.run_prefix(&key))
+            .arg(&key);
+        summary_args(script, checkpoint)
+    }
 }
 
 /// How many buckets a cluster store spreads its runs over: each bucket is
@@ -332,11 +373,10 @@ pub(crate) struct Read {
 impl RedisStore {
     /// The run's entries from its last whole checkpoint on, or all of them
     /// (`all`); `None` when nothing is stored.
-    async fn read(&self, run_id: &str, all: bool) -> Result<Option<Read>> {
-        fluxio_core::store::check_run_id(run_id)?;
+    async fn read(&self, key: &str, all: bool) -> Result<Option<Read>> {
+        fluxio_core::store::check_run_id(key)?;
         let operation = if all { op::HISTORY } else { op::LOAD };
-        self.read_within(operation, run_id, all, self.deadline())
-            .await
+        self.read_within(operation, key, all, self.deadline()).await
     }
 
     /// The journal's meta (`META`), then its entries with one `HMGET`
@@ -347,14 +387,14 @@ impl RedisStore {
     pub(crate) async fn read_within(
         &self,
         operation: &'static str,
-        run_id: &str,
+        key: &str,
         all: bool,
         deadline: tokio::time::Instant,
     ) -> Result<Option<Read>> {
-        let key = self.checkpoint_key(run_id);
+        let journal = self.checkpoint_key(key);
         let mut script = scripts::META_SCRIPT.prepare_invoke();
-        script.key(&key).arg(u8::from(all));
-        let meta: Vec<String> = self.invoke(operation, &key, deadline, &script).await?;
+        script.key(&journal).arg(u8::from(all));
+        let meta: Vec<String> = self.invoke(operation, &journal, deadline, &script).await?;
         let range = match meta.as_slice() {
             [] => return Ok(None),
             [version, from, last] => from
@@ -366,12 +406,12 @@ impl RedisStore {
         };
         if let Some((version, (from, last))) = range {
             let mut hmget = redis::cmd("HMGET");
-            hmget.arg(&key).arg("born").arg("ver");
+            hmget.arg(&journal).arg("born").arg("ver");
             for seq in from..=last {
                 hmget.arg(seq);
             }
             let mut reply: Vec<Option<Vec<u8>>> =
-                self.query(operation, &key, deadline, &hmget).await?;
+                self.query(operation, &journal, deadline, &hmget).await?;
             let same = match reply.get(..2) {
                 Some([Some(born), Some(ver)]) => [born, &b":"[..], ver].concat() == version,
                 _ => false,
@@ -380,37 +420,38 @@ impl RedisStore {
                 let parts = reply.split_off(2);
                 return Ok(Some(Read {
                     version: version.to_vec(),
-                    parts: complete(run_id, &key, parts)?,
+                    parts: complete(key, &journal, parts)?,
                 }));
             }
             tracing::debug!(
-                run_id,
+                run_id = key,
                 "the journal changed while it was read; reading it in one step"
             );
         }
         let mut script = scripts::LOAD_SCRIPT.prepare_invoke();
-        script.key(&key).arg(u8::from(all));
-        let reply: Vec<Option<Vec<u8>>> = self.invoke(operation, &key, deadline, &script).await?;
+        script.key(&journal).arg(u8::from(all));
+        let reply: Vec<Option<Vec<u8>>> =
+            self.invoke(operation, &journal, deadline, &script).await?;
         let mut reply = reply.into_iter();
         let Some(version) = reply.next() else {
             return Ok(None);
         };
         Ok(Some(Read {
             version: version.unwrap_or_default(),
-            parts: complete(run_id, &key, reply.collect())?,
+            parts: complete(key, &journal, reply.collect())?,
         }))
     }
 }
 
 /// The entries read, each of them there.
-fn complete(run_id: &str, key: &str, parts: Vec<Option<Vec<u8>>>) -> Result<Vec<Vec<u8>>> {
+fn complete(key: &str, journal: &str, parts: Vec<Option<Vec<u8>>>) -> Result<Vec<Vec<u8>>> {
     parts
         .into_iter()
         .map(|part| {
             part.ok_or_else(|| Error::CorruptCheckpoint {
-                run_id: run_id.to_owned(),
+                run_id: key.to_owned(),
                 reason: format!(
-                    "the journal hash {key} lacks a checkpoint between its `first` and `last`"
+                    "the journal hash {journal} lacks a checkpoint between its `first` and `last`"
                 ),
                 source: None,
             })
@@ -461,11 +502,8 @@ impl CheckpointStore for RedisStore {
         checkpoint.check()?;
         let key = self.checkpoint_key(&run_key);
         let mut script = scripts::SAVE_SCRIPT.prepare_invoke();
+        self.journal_keys(&mut script, &run_key);
         script
-            .key(&key)
-            .key(self.cancelled_key(&run_key))
-            .key(self.epoch_key(&run_key))
-            .key(self.completed_key_of(&run_key))
             .arg(self.checkpoint_px(&checkpoint))
             .arg(u8::from(checkpoint.is_cancelled()))
             .arg(self.epoch_px(0));
@@ -507,39 +545,36 @@ impl CheckpointStore for RedisStore {
     /// and a few), decoded with [`Checkpoint::from_entries`], so undecodable
     /// bytes are [`Error::CorruptCheckpoint`] and stay in place. A run of an
     /// earlier build (one blob) is decoded as it is.
-    async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+    async fn load(&self, key: &str) -> Result<Option<Checkpoint>> {
         Ok(self
-            .read(run_id, false)
+            .read(key, false)
             .await?
-            .map(|read| Checkpoint::from_entries(run_id, read.parts))
+            .map(|read| Checkpoint::from_entries(key, read.parts))
             .transpose()?)
     }
 
     /// As [`load`](CheckpointStore::load), reading every entry of the
     /// journal, decoded with
     /// [`Checkpoint::journal_from_entries`].
-    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
-        match self.read(run_id, true).await? {
-            Some(read) => Checkpoint::journal_from_entries(run_id, read.parts),
+    async fn history(&self, key: &str) -> Result<Vec<Checkpoint>> {
+        match self.read(key, true).await? {
+            Some(read) => Checkpoint::journal_from_entries(key, read.parts),
             None => Ok(Vec::new()),
         }
     }
 
     /// One script: `DEL` of the checkpoint and its cancel mark, and an
     /// expiry for the run's epoch if it had none.
-    async fn delete(&self, run_id: &str) -> Result<()> {
-        fluxio_core::store::check_run_id(run_id)?;
-        let key = self.checkpoint_key(run_id);
+    async fn delete(&self, key: &str) -> Result<()> {
+        fluxio_core::store::check_run_id(key)?;
+        let journal = self.checkpoint_key(key);
         let mut script = scripts::DELETE_SCRIPT.prepare_invoke();
+        self.journal_keys(&mut script, key);
         script
-            .key(&key)
-            .key(self.cancelled_key(run_id))
-            .key(self.epoch_key(run_id))
-            .key(self.completed_key_of(run_id))
             .arg(self.epoch_px(0))
-            .arg(run_id)
-            .arg(&*self.run_prefix(run_id));
-        self.invoke::<()>(op::DELETE, &key, self.deadline(), &script)
+            .arg(key)
+            .arg(&*self.run_prefix(key));
+        self.invoke::<()>(op::DELETE, &journal, self.deadline(), &script)
             .await?;
         Ok(())
     }
@@ -563,19 +598,21 @@ impl CheckpointStore for RedisStore {
     }
 
     /// One `EXISTS`.
-    async fn exists(&self, run_id: &str) -> Result<bool> {
-        fluxio_core::store::check_run_id(run_id)?;
-        let key = self.checkpoint_key(run_id);
+    async fn exists(&self, key: &str) -> Result<bool> {
+        fluxio_core::store::check_run_id(key)?;
+        let journal = self.checkpoint_key(key);
         let mut cmd = redis::cmd("EXISTS");
-        cmd.arg(&key);
-        let n: u64 = self.query(op::EXISTS, &key, self.deadline(), &cmd).await?;
+        cmd.arg(&journal);
+        let n: u64 = self
+            .query(op::EXISTS, &journal, self.deadline(), &cmd)
+            .await?;
         Ok(n > 0)
     }
 
-    /// One script: when `{prefix}.lease:{run_id}` exists, `RunIdInUse`
+    /// One script: when `{prefix}.lease:{key}` exists, `RunIdInUse`
     /// (unless it carries this call's nonce: see below); otherwise
-    /// `INCR {prefix}.epoch:{run_id}` (refreshing its expiry) and `SET` the
-    /// lease to the new token with `PX ttl`, and `{prefix}.nonce:{run_id}` to
+    /// `INCR {prefix}.epoch:{key}` (refreshing its expiry) and `SET` the
+    /// lease to the new token with `PX ttl`, and `{prefix}.nonce:{key}` to
     /// this call's nonce with the same expiry. One round trip.
     ///
     /// The nonce makes sending the script again exact: when the first
@@ -587,16 +624,16 @@ impl CheckpointStore for RedisStore {
     /// first time-to-live, or goes with the lease
     /// ([`release_lease`](CheckpointStore::release_lease),
     /// [`finish_run`](CheckpointStore::finish_run)).
-    async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
-        fluxio_core::store::check_run_id(run_id)?;
+    async fn acquire_lease(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        fluxio_core::store::check_run_id(key)?;
         check_lease_ttl(ttl)?;
-        let (lease_key, lease_ms) = (self.lease_key(run_id), px(ttl));
+        let (lease_key, lease_ms) = (self.lease_key(key), px(ttl));
         let mut script = scripts::ACQUIRE_SCRIPT.prepare_invoke();
         script
             .key(&lease_key)
-            .key(self.epoch_key(run_id))
-            .key(self.nonce_key(run_id))
-            .key(self.checkpoint_key(run_id))
+            .key(self.epoch_key(key))
+            .key(self.nonce_key(key))
+            .key(self.checkpoint_key(key))
             .arg(lease_ms)
             .arg(self.epoch_px(lease_ms))
             .arg(nonce());
@@ -605,10 +642,10 @@ impl CheckpointStore for RedisStore {
             .await?;
         if token == 0 {
             return Err(Error::RunIdInUse {
-                run_id: run_id.to_owned(),
+                run_id: key.to_owned(),
             });
         }
-        Ok(Lease::new(run_id, token))
+        Ok(Lease::new(key, token))
     }
 
     /// One script: `PEXPIRE` the lease if it still holds this token.
@@ -661,28 +698,9 @@ impl CheckpointStore for RedisStore {
         if lease.run_id() != run_key {
             return Err(lease_lost(lease));
         }
-        let bytes = checkpoint.entry_bytes()?;
         let key = self.checkpoint_key(&run_key);
         let mut script = scripts::SAVE_FENCED_SCRIPT.prepare_invoke();
-        script
-            .key(self.lease_key(lease.run_id()))
-            .key(&key)
-            .key(self.cancelled_key(&run_key))
-            .key(self.epoch_key(&run_key))
-            .key(self.completed_key_of(&run_key))
-            .arg(lease.token())
-            .arg(checkpoint.seq)
-            .arg(u8::from(checkpoint.change.is_full()))
-            .arg(checkpoint.keep_from)
-            .arg(bytes)
-            .arg(self.checkpoint_px(&checkpoint))
-            .arg(u8::from(checkpoint.is_cancelled()))
-            .arg(self.epoch_px(0))
-            .arg(u8::from(checkpoint.status == RunStatus::Completed))
-            .arg(self.keep_arg())
-            .arg(&*self.run_prefix(&run_key))
-            .arg(&run_key);
-        summary_args(&mut script, &checkpoint)?;
+        self.fenced_save_args(&mut script, &checkpoint, lease)?;
         let (saved, acked): (u8, _) = self
             .invoke_write(op::SAVE_FENCED, &key, self.deadline(), &script)
             .await?;
@@ -697,24 +715,21 @@ impl CheckpointStore for RedisStore {
     /// One script: if the lease holds this token, the `DEL` of
     /// [`delete`](CheckpointStore::delete) (the checkpoint and its cancel
     /// mark); otherwise `LeaseLost`.
-    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
-        if lease.run_id() != run_id {
+    async fn delete_fenced(&self, key: &str, lease: &Lease) -> Result<()> {
+        if lease.run_id() != key {
             return Err(lease_lost(lease));
         }
-        let key = self.checkpoint_key(run_id);
+        let journal = self.checkpoint_key(key);
         let mut script = scripts::DELETE_FENCED_SCRIPT.prepare_invoke();
+        script.key(self.lease_key(key));
+        self.journal_keys(&mut script, key);
         script
-            .key(self.lease_key(run_id))
-            .key(&key)
-            .key(self.cancelled_key(run_id))
-            .key(self.epoch_key(run_id))
-            .key(self.completed_key_of(run_id))
             .arg(lease.token())
             .arg(self.epoch_px(0))
-            .arg(run_id)
-            .arg(&*self.run_prefix(run_id));
+            .arg(key)
+            .arg(&*self.run_prefix(key));
         let deleted: u8 = self
-            .invoke(op::DELETE_FENCED, &key, self.deadline(), &script)
+            .invoke(op::DELETE_FENCED, &journal, self.deadline(), &script)
             .await?;
         if deleted == 1 {
             Ok(())
@@ -811,30 +826,11 @@ impl CheckpointStore for RedisStore {
             self.release_lease(lease).await?;
             return Err(lost);
         }
-        let bytes = last.entry_bytes()?;
         let key = self.checkpoint_key(&run_key);
         let mut script = scripts::FINISH_SCRIPT.prepare_invoke();
+        self.fenced_save_args(&mut script, &last, &lease)?;
         script
-            .key(self.lease_key(&run_key))
-            .key(&key)
-            .key(self.cancelled_key(&run_key))
-            .key(self.epoch_key(&run_key))
-            .key(self.completed_key_of(&run_key))
             .key(self.nonce_key(&run_key))
-            .arg(lease.token())
-            .arg(last.seq)
-            .arg(u8::from(last.change.is_full()))
-            .arg(last.keep_from)
-            .arg(bytes)
-            .arg(self.checkpoint_px(&last))
-            .arg(u8::from(last.is_cancelled()))
-            .arg(self.epoch_px(0))
-            .arg(u8::from(last.status == RunStatus::Completed))
-            .arg(self.keep_arg())
-            .arg(&*self.run_prefix(&run_key))
-            .arg(&run_key);
-        summary_args(&mut script, &last)?;
-        script
             .arg(u8::from(delete))
             .arg(px(self.inner.command_timeout));
         let (saved, acked): (u8, _) = self
@@ -851,7 +847,7 @@ impl CheckpointStore for RedisStore {
     /// A [`load`](CheckpointStore::load) of the latest checkpoint, decided
     /// with [`cancelled_checkpoint`], then one script that appends the
     /// cancelled checkpoint (the run's next, an empty delta) and sets the
-    /// cancel mark `{prefix}.cancelled:{run_id}` only if the journal is
+    /// cancel mark `{prefix}.cancelled:{key}` only if the journal is
     /// still the one read (a compare-and-set on its `born:ver`; see the
     /// crate docs). When a write landed in between (the
     /// owner's next checkpoint), it reads again, within the one command
@@ -859,41 +855,39 @@ impl CheckpointStore for RedisStore {
     /// keep it retrying until it ends (then the cancel finds it completed)
     /// or the timeout passes. Once the mark is set, every fenced save of the
     /// run is refused.
-    async fn cancel(&self, run_id: &str) -> Result<()> {
-        fluxio_core::store::check_run_id(run_id)?;
-        let key = self.checkpoint_key(run_id);
+    async fn cancel(&self, key: &str) -> Result<()> {
+        fluxio_core::store::check_run_id(key)?;
+        let journal = self.checkpoint_key(key);
         let deadline = self.deadline();
         loop {
-            let read = self
-                .read_within(op::CANCEL, run_id, false, deadline)
-                .await?;
+            let read = self.read_within(op::CANCEL, key, false, deadline).await?;
             let (version, stored) = match read {
                 Some(read) => (
                     read.version,
-                    Some(Checkpoint::from_entries(run_id, read.parts)?),
+                    Some(Checkpoint::from_entries(key, read.parts)?),
                 ),
                 None => (Vec::new(), None),
             };
-            let cancelled = cancelled_checkpoint(run_id, stored)?;
+            let cancelled = cancelled_checkpoint(key, stored)?;
             let mut script = scripts::CANCEL_SCRIPT.prepare_invoke();
             script
-                .key(&key)
-                .key(self.cancelled_key(run_id))
-                .key(self.epoch_key(run_id))
+                .key(&journal)
+                .key(self.cancelled_key(key))
+                .key(self.epoch_key(key))
                 .arg(version)
                 .arg(cancelled.seq)
                 .arg(cancelled.entry_bytes()?)
-                .arg(&*self.run_prefix(run_id))
-                .arg(run_id);
+                .arg(&*self.run_prefix(key))
+                .arg(key);
             summary_args(&mut script, &cancelled)?;
             let (done, acked): (u8, _) = self
-                .invoke_write(op::CANCEL, &key, deadline, &script)
+                .invoke_write(op::CANCEL, &journal, deadline, &script)
                 .await?;
             if done == 1 {
-                return Ok(self.replicated(op::CANCEL, &key, run_id, acked)?);
+                return Ok(self.replicated(op::CANCEL, &journal, key, acked)?);
             }
             tracing::debug!(
-                run_id,
+                run_id = key,
                 "the checkpoint changed while it was being cancelled; reading it again"
             );
         }

@@ -28,6 +28,16 @@ pub async fn raw() -> Option<::redis::aio::MultiplexedConnection> {
     }
 }
 
+/// [`raw`], and a key prefix no other test uses
+/// ([`namespace`](crate::namespace)`(name)`): what a test on the server
+/// starts with. `None` after a loud skip when the server is unreachable (a
+/// panic instead when `CI` is set).
+#[cfg(feature = "redis")]
+pub async fn raw_in(name: &str) -> Option<(::redis::aio::MultiplexedConnection, String)> {
+    let raw = raw().await?;
+    Some((raw, crate::namespace(name)))
+}
+
 /// Every key that starts with `prefix`, sorted.
 ///
 /// # Panics
@@ -70,6 +80,24 @@ pub async fn cleanup(raw: &mut ::redis::aio::MultiplexedConnection, prefix: &str
             .await
             .expect("DEL");
     }
+}
+
+/// Deletes the run's summary (the fields the run index lists: status,
+/// step, attempt, version, error, times, pipeline) from the journal hash
+/// `key` of fluxio-redis: the run as a build before the index wrote it.
+///
+/// # Panics
+/// When the `HDEL` fails.
+#[cfg(feature = "redis")]
+pub async fn drop_summary(raw: &mut ::redis::aio::MultiplexedConnection, key: &str) {
+    let _: () = ::redis::cmd("HDEL")
+        .arg(key)
+        .arg(&[
+            "status", "step", "attempt", "version", "error", "created", "updated", "pipeline",
+        ])
+        .query_async(raw)
+        .await
+        .expect("HDEL");
 }
 
 /// A local Redis Cluster of three masters (no replicas, no persistence),

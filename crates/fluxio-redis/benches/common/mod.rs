@@ -34,6 +34,16 @@ pub(crate) fn connect(rt: &Runtime, url: &str, prefix: &str, ttl: Duration) -> O
     }
 }
 
+/// The benchmark's runtime, the server's URL
+/// (`fluxio_test_support::redis::url`) and a store on it (see [`connect`]);
+/// `None` when Redis is unreachable.
+pub(crate) fn start(prefix: &str, ttl: Duration) -> Option<(Runtime, String, RedisStore)> {
+    let rt = runtime();
+    let url = fluxio_test_support::redis::url();
+    let store = connect(&rt, &url, prefix, ttl)?;
+    Some((rt, url, store))
+}
+
 /// Deletes the benchmark's keys (those of `prefix`), or says that they are
 /// left to expire in `ttl`.
 #[allow(dead_code, reason = "not every benchmark deletes its keys")]

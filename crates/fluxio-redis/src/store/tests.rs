@@ -232,10 +232,9 @@ async fn rule24_begin_and_finish_whose_reply_was_lost_are_repeated_exactly() {
 /// reply lost) finds its own write and answers done, not "changed".
 #[tokio::test]
 async fn rule14_the_cancel_script_is_a_compare_and_set_that_a_repeat_finds_done() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix)) = support::redis::raw_in("cancel_script").await else {
         return;
     };
-    let prefix = namespace("cancel_script");
     let store = RedisStore::builder(support::redis::url())
         .key_prefix(&prefix)
         .connect()

@@ -85,14 +85,7 @@ impl Harness for ClusterHarness {
         let key = store(self.0, ns, None).await.checkpoint_key(run_id);
         let client = redis::cluster::ClusterClient::new(self.0.nodes().to_vec()).expect("client");
         let mut conn = client.get_async_connection().await.expect("connect");
-        redis::cmd("SET")
-            .arg(key)
-            .arg(bytes)
-            .arg("PX")
-            .arg(TTL.as_millis() as u64)
-            .query_async::<()>(&mut conn)
-            .await
-            .expect("raw SET");
+        crate::set_expiring(&mut conn, &key, bytes, TTL).await;
         true
     }
 
@@ -242,7 +235,8 @@ async fn rule24_cluster_wait_for_replicas_goes_to_the_runs_primary() {
         .await
         .expect("connect");
     for pipeline in ["p", "q", "r", "s"] {
-        let cp = conformance::checkpoint("w", 1).in_pipeline(pipeline);
+        let w = |ip| conformance::checkpoint("w", ip).in_pipeline(pipeline);
+        let cp = w(1);
         let run = cp.key();
         let err = store.save(cp.clone()).await.expect_err("no replicas");
         assert_eq!(acknowledged(&err), Some((0, 1)), "{err}");
@@ -263,19 +257,12 @@ async fn rule24_cluster_wait_for_replicas_goes_to_the_runs_primary() {
             .await
             .expect("begin_run gave its lease back; a lease is not waited for");
         let err = store
-            .save_fenced(
-                conformance::checkpoint("w", 2).in_pipeline(pipeline),
-                &lease,
-            )
+            .save_fenced(w(2), &lease)
             .await
             .expect_err("no replicas");
         assert_eq!(acknowledged(&err), Some((0, 1)), "{err}");
         let err = store
-            .finish_run(
-                conformance::checkpoint("w", 3).in_pipeline(pipeline),
-                lease,
-                false,
-            )
+            .finish_run(w(3), lease, false)
             .await
             .expect_err("no replicas");
         assert_eq!(acknowledged(&err), Some((0, 1)), "{err}");
@@ -295,10 +282,7 @@ async fn rule24_cluster_wait_for_replicas_goes_to_the_runs_primary() {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let taken = plain.acquire_lease(&run, TTL).await.expect("lease");
         let err = store
-            .save_fenced(
-                conformance::checkpoint("w", 4).in_pipeline(pipeline),
-                &stale,
-            )
+            .save_fenced(w(4), &stale)
             .await
             .expect_err("the lease is another's");
         assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");

@@ -13,54 +13,38 @@ use fluxio_test_support as support;
 const TTL: Duration = Duration::from_secs(300);
 
 struct RedisHarness {
-    url: String,
     raw: redis::aio::MultiplexedConnection,
 }
 
 async fn harness() -> Option<RedisHarness> {
     let raw = support::redis::raw().await?;
-    Some(RedisHarness {
-        url: support::redis::url(),
-        raw,
+    Some(RedisHarness { raw })
+}
+
+/// A new connection per call, as a second process would have, keeping
+/// the `keep` newest completed runs of each pipeline (`None`: all).
+async fn store(ns: &str, keep: Option<usize>) -> RedisStore {
+    crate::store_in(ns, |b| {
+        b.completed_retention(Some(TTL)).keep_completed(keep)
     })
+    .await
 }
 
 #[async_trait::async_trait]
 impl Harness for RedisHarness {
     type Store = RedisStore;
 
-    /// A new connection per call, as a second process would have.
     async fn store(&self, ns: &str) -> RedisStore {
-        RedisStore::builder(&self.url)
-            .key_prefix(ns)
-            .completed_retention(Some(TTL))
-            .connect()
-            .await
-            .expect("connect to redis")
+        store(ns, None).await
     }
 
-    /// A store keeping the `n` newest completed runs of each pipeline.
     async fn store_keeping_completed(&self, ns: &str, n: usize) -> Option<RedisStore> {
-        let store = RedisStore::builder(&self.url)
-            .key_prefix(ns)
-            .completed_retention(Some(TTL))
-            .keep_completed(Some(n))
-            .connect()
-            .await
-            .expect("connect to redis");
-        Some(store)
+        Some(store(ns, Some(n)).await)
     }
 
     async fn write_raw(&self, ns: &str, run_id: &str, bytes: &[u8]) -> bool {
         let mut raw = self.raw.clone();
-        redis::cmd("SET")
-            .arg(format!("{ns}:{run_id}"))
-            .arg(bytes)
-            .arg("PX")
-            .arg(TTL.as_millis() as u64)
-            .query_async::<()>(&mut raw)
-            .await
-            .expect("raw SET");
+        crate::set_expiring(&mut raw, &format!("{ns}:{run_id}"), bytes, TTL).await;
         true
     }
 

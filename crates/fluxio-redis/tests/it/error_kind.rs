@@ -7,77 +7,49 @@ use std::time::Duration;
 
 use fluxio_core::Error;
 use fluxio_core::store::{CheckpointStore, StoreErrorKind};
-use fluxio_redis::{RedisStore, RedisStoreError};
 use fluxio_test_support as support;
-use tokio::net::TcpListener;
 
-fn redis_source(err: &Error) -> &RedisStoreError {
-    match err {
-        Error::Store {
-            backend: "redis",
-            source,
-            ..
-        } => source
-            .downcast_ref::<RedisStoreError>()
-            .expect("the source is a RedisStoreError"),
-        other => panic!("expected a redis Error::Store, got {other:?}"),
-    }
+/// That `err` is of `kind`, through `Error::store_error_kind` and
+/// through its `RedisStoreError`'s `kind`, `is_timeout` and
+/// `is_connection`.
+fn assert_kind(err: &Error, kind: StoreErrorKind) {
+    assert_eq!(err.store_error_kind(), Some(kind), "{err:?}");
+    let source = crate::redis_source(err);
+    assert_eq!(source.kind(), kind);
+    assert_eq!(
+        (source.is_timeout(), source.is_connection()),
+        (
+            kind == StoreErrorKind::Timeout,
+            kind == StoreErrorKind::Connection
+        ),
+        "{source}"
+    );
 }
 
 #[tokio::test]
 async fn a_refused_connection_is_a_connection_failure() {
-    let err = RedisStore::builder("redis://127.0.0.1:1")
-        .command_timeout(Duration::from_secs(5))
-        .connect()
+    let err = crate::connect_within("redis://127.0.0.1:1", Duration::from_secs(5))
         .await
         .expect_err("nothing listens on port 1");
-    assert_eq!(
-        err.store_error_kind(),
-        Some(StoreErrorKind::Connection),
-        "{err:?}"
-    );
-    let source = redis_source(&err);
-    assert_eq!(source.kind(), StoreErrorKind::Connection);
-    assert!(source.is_connection() && !source.is_timeout(), "{source}");
+    assert_kind(&err, StoreErrorKind::Connection);
 }
 
 #[tokio::test]
 async fn a_server_that_never_answers_is_a_timeout() {
-    // Accepts connections and never writes a byte back.
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    let err = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
-        .command_timeout(Duration::from_millis(300))
-        .connect()
+    let port = crate::silent_server().await;
+    let url = format!("redis://127.0.0.1:{port}");
+    let err = crate::connect_within(&url, Duration::from_millis(300))
         .await
         .expect_err("no reply");
-    assert_eq!(
-        err.store_error_kind(),
-        Some(StoreErrorKind::Timeout),
-        "{err:?}"
-    );
-    let source = redis_source(&err);
-    assert_eq!(source.kind(), StoreErrorKind::Timeout);
-    assert!(source.is_timeout() && !source.is_connection(), "{source}");
+    assert_kind(&err, StoreErrorKind::Timeout);
 }
 
 #[tokio::test]
 async fn an_error_reply_of_the_server_is_neither() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix)) = support::redis::raw_in("error_kind").await else {
         return;
     };
-    let prefix = support::namespace("error_kind");
-    let store = RedisStore::builder(support::redis::url())
-        .key_prefix(&prefix)
-        .connect()
-        .await
-        .expect("connect");
+    let store = crate::store_in(&prefix, |b| b).await;
     // A list where the checkpoint's string should be: GET answers WRONGTYPE.
     let _: () = redis::cmd("RPUSH")
         .arg(store.checkpoint_key("r"))
@@ -86,8 +58,6 @@ async fn an_error_reply_of_the_server_is_neither() {
         .await
         .expect("RPUSH");
     let err = store.load("r").await.expect_err("WRONGTYPE");
-    assert_eq!(err.store_error_kind(), Some(StoreErrorKind::Other), "{err}");
-    let source = redis_source(&err);
-    assert!(!source.is_timeout() && !source.is_connection(), "{source}");
+    assert_kind(&err, StoreErrorKind::Other);
     support::redis::cleanup(&mut raw, &prefix).await;
 }

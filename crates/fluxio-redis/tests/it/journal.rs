@@ -18,13 +18,12 @@ const V3_FAILED: &[u8] = include_bytes!("../../../../tests/fixtures/checkpoints/
 const OLD_KEY: &str = "orders/golden:run/ü 🦀";
 const TTL: Duration = Duration::from_secs(30);
 
-async fn store(prefix: &str, retention: Option<Duration>) -> RedisStore {
-    RedisStore::builder(support::redis::url())
-        .key_prefix(prefix)
-        .completed_retention(retention)
-        .connect()
-        .await
-        .expect("connect")
+/// [`crate::open`], completed runs kept `retention`.
+async fn open(
+    name: &str,
+    retention: Option<Duration>,
+) -> Option<(MultiplexedConnection, String, RedisStore)> {
+    crate::open(name, |b| b.completed_retention(retention)).await
 }
 
 async fn cmd<T: redis::FromRedisValue>(raw: &mut MultiplexedConnection, args: &[&[u8]]) -> T {
@@ -39,10 +38,6 @@ async fn kind(raw: &mut MultiplexedConnection, key: &str) -> String {
     cmd(raw, &[b"TYPE", key.as_bytes()]).await
 }
 
-async fn pttl(raw: &mut MultiplexedConnection, key: &str) -> i64 {
-    cmd(raw, &[b"PTTL", key.as_bytes()]).await
-}
-
 /// Checkpoint `seq` of the run `run` of the pipeline `p` with context
 /// `ctx`, a delta against `before` (`None`: whole).
 fn entry(run: &str, seq: u32, ctx: &Context, before: Option<&Context>) -> Checkpoint {
@@ -55,17 +50,39 @@ fn entry(run: &str, seq: u32, ctx: &Context, before: Option<&Context>) -> Checkp
     cp
 }
 
+/// The run `run` of the pipeline `p` under a lease: a whole checkpoint 0,
+/// then deltas 1 to 3 each setting `n`, the last one as `last` makes it.
+async fn four_checkpoints(store: &RedisStore, run: &str, last: impl Fn(Checkpoint) -> Checkpoint) {
+    let lease = store
+        .acquire_lease(&format!("p/{run}"), TTL)
+        .await
+        .expect("lease");
+    let mut ctx = Context::new().set("n", 0).expect("set");
+    store
+        .save_fenced(entry(run, 0, &ctx, None), &lease)
+        .await
+        .expect("save");
+    for seq in 1..=3u32 {
+        let next = ctx.clone().set("n", seq).expect("set");
+        let mut cp = entry(run, seq, &next, Some(&ctx));
+        if seq == 3 {
+            cp = last(cp);
+        }
+        store.save_fenced(cp, &lease).await.expect("save");
+        ctx = next;
+    }
+    store.release_lease(lease).await.expect("release");
+}
+
 /// Rule 18 on Redis: a run an earlier build wrote (one string key holding a
 /// format 3 checkpoint) loads as checkpoint 0, and a resume appends a delta
 /// after it (the key becomes the journal hash, the old blob its checkpoint
 /// 0, byte for byte); another such run cancels, and a third deletes.
 #[tokio::test]
 async fn rule18_a_run_of_an_earlier_build_loads_resumes_cancels_and_deletes() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix, store)) = open("old_format", None).await else {
         return;
     };
-    let prefix = support::namespace("old_format");
-    let store = store(&prefix, None).await;
     let key = store.checkpoint_key(OLD_KEY);
     let _: () = cmd(&mut raw, &[b"SET", key.as_bytes(), V3_RUNNING]).await;
     let old = Checkpoint::from_bytes(OLD_KEY, V3_RUNNING).expect("a format 3 checkpoint");
@@ -113,7 +130,11 @@ async fn rule18_a_run_of_an_earlier_build_loads_resumes_cancels_and_deletes() {
     let failed = Checkpoint::from_bytes(OLD_KEY, V3_FAILED).expect("decode");
     assert_eq!(cancelled.context, failed.context);
     assert_eq!(cancelled.error_message, failed.error_message);
-    assert_eq!(pttl(&mut raw, &key).await, -1, "a cancelled run is kept");
+    assert_eq!(
+        crate::pttl(&mut raw, &key).await,
+        -1,
+        "a cancelled run is kept"
+    );
     store.delete(OLD_KEY).await.expect("delete");
 
     // and an old run deletes, whole
@@ -133,11 +154,9 @@ async fn rule18_a_run_of_an_earlier_build_loads_resumes_cancels_and_deletes() {
 /// as it was; the load puts the context back together.
 #[tokio::test]
 async fn rule18_a_delta_save_writes_few_bytes() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix, store)) = open("delta_bytes", None).await else {
         return;
     };
-    let prefix = support::namespace("delta_bytes");
-    let store = store(&prefix, None).await;
     let run = "big";
     let key = store.checkpoint_key("p/big");
     let lease = store.acquire_lease("p/big", TTL).await.expect("lease");
@@ -183,30 +202,14 @@ async fn rule18_a_delta_save_writes_few_bytes() {
 /// expires, the whole run goes (no checkpoint outlives another).
 #[tokio::test]
 async fn rule20_expiry_of_a_completed_run_removes_all_its_keys() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let retention = Some(Duration::from_millis(1_500));
+    let Some((mut raw, prefix, store)) = open("journal_expiry", retention).await else {
         return;
     };
-    let prefix = support::namespace("journal_expiry");
-    let store = store(&prefix, Some(Duration::from_millis(1_500))).await;
-    let (run, key) = ("done", "p/done");
-    let lease = store.acquire_lease(key, TTL).await.expect("lease");
-    let mut ctx = Context::new().set("n", 0).expect("set");
-    store
-        .save_fenced(entry(run, 0, &ctx, None), &lease)
-        .await
-        .expect("save");
-    for seq in 1..=3u32 {
-        let next = ctx.clone().set("n", seq).expect("set");
-        let mut cp = entry(run, seq, &next, Some(&ctx));
-        if seq == 3 {
-            cp = cp.completed();
-        }
-        store.save_fenced(cp, &lease).await.expect("save");
-        ctx = next;
-    }
-    store.release_lease(lease).await.expect("release");
+    let key = "p/done";
+    four_checkpoints(&store, "done", Checkpoint::completed).await;
     let journal = store.checkpoint_key(key);
-    let ttl = pttl(&mut raw, &journal).await;
+    let ttl = crate::pttl(&mut raw, &journal).await;
     assert!(ttl > 1_000 && ttl <= 1_500, "completed: PTTL {ttl}");
     let index = [
         format!("{prefix}.expiring"),
@@ -242,7 +245,7 @@ async fn rule20_expiry_of_a_completed_run_removes_all_its_keys() {
         vec![store.epoch_key(key)],
         "only the epoch is left, with an expiry of its own"
     );
-    assert!(pttl(&mut raw, &store.epoch_key(key)).await > 0);
+    assert!(crate::pttl(&mut raw, &store.epoch_key(key)).await > 0);
     support::redis::cleanup(&mut raw, &prefix).await;
 }
 
@@ -251,31 +254,16 @@ async fn rule20_expiry_of_a_completed_run_removes_all_its_keys() {
 /// retention, and their whole history.
 #[tokio::test]
 async fn rule20_a_cancelled_or_failed_run_keeps_all_its_keys_without_expiry() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let retention = Some(Duration::from_millis(500));
+    let Some((mut raw, prefix, store)) = open("journal_kept", retention).await else {
         return;
     };
-    let prefix = support::namespace("journal_kept");
-    let store = store(&prefix, Some(Duration::from_millis(500))).await;
     for run in ["failed", "cancelled"] {
-        let key = format!("p/{run}");
-        let lease = store.acquire_lease(&key, TTL).await.expect("lease");
-        let mut ctx = Context::new().set("n", 0).expect("set");
-        store
-            .save_fenced(entry(run, 0, &ctx, None), &lease)
-            .await
-            .expect("save");
-        for seq in 1..=3u32 {
-            let next = ctx.clone().set("n", seq).expect("set");
-            let mut cp = entry(run, seq, &next, Some(&ctx));
-            if seq == 3 && run == "failed" {
-                cp = cp.failed("boom");
-            }
-            store.save_fenced(cp, &lease).await.expect("save");
-            ctx = next;
-        }
-        store.release_lease(lease).await.expect("release");
-        if run == "cancelled" {
-            store.cancel(&key).await.expect("cancel");
+        if run == "failed" {
+            four_checkpoints(&store, run, |cp| cp.failed("boom")).await;
+        } else {
+            four_checkpoints(&store, run, |cp| cp).await;
+            store.cancel(&format!("p/{run}")).await.expect("cancel");
         }
     }
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -286,7 +274,7 @@ async fn rule20_a_cancelled_or_failed_run_keeps_all_its_keys_without_expiry() {
         "two journals, two epochs, one mark, the index (all, failed, cancelled): {keys:?}"
     );
     for k in &keys {
-        assert_eq!(pttl(&mut raw, k).await, -1, "{k} has no expiry");
+        assert_eq!(crate::pttl(&mut raw, k).await, -1, "{k} has no expiry");
     }
     let failed = store.history("p/failed").await.expect("history");
     assert_eq!(failed.len(), 4);

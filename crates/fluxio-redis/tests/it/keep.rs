@@ -55,17 +55,13 @@ async fn stored(store: &RedisStore, id: &str) -> Option<RunStatus> {
 /// keep growing.
 #[tokio::test]
 async fn rule20_keep_completed_never_deletes_a_run_that_was_replaced() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix)) = support::redis::raw_in("keep_replaced").await else {
         return;
     };
-    let prefix = conformance::namespace("keep_replaced");
-    let store = RedisStore::builder(support::redis::url())
-        .key_prefix(&prefix)
-        .completed_retention(Some(TTL))
-        .keep_completed(Some(1))
-        .connect()
-        .await
-        .expect("connect");
+    let store = crate::store_in(&prefix, |b| {
+        b.completed_retention(Some(TTL)).keep_completed(Some(1))
+    })
+    .await;
     let index = store.completed_key("p");
 
     // a: completed, then started afresh under the same key (a new invoke)

@@ -20,14 +20,17 @@ const TTL: Duration = Duration::from_secs(30);
 const V3_RUNNING: &[u8] = include_bytes!("../../../../tests/fixtures/checkpoints/v3_running.bin");
 const V3_FAILED: &[u8] = include_bytes!("../../../../tests/fixtures/checkpoints/v3_failed.bin");
 
-async fn store(prefix: &str, retention: Option<Duration>, keep: Option<usize>) -> RedisStore {
-    RedisStore::builder(support::redis::url())
-        .key_prefix(prefix)
-        .completed_retention(retention)
-        .keep_completed(keep)
-        .connect()
-        .await
-        .expect("connect")
+/// [`crate::open`], completed runs kept `retention`, and the last `keep`
+/// of each pipeline.
+async fn open(
+    name: &str,
+    retention: Option<Duration>,
+    keep: Option<usize>,
+) -> Option<(MultiplexedConnection, String, RedisStore)> {
+    crate::open(name, |b| {
+        b.completed_retention(retention).keep_completed(keep)
+    })
+    .await
 }
 
 async fn members(raw: &mut MultiplexedConnection, set: &str) -> Vec<String> {
@@ -125,11 +128,9 @@ fn entry(run: &str, seq: u32) -> Checkpoint {
 /// and the index sets hold exactly the runs in their status.
 #[tokio::test]
 async fn rule21_every_write_keeps_the_index_in_its_script() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix, store)) = open("list_writes", Some(TTL), Some(1)).await else {
         return;
     };
-    let prefix = support::namespace("list_writes");
-    let store = store(&prefix, Some(TTL), Some(1)).await;
     let keys = ["p/a", "p/b", "p/c", "orders/golden:run/ü 🦀", "p/d", "p/e"];
     let set = |status: &str| format!("{prefix}.runs.{status}");
 
@@ -225,12 +226,7 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
     // its first fenced save migrates and indexes it in one script
     let old = "orders/golden:run/ü 🦀";
     let journal = store.checkpoint_key(old);
-    let _: () = redis::cmd("SET")
-        .arg(&journal)
-        .arg(V3_RUNNING)
-        .query_async(&mut raw)
-        .await
-        .expect("SET");
+    crate::set(&mut raw, &journal, V3_RUNNING).await;
     assert!(all_pages(&store, RunFilter::new()).await.is_empty());
     let loaded = store.load(old).await.expect("load").expect("stored");
     let lease = store.acquire_lease(old, TTL).await.expect("lease");
@@ -243,12 +239,7 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
     store.delete_fenced(old, &lease).await.expect("delete");
     store.release_lease(lease).await.expect("release");
     // and its cancel, likewise
-    let _: () = redis::cmd("SET")
-        .arg(&journal)
-        .arg(V3_FAILED)
-        .query_async(&mut raw)
-        .await
-        .expect("SET");
+    crate::set(&mut raw, &journal, V3_FAILED).await;
     store.cancel(old).await.expect("cancel");
     assert_eq!(agrees(&store, &keys).await[old], RunState::Cancelled);
     store.delete(old).await.expect("delete");
@@ -287,11 +278,10 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
 /// dropped by the listing's script (see `journal::rule20_expiry_...`).
 #[tokio::test]
 async fn rule21_expired_runs_leave_the_index_when_others_complete() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let retention = Some(Duration::from_millis(300));
+    let Some((mut raw, prefix, store)) = open("list_expiry", retention, None).await else {
         return;
     };
-    let prefix = support::namespace("list_expiry");
-    let store = store(&prefix, Some(Duration::from_millis(300)), None).await;
     let (runs, expiring) = (format!("{prefix}.runs"), format!("{prefix}.expiring"));
     store.save(entry("old", 0).completed()).await.expect("save");
     store
@@ -329,11 +319,9 @@ async fn rule21_expired_runs_leave_the_index_when_others_complete() {
 /// limits and cursors, keys with `/`, `:` and non-ASCII characters.
 #[tokio::test]
 async fn rule21_pages_are_those_of_the_in_memory_store() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix, redis)) = open("list_same", Some(TTL), None).await else {
         return;
     };
-    let prefix = support::namespace("list_same");
-    let redis = store(&prefix, Some(TTL), None).await;
     pages_agree(&redis).await;
     support::redis::cleanup(&mut raw, &prefix).await;
 }
@@ -463,11 +451,9 @@ async fn pages_agree(redis: &RedisStore) {
 /// finds the run past them; a page larger than 10,000 is clamped.
 #[tokio::test]
 async fn rule21_a_sparse_filter_reads_the_index_in_bounded_slices() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix, store)) = open("list_sparse", Some(TTL), None).await else {
         return;
     };
-    let prefix = support::namespace("list_sparse");
-    let store = store(&prefix, Some(TTL), None).await;
     let saves = (0..4_500u32).map(|i| {
         let mut cp = entry(&format!("r{i:05}"), 0);
         if i == 4_321 {
@@ -505,25 +491,16 @@ async fn rule21_a_sparse_filter_reads_the_index_in_bounded_slices() {
 /// a `status` this build does not know is a typed error naming the run.
 #[tokio::test]
 async fn rule21_reindex_lists_the_runs_of_earlier_builds() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix, store)) = open("list_reindex", Some(TTL), None).await else {
         return;
     };
-    let prefix = support::namespace("list_reindex");
-    let store = store(&prefix, Some(TTL), None).await;
     // a hash as the build before the index wrote it: no summary, no index
     store
         .save(entry("hash", 0).failed("boom"))
         .await
         .expect("save");
     let journal = store.checkpoint_key("p/hash");
-    let _: () = redis::cmd("HDEL")
-        .arg(&journal)
-        .arg(&[
-            "status", "step", "attempt", "version", "error", "created", "updated", "pipeline",
-        ])
-        .query_async(&mut raw)
-        .await
-        .expect("HDEL");
+    support::redis::drop_summary(&mut raw, &journal).await;
     for set in [store.runs_key(), format!("{prefix}.runs.failed")] {
         let _: () = redis::cmd("DEL")
             .arg(set)
@@ -533,14 +510,8 @@ async fn rule21_reindex_lists_the_runs_of_earlier_builds() {
     }
     // a string of a build before the journal, completed, with an expiry
     let old = "orders/golden:run/ü 🦀";
-    let _: () = redis::cmd("SET")
-        .arg(store.checkpoint_key(old))
-        .arg(V3_RUNNING)
-        .arg("PX")
-        .arg(60_000)
-        .query_async(&mut raw)
-        .await
-        .expect("SET");
+    let expiry = Duration::from_secs(60);
+    crate::set_expiring(&mut raw, &store.checkpoint_key(old), V3_RUNNING, expiry).await;
     assert!(all_pages(&store, RunFilter::new()).await.is_empty());
 
     assert_eq!(store.reindex().await.expect("reindex"), 2);
@@ -553,11 +524,7 @@ async fn rule21_reindex_lists_the_runs_of_earlier_builds() {
             ("p/hash".to_owned(), RunState::Failed)
         ])
     );
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg(store.checkpoint_key(old))
-        .query_async(&mut raw)
-        .await
-        .expect("PTTL");
+    let ttl = crate::pttl(&mut raw, &store.checkpoint_key(old)).await;
     assert!(ttl > 0 && ttl <= 60_000, "the expiry is kept: {ttl}");
     assert_eq!(store.reindex().await.expect("reindex"), 0, "once");
     let loaded = store.load(old).await.expect("load").expect("stored");
@@ -586,11 +553,9 @@ async fn rule21_reindex_lists_the_runs_of_earlier_builds() {
 /// even when an entry is unreadable).
 #[tokio::test]
 async fn rule21_a_listing_reads_no_checkpoint() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix, store)) = open("list_meta", Some(TTL), None).await else {
         return;
     };
-    let prefix = support::namespace("list_meta");
-    let store = store(&prefix, Some(TTL), None).await;
     let lease = store.acquire_lease("p/j", TTL).await.expect("lease");
     let mut ctx = Context::new().set("n", 0).expect("set");
     store

@@ -14,10 +14,7 @@ async fn no_url_shows_its_password() {
         ("rediss", "127.0.0.1:1", ""),
     ];
     secrets::assert_no_url_shows_its_password(&servers, 128, |url| async move {
-        let connected = RedisStore::builder(url.as_str())
-            .command_timeout(Duration::from_secs(1))
-            .connect()
-            .await;
+        let connected = crate::connect_within(&url, Duration::from_secs(1)).await;
         match &connected {
             Ok(store) => vec![format!("{store:?}"), format!("{store:#?}")],
             Err(e) => secrets::texts(e),

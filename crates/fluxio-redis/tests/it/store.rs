@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
+use fluxio_core::Context;
 use fluxio_core::store::{Checkpoint, CheckpointStore, conformance};
-use fluxio_core::{Context, Error};
-use fluxio_redis::{RedisStore, RedisStoreError};
+use fluxio_redis::{RedisStore, RedisStoreBuilder};
 use fluxio_test_support as support;
+
+use crate::{pttl, redis_source};
 
 /// The tests' checkpoint, with a 100-byte value in its context.
 fn checkpoint(run_id: &str, ip: u32) -> Checkpoint {
@@ -50,29 +52,6 @@ async fn fields(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<S
     names
 }
 
-async fn pttl(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(raw)
-        .await
-        .expect("PTTL")
-}
-
-/// The source of an `Error::Store` from this crate.
-fn redis_source(err: &Error) -> &RedisStoreError {
-    match err {
-        Error::Store {
-            backend, source, ..
-        } => {
-            assert_eq!(*backend, "redis");
-            source
-                .downcast_ref::<RedisStoreError>()
-                .expect("the source is a RedisStoreError")
-        }
-        other => panic!("expected Error::Store, got {other:?}"),
-    }
-}
-
 /// `Display` and `Debug` of `err` and of every error in its source chain.
 fn every_rendering(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = String::new();
@@ -86,16 +65,11 @@ fn every_rendering(err: &(dyn std::error::Error + 'static)) -> String {
 
 #[tokio::test]
 async fn key_layout_values_and_expiry() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let retention = Some(Duration::from_secs(60));
+    let settings = |b: RedisStoreBuilder| b.completed_retention(retention);
+    let Some((mut raw, prefix, store)) = crate::open("layout", settings).await else {
         return;
     };
-    let prefix = support::namespace("layout");
-    let store = RedisStore::builder(support::redis::url())
-        .key_prefix(&prefix)
-        .completed_retention(Some(Duration::from_secs(60)))
-        .connect()
-        .await
-        .expect("connect");
     let run = "order:42/ü x";
     let (ck, lk, ek) = (
         format!("{prefix}:{run}"),
@@ -257,16 +231,11 @@ async fn key_layout_values_and_expiry() {
 /// epochs) are kept until deleted, however long.
 #[tokio::test]
 async fn rule20_only_completed_runs_expire_failed_and_cancelled_ones_are_kept() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let retention = Some(Duration::from_millis(2_000));
+    let settings = |b: RedisStoreBuilder| b.completed_retention(retention);
+    let Some((mut raw, prefix, store)) = crate::open("expiry", settings).await else {
         return;
     };
-    let prefix = support::namespace("expiry");
-    let store = RedisStore::builder(support::redis::url())
-        .key_prefix(&prefix)
-        .completed_retention(Some(Duration::from_millis(2_000)))
-        .connect()
-        .await
-        .expect("connect");
     assert_eq!(
         store.completed_retention(),
         Some(Duration::from_millis(2_000))
@@ -328,12 +297,7 @@ async fn rule20_only_completed_runs_expire_failed_and_cancelled_ones_are_kept() 
     assert!(pttl(&mut raw, &store.checkpoint_key("failed")).await > 0);
 
     // `None` keeps completed runs too
-    let forever = RedisStore::builder(support::redis::url())
-        .key_prefix(&prefix)
-        .completed_retention(None)
-        .connect()
-        .await
-        .expect("connect");
+    let forever = crate::store_in(&prefix, |b| b.completed_retention(None)).await;
     forever
         .save(checkpoint("kept", 1).completed())
         .await

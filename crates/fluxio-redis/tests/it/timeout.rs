@@ -39,30 +39,11 @@ fn assert_timeout<T: std::fmt::Debug>(
     assert!(elapsed < TIMEOUT + SLACK, "{what} took {elapsed:?}");
 }
 
-/// Accepts connections and never writes a byte back.
-async fn silent_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        for _ in 0..64 {
-            let Ok((socket, _)) = listener.accept().await else {
-                return;
-            };
-            held.push(socket);
-        }
-    });
-    port
-}
-
 #[tokio::test]
 async fn connect_to_a_server_that_never_answers_times_out() {
-    let port = silent_server().await;
+    let port = crate::silent_server().await;
     let started = Instant::now();
-    let result = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
-        .command_timeout(TIMEOUT)
-        .connect()
-        .await;
+    let result = crate::connect_within(&format!("redis://127.0.0.1:{port}"), TIMEOUT).await;
     assert_timeout("connect", started, result);
 }
 

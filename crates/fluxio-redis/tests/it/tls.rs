@@ -2,23 +2,16 @@
 //! for it by the `openssl` command. Skipped (loudly) when `redis-server` or
 //! `openssl` is not installed.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 use fluxio_core::store::CheckpointStore;
 use fluxio_core::{Context, Error};
 use fluxio_redis::{RedisStore, RedisStoreError};
 use fluxio_test_support::{self as support, checkpoint};
 
-fn installed(program: &str, version_arg: &str) -> bool {
-    Command::new(program)
-        .arg(version_arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
+use crate::{OwnServer, installed};
 
 fn run(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -95,65 +88,28 @@ fn make_certificates(dir: &Path) {
     );
 }
 
-/// The TLS server and its directory; stopped and removed when dropped.
-struct TlsRedis {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn start_tls_redis() -> TlsRedis {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let dir = std::env::temp_dir().join(format!("fluxio-redis-tls-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    make_certificates(&dir);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let child = Command::new("redis-server")
-        .args([
+/// A TLS `redis-server` with the certificates of [`make_certificates`]
+/// (`--port 0`: no plain port).
+fn start_tls_redis() -> OwnServer {
+    let args = |port: &str| {
+        [
             "--port",
             "0",
             "--tls-port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-        ])
-        .args([
+            port,
             "--tls-cert-file",
             "server.crt",
             "--tls-key-file",
             "server.key",
-        ])
-        .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no"])
-        .args(["--save", "", "--appendonly", "no", "--dir", "."])
-        .args(["--logfile", "redis.log"])
-        .current_dir(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start redis-server");
-    let server = TlsRedis { child, dir, port };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the TLS redis-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    server
+            "--tls-ca-cert-file",
+            "ca.crt",
+            "--tls-auth-clients",
+            "no",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    OwnServer::spawn("tls", make_certificates, args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,9 +122,7 @@ async fn rediss_verifies_the_server_and_works() {
     let url = format!("rediss://127.0.0.1:{}", server.port);
 
     // Mozilla's roots do not include the test CA: the handshake is refused
-    let err = RedisStore::builder(&url)
-        .command_timeout(Duration::from_secs(5))
-        .connect()
+    let err = crate::connect_within(&url, Duration::from_secs(5))
         .await
         .expect_err("an unknown CA is refused");
     let Error::Store { source, .. } = &err else {

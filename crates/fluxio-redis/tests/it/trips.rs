@@ -7,18 +7,15 @@
 //! skipped loudly when `redis-server` is not on `PATH`, failing under `CI`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fluxio::{Context, StageResult, pipeline, stage};
-use fluxio_core::store::{
-    Begin, Change, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, RunStatus,
-};
-use fluxio_core::{Error, Result};
-use fluxio_redis::{RedisStore, RedisStoreError};
+use fluxio_core::Error;
+use fluxio_core::store::{Begin, Change, Checkpoint, CheckpointStore, Lease, RunStatus};
+use fluxio_redis::{RedisStore, RedisStoreBuilder, RedisStoreError};
+use fluxio_test_support::counted::Counted;
 use fluxio_test_support::{self as support, namespace};
 use redis::aio::MultiplexedConnection;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
@@ -55,85 +52,6 @@ fn journal(run: &str, len: u32) -> Vec<Checkpoint> {
         last.status = RunStatus::Completed;
     }
     out
-}
-
-/// A RedisStore that counts the `begin_run` and `finish_run` calls made to
-/// it. With `native` off it makes them through the trait's defaults (the
-/// calls one by one): what the native ones must match.
-#[derive(Debug)]
-struct Wrapped(RedisStore, AtomicU64, bool);
-
-impl Wrapped {
-    /// The RedisStore through the trait's default `begin_run` and `finish_run`.
-    fn defaults(store: RedisStore) -> Self {
-        Wrapped(store, AtomicU64::new(0), false)
-    }
-
-    /// The RedisStore's own `begin_run` and `finish_run`, counted.
-    fn native(store: RedisStore) -> Self {
-        Wrapped(store, AtomicU64::new(0), true)
-    }
-}
-
-#[async_trait::async_trait]
-impl CheckpointStore for Wrapped {
-    async fn save(&self, cp: Checkpoint) -> Result<()> {
-        self.0.save(cp).await
-    }
-    async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        self.0.load(run_id).await
-    }
-    async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
-        self.0.history(run_id).await
-    }
-    async fn delete(&self, run_id: &str) -> Result<()> {
-        self.0.delete(run_id).await
-    }
-    async fn exists(&self, run_id: &str) -> Result<bool> {
-        self.0.exists(run_id).await
-    }
-    async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
-        self.0.list_runs(filter).await
-    }
-    async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
-        self.0.acquire_lease(run_id, ttl).await
-    }
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<()> {
-        self.0.renew_lease(lease, ttl).await
-    }
-    async fn release_lease(&self, lease: Lease) -> Result<()> {
-        self.0.release_lease(lease).await
-    }
-    async fn save_fenced(&self, cp: Checkpoint, lease: &Lease) -> Result<()> {
-        self.0.save_fenced(cp, lease).await
-    }
-    async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
-        self.0.delete_fenced(run_id, lease).await
-    }
-    async fn cancel(&self, run_id: &str) -> Result<()> {
-        self.0.cancel(run_id).await
-    }
-    async fn begin_run(
-        &self,
-        first: Checkpoint,
-        ttl: Duration,
-        begin: Begin,
-    ) -> Result<fluxio_core::store::Begun> {
-        self.1.fetch_add(1, Ordering::Relaxed);
-        if self.2 {
-            self.0.begin_run(first, ttl, begin).await
-        } else {
-            fluxio_core::store::begin_run_stepwise(self, first, ttl, begin).await
-        }
-    }
-    async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
-        self.1.fetch_add(1, Ordering::Relaxed);
-        if self.2 {
-            self.0.finish_run(last, lease, delete).await
-        } else {
-            fluxio_core::store::finish_run_stepwise(self, last, lease, delete).await
-        }
-    }
 }
 
 /// Everything stored under the prefix of `keys` but the nonce keys (which
@@ -186,23 +104,19 @@ async fn state(keys: &RedisStore, raw: &mut MultiplexedConnection) -> BTreeMap<S
             }
             other => panic!("unexpected type {other} of {key}"),
         };
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(raw)
-            .await
-            .expect("PTTL");
+        let ttl = crate::pttl(raw, &key).await;
         out.insert(name, format!("{kind} {value} expires={}", ttl > 0));
     }
     out
 }
 
+/// The tests' settings: the last completed run of each pipeline kept.
+fn keep_one(builder: RedisStoreBuilder) -> RedisStoreBuilder {
+    builder.keep_completed(Some(1))
+}
+
 async fn store(prefix: &str) -> RedisStore {
-    RedisStore::builder(support::redis::url())
-        .key_prefix(prefix)
-        .keep_completed(Some(1))
-        .connect()
-        .await
-        .expect("connect")
+    crate::store_in(prefix, keep_one).await
 }
 
 /// The steps of the comparison, on `s`; the state after each.
@@ -277,29 +191,21 @@ async fn rule24_begin_and_finish_run_write_what_the_default_calls_write() {
     };
     let (native_prefix, default_prefix) = (namespace("trips_native"), namespace("trips_default"));
     let native = store(&native_prefix).await;
-    let defaults = Wrapped::defaults(store(&default_prefix).await);
+    let defaults = Counted::stepwise(store(&default_prefix).await);
     let ours = steps(&native, &native, &mut raw).await;
-    let theirs = steps(&defaults, &defaults.0, &mut raw).await;
+    let theirs = steps(&defaults, &defaults.inner, &mut raw).await;
     assert_eq!(ours.len(), theirs.len());
     for (i, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
         assert_eq!(ours, theirs, "step {i}: native != default calls");
     }
     // the native calls' nonce: kept with the lease, a mark once finished
     let nonce = native.nonce_key("trips/c");
-    let mark: Option<String> = redis::cmd("GET")
-        .arg(&nonce)
-        .query_async(&mut raw)
-        .await
-        .expect("GET");
+    let mark = get(&mut raw, &nonce).await;
     assert!(
         mark.as_deref().is_some_and(|m| m.starts_with("end:")),
         "{mark:?}"
     );
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg(&nonce)
-        .query_async(&mut raw)
-        .await
-        .expect("PTTL");
+    let ttl = crate::pttl(&mut raw, &nonce).await;
     assert!(
         ttl > 0 && ttl <= 10_000,
         "kept for a command timeout: {ttl}"
@@ -310,11 +216,9 @@ async fn rule24_begin_and_finish_run_write_what_the_default_calls_write() {
 
 #[tokio::test]
 async fn rule24_begin_run_refuses_without_writing_or_leasing() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix, s)) = crate::open("trips_refuse", keep_one).await else {
         return;
     };
-    let prefix = namespace("trips_refuse");
-    let s = store(&prefix).await;
     let j = journal("r", 3);
 
     // held: RunIdInUse, nothing written
@@ -384,11 +288,9 @@ async fn rule24_begin_run_refuses_without_writing_or_leasing() {
 
 #[tokio::test]
 async fn rule24_finish_run_of_a_lost_or_cancelled_lease() {
-    let Some(mut raw) = support::redis::raw().await else {
+    let Some((mut raw, prefix, s)) = crate::open("trips_lost", keep_one).await else {
         return;
     };
-    let prefix = namespace("trips_lost");
-    let s = store(&prefix).await;
     let j = journal("l", 2);
 
     let begun = s
@@ -450,67 +352,24 @@ async fn get(raw: &mut MultiplexedConnection, key: &str) -> Option<String> {
 
 // ---- a server of the test's own ----
 
-fn installed() -> bool {
-    Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A `redis-server` on a free loopback port; killed and its directory
-/// removed when dropped.
-struct Server {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+/// The test's own servers.
+type Server = crate::OwnServer;
 
 impl Server {
     /// Starts one (a replica of `primary` when given); `None` after a loud
     /// skip when `redis-server` is not installed (a panic under `CI`).
     fn start(primary: Option<u16>) -> Option<Server> {
-        if !installed() {
+        if !crate::installed("redis-server", "--version") {
             return support::skip_unless_ci("redis-server (not on PATH)", &"not installed");
         }
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "fluxio-redis-trips-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--dir", "."])
-            .args(["--logfile", "redis.log"])
-            .current_dir(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if let Some(primary) = primary {
-            cmd.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
-        }
-        let child = cmd.spawn().expect("start redis-server");
-        let server = Server { child, dir, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(server)
+        let args = |port: &str| {
+            let mut args = vec!["--port".to_owned(), port.to_owned()];
+            if let Some(primary) = primary {
+                args.extend(["--replicaof", "127.0.0.1", &primary.to_string()].map(str::to_owned));
+            }
+            args
+        };
+        Some(Server::spawn("trips", |_| {}, args))
     }
 
     fn url(&self) -> String {
@@ -645,7 +504,7 @@ async fn rule24_a_ten_stage_durable_run_is_eleven_round_trips() {
     assert_eq!(calls(&after, "evalsha") - calls(&stats, "evalsha"), 11);
 
     // the pipeline's: at most 11 once it calls begin_run and finish_run
-    let folded = Arc::new(Wrapped::native(store.clone()));
+    let folded = Arc::new(Counted::native(store.clone()));
     let p = pipeline![
         count_up, count_up, count_up, count_up, count_up, count_up, count_up, count_up, count_up,
         count_up
@@ -655,7 +514,7 @@ async fn rule24_a_ten_stage_durable_run_is_eleven_round_trips() {
     .build()
     .expect("valid");
     for (how, id) in [("invoke", "inv"), ("start", "sta")] {
-        folded.1.store(0, Ordering::Relaxed);
+        let folds = folded.folds();
         let out = if how == "invoke" {
             p.invoke(id, Context::new()).await
         } else {
@@ -664,11 +523,7 @@ async fn rule24_a_ten_stage_durable_run_is_eleven_round_trips() {
         .expect("runs");
         assert_eq!(out.get::<u64>("n").expect("a number"), 10);
         let sent = monitor.take().await;
-        assert_eq!(
-            folded.1.load(Ordering::Relaxed),
-            2,
-            "begin_run and finish_run"
-        );
+        assert_eq!(folded.folds() - folds, 2, "begin_run and finish_run");
         eprintln!("{how}: {} round trips: {sent:?}", sent.len());
         if how == "invoke" {
             assert_eq!(sent, ["evalsha"; 11], "{how}");
