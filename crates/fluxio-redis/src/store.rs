@@ -496,10 +496,9 @@ impl CheckpointStore for RedisStore {
     /// `{prefix}.cancelled:{run_id}` set when the checkpoint is cancelled,
     /// deleted otherwise.
     async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
-        let run_key = checkpoint.key();
-        fluxio_core::store::check_run_id(&run_key)?;
-        // the journal as a whole reads back (starts whole, numbers follow)
-        checkpoint.check()?;
+        // the key, and the journal as a whole reads back (starts whole,
+        // numbers follow)
+        let run_key = checkpoint.checked_key()?;
         let key = self.checkpoint_key(&run_key);
         let mut script = scripts::SAVE_SCRIPT.prepare_invoke();
         self.journal_keys(&mut script, &run_key);
