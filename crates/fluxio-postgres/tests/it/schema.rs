@@ -180,7 +180,7 @@ async fn the_pipeline_column_is_generated_from_the_run_id_and_indexed() {
     sql::run::<Postgres, _, _>("pipeline", |h| async move {
         sql::the_pipeline_column_is_generated_from_the_run_id(&*h).await;
         let index: Vec<(String, String)> =
-            support::postgres::indexes(h.pool(), h.schema(), "fluxio_checkpoints")
+            support::postgres::indexes(h.pool(), h.name(), "fluxio_checkpoints")
                 .await
                 .into_iter()
                 .filter(|(_, def)| def.ends_with("(pipeline, status, updated_at)"))
