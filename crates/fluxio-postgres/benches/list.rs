@@ -30,7 +30,6 @@
 //! The group is written once for the SQL stores
 //! (`fluxio_test_support::bench::sql::list`); this file fills the schema.
 
-use criterion::Criterion;
 use fluxio_postgres::PostgresStore;
 use fluxio_test_support::bench::sql::{self as bench, LIST_RUNS};
 
@@ -98,9 +97,7 @@ fn main() {
             .expect("count")
     };
 
-    let mut c = Criterion::default().configure_from_args();
-    bench::list(&mut c, &rt, "pg_list", &store, count);
-    c.final_summary();
+    bench::criterion(|c| bench::list(c, &rt, "pg_list", &store, count));
 
     rt.block_on(fluxio_test_support::postgres::drop_schema(&url, &schema));
 }

@@ -31,7 +31,6 @@
 //! (`fluxio_test_support::bench::sql`); this file says how to reach the
 //! schema.
 
-use criterion::Criterion;
 use fluxio_postgres::PostgresStore;
 use fluxio_test_support::bench::sql::{self as bench, RawTable};
 use fluxio_test_support::sql::{ten_counts, ten_noops};
@@ -110,12 +109,12 @@ fn main() {
         .expect("connect");
     let raw = Raw(&store);
 
-    let mut c = Criterion::default().configure_from_args();
-    bench::per_checkpoint(&mut c, &rt, "per_checkpoint", (&store, &raw), None);
-    bench::throughput(&mut c, &rt, "throughput", (&store, ten_noops()), None);
-    bench::resume(&mut c, &rt, "pg_resume_1mb", (&store, &raw));
-    bench::run_1mb(&mut c, &rt, "pg_run_1mb", (&store, &raw), ten_counts());
-    c.final_summary();
+    bench::criterion(|c| {
+        bench::per_checkpoint(c, &rt, "per_checkpoint", (&store, &raw), None);
+        bench::throughput(c, &rt, "throughput", (&store, ten_noops()), None);
+        bench::resume(c, &rt, "pg_resume_1mb", (&store, &raw));
+        bench::run_1mb(c, &rt, "pg_run_1mb", (&store, &raw), ten_counts());
+    });
 
     rt.block_on(fluxio_test_support::postgres::drop_schema(&url, &schema));
 }

@@ -30,7 +30,6 @@
 
 use std::path::Path;
 
-use criterion::Criterion;
 use fluxio_sqlite::SqliteStore;
 use fluxio_test_support::bench::sql::{self as bench, LIST_RUNS};
 
@@ -85,9 +84,7 @@ fn main() {
             .expect("count")
     };
 
-    let mut c = Criterion::default().configure_from_args();
-    bench::list(&mut c, &rt, "sqlite_list", &store, count);
-    c.final_summary();
+    bench::criterion(|c| bench::list(c, &rt, "sqlite_list", &store, count));
 
     drop(store);
     drop(rt);

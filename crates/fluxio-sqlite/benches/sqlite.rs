@@ -42,7 +42,6 @@
 
 use std::path::Path;
 
-use criterion::Criterion;
 use fluxio_sqlite::{SqliteStore, Synchronous};
 use fluxio_test_support::bench::sql::{self as bench, RawTable};
 use fluxio_test_support::sql::ten_counts;
@@ -111,15 +110,15 @@ fn main() {
         .expect("open the bench file");
     let raw = Raw(&store);
 
-    let mut c = Criterion::default().configure_from_args();
-    let at = "sqlite_per_checkpoint";
-    bench::per_checkpoint(&mut c, &rt, at, (&store, &raw), Some(&normal));
-    let commits = || store.commits();
-    let at = "sqlite_throughput";
-    bench::throughput(&mut c, &rt, at, (&store, ten_counts()), Some(&commits));
-    bench::resume(&mut c, &rt, "sqlite_resume_1mb", (&store, &raw));
-    bench::run_1mb(&mut c, &rt, "sqlite_run_1mb", (&store, &raw), ten_counts());
-    c.final_summary();
+    bench::criterion(|c| {
+        let at = "sqlite_per_checkpoint";
+        bench::per_checkpoint(c, &rt, at, (&store, &raw), Some(&normal));
+        let commits = || store.commits();
+        let at = "sqlite_throughput";
+        bench::throughput(c, &rt, at, (&store, ten_counts()), Some(&commits));
+        bench::resume(c, &rt, "sqlite_resume_1mb", (&store, &raw));
+        bench::run_1mb(c, &rt, "sqlite_run_1mb", (&store, &raw), ten_counts());
+    });
 
     drop((store, normal));
     drop(rt);

@@ -11,6 +11,8 @@
 //! - [`child`]: runs one test of the current test binary in a child process.
 //! - [`cleanup`]: cleaning up from `Drop`, on a runtime of its own.
 //! - [`counted`]: a store that counts the calls made through it.
+//! - [`error`]: a store's error read in a test: its source, its own
+//!   error, its kind, its chain as text.
 //! - [`secrets`]: that no URL shows its password, for every store.
 //! - `sql` (feature `sql`, on with `sqlite`, `postgres`, `mysql`): the
 //!   checks every SQL store runs, through its `sql::SqlHarness`, and
@@ -27,6 +29,7 @@ pub mod bench;
 pub mod child;
 pub mod cleanup;
 pub mod counted;
+pub mod error;
 pub mod journal;
 pub mod mysql;
 pub mod postgres;

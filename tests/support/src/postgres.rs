@@ -54,6 +54,34 @@ pub async fn drop_schema(url: &str, schema: &str) {
     let _ = conn.close().await;
 }
 
+/// Runs `test` with the test server's URL and a schema of its own
+/// ([`namespace`](crate::namespace)`(test_name)`), then drops the schema
+/// (left to look at when the test fails); nothing after a loud skip
+/// ([`server`]).
+#[cfg(feature = "postgres")]
+pub async fn in_schema<F, Fut>(test_name: &str, test: F)
+where
+    F: FnOnce(String, String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let Some(url) = server().await else {
+        return;
+    };
+    let schema = crate::namespace(test_name);
+    test(url.clone(), schema.clone()).await;
+    drop_schema(&url, &schema).await;
+}
+
+/// [`drop_schema`], boxed, to be kept and called later (when a harness
+/// is dropped).
+#[cfg(feature = "postgres")]
+pub fn drop_schema_later<'a>(
+    url: &'a str,
+    schema: &'a str,
+) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    Box::pin(drop_schema(url, schema))
+}
+
 /// The indexes of `schema.table`: each one's name and definition.
 ///
 /// Filter the definitions here, not in the query: a filter on
@@ -110,5 +138,86 @@ pub fn bench_server(rt: &tokio::runtime::Runtime) -> Option<String> {
             );
             None
         }
+    }
+}
+
+/// PostgreSQL's SQL, for the SQL stores' shared checks
+/// ([`sql::Server`](crate::sql::Server)): a test's namespace is a schema.
+#[cfg(feature = "postgres")]
+#[derive(Debug)]
+pub struct Postgres;
+
+#[cfg(feature = "postgres")]
+#[async_trait::async_trait]
+impl crate::sql::Dialect for Postgres {
+    type Db = sqlx::Postgres;
+
+    const DROP: crate::sql::DropNamespace = drop_schema_later;
+
+    const TABLES: &'static str =
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY tablename";
+
+    /// Every relation of the schema (tables, indexes, sequences) with its
+    /// kind.
+    const OBJECTS: &'static str = "SELECT c.relname::text, c.relkind::text FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 ORDER BY 1";
+
+    const OLD_ROW: &'static str = "INSERT INTO {s}.fluxio_checkpoints \
+           (run_id, payload, version, ip, step, status, created_at) \
+         VALUES ($1, $2, $3, 0, '', $4, now())";
+
+    const COMMITS: Option<&'static str> = Some("SELECT count(*) FROM {s}._commits");
+
+    async fn server() -> Option<String> {
+        server().await
+    }
+
+    fn prefix(schema: &str) -> String {
+        format!("\"{schema}\".")
+    }
+
+    fn blob(hex: &str) -> String {
+        format!("'\\x{hex}'::bytea")
+    }
+
+    fn int8(sql: &str) -> String {
+        format!("SELECT ({sql})::int8")
+    }
+
+    fn undo(version: i64) -> String {
+        match version {
+            2 => "DROP TABLE {s}.fluxio_checkpoints_steps",
+            // dropping the column drops the indexes on it
+            4 => {
+                "ALTER TABLE {s}.fluxio_checkpoints DROP COLUMN attempt; \
+                 DROP INDEX {s}.fluxio_checkpoints_run_id_idx"
+            }
+            _ => panic!("no undoing migration {version}"),
+        }
+        .to_owned()
+    }
+
+    /// Commits are counted by the server: a statement trigger on each of
+    /// the store's tables records the id of every transaction that writes
+    /// to them (`pg_current_xact_id()`, once per transaction) in a table of
+    /// the test's schema. A transaction that rolls back takes its record
+    /// with it, so the records are the write transactions that committed:
+    /// what makes the server flush its log. Other tests write to other
+    /// schemas, so the count is this test's alone.
+    fn count_commits(t: &str) -> Option<String> {
+        let mut sql = "CREATE TABLE {s}._commits (xid xid8 PRIMARY KEY);
+             CREATE FUNCTION {s}._count_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               INSERT INTO {s}._commits VALUES (pg_current_xact_id()) ON CONFLICT DO NOTHING;
+               RETURN NULL;
+             END $$;"
+            .to_owned();
+        for table in [t.to_owned(), format!("{t}_leases"), format!("{t}_steps")] {
+            sql.push_str(&format!(
+                "CREATE TRIGGER _count_commit AFTER INSERT OR UPDATE OR DELETE ON {{s}}.\"{table}\"
+                 FOR EACH STATEMENT EXECUTE FUNCTION {{s}}._count_commit();"
+            ));
+        }
+        Some(sql)
     }
 }

@@ -4,11 +4,27 @@
 
 use std::time::Duration;
 
-use fluxio_core::store::{Begin, Change, Checkpoint, CheckpointStore, RunStatus};
+use fluxio_core::store::{Begin, Change, Checkpoint, CheckpointStore, Lease, RunStatus};
 use fluxio_core::{Context, Error};
 
 /// A lease long enough for any test.
 pub const TTL: Duration = Duration::from_secs(60);
+
+/// The leases of a purge check, taken on `store` for `ttl`: `r` acquired
+/// and released, then `held` acquired and kept (returned), then `last`
+/// acquired and released, so the greatest token stored is a released
+/// lease's.
+///
+/// # Panics
+/// When the store refuses.
+pub async fn leases_before_a_purge<S: CheckpointStore + ?Sized>(store: &S, ttl: Duration) -> Lease {
+    let first = store.acquire_lease("r", ttl).await.expect("acquire");
+    store.release_lease(first).await.expect("release");
+    let held = store.acquire_lease("held", ttl).await.expect("acquire");
+    let last = store.acquire_lease("last", ttl).await.expect("acquire");
+    store.release_lease(last).await.expect("release");
+    held
+}
 
 /// The checkpoints a durable run of 10 stages, each setting one key, writes
 /// when it runs through: checkpoint 0 (whole, before the first stage), one
@@ -193,6 +209,19 @@ pub async fn check_begin_and_finish(store: &dyn CheckpointStore, pipeline: &str)
 /// # Panics
 /// When a call fails.
 pub async fn drive(store: &dyn CheckpointStore, run: &[Checkpoint]) {
+    let lease = drive_to_the_last(store, run).await;
+    store
+        .finish_run(run[run.len() - 1].clone(), lease, false)
+        .await
+        .expect("finish");
+}
+
+/// [`drive`] up to the last checkpoint: begin with checkpoint 0, a fenced
+/// save of each checkpoint after it but the last; the run's lease, held.
+///
+/// # Panics
+/// When a call fails.
+pub async fn drive_to_the_last(store: &dyn CheckpointStore, run: &[Checkpoint]) -> Lease {
     let begun = store
         .begin_run(run[0].clone(), TTL, Begin::Replace)
         .await
@@ -203,8 +232,5 @@ pub async fn drive(store: &dyn CheckpointStore, run: &[Checkpoint]) {
             .await
             .expect("save");
     }
-    store
-        .finish_run(run[run.len() - 1].clone(), begun.lease, false)
-        .await
-        .expect("finish");
+    begun.lease
 }

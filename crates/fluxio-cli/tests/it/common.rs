@@ -30,6 +30,18 @@ impl Ran {
         self
     }
 
+    /// Asserts that standard output holds each of `wants`.
+    #[track_caller]
+    pub(crate) fn shows(&self, wants: &[&str]) {
+        for want in wants {
+            assert!(
+                self.stdout.contains(want),
+                "{want:?} missing: {}",
+                self.all()
+            );
+        }
+    }
+
     /// Standard output as JSON.
     #[track_caller]
     pub(crate) fn json(&self) -> serde_json::Value {
@@ -148,6 +160,13 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// `fluxio` ([`fluxio`]) with `args` on this store.
+    pub(crate) fn run(&self, args: &[&str], secret: Option<&str>) -> Ran {
+        let args = self.with(args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        fluxio(&args, secret)
+    }
+
     /// `args` with the store's arguments before them.
     pub(crate) fn with(&self, args: &[&str]) -> Vec<String> {
         let mut all = self.args.clone();
@@ -193,24 +212,26 @@ pub(crate) async fn redis(prefix: &str) -> Option<Target> {
     })
 }
 
-/// PostgreSQL in the schema `schema` through `url`, or `None` (skipped)
-/// without a server.
-pub(crate) async fn postgres(url: &str, schema: &str) -> Target {
-    let store = PostgresStore::builder(url)
-        .schema(schema)
-        .connect()
-        .await
-        .expect("a Postgres store");
+/// The store `store` on the namespace `name` (`--schema`: a schema, a
+/// database) of the server at `url`.
+fn on_server(store: impl CheckpointStore + 'static, url: &str, name: &str) -> Target {
     Target {
         store: Arc::new(store),
         args: vec![
             "--store".into(),
             url.to_owned(),
             "--schema".into(),
-            schema.into(),
+            name.into(),
         ],
         _dir: None,
     }
+}
+
+/// PostgreSQL in the schema `schema` through `url`, or `None` (skipped)
+/// without a server.
+pub(crate) async fn postgres(url: &str, schema: &str) -> Target {
+    let store = PostgresStore::builder(url).schema(schema).connect().await;
+    on_server(store.expect("a Postgres store"), url, schema)
 }
 
 /// MySQL or MariaDB in the database `database` through `url`.
@@ -218,18 +239,8 @@ pub(crate) async fn mysql(url: &str, database: &str) -> Target {
     let store = fluxio::MySqlStore::builder(url)
         .database(database)
         .connect()
-        .await
-        .expect("a MySQL store");
-    Target {
-        store: Arc::new(store),
-        args: vec![
-            "--store".into(),
-            url.to_owned(),
-            "--schema".into(),
-            database.into(),
-        ],
-        _dir: None,
-    }
+        .await;
+    on_server(store.expect("a MySQL store"), url, database)
 }
 
 /// `url` with `password` put in its user info (`postgres://u@h` ->

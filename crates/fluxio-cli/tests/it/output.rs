@@ -8,7 +8,7 @@ use fluxio::{Context, StageResult, pipeline, stage};
 use serde_json::json;
 use sqlx::Connection as _;
 
-use crate::common::{fluxio, input, orders, sqlite};
+use crate::common::{input, orders, sqlite};
 
 /// Writes the key `-coupon` and removes the key `coupon`.
 #[stage]
@@ -36,20 +36,10 @@ async fn rule23_keys_and_ids_are_escaped_and_the_history_tells_written_from_remo
     for id in ["r-1", "r\u{200b}-1", "evil\u{202e}gpj.exe"] {
         p.invoke(id, ctx.clone()).await.expect("completes");
     }
-    let run = |args: &[&str]| {
-        let args = target.with(args);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        fluxio(&args, None)
-    };
+    let run = |args: &[&str]| target.run(args, None);
 
     let shown = run(&["runs", "show", "orders/r-1"]).code(0);
-    for want in [r#""a\nb""#, r#""a b""#, r#""\0""#, "\n  \"\"  "] {
-        assert!(
-            shown.stdout.contains(want),
-            "{want:?} missing: {}",
-            shown.all()
-        );
-    }
+    shown.shows(&[r#""a\nb""#, r#""a b""#, r#""\0""#, "\n  \"\"  "]);
     let tokens: Vec<&str> = shown.stdout.split_whitespace().collect();
     assert!(
         tokens.contains(&"+-coupon"),
@@ -63,17 +53,11 @@ async fn rule23_keys_and_ids_are_escaped_and_the_history_tells_written_from_remo
     );
 
     let listed = run(&["runs", "list"]).code(0);
-    for want in [
+    listed.shows(&[
         "orders/r-1 ",
         r#""orders/r\u{200b}-1""#,
         r#""orders/evil\u{202e}gpj.exe""#,
-    ] {
-        assert!(
-            listed.stdout.contains(want),
-            "{want:?} missing: {}",
-            listed.all()
-        );
-    }
+    ]);
     let evil = run(&["runs", "show", "orders/evil\u{202e}gpj.exe"]).code(0);
     for out in [&listed.stdout, &evil.stdout] {
         assert!(
@@ -111,24 +95,14 @@ async fn rule23_show_of_a_run_with_a_corrupted_history_row_shows_what_list_knows
     .await
     .expect("corrupt one row");
     conn.close().await.expect("close");
-    let run = |args: &[&str]| {
-        let args = target.with(args);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        fluxio(&args, None)
-    };
+    let run = |args: &[&str]| target.run(args, None);
     let shown = run(&["runs", "show", "orders/bad-1"]).code(1);
-    for want in [
+    shown.shows(&[
         "failed",
         "charge (attempt 1)",
         "card declined",
         "cannot be read",
-    ] {
-        assert!(
-            shown.stdout.contains(want),
-            "{want:?} missing: {}",
-            shown.all()
-        );
-    }
+    ]);
     assert!(shown.stderr.contains("orders/bad-1"), "{}", shown.all());
     let shown = run(&["runs", "show", "orders/bad-1", "--json"]).code(1);
     let doc = shown.json();

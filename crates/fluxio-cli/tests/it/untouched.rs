@@ -4,10 +4,7 @@
 //! schema, no table) and Redis (no key). Writing commands refuse a store
 //! without fluxio's tables rather than create them.
 
-use std::path::Path;
-
 use fluxio_test_support::{TempDir, namespace};
-use sqlx::Connection as _;
 
 use crate::common::fluxio;
 
@@ -20,38 +17,17 @@ const COMMANDS: [&[&str]; 5] = [
     &["runs", "cancel", "orders/r-1"],
 ];
 
-/// Every schema object of the SQLite file, and its bytes.
-async fn sqlite_snapshot(file: &Path) -> (Vec<(String, String)>, Vec<u8>) {
-    let mut conn = fluxio_test_support::sqlite::raw_connection(file).await;
-    let objects = sqlx::query_as("SELECT type, name FROM sqlite_master ORDER BY type, name")
-        .fetch_all(&mut conn)
-        .await
-        .expect("sqlite_master");
-    conn.close().await.expect("close");
-    (objects, std::fs::read(file).expect("the file"))
-}
-
 #[tokio::test]
 async fn rule23_reads_leave_another_applications_sqlite_file_as_it_was() {
     let dir = TempDir::new("rule23_foreign_sqlite");
     let file = dir.db("other");
-    {
-        let options = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(&file)
-            .create_if_missing(true);
-        let mut conn = sqlx::SqliteConnection::connect_with(&options)
-            .await
-            .expect("the application's file");
-        sqlx::raw_sql(
-            "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);
-             INSERT INTO customers (name) VALUES ('Ada');",
-        )
-        .execute(&mut conn)
-        .await
-        .expect("its schema");
-        conn.close().await.expect("close");
-    }
-    let before = sqlite_snapshot(&file).await;
+    fluxio_test_support::sqlite::application_file(
+        &file,
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);
+         INSERT INTO customers (name) VALUES ('Ada');",
+    )
+    .await;
+    let before = fluxio_test_support::sqlite::snapshot(&file).await;
     let url = format!("sqlite://{}", file.display());
     for command in COMMANDS {
         let mut args = vec!["--store", url.as_str()];
@@ -64,7 +40,7 @@ async fn rule23_reads_leave_another_applications_sqlite_file_as_it_was() {
             ran.all()
         );
         assert!(ran.stdout.is_empty(), "{command:?}: {}", ran.all());
-        let after = sqlite_snapshot(&file).await;
+        let after = fluxio_test_support::sqlite::snapshot(&file).await;
         assert_eq!(before.0, after.0, "{command:?} changed the schema");
         assert!(before.1 == after.1, "{command:?} changed the file's bytes");
     }
@@ -83,6 +59,47 @@ async fn rule23_reads_leave_another_applications_sqlite_file_as_it_was() {
     }
 }
 
+/// Every read command on the namespace `name` (a `noun`: schema,
+/// database) of the server at `url` is refused and creates nothing
+/// (`objects` answers whether the namespace exists and how many tables it
+/// has); nor does it in the namespace of another application that
+/// `application` makes, with one table.
+async fn reads_create_nothing_on_a_server<F, Fut>(
+    url: &str,
+    noun: &str,
+    name: &str,
+    objects: F,
+    application: impl Future<Output = ()>,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = (bool, i64)>,
+{
+    let args = |command: &[&'static str]| {
+        let mut args = vec!["--store", url, "--schema", name];
+        args.extend_from_slice(command);
+        args
+    };
+    for command in COMMANDS {
+        let ran = fluxio(&args(command), None).code(3);
+        assert!(
+            ran.stderr
+                .contains(&format!("no fluxio tables here ({noun} `{name}`")),
+            "{command:?}: {}",
+            ran.all()
+        );
+        assert_eq!(
+            objects().await,
+            (false, 0),
+            "{command:?} created the {noun}"
+        );
+    }
+    application.await;
+    for command in COMMANDS {
+        fluxio(&args(command), None).code(3);
+        assert_eq!(objects().await, (true, 1), "{command:?} created a table");
+    }
+}
+
 #[tokio::test]
 async fn rule23_reads_create_no_postgres_schema_or_table() {
     let Some(url) = fluxio_test_support::postgres::server().await else {
@@ -90,48 +107,27 @@ async fn rule23_reads_create_no_postgres_schema_or_table() {
     };
     let pool = sqlx::PgPool::connect(&url).await.expect("a raw pool");
     let schema = namespace("rule23_probe_fresh");
-    let tables = || async {
-        let exists: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
-                .bind(&schema)
-                .fetch_one(&pool)
-                .await
-                .expect("pg_namespace");
-        let relations: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = $1",
+    let objects = || async {
+        sqlx::query_as::<_, (bool, i64)>(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1), \
+               (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                WHERE n.nspname = $1)",
         )
         .bind(&schema)
         .fetch_one(&pool)
         .await
-        .expect("pg_class");
-        (exists, relations)
+        .expect("pg_namespace, pg_class")
     };
-    for command in COMMANDS {
-        let mut args = vec!["--store", url.as_str(), "--schema", schema.as_str()];
-        args.extend_from_slice(command);
-        let ran = fluxio(&args, None).code(3);
-        assert!(
-            ran.stderr
-                .contains(&format!("no fluxio tables here (schema `{schema}`")),
-            "{command:?}: {}",
-            ran.all()
-        );
-        assert_eq!(tables().await, (false, 0), "{command:?} created the schema");
-    }
     // and in a schema of another application's, its tables only
-    sqlx::raw_sql(&format!(
-        "CREATE SCHEMA \"{schema}\"; CREATE TABLE \"{schema}\".customers (id BIGINT)"
-    ))
-    .execute(&pool)
-    .await
-    .expect("the application's schema");
-    for command in COMMANDS {
-        let mut args = vec!["--store", url.as_str(), "--schema", schema.as_str()];
-        args.extend_from_slice(command);
-        fluxio(&args, None).code(3);
-        assert_eq!(tables().await, (true, 1), "{command:?} created a table");
-    }
+    let application = async {
+        sqlx::raw_sql(&format!(
+            "CREATE SCHEMA \"{schema}\"; CREATE TABLE \"{schema}\".customers (id BIGINT)"
+        ))
+        .execute(&pool)
+        .await
+        .expect("the application's schema");
+    };
+    reads_create_nothing_on_a_server(&url, "schema", &schema, objects, application).await;
     pool.close().await;
     fluxio_test_support::postgres::drop_schema(&url, &schema).await;
 }
@@ -143,52 +139,28 @@ async fn rule23_reads_create_no_mysql_database_or_table() {
     };
     let pool = sqlx::MySqlPool::connect(&url).await.expect("a raw pool");
     let database = namespace("rule23_probe_fresh");
-    let tables = || async {
-        let exists: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = ?)",
+    let objects = || async {
+        sqlx::query_as::<_, (bool, i64)>(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = ?), \
+               (SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ?)",
         )
+        .bind(&database)
         .bind(&database)
         .fetch_one(&pool)
         .await
-        .expect("schemata");
-        let tables: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ?",
-        )
-        .bind(&database)
-        .fetch_one(&pool)
-        .await
-        .expect("tables");
-        (exists, tables)
+        .expect("schemata, tables")
     };
-    for command in COMMANDS {
-        let mut args = vec!["--store", url.as_str(), "--schema", database.as_str()];
-        args.extend_from_slice(command);
-        let ran = fluxio(&args, None).code(3);
-        assert!(
-            ran.stderr
-                .contains(&format!("no fluxio tables here (schema `{database}`")),
-            "{command:?}: {}",
-            ran.all()
-        );
-        assert_eq!(
-            tables().await,
-            (false, 0),
-            "{command:?} created the database"
-        );
-    }
     // and in a database of another application's, its tables only
-    sqlx::raw_sql(&format!(
-        "CREATE DATABASE `{database}`; CREATE TABLE `{database}`.customers (id BIGINT)"
-    ))
-    .execute(&pool)
-    .await
-    .expect("the application's database");
-    for command in COMMANDS {
-        let mut args = vec!["--store", url.as_str(), "--schema", database.as_str()];
-        args.extend_from_slice(command);
-        fluxio(&args, None).code(3);
-        assert_eq!(tables().await, (true, 1), "{command:?} created a table");
-    }
+    let application = async {
+        sqlx::raw_sql(&format!(
+            "CREATE DATABASE `{database}`; CREATE TABLE `{database}`.customers (id BIGINT)"
+        ))
+        .execute(&pool)
+        .await
+        .expect("the application's database");
+    };
+    // the refusal says schema, MySQL's other word for a database
+    reads_create_nothing_on_a_server(&url, "schema", &database, objects, application).await;
     pool.close().await;
     fluxio_test_support::mysql::drop_database(&url, &database).await;
 }

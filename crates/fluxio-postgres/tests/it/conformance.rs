@@ -8,28 +8,34 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
 
-use fluxio_core::store::conformance::{Harness, Records};
-use fluxio_postgres::PostgresStore;
+use fluxio_postgres::{PostgresStore, PostgresStoreBuilder};
 use fluxio_test_support as support;
 use sqlx::postgres::{PgPool, PgPoolOptions};
+use support::sql::{Conformance, Namespaces};
 
-/// Stores on per-namespace pools of at most 4 connections.
-struct PgHarness {
+use crate::sql::Types;
+
+/// Schemas, each with a pool of at most 4 connections.
+struct Schemas {
     url: String,
     pools: Mutex<HashMap<String, PgPool>>,
 }
 
-async fn harness() -> Option<PgHarness> {
+async fn harness() -> Option<Conformance<Schemas>> {
     let url = support::postgres::server().await?;
-    Some(PgHarness {
-        url,
+    let schemas = Schemas {
+        url: url.clone(),
         pools: Mutex::default(),
-    })
+    };
+    Some(Conformance::on_server(
+        schemas,
+        url,
+        support::postgres::drop_schema_later,
+    ))
 }
 
-impl PgHarness {
+impl Schemas {
     fn pool(&self, ns: &str) -> PgPool {
         let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         pools
@@ -45,20 +51,17 @@ impl PgHarness {
 }
 
 #[async_trait::async_trait]
-impl Harness for PgHarness {
-    type Store = PostgresStore;
+impl Namespaces for Schemas {
+    type Types = Types;
 
-    async fn store(&self, ns: &str) -> PostgresStore {
-        // Every handle migrates again: that must be idempotent.
-        PostgresStore::from_pool(self.pool(ns))
-            .schema(ns)
-            .connect()
-            .await
-            .expect("a store on the namespace's schema")
+    // the pool's own size counts (`from_pool`)
+    const MAX_CONNECTIONS: u32 = 4;
+
+    fn builder(&self, ns: &str) -> PostgresStoreBuilder {
+        PostgresStore::from_pool(self.pool(ns)).schema(ns)
     }
 
-    async fn write_raw(&self, ns: &str, run_id: &str, bytes: &[u8]) -> bool {
-        let store = self.store(ns).await;
+    async fn write_raw(&self, store: &PostgresStore, ns: &str, run_id: &str, bytes: &[u8]) {
         // The run's row, and the bytes as its one, whole checkpoint.
         let sql = format!(
             "WITH run AS (INSERT INTO \"{ns}\".fluxio_checkpoints \
@@ -75,75 +78,23 @@ impl Harness for PgHarness {
             .execute(store.pool())
             .await
             .expect("raw write");
-        true
     }
 
-    async fn records(&self, ns: &str) -> Option<Records> {
+    async fn rows(&self, ns: &str) -> (Vec<String>, Vec<(String, bool)>) {
         let pool = self.pool(ns);
-        let checkpoints: Vec<String> =
+        let checkpoints =
             sqlx::query_scalar(&format!("SELECT run_id FROM \"{ns}\".fluxio_checkpoints"))
                 .fetch_all(&pool)
                 .await
                 .expect("checkpoint rows");
-        let leases: Vec<(String, bool)> = sqlx::query_as(&format!(
+        let leases = sqlx::query_as(&format!(
             "SELECT run_id, coalesce(expires_at > now(), false) \
              FROM \"{ns}\".fluxio_checkpoints_leases"
         ))
         .fetch_all(&pool)
         .await
         .expect("lease rows");
-        Some(Records {
-            checkpoints: checkpoints.into_iter().collect(),
-            leases: leases.into_iter().collect(),
-        })
-    }
-
-    async fn store_with_retention(
-        &self,
-        ns: &str,
-        retention: Option<Duration>,
-    ) -> Option<PostgresStore> {
-        let store = PostgresStore::from_pool(self.pool(ns))
-            .schema(ns)
-            .completed_retention(retention)
-            .connect()
-            .await
-            .expect("a store with a retention");
-        Some(store)
-    }
-
-    async fn purge_expired(&self, ns: &str) -> Option<u64> {
-        Some(self.store(ns).await.purge_expired().await.expect("purge"))
-    }
-
-    async fn store_keeping_completed(&self, ns: &str, n: usize) -> Option<PostgresStore> {
-        let store = PostgresStore::from_pool(self.pool(ns))
-            .schema(ns)
-            .keep_completed(Some(n))
-            .connect()
-            .await
-            .expect("a store keeping n completed runs");
-        Some(store)
-    }
-}
-
-impl Drop for PgHarness {
-    fn drop(&mut self) {
-        let pools: Vec<(String, PgPool)> = self
-            .pools
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain()
-            .collect();
-        if pools.is_empty() {
-            return;
-        }
-        let url = self.url.clone();
-        support::cleanup::on_own_runtime(move || async move {
-            for (ns, _pool) in pools {
-                support::postgres::drop_schema(&url, &ns).await;
-            }
-        });
+        (checkpoints, leases)
     }
 }
 

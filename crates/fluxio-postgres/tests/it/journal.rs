@@ -22,49 +22,43 @@ fluxio_test_support::sql_tests! { crate::sql::Postgres;
 /// committed concurrently; the other pipeline's run is not touched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_completions_leave_exactly_the_newest_n() {
-    let Some(url) = support::postgres::server().await else {
-        return;
-    };
-    let schema = support::namespace("keep_race");
-    let store = PostgresStore::builder(&url)
-        .schema(&schema)
-        .max_connections(8)
-        .keep_completed(Some(2))
-        .connect()
-        .await
-        .expect("connect");
-    let completed = |pipeline: &str, id: &str| {
-        let mut cp = fluxio_core::store::conformance::checkpoint(id, 1);
-        cp.pipeline = pipeline.to_owned();
-        cp.status = RunStatus::Completed;
-        cp
-    };
-    store.save(completed("other", "o")).await.expect("save");
-    for round in 0..3 {
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..8 {
-            let (store, cp) = (store.clone(), completed("p", &format!("r{round}-{i}")));
-            tasks.spawn(async move { store.save(cp).await });
+    support::postgres::in_schema("keep_race", |url, schema| async move {
+        let store = PostgresStore::builder(&url)
+            .schema(&schema)
+            .max_connections(8)
+            .keep_completed(Some(2))
+            .connect()
+            .await
+            .expect("connect");
+        let completed = |pipeline: &str, id: &str| {
+            let mut cp = fluxio_core::store::conformance::checkpoint(id, 1);
+            cp.pipeline = pipeline.to_owned();
+            cp.status = RunStatus::Completed;
+            cp
+        };
+        store.save(completed("other", "o")).await.expect("save");
+        for round in 0..3 {
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in 0..8 {
+                let (store, cp) = (store.clone(), completed("p", &format!("r{round}-{i}")));
+                tasks.spawn(async move { store.save(cp).await });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.expect("no panic").expect("save");
+            }
+            let (kept, steps): (i64, i64) = sqlx::query_as(&format!(
+                "SELECT (SELECT count(*) FROM \"{schema}\".fluxio_checkpoints \
+                   WHERE pipeline = 'p'), \
+                 (SELECT count(*) FROM \"{schema}\".fluxio_checkpoints_steps \
+                   WHERE run_id LIKE 'p/%')"
+            ))
+            .fetch_one(store.pool())
+            .await
+            .expect("count");
+            assert_eq!(kept, 2, "round {round}");
+            assert_eq!(steps, 2, "the trimmed runs' journals went with them");
         }
-        while let Some(done) = tasks.join_next().await {
-            done.expect("no panic").expect("save");
-        }
-        let kept: i64 = sqlx::query_scalar(&format!(
-            "SELECT count(*) FROM \"{schema}\".fluxio_checkpoints WHERE pipeline = 'p'"
-        ))
-        .fetch_one(store.pool())
-        .await
-        .expect("count");
-        assert_eq!(kept, 2, "round {round}");
-        let steps: i64 = sqlx::query_scalar(&format!(
-            "SELECT count(*) FROM \"{schema}\".fluxio_checkpoints_steps WHERE run_id LIKE 'p/%'"
-        ))
-        .fetch_one(store.pool())
-        .await
-        .expect("count");
-        assert_eq!(steps, 2, "the trimmed runs' journals went with them");
-    }
-    assert!(store.exists("other/o").await.expect("exists"));
-    drop(store);
-    support::postgres::drop_schema(&url, &schema).await;
+        assert!(store.exists("other/o").await.expect("exists"));
+    })
+    .await;
 }

@@ -5,17 +5,14 @@
 //! `read_only.rs` there).
 
 use fluxio_core::Error;
-use fluxio_postgres::{PostgresStore, PostgresStoreError};
+use fluxio_postgres::{BACKEND, PostgresStore, PostgresStoreError};
 use fluxio_test_support as support;
 use sqlx::PgPool;
 
+use crate::sql::Types;
+
 fn own(err: &Error) -> &PostgresStoreError {
-    match err {
-        Error::Store { source, .. } => source
-            .downcast_ref::<PostgresStoreError>()
-            .unwrap_or_else(|| panic!("expected a PostgresStoreError, got {source:?}")),
-        other => panic!("expected Error::Store, got {other:?}"),
-    }
+    support::error::own(err, BACKEND)
 }
 
 async fn read_only(url: &str, schema: &str) -> fluxio_core::Result<PostgresStore> {
@@ -56,16 +53,11 @@ async fn read_only_creates_no_schema_and_no_table() {
     // a schema that does not exist stays so
     let fresh = support::namespace("ro_fresh");
     let err = read_only(&url, &fresh).await.expect_err("no schema");
-    match own(&err) {
-        PostgresStoreError::NoTables { schema, table } => {
-            assert_eq!(
-                (schema.as_str(), table.as_str()),
-                (fresh.as_str(), "fluxio_checkpoints")
-            );
-        }
-        other => panic!("expected NoTables, got {other:?}"),
-    }
-    assert!(err.to_string().contains("no fluxio tables here"), "{err}");
+    support::sql::assert_no_tables::<Types>(&err);
+    assert!(
+        matches!(own(&err), PostgresStoreError::NoTables { schema, .. } if schema == &fresh),
+        "{err:?}"
+    );
     assert_eq!(catalog(&pool, &fresh).await, (false, Vec::new()));
 
     // another application's schema keeps exactly its relations

@@ -87,59 +87,56 @@ async fn an_edited_migration_is_refused() {
 
 #[tokio::test]
 async fn operator_columns_mirror_the_checkpoint_and_steps_hold_its_entry() {
-    let Some(url) = support::postgres::server().await else {
-        return;
-    };
-    let schema = support::namespace("columns");
-    let store = store(&url, &schema).await;
-    let mut cp = checkpoint("r", 1);
-    cp.status = RunStatus::Failed;
-    cp.error_message = Some("boom".to_owned());
-    store.save(cp.clone()).await.expect("save");
-    let row: (
-        String,
-        i64,
-        String,
-        String,
-        Option<String>,
-        bool,
-        bool,
-        Vec<u8>,
-    ) = sqlx::query_as(&format!(
-        "SELECT version, ip, step, status, error_message, \
-                    created_at = to_timestamp(1700000000), expires_at IS NULL, payload \
-             FROM \"{schema}\".fluxio_checkpoints WHERE run_id = 'r'"
-    ))
-    .fetch_one(store.pool())
-    .await
-    .expect("row");
-    assert_eq!(
-        row,
-        (
-            "0123456789ab".to_owned(),
-            1,
-            "step-1".to_owned(),
-            "failed".to_owned(),
-            Some("boom".to_owned()),
-            true,
-            true,
-            Vec::new(),
-        ),
-        "the row's payload is empty since version 2"
-    );
-    let steps: Vec<(i64, bool, Vec<u8>)> = sqlx::query_as(&format!(
-        "SELECT seq, whole, payload FROM \"{schema}\".fluxio_checkpoints_steps WHERE run_id = 'r'"
-    ))
-    .fetch_all(store.pool())
-    .await
-    .expect("steps");
-    assert_eq!(
-        steps,
-        [(0, true, cp.entry_bytes().expect("encode"))],
-        "the checkpoint is one step, exactly entry_bytes()"
-    );
-    drop(store);
-    support::postgres::drop_schema(&url, &schema).await;
+    support::postgres::in_schema("columns", |url, schema| async move {
+        let store = store(&url, &schema).await;
+        let mut cp = checkpoint("r", 1);
+        cp.status = RunStatus::Failed;
+        cp.error_message = Some("boom".to_owned());
+        store.save(cp.clone()).await.expect("save");
+        let row: (
+            String,
+            i64,
+            String,
+            String,
+            Option<String>,
+            bool,
+            bool,
+            Vec<u8>,
+        ) = sqlx::query_as(&format!(
+            "SELECT version, ip, step, status, error_message, \
+                        created_at = to_timestamp(1700000000), expires_at IS NULL, payload \
+                 FROM \"{schema}\".fluxio_checkpoints WHERE run_id = 'r'"
+        ))
+        .fetch_one(store.pool())
+        .await
+        .expect("row");
+        assert_eq!(
+            row,
+            (
+                "0123456789ab".to_owned(),
+                1,
+                "step-1".to_owned(),
+                "failed".to_owned(),
+                Some("boom".to_owned()),
+                true,
+                true,
+                Vec::new(),
+            ),
+            "the row's payload is empty since version 2"
+        );
+        let steps: Vec<(i64, bool, Vec<u8>)> = sqlx::query_as(&format!(
+            "SELECT seq, whole, payload FROM \"{schema}\".fluxio_checkpoints_steps WHERE run_id = 'r'"
+        ))
+        .fetch_all(store.pool())
+        .await
+        .expect("steps");
+        assert_eq!(
+            steps,
+            [(0, true, cp.entry_bytes().expect("encode"))],
+            "the checkpoint is one step, exactly entry_bytes()"
+        );
+    })
+    .await;
 }
 
 /// Postgres draws fencing tokens from the lease table's identity sequence,
@@ -148,27 +145,20 @@ async fn operator_columns_mirror_the_checkpoint_and_steps_hold_its_entry() {
 /// the conformance check `purging_dead_leases_keeps_tokens_growing`.)
 #[tokio::test]
 async fn purge_deletes_every_released_lease_row() {
-    let Some(url) = support::postgres::server().await else {
-        return;
-    };
-    let schema = support::namespace("purge_rows");
-    let store = store(&url, &schema).await;
-    let ttl = Duration::from_secs(30);
-    let first = store.acquire_lease("r", ttl).await.expect("acquire");
-    store.release_lease(first).await.expect("release");
-    let _held = store.acquire_lease("held", ttl).await.expect("acquire");
-    let last = store.acquire_lease("last", ttl).await.expect("acquire");
-    store.release_lease(last).await.expect("release");
-    store.purge_expired().await.expect("purge");
-    let leases: Vec<String> = sqlx::query_scalar(&format!(
-        "SELECT run_id FROM \"{schema}\".fluxio_checkpoints_leases"
-    ))
-    .fetch_all(store.pool())
-    .await
-    .expect("leases");
-    assert_eq!(leases, ["held"], "the released lease rows were purged");
-    drop(store);
-    support::postgres::drop_schema(&url, &schema).await;
+    support::postgres::in_schema("purge_rows", |url, schema| async move {
+        let store = store(&url, &schema).await;
+        let ttl = Duration::from_secs(30);
+        let _held = support::runs::leases_before_a_purge(&store, ttl).await;
+        store.purge_expired().await.expect("purge");
+        let leases: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT run_id FROM \"{schema}\".fluxio_checkpoints_leases"
+        ))
+        .fetch_all(store.pool())
+        .await
+        .expect("leases");
+        assert_eq!(leases, ["held"], "the released lease rows were purged");
+    })
+    .await;
 }
 
 /// Schema version 3: a run's pipeline (its key before the first `/`) is a
@@ -180,7 +170,7 @@ async fn the_pipeline_column_is_generated_from_the_run_id_and_indexed() {
     sql::run::<Postgres, _, _>("pipeline", |h| async move {
         sql::the_pipeline_column_is_generated_from_the_run_id(&*h).await;
         let index: Vec<(String, String)> =
-            support::postgres::indexes(h.pool(), h.schema(), "fluxio_checkpoints")
+            support::postgres::indexes(h.pool(), h.name(), "fluxio_checkpoints")
                 .await
                 .into_iter()
                 .filter(|(_, def)| def.ends_with("(pipeline, status, updated_at)"))

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use fluxio_core::Error;
 use fluxio_core::store::CheckpointStore;
 use fluxio_core::store::conformance::checkpoint;
-use fluxio_postgres::{PostgresStore, PostgresStoreError};
+use fluxio_postgres::PostgresStore;
 use fluxio_test_support as support;
 use sqlx::Connection;
+use support::error::timed;
 use tokio::net::TcpListener;
 
 const SECRET: &str = "s3cr3t-pa55";
@@ -25,34 +26,13 @@ fn everything_about(err: &Error) -> String {
 }
 
 fn invalid_setting(err: &Error) -> (&'static str, String) {
-    match err {
-        Error::Store {
-            backend, source, ..
-        } => {
-            assert_eq!(*backend, "postgres");
-            match source.downcast_ref::<PostgresStoreError>() {
-                Some(PostgresStoreError::InvalidSetting { setting, value, .. }) => {
-                    (*setting, value.clone())
-                }
-                other => panic!("expected InvalidSetting, got {other:?}"),
-            }
-        }
-        other => panic!("expected Error::Store, got {other:?}"),
-    }
+    support::sql::invalid_setting::<crate::sql::Types>(err)
 }
 
 #[tokio::test]
 async fn identifiers_are_validated_naming_the_setting_and_the_value() {
-    let too_long = "a".repeat(64);
-    for bad in [
-        "drop table",
-        "a;b",
-        too_long.as_str(),
-        "Public",
-        "",
-        "1abc",
-        "x\"y",
-    ] {
+    for bad in &support::sql::bad_identifiers(&["Public"]) {
+        let bad = bad.as_str();
         for setting in ["schema", "table"] {
             let builder = PostgresStore::builder(support::postgres::url());
             let builder = match setting {
@@ -200,13 +180,13 @@ async fn silent_server() -> (String, tokio::task::JoinHandle<()>) {
     (format!("postgres://postgres:{SECRET}@{addr}/test"), task)
 }
 
+/// Checks that `r`, timed, is a store error that came within `timeout`
+/// (and a margin), showing no password.
 fn assert_store_error_in_time(
     what: &str,
-    r: Result<(), Error>,
-    started: Instant,
+    (r, took): (Result<(), Error>, Duration),
     timeout: Duration,
 ) {
-    let took = started.elapsed();
     let err = r.expect_err(what);
     assert!(
         matches!(
@@ -230,104 +210,87 @@ async fn a_server_that_never_answers_times_out_with_a_store_error() {
     let (url, server) = silent_server().await;
     let timeout = Duration::from_millis(500);
 
-    let started = Instant::now();
-    let r = PostgresStore::builder(url.as_str())
+    let connect = PostgresStore::builder(url.as_str())
         .timeout(timeout)
-        .connect()
-        .await
-        .map(drop);
-    assert_store_error_in_time("connect", r, started, timeout);
+        .connect();
+    assert_store_error_in_time("connect", timed(connect).await, timeout);
 
     let store = PostgresStore::builder(url.as_str())
         .timeout(timeout)
         .connect_lazy()
         .expect("lazy");
     let cp = checkpoint("r", 0);
-    let started = Instant::now();
-    assert_store_error_in_time("load", store.load("r").await.map(drop), started, timeout);
-    let started = Instant::now();
-    assert_store_error_in_time("save", store.save(cp).await, started, timeout);
-    let started = Instant::now();
-    let r = store
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .map(drop);
-    assert_store_error_in_time("acquire_lease", r, started, timeout);
-    let started = Instant::now();
-    assert_store_error_in_time(
-        "purge_expired",
-        store.purge_expired().await.map(drop),
-        started,
-        timeout,
-    );
+    assert_store_error_in_time("load", timed(store.load("r")).await, timeout);
+    assert_store_error_in_time("save", timed(store.save(cp)).await, timeout);
+    let acquire = store.acquire_lease("r", Duration::from_secs(30));
+    assert_store_error_in_time("acquire_lease", timed(acquire).await, timeout);
+    let purge = store.purge_expired();
+    assert_store_error_in_time("purge_expired", timed(purge).await, timeout);
     server.abort();
 }
 
 #[tokio::test]
 async fn a_statement_that_blocks_times_out_and_the_store_recovers() {
-    let Some(url) = support::postgres::server().await else {
-        return;
-    };
-    let schema = support::namespace("blocked");
-    // the schema's migrations run first, under the default timeout: on a
-    // busy machine three of them can take longer than the 500 ms below
-    PostgresStore::builder(url.as_str())
-        .schema(&schema)
-        .connect()
-        .await
-        .expect("migrate");
-    let timeout = Duration::from_millis(500);
-    let store = PostgresStore::builder(url.as_str())
-        .schema(&schema)
-        .timeout(timeout)
-        .max_connections(2)
-        .connect()
-        .await
-        .expect("connect");
-    let lease = store
-        .acquire_lease("r", fluxio_core::store::MIN_LEASE_TTL)
-        .await
-        .expect("acquire");
-    drop(lease);
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    support::postgres::in_schema("blocked", |url, schema| async move {
+        // the schema's migrations run first, under the default timeout: on a
+        // busy machine three of them can take longer than the 500 ms below
+        PostgresStore::builder(url.as_str())
+            .schema(&schema)
+            .connect()
+            .await
+            .expect("migrate");
+        let timeout = Duration::from_millis(500);
+        let store = PostgresStore::builder(url.as_str())
+            .schema(&schema)
+            .timeout(timeout)
+            .max_connections(2)
+            .connect()
+            .await
+            .expect("connect");
+        let lease = store
+            .acquire_lease("r", fluxio_core::store::MIN_LEASE_TTL)
+            .await
+            .expect("acquire");
+        drop(lease);
+        tokio::time::sleep(Duration::from_millis(20)).await;
 
-    // Another session locks the lease row and sits on it.
-    let mut other = sqlx::PgConnection::connect(&url).await.expect("connect");
-    let mut tx = other.begin().await.expect("begin");
-    sqlx::query(&format!(
-        "SELECT * FROM \"{schema}\".fluxio_checkpoints_leases WHERE run_id = 'r' FOR UPDATE"
-    ))
-    .execute(&mut *tx)
-    .await
-    .expect("lock the row");
-
-    let started = Instant::now();
-    let r = store
-        .acquire_lease("r", Duration::from_secs(30))
+        // Another session locks the lease row and sits on it.
+        let mut other = sqlx::PgConnection::connect(&url).await.expect("connect");
+        let mut tx = other.begin().await.expect("begin");
+        sqlx::query(&format!(
+            "SELECT * FROM \"{schema}\".fluxio_checkpoints_leases WHERE run_id = 'r' FOR UPDATE"
+        ))
+        .execute(&mut *tx)
         .await
-        .map(drop);
-    let took = started.elapsed();
-    let err = r.expect_err("blocked behind the lock");
-    assert!(matches!(err, Error::Store { .. }), "{err:?}");
-    assert!(took < timeout + Duration::from_millis(700), "took {took:?}");
+        .expect("lock the row");
 
-    // The client gave up after `timeout`; the server cancels the blocked
-    // statement itself when its `statement_timeout` (the same `timeout`)
-    // fires. Release the row only after that: released earlier, the
-    // abandoned acquire could still commit on the server and hold a lease
-    // nobody owns until its ttl ends (safe, but not what this test checks).
-    tokio::time::sleep(timeout).await;
-    tx.rollback().await.expect("rollback");
-    // The server cancelled the statement too (statement_timeout); the pool
-    // is usable again.
-    let lease = store
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .expect("acquire after the lock is gone");
-    store.release_lease(lease).await.expect("release");
-    let _ = other.close().await;
-    drop(store);
-    support::postgres::drop_schema(&url, &schema).await;
+        let started = Instant::now();
+        let r = store
+            .acquire_lease("r", Duration::from_secs(30))
+            .await
+            .map(drop);
+        let took = started.elapsed();
+        let err = r.expect_err("blocked behind the lock");
+        assert!(matches!(err, Error::Store { .. }), "{err:?}");
+        assert!(took < timeout + Duration::from_millis(700), "took {took:?}");
+
+        // The client gave up after `timeout`; the server cancels the blocked
+        // statement itself when its `statement_timeout` (the same `timeout`)
+        // fires. Release the row only after that: released earlier, the
+        // abandoned acquire could still commit on the server and hold a lease
+        // nobody owns until its ttl ends (safe, but not what this test checks).
+        tokio::time::sleep(timeout).await;
+        tx.rollback().await.expect("rollback");
+        // The server cancelled the statement too (statement_timeout); the pool
+        // is usable again.
+        let lease = store
+            .acquire_lease("r", Duration::from_secs(30))
+            .await
+            .expect("acquire after the lock is gone");
+        store.release_lease(lease).await.expect("release");
+        let _ = other.close().await;
+    })
+    .await;
 }
 
 /// The real server's refusals, on URLs whose password is one or a few

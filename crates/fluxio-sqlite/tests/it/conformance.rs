@@ -5,47 +5,37 @@
 //! file (their own connections), as two processes would have. The directory
 //! goes when the check ends, pass or fail.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use fluxio_core::store::conformance::{Harness, Records};
 use fluxio_sqlite::SqliteStore;
 use fluxio_test_support as support;
+use support::sql::{Conformance, Namespaces};
 
-struct SqliteHarness {
+use crate::sql::Types;
+
+/// A namespace is a file of the check's scratch directory.
+struct Files {
     dir: support::TempDir,
 }
 
-async fn harness() -> Option<SqliteHarness> {
-    Some(SqliteHarness {
+async fn harness() -> Option<Conformance<Files>> {
+    Some(Conformance::new(Files {
         dir: support::TempDir::new("conformance"),
-    })
-}
-
-impl SqliteHarness {
-    fn file(&self, ns: &str) -> PathBuf {
-        self.dir.db(ns)
-    }
+    }))
 }
 
 #[async_trait::async_trait]
-impl Harness for SqliteHarness {
-    type Store = SqliteStore;
+impl Namespaces for Files {
+    type Types = Types;
 
-    async fn store(&self, ns: &str) -> SqliteStore {
-        // Every handle opens (and migrates) again: that must be idempotent.
-        SqliteStore::builder(self.file(ns))
-            .max_connections(2)
-            .connect()
-            .await
-            .expect("a store on the namespace's file")
+    const MAX_CONNECTIONS: u32 = 2;
+
+    fn builder(&self, ns: &str) -> fluxio_sqlite::SqliteStoreBuilder {
+        SqliteStore::builder(self.dir.db(ns))
     }
 
-    async fn write_raw(&self, ns: &str, run_id: &str, bytes: &[u8]) -> bool {
-        // The tables exist once a store has opened the file; the bytes go in
-        // through a connection of their own, as another program's would.
-        drop(self.store(ns).await);
-        let mut conn = support::sqlite::raw_connection(&self.file(ns)).await;
+    async fn write_raw(&self, _store: &SqliteStore, ns: &str, run_id: &str, bytes: &[u8]) {
+        // The bytes go in through a connection of their own, as another
+        // program's would.
+        let mut conn = support::sqlite::raw_connection(&self.dir.db(ns)).await;
         // The run's row, and the bytes as its one, whole checkpoint.
         sqlx::query(
             "INSERT INTO fluxio_checkpoints \
@@ -67,17 +57,16 @@ impl Harness for SqliteHarness {
         .execute(&mut conn)
         .await
         .expect("raw write of the step");
-        true
     }
 
-    async fn records(&self, ns: &str) -> Option<Records> {
-        let mut conn = support::sqlite::raw_connection(&self.file(ns)).await;
-        let checkpoints: Vec<String> = sqlx::query_scalar("SELECT run_id FROM fluxio_checkpoints")
+    async fn rows(&self, ns: &str) -> (Vec<String>, Vec<(String, bool)>) {
+        let mut conn = support::sqlite::raw_connection(&self.dir.db(ns)).await;
+        let checkpoints = sqlx::query_scalar("SELECT run_id FROM fluxio_checkpoints")
             .fetch_all(&mut conn)
             .await
             .expect("checkpoint rows");
         // Held: expiring after now, by SQLite's clock (as the store judges).
-        let leases: Vec<(String, bool)> = sqlx::query_as(
+        let leases = sqlx::query_as(
             "SELECT run_id, coalesce(expires_at > \
                CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER), 0) \
              FROM fluxio_checkpoints_leases",
@@ -85,38 +74,7 @@ impl Harness for SqliteHarness {
         .fetch_all(&mut conn)
         .await
         .expect("lease rows");
-        Some(Records {
-            checkpoints: checkpoints.into_iter().collect(),
-            leases: leases.into_iter().collect(),
-        })
-    }
-
-    async fn store_with_retention(
-        &self,
-        ns: &str,
-        retention: Option<Duration>,
-    ) -> Option<SqliteStore> {
-        let store = SqliteStore::builder(self.file(ns))
-            .max_connections(2)
-            .completed_retention(retention)
-            .connect()
-            .await
-            .expect("a store with a retention");
-        Some(store)
-    }
-
-    async fn purge_expired(&self, ns: &str) -> Option<u64> {
-        Some(self.store(ns).await.purge_expired().await.expect("purge"))
-    }
-
-    async fn store_keeping_completed(&self, ns: &str, n: usize) -> Option<SqliteStore> {
-        let store = SqliteStore::builder(self.file(ns))
-            .max_connections(2)
-            .keep_completed(Some(n))
-            .connect()
-            .await
-            .expect("a store keeping n completed runs");
-        Some(store)
+        (checkpoints, leases)
     }
 }
 

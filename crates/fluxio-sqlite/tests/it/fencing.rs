@@ -4,30 +4,18 @@
 use std::time::Duration;
 
 use fluxio_core::store::CheckpointStore;
-use fluxio_sqlite::SqliteStore;
 use fluxio_test_support as support;
+
+use crate::sql::fresh;
 
 #[tokio::test]
 async fn expiry_is_judged_after_waiting_for_the_write_lock() {
     // SQLite's clock is read inside the statement, once it holds the write
     // lock: a lease acquired after waiting 700 ms for another writer lasts
     // its full time-to-live from then, not from when the call was made.
-    let dir = support::TempDir::new("clock");
-    let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
-    let mut other = support::sqlite::raw_connection(&file).await;
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .expect("take the write lock");
-    let release = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        sqlx::query("COMMIT")
-            .execute(&mut other)
-            .await
-            .expect("commit");
-        other
-    });
+    let (_dir, file, store) = fresh("clock").await;
+    let other = support::sqlite::hold_the_write_lock(&file).await;
+    let release = support::sqlite::commit_after(other, Duration::from_millis(700));
     let started = std::time::Instant::now();
     let lease = store
         .acquire_lease("r", Duration::from_millis(500))
@@ -51,9 +39,7 @@ async fn expiry_is_judged_after_waiting_for_the_write_lock() {
 /// conformance check `purging_dead_leases_keeps_tokens_growing`.)
 #[tokio::test]
 async fn purge_keeps_the_lease_row_with_the_greatest_token() {
-    let dir = support::TempDir::new("purge_rows");
-    let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
+    let (_dir, file, store) = fresh("purge_rows").await;
     let ttl = Duration::from_secs(30);
     let lease_rows = || async {
         let mut conn = support::sqlite::raw_connection(&file).await;
@@ -65,11 +51,7 @@ async fn purge_keeps_the_lease_row_with_the_greatest_token() {
         .expect("leases")
     };
 
-    let first = store.acquire_lease("r", ttl).await.expect("acquire");
-    store.release_lease(first).await.expect("release");
-    let held = store.acquire_lease("held", ttl).await.expect("acquire");
-    let last = store.acquire_lease("last", ttl).await.expect("acquire");
-    store.release_lease(last).await.expect("release");
+    let held = support::runs::leases_before_a_purge(&store, ttl).await;
     store.purge_expired().await.expect("purge");
     assert_eq!(
         lease_rows().await,

@@ -14,6 +14,8 @@ use fluxio_sqlite::SqliteStore;
 use fluxio_test_support as support;
 use sqlx::SqliteConnection;
 
+use crate::sql::fresh;
+
 const TTL: Duration = Duration::from_secs(60);
 
 async fn release(mut other: SqliteConnection) {
@@ -30,9 +32,7 @@ async fn let_them_queue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule24_writes_waiting_together_share_one_commit() {
-    let dir = support::TempDir::new("group_share");
-    let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
+    let (_dir, file, store) = fresh("group_share").await;
     let other = support::sqlite::hold_the_write_lock(&file).await;
     let before = store.commits();
     let writes: Vec<_> = (0..16)
@@ -62,9 +62,7 @@ async fn rule24_writes_waiting_together_share_one_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule24_a_write_is_answered_only_once_its_commit_is_done() {
-    let dir = support::TempDir::new("group_ack");
-    let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
+    let (_dir, file, store) = fresh("group_ack").await;
     let lease = store.acquire_lease("r", TTL).await.expect("lease");
     let other = support::sqlite::hold_the_write_lock(&file).await;
     let write = {
@@ -77,19 +75,14 @@ async fn rule24_a_write_is_answered_only_once_its_commit_is_done() {
     release(other).await;
     write.await.expect("no panic").expect("saved");
     // Committed: another connection reads it.
-    let mut reader = support::sqlite::raw_connection(&file).await;
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM fluxio_checkpoints_steps")
-        .fetch_one(&mut reader)
-        .await
-        .expect("count");
+    let rows =
+        support::sqlite::scalar(&file, "SELECT count(*) FROM fluxio_checkpoints_steps").await;
     assert_eq!(rows, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule24_a_refused_write_fails_only_its_own_caller() {
-    let dir = support::TempDir::new("group_refused");
-    let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
+    let (_dir, file, store) = fresh("group_refused").await;
     let good = store.acquire_lease("good", TTL).await.expect("lease");
     let also = store.acquire_lease("also", TTL).await.expect("lease");
     let gone = store.acquire_lease("gone", TTL).await.expect("lease");
@@ -160,6 +153,24 @@ async fn refusing_steps_of(file: &std::path::Path, key: &str) -> SqliteStore {
     store
 }
 
+/// Another connection takes the write lock of `file`; then the first write
+/// (the `opener`'s lease) queues for it alone, in a transaction of its own.
+async fn locked_behind_an_opener(
+    store: &SqliteStore,
+    file: &std::path::Path,
+) -> (
+    SqliteConnection,
+    tokio::task::JoinHandle<fluxio_core::Result<Lease>>,
+) {
+    let other = support::sqlite::hold_the_write_lock(file).await;
+    let opener = {
+        let store = store.clone();
+        tokio::spawn(async move { store.acquire_lease("opener", TTL).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    (other, opener)
+}
+
 /// Lets the queued `writes` wait, gives the write lock `other` holds back,
 /// and returns their answers in order, once the `opener` (queued before
 /// them) has its lease.
@@ -202,14 +213,7 @@ fn bad_failed_alone<T: std::fmt::Debug>(answers: &[fluxio_core::Result<T>]) {
 
 /// An error and its sources, one line.
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+    support::error::chain(e, ": ")
 }
 
 /// Fenced saves queued next to each other run in one command to SQLite's
@@ -228,13 +232,7 @@ async fn rule24_a_save_failing_in_a_batch_gives_up_its_transaction_and_no_more()
         leases.push(store.acquire_lease(run, TTL).await.expect("lease"));
     }
 
-    let other = support::sqlite::hold_the_write_lock(&file).await;
-    // the first write waits for the lock alone, in a transaction of its own
-    let opener = {
-        let store = store.clone();
-        tokio::spawn(async move { store.acquire_lease("opener", TTL).await })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (other, opener) = locked_behind_an_opener(&store, &file).await;
     let mut writes = Vec::new();
     for (run, lease) in ["before", "bad", "after"].into_iter().zip(&leases) {
         let store = store.clone();
@@ -264,9 +262,7 @@ async fn rule24_a_save_failing_in_a_batch_gives_up_its_transaction_and_no_more()
 /// holds is refused (`RunIdInUse`) without writing anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule24_runs_beginning_together_share_one_commit_and_draw_distinct_tokens() {
-    let dir = support::TempDir::new("group_begin");
-    let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
+    let (_dir, file, store) = fresh("group_begin").await;
     // a completed run, replaced by the batch
     support::runs::drive(&store, &support::runs::ten_stage_run("orders", "old")).await;
     // a run whose lease another worker holds
@@ -328,23 +324,12 @@ async fn rule24_runs_beginning_together_share_one_commit_and_draw_distinct_token
 /// all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule24_runs_ending_together_share_one_commit_and_give_their_leases_back() {
-    let dir = support::TempDir::new("group_finish");
-    let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
+    let (_dir, file, store) = fresh("group_finish").await;
     let mut runs = Vec::new();
     for i in 0..6 {
         let run = support::runs::ten_stage_run("orders", &i.to_string());
-        let begun = store
-            .begin_run(run[0].clone(), TTL, Begin::Replace)
-            .await
-            .expect("begin");
-        for cp in &run[1..10] {
-            store
-                .save_fenced(cp.clone(), &begun.lease)
-                .await
-                .expect("save");
-        }
-        runs.push((run, begun.lease));
+        let lease = support::runs::drive_to_the_last(&store, &run).await;
+        runs.push((run, lease));
     }
     let cancelled = runs[5].0[0].key();
     store.cancel(&cancelled).await.expect("cancel");
@@ -394,9 +379,7 @@ async fn rule24_runs_ending_together_share_one_commit_and_give_their_leases_back
 /// had committed before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule24_saves_of_one_run_waiting_together_run_one_after_the_other() {
-    let dir = support::TempDir::new("group_same_run");
-    let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
+    let (_dir, file, store) = fresh("group_same_run").await;
     let run = support::runs::ten_stage_run("orders", "1");
     let other_run = support::runs::ten_stage_run("orders", "2");
     let mut leases = Vec::new();
@@ -452,12 +435,7 @@ async fn rule24_a_beginning_failing_in_a_batch_fails_alone_when_tried_again() {
     let file = dir.db("x");
     let store = refusing_steps_of(&file, "orders/bad").await;
 
-    let other = support::sqlite::hold_the_write_lock(&file).await;
-    let opener = {
-        let store = store.clone();
-        tokio::spawn(async move { store.acquire_lease("opener", TTL).await })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (other, opener) = locked_behind_an_opener(&store, &file).await;
     let mut writes = Vec::new();
     for run in ["before", "bad", "after"] {
         let store = store.clone();

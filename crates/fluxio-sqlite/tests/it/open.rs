@@ -1,39 +1,21 @@
 //! Opening: errors name the file, and a database that cannot be written is
 //! refused at open rather than at the first run.
 
-use std::error::Error as _;
 use std::io::{Seek, SeekFrom, Write};
 
 use fluxio_core::Error;
 use fluxio_core::store::CheckpointStore;
-use fluxio_sqlite::{SqliteStore, SqliteStoreError};
+use fluxio_sqlite::{BACKEND, SqliteStore, SqliteStoreError};
 use fluxio_test_support as support;
 use sqlx::Connection;
 
 /// Display of `err` and of every source, one per line.
 fn chain(err: &Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        out.push('\n');
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
+    support::error::chain(err, "\n")
 }
 
 fn own(err: &Error) -> &SqliteStoreError {
-    match err {
-        Error::Store {
-            backend, source, ..
-        } => {
-            assert_eq!(*backend, "sqlite");
-            source
-                .downcast_ref::<SqliteStoreError>()
-                .unwrap_or_else(|| panic!("expected a SqliteStoreError, got {source:?}"))
-        }
-        other => panic!("expected Error::Store, got {other:?}"),
-    }
+    support::error::own(err, BACKEND)
 }
 
 #[tokio::test]

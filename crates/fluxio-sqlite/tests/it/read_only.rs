@@ -7,27 +7,13 @@
 use std::path::Path;
 
 use fluxio_core::Error;
-use fluxio_sqlite::{SqliteStore, SqliteStoreError};
+use fluxio_sqlite::{BACKEND, SqliteStore, SqliteStoreError};
 use fluxio_test_support as support;
 
-fn own(err: &Error) -> &SqliteStoreError {
-    match err {
-        Error::Store { source, .. } => source
-            .downcast_ref::<SqliteStoreError>()
-            .unwrap_or_else(|| panic!("expected a SqliteStoreError, got {source:?}")),
-        other => panic!("expected Error::Store, got {other:?}"),
-    }
-}
+use crate::sql::Types;
 
-/// Every schema object of the file, and the file's bytes.
-async fn snapshot(file: &Path) -> (Vec<(String, String, Option<String>)>, Vec<u8>) {
-    let mut conn = support::sqlite::raw_connection(file).await;
-    let objects = sqlx::query_as("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
-        .fetch_all(&mut conn)
-        .await
-        .expect("sqlite_master");
-    drop(conn);
-    (objects, std::fs::read(file).expect("the file"))
+fn own(err: &Error) -> &SqliteStoreError {
+    support::error::own(err, BACKEND)
 }
 
 async fn read_only(file: &Path) -> fluxio_core::Result<SqliteStore> {
@@ -54,36 +40,21 @@ async fn read_only_never_creates_a_missing_file() {
 async fn read_only_leaves_a_foreign_file_byte_identical() {
     let dir = support::TempDir::new("ro_foreign");
     let file = dir.db("other");
-    {
-        use sqlx::Connection as _;
-        let options = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(&file)
-            .create_if_missing(true);
-        let mut conn = sqlx::SqliteConnection::connect_with(&options)
-            .await
-            .expect("another application's file");
-        sqlx::raw_sql(
-            "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);
-             CREATE INDEX customers_name ON customers (name);
-             INSERT INTO customers (name) VALUES ('Ada');",
-        )
-        .execute(&mut conn)
-        .await
-        .expect("the application's schema");
-    }
-    let before = snapshot(&file).await;
+    support::sqlite::application_file(
+        &file,
+        "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);
+         CREATE INDEX customers_name ON customers (name);
+         INSERT INTO customers (name) VALUES ('Ada');",
+    )
+    .await;
+    let before = support::sqlite::snapshot(&file).await;
     let err = read_only(&file).await.expect_err("no fluxio tables");
-    match own(&err) {
-        SqliteStoreError::NoTables { path, table } => {
-            assert_eq!(
-                (path.as_path(), table.as_str()),
-                (file.as_path(), "fluxio_checkpoints")
-            );
-        }
-        other => panic!("expected NoTables, got {other:?}"),
-    }
-    assert!(err.to_string().contains("no fluxio tables here"), "{err}");
-    let after = snapshot(&file).await;
+    support::sql::assert_no_tables::<Types>(&err);
+    assert!(
+        matches!(own(&err), SqliteStoreError::NoTables { path, .. } if path == &file),
+        "{err:?}"
+    );
+    let after = support::sqlite::snapshot(&file).await;
     assert_eq!(before.0, after.0, "the schema changed");
     assert!(before.1 == after.1, "the file's bytes changed");
     let wal = file.with_extension("db-wal");

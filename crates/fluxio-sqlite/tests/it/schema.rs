@@ -3,7 +3,6 @@
 //! the pipeline column. What every SQL store shares is checked by
 //! `fluxio_test_support::sql` (`schema.rs` there).
 
-use std::path::Path;
 use std::time::Duration;
 
 use fluxio_core::store::{CheckpointStore, RunStatus};
@@ -18,14 +17,6 @@ use crate::sql::Sqlite;
 const CHILD_FILE: &str = "FLUXIO_SQLITE_TEST_CHILD_FILE";
 /// When the children open it, in milliseconds since the Unix epoch.
 const CHILD_START: &str = "FLUXIO_SQLITE_TEST_CHILD_START";
-
-async fn count(file: &Path, sql: &str) -> i64 {
-    let mut conn = support::sqlite::raw_connection(file).await;
-    sqlx::query_scalar(sql)
-        .fetch_one(&mut conn)
-        .await
-        .expect("count")
-}
 
 /// Eight stores opening one fresh file at once, three times over: the SQL
 /// stores' shared check, each round on a file of its own.
@@ -94,16 +85,16 @@ fn four_processes_open_one_fresh_file_at_once() {
         let rt = tokio::runtime::Runtime::new().expect("a runtime");
         rt.block_on(async {
             assert_eq!(
-                count(&file, "SELECT count(*) FROM _fluxio_migrations").await,
+                support::sqlite::scalar(&file, "SELECT count(*) FROM _fluxio_migrations").await,
                 MIGRATIONS
             );
             assert_eq!(
-                count(&file, "SELECT count(*) FROM fluxio_checkpoints").await,
+                support::sqlite::scalar(&file, "SELECT count(*) FROM fluxio_checkpoints").await,
                 4,
                 "each child saved its checkpoint"
             );
             assert_eq!(
-                count(
+                support::sqlite::scalar(
                     &file,
                     "SELECT count(DISTINCT token) FROM fluxio_checkpoints_leases"
                 )
@@ -202,24 +193,12 @@ async fn opening_a_fresh_file_waits_for_a_foreign_writer_to_finish() {
     // store retries until its timeout.
     let dir = support::TempDir::new("foreign");
     let file = dir.db("x");
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(&file)
-        .create_if_missing(true);
-    let mut foreign = <sqlx::SqliteConnection as sqlx::Connection>::connect_with(&options)
-        .await
-        .expect("connect");
+    let mut foreign = support::sqlite::application_connection(&file).await;
     sqlx::raw_sql("BEGIN IMMEDIATE; CREATE TABLE app_data (x INTEGER)")
         .execute(&mut foreign)
         .await
         .expect("a foreign write in rollback-journal mode");
-    let finish = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        sqlx::query("COMMIT")
-            .execute(&mut foreign)
-            .await
-            .expect("commit");
-        foreign
-    });
+    let finish = support::sqlite::commit_after(foreign, Duration::from_millis(300));
     let started = std::time::Instant::now();
     let store = SqliteStore::builder(&file)
         .timeout(Duration::from_secs(5))
@@ -230,7 +209,7 @@ async fn opening_a_fresh_file_waits_for_a_foreign_writer_to_finish() {
     let _foreign = finish.await.expect("no panic");
     store.save(support::checkpoint("r", 1)).await.expect("save");
     assert_eq!(
-        count(&file, "SELECT count(*) FROM app_data").await,
+        support::sqlite::scalar(&file, "SELECT count(*) FROM app_data").await,
         0,
         "the application's table is still there"
     );

@@ -7,41 +7,19 @@ use fluxio_core::store::CheckpointStore;
 use fluxio_sqlite::{SqliteStore, SqliteStoreError, Synchronous};
 use fluxio_test_support as support;
 use sqlx::Connection;
+use support::error::timed;
 
 fn invalid_setting(err: &Error) -> (&'static str, String) {
-    match err {
-        Error::Store {
-            backend, source, ..
-        } => {
-            assert_eq!(*backend, "sqlite");
-            match source.downcast_ref::<SqliteStoreError>() {
-                Some(SqliteStoreError::InvalidSetting { setting, value, .. }) => {
-                    (*setting, value.clone())
-                }
-                other => panic!("expected InvalidSetting, got {other:?}"),
-            }
-        }
-        other => panic!("expected Error::Store, got {other:?}"),
-    }
+    support::sql::invalid_setting::<crate::sql::Types>(err)
 }
 
 #[tokio::test]
 async fn the_table_name_is_validated_naming_the_setting_and_the_value() {
     let dir = support::TempDir::new("identifiers");
     let file = dir.db("x");
-    let too_long = "a".repeat(64);
-    for bad in [
-        "drop table",
-        "a;b",
-        too_long.as_str(),
-        "Checkpoints",
-        "",
-        "1abc",
-        "x\"y",
-        "t]",
-        "sqlite_master",
-        "_fluxio_migrations",
-    ] {
+    let more = ["Checkpoints", "t]", "sqlite_master", "_fluxio_migrations"];
+    for bad in &support::sql::bad_identifiers(&more) {
+        let bad = bad.as_str();
         let err = SqliteStore::builder(&file)
             .table(bad)
             .connect()
@@ -162,14 +140,13 @@ async fn wal_synchronous_and_busy_timeout_are_really_set() {
     assert_eq!(pragma::<i64>(&store, "synchronous").await, 2);
 }
 
-/// Checks that `r` is a store error that came within `limit`; returns its source.
+/// Checks that `r`, timed, is a store error that came within `limit`;
+/// returns its source.
 fn assert_store_error_in_time(
     what: &str,
-    r: Result<(), Error>,
-    started: Instant,
+    (r, took): (Result<(), Error>, Duration),
     limit: Duration,
 ) -> fluxio_core::BoxError {
-    let took = started.elapsed();
     assert!(took < limit, "{what} took {took:?}, more than {limit:?}");
     match r {
         Err(Error::Store {
@@ -198,9 +175,8 @@ async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store
     let mut other = support::sqlite::hold_the_write_lock(&file).await;
     let limit = timeout + Duration::from_millis(700);
 
-    let started = Instant::now();
-    let r = store.save(support::checkpoint("r", 2)).await;
-    let source = assert_store_error_in_time("save", r, started, limit);
+    let save = timed(store.save(support::checkpoint("r", 2))).await;
+    let source = assert_store_error_in_time("save", save, limit);
     match source.downcast_ref::<SqliteStoreError>() {
         Some(SqliteStoreError::Timeout {
             operation,
@@ -208,15 +184,10 @@ async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store
         }) => assert_eq!((*operation, *t), ("save", timeout)),
         other => panic!("expected Timeout, got {other:?}"),
     }
-    let started = Instant::now();
-    let r = store
-        .acquire_lease("r", Duration::from_secs(30))
-        .await
-        .map(drop);
-    assert_store_error_in_time("acquire_lease", r, started, limit);
-    let started = Instant::now();
-    let r = store.purge_expired().await.map(drop);
-    assert_store_error_in_time("purge_expired", r, started, limit);
+    let acquire = store.acquire_lease("r", Duration::from_secs(30));
+    assert_store_error_in_time("acquire_lease", timed(acquire).await, limit);
+    let purge = store.purge_expired();
+    assert_store_error_in_time("purge_expired", timed(purge).await, limit);
 
     // Readers are not blocked by a writer (WAL).
     assert_eq!(store.load("r").await.expect("load"), Some(cp));

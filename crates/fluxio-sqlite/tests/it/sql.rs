@@ -3,9 +3,24 @@
 //! SQL on a connection of its own to that file, as another program has.
 
 use fluxio_core::Error;
-use fluxio_sqlite::{SqliteStore, SqliteStoreError};
+use fluxio_sqlite::{SqliteStore, SqliteStoreBuilder};
 use fluxio_test_support as support;
-use support::sql::{Options, Refusal, SqlHarness};
+use support::sql::{Options, Refusal, SqlHarness, SqlStore as _};
+
+fluxio_test_support::sql_store!(Types: SqliteStore, SqliteStoreBuilder,
+    fluxio_sqlite::SqliteStoreError, "sqlite");
+
+/// A scratch directory for the test `test`, its file, and a store on it
+/// with the store's defaults.
+///
+/// # Panics
+/// When the store cannot be opened.
+pub(crate) async fn fresh(test: &str) -> (support::TempDir, std::path::PathBuf, SqliteStore) {
+    let dir = support::TempDir::new(test);
+    let file = dir.db("x");
+    let store = SqliteStore::connect(&file).await.expect("open");
+    (dir, file, store)
+}
 
 /// A file of one test, in a scratch directory removed with it.
 pub(crate) struct Sqlite {
@@ -36,14 +51,8 @@ impl SqlHarness for Sqlite {
     }
 
     async fn open(&self, options: &Options) -> fluxio_core::Result<SqliteStore> {
-        let mut builder = SqliteStore::builder(self.file()).read_only(options.read_only);
-        if let Some(table) = &options.table {
-            builder = builder.table(table);
-        }
-        if let Some(n) = options.max_connections {
-            builder = builder.max_connections(n);
-        }
-        builder.connect().await
+        let builder = SqliteStore::builder(self.file());
+        Types::connect(support::sql::configure::<Types>(builder, options, None)).await
     }
 
     fn prefix(&self) -> String {
@@ -51,8 +60,7 @@ impl SqlHarness for Sqlite {
     }
 
     fn blob(&self, bytes: &[u8]) -> String {
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        format!("X'{hex}'")
+        format!("X'{}'", support::sql::hex(bytes))
     }
 
     async fn execute_sql(&self, sql: &str) {
@@ -123,27 +131,6 @@ impl SqlHarness for Sqlite {
     }
 
     fn refusal(err: &Error) -> Refusal {
-        let own = match err {
-            Error::Store { source, .. } => source.downcast_ref::<SqliteStoreError>(),
-            _ => None,
-        };
-        match own {
-            Some(SqliteStoreError::MigrationChanged { version, table, .. }) => {
-                Refusal::MigrationChanged {
-                    version: *version,
-                    table: table.clone(),
-                }
-            }
-            Some(SqliteStoreError::SchemaOutdated { version, table, .. }) => {
-                Refusal::SchemaOutdated {
-                    version: *version,
-                    table: table.clone(),
-                }
-            }
-            Some(SqliteStoreError::NoTables { table, .. }) => Refusal::NoTables {
-                table: table.clone(),
-            },
-            _ => Refusal::Other(format!("{err:?}")),
-        }
+        support::sql::refusal::<Types>(err)
     }
 }

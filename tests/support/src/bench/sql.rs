@@ -29,6 +29,14 @@ pub trait RawTable {
     async fn steps_written(&self, key: &str) -> (i64, i64);
 }
 
+/// Runs the groups `groups` adds to a criterion configured from the
+/// command line, then prints criterion's summary.
+pub fn criterion(groups: impl FnOnce(&mut Criterion)) {
+    let mut c = Criterion::default().configure_from_args();
+    groups(&mut c);
+    c.final_summary();
+}
+
 /// The benches' runtime: two workers, as the machine's other tenants
 /// leave.
 ///

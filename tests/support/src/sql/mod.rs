@@ -23,17 +23,25 @@
 //! here, so a test can also call one itself (with a runtime of another
 //! flavor, or in a loop).
 
+mod conformance;
 mod journal;
 mod list;
 mod read_only;
 mod runs;
 mod schema;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod server;
+mod store;
 
+pub use conformance::*;
 pub use journal::*;
 pub use list::*;
 pub use read_only::*;
 pub use runs::*;
 pub use schema::*;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use server::*;
+pub use store::*;
 
 use fluxio_core::Error;
 use fluxio_core::store::CheckpointStore;
@@ -207,6 +215,25 @@ pub trait SqlHarness: Sized + Send + Sync + 'static {
     async fn scalar(&self, template: &str) -> i64 {
         self.scalar_sql(&self.sql(template)).await
     }
+}
+
+/// Names every SQL store refuses for its tables (and schemas): a space, a
+/// `;`, 64 characters (past the 63 PostgreSQL keeps), empty, a leading
+/// digit, a quote; then `more`, the store's own.
+#[must_use]
+pub fn bad_identifiers(more: &[&str]) -> Vec<String> {
+    let mut bad: Vec<String> = ["drop table", "a;b", "", "1abc", "x\"y"]
+        .map(String::from)
+        .into();
+    bad.push("a".repeat(64));
+    bad.extend(more.iter().map(|name| (*name).to_owned()));
+    bad
+}
+
+/// `bytes` in hexadecimal, two digits a byte, for a dialect's literal.
+#[must_use]
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A store on `h`'s database with its defaults.
