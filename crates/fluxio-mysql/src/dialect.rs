@@ -4,7 +4,7 @@
 //! from a table of its own (MySQL has no sequences, and its upserts return
 //! nothing).
 
-use fluxio_sql::{Failure, Params};
+use fluxio_sql::Params;
 use sqlx::error::DatabaseError;
 use sqlx::mysql::MySqlDatabaseError;
 use sqlx::mysql::MySqlQueryResult;
@@ -16,7 +16,6 @@ pub(crate) struct MySql;
 impl fluxio_sql::Dialect for MySql {
     const BACKEND: &'static str = crate::error::BACKEND;
     type Db = sqlx::MySql;
-    type Failure = Failure;
     type Time = i64;
     const PARAMS: Params = Params::Anonymous;
 }

@@ -8,7 +8,7 @@
 //! runs the writes inside a transaction that locks the run's row
 //! (`FOR UPDATE`, or by writing it first).
 
-use fluxio_sql::{Failure, Params};
+use fluxio_sql::Params;
 use sqlx::error::DatabaseError;
 use sqlx::postgres::PgQueryResult;
 
@@ -20,7 +20,6 @@ pub(crate) struct Postgres;
 impl fluxio_sql::Dialect for Postgres {
     const BACKEND: &'static str = crate::error::BACKEND;
     type Db = sqlx::Postgres;
-    type Failure = Failure;
     type Time = f64;
     const PARAMS: Params = Params::Dollar;
 

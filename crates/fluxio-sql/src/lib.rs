@@ -108,8 +108,6 @@ pub trait Dialect {
     const BACKEND: &'static str;
     /// The sqlx driver.
     type Db: Database;
-    /// What the store's calls fail with: a driver error or fluxio's.
-    type Failure: From<sqlx::Error> + From<fluxio_core::Error>;
     /// A time or a duration as the row's statement binds it.
     type Time: SqlTime + for<'q> Encode<'q, Self::Db> + Type<Self::Db> + Send + 'static;
     /// How the statements name their parameters.
@@ -460,7 +458,7 @@ where
         sql: &Statements,
         load: &str,
         key: &str,
-    ) -> std::result::Result<(), D::Failure> {
+    ) -> std::result::Result<(), Failure> {
         let parts: Vec<Vec<u8>> = sqlx::query_scalar(load)
             .bind(key)
             .fetch_all(&mut *conn)
@@ -478,7 +476,7 @@ where
         conn: &mut DB::Connection,
         sql: &Statements,
         key: &str,
-    ) -> std::result::Result<bool, D::Failure> {
+    ) -> std::result::Result<bool, Failure> {
         let status: Option<String> = sqlx::query_scalar(&sql.status)
             .bind(key)
             .fetch_optional(&mut *conn)
@@ -506,7 +504,7 @@ where
         ttl: Duration,
         begin: Begin,
         retention: Retention,
-    ) -> std::result::Result<Begun, D::Failure> {
+    ) -> std::result::Result<Begun, Failure> {
         let key = first.key();
         let token = acquire::<D, DB>(&mut *conn, run, &key, ttl).await?;
         let token = match token.map(u64::try_from) {
@@ -566,7 +564,7 @@ where
         lease: &Lease,
         delete: bool,
         retention: Retention,
-    ) -> std::result::Result<Result<()>, D::Failure> {
+    ) -> std::result::Result<Result<()>, Failure> {
         let key = last.key();
         let lost = || Error::LeaseLost {
             run_id: lease.run_id().to_owned(),
@@ -645,7 +643,7 @@ where
         checkpoint: &Checkpoint,
         step: &Step,
         retention: Retention,
-    ) -> std::result::Result<(), D::Failure> {
+    ) -> std::result::Result<(), Failure> {
         if !Self::predecessor_stored(conn, sql, key, step).await? {
             return Err(missing_predecessor(key, checkpoint.seq).into());
         }
@@ -667,7 +665,7 @@ where
         step: &Step,
         retention: Retention,
         later: bool,
-    ) -> std::result::Result<(), D::Failure> {
+    ) -> std::result::Result<(), Failure> {
         if later {
             Self::delete_steps_from(conn, sql, key, step.seq).await?;
         }
@@ -690,7 +688,7 @@ where
         key: &str,
         checkpoint: &Checkpoint,
         retention: Retention,
-    ) -> std::result::Result<(), D::Failure> {
+    ) -> std::result::Result<(), Failure> {
         if checkpoint.keep_from > 0 {
             let whole: Vec<i64> = sqlx::query_scalar(&sql.steps.whole)
                 .bind(key)
@@ -723,7 +721,7 @@ where
         latest: &Checkpoint,
         steps: &[Step],
         retention: Retention,
-    ) -> std::result::Result<(), D::Failure> {
+    ) -> std::result::Result<(), Failure> {
         Self::write_run(conn, sql, key, latest, retention.expire_after).await?;
         Self::delete_steps_from(conn, sql, key, 0).await?;
         for step in steps {

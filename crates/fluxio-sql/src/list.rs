@@ -286,7 +286,7 @@ pub async fn list<D, DB>(
     conn: &mut DB::Connection,
     sql: &Listing,
     filter: &RunFilter,
-) -> Result<RunPage, D::Failure>
+) -> Result<RunPage, crate::Failure>
 where
     D: Dialect<Db = DB>,
     DB: Database,
@@ -343,7 +343,6 @@ mod tests {
     impl Dialect for Plain {
         const BACKEND: &'static str = "plain";
         type Db = sqlx::Sqlite;
-        type Failure = Failure;
         type Time = i64;
         const PARAMS: crate::Params = crate::Params::Numbered;
         fn time_param(n: usize) -> String {

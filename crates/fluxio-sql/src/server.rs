@@ -66,7 +66,7 @@ impl fmt::Display for Failure {
 /// What a server store's dialect adds to [`Dialect`]: how its driver's
 /// errors are told apart, and its own errors.
 #[doc(hidden)]
-pub trait Server: Dialect<Failure = Failure> + Send + Sync + 'static {
+pub trait Server: Dialect + Send + Sync + 'static {
     /// Whether the server's error `db` says it ended the session (a
     /// shutdown, a killed connection).
     fn session_ended(db: &dyn DatabaseError) -> bool;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fluxio_core::{Error, Result};
+use fluxio_core::Result;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 use crate::builder::SqliteStoreBuilder;
@@ -97,7 +97,7 @@ pub(crate) async fn prepare(
 ) -> Result<usize> {
     let opening = |e: MigrateError| match e {
         MigrateError::Sql(source) => Failure::Fluxio(own_error(open_error(path, source))),
-        other => Failure::Migrate(other),
+        other => other.into(),
     };
     timed(timeout, "open", async {
         migrate::ensure_wal(writer).await.map_err(opening)?;
@@ -172,8 +172,7 @@ pub(crate) async fn timed<T>(
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(match e {
-            Failure::Sql(e) | Failure::Migrate(MigrateError::Sql(e)) => sql_error(e),
-            Failure::Migrate(MigrateError::Store(e)) => own_error(e),
+            Failure::Sql(e) => sql_error(e),
             Failure::Fluxio(e) => e,
         }),
         Err(_elapsed) => Err(own_error(SqliteStoreError::Timeout { operation, timeout })),
@@ -217,28 +216,16 @@ async fn check_writable(writer: &SqlitePool) -> std::result::Result<(), sqlx::Er
     tx.rollback().await
 }
 
-/// What the body of a store call fails with; [`timed`] maps it to fluxio's
+/// What the body of a store call fails with (the driver's error or
+/// fluxio's, as in every SQL store); [`timed`] maps it to fluxio's
 /// [`Error`].
-pub(crate) enum Failure {
-    Sql(sqlx::Error),
-    Migrate(MigrateError),
-    Fluxio(Error),
-}
-
-impl From<sqlx::Error> for Failure {
-    fn from(e: sqlx::Error) -> Self {
-        Failure::Sql(e)
-    }
-}
+pub(crate) use fluxio_sql::Failure;
 
 impl From<MigrateError> for Failure {
     fn from(e: MigrateError) -> Self {
-        Failure::Migrate(e)
-    }
-}
-
-impl From<Error> for Failure {
-    fn from(e: Error) -> Self {
-        Failure::Fluxio(e)
+        match e {
+            MigrateError::Sql(e) => Failure::Sql(e),
+            MigrateError::Store(e) => Failure::Fluxio(own_error(e)),
+        }
     }
 }

@@ -27,7 +27,6 @@ pub(crate) struct Sqlite;
 impl Dialect for Sqlite {
     const BACKEND: &'static str = crate::error::BACKEND;
     type Db = sqlx::Sqlite;
-    type Failure = Failure;
     type Time = i64;
     const PARAMS: Params = Params::Numbered;
 

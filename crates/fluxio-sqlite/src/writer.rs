@@ -48,7 +48,6 @@ use sqlx::sqlite::SqliteArguments;
 use crate::connection::Failure;
 use crate::error::{SqliteStoreError, own_error};
 use crate::journal::{FencedSave, Gate};
-use crate::migrate::MigrateError;
 use crate::statements::Sql;
 use fluxio_core::Error;
 
@@ -218,12 +217,8 @@ impl Writer {
                     }
                     Err(e) => {
                         let outcome = match &e {
-                            Failure::Fluxio(_) | Failure::Migrate(MigrateError::Store(_)) => {
-                                Outcome::Refused
-                            }
-                            Failure::Sql(e) | Failure::Migrate(MigrateError::Sql(e)) => {
-                                Outcome::Failed(e.to_string())
-                            }
+                            Failure::Fluxio(_) => Outcome::Refused,
+                            Failure::Sql(e) => Outcome::Failed(e.to_string()),
                         };
                         let answer: Answer = Box::new(move |_| {
                             let _ = tx.send(Err(e));
