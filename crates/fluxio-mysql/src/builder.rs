@@ -13,7 +13,7 @@ use sqlx::Executor as _;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 
 use crate::dialect::MySql;
-use crate::error::{MySqlStoreError, own_error};
+use crate::error::own_error;
 use crate::statements::{Names, statements};
 use crate::store::{Inner, MySqlStore};
 
@@ -49,7 +49,7 @@ pub(crate) type Source = fluxio_sql::Source<sqlx::MySql>;
 pub struct MySqlStoreBuilder {
     source: Source,
     database: Option<String>,
-    settings: fluxio_sql::Settings,
+    pub(crate) settings: fluxio_sql::Settings,
 }
 
 impl fmt::Debug for MySqlStoreBuilder {
@@ -96,35 +96,13 @@ impl MySqlStoreBuilder {
         timeout,
         /// Opens the store for reading only (default `false`): no database,
         /// table or migration is created, and nothing locked; `connect` checks
-        /// that the tables exist ([`MySqlStoreError::NoTables`]) at a schema
-        /// version this build reads ([`MySqlStoreError::SchemaOutdated`],
-        /// [`MySqlStoreError::MigrationChanged`]). The store's own connections
+        /// that the tables exist ([`MySqlStoreError::NoTables`](crate::MySqlStoreError::NoTables)) at a schema
+        /// version this build reads ([`MySqlStoreError::SchemaOutdated`](crate::MySqlStoreError::SchemaOutdated),
+        /// [`MySqlStoreError::MigrationChanged`](crate::MySqlStoreError::MigrationChanged)). The store's own connections
         /// are read-only sessions, so every write fails with the server's
         /// error; a pool given to [`from_pool`](MySqlStore::from_pool) is used
         /// as it is.
         read_only,
-    }
-
-    /// Builds the store and applies the pending migrations (creating the
-    /// database and tables on first use); [read-only](Self::read_only), it
-    /// checks the tables instead.
-    ///
-    /// # Errors
-    /// [`Error::Store`]: an invalid setting
-    /// ([`MySqlStoreError::InvalidSetting`]), an invalid URL, a server
-    /// that refuses or cannot be reached ([`MySqlStoreError::Connect`], at
-    /// once) or does not answer within the timeout, a failed migration. No
-    /// message shows the URL's password.
-    pub async fn connect(self) -> Result<MySqlStore> {
-        let read_only = self.settings.read_only;
-        let store = self.connect_lazy()?;
-        store.server().first_connection().await?;
-        if read_only {
-            store.check_readable().await?;
-        } else {
-            store.migrate().await?;
-        }
-        Ok(store)
     }
 
     /// Builds the store without connecting or migrating: the first call
@@ -132,26 +110,15 @@ impl MySqlStoreBuilder {
     /// the tables exist already.
     ///
     /// # Errors
-    /// [`Error::Store`] for an invalid setting or URL;
-    /// [`Error::NoRuntime`] outside a tokio runtime (for a store built from
+    /// [`Error::Store`](fluxio_core::Error::Store) for an invalid setting or URL;
+    /// [`Error::NoRuntime`](fluxio_core::Error::NoRuntime) outside a tokio runtime (for a store built from
     /// a URL: its pool needs one).
     pub fn connect_lazy(self) -> Result<MySqlStore> {
         let names =
             Names::new(self.database.as_deref(), &self.settings.table).map_err(own_error)?;
-        if let Some((setting, value, reason)) = self.settings.refusal(Some((MAX_TIMEOUT, "a year")))
-        {
-            return Err(own_error(MySqlStoreError::invalid(setting, value, reason)));
-        }
-        let settings = self.settings;
-        let (pool, url) = match &self.source {
-            Source::Pool(pool) => (pool.clone(), None),
-            Source::Url(url) => {
-                let (pool, redacted) = url_pool(url, &settings)?;
-                (pool, Some(redacted))
-            }
-        };
+        let longest = (MAX_TIMEOUT, "a year");
         let sql = statements(&names);
-        let server = ServerStore::new(pool, sql, settings.timeout, settings.retention, url);
+        let server = ServerStore::build(self.source, self.settings, longest, sql, url_pool)?;
         Ok(MySqlStore {
             inner: Arc::new(Inner { server, names }),
         })

@@ -10,7 +10,7 @@ use fluxio_sql::server::Retry;
 use fluxio_sql::{Failure, ServerStore};
 use sqlx::mysql::MySqlPool;
 
-use crate::builder::{MySqlStoreBuilder, Source};
+use crate::builder::MySqlStoreBuilder;
 use crate::dialect::MySql;
 use crate::error::{MySqlStoreError, own_error};
 use crate::migrate;
@@ -50,37 +50,6 @@ impl fmt::Debug for MySqlStore {
 }
 
 impl MySqlStore {
-    /// Connects to `url` (`mysql://user:password@host:port/database`) with
-    /// the default settings and applies the pending migrations.
-    ///
-    /// # Errors
-    /// [`Error::Store`](fluxio_core::Error::Store) when the URL is invalid,
-    /// the server cannot be reached within the
-    /// [timeout](MySqlStoreBuilder::timeout), or a migration fails.
-    pub async fn connect(url: &str) -> Result<MySqlStore> {
-        Self::builder(url).connect().await
-    }
-
-    /// A builder connecting to `url`.
-    pub fn builder(url: impl Into<String>) -> MySqlStoreBuilder {
-        MySqlStoreBuilder::new(Source::Url(url.into()))
-    }
-
-    /// A builder on an existing pool, whose size, connect options and
-    /// session settings are kept: give it sessions at `READ COMMITTED`, as
-    /// the store's own pools are (a completion trims its pipeline's
-    /// completed runs from what committed before it). The
-    /// [timeout](MySqlStoreBuilder::timeout) still bounds every call.
-    pub fn from_pool(pool: MySqlPool) -> MySqlStoreBuilder {
-        MySqlStoreBuilder::new(Source::Pool(pool))
-    }
-
-    /// The pool this store runs on.
-    #[must_use]
-    pub fn pool(&self) -> &MySqlPool {
-        self.server().pool()
-    }
-
     /// The database of the tables, when one was set (otherwise the
     /// connection's).
     #[must_use]
@@ -190,4 +159,4 @@ impl MySqlStore {
     }
 }
 
-fluxio_sql::server_store!(MySqlStore);
+fluxio_sql::server_store!(MySqlStore, MySqlStoreBuilder, MySqlPool);

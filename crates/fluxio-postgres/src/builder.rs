@@ -8,7 +8,7 @@ use std::time::Duration;
 use fluxio_core::Result;
 
 use crate::connection::url_pool;
-use crate::error::{PostgresStoreError, own_error};
+use crate::error::own_error;
 use crate::statements::{Names, statements};
 use crate::store::{Inner, PostgresStore};
 use fluxio_sql::ServerStore;
@@ -49,7 +49,7 @@ pub(crate) type Source = fluxio_sql::Source<sqlx::Postgres>;
 pub struct PostgresStoreBuilder {
     source: Source,
     schema: String,
-    settings: fluxio_sql::Settings,
+    pub(crate) settings: fluxio_sql::Settings,
 }
 
 impl fmt::Debug for PostgresStoreBuilder {
@@ -101,10 +101,10 @@ impl PostgresStoreBuilder {
         /// A read-only [`connect`](Self::connect) creates no schema or table and
         /// applies no migration, and takes no lock: it checks that the schema
         /// holds the store's tables
-        /// ([`PostgresStoreError::NoTables`] when it, or they, do not exist) at a
+        /// ([`PostgresStoreError::NoTables`](crate::PostgresStoreError::NoTables) when it, or they, do not exist) at a
         /// schema version this build reads: every migration this build knows
-        /// applied, unchanged ([`PostgresStoreError::SchemaOutdated`] for a
-        /// missing one, [`PostgresStoreError::MigrationChanged`] for a changed
+        /// applied, unchanged ([`PostgresStoreError::SchemaOutdated`](crate::PostgresStoreError::SchemaOutdated) for a
+        /// missing one, [`PostgresStoreError::MigrationChanged`](crate::PostgresStoreError::MigrationChanged) for a changed
         /// one). A schema with migrations newer than this build is read
         /// (migrations only add). The store's own connections (from a URL) are
         /// read-only sessions (`default_transaction_read_only`), so every write
@@ -128,29 +128,6 @@ impl PostgresStoreBuilder {
         read_only,
     }
 
-    /// Builds the store and applies the pending migrations (creating the
-    /// schema and tables on first use); [read-only](Self::read_only), it
-    /// checks the tables instead.
-    ///
-    /// # Errors
-    /// [`Error::Store`](fluxio_core::Error::Store): an invalid setting
-    /// ([`PostgresStoreError::InvalidSetting`], naming the setting and the
-    /// value), an invalid URL, a server that refuses or cannot be reached
-    /// ([`PostgresStoreError::Connect`], at once, with the I/O error as its
-    /// source) or does not answer within the timeout, a failed migration.
-    /// No message shows the URL's password.
-    pub async fn connect(self) -> Result<PostgresStore> {
-        let read_only = self.settings.read_only;
-        let store = self.connect_lazy()?;
-        store.server().first_connection().await?;
-        if read_only {
-            store.check_readable().await?;
-        } else {
-            store.migrate().await?;
-        }
-        Ok(store)
-    }
-
     /// Builds the store without connecting or migrating: the first call
     /// connects. For services that start before their database; call
     /// [`PostgresStore::migrate`] before the first run unless the tables
@@ -164,21 +141,14 @@ impl PostgresStoreBuilder {
     pub fn connect_lazy(self) -> Result<PostgresStore> {
         let names = Names::new(&self.schema, &self.settings.table).map_err(own_error)?;
         let why = "i32::MAX milliseconds (about 24 days: the server's statement_timeout)";
-        if let Some((setting, value, reason)) = self.settings.refusal(Some((MAX_TIMEOUT, why))) {
-            return Err(own_error(PostgresStoreError::invalid(
-                setting, value, reason,
-            )));
-        }
-        let settings = self.settings;
-        let (pool, url) = match self.source {
-            Source::Pool(pool) => (pool, None),
-            Source::Url(url) => {
-                let (pool, redacted) = url_pool(&url, &settings)?;
-                (pool, Some(redacted))
-            }
-        };
         let sql = statements(&names);
-        let server = ServerStore::new(pool, sql, settings.timeout, settings.retention, url);
+        let server = ServerStore::build(
+            self.source,
+            self.settings,
+            (MAX_TIMEOUT, why),
+            sql,
+            url_pool,
+        )?;
         Ok(PostgresStore {
             inner: Arc::new(Inner { server, names }),
         })

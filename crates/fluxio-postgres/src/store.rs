@@ -10,7 +10,7 @@ use fluxio_sql::server::Retry;
 use fluxio_sql::{Failure, ServerStore};
 use sqlx::postgres::PgPool;
 
-use crate::builder::{PostgresStoreBuilder, Source};
+use crate::builder::PostgresStoreBuilder;
 use crate::dialect::Postgres;
 use crate::migrate;
 use crate::statements::Names;
@@ -46,38 +46,6 @@ impl fmt::Debug for PostgresStore {
 }
 
 impl PostgresStore {
-    /// Connects to `url` (`postgres://user:password@host:port/database`) with
-    /// the default settings and applies the pending migrations.
-    ///
-    /// # Errors
-    /// [`Error::Store`](fluxio_core::Error::Store) when the URL is invalid, the server cannot be
-    /// reached within the [timeout](PostgresStoreBuilder::timeout), or a
-    /// migration fails.
-    pub async fn connect(url: &str) -> Result<PostgresStore> {
-        Self::builder(url).connect().await
-    }
-
-    /// A builder connecting to `url`.
-    pub fn builder(url: impl Into<String>) -> PostgresStoreBuilder {
-        PostgresStoreBuilder::new(Source::Url(url.into()))
-    }
-
-    /// A builder on an existing pool: the pool's own size and connect
-    /// options are kept ([`max_connections`](PostgresStoreBuilder::max_connections)
-    /// is ignored and no server-side `statement_timeout` is set; the
-    /// client-side [timeout](PostgresStoreBuilder::timeout) still bounds
-    /// every call). Finish it with [`connect`](PostgresStoreBuilder::connect)
-    /// (which migrates) or [`connect_lazy`](PostgresStoreBuilder::connect_lazy).
-    pub fn from_pool(pool: PgPool) -> PostgresStoreBuilder {
-        PostgresStoreBuilder::new(Source::Pool(pool))
-    }
-
-    /// The pool this store runs on.
-    #[must_use]
-    pub fn pool(&self) -> &PgPool {
-        self.server().pool()
-    }
-
     /// The store's body, shared with the other server stores.
     pub(crate) fn server(&self) -> &ServerStore<Postgres> {
         &self.inner.server
@@ -172,7 +140,7 @@ impl PostgresStore {
     }
 }
 
-fluxio_sql::server_store!(PostgresStore);
+fluxio_sql::server_store!(PostgresStore, PostgresStoreBuilder, PgPool);
 
 #[cfg(test)]
 mod tests {

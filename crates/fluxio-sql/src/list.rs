@@ -322,24 +322,6 @@ mod tests {
     /// A dialect with SQLite's parameters, to read the statement.
     struct Plain;
 
-    #[derive(Debug)]
-    enum Failure {
-        Sql,
-        Fluxio,
-    }
-
-    impl From<sqlx::Error> for Failure {
-        fn from(_: sqlx::Error) -> Self {
-            Failure::Sql
-        }
-    }
-
-    impl From<Error> for Failure {
-        fn from(_: Error) -> Self {
-            Failure::Fluxio
-        }
-    }
-
     impl Dialect for Plain {
         const BACKEND: &'static str = "plain";
         type Db = sqlx::Sqlite;

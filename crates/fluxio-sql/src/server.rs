@@ -29,6 +29,7 @@ use sqlx::{
 };
 
 use crate::error::ServerStoreError;
+use crate::settings::{Settings, Source};
 use crate::{Dialect, Journal, Listing, Retention, RunStatements, Statements, Step, latest};
 
 /// What the body of a server store's call fails with: the driver's error
@@ -229,24 +230,41 @@ where
     for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
 {
-    /// The body of a store on `pool` (its URL redacted, `None` for a pool
-    /// the application gave).
-    pub fn new(
-        pool: Pool<DB>,
+    /// The body of a store with `settings` on `source` (a pool of its own
+    /// from `url_pool`, or the application's), running `sql`.
+    ///
+    /// # Errors
+    /// [`ServerStoreError::InvalidSetting`] for a setting out of range (a
+    /// timeout over the `longest` one, with the words that say what bounds
+    /// it); `url_pool`'s.
+    pub fn build(
+        source: Source<DB>,
+        settings: Settings,
+        longest: (Duration, &str),
         sql: ServerSql,
-        timeout: Duration,
-        retention: Retention,
-        url: Option<RedactedUrl>,
-    ) -> Self {
-        ServerStore {
+        url_pool: impl FnOnce(&str, &Settings) -> Result<(Pool<DB>, RedactedUrl)>,
+    ) -> Result<Self> {
+        if let Some((setting, value, reason)) = settings.refusal(Some(longest)) {
+            return Err(
+                ServerStoreError::invalid(setting, value, reason).into_store_error(S::BACKEND)
+            );
+        }
+        let (pool, url) = match source {
+            Source::Pool(pool) => (pool, None),
+            Source::Url(url) => {
+                let (pool, redacted) = url_pool(&url, &settings)?;
+                (pool, Some(redacted))
+            }
+        };
+        Ok(ServerStore {
             pool,
             sql,
-            timeout,
-            retention,
+            timeout: settings.timeout,
+            retention: settings.retention,
             url,
             max_step: AtomicU64::new(u64::MAX),
             dialect: PhantomData,
-        }
+        })
     }
 
     /// Refuses, from now on, a checkpoint whose journal entry is longer
@@ -464,14 +482,14 @@ where
     ///
     /// # Errors
     /// A bad run id; the driver's; a corrupt payload.
-    pub async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        check_run_id(run_id)?;
+    pub async fn load(&self, key: &str) -> Result<Option<Checkpoint>> {
+        check_run_id(key)?;
         self.call("load", Retry::Once, |mut conn| async move {
             let parts: Vec<Vec<u8>> = sqlx::query_scalar(&self.sql.load)
-                .bind(run_id)
+                .bind(key)
                 .fetch_all(&mut *conn)
                 .await?;
-            Ok(latest(run_id, parts)?)
+            Ok(latest(key, parts)?)
         })
         .await
     }
@@ -480,14 +498,14 @@ where
     ///
     /// # Errors
     /// A bad run id; the driver's; a corrupt payload.
-    pub async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
-        check_run_id(run_id)?;
+    pub async fn history(&self, key: &str) -> Result<Vec<Checkpoint>> {
+        check_run_id(key)?;
         self.call("history", Retry::Once, |mut conn| async move {
             let parts: Vec<Vec<u8>> = sqlx::query_scalar(&self.sql.history)
-                .bind(run_id)
+                .bind(key)
                 .fetch_all(&mut *conn)
                 .await?;
-            Ok(Checkpoint::journal_from_entries(run_id, parts)?)
+            Ok(Checkpoint::journal_from_entries(key, parts)?)
         })
         .await
     }
@@ -509,11 +527,11 @@ where
     ///
     /// # Errors
     /// A bad run id; the driver's.
-    pub async fn delete(&self, run_id: &str) -> Result<()> {
-        check_run_id(run_id)?;
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        check_run_id(key)?;
         self.call("delete", Retry::Once, |mut conn| async move {
             sqlx::query(&self.sql.run.delete)
-                .bind(run_id)
+                .bind(key)
                 .execute(&mut *conn)
                 .await?;
             Ok(())
@@ -525,11 +543,11 @@ where
     ///
     /// # Errors
     /// A bad run id; the driver's.
-    pub async fn exists(&self, run_id: &str) -> Result<bool> {
-        check_run_id(run_id)?;
+    pub async fn exists(&self, key: &str) -> Result<bool> {
+        check_run_id(key)?;
         self.call("exists", Retry::Once, |mut conn| async move {
             let exists: bool = sqlx::query_scalar(&self.sql.run.exists)
-                .bind(run_id)
+                .bind(key)
                 .fetch_one(&mut *conn)
                 .await?;
             Ok(exists)
@@ -544,18 +562,18 @@ where
     ///
     /// # Errors
     /// A bad run id or ttl; `RunIdInUse`; the driver's.
-    pub async fn acquire_lease(&self, run_id: &str, ttl: Duration) -> Result<Lease> {
-        check_run_id(run_id)?;
+    pub async fn acquire_lease(&self, key: &str, ttl: Duration) -> Result<Lease> {
+        check_run_id(key)?;
         check_lease_ttl(ttl)?;
         self.call("acquire_lease", Retry::Never, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            let token = crate::acquire::<S, DB>(&mut *tx, &self.sql.run, run_id, ttl).await?;
+            let token = crate::acquire::<S, DB>(&mut *tx, &self.sql.run, key, ttl).await?;
             tx.commit().await?;
             match token.map(u64::try_from) {
-                Some(Ok(token)) => Ok(Lease::new(run_id, token)),
+                Some(Ok(token)) => Ok(Lease::new(key, token)),
                 Some(Err(e)) => Err(Error::store(S::BACKEND, e).into()),
                 None => Err(Error::RunIdInUse {
-                    run_id: run_id.to_owned(),
+                    run_id: key.to_owned(),
                 }
                 .into()),
             }
@@ -738,12 +756,12 @@ where
     ///
     /// # Errors
     /// A bad run id; `CheckpointNotFound`, `RunFinished`; the driver's.
-    pub async fn cancel(&self, run_id: &str) -> Result<()> {
-        check_run_id(run_id)?;
+    pub async fn cancel(&self, key: &str) -> Result<()> {
+        check_run_id(key)?;
         self.call("cancel", Retry::Never, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            Journal::<S>::cancelled(&mut tx, &self.sql.journal, run_id).await?;
-            Journal::<S>::cancel(&mut tx, &self.sql.journal, &self.sql.load, run_id).await?;
+            Journal::<S>::cancelled(&mut tx, &self.sql.journal, key).await?;
+            Journal::<S>::cancel(&mut tx, &self.sql.journal, &self.sql.load, key).await?;
             tx.commit().await?;
             Ok(())
         })
@@ -755,15 +773,15 @@ where
     ///
     /// # Errors
     /// `LeaseLost`; the driver's.
-    pub async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
-        let token = token_of(lease, run_id)?;
+    pub async fn delete_fenced(&self, key: &str, lease: &Lease) -> Result<()> {
+        let token = token_of(lease, key)?;
         self.call("delete_fenced", Retry::Once, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            if !self.held(&mut tx, run_id, token).await? {
+            if !self.held(&mut tx, key, token).await? {
                 return Err(lease_lost(lease).into());
             }
             sqlx::query(&self.sql.run.delete)
-                .bind(run_id)
+                .bind(key)
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;
@@ -800,6 +818,75 @@ where
 #[doc(hidden)]
 #[macro_export]
 macro_rules! server_store {
+    ($store:ident, $builder:ident, $pool:ty) => {
+        $crate::server_store!($store);
+
+        impl $store {
+            /// Connects to `url` with the default settings and applies the
+            /// pending migrations.
+            ///
+            /// # Errors
+            #[doc = concat!(
+                "[`Error::Store`](fluxio_core::Error::Store) when the URL is invalid, the ",
+                "server cannot be reached within the [timeout](", stringify!($builder),
+                "::timeout), or a migration fails."
+            )]
+            pub async fn connect(url: &str) -> ::fluxio_core::Result<$store> {
+                Self::builder(url).connect().await
+            }
+
+            /// A builder connecting to `url`.
+            pub fn builder(url: impl Into<String>) -> $builder {
+                $builder::new($crate::Source::Url(url.into()))
+            }
+
+            #[doc = concat!(
+                "A builder on an existing pool: the pool's own size and connect options are ",
+                "kept ([`max_connections`](", stringify!($builder), "::max_connections) is ",
+                "ignored, and so are the session settings the store's own connections get); ",
+                "the client-side [timeout](", stringify!($builder), "::timeout) still bounds ",
+                "every call. Finish it with [`connect`](", stringify!($builder), "::connect) ",
+                "(which migrates) or [`connect_lazy`](", stringify!($builder), "::connect_lazy)."
+            )]
+            pub fn from_pool(pool: $pool) -> $builder {
+                $builder::new($crate::Source::Pool(pool))
+            }
+
+            /// The pool this store runs on.
+            #[must_use]
+            pub fn pool(&self) -> &$pool {
+                self.server().pool()
+            }
+        }
+
+        impl $builder {
+            /// Builds the store and applies the pending migrations (creating
+            /// what is missing on first use);
+            /// [read-only](Self::read_only), it checks the tables instead.
+            ///
+            /// # Errors
+            /// [`Error::Store`](fluxio_core::Error::Store): an invalid setting
+            /// ([`InvalidSetting`]($crate::ServerStoreError::InvalidSetting),
+            /// naming the setting and the value), an invalid URL, a server
+            /// that refuses or cannot be reached
+            /// ([`Connect`]($crate::ServerStoreError::Connect), at once, with
+            /// the I/O error as its source) or does not answer within the
+            /// timeout, a failed migration; read-only, tables that are missing
+            /// or older than this build reads. No message shows the URL's
+            /// password.
+            pub async fn connect(self) -> ::fluxio_core::Result<$store> {
+                let read_only = self.settings.read_only;
+                let store = self.connect_lazy()?;
+                store.server().first_connection().await?;
+                if read_only {
+                    store.check_readable().await?;
+                } else {
+                    store.migrate().await?;
+                }
+                Ok(store)
+            }
+        }
+    };
     ($store:ty) => {
         #[$crate::__private::async_trait]
         impl ::fluxio_core::store::CheckpointStore for $store {
@@ -811,15 +898,15 @@ macro_rules! server_store {
             }
             async fn load(
                 &self,
-                run_id: &str,
+                key: &str,
             ) -> ::fluxio_core::Result<Option<::fluxio_core::store::Checkpoint>> {
-                self.server().load(run_id).await
+                self.server().load(key).await
             }
             async fn history(
                 &self,
-                run_id: &str,
+                key: &str,
             ) -> ::fluxio_core::Result<Vec<::fluxio_core::store::Checkpoint>> {
-                self.server().history(run_id).await
+                self.server().history(key).await
             }
             async fn list_runs(
                 &self,
@@ -827,18 +914,18 @@ macro_rules! server_store {
             ) -> ::fluxio_core::Result<::fluxio_core::store::RunPage> {
                 self.server().list_runs(filter).await
             }
-            async fn delete(&self, run_id: &str) -> ::fluxio_core::Result<()> {
-                self.server().delete(run_id).await
+            async fn delete(&self, key: &str) -> ::fluxio_core::Result<()> {
+                self.server().delete(key).await
             }
-            async fn exists(&self, run_id: &str) -> ::fluxio_core::Result<bool> {
-                self.server().exists(run_id).await
+            async fn exists(&self, key: &str) -> ::fluxio_core::Result<bool> {
+                self.server().exists(key).await
             }
             async fn acquire_lease(
                 &self,
-                run_id: &str,
+                key: &str,
                 ttl: ::std::time::Duration,
             ) -> ::fluxio_core::Result<::fluxio_core::store::Lease> {
-                self.server().acquire_lease(run_id, ttl).await
+                self.server().acquire_lease(key, ttl).await
             }
             async fn renew_lease(
                 &self,
@@ -862,10 +949,10 @@ macro_rules! server_store {
             }
             async fn delete_fenced(
                 &self,
-                run_id: &str,
+                key: &str,
                 lease: &::fluxio_core::store::Lease,
             ) -> ::fluxio_core::Result<()> {
-                self.server().delete_fenced(run_id, lease).await
+                self.server().delete_fenced(key, lease).await
             }
             async fn begin_run(
                 &self,
@@ -883,8 +970,8 @@ macro_rules! server_store {
             ) -> ::fluxio_core::Result<()> {
                 self.server().finish_run(last, lease, delete).await
             }
-            async fn cancel(&self, run_id: &str) -> ::fluxio_core::Result<()> {
-                self.server().cancel(run_id).await
+            async fn cancel(&self, key: &str) -> ::fluxio_core::Result<()> {
+                self.server().cancel(key).await
             }
         }
     };
