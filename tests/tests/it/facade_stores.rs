@@ -30,7 +30,10 @@ fn store_types_are_named_through_the_facade() {
             timeout: Duration::from_secs(1),
         },
     );
-    let fluxio::Error::Store { source, .. } = &err else {
+    let fluxio::Error::Store {
+        source, backend, ..
+    } = &err
+    else {
         panic!("{err:?}")
     };
     assert!(
@@ -40,7 +43,9 @@ fn store_types_are_named_through_the_facade() {
     );
     assert!(source.downcast_ref::<fluxio::SqliteStoreError>().is_none());
     assert!(source.downcast_ref::<fluxio::RedisStoreError>().is_none());
-    assert!(source.downcast_ref::<fluxio::MySqlStoreError>().is_none());
+    // one type for both server stores: the backend tells them apart
+    assert!(source.downcast_ref::<fluxio::MySqlStoreError>().is_some());
+    assert_eq!(*backend, "postgres");
 }
 
 /// The facade keeps what a user needs in `store` and what a store's author
