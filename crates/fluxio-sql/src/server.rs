@@ -483,15 +483,7 @@ where
     /// # Errors
     /// A bad run id; the driver's; a corrupt payload.
     pub async fn load(&self, key: &str) -> Result<Option<Checkpoint>> {
-        check_run_id(key)?;
-        self.call("load", Retry::Once, |mut conn| async move {
-            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&self.sql.load)
-                .bind(key)
-                .fetch_all(&mut *conn)
-                .await?;
-            Ok(latest(key, parts)?)
-        })
-        .await
+        latest(key, self.payloads("load", &self.sql.load, key).await?)
     }
 
     /// One statement: every stored step of the run, oldest first.
@@ -499,13 +491,24 @@ where
     /// # Errors
     /// A bad run id; the driver's; a corrupt payload.
     pub async fn history(&self, key: &str) -> Result<Vec<Checkpoint>> {
+        let parts = self.payloads("history", &self.sql.history, key).await?;
+        Checkpoint::journal_from_entries(key, parts)
+    }
+
+    /// The payloads `statement` reads of run `key`, in the call `operation`.
+    async fn payloads(
+        &self,
+        operation: &'static str,
+        statement: &str,
+        key: &str,
+    ) -> Result<Vec<Vec<u8>>> {
         check_run_id(key)?;
-        self.call("history", Retry::Once, |mut conn| async move {
-            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&self.sql.history)
+        self.call(operation, Retry::Once, |mut conn| async move {
+            let parts = sqlx::query_scalar(statement)
                 .bind(key)
                 .fetch_all(&mut *conn)
                 .await?;
-            Ok(Checkpoint::journal_from_entries(key, parts)?)
+            Ok(parts)
         })
         .await
     }
