@@ -558,7 +558,7 @@ where
         .await
     }
 
-    /// The dialect's [acquire](Dialect::acquire) in a transaction, on a
+    /// The shared [acquire](crate::acquire) in a transaction, on a
     /// connection pinged first, and never sent twice: a second attempt
     /// after a first that committed would find that lease and report
     /// `RunIdInUse`.

@@ -74,8 +74,11 @@ fn step(index: usize, ctx: Context, resources: &Resources) -> StageFuture {
             tokio::time::timeout(Duration::from_secs(30), line.refused.seen.notified())
                 .await
                 .map_err(|_| "no fenced save was refused as cancelled")?;
-            // the refusal's answer is on its way back to the run: let it land
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // the refusal is told from inside the store's call: the run's
+            // writer records it just after that call returns, on another
+            // thread, which on a loaded machine may wait for a core; no
+            // signal marks that moment, so give it ample time
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         let mut ctx = ctx.set("n", index as u64 + 1)?;
         if index == 2 && ctx.get_opt::<bool>("deep").unwrap_or(false) {
