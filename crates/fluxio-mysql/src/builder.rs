@@ -1,21 +1,17 @@
 //! [`MySqlStoreBuilder`]: the settings of a [`MySqlStore`], their defaults
 //! and their validation, and the pool they make.
 
-use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use fluxio_core::Result;
 use fluxio_core::store::RedactedUrl;
-use fluxio_sql::{ServerStore, Settings};
+use fluxio_sql::Settings;
 use sqlx::Executor as _;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 
 use crate::dialect::MySql;
-use crate::error::own_error;
-use crate::statements::{Names, statements};
-use crate::store::{Inner, MySqlStore};
+use crate::store::MySqlStoreBuilder;
 
 pub use fluxio_sql::{DEFAULT_COMPLETED_RETENTION, DEFAULT_TABLE, DEFAULT_TIMEOUT};
 
@@ -25,68 +21,18 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// The default pool size.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 
-/// Where the store's connections come from.
-pub(crate) type Source = fluxio_sql::Source<sqlx::MySql>;
-
-/// Settings of a [`MySqlStore`]; made by [`MySqlStore::builder`] or
-/// [`MySqlStore::from_pool`].
-///
-/// ```no_run
-/// # async fn f() -> fluxio_core::Result<()> {
-/// use std::time::Duration;
-/// use fluxio_mysql::MySqlStore;
-///
-/// let store = MySqlStore::builder("mysql://app:secret@db.internal/app")
-///     .table("checkpoints")
-///     .max_connections(20)
-///     .completed_retention(Some(Duration::from_secs(24 * 60 * 60)))
-///     .timeout(Duration::from_secs(5))
-///     .connect()
-///     .await?;
-/// # let _ = store; Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct MySqlStoreBuilder {
-    source: Source,
-    database: Option<String>,
-    pub(crate) settings: fluxio_sql::Settings,
-}
-
-impl fmt::Debug for MySqlStoreBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlStoreBuilder")
-            .field("url", &self.source)
-            .field("database", &self.database)
-            .field("settings", &self.settings)
-            .finish()
-    }
-}
-
 impl MySqlStoreBuilder {
-    pub(crate) fn new(source: Source) -> Self {
-        MySqlStoreBuilder {
-            source,
-            database: None,
-            settings: fluxio_sql::Settings::new(DEFAULT_MAX_CONNECTIONS),
-        }
-    }
-
-    /// The database of the tables (default: the URL's, or the pool's
-    /// connections'); created if missing. Must match
-    /// `^[a-z_][a-z0-9_]{0,62}$` and not be a system database (`mysql`,
-    /// `information_schema`, `performance_schema`, `sys`).
-    #[must_use]
-    pub fn database(mut self, database: impl Into<String>) -> Self {
-        self.database = Some(database.into());
-        self
-    }
-
     fluxio_sql::settings_setters! {
+        /// The database of the tables (default: the URL's, or the pool's
+        /// connections'); created if missing. Must match
+        /// `^[a-z_][a-z0-9_]{0,62}$` and not be a system database (`mysql`,
+        /// `information_schema`, `performance_schema`, `sys`).
+        database,
         /// The checkpoint table (default `fluxio_checkpoints`). Must match
         /// `^[a-z_][a-z0-9_]{0,62}$` and be at most 54 characters (so that
         /// `<table>_pipelines` fits in MySQL's 64).
         table,
-        /// The pool's size (default 10). Ignored for [`MySqlStore::from_pool`].
+        /// The pool's size (default 10). Ignored for [`MySqlStore::from_pool`](crate::MySqlStore::from_pool).
         max_connections,
         /// The most any store call may take (default 10 s), waiting for a
         /// pooled connection and for row locks included (the session's
@@ -100,28 +46,9 @@ impl MySqlStoreBuilder {
         /// version this build reads ([`MySqlStoreError::SchemaOutdated`](crate::MySqlStoreError::SchemaOutdated),
         /// [`MySqlStoreError::MigrationChanged`](crate::MySqlStoreError::MigrationChanged)). The store's own connections
         /// are read-only sessions, so every write fails with the server's
-        /// error; a pool given to [`from_pool`](MySqlStore::from_pool) is used
+        /// error; a pool given to [`from_pool`](crate::MySqlStore::from_pool) is used
         /// as it is.
         read_only,
-    }
-
-    /// Builds the store without connecting or migrating: the first call
-    /// connects. Call [`MySqlStore::migrate`] before the first run unless
-    /// the tables exist already.
-    ///
-    /// # Errors
-    /// [`Error::Store`](fluxio_core::Error::Store) for an invalid setting or URL;
-    /// [`Error::NoRuntime`](fluxio_core::Error::NoRuntime) outside a tokio runtime (for a store built from
-    /// a URL: its pool needs one).
-    pub fn connect_lazy(self) -> Result<MySqlStore> {
-        let names =
-            Names::new(self.database.as_deref(), &self.settings.table).map_err(own_error)?;
-        let longest = (MAX_TIMEOUT, "a year");
-        let sql = statements(&names);
-        let server = ServerStore::build(self.source, self.settings, longest, sql, url_pool)?;
-        Ok(MySqlStore {
-            inner: Arc::new(Inner { server, names }),
-        })
     }
 }
 
@@ -129,7 +56,7 @@ impl MySqlStoreBuilder {
 /// (as Postgres's do: each statement of a transaction sees what committed
 /// before it, which the trims and the fenced writes rely on), wait for a
 /// row lock at most the timeout, and are read-only when the store is.
-fn url_pool(url: &str, settings: &Settings) -> Result<(MySqlPool, RedactedUrl)> {
+pub(crate) fn url_pool(url: &str, settings: &Settings) -> Result<(MySqlPool, RedactedUrl)> {
     let options =
         fluxio_sql::pool_options::<sqlx::MySql>(settings, "MySqlStoreBuilder::connect_lazy")?;
     let redacted = RedactedUrl::new(url);

@@ -4,10 +4,17 @@
 //! from a table of its own (MySQL has no sequences, and its upserts return
 //! nothing).
 
-use fluxio_sql::Params;
+use std::time::Duration;
+
+use fluxio_core::store::RedactedUrl;
+use fluxio_sql::{Params, ServerSql, Settings};
 use sqlx::error::DatabaseError;
-use sqlx::mysql::MySqlDatabaseError;
-use sqlx::mysql::MySqlQueryResult;
+use sqlx::migrate::Migrator;
+use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlQueryResult};
+
+use crate::MySqlStoreError;
+use crate::builder::MAX_TIMEOUT;
+use crate::statements::Names;
 
 /// MySQL's and MariaDB's dialect.
 #[derive(Debug)]
@@ -31,6 +38,30 @@ impl fluxio_sql::Server for MySql {
 
     fn rows_affected(done: &MySqlQueryResult) -> u64 {
         done.rows_affected()
+    }
+
+    type Names = Names;
+    const LONGEST_TIMEOUT: (Duration, &'static str) = (MAX_TIMEOUT, "a year");
+
+    fn names(settings: &Settings) -> Result<Names, MySqlStoreError> {
+        Names::new(settings.namespace.as_deref(), &settings.table)
+    }
+
+    fn statements(names: &Names) -> ServerSql {
+        crate::statements::statements(names)
+    }
+
+    fn url_pool(url: &str, settings: &Settings) -> fluxio_core::Result<(MySqlPool, RedactedUrl)> {
+        crate::builder::url_pool(url, settings)
+    }
+
+    const MIGRATOR: &'static Migrator = &crate::migrate::MIGRATOR;
+
+    fn applied<'c>(
+        conn: &'c mut MySqlConnection,
+        names: &'c Names,
+    ) -> impl Future<Output = sqlx::Result<Option<Vec<(i64, Vec<u8>)>>>> + Send + 'c {
+        crate::migrate::applied(conn, names)
     }
 }
 

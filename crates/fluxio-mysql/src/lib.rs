@@ -103,7 +103,7 @@ mod plan;
 
 pub use builder::{
     DEFAULT_COMPLETED_RETENTION, DEFAULT_MAX_CONNECTIONS, DEFAULT_TABLE, DEFAULT_TIMEOUT,
-    MAX_TIMEOUT, MySqlStoreBuilder,
+    MAX_TIMEOUT,
 };
 pub use error::{BACKEND, MySqlStoreError};
-pub use store::MySqlStore;
+pub use store::{MySqlStore, MySqlStoreBuilder};

@@ -19,7 +19,7 @@ use crate::statements::Names;
 
 /// The migrations under `crates/fluxio-mysql/migrations/`, embedded at
 /// compile time. Their SQL is a template over the tables' names.
-static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 /// How long a runner waits for another one's lock, in seconds (the store's
 /// timeout bounds the call as a whole).
@@ -78,12 +78,6 @@ pub(crate) async fn applied(
     .fetch_all(&mut *conn)
     .await?;
     Ok(Some(applied))
-}
-
-/// Whether the migrations `applied` are ones this build reads (see
-/// [`fluxio_sql::readable`]), as the store's error otherwise.
-pub(crate) fn readable(names: &Names, applied: &[(i64, Vec<u8>)]) -> fluxio_core::Result<()> {
-    fluxio_sql::readable(&MIGRATOR, applied, &names.table).map_err(|u| unreadable(names, u))
 }
 
 /// The store's error for migrations it cannot read.

@@ -31,6 +31,18 @@ fn validate(setting: &'static str, value: &str) -> Result<(), MySqlStoreError> {
     })
 }
 
+impl fluxio_sql::server::Tables for Names {
+    const NAMESPACE: &'static str = "database";
+
+    fn namespace(&self) -> Option<&str> {
+        self.database.as_deref()
+    }
+
+    fn table(&self) -> &str {
+        &self.table
+    }
+}
+
 impl Names {
     /// Validates the database and table names.
     pub(crate) fn new(database: Option<&str>, table: &str) -> Result<Self, MySqlStoreError> {

@@ -2,51 +2,47 @@
 //! are `fluxio_sql::ServerStore`'s, one statement or one transaction each,
 //! on this store's statements (`statements.rs`).
 
-use std::fmt;
-use std::sync::Arc;
-
 use fluxio_core::Result;
+use fluxio_sql::Failure;
 use fluxio_sql::server::Retry;
-use fluxio_sql::{Failure, ServerStore};
 use sqlx::mysql::MySqlPool;
 
-use crate::builder::MySqlStoreBuilder;
 use crate::dialect::MySql;
-use crate::error::{MySqlStoreError, own_error};
 use crate::migrate;
-use crate::statements::Names;
 
 /// What a statement that writes a journal entry carries besides it (the
 /// key, the other values, the protocol's framing), with room to spare.
 const STATEMENT_MARGIN: u64 = 16 * 1024;
 
-/// A [`CheckpointStore`](fluxio_core::store::CheckpointStore) in MySQL 8
-/// or MariaDB 10.11+, on a sqlx [`MySqlPool`].
-///
-/// Cloning is cheap (one `Arc`) and the clones share the pool. See the
-/// [crate documentation](crate) for the tables, the lease protocol and the
-/// guarantees.
-#[derive(Clone)]
-pub struct MySqlStore {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) server: ServerStore<MySql>,
-    pub(crate) names: Names,
-}
-
-impl fmt::Debug for MySqlStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let server = self.server();
-        f.debug_struct("MySqlStore")
-            .field("url", &server.shown_url())
-            .field("database", &self.inner.names.database)
-            .field("table", &self.inner.names.table)
-            .field("timeout", &server.timeout())
-            .field("retention", &server.retention())
-            .finish_non_exhaustive()
-    }
+fluxio_sql::server_store! {
+    /// A [`CheckpointStore`](fluxio_core::store::CheckpointStore) in MySQL 8
+    /// or MariaDB 10.11+, on a sqlx [`MySqlPool`].
+    ///
+    /// Cloning is cheap (one `Arc`) and the clones share the pool. See the
+    /// [crate documentation](crate) for the tables, the lease protocol and the
+    /// guarantees.
+    pub struct MySqlStore;
+    /// Settings of a [`MySqlStore`]; made by [`MySqlStore::builder`] or
+    /// [`MySqlStore::from_pool`].
+    ///
+    /// ```no_run
+    /// # async fn f() -> fluxio_core::Result<()> {
+    /// use std::time::Duration;
+    /// use fluxio_mysql::MySqlStore;
+    ///
+    /// let store = MySqlStore::builder("mysql://app:secret@db.internal/app")
+    ///     .table("checkpoints")
+    ///     .max_connections(20)
+    ///     .completed_retention(Some(Duration::from_secs(24 * 60 * 60)))
+    ///     .timeout(Duration::from_secs(5))
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    pub struct MySqlStoreBuilder;
+    dialect MySql;
+    pool MySqlPool;
+    max_connections crate::builder::DEFAULT_MAX_CONNECTIONS;
 }
 
 impl MySqlStore {
@@ -54,18 +50,7 @@ impl MySqlStore {
     /// connection's).
     #[must_use]
     pub fn database(&self) -> Option<&str> {
-        self.inner.names.database.as_deref()
-    }
-
-    /// The checkpoint table.
-    #[must_use]
-    pub fn table(&self) -> &str {
-        &self.inner.names.table
-    }
-
-    /// The store's body, shared with the other server stores.
-    pub(crate) fn server(&self) -> &ServerStore<MySql> {
-        &self.inner.server
+        self.server().names().database.as_deref()
     }
 
     /// Creates the database if needed and applies the pending migrations.
@@ -78,7 +63,7 @@ impl MySqlStore {
     /// [`Error::Store`](fluxio_core::Error::Store) with the sqlx error, a
     /// [`MySqlStoreError::MigrationChanged`] or a timeout.
     pub async fn migrate(&self) -> Result<()> {
-        let names = &self.inner.names;
+        let names = self.server().names();
         let applied = self
             .server()
             .call("migrate", Retry::Once, |conn| async move {
@@ -125,20 +110,7 @@ impl MySqlStore {
     /// Checks, writing and locking nothing, that the database holds the
     /// store's tables at a schema version this build reads.
     pub(crate) async fn check_readable(&self) -> Result<()> {
-        let names = &self.inner.names;
-        let applied = self
-            .server()
-            .call("open", Retry::Once, |mut conn| async move {
-                Ok::<_, Failure>(migrate::applied(&mut conn, names).await?)
-            })
-            .await?;
-        let Some(applied) = applied else {
-            return Err(own_error(MySqlStoreError::NoTables {
-                schema: names.shown_database().to_owned(),
-                table: names.table.clone(),
-            }));
-        };
-        migrate::readable(names, &applied)?;
+        self.server().check_tables().await?;
         self.read_packet_limit().await
     }
 
@@ -158,5 +130,3 @@ impl MySqlStore {
         self.server().purge_expired().await
     }
 }
-
-fluxio_sql::server_store!(MySqlStore, MySqlStoreBuilder, MySqlPool);

@@ -8,9 +8,18 @@
 //! runs the writes inside a transaction that locks the run's row
 //! (`FOR UPDATE`, or by writing it first).
 
-use fluxio_sql::Params;
+use std::time::Duration;
+
+use fluxio_core::store::RedactedUrl;
+use fluxio_sql::{Params, ServerSql, Settings};
+use sqlx::PgConnection;
 use sqlx::error::DatabaseError;
-use sqlx::postgres::PgQueryResult;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgPool, PgQueryResult};
+
+use crate::PostgresStoreError;
+use crate::builder::{DEFAULT_SCHEMA, MAX_TIMEOUT};
+use crate::statements::Names;
 
 /// PostgreSQL's side of the journal: sqlx's Postgres driver, times as
 /// seconds in a float8 (the SQL makes a timestamp or an interval of it).
@@ -56,6 +65,34 @@ impl fluxio_sql::Server for Postgres {
 
     fn rows_affected(done: &PgQueryResult) -> u64 {
         done.rows_affected()
+    }
+
+    type Names = Names;
+    const LONGEST_TIMEOUT: (Duration, &'static str) = (
+        MAX_TIMEOUT,
+        "i32::MAX milliseconds (about 24 days: the server's statement_timeout)",
+    );
+
+    fn names(settings: &Settings) -> Result<Names, PostgresStoreError> {
+        let schema = settings.namespace.as_deref().unwrap_or(DEFAULT_SCHEMA);
+        Names::new(schema, &settings.table)
+    }
+
+    fn statements(names: &Names) -> ServerSql {
+        crate::statements::statements(names)
+    }
+
+    fn url_pool(url: &str, settings: &Settings) -> fluxio_core::Result<(PgPool, RedactedUrl)> {
+        crate::connection::url_pool(url, settings)
+    }
+
+    const MIGRATOR: &'static Migrator = &crate::migrate::MIGRATOR;
+
+    fn applied<'c>(
+        conn: &'c mut PgConnection,
+        names: &'c Names,
+    ) -> impl Future<Output = sqlx::Result<Option<Vec<(i64, Vec<u8>)>>>> + Send + 'c {
+        crate::migrate::applied(conn, names)
     }
 }
 

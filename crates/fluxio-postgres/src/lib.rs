@@ -288,7 +288,7 @@ mod store;
 
 pub use builder::{
     DEFAULT_COMPLETED_RETENTION, DEFAULT_MAX_CONNECTIONS, DEFAULT_SCHEMA, DEFAULT_TABLE,
-    DEFAULT_TIMEOUT, MAX_TIMEOUT, PostgresStoreBuilder,
+    DEFAULT_TIMEOUT, MAX_TIMEOUT,
 };
 pub use error::{BACKEND, PostgresStoreError};
-pub use store::PostgresStore;
+pub use store::{PostgresStore, PostgresStoreBuilder};

@@ -18,7 +18,7 @@ use crate::statements::Names;
 
 /// The migrations under `crates/fluxio-postgres/migrations/`, embedded at
 /// compile time. Their SQL is a template over `{checkpoints}` and `{leases}`.
-static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 /// The first key of the transaction-level advisory lock the runner takes
 /// (`"flux"`); the second is `hashtext(schema)`.
@@ -59,16 +59,6 @@ pub(crate) async fn applied(
     .fetch_all(&mut *conn)
     .await?;
     Ok(Some(applied))
-}
-
-/// Whether the migrations `applied` are ones this build reads (see
-/// [`fluxio_sql::readable`]), as the store's error otherwise.
-pub(crate) fn readable(
-    names: &Names,
-    applied: &[(i64, Vec<u8>)],
-) -> Result<(), PostgresStoreError> {
-    fluxio_sql::readable(&MIGRATOR, applied, &names.table)
-        .map_err(|u| PostgresStoreError::unreadable(&names.schema, &names.table, u))
 }
 
 /// Applies the pending migrations in one transaction, under a

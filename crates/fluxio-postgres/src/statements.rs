@@ -29,6 +29,18 @@ pub(crate) struct Names {
     pub(crate) table: String,
 }
 
+impl fluxio_sql::server::Tables for Names {
+    const NAMESPACE: &'static str = "schema";
+
+    fn namespace(&self) -> Option<&str> {
+        Some(&self.schema)
+    }
+
+    fn table(&self) -> &str {
+        &self.table
+    }
+}
+
 impl Names {
     /// Validates the schema and table names.
     pub(crate) fn new(schema: &str, table: &str) -> Result<Self, PostgresStoreError> {

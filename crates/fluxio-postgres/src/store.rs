@@ -2,65 +2,49 @@
 //! calls are `fluxio_sql::ServerStore`'s, one statement or one transaction
 //! each, on this store's statements (`statements.rs`).
 
-use std::fmt;
-use std::sync::Arc;
-
 use fluxio_core::Result;
 use fluxio_sql::server::Retry;
-use fluxio_sql::{Failure, ServerStore};
 use sqlx::postgres::PgPool;
 
-use crate::builder::PostgresStoreBuilder;
 use crate::dialect::Postgres;
 use crate::migrate;
-use crate::statements::Names;
 
-/// A [`CheckpointStore`](fluxio_core::store::CheckpointStore) in PostgreSQL, on a sqlx [`PgPool`].
-///
-/// Cloning is cheap (one `Arc`) and the clones share the pool. See the
-/// [crate documentation](crate) for the schema, the lease protocol, retention
-/// and the guarantees.
-#[derive(Clone)]
-pub struct PostgresStore {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) server: ServerStore<Postgres>,
-    pub(crate) names: Names,
-}
-
-impl fmt::Debug for PostgresStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let server = self.server();
-        let retention = server.retention();
-        f.debug_struct("PostgresStore")
-            .field("url", &server.shown_url())
-            .field("schema", &self.inner.names.schema)
-            .field("table", &self.inner.names.table)
-            .field("timeout", &server.timeout())
-            .field("completed_retention", &retention.expire_after)
-            .field("keep_completed", &retention.keep_completed)
-            .finish_non_exhaustive()
-    }
+fluxio_sql::server_store! {
+    /// A [`CheckpointStore`](fluxio_core::store::CheckpointStore) in PostgreSQL, on a sqlx [`PgPool`].
+    ///
+    /// Cloning is cheap (one `Arc`) and the clones share the pool. See the
+    /// [crate documentation](crate) for the schema, the lease protocol, retention
+    /// and the guarantees.
+    pub struct PostgresStore;
+    /// Settings of a [`PostgresStore`]; made by [`PostgresStore::builder`] or
+    /// [`PostgresStore::from_pool`].
+    ///
+    /// ```no_run
+    /// # async fn f() -> fluxio_core::Result<()> {
+    /// use std::time::Duration;
+    /// use fluxio_postgres::PostgresStore;
+    ///
+    /// let store = PostgresStore::builder("postgres://app:secret@db.internal/app")
+    ///     .schema("orders")
+    ///     .table("checkpoints")
+    ///     .max_connections(20)
+    ///     .completed_retention(Some(Duration::from_secs(24 * 60 * 60)))
+    ///     .timeout(Duration::from_secs(5))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub struct PostgresStoreBuilder;
+    dialect Postgres;
+    pool PgPool;
+    max_connections crate::builder::DEFAULT_MAX_CONNECTIONS;
 }
 
 impl PostgresStore {
-    /// The store's body, shared with the other server stores.
-    pub(crate) fn server(&self) -> &ServerStore<Postgres> {
-        &self.inner.server
-    }
-
     /// The schema of the tables.
     #[must_use]
     pub fn schema(&self) -> &str {
-        &self.inner.names.schema
-    }
-
-    /// The checkpoint table (the lease table is `<table>_leases`).
-    #[must_use]
-    pub fn table(&self) -> &str {
-        &self.inner.names.table
+        &self.server().names().schema
     }
 
     /// Creates the schema if needed and applies the pending migrations.
@@ -74,19 +58,19 @@ impl PostgresStore {
     /// [`PostgresStoreError::MigrationChanged`](crate::PostgresStoreError::MigrationChanged)
     /// or a timeout.
     pub async fn migrate(&self) -> Result<()> {
-        let inner = &self.inner;
+        let names = self.server().names();
         // One transaction, which a retry repeats only if it did not commit, or
         // finds done.
         let applied = self
             .server()
             .call("migrate", Retry::Once, |mut conn| async move {
-                migrate::run(&mut conn, &inner.names).await
+                migrate::run(&mut conn, names).await
             })
             .await?;
         tracing::debug!(
             url = self.server().shown_url(),
-            schema = %inner.names.schema,
-            table = %inner.names.table,
+            schema = %names.schema,
+            table = %names.table,
             applied,
             "checkpoint tables are up to date"
         );
@@ -105,22 +89,7 @@ impl PostgresStore {
     /// [`MigrationChanged`](crate::PostgresStoreError::MigrationChanged),
     /// the sqlx error, or a timeout.
     pub(crate) async fn check_readable(&self) -> Result<()> {
-        let inner = &self.inner;
-        let applied = self
-            .server()
-            .call("open", Retry::Once, |mut conn| async move {
-                Ok::<_, Failure>(migrate::applied(&mut conn, &inner.names).await?)
-            })
-            .await?;
-        let Some(applied) = applied else {
-            return Err(crate::error::own_error(
-                crate::PostgresStoreError::NoTables {
-                    schema: inner.names.schema.clone(),
-                    table: inner.names.table.clone(),
-                },
-            ));
-        };
-        migrate::readable(&inner.names, &applied).map_err(crate::error::own_error)
+        self.server().check_tables().await
     }
 
     /// Deletes the checkpoints of completed runs whose retention has passed
@@ -139,8 +108,6 @@ impl PostgresStore {
         self.server().purge_expired().await
     }
 }
-
-fluxio_sql::server_store!(PostgresStore, PostgresStoreBuilder, PgPool);
 
 #[cfg(test)]
 mod tests {
@@ -194,7 +161,7 @@ mod tests {
             .expect("connect");
         let seed = support::checkpoint("seed", 3).in_pipeline("orders");
         store.save(seed.clone()).await.expect("save");
-        let table = store.inner.names.checkpoints_qualified();
+        let table = store.server().names().checkpoints_qualified();
         // The seed's row, cloned under new keys: 10,000 runs of `orders`,
         // one in ten failed, and 10,000 of `other`, one in two failed (so
         // that the pipeline's own index is the one that reads least).
@@ -213,7 +180,7 @@ mod tests {
         .expect("clone the seed's row");
         // Every run had a lease once; they are released (as a worker leaves
         // them), so the running runs are abandoned.
-        let leases = store.inner.names.leases_qualified();
+        let leases = store.server().names().leases_qualified();
         sqlx::query(&format!(
             "INSERT INTO {leases} (run_id, expires_at) SELECT run_id, NULL FROM {table}"
         ))

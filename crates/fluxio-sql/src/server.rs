@@ -23,6 +23,7 @@ use fluxio_core::store::{
 };
 use fluxio_core::{Error, Result};
 use sqlx::error::DatabaseError;
+use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
 use sqlx::{
     ColumnIndex, Connection as _, Database, Decode, Encode, Executor, IntoArguments, Pool, Type,
@@ -106,6 +107,54 @@ pub trait Server: Dialect + Send + Sync + 'static {
     }
     /// How many rows a statement affected (matched, for an `UPDATE`).
     fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
+
+    /// The validated names of one store's tables.
+    type Names: Tables;
+    /// The longest timeout the server takes, and the words that say what
+    /// bounds it (in the refusal of a longer one).
+    const LONGEST_TIMEOUT: (Duration, &'static str);
+
+    /// The names of the tables `settings` asks for, checked.
+    ///
+    /// # Errors
+    /// [`ServerStoreError::InvalidSetting`] naming the setting.
+    fn names(settings: &Settings) -> std::result::Result<Self::Names, ServerStoreError>;
+    /// The statements of a store on `names`.
+    fn statements(names: &Self::Names) -> ServerSql;
+    /// A pool of the store's own on `url` (connecting lazily, with the
+    /// session settings `settings` call for), and the URL, redacted.
+    ///
+    /// # Errors
+    /// [`Error::NoRuntime`] outside a tokio runtime; [`Error::Store`] for a
+    /// URL the driver refuses.
+    fn url_pool(url: &str, settings: &Settings) -> Result<(Pool<Self::Db>, RedactedUrl)>;
+
+    /// The store's migrations, embedded at compile time.
+    const MIGRATOR: &'static Migrator;
+    /// The migrations applied to the store's tables (version and
+    /// checksum), read without writing or locking; `None` when the tables
+    /// or their bookkeeping do not exist.
+    fn applied<'c>(
+        conn: &'c mut <Self::Db as Database>::Connection,
+        names: &'c Self::Names,
+    ) -> impl Future<Output = sqlx::Result<Option<Vec<(i64, Vec<u8>)>>>> + Send + 'c;
+}
+
+/// What a store's [`Server::Names`] tell of where its tables are, for its
+/// `Debug` and its getters.
+#[doc(hidden)]
+pub trait Tables: fmt::Debug + Send + Sync + 'static {
+    /// The setting that says where the tables are (`"schema"`,
+    /// `"database"`).
+    const NAMESPACE: &'static str;
+    /// Its value; `None`: the connection's.
+    fn namespace(&self) -> Option<&str>;
+    /// The checkpoint table.
+    fn table(&self) -> &str;
+    /// Where the tables are, as messages name it.
+    fn shown_namespace(&self) -> &str {
+        self.namespace().unwrap_or("<the URL's>")
+    }
 }
 
 /// The statements of one server store, built once from its validated,
@@ -141,6 +190,7 @@ pub struct ServerSql {
 #[doc(hidden)]
 pub struct ServerStore<S: Server> {
     pool: Pool<S::Db>,
+    names: S::Names,
     sql: ServerSql,
     timeout: Duration,
     retention: Retention,
@@ -169,14 +219,27 @@ pub enum Retry {
 
 impl<S: Server> fmt::Debug for ServerStore<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServerStore")
-            .field("backend", &S::BACKEND)
+        self.fmt_as("ServerStore", f)
+    }
+}
+
+impl<S: Server> ServerStore<S> {
+    /// The `Debug` of a store type `name` on this body: its URL (redacted),
+    /// where its tables are, its timeout and retention.
+    ///
+    /// # Errors
+    /// The formatter's.
+    pub fn fmt_as(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(name)
             .field(
                 "url",
                 &self.url.as_ref().map_or("<given pool>", |u| u.url.as_str()),
             )
+            .field(S::Names::NAMESPACE, &self.names.namespace())
+            .field("table", &self.names.table())
             .field("timeout", &self.timeout)
-            .field("retention", &self.retention)
+            .field("completed_retention", &self.retention.expire_after)
+            .field("keep_completed", &self.retention.keep_completed)
             .finish_non_exhaustive()
     }
 }
@@ -230,35 +293,31 @@ where
     for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
 {
-    /// The body of a store with `settings` on `source` (a pool of its own
-    /// from `url_pool`, or the application's), running `sql`.
+    /// The body of a store with `settings` on `source` (a pool of its own,
+    /// [`Server::url_pool`], or the application's), on the tables
+    /// `settings` name.
     ///
     /// # Errors
     /// [`ServerStoreError::InvalidSetting`] for a setting out of range (a
-    /// timeout over the `longest` one, with the words that say what bounds
-    /// it); `url_pool`'s.
-    pub fn build(
-        source: Source<DB>,
-        settings: Settings,
-        longest: (Duration, &str),
-        sql: ServerSql,
-        url_pool: impl FnOnce(&str, &Settings) -> Result<(Pool<DB>, RedactedUrl)>,
-    ) -> Result<Self> {
-        if let Some((setting, value, reason)) = settings.refusal(Some(longest)) {
-            return Err(
-                ServerStoreError::invalid(setting, value, reason).into_store_error(S::BACKEND)
-            );
+    /// timeout over [`Server::LONGEST_TIMEOUT`]) or a name the server
+    /// refuses; [`Server::url_pool`]'s.
+    pub fn build(source: Source<DB>, settings: Settings) -> Result<Self> {
+        let invalid = |e: ServerStoreError| e.into_store_error(S::BACKEND);
+        if let Some((setting, value, reason)) = settings.refusal(Some(S::LONGEST_TIMEOUT)) {
+            return Err(invalid(ServerStoreError::invalid(setting, value, reason)));
         }
+        let names = S::names(&settings).map_err(invalid)?;
         let (pool, url) = match source {
             Source::Pool(pool) => (pool, None),
             Source::Url(url) => {
-                let (pool, redacted) = url_pool(&url, &settings)?;
+                let (pool, redacted) = S::url_pool(&url, &settings)?;
                 (pool, Some(redacted))
             }
         };
         Ok(ServerStore {
             pool,
-            sql,
+            sql: S::statements(&names),
+            names,
             timeout: settings.timeout,
             retention: settings.retention,
             url,
@@ -293,6 +352,11 @@ where
     /// The pool the store runs on.
     pub fn pool(&self) -> &Pool<DB> {
         &self.pool
+    }
+
+    /// The names of the store's tables.
+    pub fn names(&self) -> &S::Names {
+        &self.names
     }
 
     /// The store's statements.
@@ -793,6 +857,35 @@ where
         .await
     }
 
+    /// Checks, writing and locking nothing, that the store's tables exist
+    /// at a schema version this build reads: every migration it knows
+    /// ([`Server::MIGRATOR`]) applied, unchanged (newer ones are fine:
+    /// migrations only add). What a read-only store does where another
+    /// migrates.
+    ///
+    /// # Errors
+    /// [`ServerStoreError::NoTables`], [`SchemaOutdated`](ServerStoreError::SchemaOutdated)
+    /// or [`MigrationChanged`](ServerStoreError::MigrationChanged), naming
+    /// the tables; the driver's.
+    pub async fn check_tables(&self) -> Result<()> {
+        let names = &self.names;
+        let applied = self
+            .call("open", Retry::Once, |mut conn| async move {
+                Ok::<_, Failure>(S::applied(&mut conn, names).await?)
+            })
+            .await?;
+        let (schema, table) = (names.shown_namespace(), names.table());
+        let refused = |e: ServerStoreError| e.into_store_error(S::BACKEND);
+        let Some(applied) = applied else {
+            return Err(refused(ServerStoreError::NoTables {
+                schema: schema.to_owned(),
+                table: table.to_owned(),
+            }));
+        };
+        crate::readable(S::MIGRATOR, &applied, table)
+            .map_err(|u| refused(ServerStoreError::unreadable(schema, table, u)))
+    }
+
     /// Deletes the completed runs whose retention has passed, and the
     /// lease rows that are released or expired (not counted), in one
     /// transaction; returns how many runs it deleted. Never sent twice: a
@@ -815,13 +908,49 @@ where
     }
 }
 
-/// Implements [`CheckpointStore`](fluxio_core::store::CheckpointStore) for
-/// a store type whose `server()` method returns its [`ServerStore`]: each
-/// call is the body's.
+/// A server store's types and what they share: the store type (a cheap
+/// clone of one `Arc` of its [`ServerStore`]) with its `Debug`, `connect`,
+/// `builder`, `from_pool`, `pool` and `table`, and the
+/// [`CheckpointStore`](fluxio_core::store::CheckpointStore) calls, each
+/// the body's; its builder (where its connections come from and its
+/// [`Settings`], set by [`settings_setters!`](crate::settings_setters))
+/// with `connect` and `connect_lazy`. The store crate writes the docs of
+/// both types, the builder's other setters and the store's other calls
+/// (`migrate` and `check_readable` among them).
+///
+/// The one-argument form implements only the trait, for a store type
+/// whose `server()` method returns its [`ServerStore`].
 #[doc(hidden)]
 #[macro_export]
 macro_rules! server_store {
-    ($store:ident, $builder:ident, $pool:ty) => {
+    (
+        $(#[$store_meta:meta])*
+        pub struct $store:ident;
+        $(#[$builder_meta:meta])*
+        pub struct $builder:ident;
+        dialect $dialect:ty;
+        pool $pool:ty;
+        max_connections $max:expr;
+    ) => {
+        $(#[$store_meta])*
+        #[derive(Clone)]
+        pub struct $store {
+            inner: ::std::sync::Arc<$crate::ServerStore<$dialect>>,
+        }
+
+        impl ::std::fmt::Debug for $store {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                self.inner.fmt_as(stringify!($store), f)
+            }
+        }
+
+        $(#[$builder_meta])*
+        #[derive(Clone, Debug)]
+        pub struct $builder {
+            source: $crate::Source<<$dialect as $crate::Dialect>::Db>,
+            pub(crate) settings: $crate::Settings,
+        }
+
         $crate::server_store!($store);
 
         impl $store {
@@ -860,9 +989,27 @@ macro_rules! server_store {
             pub fn pool(&self) -> &$pool {
                 self.server().pool()
             }
+
+            /// The checkpoint table.
+            #[must_use]
+            pub fn table(&self) -> &str {
+                $crate::server::Tables::table(self.server().names())
+            }
+
+            /// The store's body, shared with the other server stores.
+            pub(crate) fn server(&self) -> &$crate::ServerStore<$dialect> {
+                &self.inner
+            }
         }
 
         impl $builder {
+            fn new(source: $crate::Source<<$dialect as $crate::Dialect>::Db>) -> Self {
+                $builder {
+                    source,
+                    settings: $crate::Settings::new($max),
+                }
+            }
+
             /// Builds the store and applies the pending migrations (creating
             /// what is missing on first use);
             /// [read-only](Self::read_only), it checks the tables instead.
@@ -887,6 +1034,24 @@ macro_rules! server_store {
                     store.migrate().await?;
                 }
                 Ok(store)
+            }
+
+            #[doc = concat!(
+                "Builds the store without connecting or migrating: the first call connects. ",
+                "For services that start before their database; call [`", stringify!($store),
+                "::migrate`] before the first run unless the tables exist already."
+            )]
+            ///
+            /// # Errors
+            /// [`Error::Store`](fluxio_core::Error::Store) for an invalid
+            /// setting or URL; [`Error::NoRuntime`](fluxio_core::Error::NoRuntime)
+            /// outside a tokio runtime (for a store built from a URL: its
+            /// pool needs one).
+            pub fn connect_lazy(self) -> ::fluxio_core::Result<$store> {
+                let server = $crate::ServerStore::build(self.source, self.settings)?;
+                Ok($store {
+                    inner: ::std::sync::Arc::new(server),
+                })
             }
         }
     };

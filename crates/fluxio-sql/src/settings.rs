@@ -32,6 +32,9 @@ const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 #[doc(hidden)]
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Where the tables are (a Postgres schema, a MySQL database; not yet
+    /// validated); `None`: the store's default.
+    pub namespace: Option<String>,
     /// The checkpoint table (not yet validated).
     pub table: String,
     /// The most connections the store's pool opens.
@@ -49,6 +52,7 @@ impl Settings {
     #[must_use]
     pub fn new(max_connections: u32) -> Self {
         Settings {
+            namespace: None,
             table: DEFAULT_TABLE.to_owned(),
             max_connections,
             retention: Retention {
@@ -153,8 +157,8 @@ pub fn pool_options<DB: Database>(settings: &Settings, operation: &str) -> Resul
 
 /// The setters of a SQL store builder's [`Settings`] (its field
 /// `settings`), written inside the builder's `impl`: the ones listed, each
-/// with the docs given to it (`table`, `max_connections`, `timeout`,
-/// `read_only`), and always `completed_retention` and `keep_completed`,
+/// with the docs given to it (`schema` or `database`, `table`,
+/// `max_connections`, `timeout`, `read_only`), and always `completed_retention` and `keep_completed`,
 /// whose meaning is the same in every store.
 #[doc(hidden)]
 #[macro_export]
@@ -188,6 +192,22 @@ macro_rules! settings_setters {
         #[must_use]
         pub fn keep_completed(mut self, n: Option<usize>) -> Self {
             self.settings.retention.keep_completed = n;
+            self
+        }
+    };
+    (@one [$($doc:tt)*] schema) => {
+        $($doc)*
+        #[must_use]
+        pub fn schema(mut self, schema: impl Into<String>) -> Self {
+            self.settings.namespace = Some(schema.into());
+            self
+        }
+    };
+    (@one [$($doc:tt)*] database) => {
+        $($doc)*
+        #[must_use]
+        pub fn database(mut self, database: impl Into<String>) -> Self {
+            self.settings.namespace = Some(database.into());
             self
         }
     };
