@@ -1,16 +1,8 @@
 //! [`MySqlStoreBuilder`]: the settings of a [`MySqlStore`], their defaults
 //! and their validation, and the pool they make.
 
-use std::str::FromStr;
 use std::time::Duration;
 
-use fluxio_core::Result;
-use fluxio_core::store::RedactedUrl;
-use fluxio_sql::Settings;
-use sqlx::Executor as _;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
-
-use crate::dialect::MySql;
 use crate::store::MySqlStoreBuilder;
 
 pub use fluxio_sql::{DEFAULT_COMPLETED_RETENTION, DEFAULT_TABLE, DEFAULT_TIMEOUT};
@@ -50,36 +42,4 @@ impl MySqlStoreBuilder {
         /// as it is.
         read_only,
     }
-}
-
-/// A pool on `url`, connecting lazily, whose sessions read committed rows
-/// (as Postgres's do: each statement of a transaction sees what committed
-/// before it, which the trims and the fenced writes rely on), wait for a
-/// row lock at most the timeout, and are read-only when the store is.
-pub(crate) fn url_pool(url: &str, settings: &Settings) -> Result<(MySqlPool, RedactedUrl)> {
-    let options =
-        fluxio_sql::pool_options::<sqlx::MySql>(settings, "MySqlStoreBuilder::connect_lazy")?;
-    let redacted = RedactedUrl::new(url);
-    let connect = MySqlConnectOptions::from_str(url)
-        .map_err(|e| fluxio_sql::server::url_error::<MySql>(&redacted, e))?;
-    let lock_wait = settings.timeout.as_secs().max(1);
-    let access = if settings.read_only {
-        "READ ONLY"
-    } else {
-        "READ WRITE"
-    };
-    let session = format!(
-        "SET SESSION innodb_lock_wait_timeout = {lock_wait}; \
-         SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED, {access}"
-    );
-    let pool = options
-        .after_connect(move |conn: &mut sqlx::MySqlConnection, _| {
-            let session = session.clone();
-            Box::pin(async move {
-                conn.execute(sqlx::raw_sql(&session)).await?;
-                Ok(())
-            })
-        })
-        .connect_lazy_with(connect);
-    Ok((pool, redacted))
 }

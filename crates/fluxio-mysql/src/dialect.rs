@@ -10,7 +10,12 @@ use fluxio_core::store::RedactedUrl;
 use fluxio_sql::{Params, ServerSql, Settings};
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
-use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlQueryResult};
+use std::str::FromStr as _;
+
+use sqlx::Executor as _;
+use sqlx::mysql::{
+    MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlQueryResult,
+};
 
 use crate::MySqlStoreError;
 use crate::builder::MAX_TIMEOUT;
@@ -51,8 +56,36 @@ impl fluxio_sql::Server for MySql {
         crate::statements::statements(names)
     }
 
+    /// A pool on `url`, connecting lazily, whose sessions read committed rows
+    /// (as Postgres's do: each statement of a transaction sees what committed
+    /// before it, which the trims and the fenced writes rely on), wait for a
+    /// row lock at most the timeout, and are read-only when the store is.
     fn url_pool(url: &str, settings: &Settings) -> fluxio_core::Result<(MySqlPool, RedactedUrl)> {
-        crate::builder::url_pool(url, settings)
+        let options =
+            fluxio_sql::pool_options::<sqlx::MySql>(settings, "MySqlStoreBuilder::connect_lazy")?;
+        let redacted = RedactedUrl::new(url);
+        let connect = MySqlConnectOptions::from_str(url)
+            .map_err(|e| fluxio_sql::server::url_error::<MySql>(&redacted, e))?;
+        let lock_wait = settings.timeout.as_secs().max(1);
+        let access = if settings.read_only {
+            "READ ONLY"
+        } else {
+            "READ WRITE"
+        };
+        let session = format!(
+            "SET SESSION innodb_lock_wait_timeout = {lock_wait}; \
+             SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED, {access}"
+        );
+        let pool = options
+            .after_connect(move |conn: &mut sqlx::MySqlConnection, _| {
+                let session = session.clone();
+                Box::pin(async move {
+                    conn.execute(sqlx::raw_sql(&session)).await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy_with(connect);
+        Ok((pool, redacted))
     }
 
     const MIGRATOR: &'static Migrator = &crate::migrate::MIGRATOR;
@@ -61,7 +94,21 @@ impl fluxio_sql::Server for MySql {
         conn: &'c mut MySqlConnection,
         names: &'c Names,
     ) -> impl Future<Output = sqlx::Result<Option<Vec<(i64, Vec<u8>)>>>> + Send + 'c {
-        crate::migrate::applied(conn, names)
+        async move {
+            if !crate::migrate::table_exists(conn, names, "_fluxio_migrations").await?
+                || !crate::migrate::table_exists(conn, names, &names.table).await?
+            {
+                return Ok(None);
+            }
+            let applied = sqlx::query_as(&format!(
+                "SELECT version, checksum FROM {} WHERE table_name = ?",
+                names.migrations()
+            ))
+            .bind(&names.table)
+            .fetch_all(&mut *conn)
+            .await?;
+            Ok(Some(applied))
+        }
     }
 }
 

@@ -21,6 +21,14 @@ use crate::statements::Names;
 /// compile time. Their SQL is a template over the tables' names.
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
+fluxio_sql::migration_templates_test! {
+    migrator: &MIGRATOR,
+    render: render,
+    names: Names::new(Some("d"), "t").expect("valid"),
+    at_least: 1,
+    tables: ["`d`.`t`", "`d`.`t_steps`", "`d`.`t_leases`", "`d`.`t_tokens`"],
+}
+
 /// How long a runner waits for another one's lock, in seconds (the store's
 /// timeout bounds the call as a whole).
 const LOCK_WAIT_SECS: i64 = 3600;
@@ -45,7 +53,11 @@ fn database_expr(names: &Names) -> (&'static str, Option<&str>) {
 }
 
 /// Whether table `name` exists in the store's database.
-async fn table_exists(conn: &mut MySqlConnection, names: &Names, name: &str) -> sqlx::Result<bool> {
+pub(crate) async fn table_exists(
+    conn: &mut MySqlConnection,
+    names: &Names,
+    name: &str,
+) -> sqlx::Result<bool> {
     let (database, bound) = database_expr(names);
     let sql = format!(
         "SELECT EXISTS (SELECT 1 FROM information_schema.tables \
@@ -56,28 +68,6 @@ async fn table_exists(conn: &mut MySqlConnection, names: &Names, name: &str) -> 
         query = query.bind(database);
     }
     query.bind(name).fetch_one(&mut *conn).await
-}
-
-/// The migrations applied to `names.table` (version and checksum), read
-/// without writing or locking; `None` when the bookkeeping table or the
-/// checkpoint table does not exist (no fluxio tables).
-pub(crate) async fn applied(
-    conn: &mut MySqlConnection,
-    names: &Names,
-) -> sqlx::Result<Option<Vec<(i64, Vec<u8>)>>> {
-    if !table_exists(conn, names, "_fluxio_migrations").await?
-        || !table_exists(conn, names, &names.table).await?
-    {
-        return Ok(None);
-    }
-    let applied = sqlx::query_as(&format!(
-        "SELECT version, checksum FROM {} WHERE table_name = ?",
-        names.migrations()
-    ))
-    .bind(&names.table)
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(Some(applied))
 }
 
 /// The store's error for migrations it cannot read.
@@ -167,25 +157,5 @@ async fn apply(conn: &mut MySqlConnection, names: &Names) -> Result<usize, fluxi
 pub(crate) async fn close(conn: MySqlConnection) {
     if let Err(e) = conn.close().await {
         tracing::debug!(error = %e, "closing the migration's connection failed");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn templates_leave_no_placeholder() {
-        let names = Names::new(Some("d"), "t").expect("valid");
-        let all = fluxio_sql::rendered(&MIGRATOR, |m| render(m, &names))
-            .unwrap_or_else(|sql| panic!("a placeholder is left in {sql}"));
-        for name in [
-            "`d`.`t`",
-            "`d`.`t_steps`",
-            "`d`.`t_leases`",
-            "`d`.`t_tokens`",
-        ] {
-            assert!(all.contains(name), "{name} in {all}");
-        }
     }
 }

@@ -15,7 +15,9 @@ use fluxio_sql::{Params, ServerSql, Settings};
 use sqlx::PgConnection;
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgPool, PgQueryResult};
+use std::str::FromStr as _;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgQueryResult};
 
 use crate::PostgresStoreError;
 use crate::builder::{DEFAULT_SCHEMA, MAX_TIMEOUT};
@@ -82,8 +84,21 @@ impl fluxio_sql::Server for Postgres {
         crate::statements::statements(names)
     }
 
+    /// A pool with the options every SQL store's pool has
+    /// ([`fluxio_sql::pool_options`]) and the server's `statement_timeout`
+    /// at the store's timeout, in read-only sessions when the store reads
+    /// only.
     fn url_pool(url: &str, settings: &Settings) -> fluxio_core::Result<(PgPool, RedactedUrl)> {
-        crate::connection::url_pool(url, settings)
+        let options = fluxio_sql::pool_options(settings, "PostgresStoreBuilder::connect_lazy")?;
+        let redacted = RedactedUrl::new(url);
+        let mut connect = PgConnectOptions::from_str(url)
+            .map_err(|e| fluxio_sql::server::url_error::<crate::dialect::Postgres>(&redacted, e))?
+            // The server gives up on a statement when the client does.
+            .options([("statement_timeout", settings.timeout.as_millis().max(1))]);
+        if settings.read_only {
+            connect = connect.options([("default_transaction_read_only", "on")]);
+        }
+        Ok((options.connect_lazy_with(connect), redacted))
     }
 
     const MIGRATOR: &'static Migrator = &crate::migrate::MIGRATOR;
@@ -92,7 +107,28 @@ impl fluxio_sql::Server for Postgres {
         conn: &'c mut PgConnection,
         names: &'c Names,
     ) -> impl Future<Output = sqlx::Result<Option<Vec<(i64, Vec<u8>)>>>> + Send + 'c {
-        crate::migrate::applied(conn, names)
+        async move {
+            let bookkeeping = names.migrations_qualified();
+            // `to_regclass` answers NULL for a missing schema or table, and needs
+            // no privilege
+            let found: bool = sqlx::query_scalar(
+                "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+            )
+            .bind(&bookkeeping)
+            .bind(names.checkpoints_qualified())
+            .fetch_one(&mut *conn)
+            .await?;
+            if !found {
+                return Ok(None);
+            }
+            let applied = sqlx::query_as(&format!(
+                "SELECT version, checksum FROM {bookkeeping} WHERE table_name = $1"
+            ))
+            .bind(&names.table)
+            .fetch_all(&mut *conn)
+            .await?;
+            Ok(Some(applied))
+        }
     }
 }
 
@@ -100,3 +136,70 @@ impl fluxio_sql::Server for Postgres {
 /// 9,224,318,016,000 seconds and more; a second less, so that the float's
 /// rounding stays below that.
 const LAST_MS: u64 = 9_224_318_015_000_000;
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::fmt;
+
+    use fluxio_sql::Server as _;
+
+    use super::Postgres;
+
+    fn is_connection_error(e: &sqlx::Error) -> bool {
+        Postgres::is_connection_error(e)
+    }
+
+    /// A server error with a SQLSTATE.
+    #[derive(Debug)]
+    struct Sqlstate(&'static str);
+
+    impl fmt::Display for Sqlstate {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "SQLSTATE {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Sqlstate {}
+
+    impl sqlx::error::DatabaseError for Sqlstate {
+        fn message(&self) -> &str {
+            self.0
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn db(code: &'static str) -> sqlx::Error {
+        sqlx::Error::Database(Box::new(Sqlstate(code)))
+    }
+
+    #[test]
+    fn connection_errors_are_told_from_statement_errors() {
+        for code in ["57P01", "57P02", "57P03", "08000", "08006", "08P01"] {
+            assert!(is_connection_error(&db(code)), "{code}");
+        }
+        // query_canceled (statement_timeout), serialization, unique violation
+        for code in ["57014", "40001", "23505", "42P01"] {
+            assert!(!is_connection_error(&db(code)), "{code}");
+        }
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(is_connection_error(&sqlx::Error::Io(io)));
+        assert!(!is_connection_error(&sqlx::Error::PoolTimedOut));
+        assert!(!is_connection_error(&sqlx::Error::PoolClosed));
+        assert!(!is_connection_error(&sqlx::Error::RowNotFound));
+    }
+}

@@ -279,7 +279,6 @@
 //! after the statement was sent, the server may still complete it.
 
 mod builder;
-mod connection;
 mod dialect;
 mod error;
 mod migrate;

@@ -20,6 +20,14 @@ use crate::statements::Names;
 /// compile time. Their SQL is a template over `{checkpoints}` and `{leases}`.
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
+fluxio_sql::migration_templates_test! {
+    migrator: &MIGRATOR,
+    render: render,
+    names: Names::new("s", "t").expect("valid"),
+    at_least: 4,
+    tables: ["\"s\".\"t\"", "\"s\".\"t_leases\"", "\"s\".\"t_steps\""],
+}
+
 /// The first key of the transaction-level advisory lock the runner takes
 /// (`"flux"`); the second is `hashtext(schema)`.
 const LOCK_CLASS: i32 = 0x666c_7578;
@@ -31,34 +39,6 @@ pub(crate) fn render(migration: &Migration, names: &Names) -> String {
         .replace("{checkpoints}", &names.checkpoints_qualified())
         .replace("{leases}", &names.leases_qualified())
         .replace("{steps}", &names.steps_qualified())
-}
-
-/// The migrations applied to `names.table` (version and checksum), read
-/// without writing or locking; `None` when the schema, its bookkeeping
-/// table or the checkpoint table does not exist (no fluxio tables).
-pub(crate) async fn applied(
-    conn: &mut PgConnection,
-    names: &Names,
-) -> Result<Option<Vec<(i64, Vec<u8>)>>, sqlx::Error> {
-    let bookkeeping = names.migrations_qualified();
-    // `to_regclass` answers NULL for a missing schema or table, and needs
-    // no privilege
-    let found: bool =
-        sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL")
-            .bind(&bookkeeping)
-            .bind(names.checkpoints_qualified())
-            .fetch_one(&mut *conn)
-            .await?;
-    if !found {
-        return Ok(None);
-    }
-    let applied = sqlx::query_as(&format!(
-        "SELECT version, checksum FROM {bookkeeping} WHERE table_name = $1"
-    ))
-    .bind(&names.table)
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(Some(applied))
 }
 
 /// Applies the pending migrations in one transaction, under a
@@ -118,20 +98,4 @@ pub(crate) async fn run(
     .await?;
     tx.commit().await?;
     Ok(applied)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn templates_leave_no_placeholder() {
-        let names = Names::new("s", "t").expect("valid");
-        assert!(MIGRATOR.iter().count() >= 4);
-        let all = fluxio_sql::rendered(&MIGRATOR, |m| render(m, &names))
-            .unwrap_or_else(|sql| panic!("a placeholder is left in {sql}"));
-        for name in ["\"s\".\"t\"", "\"s\".\"t_leases\"", "\"s\".\"t_steps\""] {
-            assert!(all.contains(name), "{name} in {all}");
-        }
-    }
 }

@@ -45,7 +45,7 @@ pub(crate) mod op {
 ///     match err {
 ///         fluxio_core::Error::Store { source, .. } => source
 ///             .downcast_ref::<RedisStoreError>()
-///             .is_some_and(RedisStoreError::is_timeout),
+///             .is_some_and(|e| e.kind().is_timeout()),
 ///         _ => false,
 ///     }
 /// }
@@ -188,22 +188,6 @@ impl RedisStoreError {
                 StoreErrorKind::Other
             }
         }
-    }
-
-    /// Whether no reply came within the store's command timeout (or the
-    /// socket's). The operation may or may not have been applied (each is
-    /// atomic: all or nothing).
-    #[must_use]
-    pub fn is_timeout(&self) -> bool {
-        self.kind().is_timeout()
-    }
-
-    /// Whether the server could not be reached or the connection to it
-    /// failed (refused, reset, dropped, an I/O error, a reply that cannot be
-    /// parsed); not an error reply of the server.
-    #[must_use]
-    pub fn is_connection(&self) -> bool {
-        self.kind().is_connection()
     }
 
     /// For a write that too few replicas acknowledged (see

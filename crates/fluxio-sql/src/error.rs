@@ -130,21 +130,6 @@ impl ServerStoreError {
         }
     }
 
-    /// Whether the call did not finish within the store's timeout
-    /// ([`Timeout`](Self::Timeout)). A write may or may not have been
-    /// applied.
-    #[must_use]
-    pub fn is_timeout(&self) -> bool {
-        self.kind().is_timeout()
-    }
-
-    /// Whether the server could not be reached or refused the connection
-    /// ([`Connect`](Self::Connect)).
-    #[must_use]
-    pub fn is_connection(&self) -> bool {
-        self.kind().is_connection()
-    }
-
     /// This error as the source of an [`Error::Store`] of its kind, from
     /// the store named `backend`.
     #[must_use]

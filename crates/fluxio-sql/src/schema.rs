@@ -186,6 +186,36 @@ where
     Ok(pending.len())
 }
 
+/// The unit test of a SQL store's migration templates, written once for
+/// every store: each migration of `migrator` (at least `at_least` of them)
+/// rendered by `render` for `names` keeps no `{placeholder}`, and the SQL
+/// names every one of `tables` (quoted as the dialect quotes them).
+/// Invoked beside the store's `MIGRATOR`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! migration_templates_test {
+    (
+        migrator: $migrator:expr,
+        render: $render:expr,
+        names: $names:expr,
+        at_least: $at_least:expr,
+        tables: [$($table:expr),+ $(,)?] $(,)?
+    ) => {
+        #[cfg(test)]
+        #[test]
+        fn templates_leave_no_placeholder() {
+            let names = $names;
+            let migrator: &::sqlx::migrate::Migrator = $migrator;
+            assert!(migrator.iter().count() >= $at_least, "the migrations are embedded");
+            let all = $crate::rendered(migrator, |m| ($render)(m, &names))
+                .unwrap_or_else(|sql| panic!("a placeholder is left in {sql}"));
+            for table in [$($table),+] {
+                assert!(all.contains(table), "{table} in {all}");
+            }
+        }
+    };
+}
+
 /// Every migration of `migrator` rendered by `render` and joined, in
 /// order: for a store's test that its templates name its tables.
 ///

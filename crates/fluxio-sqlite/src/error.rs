@@ -158,22 +158,6 @@ impl SqliteStoreError {
             | SqliteStoreError::WriterStopped => StoreErrorKind::Other,
         }
     }
-
-    /// Whether the call did not finish within the store's
-    /// [timeout](crate::SqliteStoreBuilder::timeout)
-    /// ([`Timeout`](Self::Timeout)). A write may or may not have been
-    /// applied.
-    #[must_use]
-    pub fn is_timeout(&self) -> bool {
-        self.kind().is_timeout()
-    }
-
-    /// Whether the database file could not be opened ([`Open`](Self::Open)):
-    /// SQLite's equivalent of a server that cannot be reached.
-    #[must_use]
-    pub fn is_connection(&self) -> bool {
-        self.kind().is_connection()
-    }
 }
 
 /// SQLite's primary result code for a database locked by another

@@ -144,19 +144,12 @@ impl FencedSave {
     /// Adds the arguments of its `fenced_append` (`finish_append` when it
     /// gives the lease up) to `args`.
     pub(crate) fn arguments<'q>(&'q self, args: &mut SqliteArguments<'q>) -> sqlx::Result<()> {
-        let FencedSave {
-            lease,
-            token,
-            checkpoint,
-            step,
-            retention,
-            release,
-            ttl: _,
-        } = self;
-        fenced_arguments(args, lease.run_id(), *token, checkpoint, step, *retention)?;
-        if *release {
-            add(args, lease.run_id())?;
-            add(args, *token)?;
+        let key = self.lease.run_id();
+        let (checkpoint, step) = (&self.checkpoint, &self.step);
+        fenced_arguments(args, key, self.token, checkpoint, step, self.retention)?;
+        if self.release {
+            add(args, key)?;
+            add(args, self.token)?;
         }
         Ok(())
     }

@@ -10,9 +10,9 @@ use crate::Error;
 /// on an outage) without knowing the backend's own error types.
 ///
 /// [`Error::store_error_kind`] gives it for any [`Error::Store`]; the
-/// backends' error types (`RedisStoreError`, `PostgresStoreError`,
-/// `SqliteStoreError`) each have `kind()`, `is_timeout()` and
-/// `is_connection()` for an error already downcast to them.
+/// backends' error types (`RedisStoreError`, `SqliteStoreError`, and
+/// `ServerStoreError`, which `PostgresStoreError` and `MySqlStoreError`
+/// name) each have `kind()` for an error already downcast to them.
 ///
 /// ```
 /// use fluxio_core::Error;

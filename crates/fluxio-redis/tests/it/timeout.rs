@@ -32,7 +32,10 @@ fn assert_timeout<T: std::fmt::Debug>(
             let source = source
                 .downcast_ref::<RedisStoreError>()
                 .expect("a RedisStoreError");
-            assert!(source.is_timeout(), "{what}: not a timeout: {source}");
+            assert!(
+                source.kind().is_timeout(),
+                "{what}: not a timeout: {source}"
+            );
         }
         other => panic!("{what}: expected a redis Error::Store, got {other:?}"),
     }

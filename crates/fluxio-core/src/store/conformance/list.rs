@@ -228,24 +228,21 @@ pub async fn rule21_keys_list_in_byte_order_and_every_filter_value_is_answered<H
         keys(&saved),
         "byte order"
     );
+    // the fields a summary mirrors, of a summary or a checkpoint
+    macro_rules! mirrored {
+        ($of:expr) => {
+            (
+                $of.pipeline.as_str(),
+                $of.version.as_str(),
+                $of.step.as_str(),
+                $of.attempt,
+                $of.error_message.as_deref(),
+                $of.created_at_ms,
+            )
+        };
+    }
     for (summary, cp) in page.iter().zip(&saved) {
-        let mirrored = (
-            summary.pipeline.as_str(),
-            summary.version.as_str(),
-            summary.step.as_str(),
-            summary.attempt,
-            summary.error_message.as_deref(),
-            summary.created_at_ms,
-        );
-        let latest = (
-            cp.pipeline.as_str(),
-            cp.version.as_str(),
-            cp.step.as_str(),
-            cp.attempt,
-            cp.error_message.as_deref(),
-            cp.created_at_ms,
-        );
-        assert_eq!(mirrored, latest, "{}", summary.key);
+        assert_eq!(mirrored!(summary), mirrored!(cp), "{}", summary.key);
     }
 
     // one run a page, the cursor through every awkward key
