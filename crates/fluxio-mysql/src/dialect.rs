@@ -30,6 +30,13 @@ impl fluxio_sql::Dialect for MySql {
     type Db = sqlx::MySql;
     type Time = i64;
     const PARAMS: Params = Params::Anonymous;
+    const BOOKKEEPING: [&str; 5] = [
+        "VARCHAR(64) CHARACTER SET ascii",
+        "BIGINT",
+        "VARBINARY(64)",
+        "BIGINT NOT NULL",
+        "ENGINE = InnoDB",
+    ];
 }
 
 impl fluxio_sql::Server for MySql {

@@ -127,19 +127,8 @@ pub(crate) async fn run(
 
 async fn apply(conn: &mut MySqlConnection, names: &Names) -> Result<usize, fluxio_sql::Failure> {
     let bookkeeping = names.migrations();
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
-            table_name   VARCHAR(64) CHARACTER SET ascii NOT NULL,
-            version      BIGINT        NOT NULL,
-            description  TEXT          NOT NULL,
-            checksum     VARBINARY(64) NOT NULL,
-            installed_on BIGINT        NOT NULL,  -- milliseconds since the Unix epoch
-            PRIMARY KEY (table_name, version)
-        ) ENGINE = InnoDB"
-    );
     let book = fluxio_sql::Bookkeeping::new::<crate::dialect::MySql>(
         &bookkeeping,
-        create,
         Some(crate::statements::NOW),
     );
     fluxio_sql::apply::<sqlx::MySql, _>(

@@ -33,6 +33,13 @@ impl fluxio_sql::Dialect for Postgres {
     type Db = sqlx::Postgres;
     type Time = f64;
     const PARAMS: Params = Params::Dollar;
+    const BOOKKEEPING: [&str; 5] = [
+        "TEXT",
+        "BIGINT",
+        "BYTEA",
+        "TIMESTAMPTZ NOT NULL DEFAULT now()",
+        "",
+    ];
 
     /// Past the last instant a `timestamptz` holds (294276 AD), infinity:
     /// `to_timestamp` refuses a larger number, and infinity is later than

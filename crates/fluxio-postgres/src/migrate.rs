@@ -69,17 +69,7 @@ pub(crate) async fn run(
         tx.execute(create.as_str()).await?;
     }
     let bookkeeping = names.migrations_qualified();
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
-            table_name   TEXT        NOT NULL,
-            version      BIGINT      NOT NULL,
-            description  TEXT        NOT NULL,
-            checksum     BYTEA       NOT NULL,
-            installed_on TIMESTAMPTZ NOT NULL DEFAULT now(),
-            PRIMARY KEY (table_name, version)
-        )"
-    );
-    let book = fluxio_sql::Bookkeeping::new::<crate::dialect::Postgres>(&bookkeeping, create, None);
+    let book = fluxio_sql::Bookkeeping::new::<crate::dialect::Postgres>(&bookkeeping, None);
     let applied = fluxio_sql::apply::<sqlx::Postgres, fluxio_sql::Failure>(
         &mut tx,
         &MIGRATOR,

@@ -111,26 +111,19 @@ impl PostgresStore {
 
 #[cfg(test)]
 mod tests {
-    use fluxio_core::CheckpointStore as _;
-    use fluxio_core::store::{RunFilter, RunState};
+    use fluxio_core::store::RunFilter;
     use fluxio_test_support as support;
+    use support::sql::plan::{Index, Planner};
 
     use super::*;
 
-    /// The query plan of the listing statement for `filter`, one line per
-    /// row of `EXPLAIN`.
-    async fn list_plan(store: &PostgresStore, filter: &RunFilter) -> Vec<String> {
-        let statement = fluxio_sql::statement::<Postgres>(&store.server().sql().list, filter)
-            .expect("statement");
-        let (text, arguments) = statement.into_parts::<sqlx::Postgres>().expect("arguments");
-        sqlx::query_scalar_with(&format!("EXPLAIN {text}"), arguments)
-            .fetch_all(store.pool())
-            .await
-            .expect("plan")
-    }
+    /// Postgres's side of the shared plan check: the store, and the names
+    /// of the checkpoint table's indexes on (run key, state and key,
+    /// pipeline, state and key), as `pg_indexes` has them.
+    struct Plan(PostgresStore, [String; 3]);
 
-    /// The name of the index of the checkpoint table whose columns are
-    /// `columns`, as `pg_indexes` spells them.
+    /// The name of the index of `store`'s checkpoint table whose columns
+    /// are `columns`, as `pg_indexes` spells them.
     async fn index(store: &PostgresStore, columns: &str) -> String {
         let indexes = support::postgres::indexes(store.pool(), store.schema(), store.table()).await;
         let wanted = format!("({columns})");
@@ -143,98 +136,83 @@ mod tests {
         }
     }
 
-    /// Rule 21: on a table of 20,000 runs, a listing reads one range of an
-    /// index in key order for each filter the indexes of schema version 4
-    /// cover (no sort, no sequential scan), and finds the lease of each run
-    /// by its key.
+    #[async_trait::async_trait]
+    impl Planner for Plan {
+        type Store = PostgresStore;
+
+        async fn open(url: String, schema: String) -> Self {
+            let store = PostgresStore::builder(url).schema(schema).connect().await;
+            let store = store.expect("connect");
+            let key = index(&store, "run_id COLLATE \"C\"").await;
+            let state = index(&store, "status, run_id COLLATE \"C\"").await;
+            let pipeline_state = index(&store, "pipeline, status, run_id COLLATE \"C\"").await;
+            Plan(store, [key, state, pipeline_state])
+        }
+
+        fn store(&self) -> &PostgresStore {
+            &self.0
+        }
+
+        async fn clone_seed(&self) {
+            let names = self.0.server().names();
+            let (table, leases) = (names.checkpoints_qualified(), names.leases_qualified());
+            let clone = format!(
+                "INSERT INTO {table} (run_id, payload, version, ip, step, status, error_message, \
+                   created_at, updated_at, expires_at, attempt) \
+                 SELECT (CASE WHEN i % 2 = 0 THEN 'other/' ELSE 'orders/' END) \
+                   || lpad(i::text, 6, '0'), payload, version, ip, step, \
+                   CASE WHEN i % 20 = 1 OR i % 4 = 0 THEN 'failed' ELSE status END, error_message, \
+                   created_at, updated_at, expires_at, attempt \
+                 FROM {table}, generate_series(1, 20000) AS i WHERE run_id = 'orders/seed'; \
+                 INSERT INTO {leases} (run_id, expires_at) SELECT run_id, NULL FROM {table}; \
+                 ANALYZE {table}, {leases}"
+            );
+            sqlx::raw_sql(&clone)
+                .execute(self.0.pool())
+                .await
+                .expect("clone the seed's row");
+        }
+
+        async fn plan(&self, filter: &RunFilter) -> Vec<String> {
+            let statement = fluxio_sql::statement::<Postgres>(&self.0.server().sql().list, filter)
+                .expect("statement");
+            let (text, arguments) = statement.into_parts::<sqlx::Postgres>().expect("arguments");
+            sqlx::query_scalar_with(&format!("EXPLAIN {text}"), arguments)
+                .fetch_all(self.0.pool())
+                .await
+                .expect("plan")
+        }
+
+        fn table_read<'a>(&self, line: &'a str) -> Option<Option<&'a str>> {
+            let scan = line.split_once("Index Scan using ");
+            line.contains(&format!(" on {} c", self.0.table()))
+                .then(|| Some(scan?.1.split_once(" on ")?.0))
+        }
+
+        fn lease_by_key(&self, line: &str) -> bool {
+            line.contains("Index Scan using fluxio_checkpoints_leases_pkey")
+        }
+
+        fn sorts_or_scans(&self, line: &str) -> bool {
+            line.contains("Sort") || line.contains("Seq Scan")
+        }
+
+        fn names(&self, index: Index, _: &RunFilter) -> Vec<String> {
+            let [key, state, pipeline_state] = &self.1;
+            let name = match index {
+                Index::Key => key,
+                Index::State => state,
+                Index::PipelineState => pipeline_state,
+            };
+            vec![name.clone()]
+        }
+    }
+
+    /// Rule 21: each filter the indexes of schema version 4 cover reads one
+    /// index range in key order (the shared check).
     #[tokio::test]
     async fn rule21_listing_reads_one_index_range_in_key_order() {
-        let Some(url) = support::postgres::server().await else {
-            return;
-        };
-        let schema = support::namespace("list_plan");
-        let store = PostgresStore::builder(url.as_str())
-            .schema(&schema)
-            .max_connections(2)
-            .connect()
-            .await
-            .expect("connect");
-        let seed = support::checkpoint("seed", 3).in_pipeline("orders");
-        store.save(seed.clone()).await.expect("save");
-        let table = store.server().names().checkpoints_qualified();
-        // The seed's row, cloned under new keys: 10,000 runs of `orders`,
-        // one in ten failed, and 10,000 of `other`, one in two failed (so
-        // that the pipeline's own index is the one that reads least).
-        sqlx::query(&format!(
-            "INSERT INTO {table} (run_id, payload, version, ip, step, status, error_message, \
-               created_at, updated_at, expires_at, attempt) \
-             SELECT (CASE WHEN i % 2 = 0 THEN 'other/' ELSE 'orders/' END) || lpad(i::text, 6, '0'), \
-               payload, version, ip, step, \
-               CASE WHEN i % 20 = 1 OR i % 4 = 0 THEN 'failed' ELSE status END, error_message, \
-               created_at, updated_at, expires_at, attempt \
-             FROM {table}, generate_series(1, 20000) AS i WHERE run_id = $1"
-        ))
-        .bind(seed.key())
-        .execute(store.pool())
-        .await
-        .expect("clone the seed's row");
-        // Every run had a lease once; they are released (as a worker leaves
-        // them), so the running runs are abandoned.
-        let leases = store.server().names().leases_qualified();
-        sqlx::query(&format!(
-            "INSERT INTO {leases} (run_id, expires_at) SELECT run_id, NULL FROM {table}"
-        ))
-        .execute(store.pool())
-        .await
-        .expect("the leases");
-        sqlx::query(&format!("ANALYZE {table}, {leases}"))
-            .execute(store.pool())
-            .await
-            .expect("analyze");
-
-        let key = index(&store, "run_id COLLATE \"C\"").await;
-        let state = index(&store, "status, run_id COLLATE \"C\"").await;
-        let pipeline_state = index(&store, "pipeline, status, run_id COLLATE \"C\"").await;
-        let failed = RunFilter::new().state(RunState::Failed);
-        let cases = [
-            (failed.clone().pipeline("orders"), &pipeline_state),
-            (
-                failed.clone().pipeline("orders").after("orders/000500"),
-                &pipeline_state,
-            ),
-            (failed.clone(), &state),
-            (
-                RunFilter::new()
-                    .state(RunState::Abandoned)
-                    .after("orders/9"),
-                &state,
-            ),
-            (RunFilter::new().pipeline("orders"), &key),
-            (RunFilter::new(), &key),
-        ];
-        for (filter, index) in cases {
-            let plan = list_plan(&store, &filter).await;
-            let lines = plan.join("\n");
-            let table_reads: Vec<&String> = plan
-                .iter()
-                .filter(|line| line.contains(&format!(" on {} c", store.table())))
-                .collect();
-            assert_eq!(table_reads.len(), 1, "{filter:?}:\n{lines}");
-            assert!(
-                table_reads[0].contains(&format!("Index Scan using {index} on")),
-                "{filter:?} reads {index}:\n{lines}"
-            );
-            assert!(
-                plan.iter()
-                    .any(|line| line.contains("Index Scan using fluxio_checkpoints_leases_pkey")),
-                "{filter:?} finds the lease by its key:\n{lines}"
-            );
-            assert!(
-                !lines.contains("Sort") && !lines.contains("Seq Scan"),
-                "{filter:?}: no sort, no sequential scan:\n{lines}"
-            );
-        }
-        drop(store);
-        support::postgres::drop_schema(&url, &schema).await;
+        let check = support::sql::plan::rule21_listing_reads_one_index_range_in_key_order::<Plan>;
+        support::postgres::in_schema("list_plan", check).await;
     }
 }

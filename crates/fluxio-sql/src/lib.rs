@@ -112,6 +112,13 @@ pub trait Dialect {
     type Time: SqlTime + for<'q> Encode<'q, Self::Db> + Type<Self::Db> + Send + 'static;
     /// How the statements name their parameters.
     const PARAMS: Params;
+    /// How this database writes the columns of a store's migration
+    /// bookkeeping ([`Bookkeeping`]): `table_name` (an identifier),
+    /// `version` (a 64-bit integer), `checksum` (bytes), `installed_on`
+    /// (with its default when it has one; else the time a migration is
+    /// recorded at is bound, in milliseconds since the Unix epoch), then
+    /// what follows the column list (`STRICT`).
+    const BOOKKEEPING: [&'static str; 5];
     /// The run's start, `ms` milliseconds since the Unix epoch.
     fn instant(ms: u64) -> Self::Time {
         Self::Time::from_ms(ms)

@@ -327,6 +327,7 @@ mod tests {
         type Db = sqlx::Sqlite;
         type Time = i64;
         const PARAMS: crate::Params = crate::Params::Numbered;
+        const BOOKKEEPING: [&str; 5] = ["TEXT"; 5];
         fn time_param(n: usize) -> String {
             format!("T(?{n})")
         }

@@ -106,18 +106,25 @@ pub struct Bookkeeping {
 }
 
 impl Bookkeeping {
-    /// The bookkeeping table `table` (validated and quoted) that `create`
-    /// makes: its reads and writes, in `D`'s parameters; `installed_on`, if
-    /// the table has no default for that column, is the SQL of the time a
-    /// migration is recorded at.
+    /// The bookkeeping table `table` (validated and quoted) with the
+    /// columns `D` writes ([`Dialect::BOOKKEEPING`](crate::Dialect::BOOKKEEPING)):
+    /// its creation, reads and writes, in `D`'s parameters; `now`, when
+    /// `installed_on` has no default, is the SQL of the time a migration is
+    /// recorded at.
     #[must_use]
-    pub fn new<D: crate::Dialect>(table: &str, create: String, installed_on: Option<&str>) -> Self {
+    pub fn new<D: crate::Dialect>(table: &str, now: Option<&str>) -> Self {
+        let [name, integer, bytes, installed_on, options] = D::BOOKKEEPING;
         let params: Vec<String> = (1..=4).map(D::param).collect();
-        let (column, now) = installed_on.map_or((String::new(), String::new()), |now| {
+        let (column, now) = now.map_or((String::new(), String::new()), |now| {
             (", installed_on".to_owned(), format!(", {now}"))
         });
         Bookkeeping {
-            create,
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS {table} (\
+                 table_name {name} NOT NULL, version {integer} NOT NULL, \
+                 description TEXT NOT NULL, checksum {bytes} NOT NULL, \
+                 installed_on {installed_on}, PRIMARY KEY (table_name, version)) {options}"
+            ),
             applied: format!(
                 "SELECT version, checksum FROM {table} WHERE table_name = {}",
                 params[0]

@@ -29,6 +29,7 @@ impl Dialect for Sqlite {
     type Db = sqlx::Sqlite;
     type Time = i64;
     const PARAMS: Params = Params::Numbered;
+    const BOOKKEEPING: [&str; 5] = ["TEXT", "INTEGER", "BLOB", "INTEGER NOT NULL", "STRICT"];
 
     fn span(d: Duration) -> i64 {
         crate::store::millis(d)

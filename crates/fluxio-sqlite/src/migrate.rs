@@ -148,19 +148,8 @@ pub(crate) fn readable(
 pub(crate) async fn run(pool: &SqlitePool, names: &Names) -> Result<usize, MigrateError> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let bookkeeping = quote(MIGRATIONS_TABLE);
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {bookkeeping} (
-            table_name   TEXT    NOT NULL,
-            version      INTEGER NOT NULL,
-            description  TEXT    NOT NULL,
-            checksum     BLOB    NOT NULL,
-            installed_on INTEGER NOT NULL,  -- milliseconds since the Unix epoch
-            PRIMARY KEY (table_name, version)
-        ) STRICT"
-    );
     let book = fluxio_sql::Bookkeeping::new::<crate::journal::Sqlite>(
         &bookkeeping,
-        create,
         Some("CAST(round(unixepoch('now', 'subsec') * 1000) AS INTEGER)"),
     );
     // Only a changed migration stops the runner (a missing one it applies).

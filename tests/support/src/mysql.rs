@@ -54,6 +54,24 @@ pub async fn drop_database(url: &str, database: &str) {
     let _ = conn.close().await;
 }
 
+/// Runs `test` with the test server's URL and a database of its own
+/// ([`namespace`](crate::namespace)`(test_name)`), then drops the database
+/// (left to look at when the test fails); nothing after a loud skip
+/// ([`server`]).
+#[cfg(feature = "mysql")]
+pub async fn in_database<F, Fut>(test_name: &str, test: F)
+where
+    F: FnOnce(String, String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let Some(url) = server().await else {
+        return;
+    };
+    let database = crate::namespace(test_name);
+    test(url.clone(), database.clone()).await;
+    drop_database(&url, &database).await;
+}
+
 /// [`drop_database`], boxed, to be kept and called later (when a harness
 /// is dropped).
 #[cfg(feature = "mysql")]

@@ -26,6 +26,8 @@
 mod conformance;
 mod journal;
 mod list;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod plan;
 mod read_only;
 mod runs;
 mod schema;
