@@ -208,6 +208,20 @@ fn journal(
     let raw_key = format!("{}:raw-entry", store.key_prefix());
     let raw_big = format!("{}:raw-big", store.key_prefix());
 
+    let (delta, entry) = journal_delta(c, rt, &raw, &raw_key, store);
+    let (parts, resume) = journal_resume(c, rt, &raw, (&raw_key, &raw_big), &entry, store);
+    format!("{parts}\n  {delta}\n  {resume}")
+}
+
+/// The delta save of a 1 MB context against a raw SET of its bytes; the
+/// delta's entry, for the resume's baseline.
+fn journal_delta(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    raw: &redis::aio::ConnectionManager,
+    raw_key: &str,
+    store: &RedisStore,
+) -> (String, Vec<u8>) {
     // the delta save against a raw SET of its bytes
     let (base, c0, c1) = journal_1mb("delta");
     let lease = rt
@@ -227,7 +241,7 @@ fn journal(
     let raw_set = || {
         let mut conn = raw.clone();
         let mut cmd = redis::cmd("SET");
-        cmd.arg(&raw_key).arg(black_box(entry.clone()));
+        cmd.arg(raw_key).arg(black_box(entry.clone()));
         async move { cmd.query_async::<()>(&mut conn).await.expect("SET") }
     };
     let mut g = c.benchmark_group("journal_1mb");
@@ -251,7 +265,28 @@ fn journal(
             .expect("save_fenced");
     }));
     rt.block_on(store.release_lease(lease)).expect("release");
+    g.finish();
 
+    let line = format!(
+        "1 MB context, interleaved, {n} of each: raw SET of a delta's {} bytes {raw_us:.1} µs, \
+         delta save_fenced {fenced_us:.1} µs, ratio {:.2}",
+        entry.len(),
+        fenced_us / raw_us,
+    );
+    (line, entry)
+}
+
+/// The resume of a 10-stage run crashed after its fifth stage (a 1 MB
+/// context), against a raw GET of its entry and SET of a delta's; then
+/// the resume's parts apart.
+fn journal_resume(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    raw: &redis::aio::ConnectionManager,
+    (raw_key, raw_big): (&str, &str),
+    entry: &[u8],
+    store: &RedisStore,
+) -> (String, String) {
     // the resume of a 10-stage run crashed after its fifth stage
     let (base, c0, _) = journal_1mb("crashed");
     let big = base.entry_bytes().expect("encode");
@@ -293,14 +328,14 @@ fn journal(
     let raw_get_set = || async {
         let mut conn = raw.clone();
         let got: Vec<u8> = redis::cmd("GET")
-            .arg(&raw_big)
+            .arg(raw_big)
             .query_async(&mut conn)
             .await
             .expect("GET");
         black_box(got);
         redis::cmd("SET")
-            .arg(&raw_key)
-            .arg(entry.clone())
+            .arg(raw_key)
+            .arg(entry)
             .query_async::<()>(&mut conn)
             .await
             .expect("SET");
@@ -308,12 +343,13 @@ fn journal(
     rt.block_on(async {
         let mut conn = raw.clone();
         redis::cmd("SET")
-            .arg(&raw_big)
+            .arg(raw_big)
             .arg(&big)
             .query_async::<()>(&mut conn)
             .await
             .expect("SET");
     });
+    let mut g = c.benchmark_group("journal_1mb");
     g.bench_function("resume", |b| {
         b.iter_custom(|iters| timed(rt, iters, resume));
     });
@@ -332,6 +368,25 @@ fn journal(
             base_time += start.elapsed();
         }
     });
+    let parts = resume_parts(rt, raw, store, &lease);
+    rt.block_on(store.release_lease(lease)).expect("release");
+    let resume = format!(
+        "resume of a 10-stage run crashed after stage 5 (load + first checkpoint), 50 of \
+         each: {:.2} ms (baseline GET of the 1 MB entry + SET of the delta: {:.2} ms)",
+        resume_time.as_secs_f64() * 1e3 / 50.0,
+        base_time.as_secs_f64() * 1e3 / 50.0,
+    );
+    (parts, resume)
+}
+
+/// The parts of a resume of run `crashed` apart, 50 of each: its load (a
+/// raw HMGET of its entries, decoding them) and its first checkpoint.
+fn resume_parts(
+    rt: &tokio::runtime::Runtime,
+    raw: &redis::aio::ConnectionManager,
+    store: &RedisStore,
+    lease: &fluxio_core::store::Lease,
+) -> String {
     // the two parts of the resume apart
     let (mut load_time, mut hmget_time, mut decode_time, mut first_time) = (
         Duration::ZERO,
@@ -360,27 +415,19 @@ fn journal(
             cp.change = Change::none();
             let start = Instant::now();
             store
-                .save_fenced(cp, &lease)
+                .save_fenced(cp, lease)
                 .await
                 .expect("first checkpoint");
             first_time += start.elapsed();
         }
     });
-    rt.block_on(store.release_lease(lease)).expect("release");
     format!(
         "resume parts, 50 of each: load {:.2} ms (a raw HMGET of its entries {:.2} ms, \
-         decoding them {:.2} ms), first checkpoint {:.3} ms\n  1 MB context, interleaved, {n} of each: raw SET of a delta's {} bytes {raw_us:.1} µs, \
-         delta save_fenced {fenced_us:.1} µs, ratio {:.2}\n  \
-         resume of a 10-stage run crashed after stage 5 (load + first checkpoint), 50 of \
-         each: {:.2} ms (baseline GET of the 1 MB entry + SET of the delta: {:.2} ms)",
+         decoding them {:.2} ms), first checkpoint {:.3} ms",
         load_time.as_secs_f64() * 1e3 / 50.0,
         hmget_time.as_secs_f64() * 1e3 / 50.0,
         decode_time.as_secs_f64() * 1e3 / 50.0,
         first_time.as_secs_f64() * 1e3 / 50.0,
-        entry.len(),
-        fenced_us / raw_us,
-        resume_time.as_secs_f64() * 1e3 / 50.0,
-        base_time.as_secs_f64() * 1e3 / 50.0,
     )
 }
 

@@ -313,13 +313,6 @@ impl Sql {
              attempt = excluded.attempt";
         let visible = format!("(expires_at IS NULL OR expires_at > {NOW})");
         let visible_run = format!("EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})");
-        // The current, unexpired lease of run `?1` with token `tok`.
-        let current_lease = |tok: &str| {
-            format!(
-                "SELECT 1 FROM {leases} AS l \
-                 WHERE l.run_id = ?1 AND l.token = {tok} AND l.expires_at > {NOW}"
-            )
-        };
         // The fenced append, one command: the gate decided once (key; key,
         // token; whole, key, seq), then each write only when it allows.
         let gate_ok = format!("(SELECT NOT cancelled AND held AND predecessor FROM {GATE})");
@@ -399,32 +392,9 @@ impl Sql {
             ),
             delete_fenced: format!(
                 "DELETE FROM {cp} WHERE run_id = ?1 AND EXISTS ({})",
-                current_lease("?2")
+                current_lease(&leases, "?2")
             ),
-            run: RunStatements {
-                exists: format!(
-                    "SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})"
-                ),
-                // The steps go with the row (the trigger of schema version 2).
-                delete: format!("DELETE FROM {cp} WHERE run_id = ?1"),
-                held: format!("SELECT EXISTS ({})", current_lease("?2")),
-                // Insert the first lease, or take over a released or expired
-                // one, with a token one greater than any in the table (read under
-                // the write lock, so no two acquisitions draw the same one). No
-                // row returned: held by another.
-                acquire: format!(
-                    "INSERT INTO {leases} AS l (run_id, token, expires_at) \
-                 VALUES (?1, (SELECT coalesce(max(token), 0) + 1 FROM {leases}), {NOW} + ?2) \
-                 ON CONFLICT (run_id) DO UPDATE \
-                 SET token = excluded.token, expires_at = excluded.expires_at \
-                 WHERE l.expires_at IS NULL OR l.expires_at <= {NOW} \
-                 RETURNING token"
-                ),
-                drawn: None,
-                release: format!(
-                    "UPDATE {leases} SET expires_at = NULL WHERE run_id = ?1 AND token = ?2"
-                ),
-            },
+            run: run_statements(&cp, &leases, &visible),
             fenced_append: format!("{fenced_writes} {read_gate}"),
             finish_append: format!(
                 "{fenced_writes} \
@@ -432,38 +402,7 @@ impl Sql {
                  {read_gate}"
             ),
             batch: BatchSql {
-                tail: {
-                    let ok = "NOT b.cancelled AND b.held AND b.predecessor";
-                    let begins = "b.ttl IS NOT NULL AND b.held";
-                    format!(
-                        "; UPDATE {BATCH} AS b SET token = \
-                         (SELECT coalesce(max(token), 0) FROM {leases}) + (SELECT count(*) \
-                         FROM {BATCH} AS o WHERE o.ttl IS NOT NULL AND o.held AND o.i <= b.i) \
-                         WHERE {begins}; \
-                         INSERT INTO {leases} AS l (run_id, token, expires_at) \
-                         SELECT b.run_id, b.token, {NOW} + b.ttl FROM {BATCH} AS b \
-                         WHERE {begins} ORDER BY b.i \
-                         ON CONFLICT (run_id) DO UPDATE \
-                         SET token = excluded.token, expires_at = excluded.expires_at \
-                         WHERE l.expires_at IS NULL OR l.expires_at <= {NOW}; \
-                         DELETE FROM {cp} WHERE run_id IN \
-                         (SELECT b.run_id FROM {BATCH} AS b WHERE {begins}); \
-                         DELETE FROM {steps} WHERE rowid IN (SELECT s.rowid \
-                         FROM {BATCH} AS b JOIN {steps} AS s \
-                         ON s.run_id = b.run_id AND s.seq >= b.seq WHERE {ok}); \
-                         INSERT INTO {steps} (run_id, seq, whole, payload) \
-                         SELECT b.run_id, b.seq, b.whole, b.payload FROM {BATCH} AS b \
-                         WHERE {ok} ORDER BY b.i; \
-                         INSERT INTO {cp} ({COLUMNS}) \
-                         SELECT b.run_id, X'', b.version, b.ip, b.step, b.status, \
-                         b.error_message, b.created_at, {NOW}, {NOW} + b.expires, b.attempt \
-                         FROM {BATCH} AS b WHERE {ok} ORDER BY b.i {upsert}; \
-                         UPDATE {leases} SET expires_at = NULL WHERE rowid IN (SELECT l.rowid \
-                         FROM {BATCH} AS b JOIN {leases} AS l \
-                         ON l.run_id = b.run_id AND l.token = b.token WHERE b.release); \
-                         SELECT cancelled, held, predecessor, token FROM {BATCH} ORDER BY i"
-                    )
-                },
+                tail: batch_tail(&cp, &leases, &steps, upsert),
                 cp: cp.clone(),
                 leases: leases.clone(),
                 steps: steps.clone(),
@@ -484,6 +423,75 @@ impl Sql {
             purge_checkpoints: format!("DELETE FROM {cp} WHERE expires_at <= {NOW}"),
         }
     }
+}
+
+/// The current, unexpired lease of run `?1` with token `tok`.
+fn current_lease(leases: &str, tok: &str) -> String {
+    format!(
+        "SELECT 1 FROM {leases} AS l \
+         WHERE l.run_id = ?1 AND l.token = {tok} AND l.expires_at > {NOW}"
+    )
+}
+
+/// The statements of a run's row and lease (`?1` the key).
+fn run_statements(cp: &str, leases: &str, visible: &str) -> RunStatements {
+    RunStatements {
+        exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})"),
+        // The steps go with the row (the trigger of schema version 2).
+        delete: format!("DELETE FROM {cp} WHERE run_id = ?1"),
+        held: format!("SELECT EXISTS ({})", current_lease(leases, "?2")),
+        // Insert the first lease, or take over a released or expired
+        // one, with a token one greater than any in the table (read under
+        // the write lock, so no two acquisitions draw the same one). No
+        // row returned: held by another.
+        acquire: format!(
+            "INSERT INTO {leases} AS l (run_id, token, expires_at) \
+             VALUES (?1, (SELECT coalesce(max(token), 0) + 1 FROM {leases}), {NOW} + ?2) \
+             ON CONFLICT (run_id) DO UPDATE \
+             SET token = excluded.token, expires_at = excluded.expires_at \
+             WHERE l.expires_at IS NULL OR l.expires_at <= {NOW} \
+             RETURNING token"
+        ),
+        drawn: None,
+        release: format!("UPDATE {leases} SET expires_at = NULL WHERE run_id = ?1 AND token = ?2"),
+    }
+}
+
+/// The statements of a batch after its rows are in [`BATCH`]: leases
+/// drawn and taken for the runs it begins, then, where the gate allows,
+/// each run's later steps dropped, its step and row written, its lease
+/// released when asked; the gates read back in order.
+fn batch_tail(cp: &str, leases: &str, steps: &str, upsert: &str) -> String {
+    let ok = "NOT b.cancelled AND b.held AND b.predecessor";
+    let begins = "b.ttl IS NOT NULL AND b.held";
+    format!(
+        "; UPDATE {BATCH} AS b SET token = \
+         (SELECT coalesce(max(token), 0) FROM {leases}) + (SELECT count(*) \
+         FROM {BATCH} AS o WHERE o.ttl IS NOT NULL AND o.held AND o.i <= b.i) \
+         WHERE {begins}; \
+         INSERT INTO {leases} AS l (run_id, token, expires_at) \
+         SELECT b.run_id, b.token, {NOW} + b.ttl FROM {BATCH} AS b \
+         WHERE {begins} ORDER BY b.i \
+         ON CONFLICT (run_id) DO UPDATE \
+         SET token = excluded.token, expires_at = excluded.expires_at \
+         WHERE l.expires_at IS NULL OR l.expires_at <= {NOW}; \
+         DELETE FROM {cp} WHERE run_id IN \
+         (SELECT b.run_id FROM {BATCH} AS b WHERE {begins}); \
+         DELETE FROM {steps} WHERE rowid IN (SELECT s.rowid \
+         FROM {BATCH} AS b JOIN {steps} AS s \
+         ON s.run_id = b.run_id AND s.seq >= b.seq WHERE {ok}); \
+         INSERT INTO {steps} (run_id, seq, whole, payload) \
+         SELECT b.run_id, b.seq, b.whole, b.payload FROM {BATCH} AS b \
+         WHERE {ok} ORDER BY b.i; \
+         INSERT INTO {cp} ({COLUMNS}) \
+         SELECT b.run_id, X'', b.version, b.ip, b.step, b.status, \
+         b.error_message, b.created_at, {NOW}, {NOW} + b.expires, b.attempt \
+         FROM {BATCH} AS b WHERE {ok} ORDER BY b.i {upsert}; \
+         UPDATE {leases} SET expires_at = NULL WHERE rowid IN (SELECT l.rowid \
+         FROM {BATCH} AS b JOIN {leases} AS l \
+         ON l.run_id = b.run_id AND l.token = b.token WHERE b.release); \
+         SELECT cancelled, held, predecessor, token FROM {BATCH} ORDER BY i"
+    )
 }
 
 #[cfg(test)]

@@ -46,8 +46,17 @@ fn keys(list: &serde_json::Value) -> Vec<&str> {
 /// URL holds a password, must appear in no output.
 async fn scenario(target: &Target, secret: Option<&str>) {
     seed(target).await;
-    let run = |args: &[&str]| target.run(args, secret);
+    list(target, secret);
+    show(target, secret);
+    diff(target, secret);
+    cancel_and_retry(target, secret);
+    delete(target, secret).await;
+    purge(target, secret);
+}
 
+/// `runs list`: everything in key order, filters, pages and their cursor.
+fn list(target: &Target, secret: Option<&str>) {
+    let run = |args: &[&str]| target.run(args, secret);
     // list: everything, in key order, as JSON
     let all = run(&["runs", "list", "--all", "--json"]).code(0).json();
     assert_eq!(
@@ -94,22 +103,13 @@ async fn scenario(target: &Target, secret: Option<&str>) {
         "{rest}"
     );
     assert_eq!(rest["next"], json!(null), "{rest}");
+}
 
-    // show: status, step, attempt, error, context, history
-    let shown = run(&["runs", "show", "orders/bad-1"]).code(0);
-    shown.shows(&[
-        "status",
-        "failed",
-        "charge (attempt 1)",
-        "card declined",
-        "customer",
-        "\"Ada\"",
-        "items",
-        "[\"book\", \"pen\"]",
-        "total",
-        "history",
-        "step  stage",
-    ]);
+/// `runs show`: a run's status, step, attempt, error, context and
+/// history; a huge value cut; a missing run.
+fn show(target: &Target, secret: Option<&str>) {
+    let run = |args: &[&str]| target.run(args, secret);
+    // as JSON, then as text: status, step, attempt, error, context, history
     let shown = run(&["runs", "show", "orders/bad-1", "--json"])
         .code(0)
         .json();
@@ -131,6 +131,20 @@ async fn scenario(target: &Target, secret: Option<&str>) {
             .is_some_and(|e| e.contains("card declined")),
         "{shown}"
     );
+    let shown = run(&["runs", "show", "orders/bad-1"]).code(0);
+    shown.shows(&[
+        "status",
+        "failed",
+        "charge (attempt 1)",
+        "card declined",
+        "customer",
+        "\"Ada\"",
+        "items",
+        "[\"book\", \"pen\"]",
+        "total",
+        "history",
+        "step  stage",
+    ]);
     // a huge value is cut, with its size
     let big = run(&["runs", "show", "orders/big-1"]).code(0);
     assert!(big.stdout.contains("bytes)"), "{}", big.all());
@@ -146,7 +160,11 @@ async fn scenario(target: &Target, secret: Option<&str>) {
     let missing = run(&["runs", "show", "orders/nope"]).code(1);
     assert!(missing.stderr.contains("orders/nope"), "{}", missing.all());
     assert_eq!(missing.stderr.lines().count(), 1, "{}", missing.all());
+}
 
+/// `runs diff`: two runs, two points of one run; bad keys and steps.
+fn diff(target: &Target, secret: Option<&str>) {
+    let run = |args: &[&str]| target.run(args, secret);
     // diff: two runs, and two points of one run
     let d = run(&["runs", "diff", "orders/ok-1", "orders/bad-1"]).code(0);
     assert!(
@@ -181,7 +199,11 @@ async fn scenario(target: &Target, secret: Option<&str>) {
     run(&["runs", "show", ""]).code(2);
     let nostep = run(&["runs", "diff", "orders/ok-1@refund", "orders/ok-1"]).code(1);
     assert!(nostep.stderr.contains("refund"), "{}", nostep.all());
+}
 
+/// `runs cancel` once; `runs retry` of a failed run, not of a completed one.
+fn cancel_and_retry(target: &Target, secret: Option<&str>) {
+    let run = |args: &[&str]| target.run(args, secret);
     // cancel, once
     run(&["runs", "cancel", "orders/bad-2"]).code(0);
     let cancelled = run(&["runs", "show", "orders/bad-2", "--json"])
@@ -201,7 +223,11 @@ async fn scenario(target: &Target, secret: Option<&str>) {
     assert_eq!(retried["state"], json!("Abandoned"), "{retried}");
 
     run(&["runs", "retry", "orders/ok-1"]).code(1);
+}
 
+/// `runs delete`: asks, respects a worker's lease unless forced.
+async fn delete(target: &Target, secret: Option<&str>) {
+    let run = |args: &[&str]| target.run(args, secret);
     // delete: asks (no terminal: refused), takes the lease, --force
     let asked = run(&["runs", "delete", "orders/ok-1"]).code(2);
     assert!(asked.stderr.contains("--yes"), "{}", asked.all());
@@ -223,7 +249,11 @@ async fn scenario(target: &Target, secret: Option<&str>) {
     assert_eq!(gone, json!({"run": "orders/ok-1", "deleted": true}));
     run(&["runs", "show", "orders/ok-1"]).code(1);
     run(&["runs", "delete", "orders/ok-1", "--yes"]).code(1);
+}
 
+/// `runs purge`: nothing that old, a dry run, no terminal, then for real.
+fn purge(target: &Target, secret: Option<&str>) {
+    let run = |args: &[&str]| target.run(args, secret);
     // purge: nothing that old; a dry run; no terminal; then for real
     let purge_completed = |older_than: &str, flags: &[&str]| {
         let mut args = vec!["runs", "purge", "--status", "completed", "--older-than"];

@@ -222,12 +222,23 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
             .is_empty()
     );
 
-    // a run of an earlier build (one string) is not indexed until written:
-    // its first fenced save migrates and indexes it in one script
+    an_earlier_builds_run_is_indexed_by_its_first_write(&mut raw, &store, &keys).await;
+    a_retry_and_a_lapsed_lease_move_runs(&mut raw, &store, &keys, &prefix).await;
+    support::redis::cleanup(&mut raw, &prefix).await;
+}
+
+/// A run of an earlier build (one string) is not indexed until written:
+/// its first fenced save migrates and indexes it in one script, and so
+/// does its cancel.
+async fn an_earlier_builds_run_is_indexed_by_its_first_write(
+    raw: &mut MultiplexedConnection,
+    store: &RedisStore,
+    keys: &[&str],
+) {
     let old = "orders/golden:run/ü 🦀";
     let journal = store.checkpoint_key(old);
-    crate::set(&mut raw, &journal, V3_RUNNING).await;
-    assert!(all_pages(&store, RunFilter::new()).await.is_empty());
+    crate::set(raw, &journal, V3_RUNNING).await;
+    assert!(all_pages(store, RunFilter::new()).await.is_empty());
     let loaded = store.load(old).await.expect("load").expect("stored");
     let lease = store.acquire_lease(old, TTL).await.expect("lease");
     let mut next = loaded.clone();
@@ -235,25 +246,35 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
     next.ip += 1;
     next.change = Change::none();
     store.save_fenced(next, &lease).await.expect("resume");
-    assert_eq!(agrees(&store, &keys).await[old], RunState::Running);
+    assert_eq!(agrees(store, keys).await[old], RunState::Running);
     store.delete_fenced(old, &lease).await.expect("delete");
     store.release_lease(lease).await.expect("release");
     // and its cancel, likewise
-    crate::set(&mut raw, &journal, V3_FAILED).await;
+    crate::set(raw, &journal, V3_FAILED).await;
     store.cancel(old).await.expect("cancel");
-    assert_eq!(agrees(&store, &keys).await[old], RunState::Cancelled);
+    assert_eq!(agrees(store, keys).await[old], RunState::Cancelled);
     store.delete(old).await.expect("delete");
+}
 
+/// A run recovery gave up on is handed back by an operator's retry; a
+/// lease that lapses makes its run abandoned.
+async fn a_retry_and_a_lapsed_lease_move_runs(
+    raw: &mut MultiplexedConnection,
+    store: &RedisStore,
+    keys: &[&str],
+    prefix: &str,
+) {
+    let set = |status: &str| format!("{prefix}.runs.{status}");
     // e: recovery gave up on it; an operator's retry hands it back
     store
         .save(entry("e", 0).failed("timeout").needing_attention())
         .await
         .expect("save");
-    assert_eq!(members(&mut raw, &set("needs_attention")).await, ["p/e"]);
-    assert_eq!(agrees(&store, &keys).await["p/e"], RunState::NeedsAttention);
-    retry_run(&store, "p/e").await.expect("retry");
-    assert!(members(&mut raw, &set("needs_attention")).await.is_empty());
-    assert_eq!(agrees(&store, &keys).await["p/e"], RunState::Abandoned);
+    assert_eq!(members(raw, &set("needs_attention")).await, ["p/e"]);
+    assert_eq!(agrees(store, keys).await["p/e"], RunState::NeedsAttention);
+    retry_run(store, "p/e").await.expect("retry");
+    assert!(members(raw, &set("needs_attention")).await.is_empty());
+    assert_eq!(agrees(store, keys).await["p/e"], RunState::Abandoned);
     store.delete("p/e").await.expect("delete");
 
     // d: a lease that lapses makes the run abandoned
@@ -265,11 +286,10 @@ async fn rule21_every_write_keeps_the_index_in_its_script() {
         .save_fenced(entry("d", 0), &lease)
         .await
         .expect("save");
-    assert_eq!(agrees(&store, &keys).await["p/d"], RunState::Running);
+    assert_eq!(agrees(store, keys).await["p/d"], RunState::Running);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(agrees(&store, &keys).await["p/d"], RunState::Abandoned);
+    assert_eq!(agrees(store, keys).await["p/d"], RunState::Abandoned);
     store.delete("p/d").await.expect("delete");
-    support::redis::cleanup(&mut raw, &prefix).await;
 }
 
 /// Rule 21 on Redis: a completed run whose retention runs out leaves no

@@ -85,101 +85,8 @@ async fn key_layout_values_and_expiry() {
         (ck.clone(), lk.clone(), ek.clone())
     );
 
-    // save: `{prefix}:{run_id}` is the journal hash: a field per
-    // checkpoint number holding its entry_bytes(), the journal's meta
-    // fields and the run's summary; a running run never expires. The run
-    // index names it: `.runs` and `.runs.running`, scored 0
-    let cp = checkpoint(run, 1);
-    store.save(cp.clone()).await.expect("save");
-    assert_eq!(
-        hget(&mut raw, &ck, "0").await,
-        Some(cp.entry_bytes().expect("encode"))
-    );
-    assert_eq!(
-        fields(&mut raw, &ck).await,
-        [
-            "0", "attempt", "born", "created", "exp", "first", "fulls", "last", "pipeline",
-            "status", "step", "updated", "ver", "version"
-        ]
-    );
-    let (attempt, created, updated) = (
-        cp.attempt.to_string(),
-        cp.created_at_ms.to_string(),
-        cp.updated_at_ms.to_string(),
-    );
-    for (field, value) in [
-        ("first", "0"),
-        ("last", "0"),
-        ("fulls", "0"),
-        ("status", "running"),
-        ("step", "step-1"),
-        ("attempt", &attempt),
-        ("version", cp.version.as_str()),
-        ("created", &created),
-        ("updated", &updated),
-        ("pipeline", ""),
-    ] {
-        assert_eq!(
-            hget(&mut raw, &ck, field).await,
-            Some(value.as_bytes().to_vec()),
-            "{field}"
-        );
-    }
-    assert_eq!(pttl(&mut raw, &ck).await, -1, "no expiry");
-    let (runs, running) = (format!("{prefix}.runs"), format!("{prefix}.runs.running"));
-    assert_eq!(store.runs_key(), runs);
-    assert_eq!(
-        store
-            .runs_in_status_key(fluxio_core::RunStatus::Running)
-            .expect("indexed"),
-        running
-    );
-    for set in [&runs, &running] {
-        let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
-            .arg(set)
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .query_async(&mut raw)
-            .await
-            .expect("ZRANGE");
-        assert_eq!(members, [(run.to_owned(), 0.0)], "{set}");
-    }
-    let mut all = vec![ck.clone(), runs.clone(), running.clone()];
-    all.sort();
-    assert_eq!(support::redis::keys(&mut raw, &prefix).await, all);
-
-    // a lease: the token at `.lease:`, the counter at `.epoch:`
-    let lease = store
-        .acquire_lease(run, Duration::from_secs(5))
-        .await
-        .expect("acquire");
-    let token = lease.token().to_string().into_bytes();
-    assert_eq!(get(&mut raw, &lk).await, Some(token.clone()));
-    assert_eq!(get(&mut raw, &ek).await, Some(token));
-    let ttl = pttl(&mut raw, &lk).await;
-    assert!(ttl > 0 && ttl <= 5_000, "lease PTTL {ttl}");
-    assert_eq!(
-        pttl(&mut raw, &ek).await,
-        -1,
-        "a new epoch of a run stored with no expiry has none either"
-    );
-    let other = "not-saved";
-    let other_lease = store
-        .acquire_lease(other, Duration::from_secs(5))
-        .await
-        .expect("acquire");
-    let ttl = pttl(&mut raw, &store.epoch_key(other)).await;
-    assert!(
-        ttl > 5_000 && ttl <= 86_400_000,
-        "a new epoch of a run not stored: PTTL {ttl}"
-    );
-    store.release_lease(other_lease).await.expect("release");
-    let _: () = redis::cmd("DEL")
-        .arg(store.epoch_key(other))
-        .query_async(&mut raw)
-        .await
-        .expect("DEL");
+    let (cp, runs, running) = assert_saved_layout(&mut raw, &prefix, &store, run).await;
+    let lease = assert_lease_layout(&mut raw, &store, run).await;
     // the nonce of the acquire stays with the lease (no second round trip)
     let nk = store.nonce_key(run);
     let ttl = pttl(&mut raw, &nk).await;
@@ -224,6 +131,123 @@ async fn key_layout_values_and_expiry() {
     store.delete(run).await.expect("delete");
     assert_eq!(support::redis::keys(&mut raw, &prefix).await, vec![ek]);
     support::redis::cleanup(&mut raw, &prefix).await;
+}
+
+/// A plain save of a running run: `{prefix}:{run_id}` is the journal hash
+/// (a field per checkpoint number holding its entry_bytes(), the
+/// journal's meta fields and the run's summary) with no expiry, and the
+/// run index names it: `.runs` and `.runs.running`, scored 0. Returns the
+/// checkpoint saved, and the two index keys.
+async fn assert_saved_layout(
+    raw: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    store: &RedisStore,
+    run: &str,
+) -> (Checkpoint, String, String) {
+    let ck = store.checkpoint_key(run);
+    let cp = checkpoint(run, 1);
+    store.save(cp.clone()).await.expect("save");
+    assert_eq!(
+        hget(raw, &ck, "0").await,
+        Some(cp.entry_bytes().expect("encode"))
+    );
+    assert_eq!(
+        fields(raw, &ck).await,
+        [
+            "0", "attempt", "born", "created", "exp", "first", "fulls", "last", "pipeline",
+            "status", "step", "updated", "ver", "version"
+        ]
+    );
+    let (attempt, created, updated) = (
+        cp.attempt.to_string(),
+        cp.created_at_ms.to_string(),
+        cp.updated_at_ms.to_string(),
+    );
+    for (field, value) in [
+        ("first", "0"),
+        ("last", "0"),
+        ("fulls", "0"),
+        ("status", "running"),
+        ("step", "step-1"),
+        ("attempt", &attempt),
+        ("version", cp.version.as_str()),
+        ("created", &created),
+        ("updated", &updated),
+        ("pipeline", ""),
+    ] {
+        assert_eq!(
+            hget(raw, &ck, field).await,
+            Some(value.as_bytes().to_vec()),
+            "{field}"
+        );
+    }
+    assert_eq!(pttl(raw, &ck).await, -1, "no expiry");
+    let (runs, running) = (format!("{prefix}.runs"), format!("{prefix}.runs.running"));
+    assert_eq!(store.runs_key(), runs);
+    assert_eq!(
+        store
+            .runs_in_status_key(fluxio_core::RunStatus::Running)
+            .expect("indexed"),
+        running
+    );
+    for set in [&runs, &running] {
+        let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(set)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(raw)
+            .await
+            .expect("ZRANGE");
+        assert_eq!(members, [(run.to_owned(), 0.0)], "{set}");
+    }
+    let mut all = vec![ck.clone(), runs.clone(), running.clone()];
+    all.sort();
+    assert_eq!(support::redis::keys(raw, &prefix).await, all);
+
+    (cp, runs, running)
+}
+
+/// A lease of a stored run: its token at `.lease:` with the lease's ttl,
+/// the counter at `.epoch:` with no expiry (the run has none); the epoch
+/// of a run not stored expires.
+async fn assert_lease_layout(
+    raw: &mut redis::aio::MultiplexedConnection,
+    store: &RedisStore,
+    run: &str,
+) -> fluxio_core::store::Lease {
+    let (lk, ek) = (store.lease_key(run), store.epoch_key(run));
+    let lease = store
+        .acquire_lease(run, Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    let token = lease.token().to_string().into_bytes();
+    assert_eq!(get(raw, &lk).await, Some(token.clone()));
+    assert_eq!(get(raw, &ek).await, Some(token));
+    let ttl = pttl(raw, &lk).await;
+    assert!(ttl > 0 && ttl <= 5_000, "lease PTTL {ttl}");
+    assert_eq!(
+        pttl(raw, &ek).await,
+        -1,
+        "a new epoch of a run stored with no expiry has none either"
+    );
+    let other = "not-saved";
+    let other_lease = store
+        .acquire_lease(other, Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    let ttl = pttl(raw, &store.epoch_key(other)).await;
+    assert!(
+        ttl > 5_000 && ttl <= 86_400_000,
+        "a new epoch of a run not stored: PTTL {ttl}"
+    );
+    store.release_lease(other_lease).await.expect("release");
+    let _: () = redis::cmd("DEL")
+        .arg(store.epoch_key(other))
+        .query_async(raw)
+        .await
+        .expect("DEL");
+    lease
 }
 
 /// Rule 20's retention on Redis: only a completed run expires, after the

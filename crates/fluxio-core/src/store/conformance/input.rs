@@ -295,6 +295,20 @@ pub fn urls_with_password(
     ] {
         urls.push(format!("{scheme}://{host_port}{tail}"));
     }
+    urls.extend(with_bad_hosts(scheme, host_port, path, pw));
+    urls.extend(edits_of(&valid));
+    // A user name is shown: a password written as one (the `:` before it
+    // deleted) cannot be told from a user name, and is not among these.
+    let as_user_name = format!("://user{pw}@");
+    urls.retain(|u| u.contains(pw) && !u.contains(&as_user_name));
+    let mut seen = std::collections::HashSet::new();
+    urls.retain(|u| seen.insert(u.clone()));
+    urls
+}
+
+/// URLs with the password `pw` and a host and port that are not one.
+fn with_bad_hosts(scheme: &str, host_port: &str, path: &str, pw: &str) -> Vec<String> {
+    let mut urls = Vec::new();
     let host = host_port.rsplit_once(':').map_or(host_port, |(h, _)| h);
     for bad_host in [
         format!("{host}:"),
@@ -317,6 +331,13 @@ pub fn urls_with_password(
         urls.push(format!("{scheme}://user:{pw}@{bad_host}{path}"));
         urls.push(format!("{scheme}://:{pw}@{bad_host}{path}"));
     }
+    urls
+}
+
+/// `valid` with blanks or brackets around it, cut at each character,
+/// with a separator inserted at each, and with each character deleted.
+fn edits_of(valid: &str) -> Vec<String> {
+    let mut urls = Vec::new();
     for (before, after) in [
         (" ", ""),
         ("", "\n"),
@@ -341,11 +362,5 @@ pub fn urls_with_password(
     for pair in boundaries.windows(2) {
         urls.push(format!("{}{}", &valid[..pair[0]], &valid[pair[1]..]));
     }
-    // A user name is shown: a password written as one (the `:` before it
-    // deleted) cannot be told from a user name, and is not among these.
-    let as_user_name = format!("://user{pw}@");
-    urls.retain(|u| u.contains(pw) && !u.contains(&as_user_name));
-    let mut seen = std::collections::HashSet::new();
-    urls.retain(|u| seen.insert(u.clone()));
     urls
 }

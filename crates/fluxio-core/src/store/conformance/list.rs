@@ -180,47 +180,9 @@ pub async fn rule21_keys_list_in_byte_order_and_every_filter_value_is_answered<H
     if !lists_runs(&store).await {
         return;
     }
-    // `a/x`: a run id may hold a `/`; `p-2` and `p0` sort just before and
-    // just after `p/`; `P` before them all; the bare run has no pipeline.
-    let mut saved = Vec::new();
-    for (ip, (pipeline, id)) in [
-        ("p", "B"),
-        ("p", "a"),
-        ("p", "é"),
-        ("p", "Z"),
-        ("p", "a-1"),
-        ("p", "a_1"),
-        ("p", "a/x"),
-        ("p", "~"),
-        ("p-2", "x"),
-        ("p0", "x"),
-        ("P", "x"),
-        ("", "bare"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let ip = u32::try_from(ip).unwrap_or(u32::MAX);
-        let mut cp = checkpoint(&format!("{ns}-{id}"), ip).in_pipeline(pipeline);
-        cp.created_at_ms += u64::from(ip);
-        if ip % 2 == 1 {
-            cp = cp.failed(format!("failure {ip}"));
-        }
-        store.save(cp.clone()).await.expect("save");
-        saved.push(cp);
-    }
-    saved.sort_by_key(Checkpoint::key);
+    let saved = seed_awkward_keys(&store, &ns).await;
     let keys = |runs: &[Checkpoint]| runs.iter().map(Checkpoint::key).collect::<Vec<_>>();
-    let list = |filter: RunFilter| {
-        let store = &store;
-        async move {
-            let page = store.list_runs(&filter).await.expect("list");
-            (
-                page.runs.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
-                page.next,
-            )
-        }
-    };
+    let list = |filter: RunFilter| listed(&store, filter);
 
     let page = store.list_runs(&RunFilter::new()).await.expect("list").runs;
     assert_eq!(
@@ -292,7 +254,56 @@ pub async fn rule21_keys_list_in_byte_order_and_every_filter_value_is_answered<H
         );
     }
 
-    // the ends of every range
+    answers_the_ends_of_every_range(&store, &saved).await;
+}
+
+/// Saves runs under awkward keys in `store`, one in two failed, each
+/// started a millisecond after the one before; returns them in key order.
+async fn seed_awkward_keys<S: CheckpointStore>(store: &S, ns: &str) -> Vec<Checkpoint> {
+    // `a/x`: a run id may hold a `/`; `p-2` and `p0` sort just before and
+    // just after `p/`; `P` before them all; the bare run has no pipeline.
+    let mut saved = Vec::new();
+    for (ip, (pipeline, id)) in [
+        ("p", "B"),
+        ("p", "a"),
+        ("p", "é"),
+        ("p", "Z"),
+        ("p", "a-1"),
+        ("p", "a_1"),
+        ("p", "a/x"),
+        ("p", "~"),
+        ("p-2", "x"),
+        ("p0", "x"),
+        ("P", "x"),
+        ("", "bare"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ip = u32::try_from(ip).unwrap_or(u32::MAX);
+        let mut cp = checkpoint(&format!("{ns}-{id}"), ip).in_pipeline(pipeline);
+        cp.created_at_ms += u64::from(ip);
+        if ip % 2 == 1 {
+            cp = cp.failed(format!("failure {ip}"));
+        }
+        store.save(cp.clone()).await.expect("save");
+        saved.push(cp);
+    }
+    saved.sort_by_key(Checkpoint::key);
+    saved
+}
+
+/// The keys `filter` lists from `store`, and its cursor.
+async fn listed<S: CheckpointStore>(store: &S, filter: RunFilter) -> (Vec<String>, Option<String>) {
+    let page = store.list_runs(&filter).await.expect("list");
+    (page.runs.iter().map(|r| r.key.clone()).collect(), page.next)
+}
+
+/// The filters at the ends of their ranges are answered (or, for a limit
+/// out of range, refused by name) on `store`, which holds `saved`.
+async fn answers_the_ends_of_every_range<S: CheckpointStore>(store: &S, saved: &[Checkpoint]) {
+    let keys = |runs: &[Checkpoint]| runs.iter().map(Checkpoint::key).collect::<Vec<_>>();
+    let list = |filter: RunFilter| listed(store, filter);
     let mut filter = RunFilter::new();
     filter.created_after_ms = Some(u64::MAX);
     assert_eq!(list(filter).await, (vec![], None), "created after the end");
