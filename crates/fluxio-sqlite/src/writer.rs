@@ -341,7 +341,12 @@ async fn commit_group(
 ) -> usize {
     let mut answers: Vec<Answer> = Vec::with_capacity(waiting.len());
     let mut begun = false;
-    let result = run_group(pool, batches, waiting, &mut answers, &mut begun).await;
+    let mut group = Group {
+        batches,
+        waiting,
+        answers: &mut answers,
+    };
+    let result = run_group(pool, &mut group, &mut begun).await;
     let answered = answers.len();
     match result {
         Ok(()) => answers.into_iter().for_each(|answer| answer(None)),
@@ -367,38 +372,47 @@ async fn commit_group(
     answered
 }
 
+/// What a transaction of [`commit_group`] works on: the batches'
+/// statements, the writes waiting (one that does not run goes back to
+/// their front), and the answers of the writes that ran.
+struct Group<'a> {
+    batches: &'a mut Batches,
+    waiting: &'a mut VecDeque<Work>,
+    answers: &'a mut Vec<Answer>,
+}
+
+/// The saves of `saves` whose callers still wait for them: the others
+/// are not run.
+fn awaited(saves: Vec<Save>) -> Vec<Save> {
+    saves.into_iter().filter(|s| !s.tx.is_closed()).collect()
+}
+
 /// The transaction of [`commit_group`]: `answers` gets the answer of each
 /// write that ran, `begun` whether the transaction began.
-async fn run_group(
-    pool: &SqlitePool,
-    batches: &mut Batches,
-    waiting: &mut VecDeque<Work>,
-    answers: &mut Vec<Answer>,
-    begun: &mut bool,
-) -> sqlx::Result<()> {
+async fn run_group(pool: &SqlitePool, group: &mut Group<'_>, begun: &mut bool) -> sqlx::Result<()> {
     let mut open = Open(Some(pool.acquire().await?));
     let Some(conn) = open.0.as_deref_mut() else {
         return Ok(());
     };
     exec(conn, "BEGIN IMMEDIATE").await?;
     *begun = true;
-    let alone = waiting.len() == 1;
-    while let Some(work) = waiting.pop_front() {
+    let alone = group.waiting.len() == 1;
+    while let Some(work) = group.waiting.pop_front() {
         let (savepoint, run) = match work {
             Work::Run { savepoint, run } => (savepoint, run),
             Work::Save(first) => {
                 let mut saves = vec![*first];
                 while saves.len() < MAX_BATCH {
-                    match waiting.pop_front() {
+                    match group.waiting.pop_front() {
                         Some(Work::Save(save)) if joins(&saves, &save) => saves.push(*save),
                         Some(other) => {
-                            waiting.push_front(other);
+                            group.waiting.push_front(other);
                             break;
                         }
                         None => break,
                     }
                 }
-                let kept = run_batch(conn, batches, saves, answers, waiting).await?;
+                let kept = run_batch(conn, group, awaited(saves)).await?;
                 if alone && !kept {
                     // refused, or its caller gone: nothing to commit
                     exec(conn, "ROLLBACK").await?;
@@ -413,7 +427,7 @@ async fn run_group(
             exec(conn, "SAVEPOINT fluxio_write").await?;
         }
         let (outcome, answer) = run(Slot::Run(conn)).await;
-        answers.push(answer);
+        group.answers.push(answer);
         match outcome {
             Outcome::Kept if savepoint => exec(conn, "RELEASE fluxio_write").await?,
             Outcome::Kept => {}
@@ -473,8 +487,8 @@ fn joins(saves: &[Save], save: &Save) -> bool {
 /// in the open transaction, in one command of ten statements: the store's
 /// `batch_append` (a save alone that does not begin its run:
 /// [`run_saves`], five statements). Each gets its answer in `answers`
-/// (kept, or refused: then nothing of it was written); one whose caller
-/// stopped waiting is skipped. When the command fails, the error returned
+/// (kept, or refused: then nothing of it was written); the caller gives
+/// only saves whose callers still wait ([`awaited`]). When the command fails, the error returned
 /// gives this transaction up; which save it failed for is unknown, so
 /// (unless the batch held one save, which gets the error) they all go
 /// back to the front of `waiting`, to be run again
@@ -482,18 +496,15 @@ fn joins(saves: &[Save], save: &Save) -> bool {
 /// error fails only its own save. Returns whether any save was kept.
 async fn run_batch(
     conn: &mut SqliteConnection,
-    batches: &mut Batches,
+    group: &mut Group<'_>,
     saves: Vec<Save>,
-    answers: &mut Vec<Answer>,
-    waiting: &mut VecDeque<Work>,
 ) -> sqlx::Result<bool> {
-    let saves: Vec<Save> = saves.into_iter().filter(|s| !s.tx.is_closed()).collect();
     let sql = match &*saves {
         [] => return Ok(false),
         [alone] if alone.save.ttl.is_none() => {
-            return run_saves(conn, batches, saves, answers, waiting).await;
+            return run_saves(conn, group, saves).await;
         }
-        _ => match batches.batch(saves.len()) {
+        _ => match group.batches.batch(saves.len()) {
             Some(sql) => sql,
             None => return Err(sqlx::Error::Protocol("a batch too large".to_owned())),
         },
@@ -506,14 +517,14 @@ async fn run_batch(
         let message = failure.to_string();
         if saves.len() == 1 {
             if let Some(Save { tx, .. }) = saves.into_iter().next() {
-                answers.push(Box::new(move |_: Option<Failure>| {
+                group.answers.push(Box::new(move |_: Option<Failure>| {
                     let _ = tx.send(Err(Failure::Sql(failure)));
                 }));
             }
         } else {
             for mut save in saves.into_iter().rev() {
                 save.one_by_one = true;
-                waiting.push_front(Work::Save(Box::new(save)));
+                group.waiting.push_front(Work::Save(Box::new(save)));
             }
         }
         return Err(sqlx::Error::Protocol(format!(
@@ -522,7 +533,7 @@ async fn run_batch(
     }
     let mut kept = false;
     for (gate, save) in gates.into_iter().zip(saves) {
-        kept |= decided(save, &gate, answers);
+        kept |= decided(save, &gate, group.answers);
     }
     Ok(kept)
 }
@@ -532,23 +543,20 @@ async fn run_batch(
 /// one command:
 /// the store's `fenced_append` (or `finish_append`) once for each,
 /// in their order, each reading back its gate row. Each that ran gets its
-/// answer in `answers` (kept, or refused: then nothing of it was written);
-/// one whose caller stopped waiting is skipped. When a statement fails, the
+/// answer in `answers` (kept, or refused: then nothing of it was written).
+/// When a statement fails, the
 /// save it belongs to gets that error, the saves after it go back to the
 /// front of `waiting` (for the next transaction), and the error returned
 /// gives the transaction up. Returns whether any save was kept.
 async fn run_saves(
     conn: &mut SqliteConnection,
-    batches: &mut Batches,
+    group: &mut Group<'_>,
     saves: Vec<Save>,
-    answers: &mut Vec<Answer>,
-    waiting: &mut VecDeque<Work>,
 ) -> sqlx::Result<bool> {
-    let saves: Vec<Save> = saves.into_iter().filter(|s| !s.tx.is_closed()).collect();
     if saves.is_empty() {
         return Ok(false);
     }
-    let sql = batches.sql(saves.len(), saves[0].save.release);
+    let sql = group.batches.sql(saves.len(), saves[0].save.release);
     let (gates, mut failed) = read_gates(conn, sql, &saves, FencedSave::arguments).await;
     let ran = gates.len();
     if failed.is_none() && ran < saves.len() {
@@ -559,7 +567,7 @@ async fn run_saves(
     // the gates first: `zip` takes from its first iterator first, and a save
     // taken with no gate left would be lost
     for (gate, save) in gates.into_iter().zip(saves.by_ref()) {
-        kept |= decided(save, &gate, answers);
+        kept |= decided(save, &gate, group.answers);
     }
     let Some(failure) = failed else {
         return Ok(kept);
@@ -568,12 +576,12 @@ async fn run_saves(
     let message = failure.to_string();
     if let Some(save) = saves.next() {
         let tx = save.tx;
-        answers.push(Box::new(move |_: Option<Failure>| {
+        group.answers.push(Box::new(move |_: Option<Failure>| {
             let _ = tx.send(Err(Failure::Sql(failure)));
         }));
     }
     for save in saves.rev() {
-        waiting.push_front(Work::Save(Box::new(save)));
+        group.waiting.push_front(Work::Save(Box::new(save)));
     }
     Err(sqlx::Error::Protocol(format!(
         "another write of the transaction failed: {message}"

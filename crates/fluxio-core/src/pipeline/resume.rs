@@ -65,6 +65,34 @@ pub(super) enum Continue<'a> {
     Replay { from: Option<&'a Checkpoint> },
 }
 
+/// One continuation of a stored run: the store, the lease held on the
+/// run, its id, how it continues and with what options.
+#[derive(Clone, Copy)]
+pub(super) struct Resuming<'a> {
+    pub(super) store: &'a Arc<dyn CheckpointStore>,
+    pub(super) owner: &'a Ownership,
+    pub(super) run_id: &'a str,
+    pub(super) how: Continue<'a>,
+    pub(super) options: ResumeOptions,
+}
+
+impl<'a> Resuming<'a> {
+    /// A plain resume of `run_id` (default options) under `owner`'s lease.
+    pub(super) fn of(
+        store: &'a Arc<dyn CheckpointStore>,
+        owner: &'a Ownership,
+        run_id: &'a str,
+    ) -> Self {
+        Resuming {
+            store,
+            owner,
+            run_id,
+            how: Continue::Resume,
+            options: ResumeOptions::new(),
+        }
+    }
+}
+
 /// What a recovery worker does with a run it claimed: [`Pipeline::recover`].
 pub(crate) enum Claim {
     Resume,
@@ -228,14 +256,18 @@ impl Pipeline {
         let (key, store, span) = self.durable_run(what, run_id, true)?;
         async {
             self.with_lease(store, &key, async |owner| {
+                let r = Resuming {
+                    how,
+                    options,
+                    ..Resuming::of(store, owner, run_id)
+                };
                 let cp = self
-                    .load_or_adopt(store, owner, run_id, how, options)
+                    .load_or_adopt(r)
                     .await?
                     .ok_or_else(|| Error::CheckpointNotFound {
                         run_id: key.to_string(),
                     })?;
-                self.resume_stored(store, owner, run_id, cp, how, options)
-                    .await
+                self.resume_stored(r, cp).await
             })
             .await
         }
@@ -247,15 +279,14 @@ impl Pipeline {
     /// that runs it ([`version_for`](Self::version_for)): refused when it was
     /// cancelled (before the version check: a cancelled run is cancelled on
     /// any code).
-    pub(super) async fn resume_stored(
-        &self,
-        store: &Arc<dyn CheckpointStore>,
-        owner: &Ownership,
-        run_id: &str,
-        cp: Checkpoint,
-        how: Continue<'_>,
-        options: ResumeOptions,
-    ) -> Result<Context> {
+    pub(super) async fn resume_stored(&self, r: Resuming<'_>, cp: Checkpoint) -> Result<Context> {
+        let Resuming {
+            store,
+            owner,
+            run_id,
+            how,
+            options,
+        } = r;
         let key = owner.lease().run_id();
         if cp.is_cancelled() {
             return Err(Error::Cancelled {
@@ -270,17 +301,10 @@ impl Pipeline {
 
     /// The checkpoint stored for `run_id` under this pipeline's key, or one
     /// [adopted](Self::adopt_unnamed) from before pipelines had names.
-    pub(super) async fn load_or_adopt(
-        &self,
-        store: &Arc<dyn CheckpointStore>,
-        owner: &Ownership,
-        run_id: &str,
-        how: Continue<'_>,
-        options: ResumeOptions,
-    ) -> Result<Option<Checkpoint>> {
-        match store.load(owner.lease().run_id()).await? {
+    pub(super) async fn load_or_adopt(&self, r: Resuming<'_>) -> Result<Option<Checkpoint>> {
+        match r.store.load(r.owner.lease().run_id()).await? {
             Some(cp) => Ok(Some(cp)),
-            None => self.adopt_unnamed(store, owner, run_id, how, options).await,
+            None => self.adopt_unnamed(r).await,
         }
     }
 
@@ -292,14 +316,8 @@ impl Pipeline {
     /// and returned; `None` when there is no such run. A crash between the
     /// move's save and delete leaves a copy under the bare id, which is
     /// never read again once the named one exists.
-    pub(super) async fn adopt_unnamed(
-        &self,
-        store: &Arc<dyn CheckpointStore>,
-        owner: &Ownership,
-        run_id: &str,
-        how: Continue<'_>,
-        options: ResumeOptions,
-    ) -> Result<Option<Checkpoint>> {
+    pub(super) async fn adopt_unnamed(&self, r: Resuming<'_>) -> Result<Option<Checkpoint>> {
+        let (store, run_id) = (r.store, r.run_id);
         if self.inner.name.is_empty() {
             return Ok(None);
         }
@@ -311,12 +329,12 @@ impl Pipeline {
                 return Ok(None);
             }
             let key = self.key(run_id)?;
-            self.version_for(&key, &cp, how, options)?;
+            self.version_for(&key, &cp, r.how, r.options)?;
             cp.pipeline.clone_from(&self.inner.name);
             // the run moves as its latest checkpoint, whole
             cp.change = crate::store::Change::Full;
             cp.earlier.clear();
-            store.save_fenced(cp.clone(), owner.lease()).await?;
+            store.save_fenced(cp.clone(), r.owner.lease()).await?;
             store.delete_fenced(run_id, old.lease()).await?;
             tracing::info!(
                 run = %key,
@@ -352,10 +370,8 @@ impl Pipeline {
                         Ok(Recovered::GaveUp(marked))
                     }
                     Claim::Resume => {
-                        let how = Continue::Resume;
-                        let result = self
-                            .resume_stored(store, owner, run_id, cp, how, ResumeOptions::new())
-                            .await;
+                        let r = Resuming::of(store, owner, run_id);
+                        let result = self.resume_stored(r, cp).await;
                         Ok(Recovered::Resumed(result))
                     }
                 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument as _;
 
-use super::resume::{Continue, ResumeOptions};
+use super::resume::Resuming;
 use super::{Pipeline, check_runtime};
 use crate::context::{Context, Lineage, Snapshot};
 use crate::durability::{AsyncWriter, Durability};
@@ -227,21 +227,15 @@ impl Pipeline {
         key: &str,
         input: Context,
     ) -> Result<Context> {
-        let options = ResumeOptions::new();
-        match self
-            .load_or_adopt(store, owner, run_id, Continue::Resume, options)
-            .await?
-        {
+        let r = Resuming::of(store, owner, run_id);
+        match self.load_or_adopt(r).await? {
             None => {
                 self.run_fresh_from(store, owner, (run_id, key), 0, &input.snapshot())
                     .await
             }
             // completed since `start` looked (or adopted): final on any code
             Some(cp) if cp.status == RunStatus::Completed => Ok(cp.context.to_context()),
-            Some(cp) => {
-                self.resume_stored(store, owner, run_id, cp, Continue::Resume, options)
-                    .await
-            }
+            Some(cp) => self.resume_stored(r, cp).await,
         }
     }
 
