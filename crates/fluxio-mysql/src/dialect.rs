@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use fluxio_core::store::RedactedUrl;
+use fluxio_sql::server::Applied;
 use fluxio_sql::{Params, ServerSql, Settings};
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
@@ -97,25 +98,20 @@ impl fluxio_sql::Server for MySql {
 
     const MIGRATOR: &'static Migrator = &crate::migrate::MIGRATOR;
 
-    fn applied<'c>(
-        conn: &'c mut MySqlConnection,
-        names: &'c Names,
-    ) -> impl Future<Output = sqlx::Result<Option<Vec<(i64, Vec<u8>)>>>> + Send + 'c {
-        async move {
-            if !crate::migrate::table_exists(conn, names, "_fluxio_migrations").await?
-                || !crate::migrate::table_exists(conn, names, &names.table).await?
-            {
-                return Ok(None);
-            }
-            let applied = sqlx::query_as(&format!(
-                "SELECT version, checksum FROM {} WHERE table_name = ?",
-                names.migrations()
-            ))
-            .bind(&names.table)
-            .fetch_all(&mut *conn)
-            .await?;
-            Ok(Some(applied))
+    async fn applied(conn: &mut MySqlConnection, names: &Names) -> sqlx::Result<Option<Applied>> {
+        if !crate::migrate::table_exists(conn, names, "_fluxio_migrations").await?
+            || !crate::migrate::table_exists(conn, names, &names.table).await?
+        {
+            return Ok(None);
         }
+        let applied = sqlx::query_as(&format!(
+            "SELECT version, checksum FROM {} WHERE table_name = ?",
+            names.migrations()
+        ))
+        .bind(&names.table)
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(Some(applied))
     }
 }
 

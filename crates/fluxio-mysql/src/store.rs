@@ -61,7 +61,7 @@ impl MySqlStore {
     ///
     /// # Errors
     /// [`Error::Store`](fluxio_core::Error::Store) with the sqlx error, a
-    /// [`MySqlStoreError::MigrationChanged`] or a timeout.
+    /// [`MySqlStoreError::MigrationChanged`](crate::MySqlStoreError::MigrationChanged) or a timeout.
     pub async fn migrate(&self) -> Result<()> {
         let names = self.server().names();
         let applied = self

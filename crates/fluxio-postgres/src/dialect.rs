@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use fluxio_core::store::RedactedUrl;
+use fluxio_sql::server::Applied;
 use fluxio_sql::{Params, ServerSql, Settings};
 use sqlx::PgConnection;
 use sqlx::error::DatabaseError;
@@ -110,32 +111,27 @@ impl fluxio_sql::Server for Postgres {
 
     const MIGRATOR: &'static Migrator = &crate::migrate::MIGRATOR;
 
-    fn applied<'c>(
-        conn: &'c mut PgConnection,
-        names: &'c Names,
-    ) -> impl Future<Output = sqlx::Result<Option<Vec<(i64, Vec<u8>)>>>> + Send + 'c {
-        async move {
-            let bookkeeping = names.migrations_qualified();
-            // `to_regclass` answers NULL for a missing schema or table, and needs
-            // no privilege
-            let found: bool = sqlx::query_scalar(
-                "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
-            )
-            .bind(&bookkeeping)
-            .bind(names.checkpoints_qualified())
-            .fetch_one(&mut *conn)
-            .await?;
-            if !found {
-                return Ok(None);
-            }
-            let applied = sqlx::query_as(&format!(
-                "SELECT version, checksum FROM {bookkeeping} WHERE table_name = $1"
-            ))
-            .bind(&names.table)
-            .fetch_all(&mut *conn)
-            .await?;
-            Ok(Some(applied))
+    async fn applied(conn: &mut PgConnection, names: &Names) -> sqlx::Result<Option<Applied>> {
+        let bookkeeping = names.migrations_qualified();
+        // `to_regclass` answers NULL for a missing schema or table, and needs
+        // no privilege
+        let found: bool = sqlx::query_scalar(
+            "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+        )
+        .bind(&bookkeeping)
+        .bind(names.checkpoints_qualified())
+        .fetch_one(&mut *conn)
+        .await?;
+        if !found {
+            return Ok(None);
         }
+        let applied = sqlx::query_as(&format!(
+            "SELECT version, checksum FROM {bookkeeping} WHERE table_name = $1"
+        ))
+        .bind(&names.table)
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(Some(applied))
     }
 }
 

@@ -137,8 +137,11 @@ pub trait Server: Dialect + Send + Sync + 'static {
     fn applied<'c>(
         conn: &'c mut <Self::Db as Database>::Connection,
         names: &'c Self::Names,
-    ) -> impl Future<Output = sqlx::Result<Option<Vec<(i64, Vec<u8>)>>>> + Send + 'c;
+    ) -> impl Future<Output = sqlx::Result<Option<Applied>>> + Send + 'c;
 }
+
+/// The migrations applied to a store's tables: (version, checksum) each.
+pub type Applied = Vec<(i64, Vec<u8>)>;
 
 /// What a store's [`Server::Names`] tell of where its tables are, for its
 /// `Debug` and its getters.

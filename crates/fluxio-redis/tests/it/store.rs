@@ -203,7 +203,7 @@ async fn assert_saved_layout(
     }
     let mut all = vec![ck.clone(), runs.clone(), running.clone()];
     all.sort();
-    assert_eq!(support::redis::keys(raw, &prefix).await, all);
+    assert_eq!(support::redis::keys(raw, prefix).await, all);
 
     (cp, runs, running)
 }

@@ -310,7 +310,7 @@ async fn answers_the_ends_of_every_range<S: CheckpointStore>(store: &S, saved: &
     let mut filter = RunFilter::new();
     filter.created_after_ms = Some(0);
     filter.updated_before_ms = Some(u64::MAX);
-    assert_eq!(list(filter).await, (keys(&saved), None), "any time");
+    assert_eq!(list(filter).await, (keys(saved), None), "any time");
     let mut filter = RunFilter::new();
     filter.updated_before_ms = Some(0);
     assert_eq!(list(filter).await, (vec![], None), "updated before 1970");
@@ -322,7 +322,7 @@ async fn answers_the_ends_of_every_range<S: CheckpointStore>(store: &S, saved: &
     );
     assert_eq!(
         list(RunFilter::new().limit(MAX_LIST_LIMIT)).await,
-        (keys(&saved), None),
+        (keys(saved), None),
         "the largest page"
     );
     for limit in [0, MAX_LIST_LIMIT + 1, usize::MAX] {
@@ -342,7 +342,7 @@ async fn answers_the_ends_of_every_range<S: CheckpointStore>(store: &S, saved: &
     }
     assert_eq!(
         list(RunFilter::new().after("")).await,
-        (keys(&saved), None),
+        (keys(saved), None),
         "after the empty key"
     );
     assert_eq!(
