@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fluxio_core::store::RedactedUrl;
 use fluxio_sql::server::Applied;
-use fluxio_sql::{Params, ServerSql, Settings};
+use fluxio_sql::{Params, ServerSql, Settings, Upsert};
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
 use std::str::FromStr as _;
@@ -31,6 +31,7 @@ impl fluxio_sql::Dialect for MySql {
     type Db = sqlx::MySql;
     type Time = i64;
     const PARAMS: Params = Params::Anonymous;
+    const UPSERT: Upsert = Upsert::OnDuplicateKey;
     const BOOKKEEPING: [&str; 5] = [
         "VARCHAR(64) CHARACTER SET ascii",
         "BIGINT",

@@ -4,10 +4,9 @@
 //! statement that needs a value twice reads it from a one-row derived
 //! table `p`).
 
-use fluxio_sql::{
-    COMPLETED, DrawnTokens, Listing, RunStatements, ServerSql, Statements, StepStatements,
-};
+use fluxio_sql::{COMPLETED, DrawnTokens, Listing, RunStatements, ServerSql, Statements};
 
+use crate::dialect::MySql;
 use crate::error::MySqlStoreError;
 
 /// The longest identifier MySQL and MariaDB take.
@@ -21,14 +20,6 @@ pub(crate) struct Names {
     /// `None`: the connection's database (the URL's).
     pub(crate) database: Option<String>,
     pub(crate) table: String,
-}
-
-fn validate(setting: &'static str, value: &str) -> Result<(), MySqlStoreError> {
-    fluxio_sql::check_identifier(value).map_err(|reason| MySqlStoreError::InvalidSetting {
-        setting,
-        value: value.to_owned(),
-        reason: reason.to_owned(),
-    })
 }
 
 impl fluxio_sql::server::Tables for Names {
@@ -47,7 +38,7 @@ impl Names {
     /// Validates the database and table names.
     pub(crate) fn new(database: Option<&str>, table: &str) -> Result<Self, MySqlStoreError> {
         if let Some(database) = database {
-            validate("database", database)?;
+            MySqlStoreError::check_identifier("database", database)?;
             if matches!(
                 database,
                 "mysql" | "information_schema" | "performance_schema" | "sys"
@@ -59,7 +50,7 @@ impl Names {
                 });
             }
         }
-        validate("table", table)?;
+        MySqlStoreError::check_identifier("table", table)?;
         let longest = SUFFIXES.iter().map(|s| s.len()).max().unwrap_or(0);
         if table.len() + longest > MAX_IDENTIFIER {
             return Err(MySqlStoreError::InvalidSetting {
@@ -132,41 +123,31 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
         "EXISTS (SELECT 1 FROM {cp} WHERE run_id = p.k AND {})",
         visible("")
     );
+    // The pipeline's row, locked until the transaction ends: the
+    // completions of one pipeline trim one after the other, each
+    // (READ COMMITTED: a new snapshot per statement) seeing the
+    // runs the ones before it completed.
+    let keep_lock = format!(
+        "INSERT INTO {pipelines} (pipeline) VALUES (?) \
+             ON DUPLICATE KEY UPDATE pipeline = pipeline"
+    );
+    // The completed runs of pipeline `?` but the `?` newest visible
+    // ones (expired ones go too: they are purgeable), ranked in one
+    // range of the completion index; the steps go with the rows.
+    let keep_completed = format!(
+        "DELETE c FROM {cp} AS c JOIN (SELECT run_id FROM (SELECT run_id, {live} AS live, \
+             ROW_NUMBER() OVER (PARTITION BY {live} ORDER BY updated_at DESC, run_id DESC) \
+             AS r FROM {cp} WHERE pipeline = ? AND status = '{COMPLETED}') AS ranked \
+             WHERE NOT ranked.live OR ranked.r > ?) AS gone ON c.run_id = gone.run_id",
+        live = visible("")
+    );
     ServerSql {
-        journal: Statements {
-            save: format!(
-                "INSERT INTO {cp} (run_id, payload, version, ip, step, status, error_message, \
-                 created_at, updated_at, expires_at, attempt) \
-                 VALUES (?, '', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ?) \
-                 ON DUPLICATE KEY UPDATE version = VALUES(version), ip = VALUES(ip), \
-                 step = VALUES(step), status = VALUES(status), \
-                 error_message = VALUES(error_message), created_at = VALUES(created_at), \
-                 updated_at = VALUES(updated_at), expires_at = VALUES(expires_at), \
-                 attempt = VALUES(attempt)"
-            ),
-            // Locks the run's row for the rest of the transaction: a cancel
-            // (which locks it too) and a fenced save take turns.
-            status: format!("SELECT status FROM {cp} WHERE run_id = ? FOR UPDATE"),
-            steps: StepStatements::new::<crate::dialect::MySql>(&steps),
-            // The pipeline's row, locked until the transaction ends: the
-            // completions of one pipeline trim one after the other, each
-            // (READ COMMITTED: a new snapshot per statement) seeing the
-            // runs the ones before it completed.
-            keep_lock: Some(format!(
-                "INSERT INTO {pipelines} (pipeline) VALUES (?) \
-                 ON DUPLICATE KEY UPDATE pipeline = pipeline"
-            )),
-            // The completed runs of pipeline `?` but the `?` newest visible
-            // ones (expired ones go too: they are purgeable), ranked in one
-            // range of the completion index; the steps go with the rows.
-            keep_completed: format!(
-                "DELETE c FROM {cp} AS c JOIN (SELECT run_id FROM (SELECT run_id, {live} AS live, \
-                 ROW_NUMBER() OVER (PARTITION BY {live} ORDER BY updated_at DESC, run_id DESC) \
-                 AS r FROM {cp} WHERE pipeline = ? AND status = '{COMPLETED}') AS ranked \
-                 WHERE NOT ranked.live OR ranked.r > ?) AS gone ON c.run_id = gone.run_id",
-                live = visible("")
-            ),
-        },
+        journal: Statements::new::<MySql>(
+            (&cp, &steps),
+            &format!("?, '', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ?"),
+            keep_completed,
+            Some(keep_lock),
+        ),
         run: RunStatements {
             // Takes the lease with the token `drawn.draw` drew, when no
             // unexpired lease holds it (the row locked by the upsert); the

@@ -1,6 +1,8 @@
 //! Identifier validation, quoting and the SQL of the store.
 
-use fluxio_sql::{COMPLETED, Listing, RunStatements, ServerSql, Statements, StepStatements};
+use fluxio_sql::{COMPLETED, Listing, RunStatements, ServerSql, Statements};
+
+use crate::dialect::Postgres;
 
 use crate::error::PostgresStoreError;
 
@@ -8,19 +10,6 @@ use crate::error::PostgresStoreError;
 const MAX_IDENTIFIER: usize = fluxio_sql::MAX_IDENTIFIER;
 /// Suffix of the lease table's name.
 const LEASES_SUFFIX: &str = "_leases";
-
-/// Checks `value` against `^[a-z_][a-z0-9_]{0,62}$` (see
-/// [`fluxio_sql::check_identifier`]).
-pub(crate) fn validate_identifier(
-    setting: &'static str,
-    value: &str,
-) -> Result<(), PostgresStoreError> {
-    fluxio_sql::check_identifier(value).map_err(|reason| PostgresStoreError::InvalidSetting {
-        setting,
-        value: value.to_owned(),
-        reason: reason.to_owned(),
-    })
-}
 
 /// The validated names of one store's schema and tables.
 #[derive(Debug, Clone)]
@@ -44,8 +33,8 @@ impl fluxio_sql::server::Tables for Names {
 impl Names {
     /// Validates the schema and table names.
     pub(crate) fn new(schema: &str, table: &str) -> Result<Self, PostgresStoreError> {
-        validate_identifier("schema", schema)?;
-        validate_identifier("table", table)?;
+        PostgresStoreError::check_identifier("schema", schema)?;
+        PostgresStoreError::check_identifier("table", table)?;
         if schema.starts_with("pg_") || schema == "information_schema" {
             return Err(PostgresStoreError::InvalidSetting {
                 setting: "schema",
@@ -110,22 +99,12 @@ pub(crate) fn quote(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
-/// The columns of the run's row a save writes, in bind order `$1..$9`. The
-/// `payload` column is empty since schema version 2 (the checkpoints are
-/// rows of `<table>_steps`).
-const COLUMNS: &str = "run_id, payload, version, ip, step, status, error_message, \
-     created_at, updated_at, expires_at, attempt";
-/// `$1..$9` as the values of [`COLUMNS`]: `$7` is the run's start in seconds
+/// `$1..$9` as the values of [`ROW_COLUMNS`](fluxio_sql::ROW_COLUMNS): `$7` is the run's start in seconds
 /// since the epoch, `$8` the retention in seconds (NULL: never expires), `$9`
 /// the attempt (schema version 4).
 const VALUES: &str = "$1::text, ''::bytea, $2::text, $3::bigint, $4::text, $5::text, $6::text, \
      to_timestamp($7::float8), clock_timestamp(), \
      clock_timestamp() + make_interval(secs => $8::float8), $9::bigint";
-const UPSERT: &str = "ON CONFLICT (run_id) DO UPDATE SET \
-     version = EXCLUDED.version, ip = EXCLUDED.ip, \
-     step = EXCLUDED.step, status = EXCLUDED.status, error_message = EXCLUDED.error_message, \
-     created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at, \
-     expires_at = EXCLUDED.expires_at, attempt = EXCLUDED.attempt";
 /// A `timestamptz` column as whole milliseconds since the Unix epoch.
 fn millis(column: &str) -> String {
     format!("round(extract(epoch FROM {column}) * 1000)::int8")
@@ -140,112 +119,106 @@ const VISIBLE: &str = "(expires_at IS NULL OR expires_at > clock_timestamp())";
 /// The statements of one store, built once from its validated, quoted
 /// names; values are always bind parameters.
 pub(crate) fn statements(names: &Names) -> ServerSql {
-    {
-        let cp = names.checkpoints_qualified();
-        let leases = names.leases_qualified();
-        let steps = names.steps_qualified();
-        let visible_run = format!("EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})");
-        ServerSql {
-            journal: Statements {
-                // The run's row: `$1` the key, then the latest checkpoint's fields.
-                save: format!("INSERT INTO {cp} AS c ({COLUMNS}) VALUES ({VALUES}) {UPSERT}"),
-                // Locks the run's row for the rest of the transaction: a cancel
-                // (which locks it too) and a fenced save take turns.
-                status: format!("SELECT status FROM {cp} WHERE run_id = $1 FOR UPDATE"),
-                steps: StepStatements::new::<crate::dialect::Postgres>(&steps),
-                // Held until the transaction ends: the completions of pipeline
-                // `$1` in this table trim one after the other, each (a new
-                // statement, a new snapshot under READ COMMITTED) seeing the
-                // runs the ones before it completed. The names are validated
-                // identifiers (no quote can occur in them).
-                keep_lock: Some(format!(
-                    "SELECT pg_advisory_xact_lock({KEEP_LOCK_CLASS}, \
-                     hashtext('{}.{}/' || $1::text))",
-                    names.schema, names.table
-                )),
-                // The completed runs of pipeline `$1` but the `$2` newest
-                // visible ones (expired ones go too: they are purgeable). Both
-                // scans are one range of the `(pipeline, status, updated_at)`
-                // index of schema version 3; the steps go with the rows
-                // (`ON DELETE CASCADE`).
-                keep_completed: format!(
-                    "DELETE FROM {cp} WHERE pipeline = $1 AND status = '{COMPLETED}' \
-                     AND run_id NOT IN (SELECT run_id FROM {cp} \
-                     WHERE pipeline = $1 AND status = '{COMPLETED}' AND {VISIBLE} \
-                     ORDER BY updated_at DESC, run_id DESC LIMIT $2)"
-                ),
-            },
-            // The run rows with their lease where it is held (database
-            // clock), in key order: byte order, `COLLATE "C"`, whatever the
-            // database's collation; schema version 4's indexes make each
-            // filter one range of keys in that order.
-            list: Listing {
-                select: format!(
-                    "SELECT c.run_id, c.version, c.status, c.step, c.attempt, \
+    let cp = names.checkpoints_qualified();
+    let leases = names.leases_qualified();
+    let steps = names.steps_qualified();
+    let visible_run = format!("EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})");
+    // Held until the transaction ends: the completions of pipeline
+    // `$1` in this table trim one after the other, each (a new
+    // statement, a new snapshot under READ COMMITTED) seeing the
+    // runs the ones before it completed. The names are validated
+    // identifiers (no quote can occur in them).
+    let keep_lock = format!(
+        "SELECT pg_advisory_xact_lock({KEEP_LOCK_CLASS}, \
+             hashtext('{}.{}/' || $1::text))",
+        names.schema, names.table
+    );
+    // The completed runs of pipeline `$1` but the `$2` newest
+    // visible ones (expired ones go too: they are purgeable). Both
+    // scans are one range of the `(pipeline, status, updated_at)`
+    // index of schema version 3; the steps go with the rows
+    // (`ON DELETE CASCADE`).
+    let keep_completed = format!(
+        "DELETE FROM {cp} WHERE pipeline = $1 AND status = '{COMPLETED}' \
+             AND run_id NOT IN (SELECT run_id FROM {cp} \
+             WHERE pipeline = $1 AND status = '{COMPLETED}' AND {VISIBLE} \
+             ORDER BY updated_at DESC, run_id DESC LIMIT $2)"
+    );
+    ServerSql {
+        journal: Statements::new::<Postgres>(
+            (&cp, &steps),
+            VALUES,
+            keep_completed,
+            Some(keep_lock),
+        ),
+        // The run rows with their lease where it is held (database
+        // clock), in key order: byte order, `COLLATE "C"`, whatever the
+        // database's collation; schema version 4's indexes make each
+        // filter one range of keys in that order.
+        list: Listing {
+            select: format!(
+                "SELECT c.run_id, c.version, c.status, c.step, c.attempt, \
                      c.error_message, {}, {}, {} \
                      FROM {cp} AS c LEFT JOIN {leases} AS l \
                      ON l.run_id = c.run_id AND l.expires_at > clock_timestamp()",
-                    millis("c.created_at"),
-                    millis("c.updated_at"),
-                    millis("l.expires_at")
-                ),
-                visible: "(c.expires_at IS NULL OR c.expires_at > clock_timestamp())".to_owned(),
-                key: "c.run_id COLLATE \"C\"".to_owned(),
-                held: "l.expires_at".to_owned(),
-            },
-            // From the last whole checkpoint on (the partial index finds
-            // it), in one statement: one snapshot.
-            load: format!(
-                "SELECT payload FROM {steps} WHERE run_id = $1 AND seq >= \
+                millis("c.created_at"),
+                millis("c.updated_at"),
+                millis("l.expires_at")
+            ),
+            visible: "(c.expires_at IS NULL OR c.expires_at > clock_timestamp())".to_owned(),
+            key: "c.run_id COLLATE \"C\"".to_owned(),
+            held: "l.expires_at".to_owned(),
+        },
+        // From the last whole checkpoint on (the partial index finds
+        // it), in one statement: one snapshot.
+        load: format!(
+            "SELECT payload FROM {steps} WHERE run_id = $1 AND seq >= \
                  (SELECT coalesce(max(seq), 0) FROM {steps} WHERE run_id = $1 AND whole) \
                  AND {visible_run} ORDER BY seq"
-            ),
-            history: format!(
-                "SELECT payload FROM {steps} WHERE run_id = $1 AND {visible_run} ORDER BY seq"
-            ),
-            renew: format!(
-                "UPDATE {leases} SET expires_at = clock_timestamp() + make_interval(secs => $3::float8) \
+        ),
+        history: format!(
+            "SELECT payload FROM {steps} WHERE run_id = $1 AND {visible_run} ORDER BY seq"
+        ),
+        renew: format!(
+            "UPDATE {leases} SET expires_at = clock_timestamp() + make_interval(secs => $3::float8) \
                  WHERE run_id = $1 AND token = $2 AND expires_at > clock_timestamp()"
-            ),
-            run: RunStatements {
-                acquire: format!(
-                    "INSERT INTO {leases} AS l (run_id, expires_at) \
+        ),
+        run: RunStatements {
+            acquire: format!(
+                "INSERT INTO {leases} AS l (run_id, expires_at) \
                  VALUES ($1::text, clock_timestamp() + make_interval(secs => $2::float8)) \
                  ON CONFLICT (run_id) DO UPDATE \
                  SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at \
                  WHERE l.expires_at IS NULL OR l.expires_at <= clock_timestamp() \
                  RETURNING l.token"
-                ),
-                drawn: None,
-                // Whether the lease with token `$2` is current, locking the
-                // lease row (false when there is none): the fenced writes of
-                // a run take turns (a fresh run has no row of its own to
-                // lock yet), a takeover (which updates the row) waits for
-                // the fenced write to commit, and a fenced write that waited
-                // reads the new token.
-                held: format!(
-                    "SELECT coalesce((SELECT token = $2 AND expires_at > clock_timestamp() \
+            ),
+            drawn: None,
+            // Whether the lease with token `$2` is current, locking the
+            // lease row (false when there is none): the fenced writes of
+            // a run take turns (a fresh run has no row of its own to
+            // lock yet), a takeover (which updates the row) waits for
+            // the fenced write to commit, and a fenced write that waited
+            // reads the new token.
+            held: format!(
+                "SELECT coalesce((SELECT token = $2 AND expires_at > clock_timestamp() \
                      FROM {leases} WHERE run_id = $1 FOR UPDATE), false)"
-                ),
-                exists: format!(
-                    "SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})"
-                ),
-                // The steps go with the row (`ON DELETE CASCADE`).
-                delete: format!("DELETE FROM {cp} WHERE run_id = $1"),
-                release: format!(
-                    "UPDATE {leases} SET expires_at = NULL WHERE run_id = $1 AND token = $2"
-                ),
-            },
-            // Lease rows that are released or expired go too: tokens come
-            // from a sequence, so a re-created row still gets a greater token.
-            purge: vec![
-                format!(
-                    "DELETE FROM {leases} \
+            ),
+            exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})"),
+            // The steps go with the row (`ON DELETE CASCADE`).
+            delete: format!("DELETE FROM {cp} WHERE run_id = $1"),
+            release: format!(
+                "UPDATE {leases} SET expires_at = NULL WHERE run_id = $1 AND token = $2"
+            ),
+        },
+        // Lease rows that are released or expired go too: tokens come
+        // from a sequence, so a re-created row still gets a greater token.
+        purge: vec![
+            format!(
+                "DELETE FROM {leases} \
                      WHERE expires_at IS NULL OR expires_at <= clock_timestamp()"
-                ),
-                format!("DELETE FROM {cp} WHERE expires_at <= clock_timestamp()"),
-            ],
-        }
+            ),
+            format!("DELETE FROM {cp} WHERE expires_at <= clock_timestamp()"),
+        ],
     }
 }
 
@@ -258,10 +231,13 @@ mod tests {
     #[test]
     fn identifiers() {
         for ok in ["public", "_x", "fluxio_checkpoints", &"a".repeat(63)] {
-            assert!(validate_identifier("schema", ok).is_ok(), "{ok}");
+            assert!(
+                PostgresStoreError::check_identifier("schema", ok).is_ok(),
+                "{ok}"
+            );
         }
         for bad in ["", "drop table", "A", "a\"b", &"a".repeat(64)] {
-            let err = validate_identifier("schema", bad).expect_err(bad);
+            let err = PostgresStoreError::check_identifier("schema", bad).expect_err(bad);
             assert!(err.to_string().starts_with("invalid schema "), "{err}");
         }
     }
@@ -278,11 +254,7 @@ mod tests {
     #[test]
     fn statements_quote_the_names() {
         let sql = statements(&Names::new("s1", "t1").expect("valid"));
-        assert!(
-            sql.journal
-                .save
-                .starts_with("INSERT INTO \"s1\".\"t1\" AS c")
-        );
+        assert!(sql.journal.save.starts_with("INSERT INTO \"s1\".\"t1\" ("));
         assert!(
             sql.journal
                 .steps

@@ -151,6 +151,15 @@ impl ServerStoreError {
         }
     }
 
+    /// `value` of `setting` as a SQL identifier: refused, naming both, when
+    /// it is not one [`check_identifier`](crate::check_identifier) takes.
+    ///
+    /// # Errors
+    /// [`InvalidSetting`](Self::InvalidSetting) with the reason.
+    pub fn check_identifier(setting: &'static str, value: &str) -> Result<(), Self> {
+        crate::check_identifier(value).map_err(|reason| Self::invalid(setting, value, reason))
+    }
+
     /// The error of the read-only open of the tables of `table` in `schema`
     /// that a check of the applied migrations found unreadable.
     #[must_use]

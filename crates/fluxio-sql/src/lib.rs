@@ -119,6 +119,12 @@ pub trait Dialect {
     /// recorded at is bound, in milliseconds since the Unix epoch), then
     /// what follows the column list (`STRICT`).
     const BOOKKEEPING: [&'static str; 5];
+    /// How this database upserts the run's row.
+    const UPSERT: Upsert = Upsert::OnConflict;
+    /// What follows a read of the run's status that must lock its row
+    /// for the rest of the transaction (`FOR UPDATE`); empty where a
+    /// transaction holds the whole database already (SQLite).
+    const ROW_LOCK: &'static str = " FOR UPDATE";
     /// The run's start, `ms` milliseconds since the Unix epoch.
     fn instant(ms: u64) -> Self::Time {
         Self::Time::from_ms(ms)
@@ -283,6 +289,81 @@ pub struct Statements {
     pub keep_lock: Option<String>,
     /// Deletes the completed runs of (pipeline) but the (n) newest.
     pub keep_completed: String,
+}
+
+impl Statements {
+    /// The journal's statements of dialect `D` on checkpoint table `cp`
+    /// and steps table `steps`: the run's row saved (its [`ROW_COLUMNS`]
+    /// with `values`, their SQL in bind order, upserted as `D` upserts),
+    /// its status read (locking the row where `D` needs it), its steps',
+    /// and the trim's (`keep_completed` after `keep_lock`).
+    #[must_use]
+    pub fn new<D: Dialect>(
+        (cp, steps): (&str, &str),
+        values: &str,
+        keep_completed: String,
+        keep_lock: Option<String>,
+    ) -> Self {
+        Statements {
+            save: format!(
+                "INSERT INTO {cp} ({ROW_COLUMNS}) VALUES ({values}) {}",
+                D::UPSERT.row()
+            ),
+            status: format!(
+                "SELECT status FROM {cp} WHERE run_id = {}{}",
+                D::param(1),
+                D::ROW_LOCK
+            ),
+            steps: StepStatements::new::<D>(steps),
+            keep_lock,
+            keep_completed,
+        }
+    }
+}
+
+/// The columns of the run's row a save writes, in the order [`Journal`]
+/// binds them: the key, the payload (empty: the checkpoints are rows of
+/// the steps table), version, ip, step, status, error message, start,
+/// the write's time, expiry, attempt.
+pub const ROW_COLUMNS: &str = "run_id, payload, version, ip, step, status, error_message, \
+     created_at, updated_at, expires_at, attempt";
+
+/// How a database upserts a row.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upsert {
+    /// `ON CONFLICT (run_id) DO UPDATE SET c = excluded.c, ...` (Postgres,
+    /// SQLite).
+    OnConflict,
+    /// `ON DUPLICATE KEY UPDATE c = VALUES(c), ...` (MySQL, MariaDB).
+    OnDuplicateKey,
+}
+
+impl Upsert {
+    /// The clause that makes an insert of the run's row ([`ROW_COLUMNS`])
+    /// update the row of a run that exists: every column but the key and
+    /// the payload, from the new row.
+    #[must_use]
+    pub fn row(self) -> String {
+        const UPDATED: [&str; 9] = [
+            "version",
+            "ip",
+            "step",
+            "status",
+            "error_message",
+            "created_at",
+            "updated_at",
+            "expires_at",
+            "attempt",
+        ];
+        let (head, set): (&str, fn(&str) -> String) = match self {
+            Upsert::OnConflict => ("ON CONFLICT (run_id) DO UPDATE SET", |c| {
+                format!("{c} = excluded.{c}")
+            }),
+            Upsert::OnDuplicateKey => ("ON DUPLICATE KEY UPDATE", |c| format!("{c} = VALUES({c})")),
+        };
+        format!("{head} {}", UPDATED.map(set).join(", "))
+    }
 }
 
 /// The journal's statements on a run's steps, the same text for every

@@ -30,6 +30,7 @@ impl Dialect for Sqlite {
     type Time = i64;
     const PARAMS: Params = Params::Numbered;
     const BOOKKEEPING: [&str; 5] = ["TEXT", "INTEGER", "BLOB", "INTEGER NOT NULL", "STRICT"];
+    const ROW_LOCK: &'static str = "";
 
     fn span(d: Duration) -> i64 {
         crate::store::millis(d)

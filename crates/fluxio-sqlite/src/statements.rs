@@ -3,7 +3,11 @@
 
 use std::path::Path;
 
-use fluxio_sql::{CANCELLED, COMPLETED, Listing, RunStatements, Statements, StepStatements};
+use fluxio_sql::{
+    CANCELLED, COMPLETED, Dialect as _, Listing, ROW_COLUMNS, RunStatements, Statements,
+};
+
+use crate::journal::Sqlite;
 
 use crate::error::SqliteStoreError;
 
@@ -290,27 +294,15 @@ impl Sql {
     }
 }
 
-/// The columns of the run's row a save writes; `?1..?9` are bound by
-/// `fluxio_sql::Journal` (in the order of `Statements::save`): `?7` is the
-/// run's start in milliseconds, `?8` the retention in milliseconds (NULL:
-/// never expires), `?9` the attempt (schema version 4). The `payload`
-/// column is empty since schema version 2 (the checkpoints are rows of
-/// `<table>_steps`).
-const COLUMNS: &str = "run_id, payload, version, ip, step, status, error_message, \
-     created_at, updated_at, expires_at, attempt";
-
 impl Sql {
     pub(crate) fn new(names: &Names) -> Self {
         let cp = names.checkpoints();
         let leases = names.leases();
         let steps = names.steps();
+        // the run's row: `?7` its start in milliseconds, `?8` the
+        // retention in milliseconds (NULL: never expires), `?9` the attempt
         let values = format!("?1, X'', ?2, ?3, ?4, ?5, ?6, ?7, {NOW}, {NOW} + ?8, ?9");
-        let upsert = "ON CONFLICT (run_id) DO UPDATE SET \
-             version = excluded.version, ip = excluded.ip, \
-             step = excluded.step, status = excluded.status, \
-             error_message = excluded.error_message, created_at = excluded.created_at, \
-             updated_at = excluded.updated_at, expires_at = excluded.expires_at, \
-             attempt = excluded.attempt";
+        let upsert = &Sqlite::UPSERT.row();
         let visible = format!("(expires_at IS NULL OR expires_at > {NOW})");
         let visible_run = format!("EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})");
         // The fenced append, one command: the gate decided once (key; key,
@@ -319,7 +311,7 @@ impl Sql {
         let append = format!(
             "DELETE FROM {steps} WHERE run_id = ? AND seq >= ?; \
              INSERT INTO {steps} (run_id, seq, whole, payload) VALUES (?, ?, ?, ?); \
-             INSERT INTO {cp} ({COLUMNS}) \
+             INSERT INTO {cp} ({ROW_COLUMNS}) \
              VALUES (?, X'', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ?) {upsert}"
         );
         let fenced_writes = format!(
@@ -331,7 +323,7 @@ impl Sql {
              DELETE FROM {steps} WHERE run_id = ? AND seq >= ? AND {gate_ok}; \
              INSERT INTO {steps} (run_id, seq, whole, payload) \
              SELECT ?, ?, ?, ? WHERE {gate_ok}; \
-             INSERT INTO {cp} ({COLUMNS}) \
+             INSERT INTO {cp} ({ROW_COLUMNS}) \
              SELECT ?, X'', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ? WHERE {gate_ok} {upsert};"
         );
         let read_gate = format!("SELECT cancelled, held, predecessor FROM {GATE}");
@@ -345,27 +337,20 @@ impl Sql {
         // statement, which changes the token) commits either entirely
         // before it, and the check sees the new token and writes nothing,
         // or entirely after it.
+        // The completed runs of pipeline `?1` but the `?2` newest
+        // visible ones (expired ones go too: they are purgeable). Both
+        // scans are one range of the `(pipeline, status, updated_at)`
+        // index of schema version 3; the steps go with the rows (the
+        // trigger of version 2).
+        let keep_completed = format!(
+            "DELETE FROM {cp} WHERE pipeline = ?1 AND status = '{COMPLETED}' \
+             AND run_id NOT IN (SELECT run_id FROM {cp} \
+             WHERE pipeline = ?1 AND status = '{COMPLETED}' AND {visible} \
+             ORDER BY updated_at DESC, run_id DESC LIMIT ?2)"
+        );
         Sql {
-            journal: Statements {
-                // The run's row: `?1` the key, then the latest checkpoint's
-                // fields.
-                save: format!("INSERT INTO {cp} ({COLUMNS}) VALUES ({values}) {upsert}"),
-                status: format!("SELECT status FROM {cp} WHERE run_id = ?1"),
-                steps: StepStatements::new::<crate::journal::Sqlite>(&steps),
-                // The completed runs of pipeline `?1` but the `?2` newest
-                // visible ones (expired ones go too: they are purgeable). Both
-                // scans are one range of the `(pipeline, status, updated_at)`
-                // index of schema version 3; the steps go with the rows (the
-                // trigger of version 2).
-                keep_completed: format!(
-                    "DELETE FROM {cp} WHERE pipeline = ?1 AND status = '{COMPLETED}' \
-                     AND run_id NOT IN (SELECT run_id FROM {cp} \
-                     WHERE pipeline = ?1 AND status = '{COMPLETED}' AND {visible} \
-                     ORDER BY updated_at DESC, run_id DESC LIMIT ?2)"
-                ),
-                // One write at a time already (the write lock).
-                keep_lock: None,
-            },
+            // one write at a time already (the write lock): no keep lock
+            journal: Statements::new::<Sqlite>((&cp, &steps), &values, keep_completed, None),
             // The run rows with their lease where it is held (SQLite's
             // clock), in key order (BINARY: bytes); schema version 4's
             // indexes make each filter one range of keys.
@@ -483,7 +468,7 @@ fn batch_tail(cp: &str, leases: &str, steps: &str, upsert: &str) -> String {
          INSERT INTO {steps} (run_id, seq, whole, payload) \
          SELECT b.run_id, b.seq, b.whole, b.payload FROM {BATCH} AS b \
          WHERE {ok} ORDER BY b.i; \
-         INSERT INTO {cp} ({COLUMNS}) \
+         INSERT INTO {cp} ({ROW_COLUMNS}) \
          SELECT b.run_id, X'', b.version, b.ip, b.step, b.status, \
          b.error_message, b.created_at, {NOW}, {NOW} + b.expires, b.attempt \
          FROM {BATCH} AS b WHERE {ok} ORDER BY b.i {upsert}; \
