@@ -195,19 +195,18 @@ macro_rules! settings_setters {
             self
         }
     };
+    // where the tables are: one setter, named as the database names it
     (@one [$($doc:tt)*] schema) => {
-        $($doc)*
-        #[must_use]
-        pub fn schema(mut self, schema: impl Into<String>) -> Self {
-            self.settings.namespace = Some(schema.into());
-            self
-        }
+        $crate::settings_setters!(@namespace [$($doc)*] schema);
     };
     (@one [$($doc:tt)*] database) => {
+        $crate::settings_setters!(@namespace [$($doc)*] database);
+    };
+    (@namespace [$($doc:tt)*] $name:ident) => {
         $($doc)*
         #[must_use]
-        pub fn database(mut self, database: impl Into<String>) -> Self {
-            self.settings.namespace = Some(database.into());
+        pub fn $name(mut self, $name: impl Into<String>) -> Self {
+            self.settings.namespace = Some($name.into());
             self
         }
     };

@@ -43,3 +43,26 @@ mod temp_dir;
 
 pub use fluxio_core::store::conformance::{checkpoint, namespace, skip, skip_unless_ci};
 pub use temp_dir::TempDir;
+
+/// Runs `test` with `server`'s URL (`None`: after its loud skip, nothing
+/// runs) and a namespace of its own ([`namespace`]`(test_name)`: a schema,
+/// a database), then `drop`s the namespace (left to look at when the test
+/// fails).
+pub async fn in_namespace<T, TFut, D, DFut>(
+    server: Option<String>,
+    test_name: &str,
+    test: T,
+    drop: D,
+) where
+    T: FnOnce(String, String) -> TFut,
+    TFut: Future<Output = ()>,
+    D: FnOnce(String, String) -> DFut,
+    DFut: Future<Output = ()>,
+{
+    let Some(url) = server else {
+        return;
+    };
+    let ns = namespace(test_name);
+    test(url.clone(), ns.clone()).await;
+    drop(url, ns).await;
+}

@@ -64,12 +64,8 @@ where
     F: FnOnce(String, String) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let Some(url) = server().await else {
-        return;
-    };
-    let database = crate::namespace(test_name);
-    test(url.clone(), database.clone()).await;
-    drop_database(&url, &database).await;
+    let drop = async |url: String, ns: String| drop_database(&url, &ns).await;
+    crate::in_namespace(server().await, test_name, test, drop).await;
 }
 
 /// [`drop_database`], boxed, to be kept and called later (when a harness

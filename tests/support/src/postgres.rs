@@ -64,12 +64,8 @@ where
     F: FnOnce(String, String) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let Some(url) = server().await else {
-        return;
-    };
-    let schema = crate::namespace(test_name);
-    test(url.clone(), schema.clone()).await;
-    drop_schema(&url, &schema).await;
+    let drop = async |url: String, ns: String| drop_schema(&url, &ns).await;
+    crate::in_namespace(server().await, test_name, test, drop).await;
 }
 
 /// [`drop_schema`], boxed, to be kept and called later (when a harness
