@@ -51,14 +51,17 @@ pub(crate) const LAYERS: &[(&str, &[&str])] = &[
             "store/memory",
             "store/redact",
             "store/retry",
+            "store/waits",
             "history",
+            "clock",
+            "outcome",
         ],
     ),
     (
         "stages",
         &["stage", "middleware", "callback", "stream", "metrics"],
     ),
-    ("program", &["compile", "version"]),
+    ("program", &["compile", "version", "waiting"]),
     (
         "run",
         &[

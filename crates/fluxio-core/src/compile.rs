@@ -38,6 +38,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::stage::Stage;
 use crate::structure::{StageCode, Structure};
+use crate::waiting::{Sleep, Wait};
 
 /// A pipeline's shape, as `pipeline!` builds it.
 #[derive(Clone, Debug)]
@@ -51,11 +52,18 @@ pub enum Node {
         /// Fire-and-forget: errors are logged, nothing is merged.
         detached: bool,
     },
-    /// A routing block; must directly follow a router stage.
+    /// A routing block; must directly follow a router stage, or a wait
+    /// (which routes by the name signalled, or `"timeout"`).
     Route {
         /// Route keys and their bodies.
         routes: Vec<(String, Vec<Node>)>,
     },
+    /// A durable sleep (contract rule 25): a step of its own, in the
+    /// top-level sequence or a routing body of it, never inside a
+    /// parallel block.
+    Sleep(Sleep),
+    /// A durable wait for a signal (contract rule 26), placed as a sleep.
+    Wait(Wait),
 }
 
 /// Events the `EMIT` instruction raises.
@@ -111,12 +119,24 @@ pub enum Instr {
     EndBranch,
     /// The end of a parallel block.
     Join,
-    /// Pick a routing body by the route the router just returned.
+    /// Pick a routing body by the route the router (or wait) just chose.
     Route {
-        /// The router stage.
-        router: usize,
+        /// The router stage's name, or the wait's step name.
+        by: Arc<str>,
         /// Route keys and the first instruction of their body, in declaration order.
         routes: Vec<(Arc<str>, usize)>,
+    },
+    /// Sleep (rule 25): park the run until its wake time, unless it passed.
+    Sleep {
+        /// The sleep (an index into the program's sleeps).
+        sleep: usize,
+    },
+    /// Wait (rule 26): take a signal, or the timeout, or park the run.
+    Wait {
+        /// The wait (an index into the program's waits).
+        wait: usize,
+        /// A routing block follows: the outcome picks its route.
+        routed: bool,
     },
     /// Continue at `to`.
     Jump {
@@ -132,6 +152,10 @@ pub struct Program {
     pub instrs: Vec<Instr>,
     /// The stages `CALL` refers to, in order of appearance.
     pub stages: Vec<Stage>,
+    /// The sleeps `SLEEP` refers to, in order of appearance.
+    pub sleeps: Vec<Sleep>,
+    /// The waits `WAIT` refers to, in order of appearance.
+    pub waits: Vec<Wait>,
     /// For each stage name, the top-level `CHECKPOINT` a replay from it starts at
     /// (the stage's own, or its parallel block's).
     pub steps: BTreeMap<&'static str, usize>,
@@ -159,16 +183,20 @@ impl Program {
     /// router without a routing block after it, an empty or duplicate route,
     /// an empty parallel block, two parallel branches declaring the same
     /// write, or two different stages with the same name (the same stage may
-    /// appear several times).
+    /// appear several times); a sleep or wait inside a parallel block, two
+    /// waits on one name, or a wait whose timeout or routes do not fit it.
     pub fn compile(root: &[Node], auto_parallel: bool) -> Result<Program> {
         let mut c = Compiler {
             instrs: Vec::new(),
             stages: Vec::new(),
+            sleeps: Vec::new(),
+            waits: Vec::new(),
             steps: BTreeMap::new(),
             auto_parallel,
         };
         c.seq(root, None)?;
         check_unique_names(&c.stages)?;
+        check_unique_waits(&c.waits)?;
         let blocking =
             (c.stages.iter()).any(|s| s.meta().kind == crate::stage::StageKind::Blocking);
         let mut position = 0u32;
@@ -185,6 +213,8 @@ impl Program {
             positions,
             instrs: c.instrs,
             stages: c.stages,
+            sleeps: c.sleeps,
+            waits: c.waits,
             steps: c.steps,
             middleware: Vec::new(),
             callbacks: std::sync::Arc::from(Vec::new()),
@@ -297,12 +327,21 @@ impl fmt::Display for Program {
                 }
                 Instr::EndBranch => writeln!(f, "END_BRANCH")?,
                 Instr::Join => writeln!(f, "JOIN")?,
-                Instr::Route { router, routes } => {
+                Instr::Route { by, routes } => {
                     let table: Vec<String> = routes
                         .iter()
                         .map(|(k, ip)| format!("{k:?} -> {ip}"))
                         .collect();
-                    writeln!(f, "ROUTE       by {}: {}", name(router), table.join(", "))?;
+                    writeln!(f, "ROUTE       by {by}: {}", table.join(", "))?;
+                }
+                Instr::Sleep { sleep } => {
+                    let step = self.sleeps.get(*sleep).map(Sleep::step_name);
+                    writeln!(f, "SLEEP       {}", step.unwrap_or_default())?;
+                }
+                Instr::Wait { wait, routed } => {
+                    let step = self.waits.get(*wait).map(Wait::step_name);
+                    let routed = if *routed { " (routed)" } else { "" };
+                    writeln!(f, "WAIT        {}{routed}", step.unwrap_or_default())?;
                 }
                 Instr::Jump { to } => writeln!(f, "JUMP        {to}")?,
                 Instr::Validate { stage, output } => {
@@ -318,6 +357,8 @@ impl fmt::Display for Program {
 struct Compiler {
     instrs: Vec<Instr>,
     stages: Vec<Stage>,
+    sleeps: Vec<Sleep>,
+    waits: Vec<Wait>,
     steps: BTreeMap<&'static str, usize>,
     auto_parallel: bool,
 }
@@ -343,6 +384,24 @@ fn check_unique_names(stages: &[Stage]) -> Result<()> {
                 )));
             }
             Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// A wait name is what a signal names, so no two waits of a pipeline may
+/// share one.
+fn check_unique_waits(waits: &[Wait]) -> Result<()> {
+    let mut seen: BTreeMap<&str, String> = BTreeMap::new();
+    for wait in waits {
+        for name in wait.names() {
+            if let Some(first) = seen.insert(name, wait.step_name()) {
+                return Err(Error::build(format!(
+                    "two waits of the pipeline are named `{name}` ({first} and {}): a signal \
+                     names the wait it is for, so give each wait a name of its own",
+                    wait.step_name()
+                )));
+            }
         }
     }
     Ok(())
@@ -402,6 +461,8 @@ fn label(nodes: &[Node]) -> String {
                 format!("parallel({})", b.join(", "))
             }
             Node::Route { .. } => "route".to_owned(),
+            Node::Sleep(sleep) => sleep.step_name(),
+            Node::Wait(wait) => wait.step_name(),
         })
         .collect();
     parts.join(" -> ")
@@ -420,6 +481,7 @@ fn declared_writes(nodes: &[Node], out: &mut Vec<(&'static str, &'static str)>) 
                 branches.iter().for_each(|b| declared_writes(b, out))
             }
             Node::Route { routes } => routes.iter().for_each(|(_, b)| declared_writes(b, out)),
+            Node::Sleep(_) | Node::Wait(_) => {}
         }
     }
 }
@@ -438,8 +500,41 @@ impl Compiler {
             match &nodes[i] {
                 Node::Route { .. } => {
                     return Err(Error::build(
-                        "a routing block must directly follow a router stage (one returning `Route`)",
+                        "a routing block must directly follow a router stage (one returning `Route`) or a wait",
                     ));
+                }
+                Node::Sleep(sleep) => {
+                    let step = sleep.step_name();
+                    self.timed(&step, block)?;
+                    let at = self.sleeps.len();
+                    self.sleeps.push(sleep.clone());
+                    self.push(Instr::Sleep { sleep: at });
+                    i += 1;
+                }
+                Node::Wait(wait) => {
+                    let step = wait.step_name();
+                    let routes = match nodes.get(i + 1) {
+                        Some(Node::Route { routes }) => Some(routes),
+                        _ => None,
+                    };
+                    let keys: Option<Vec<&str>> =
+                        routes.map(|r| r.iter().map(|(k, _)| k.as_str()).collect());
+                    let mut wait = wait.clone();
+                    wait.check(keys.as_deref())?;
+                    self.timed(&step, block)?;
+                    let at = self.waits.len();
+                    self.waits.push(wait);
+                    self.push(Instr::Wait {
+                        wait: at,
+                        routed: routes.is_some(),
+                    });
+                    match routes {
+                        Some(routes) => {
+                            self.route(&step, routes, block)?;
+                            i += 2;
+                        }
+                        None => i += 1,
+                    }
                 }
                 Node::Stage(s) if s.meta().router => {
                     let Some(Node::Route { routes }) = nodes.get(i + 1) else {
@@ -448,8 +543,8 @@ impl Compiler {
                             s.name()
                         )));
                     };
-                    let router = self.stage(s, block);
-                    self.route(s.name(), router, routes, block)?;
+                    self.stage(s, block);
+                    self.route(s.name(), routes, block)?;
                     i += 2;
                 }
                 Node::Stage(s) => {
@@ -472,6 +567,20 @@ impl Compiler {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The checkpoint of a sleep or wait named `step`: a top-level step of
+    /// its own, refused inside a parallel block (`block`), whose branches
+    /// share their block's checkpoint and could not park alone.
+    fn timed(&mut self, step: &str, block: Option<usize>) -> Result<()> {
+        if block.is_some() {
+            return Err(Error::build(format!(
+                "{step} is inside a parallel block: a sleep or wait is a step of its own, in \
+                 the pipeline's sequence or a routing body of it; put it before or after the block"
+            )));
+        }
+        self.checkpoint(step.to_owned(), None);
         Ok(())
     }
 
@@ -573,7 +682,6 @@ impl Compiler {
     fn route(
         &mut self,
         router_name: &str,
-        router: usize,
         routes: &[(String, Vec<Node>)],
         block: Option<usize>,
     ) -> Result<()> {
@@ -595,7 +703,7 @@ impl Compiler {
             }
         }
         let at = self.push(Instr::Route {
-            router,
+            by: Arc::from(router_name),
             routes: Vec::new(),
         });
         let mut table = Vec::with_capacity(routes.len());
@@ -685,6 +793,8 @@ impl ShapeWriter {
                     }
                     self.shape.push(']');
                 }
+                Node::Sleep(sleep) => self.shape.push_str(&sleep.step_name()),
+                Node::Wait(wait) => self.shape.push_str(&wait.describe()),
                 Node::Route { routes } => {
                     self.shape.push_str("routes{");
                     for (j, (key, body)) in routes.iter().enumerate() {

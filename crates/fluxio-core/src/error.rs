@@ -431,6 +431,90 @@ pub enum Error {
         /// The [`Pipeline`](crate::Pipeline) method called, e.g. `"resume"`.
         operation: &'static str,
     },
+
+    /// A signal for a wait that was delivered before with another payload
+    /// (contract rule 26): the first one stands, nothing was changed. The
+    /// same payload again is accepted (once).
+    #[error(
+        "run `{run_id}`: wait `{wait}` was signalled before with another payload; \
+         the first signal stands"
+    )]
+    SignalConflict {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// The wait's name.
+        wait: String,
+    },
+
+    /// A signal for a wait that was decided without it (contract rule 26):
+    /// its deadline passed, or another name of the same wait was signalled
+    /// first. Nothing was changed.
+    #[error("run `{run_id}`: wait `{wait}` is closed (it timed out, or another signal decided it)")]
+    WaitClosed {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// The wait's name.
+        wait: String,
+    },
+
+    /// A signal for a name the run's pipeline has no wait for.
+    #[error(
+        "run `{run_id}` has no wait named `{wait}`; its waits: {}",
+        quoted(available)
+    )]
+    UnknownWait {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// The name signalled.
+        wait: String,
+        /// The pipeline's wait names.
+        available: Vec<String>,
+    },
+
+    /// A wait's deadline passed without a signal, and the pipeline chose to
+    /// fail then (contract rule 26). The run is failed at the wait.
+    #[error("run `{run_id}`: wait `{wait}` timed out")]
+    WaitTimedOut {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// The wait's name (several joined by `|`).
+        wait: String,
+    },
+
+    /// A signal's payload is not its wait's type (contract rule 26): it was
+    /// not stored (or, sent without the receiver's types, it was refused
+    /// when the run took it), and the wait can be signalled again.
+    #[error("run `{run_id}`: signal `{wait}` refused: {reason}")]
+    SignalRefused {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// The wait's name.
+        wait: String,
+        /// Why: the type expected and what the payload's reading said.
+        reason: String,
+    },
+
+    /// [`Pipeline::wake`](crate::Pipeline::wake) of a run that is not
+    /// sleeping or waiting, or waits without a deadline (only a signal
+    /// wakes it).
+    #[error("run `{run_id}` cannot be woken: {reason}")]
+    NotParked {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// A run that sleeps or waits (contract rules 25-26) was asked for its
+    /// result, which it does not have yet: see
+    /// [`Outcome`](crate::Outcome).
+    #[error("run `{run_id}` is {} and has no result yet", if *waiting { "waiting" } else { "sleeping" })]
+    NotFinished {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// Waiting (for a signal), not sleeping.
+        waiting: bool,
+    },
 }
 
 /// An error's `Display`, or its `Debug` when the `Display` is empty (an
@@ -449,7 +533,11 @@ fn finished(status: RunStatus) -> &'static str {
     match status {
         RunStatus::Completed => "already completed",
         RunStatus::Cancelled => "was already cancelled",
-        RunStatus::Running | RunStatus::Failed | RunStatus::NeedsAttention => "is not finished",
+        RunStatus::Running
+        | RunStatus::Failed
+        | RunStatus::NeedsAttention
+        | RunStatus::Sleeping
+        | RunStatus::Waiting => "is not finished",
     }
 }
 

@@ -33,6 +33,11 @@ pub enum StepStatus {
     Interrupted,
     /// The run was cancelled while it ran.
     Cancelled,
+    /// A sleep (rule 25): the run gave its lease back until its wake time.
+    Sleeping,
+    /// A wait (rule 26): the run gave its lease back until a signal or its
+    /// deadline.
+    Waiting,
 }
 
 impl fmt::Display for StepStatus {
@@ -43,6 +48,8 @@ impl fmt::Display for StepStatus {
             StepStatus::Failed => "failed",
             StepStatus::Interrupted => "interrupted",
             StepStatus::Cancelled => "cancelled",
+            StepStatus::Sleeping => "sleeping",
+            StepStatus::Waiting => "waiting",
         })
     }
 }
@@ -73,6 +80,10 @@ pub struct Step {
     pub removed: Vec<String>,
     /// How it failed.
     pub error: Option<String>,
+    /// A sleep's wake time, or a wait's deadline, in milliseconds since the
+    /// Unix epoch (rules 25-26); `None` for a stage, and a wait without a
+    /// deadline.
+    pub until_ms: Option<u64>,
 }
 
 /// The steps of a run, oldest first, as its kept journal tells them
@@ -89,6 +100,11 @@ pub struct History {
     /// How many checkpoints the journal holds (its oldest may have been
     /// cut by a history depth bound).
     pub checkpoints: usize,
+    /// The signals sent to the run, and the names its waits closed, in
+    /// the order they came (contract rule 26): who sent what, when, and
+    /// whether a wait took it. Empty when the reader did not ask the store
+    /// ([`History::of`] reads the journal only).
+    pub signals: Vec<crate::store::Signal>,
 }
 
 impl History {
@@ -110,13 +126,19 @@ impl History {
                 }
             };
             match cp.status {
-                RunStatus::Running => {
+                RunStatus::Running | RunStatus::Sleeping | RunStatus::Waiting => {
                     let same = open.and_then(|i| steps.get(i)).is_some_and(|s| {
                         s.ip == cp.ip
                             && s.attempt == cp.attempt
                             && before.is_some_and(|b| *b == cp.context)
                     });
-                    if !same {
+                    if same {
+                        // a sleep or wait parked, or woken: the same step
+                        if let Some(step) = open.and_then(|i| steps.get_mut(i)) {
+                            step.status = step_status(cp.status);
+                            step.until_ms = cp.pending.as_ref().and_then(|p| p.until_ms);
+                        }
+                    } else {
                         let moved_on = open
                             .and_then(|i| steps.get(i))
                             .is_some_and(|s| cp.ip > s.ip);
@@ -131,12 +153,13 @@ impl History {
                             ip: cp.ip,
                             stage: cp.step.clone(),
                             attempt: cp.attempt,
-                            status: StepStatus::Running,
+                            status: step_status(cp.status),
                             started_at_ms: cp.updated_at_ms,
                             finished_at_ms: None,
                             written: Vec::new(),
                             removed: Vec::new(),
                             error: None,
+                            until_ms: cp.pending.as_ref().and_then(|p| p.until_ms),
                         });
                     }
                 }
@@ -169,7 +192,18 @@ impl History {
             status: journal.last().map_or(RunStatus::Running, |cp| cp.status),
             steps,
             checkpoints: journal.len(),
+            signals: Vec::new(),
         }
+    }
+}
+
+/// The status of a step whose latest checkpoint says `status` (running,
+/// sleeping or waiting).
+fn step_status(status: RunStatus) -> StepStatus {
+    match status {
+        RunStatus::Sleeping => StepStatus::Sleeping,
+        RunStatus::Waiting => StepStatus::Waiting,
+        _ => StepStatus::Running,
     }
 }
 
@@ -380,9 +414,12 @@ impl History {
                     s.finished_at_ms
                         .map(|e| format!("{} ms", e.saturating_sub(s.started_at_ms)))
                         .unwrap_or_default(),
-                    match &s.error {
-                        Some(e) => cells.error(e),
-                        None => cells.keys(&s.written, &s.removed),
+                    match (&s.error, s.status, s.until_ms) {
+                        (Some(e), _, _) => cells.error(e),
+                        (None, StepStatus::Sleeping | StepStatus::Waiting, Some(until)) => {
+                            format!("until {}", cells.time(until))
+                        }
+                        (None, ..) => cells.keys(&s.written, &s.removed),
                     },
                 ]
             })
@@ -422,12 +459,29 @@ impl fmt::Display for History {
             RunStatus::Completed => "completed",
             RunStatus::Cancelled => "cancelled",
             RunStatus::NeedsAttention => "needs attention",
+            RunStatus::Sleeping => "sleeping",
+            RunStatus::Waiting => "waiting",
         };
         writeln!(
             f,
             "run {}: {status} ({} checkpoints kept)",
             self.run, self.checkpoints
-        )
+        )?;
+        for signal in &self.signals {
+            let from = if signal.sender.is_empty() {
+                String::new()
+            } else {
+                format!(" from {}", signal.sender)
+            };
+            writeln!(
+                f,
+                "signal {}: {}{from} at {}",
+                signal.name,
+                signal.state.as_str(),
+                PlainCells.time(signal.sent_at_ms)
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -40,7 +40,9 @@ use crate::stage::{
     Ended, Output, StageInfo, StageKind, Started, WithInfo, span_if_wanted, with_info,
 };
 
-use crate::store::{BranchRecord, Checkpoint, CheckpointStore, RunStatus};
+use crate::outcome::Outcome;
+use crate::store::{BranchRecord, Checkpoint, CheckpointStore, Decision, Pending, RunStatus, Take};
+use crate::waiting::OnTimeout;
 use ownership::Ownership;
 
 use crate::structure::Structure;
@@ -66,6 +68,16 @@ pub(crate) struct Durable<'a> {
     /// The finished branches recorded at the resumed checkpoint, when it is
     /// a parallel block's (rule 19): they are rebuilt, not run again.
     pub(crate) resumed_branches: Vec<BranchRecord>,
+    /// What the resumed checkpoint's sleep or wait waits for (rules
+    /// 25-26), fixed when the run first reached it: every checkpoint at
+    /// that step carries it, and the step reads its wake time or deadline
+    /// from it.
+    pub(crate) resumed_pending: Option<Pending>,
+    /// The resumed checkpoint was parked (sleeping or waiting): waking it
+    /// is not a new attempt of its step.
+    pub(crate) resumed_parked: bool,
+    /// Where wake times and deadlines come from (rule 28).
+    pub(crate) clock: &'a crate::clock::Clock,
     /// The run was checkpointed by a fluxio that recorded ips, not
     /// positions (see [`Program::position`]): it keeps numbering its
     /// checkpoints and its stages' idempotency keys by ip to its end, so
@@ -193,6 +205,148 @@ impl Durable<'_> {
     }
 }
 
+/// The top-level frame of a durable run, which alone runs sleeps and waits
+/// (the compiler puts none in a branch, and refuses them without a store).
+fn durable_top<'t, 'a>(top: Option<&'t mut Top<'a>>) -> std::result::Result<&'t mut Top<'a>, Halt> {
+    match top {
+        Some(top) if top.durable.is_some() && top.last.is_some() => Ok(top),
+        _ => Err(Halt::Failed(Error::Internal {
+            message: "a sleep or wait outside a durable run's top-level sequence".to_owned(),
+        })),
+    }
+}
+
+impl Top<'_> {
+    /// `SLEEP` (rule 25): goes on when the wake time (fixed when the run
+    /// first reached the sleep) has passed, else parks the run.
+    async fn sleep(
+        &mut self,
+        program: &Program,
+        index: usize,
+        ctx: &Context,
+    ) -> std::result::Result<(), Halt> {
+        let d = self.durable.ok_or_else(|| Halt::Failed(not_durable()))?;
+        let sleep = program
+            .sleeps
+            .get(index)
+            .ok_or_else(|| Halt::Failed(no_such("sleep")))?;
+        let now = d.clock.now_ms(Some(d.store)).await.map_err(Halt::Store)?;
+        let until = match self.pending.as_ref().and_then(|p| p.until_ms) {
+            Some(until) => until,
+            None => sleep.until().resolve(now, ctx)?,
+        };
+        if until <= now {
+            tracing::debug!(
+                run_id = d.key,
+                until_ms = until,
+                "a sleep that is due: the run goes on"
+            );
+            return Ok(());
+        }
+        Err(Halt::Parked(Pending::sleep(until), None))
+    }
+
+    /// `WAIT` (rule 26): asks the store to decide the wait (a signal
+    /// delivered, the deadline passed, or neither), atomically with the
+    /// signals sent to the run. A signal's payload goes into its key; a
+    /// payload that is not the wait's type is refused (the wait opens
+    /// again, and the run parks saying why); a timeout takes the wait's
+    /// timeout outcome; otherwise the run parks. Returns the context and
+    /// the outcome's name (the name signalled, or `"timeout"`), for a
+    /// routing block after the wait.
+    async fn wait(
+        &mut self,
+        program: &Program,
+        index: usize,
+        mut ctx: Context,
+    ) -> std::result::Result<(Context, String), Halt> {
+        let d = self.durable.ok_or_else(|| Halt::Failed(not_durable()))?;
+        let wait = program
+            .waits
+            .get(index)
+            .ok_or_else(|| Halt::Failed(no_such("wait")))?;
+        let now = d.clock.now_ms(Some(d.store)).await.map_err(Halt::Store)?;
+        let deadline = match &self.pending {
+            Some(pending) => pending.until_ms,
+            None => match wait.deadline_until() {
+                Some(until) => Some(until.resolve(now, &ctx)?),
+                None => None,
+            },
+        };
+        let waits = wait.names().into_iter().map(str::to_owned).collect();
+        let expired = deadline.is_some_and(|at| at <= now);
+        let mut take = Take::new(waits, expired, None).at(now);
+        let mut refused = None;
+        loop {
+            let decided = d
+                .store
+                .take_signal(d.key, &take, d.owner.lease())
+                .await
+                .map_err(Halt::Store)?;
+            match decided {
+                Decision::Signal(signal) => {
+                    let Some(slot) = wait.slot(&signal.name) else {
+                        return Err(Halt::Failed(no_such("wait name")));
+                    };
+                    match (slot.check)(&signal.payload) {
+                        Ok(()) => {
+                            ctx =
+                                ctx.set_encoded(slot.key.clone(), signal.payload.encoded().clone());
+                            tracing::debug!(run_id = d.key, wait = %signal.name, "a wait took its signal");
+                            return Ok((ctx, signal.name));
+                        }
+                        Err(e) => {
+                            let why = format!(
+                                "signal `{}` refused: its payload is not a {}: {}",
+                                signal.name,
+                                slot.type_name,
+                                e.message_with_causes()
+                            );
+                            tracing::warn!(run_id = d.key, wait = %signal.name, "{why}; the wait is open again");
+                            refused = Some(why);
+                            take.refuse = Some(signal.name);
+                        }
+                    }
+                }
+                Decision::TimedOut => {
+                    tracing::debug!(run_id = d.key, wait = %wait.step_name(), "a wait timed out");
+                    return match &wait.timeout {
+                        Some(OnTimeout::Route) => Ok((ctx, "timeout".to_owned())),
+                        Some(OnTimeout::Value(value)) => {
+                            let key = wait
+                                .slots
+                                .first()
+                                .map(|s| s.key.clone())
+                                .unwrap_or_default();
+                            Ok((
+                                ctx.set_encoded(key, value.encoded().clone()),
+                                "timeout".to_owned(),
+                            ))
+                        }
+                        Some(OnTimeout::Fail) | None => Err(Halt::Failed(Error::WaitTimedOut {
+                            run_id: d.key.to_owned(),
+                            wait: wait.names().join("|"),
+                        })),
+                    };
+                }
+                _ => return Err(Halt::Parked(wait.pending(deadline), refused)),
+            }
+        }
+    }
+}
+
+fn not_durable() -> Error {
+    Error::Internal {
+        message: "a sleep or wait in a run that is not durable".to_owned(),
+    }
+}
+
+fn no_such(what: &str) -> Error {
+    Error::Internal {
+        message: format!("an instruction names a {what} the program does not have"),
+    }
+}
+
 /// The last checkpoint the top-level frame passed: where a failure points.
 struct Last {
     ip: usize,
@@ -204,6 +358,9 @@ struct Last {
 /// What the top-level frame adds to a branch frame: its checkpoints.
 struct Top<'a> {
     durable: Option<&'a Durable<'a>>,
+    /// What the step at `last` waits for, when the run resumed at a sleep
+    /// or a wait it had reached before (rules 25-26).
+    pending: Option<Pending>,
     /// The last checkpoint a durable run passed, where a failure checkpoint
     /// points (`None` in a plain run).
     last: Option<Last>,
@@ -230,10 +387,17 @@ impl Top<'_> {
             return Ok(());
         };
         let resumed_here = d.resumed.filter(|(at, _)| *at == ip);
-        scope.attempt = resumed_here.map_or(1, |(_, attempt)| attempt.saturating_add(1));
-        self.records = match resumed_here {
-            Some(_) => d.resumed_branches.clone(),
-            None => Vec::new(),
+        // waking a sleeping or waiting run is not another attempt of it
+        scope.attempt = resumed_here.map_or(1, |(_, attempt)| {
+            if d.resumed_parked {
+                attempt
+            } else {
+                attempt.saturating_add(1)
+            }
+        });
+        (self.records, self.pending) = match resumed_here {
+            Some(_) => (d.resumed_branches.clone(), d.resumed_pending.clone()),
+            None => (Vec::new(), None),
         };
         {
             // rule 24: `Exit` writes no step's checkpoint (the run's first
@@ -253,6 +417,7 @@ impl Top<'_> {
                         scope.attempt,
                     );
                     cp.branches.clone_from(&self.records);
+                    cp.pending.clone_from(&self.pending);
                     Box::pin(save(program, d, cp, lineage, Write::Step))
                 };
                 saving.await?;
@@ -361,6 +526,10 @@ enum Halt {
     Failed(Error),
     /// Saving a checkpoint failed: the store is in trouble, write nothing more.
     Store(Error),
+    /// The run reached a sleep or a wait that is not due (rules 25-26): it
+    /// parks at its last checkpoint, waiting for this; a refused signal
+    /// says why in the message.
+    Parked(Pending, Option<String>),
 }
 
 impl From<Error> for Halt {
@@ -387,7 +556,7 @@ pub(crate) async fn run(
     ip: usize,
     ctx: Context,
     durable: Option<&Durable<'_>>,
-) -> Result<Context> {
+) -> Result<Outcome> {
     let cbs = &program.callbacks;
     // read the clock only for someone who is told the run's duration
     let started = (!cbs.is_empty()).then(Instant::now);
@@ -402,6 +571,7 @@ pub(crate) async fn run(
     // its own copy of the arguments (the context) while the run waits
     let mut top = Top {
         durable,
+        pending: None,
         last: None,
         records: Vec::new(),
     };
@@ -511,7 +681,7 @@ async fn end(
     durable: Option<&Durable<'_>>,
     top: Top<'_>,
     done: std::result::Result<Context, Halt>,
-) -> Result<Context> {
+) -> Result<Outcome> {
     match done {
         Ok(done) => {
             if let Some(d) = durable {
@@ -521,13 +691,55 @@ async fn end(
                 let lineage = done.lineage();
                 Box::pin(save(program, d, cp, lineage, Write::Last { delete })).await?;
             }
-            Ok(done)
+            Ok(Outcome::Completed(done))
         }
         Err(Halt::Store(e)) => Err(e),
         // boxed: the failure's checkpoint is large, and this future is
         // part of every run's while its stages run (rule 24)
         Err(Halt::Failed(e)) => Box::pin(failed(program, durable, top, e)).await,
+        Err(Halt::Parked(pending, refused)) => {
+            Box::pin(park(program, durable, top, pending, refused)).await
+        }
     }
+}
+
+/// The end of a top-level frame that reached a sleep or a wait that is not
+/// due (rules 25-26): the run's checkpoint at that step again, sleeping or
+/// waiting for `pending` (and saying why a signal was refused), written as
+/// the run's last write, which gives its lease back.
+async fn park(
+    program: &Program,
+    durable: Option<&Durable<'_>>,
+    top: Top<'_>,
+    pending: Pending,
+    refused: Option<String>,
+) -> Result<Outcome> {
+    let (Some(d), Some(last)) = (durable, top.last) else {
+        return Err(Error::Internal {
+            message: "a sleep or wait outside a durable run's checkpoint".to_owned(),
+        });
+    };
+    let mut cp = d
+        .checkpoint(
+            program,
+            last.ip,
+            &last.step,
+            &last.ctx,
+            RunStatus::Running,
+            None,
+            last.attempt,
+        )
+        .parked(pending.clone());
+    cp.error_message = refused;
+    let lineage = last.ctx.lineage();
+    Box::pin(save(program, d, cp, lineage, Write::Last { delete: false })).await?;
+    tracing::info!(
+        run_id = d.key,
+        step = &*last.step,
+        until_ms = pending.until_ms,
+        "the run parked: it continues when it is due"
+    );
+    Ok(Outcome::parked(d.key, &pending, last.ctx))
 }
 
 /// The end of a top-level frame that failed with `e`: a durable run past a
@@ -537,7 +749,7 @@ async fn failed(
     durable: Option<&Durable<'_>>,
     top: Top<'_>,
     e: Error,
-) -> Result<Context> {
+) -> Result<Outcome> {
     if let (Some(d), Some(last)) = (durable, top.last) {
         let mut cp = d.checkpoint(
             program,
@@ -550,6 +762,7 @@ async fn failed(
         );
         // finished branches stay finished after a failure too
         cp.branches = top.records;
+        cp.pending = top.pending;
         let last = Write::Last { delete: false };
         match Box::pin(save(program, d, cp, Lineage::NONE, last)).await {
             Ok(()) => {}
@@ -636,10 +849,22 @@ fn exec<'a>(
                 }
                 Instr::EndBranch => return Ok(ctx),
                 Instr::Join => ip + 1,
-                Instr::Route { router, routes } => {
-                    route(program, &mut frame, &scope, *router, routes)?
-                }
+                Instr::Route { by, routes } => route(program, &mut frame, &scope, by, routes)?,
                 Instr::Jump { to } => *to,
+                Instr::Sleep { sleep } => {
+                    let top = durable_top(top.as_deref_mut())?;
+                    top.sleep(program, *sleep, &ctx).await?;
+                    ip + 1
+                }
+                Instr::Wait { wait, routed } => {
+                    let top = durable_top(top.as_deref_mut())?;
+                    let chosen;
+                    (ctx, chosen) = Box::pin(top.wait(program, *wait, ctx)).await?;
+                    if *routed {
+                        frame.route = Some(chosen);
+                    }
+                    ip + 1
+                }
             };
         }
         Ok(ctx)
@@ -659,6 +884,10 @@ fn branch(
             .await
             .map_err(|halt| match halt {
                 Halt::Failed(e) | Halt::Store(e) => e,
+                // the compiler puts no sleep or wait in a branch
+                Halt::Parked(..) => Error::Internal {
+                    message: "a branch of a parallel block parked".to_owned(),
+                },
             })
     })
 }
@@ -967,10 +1196,9 @@ fn route(
     program: &Program,
     frame: &mut Frame,
     scope: &Scope,
-    router: usize,
+    router: &str,
     routes: &[(Arc<str>, usize)],
 ) -> Result<usize> {
-    let router = program.stages[router].name();
     let Some(chosen) = frame.route.take() else {
         return Err(Error::Internal {
             message: format!("`ROUTE` after router `{router}` found no route chosen"),

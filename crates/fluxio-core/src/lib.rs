@@ -6,6 +6,7 @@
 //! tour. This crate is what backend crates (`fluxio-redis`, ...) build on.
 
 pub mod callback;
+pub mod clock;
 pub mod compile;
 pub mod context;
 pub mod durability;
@@ -14,6 +15,7 @@ pub mod history;
 mod interpret;
 pub mod metrics;
 pub mod middleware;
+mod outcome;
 pub mod pipeline;
 pub mod recovery;
 pub mod stage;
@@ -23,11 +25,13 @@ pub mod structure;
 pub mod testing;
 pub mod value;
 pub mod version;
+pub mod waiting;
 
 pub use context::{Context, Snapshot};
 pub use durability::Durability;
 pub use error::{BoxError, Error, Result};
 pub use history::{History, Step, StepStatus};
+pub use outcome::Outcome;
 pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder, ResumeOptions};
 pub use stage::{Resource, Route, Stage, StageInfo, StageKind, StageMeta};
 pub use store::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
@@ -61,6 +65,7 @@ pub mod __private {
         StageMeta, StageOutput, StageReturn, validate,
     };
     pub use crate::version::VersionHasher;
+    pub use crate::waiting::{OnTimeout, Sleep, Until, Wait, timeout_value};
     pub use crate::{BoxError, Context};
     pub use std::boxed::Box;
     pub use std::option::Option;

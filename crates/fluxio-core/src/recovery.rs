@@ -1,11 +1,27 @@
-//! Recovery workers (contract rule 22): finish what dead workers left.
+//! The worker a service runs beside its pipelines: it continues the runs
+//! that are due (contract rule 27) and finishes what dead workers left
+//! (contract rule 22).
 //!
-//! A worker that crashed, was killed or lost its network mid-run leaves its
-//! runs *abandoned*: running, with nobody holding their lease. A
-//! [`RecoveryWorker`] holds one or more pipelines (several versions of one
-//! name too) and, at start and then on an interval, lists the abandoned runs
-//! of those pipelines (and, when its [`RecoveryPolicy`] says so, the failed
-//! ones) and resumes them, a bounded number at a time.
+//! A [`RecoveryWorker`] holds one or more pipelines (several versions of
+//! one name too) and does two things, a bounded number of runs at a time:
+//!
+//! - **Due runs.** A sleeping run whose wake time passed, and a waiting run
+//!   that was signalled or whose deadline passed, is *due*: the store keeps
+//!   it in its due-index ([`CheckpointStore::due_runs`]).
+//!   The worker asks for the runs due now, and for the earliest due next,
+//!   every [`due_poll`](RecoveryWorkerBuilder::due_poll) (250 ms by
+//!   default), at once when its store tells of a signal or a parked run
+//!   ([`CheckpointStore::watch`]), and when
+//!   a manual [clock](crate::clock::Clock) it runs on is advanced; it sleeps
+//!   until the earliest otherwise. Each due run is claimed through its lease
+//!   and continued exactly once across workers; a worker killed while it
+//!   continues one leaves it due (or abandoned), for the next.
+//! - **Abandoned runs.** A worker that crashed, was killed or lost its
+//!   network mid-run leaves its runs *abandoned*: running, with nobody
+//!   holding their lease. At start and then on an
+//!   [interval](RecoveryWorkerBuilder::interval), the worker lists the
+//!   abandoned runs of its pipelines (and, when its [`RecoveryPolicy`] says
+//!   so, the failed ones) and resumes them.
 //!
 //! - **Exactly one worker resumes a run.** A run is claimed through its
 //!   lease, the one a resume takes anyway; holding it, the worker reads the
@@ -66,7 +82,10 @@ use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
 use crate::pipeline::{Claim, Pipeline, Recovered};
-use crate::store::{Checkpoint, RunFilter, RunState, RunStatus, RunSummary};
+use crate::store::{
+    Checkpoint, CheckpointStore, DueFilter, DueRun, RunEventKind, RunFilter, RunState, RunStatus,
+    RunSummary,
+};
 
 /// When a worker resumes a run, and when it gives up on one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,6 +229,17 @@ pub enum RecoveryEvent {
         /// The version that wrote it.
         version: String,
     },
+    /// The due run `key` (rule 27) was continued: it ran to its end, or
+    /// to its next sleep or wait (`completed` says which), or failed
+    /// (`error`).
+    Woken {
+        /// The run's store key.
+        key: String,
+        /// It completed (else it parked again, or failed).
+        completed: bool,
+        /// How it failed, when it did.
+        error: Option<Arc<Error>>,
+    },
     /// Listing, claiming or marking runs of `pipeline` failed: the worker
     /// tries again at its next sweep.
     StoreFailed {
@@ -240,6 +270,8 @@ pub struct Sweep {
     pub left: usize,
     /// Runs of versions this worker does not hold.
     pub not_held: usize,
+    /// Due runs (rule 27) continued: woken from a sleep or a wait.
+    pub woken: usize,
 }
 
 /// The most runs a [`RecoveryWorker`] resumes at once
@@ -254,6 +286,7 @@ pub struct RecoveryWorkerBuilder {
     interval: Duration,
     concurrency: usize,
     page: usize,
+    due_poll: Duration,
     on_event: Option<EventSink>,
 }
 
@@ -288,6 +321,15 @@ impl RecoveryWorkerBuilder {
     /// at least 1 ms).
     pub fn interval(mut self, every: Duration) -> Self {
         self.interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How often a spawned worker asks its stores for due runs when nothing
+    /// told it of one (default 250 ms; at least 1 ms): the safety net under
+    /// the stores' wake-ups, and the latency of a signal on a store that
+    /// tells none.
+    pub fn due_poll(mut self, every: Duration) -> Self {
+        self.due_poll = every.max(Duration::from_millis(1));
         self
     }
 
@@ -358,6 +400,7 @@ impl RecoveryWorkerBuilder {
                 policy: self.policy,
                 interval: self.interval,
                 page: self.page,
+                due_poll: self.due_poll,
                 permits: Arc::new(Semaphore::new(self.concurrency)),
                 on_event: self.on_event,
                 in_flight: Mutex::new(HashSet::new()),
@@ -389,6 +432,7 @@ struct Inner {
     policy: RecoveryPolicy,
     interval: Duration,
     page: usize,
+    due_poll: Duration,
     permits: Arc<Semaphore>,
     on_event: Option<EventSink>,
     /// Runs this worker is recovering now (keys).
@@ -408,6 +452,7 @@ enum Outcome {
     Failed,
     GaveUp,
     Left,
+    Woken,
 }
 
 impl RecoveryWorker {
@@ -419,13 +464,16 @@ impl RecoveryWorker {
             interval: Duration::from_secs(10),
             concurrency: 8,
             page: 500,
+            due_poll: Duration::from_millis(250),
             on_event: None,
         }
     }
 
-    /// One sweep: lists the runs due for recovery now, recovers them
-    /// (at most the worker's concurrency at once), and returns when all are
-    /// done.
+    /// One sweep: continues the runs that are due now (rule 27), lists the
+    /// runs due for recovery now and recovers them (at most the worker's
+    /// concurrency at once), and returns when all are done. With a manual
+    /// [clock](crate::clock::Clock), a test advances it and calls this:
+    /// what the advance made due is continued, deterministically.
     ///
     /// # Errors
     /// [`Error::Unsupported`] when a pipeline's store cannot list runs (a
@@ -434,7 +482,11 @@ impl RecoveryWorker {
     pub async fn run_once(&self) -> Result<Sweep> {
         let mut tasks = JoinSet::new();
         let (_keep, stop) = watch::channel(false);
+        let mut due = Sweep::default();
+        self.wake_due(&mut due, &mut tasks, &stop).await;
         let mut sweep = self.sweep(&mut tasks, &stop).await?;
+        sweep.woken = due.woken;
+        sweep.not_held += due.not_held;
         while let Some(done) = tasks.join_next().await {
             if let Ok(outcome) = done {
                 count(&mut sweep, outcome);
@@ -463,25 +515,252 @@ impl RecoveryWorker {
 
     async fn run(self, mut stop: watch::Receiver<bool>) -> JoinSet<Outcome> {
         let mut tasks = JoinSet::new();
+        let mut wakeups = self.subscribe().await;
+        // a manual clock's advances, told to this worker for as long as
+        // it runs (one receiver: an advance during a sweep is not missed)
+        let mut moved = self
+            .inner
+            .pipelines
+            .first()
+            .and_then(|p| p.clock().subscribe());
+        let mut next_sweep = tokio::time::Instant::now();
         loop {
             if *stop.borrow() {
                 break;
             }
-            match self.sweep(&mut tasks, &stop).await {
-                Ok(sweep) if sweep.found > 0 => tracing::debug!(?sweep, "recovery sweep"),
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "recovery worker stops");
-                    break;
+            let now = tokio::time::Instant::now();
+            let mut sweep = Sweep::default();
+            if now >= next_sweep {
+                match self.sweep(&mut tasks, &stop).await {
+                    Ok(done) => sweep = done,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "recovery worker stops");
+                        break;
+                    }
                 }
+                next_sweep = now + self.inner.interval;
+            }
+            let next_due = self.wake_due(&mut sweep, &mut tasks, &stop).await;
+            if sweep.found + sweep.woken > 0 {
+                tracing::debug!(?sweep, "worker sweep");
             }
             while tasks.try_join_next().is_some() {}
+            let mut until = (now + self.inner.due_poll).min(next_sweep);
+            if let Some(due) = next_due {
+                until = until.min(due);
+            }
+            let advanced = async {
+                let told = match moved.as_mut() {
+                    Some(rx) => rx.changed().await.is_ok(),
+                    None => false,
+                };
+                if !told {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
-                () = tokio::time::sleep(self.inner.interval) => {}
+                () = tokio::time::sleep_until(until) => {}
+                () = wakeups.next_due() => {}
+                () = advanced => {}
                 _ = stop.changed() => break,
             }
         }
         tasks
+    }
+
+    /// The wake-ups of the worker's stores, merged.
+    async fn subscribe(&self) -> Wakeups {
+        let mut streams = Vec::new();
+        for store in self.stores() {
+            match store.watch().await {
+                Ok(Some(events)) => streams.push(events.0),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "a store's wake-ups are not available; polling")
+                }
+            }
+        }
+        Wakeups(if streams.is_empty() {
+            None
+        } else {
+            Some(futures::stream::select_all(streams))
+        })
+    }
+
+    /// Each store of the worker's pipelines once, with the clock of its
+    /// first pipeline and the names of the pipelines on it.
+    fn stores(&self) -> Vec<Arc<dyn CheckpointStore>> {
+        self.store_groups().into_iter().map(|(s, _, _)| s).collect()
+    }
+
+    fn store_groups(&self) -> Vec<(Arc<dyn CheckpointStore>, crate::clock::Clock, Vec<String>)> {
+        let mut groups: Vec<(Arc<dyn CheckpointStore>, crate::clock::Clock, Vec<String>)> =
+            Vec::new();
+        for p in &self.inner.pipelines {
+            let Some(store) = p.store() else { continue };
+            let same = |s: &Arc<dyn CheckpointStore>| {
+                std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(store))
+            };
+            match groups.iter_mut().find(|(s, _, _)| same(s)) {
+                Some((_, _, names)) => {
+                    if !names.iter().any(|n| n == p.name()) {
+                        names.push(p.name().to_owned());
+                    }
+                }
+                None => groups.push((
+                    Arc::clone(store),
+                    p.clock().clone(),
+                    vec![p.name().to_owned()],
+                )),
+            }
+        }
+        groups
+    }
+
+    /// Continues the runs due now on every store (rule 27), a bounded
+    /// number at once, and returns when the earliest run not yet due is
+    /// due (within the next poll), so the caller can sleep until then.
+    async fn wake_due(
+        &self,
+        sweep: &mut Sweep,
+        tasks: &mut JoinSet<Outcome>,
+        stop: &watch::Receiver<bool>,
+    ) -> Option<tokio::time::Instant> {
+        let mut next: Option<u64> = None;
+        let mut earliest_now = u64::MAX;
+        for (store, clock, names) in self.store_groups() {
+            let now = match clock.now_ms(Some(store.as_ref())).await {
+                Ok(now) => now,
+                Err(e) => {
+                    self.emit(&RecoveryEvent::StoreFailed {
+                        pipeline: names.join(","),
+                        error: Arc::new(e),
+                    });
+                    continue;
+                }
+            };
+            let ahead = crate::clock::after(now, self.inner.due_poll);
+            let mut filter = DueFilter::new(ahead).limit(self.inner.page);
+            filter.pipelines = names.clone();
+            let due = match store.due_runs(&filter).await {
+                Ok(due) => due,
+                // a store with the four required methods keeps no index
+                Err(Error::Unsupported { .. }) => continue,
+                Err(e) => {
+                    self.emit(&RecoveryEvent::StoreFailed {
+                        pipeline: names.join(","),
+                        error: Arc::new(e),
+                    });
+                    continue;
+                }
+            };
+            earliest_now = earliest_now.min(now);
+            for run in due {
+                if *stop.borrow() {
+                    return None;
+                }
+                if run.due_ms > now {
+                    next = Some(next.map_or(run.due_ms, |n| n.min(run.due_ms)));
+                    continue;
+                }
+                self.consider_due(run, now, sweep, tasks, stop).await;
+            }
+        }
+        // the wall clock's instant of the earliest due next (a manual
+        // clock's advance wakes the worker instead)
+        next.map(|at| {
+            let wait = at.saturating_sub(earliest_now);
+            tokio::time::Instant::now() + Duration::from_millis(wait)
+        })
+    }
+
+    /// Starts continuing the due run `run` (due at `now` or before), if a
+    /// pipeline of the worker holds its version and no task of this worker
+    /// has it already.
+    async fn consider_due(
+        &self,
+        run: DueRun,
+        now: u64,
+        sweep: &mut Sweep,
+        tasks: &mut JoinSet<Outcome>,
+        stop: &watch::Receiver<bool>,
+    ) {
+        let inner = &self.inner;
+        let Some(pipeline) = self.pipeline_for(&run.pipeline, &run.version) else {
+            sweep.not_held += 1;
+            if lock(&inner.reported).insert(run.key.clone()) {
+                self.emit(&RecoveryEvent::NotHeld {
+                    key: run.key,
+                    version: run.version,
+                });
+            }
+            return;
+        };
+        if !lock(&inner.in_flight).insert(run.key.clone()) {
+            return;
+        }
+        let mut stop = stop.clone();
+        let permit = tokio::select! {
+            permit = Arc::clone(&inner.permits).acquire_owned() => permit.ok(),
+            _ = stop.wait_for(|stopped| *stopped) => None,
+        };
+        let Some(permit) = permit else {
+            lock(&inner.in_flight).remove(&run.key);
+            return;
+        };
+        sweep.woken += 1;
+        let worker = self.clone();
+        let pipeline = pipeline.clone();
+        tasks.spawn(async move {
+            let outcome = worker.wake(&pipeline, &run, now).await;
+            lock(&worker.inner.in_flight).remove(&run.key);
+            drop(permit);
+            outcome
+        });
+    }
+
+    /// Claims the due run `run` through its lease and continues it, if it
+    /// is still parked and due at `now` (another worker may have continued
+    /// it since it was listed).
+    async fn wake(&self, pipeline: &Pipeline, run: &DueRun, now: u64) -> Outcome {
+        let claimed = pipeline
+            .recover(&run.run_id, |cp| match (&cp.status, &cp.pending) {
+                (RunStatus::Sleeping, Some(p)) if p.until_ms.is_some_and(|at| at <= now) => {
+                    Claim::Resume
+                }
+                // signalled, or past its deadline: its wait decides
+                (RunStatus::Waiting, Some(_)) => Claim::Resume,
+                _ => Claim::Leave,
+            })
+            .await;
+        match claimed {
+            Ok(Recovered::Resumed(result)) => {
+                let (completed, error) = match result {
+                    Ok(outcome) => (outcome.is_completed(), None),
+                    Err(e) => {
+                        tracing::warn!(run = %run.key, error = %e, "a woken run failed");
+                        (false, Some(Arc::new(e)))
+                    }
+                };
+                tracing::debug!(run = %run.key, completed, "woke a due run");
+                self.emit(&RecoveryEvent::Woken {
+                    key: run.key.clone(),
+                    completed,
+                    error,
+                });
+                Outcome::Woken
+            }
+            Ok(Recovered::GaveUp(_) | Recovered::Left)
+            | Err(Error::RunIdInUse { .. } | Error::ShutDown { .. }) => Outcome::Left,
+            Err(e) => {
+                tracing::warn!(run = %run.key, error = %e, "waking a due run failed");
+                self.emit(&RecoveryEvent::StoreFailed {
+                    pipeline: run.pipeline.clone(),
+                    error: Arc::new(e),
+                });
+                Outcome::Left
+            }
+        }
     }
 
     /// Lists what is due and starts a recovery task for each run (waiting
@@ -678,10 +957,41 @@ impl RecoveryWorker {
 
 fn count(sweep: &mut Sweep, outcome: Outcome) {
     match outcome {
+        // counted when started
+        Outcome::Woken => {}
         Outcome::Resumed => sweep.resumed += 1,
         Outcome::Failed => sweep.failed += 1,
         Outcome::GaveUp => sweep.gave_up += 1,
         Outcome::Left => sweep.left += 1,
+    }
+}
+
+/// The merged wake-ups of a worker's stores.
+struct Wakeups(
+    Option<
+        futures::stream::SelectAll<
+            std::pin::Pin<Box<dyn futures::Stream<Item = crate::store::RunEvent> + Send>>,
+        >,
+    >,
+);
+
+impl Wakeups {
+    /// Resolves at the next event that may make a run due; never when the
+    /// stores tell none (or stopped telling).
+    async fn next_due(&mut self) {
+        let Some(events) = self.0.as_mut() else {
+            return std::future::pending().await;
+        };
+        loop {
+            match futures::StreamExt::next(events).await {
+                Some(event) if event.kind == RunEventKind::Due => return,
+                Some(_) => {}
+                None => {
+                    self.0 = None;
+                    return std::future::pending().await;
+                }
+            }
+        }
     }
 }
 

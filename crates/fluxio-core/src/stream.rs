@@ -59,6 +59,9 @@ pub enum StreamEvent {
     Chunk(Chunk),
     /// The run completed with this context; always the last item.
     Done(Context),
+    /// The run reached a sleep or a wait (contract rules 25-26) and gave
+    /// its lease back: what it waits for; always the last item.
+    Parked(crate::outcome::Outcome),
 }
 
 pub(crate) type Sender = mpsc::Sender<Result<StreamEvent>>;

@@ -42,6 +42,42 @@ pub struct Structure {
     pub stages: Vec<StageCode>,
 }
 
+/// The string `Debug` quoted at the start of `text` (which starts with
+/// `"`), unescaped, and what follows it.
+fn skip_quoted(text: &str) -> (String, &str) {
+    let mut out = String::new();
+    let mut chars = text.char_indices().skip(1);
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return (out, &text[i + 1..]),
+            '\\' => match chars.next() {
+                Some((_, 'n')) => out.push('\n'),
+                Some((_, 't')) => out.push('\t'),
+                Some((_, 'r')) => out.push('\r'),
+                Some((_, '0')) => out.push('\0'),
+                Some((_, 'u')) => {
+                    // `\u{...}`
+                    let mut hex = String::new();
+                    for (_, h) in chars.by_ref() {
+                        match h {
+                            '{' => {}
+                            '}' => break,
+                            h => hex.push(h),
+                        }
+                    }
+                    if let Some(c) = u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                        out.push(c);
+                    }
+                }
+                Some((_, other)) => out.push(other),
+                None => break,
+            },
+            c => out.push(c),
+        }
+    }
+    (out, "")
+}
+
 /// One stage's name and code hash in a [`Structure`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -73,6 +109,46 @@ impl Structure {
             shape: shape.into(),
             stages,
         }
+    }
+
+    /// The names of the pipeline's waits (contract rule 26), in order, as
+    /// the shape records them: what a signal to one of its runs may name.
+    ///
+    /// ```
+    /// use fluxio_core::Structure;
+    /// let s = Structure::new(
+    ///     r#"[a, wait("ok": bool -> "ok", "no": () -> "x"; deadline none; timeout default), routes{"wait(": [b]}]"#,
+    ///     Vec::new(),
+    /// );
+    /// assert_eq!(s.wait_names(), ["ok", "no"]);
+    /// ```
+    #[must_use]
+    pub fn wait_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        let mut rest = self.shape.as_str();
+        while let Some(c) = rest.chars().next() {
+            if c == '"' {
+                // a quoted route key or name: skipped whole
+                rest = skip_quoted(rest).1;
+            } else if let Some(after) = rest.strip_prefix("wait(") {
+                // `"name": type -> "key", ...; deadline ...; timeout ...)`
+                rest = after;
+                loop {
+                    rest = rest.trim_start_matches([' ', ',']);
+                    if !rest.starts_with('"') {
+                        break;
+                    }
+                    let (name, after) = skip_quoted(rest);
+                    names.push(name);
+                    // the type and the key, up to the next entry or the `;`
+                    let (_, after) = after.split_once("-> ").unwrap_or(("", after));
+                    rest = skip_quoted(after).1;
+                }
+            } else {
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        names
     }
 
     /// What changed from `self` (the code that wrote a checkpoint) to

@@ -157,3 +157,91 @@ impl StageRun {
         );
     }
 }
+
+/// A duration for [`TestClock::advance`]: a [`Duration`](std::time::Duration),
+/// or text such as `"72h"` or `"1h 30m"` ([`parse_duration`](crate::clock::parse_duration)).
+pub trait IntoDuration {
+    /// The duration.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming
+    /// `duration` for text that is not one.
+    fn into_duration(self) -> Result<std::time::Duration>;
+}
+
+impl IntoDuration for std::time::Duration {
+    fn into_duration(self) -> Result<std::time::Duration> {
+        Ok(self)
+    }
+}
+
+impl IntoDuration for &str {
+    fn into_duration(self) -> Result<std::time::Duration> {
+        crate::clock::parse_duration(self)
+    }
+}
+
+/// A clock that tests move (contract rule 28): give its
+/// [`clock`](TestClock::clock) to the pipeline
+/// ([`PipelineBuilder::clock`](crate::PipelineBuilder::clock)) and to the
+/// worker's pipelines, then [`advance`](TestClock::advance) it: sleeps end,
+/// deadlines pass and recovery backoffs elapse when the test says so, and
+/// a worker's [`run_once`](crate::recovery::RecoveryWorker::run_once)
+/// continues exactly what became due.
+///
+/// ```
+/// use fluxio_core::testing::TestClock;
+/// let clock = TestClock::new();
+/// let start = clock.now_ms();
+/// assert_eq!(clock.advance("72h")?, start + 72 * 3_600_000);
+/// # Ok::<(), fluxio_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct TestClock {
+    clock: crate::clock::Clock,
+}
+
+impl Default for TestClock {
+    fn default() -> Self {
+        TestClock::new()
+    }
+}
+
+impl TestClock {
+    /// A clock that reads the wall clock's time now, until advanced.
+    #[must_use]
+    pub fn new() -> Self {
+        TestClock::at(crate::store::now_ms())
+    }
+
+    /// A clock that reads `ms` (milliseconds since the Unix epoch) until
+    /// advanced.
+    #[must_use]
+    pub fn at(ms: u64) -> Self {
+        TestClock {
+            clock: crate::clock::Clock::manual(ms),
+        }
+    }
+
+    /// The clock to give pipelines: it moves with this one.
+    #[must_use]
+    pub fn clock(&self) -> crate::clock::Clock {
+        self.clock.clone()
+    }
+
+    /// The time it reads, in milliseconds since the Unix epoch.
+    #[must_use]
+    pub fn now_ms(&self) -> u64 {
+        self.clock.manual_now().unwrap_or_default()
+    }
+
+    /// Moves the clock `by` forward (`"72h"`, or a `Duration`) and returns
+    /// the new time.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for text
+    /// that is not a duration, or an advance past the clock's range.
+    pub fn advance(&self, by: impl IntoDuration) -> Result<u64> {
+        self.clock.advance(by.into_duration()?)
+    }
+}

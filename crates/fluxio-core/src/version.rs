@@ -44,6 +44,18 @@
 //!    - a parallel block: `P` ([`parallel`](VersionHasher::parallel)) or, for
 //!      `fire_and_forget!`, `F` ([`fire_and_forget`](VersionHasher::fire_and_forget)),
 //!      the branch count as a u32 little endian, then each branch as a sequence;
+//!    - a sleep (rule 25): `Z`, then `d` and its duration in milliseconds as
+//!      a u64 little endian ([`sleep_for`](VersionHasher::sleep_for)), or `k`
+//!      and the context key its instant is read from, length-prefixed
+//!      ([`sleep_until`](VersionHasher::sleep_until));
+//!    - a wait (rule 26): `W` and its name count as a u32 little endian
+//!      ([`wait`](VersionHasher::wait)); each name, the key its payload goes
+//!      to (both length-prefixed) and the stage-hash encoding's digest of its
+//!      payload type's tokens ([`wait_name`](VersionHasher::wait_name)); its
+//!      deadline: `n` (none), `d` and milliseconds, or `k` and a key; its
+//!      timeout outcome: `0` (the default), `f` (fail), or `v` and the digest
+//!      of the value expression's tokens; then, when a routing block follows
+//!      it, the block as after a router (`R`, ...);
 //!    - a routing block: first its router as a stage node, then `R` and the
 //!      route count as a u32 little endian ([`routes`](VersionHasher::routes)),
 //!      then for each route in source order its key, length-prefixed UTF-8
@@ -71,6 +83,16 @@ const STAGE: u8 = b'S';
 const PARALLEL: u8 = b'P';
 const FIRE_AND_FORGET: u8 = b'F';
 const ROUTES: u8 = b'R';
+const SLEEP: u8 = b'Z';
+const WAIT: u8 = b'W';
+/// A time: a duration in milliseconds (u64 little endian), or a context key.
+const TIME_AFTER: u8 = b'd';
+const TIME_KEY: u8 = b'k';
+const TIME_NONE: u8 = b'n';
+/// A wait's timeout outcome.
+const TIMEOUT_DEFAULT: u8 = b'0';
+const TIMEOUT_FAIL: u8 = b'f';
+const TIMEOUT_VALUE: u8 = b'v';
 const MODE_AUTO: u8 = b'A';
 const MODE_PLAIN: u8 = b'N';
 
@@ -223,6 +245,77 @@ impl VersionHasher {
     #[must_use]
     pub const fn routes(self, count: u32) -> Self {
         self.tag(ROUTES).count(count)
+    }
+
+    /// Feeds a sleep of `ms` milliseconds: `Z`, `d` and the duration as a
+    /// u64 little endian.
+    #[must_use]
+    pub const fn sleep_for(self, ms: u64) -> Self {
+        self.tag(SLEEP).tag(TIME_AFTER).update(&ms.to_le_bytes())
+    }
+
+    /// Feeds a sleep until the instant in context key `key`: `Z`, `k` and
+    /// the key, length-prefixed.
+    #[must_use]
+    pub const fn sleep_until(self, key: &str) -> Self {
+        self.tag(SLEEP).tag(TIME_KEY).part(key.as_bytes())
+    }
+
+    /// Starts a wait on `names` names: `W` and the count; each name follows
+    /// ([`wait_name`](Self::wait_name)), then its deadline and its timeout
+    /// outcome, then, when a routing block follows it, [`routes`](Self::routes).
+    #[must_use]
+    pub const fn wait(self, names: u32) -> Self {
+        self.tag(WAIT).count(names)
+    }
+
+    /// Feeds one name of a wait: the name, the context key its payload goes
+    /// to (both length-prefixed), and the hash of its payload type's tokens.
+    #[must_use]
+    pub const fn wait_name(self, name: &str, key: &str, payload: &[u8; 32]) -> Self {
+        self.part(name.as_bytes())
+            .part(key.as_bytes())
+            .update(payload)
+    }
+
+    /// Feeds a wait without a deadline: `n`.
+    #[must_use]
+    pub const fn no_deadline(self) -> Self {
+        self.tag(TIME_NONE)
+    }
+
+    /// Feeds a wait's deadline `ms` milliseconds after it is reached: `d`
+    /// and the duration as a u64 little endian.
+    #[must_use]
+    pub const fn deadline_after(self, ms: u64) -> Self {
+        self.tag(TIME_AFTER).update(&ms.to_le_bytes())
+    }
+
+    /// Feeds a wait's deadline read from context key `key`: `k` and the
+    /// key, length-prefixed.
+    #[must_use]
+    pub const fn deadline_at(self, key: &str) -> Self {
+        self.tag(TIME_KEY).part(key.as_bytes())
+    }
+
+    /// Feeds a wait's timeout outcome left to its default (fail, or the
+    /// `"timeout"` route of the routing block after it): `0`.
+    #[must_use]
+    pub const fn timeout_default(self) -> Self {
+        self.tag(TIMEOUT_DEFAULT)
+    }
+
+    /// Feeds a wait's timeout outcome `fail`: `f`.
+    #[must_use]
+    pub const fn timeout_fail(self) -> Self {
+        self.tag(TIMEOUT_FAIL)
+    }
+
+    /// Feeds a wait's timeout value, by the hash of its expression's
+    /// tokens: `v` and the hash.
+    #[must_use]
+    pub const fn timeout_value(self, expr: &[u8; 32]) -> Self {
+        self.tag(TIMEOUT_VALUE).update(expr)
     }
 
     /// Feeds a route's key, length-prefixed UTF-8.

@@ -7,12 +7,22 @@
 //! item     := stage
 //!           | "parallel" "!" "[" branch, ... "]"
 //!           | "fire_and_forget" "!" "[" branch, ... "]"
-//!           | router "=>" "{" (LIT_STR "=>" body), ... "}"
+//!           | router routes
+//!           | "sleep" "!" "(" (LIT_STR | "until" "=" LIT_STR) ")"
+//!           | "wait" "!" "(" slot ("|" slot)* ("," option)* ")" routes?
+//!           | "wait_any" "!" "(" slot ("," slot)* (";" option ("," option)*)? ")" routes?
 //!           | "[" seq "]" | "pipeline" "!" "[" seq "]"      (nested, flattened)
+//! routes   := "=>" "{" (LIT_STR "=>" body), ... "}"
+//! slot     := LIT_STR "as" TYPE ("into" LIT_STR)?
+//! option   := "deadline" "=" LIT_STR | "deadline_at" "=" LIT_STR
+//!           | "timeout" "=" ("fail" | "value" "(" EXPR ")")
 //! branch   := item | "[" seq "]"
 //! body     := item | "[" seq "]"
 //! stage, router := a path to a `#[stage]` function
 //! ```
+//!
+//! Durations (`sleep!("24h")`, `deadline = "72h"`) are humantime's syntax,
+//! read while the macro expands: a malformed one is a compile error at it.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -30,6 +40,32 @@ enum Item {
         router: syn::Path,
         routes: Vec<(LitStr, Vec<Item>)>,
     },
+    Sleep(Time),
+    Wait {
+        slots: Vec<Slot>,
+        deadline: Option<Time>,
+        timeout: Timeout,
+        routes: Option<Vec<(LitStr, Vec<Item>)>>,
+    },
+}
+
+/// A sleep's end or a wait's deadline: a duration, or a context key.
+enum Time {
+    After(u64),
+    Key(LitStr),
+}
+
+/// One name of a wait.
+struct Slot {
+    name: LitStr,
+    ty: syn::Type,
+    into: LitStr,
+}
+
+enum Timeout {
+    Default,
+    Fail,
+    Value(syn::Expr),
 }
 
 struct Input {
@@ -86,6 +122,47 @@ fn parse_item(input: ParseStream<'_>, seq: &mut Vec<Item>) -> syn::Result<()> {
         input.parse::<Token![!]>()?;
         seq.extend(bracket_seq(input)?.0);
         return no_routing_after(input, "a nested pipeline");
+    }
+    if peek_macro(input, "sleep") {
+        input.parse::<syn::Ident>()?;
+        input.parse::<Token![!]>()?;
+        let content;
+        syn::parenthesized!(content in input);
+        let time = if content.peek(syn::Ident) {
+            let until: syn::Ident = content.parse()?;
+            if until != "until" {
+                return Err(syn::Error::new(
+                    until.span(),
+                    "write `sleep!(\"24h\")` or `sleep!(until = \"key\")`",
+                ));
+            }
+            content.parse::<Token![=]>()?;
+            Time::Key(content.parse()?)
+        } else {
+            Time::After(duration_ms(&content.parse()?)?)
+        };
+        if !content.is_empty() {
+            return Err(content.error("a sleep takes one duration or `until = \"key\"`"));
+        }
+        seq.push(Item::Sleep(time));
+        return no_routing_after(input, "a sleep");
+    }
+    for (name, any) in [("wait", false), ("wait_any", true)] {
+        if peek_macro(input, name) {
+            input.parse::<syn::Ident>()?;
+            input.parse::<Token![!]>()?;
+            let content;
+            syn::parenthesized!(content in input);
+            let mut item = parse_wait(&content, any)?;
+            if input.peek(Token![=>]) {
+                input.parse::<Token![=>]>()?;
+                if let Item::Wait { routes, .. } = &mut item {
+                    *routes = Some(parse_routes(input)?);
+                }
+            }
+            seq.push(item);
+            return Ok(());
+        }
     }
     for (name, detached) in [("parallel", false), ("fire_and_forget", true)] {
         if peek_macro(input, name) {
@@ -153,6 +230,16 @@ fn parse_item(input: ParseStream<'_>, seq: &mut Vec<Item>) -> syn::Result<()> {
         return Ok(());
     }
     input.parse::<Token![=>]>()?;
+    let routes = parse_routes(input)?;
+    seq.push(Item::Routed {
+        router: path,
+        routes,
+    });
+    Ok(())
+}
+
+/// `{ "route" => body, ... }`.
+fn parse_routes(input: ParseStream<'_>) -> syn::Result<Vec<(LitStr, Vec<Item>)>> {
     let content;
     let brace = braced!(content in input);
     let mut routes: Vec<(LitStr, Vec<Item>)> = Vec::new();
@@ -186,11 +273,117 @@ fn parse_item(input: ParseStream<'_>, seq: &mut Vec<Item>) -> syn::Result<()> {
             "a routing block needs at least one route",
         ));
     }
-    seq.push(Item::Routed {
-        router: path,
-        routes,
-    });
-    Ok(())
+    Ok(routes)
+}
+
+/// A duration literal (`"24h"`, humantime's syntax) in milliseconds.
+fn duration_ms(lit: &LitStr) -> syn::Result<u64> {
+    match humantime::parse_duration(lit.value().trim()) {
+        Ok(d) => Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        Err(e) => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "{:?} is not a duration ({e}): write one like \"24h\", \"1h 30m\" or \"250ms\"",
+                lit.value()
+            ),
+        )),
+    }
+}
+
+/// The inside of `wait!(...)` (`any`: `wait_any!(...)`).
+fn parse_wait(content: ParseStream<'_>, any: bool) -> syn::Result<Item> {
+    let mut slots = vec![parse_slot(content)?];
+    loop {
+        let more = if any {
+            content.peek(Token![,]) && content.peek2(LitStr)
+        } else {
+            content.peek(Token![|])
+        };
+        if !more {
+            break;
+        }
+        if any {
+            content.parse::<Token![,]>()?;
+        } else {
+            content.parse::<Token![|]>()?;
+        }
+        slots.push(parse_slot(content)?);
+    }
+    let mut deadline = None;
+    let mut timeout = Timeout::Default;
+    let mut first = true;
+    while !content.is_empty() {
+        if first && any {
+            content.parse::<Token![;]>()?;
+        } else {
+            content.parse::<Token![,]>()?;
+        }
+        first = false;
+        if content.is_empty() {
+            break;
+        }
+        let option: syn::Ident = content.parse()?;
+        content.parse::<Token![=]>()?;
+        match option.to_string().as_str() {
+            "deadline" => deadline = Some(Time::After(duration_ms(&content.parse()?)?)),
+            "deadline_at" => deadline = Some(Time::Key(content.parse()?)),
+            "timeout" => {
+                let what: syn::Ident = content.parse()?;
+                timeout = match what.to_string().as_str() {
+                    "fail" => Timeout::Fail,
+                    "value" => {
+                        let inner;
+                        syn::parenthesized!(inner in content);
+                        Timeout::Value(inner.parse()?)
+                    }
+                    _ => {
+                        return Err(syn::Error::new(
+                            what.span(),
+                            "a wait's timeout is `fail` or `value(expr)`; a routing block after the wait routes it with a `\"timeout\"` route",
+                        ));
+                    }
+                };
+            }
+            _ => {
+                return Err(syn::Error::new(
+                    option.span(),
+                    "a wait's options are `deadline = \"72h\"`, `deadline_at = \"key\"` and `timeout = fail | value(expr)`",
+                ));
+            }
+        }
+    }
+    if slots.len() > 1 && !any {
+        // `wait!(a | b)` is fine too: one wait, several names
+    }
+    Ok(Item::Wait {
+        slots,
+        deadline,
+        timeout,
+        routes: None,
+    })
+}
+
+/// `"name" as Type (into "key")?`.
+fn parse_slot(input: ParseStream<'_>) -> syn::Result<Slot> {
+    let name: LitStr = input.parse().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            "a wait names its signal and the payload's type: `wait!(\"approval\" as Approval)`",
+        )
+    })?;
+    input.parse::<Token![as]>()?;
+    let ty: syn::Type = input.parse()?;
+    let mut into = name.clone();
+    if input.peek(syn::Ident)
+        && input
+            .fork()
+            .parse::<syn::Ident>()
+            .is_ok_and(|i| i == "into")
+    {
+        input.parse::<syn::Ident>()?;
+        into = input.parse()?;
+    }
+    Ok(Slot { name, ty, into })
 }
 
 fn no_routing_after(input: ParseStream<'_>, what: &str) -> syn::Result<()> {
@@ -302,10 +495,96 @@ impl Emit {
                     }
                     nodes.push(quote!(#p::Node::Route { routes: #p::vec![#(#rs),*] }));
                 }
+                Item::Sleep(time) => match time {
+                    Time::After(ms) => {
+                        hash.extend(quote!(.sleep_for(#ms)));
+                        nodes.push(quote!(#p::Node::Sleep(#p::Sleep::after(#p::Duration::from_millis(#ms)))));
+                    }
+                    Time::Key(key) => {
+                        hash.extend(quote!(.sleep_until(#key)));
+                        nodes.push(quote!(#p::Node::Sleep(#p::Sleep::until_key(#key))));
+                    }
+                },
+                Item::Wait {
+                    slots,
+                    deadline,
+                    timeout,
+                    routes,
+                } => self.wait(
+                    slots,
+                    deadline.as_ref(),
+                    timeout,
+                    routes.as_deref(),
+                    &mut nodes,
+                    &mut hash,
+                ),
             }
         }
         hash.extend(quote!(.seq_end()));
         (quote!(#p::vec![#(#nodes),*]), hash)
+    }
+}
+
+impl Emit {
+    /// A wait's node (and its routing block's) and its hasher calls.
+    fn wait(
+        &mut self,
+        slots: &[Slot],
+        deadline: Option<&Time>,
+        timeout: &Timeout,
+        routes: Option<&[(LitStr, Vec<Item>)]>,
+        nodes: &mut Vec<TokenStream>,
+        hash: &mut TokenStream,
+    ) {
+        let p = self.p.clone();
+        let n = u32::try_from(slots.len()).unwrap_or(u32::MAX);
+        hash.extend(quote!(.wait(#n)));
+        let mut wait = TokenStream::new();
+        for (i, Slot { name, ty, into }) in slots.iter().enumerate() {
+            let digest = crate::hash::stage_hash(&[quote!(#ty)]);
+            hash.extend(quote!(.wait_name(#name, #into, &[#(#digest),*])));
+            wait = if i == 0 {
+                quote_spanned!(ty.span()=> #p::Wait::on::<#ty>(#name).into_key(#into))
+            } else {
+                quote_spanned!(ty.span()=> #wait.or::<#ty>(#name).into_key(#into))
+            };
+        }
+        match deadline {
+            None => hash.extend(quote!(.no_deadline())),
+            Some(Time::After(ms)) => {
+                hash.extend(quote!(.deadline_after(#ms)));
+                wait = quote!(#wait.deadline(#p::Until::After(#p::Duration::from_millis(#ms))));
+            }
+            Some(Time::Key(key)) => {
+                hash.extend(quote!(.deadline_at(#key)));
+                wait = quote!(#wait.deadline(#p::Until::Key(#p::String::from(#key))));
+            }
+        }
+        match timeout {
+            Timeout::Default => hash.extend(quote!(.timeout_default())),
+            Timeout::Fail => {
+                hash.extend(quote!(.timeout_fail()));
+                wait = quote!(#wait.on_timeout(#p::OnTimeout::Fail));
+            }
+            Timeout::Value(expr) => {
+                let digest = crate::hash::stage_hash(&[quote!(#expr)]);
+                hash.extend(quote!(.timeout_value(&[#(#digest),*])));
+                wait = quote!(#wait.on_timeout_value(#p::timeout_value(&(#expr))));
+            }
+        }
+        nodes.push(quote!(#p::Node::Wait(#wait)));
+        if let Some(routes) = routes {
+            let n = u32::try_from(routes.len()).unwrap_or(u32::MAX);
+            hash.extend(quote!(.routes(#n)));
+            let mut rs = Vec::new();
+            for (key, body) in routes {
+                let (body_nodes, h) = self.seq(body);
+                hash.extend(quote!(.route_key(#key)));
+                hash.extend(h);
+                rs.push(quote!((#p::String::from(#key), #body_nodes)));
+            }
+            nodes.push(quote!(#p::Node::Route { routes: #p::vec![#(#rs),*] }));
+        }
     }
 }
 
@@ -470,6 +749,64 @@ mod tests {
         );
         assert!(out.contains("SequenceStage"), "{out}");
         assert!(out.contains("Router"), "{out}");
+    }
+
+    #[test]
+    fn sleeps_and_waits_expand_to_nodes_and_hasher_calls() {
+        let out = err(
+            r#"a, sleep!("1h 30m"), sleep!(until = "at"), wait!("ok" as Approval into "decision", deadline = "72h", timeout = fail), b"#,
+        );
+        assert!(!out.contains("compile_error"), "{out}");
+        for call in [
+            "sleep_for (5400000u64)",
+            "sleep_until (\"at\")",
+            "wait (1u32)",
+            "wait_name (\"ok\" , \"decision\"",
+            "deadline_after (259200000u64)",
+            "timeout_fail ()",
+            "Wait :: on :: < Approval > (\"ok\") . into_key (\"decision\")",
+        ] {
+            assert!(out.contains(call), "missing `{call}` in {out}");
+        }
+    }
+
+    #[test]
+    fn a_wait_routes_and_wait_any_takes_several_names() {
+        let out = err(
+            r#"wait_any!("yes" as Yes, "no" as No; deadline_at = "due", timeout = value(Default::default())) => { "yes" => a, "no" => b, "timeout" => c }"#,
+        );
+        assert!(!out.contains("compile_error"), "{out}");
+        for call in [
+            "wait (2u32)",
+            "deadline_at (\"due\")",
+            "timeout_value",
+            "routes (3u32)",
+            ". or :: < No > (\"no\")",
+        ] {
+            assert!(out.contains(call), "missing `{call}` in {out}");
+        }
+        let piped = err(r#"wait!("yes" as Yes | "no" as No)"#);
+        assert!(piped.contains("wait (2u32)"), "{piped}");
+    }
+
+    #[test]
+    fn a_malformed_duration_or_option_is_a_compile_error_at_it() {
+        assert!(err(r#"sleep!("soon")"#).contains("is not a duration"));
+        assert!(
+            err(r#"wait!("ok" as bool, deadline = "3 fortnights")"#).contains("is not a duration")
+        );
+        assert!(err(r#"wait!("ok" as bool, within = "1h")"#).contains("a wait's options are"));
+        assert!(err(r#"wait!("ok" as bool, timeout = retry)"#).contains("a wait's timeout is"));
+        assert!(err(r#"wait!(ok as bool)"#).contains("a wait names its signal"));
+        assert!(err(r#"sleep!("1h") => { "x" => a }"#).contains("a routing block must follow"));
+    }
+
+    #[test]
+    fn a_sleeps_duration_and_a_waits_names_change_the_hash_chain() {
+        assert_ne!(err(r#"sleep!("1h")"#), err(r#"sleep!("2h")"#));
+        assert_eq!(err(r#"sleep!("1h")"#), err(r#"sleep!("60m")"#));
+        assert_ne!(err(r#"wait!("a" as T)"#), err(r#"wait!("b" as T)"#));
+        assert_ne!(err(r#"wait!("a" as T)"#), err(r#"wait!("a" as U)"#));
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub struct PipelineBuilder {
     stage_middleware: Vec<(String, Arc<dyn Middleware>)>,
     callbacks: Vec<Arc<dyn Callback>>,
     resources: Resources,
+    clock: crate::clock::Clock,
 }
 
 impl PipelineBuilder {
@@ -58,7 +59,18 @@ impl PipelineBuilder {
             stage_middleware: Vec::new(),
             callbacks: Vec::new(),
             resources: Resources::default(),
+            clock: crate::clock::Clock::store(),
         }
+    }
+
+    /// The clock the pipeline's sleeps and waits read their wake times and
+    /// deadlines from (contract rule 28; default [`Clock::store`](crate::clock::Clock::store):
+    /// the store's clock where it has one). Tests give a manual one (the
+    /// testing kit's [`TestClock`](crate::testing::TestClock)) and give the
+    /// same to their worker.
+    pub fn clock(mut self, clock: crate::clock::Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Names the pipeline (contract rule 10): stores keep its runs under
@@ -285,6 +297,17 @@ impl PipelineBuilder {
             });
         }
         let mut program = Program::compile(&self.root, self.auto_parallel)?;
+        if !self.durable {
+            if let Some(step) = (program.sleeps.iter().map(crate::waiting::Sleep::step_name))
+                .chain(program.waits.iter().map(crate::waiting::Wait::step_name))
+                .next()
+            {
+                return Err(Error::build(format!(
+                    "{step} needs a durable pipeline: a sleeping or waiting run lives in the \
+                     store, not in a process; give the pipeline a store with `.store(...)`"
+                )));
+            }
+        }
         program.callbacks = self.callbacks.into();
         let resources = Arc::new(self.resources);
         for stage in &mut program.stages {
@@ -349,6 +372,7 @@ impl PipelineBuilder {
                 store,
                 settings: self.settings,
                 leases: LeaseTracker::default(),
+                clock: self.clock,
             }),
         })
     }

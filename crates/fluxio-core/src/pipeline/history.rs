@@ -9,6 +9,7 @@ use super::resume::{Continue, ResumeOptions};
 use super::{Pipeline, check_runtime};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::outcome::Outcome;
 use crate::store::{Checkpoint, CheckpointStore};
 use crate::value::Value;
 
@@ -119,13 +120,16 @@ impl Pipeline {
     /// [`Error::CorruptCheckpoint`] as for [`checkpoint`](Self::checkpoint).
     pub async fn history(&self, run_id: &str) -> Result<crate::History> {
         let key = self.key(run_id)?;
-        let journal = self.require_store("history")?.history(&key).await?;
+        let store = self.require_store("history")?;
+        let journal = store.history(&key).await?;
         if journal.is_empty() {
             return Err(Error::CheckpointNotFound {
                 run_id: key.to_string(),
             });
         }
-        Ok(crate::History::of(&key, &journal))
+        let mut history = crate::History::of(&key, &journal);
+        history.signals = store.signals(&key).await?;
+        Ok(history)
     }
 
     /// Starts a new run, `new_run_id`, from `from_step` of the run `run_id`
@@ -144,7 +148,7 @@ impl Pipeline {
     /// [`replay`](Self::replay); [`Error::CheckpointVersion`] when the step
     /// was written by another version of the pipeline; the errors of
     /// [`invoke`](Self::invoke).
-    pub async fn fork(&self, run_id: &str, from_step: &str, new_run_id: &str) -> Result<Context> {
+    pub async fn fork(&self, run_id: &str, from_step: &str, new_run_id: &str) -> Result<Outcome> {
         let new_key = self.key(new_run_id)?;
         let store = self.require_store("fork")?;
         check_runtime("fork", &new_key)?;

@@ -7,13 +7,15 @@
 //! - `resume.rs`: `resume`, `resume_with`, `replay`, [`ResumeOptions`], the version a
 //!   checkpoint resumes on, adopting runs of earlier builds, and the recovery claim;
 //! - `history.rs`: `history`, `fork`, `diff`, `context_at`, `checkpoint`;
-//! - `operate.rs`: `cancel`, `exists`, `hold`, `shutdown`, `run_step`, `explain`.
+//! - `operate.rs`: `cancel`, `exists`, `hold`, `shutdown`, `run_step`, `explain`;
+//! - `waits.rs`: `signal`, `signal_value`, `wake`, `wait_for` (runs that wait).
 
 mod builder;
 mod history;
 mod operate;
 mod resume;
 mod run;
+mod waits;
 
 pub use builder::MAX_PIPELINE_NAME_LEN;
 pub use builder::PipelineBuilder;
@@ -64,6 +66,8 @@ struct Inner {
     settings: RunSettings,
     /// The leases of this pipeline's runs, for `shutdown`.
     leases: LeaseTracker,
+    /// Where wake times and deadlines come from (rule 28).
+    clock: crate::clock::Clock,
 }
 
 /// How a pipeline runs its runs: what [`PipelineBuilder`] sets, and the
@@ -118,6 +122,12 @@ impl Pipeline {
     #[must_use]
     pub fn store(&self) -> Option<&Arc<dyn CheckpointStore>> {
         self.inner.store.as_ref()
+    }
+
+    /// The clock its sleeps and waits read (rule 28).
+    #[must_use]
+    pub fn clock(&self) -> &crate::clock::Clock {
+        &self.inner.clock
     }
 
     /// The compiled program.

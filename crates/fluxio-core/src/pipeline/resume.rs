@@ -6,11 +6,12 @@ use std::sync::Arc;
 use tracing::Instrument as _;
 
 use super::Pipeline;
-use crate::context::{Context, Snapshot};
+use crate::context::Snapshot;
 use crate::error::{Error, Result};
 use crate::interpret::ownership::Ownership;
 use crate::interpret::tail::Tail;
 use crate::interpret::{self, Durable};
+use crate::outcome::Outcome;
 use crate::stage::bodies::RunBodies;
 use crate::store::{Checkpoint, CheckpointStore, RunStatus, now_ms};
 use crate::structure::Changes;
@@ -103,9 +104,9 @@ pub(crate) enum Claim {
 /// What became of a claimed run.
 pub(crate) enum Recovered {
     /// It was resumed; how the resume ended.
-    Resumed(Result<Context>),
+    Resumed(Result<Outcome>),
     /// It was marked as needing attention: its new latest checkpoint.
-    GaveUp(Checkpoint),
+    GaveUp(Box<Checkpoint>),
     /// It was left as it was.
     Left,
 }
@@ -131,7 +132,7 @@ impl Pipeline {
     /// [`Error::CheckpointVersion`] when the checkpoint was written by another
     /// version (nothing runs, the checkpoint is untouched); the errors of
     /// [`invoke`](Self::invoke).
-    pub async fn resume(&self, run_id: &str) -> Result<Context> {
+    pub async fn resume(&self, run_id: &str) -> Result<Outcome> {
         self.resume_or_replay(run_id, Continue::Resume, ResumeOptions::new())
             .await
     }
@@ -143,7 +144,7 @@ impl Pipeline {
     /// [`allow_code_changes`](ResumeOptions::allow_code_changes), a
     /// checkpoint of other code whose shape is the same is no longer an
     /// error.
-    pub async fn resume_with(&self, run_id: &str, options: ResumeOptions) -> Result<Context> {
+    pub async fn resume_with(&self, run_id: &str, options: ResumeOptions) -> Result<Outcome> {
         self.resume_or_replay(run_id, Continue::Resume, options)
             .await
     }
@@ -161,7 +162,7 @@ impl Pipeline {
     /// [`Error::UnknownStep`] for a stage name the pipeline does not have;
     /// [`Error::StepNotInHistory`] for a step the kept history does not
     /// hold; the errors of [`resume`](Self::resume).
-    pub async fn replay(&self, run_id: &str, from_step: Option<&str>) -> Result<Context> {
+    pub async fn replay(&self, run_id: &str, from_step: Option<&str>) -> Result<Outcome> {
         let Some(step) = from_step else {
             return self
                 .resume_or_replay(
@@ -228,7 +229,7 @@ impl Pipeline {
         (run_id, key): (&str, &str),
         ip: usize,
         context: &Snapshot,
-    ) -> Result<Context> {
+    ) -> Result<Outcome> {
         let durable = self.durable(
             store,
             owner,
@@ -248,7 +249,7 @@ impl Pipeline {
         run_id: &str,
         how: Continue<'_>,
         options: ResumeOptions,
-    ) -> Result<Context> {
+    ) -> Result<Outcome> {
         let what = match how {
             Continue::Resume => "resume",
             Continue::Replay { .. } => "replay",
@@ -279,7 +280,7 @@ impl Pipeline {
     /// that runs it ([`version_for`](Self::version_for)): refused when it was
     /// cancelled (before the version check: a cancelled run is cancelled on
     /// any code).
-    pub(super) async fn resume_stored(&self, r: Resuming<'_>, cp: Checkpoint) -> Result<Context> {
+    pub(super) async fn resume_stored(&self, r: Resuming<'_>, cp: Checkpoint) -> Result<Outcome> {
         let Resuming {
             store,
             owner,
@@ -367,7 +368,7 @@ impl Pipeline {
                         let marked =
                             crate::store::mark_needs_attention(store.as_ref(), cp, owner.lease())
                                 .await?;
-                        Ok(Recovered::GaveUp(marked))
+                        Ok(Recovered::GaveUp(Box::new(marked)))
                     }
                     Claim::Resume => {
                         let r = Resuming::of(store, owner, run_id);
@@ -444,14 +445,14 @@ impl Pipeline {
         run_id: &str,
         cp: Checkpoint,
         how: Continue<'_>,
-    ) -> Result<Context> {
+    ) -> Result<Outcome> {
         let key = cp.key();
         let from = match how {
             Continue::Replay { from: Some(step) } => step,
             Continue::Resume | Continue::Replay { from: None }
                 if cp.status == RunStatus::Completed =>
             {
-                return Ok(cp.context.to_context());
+                return Ok(Outcome::Completed(cp.context.to_context()));
             }
             Continue::Resume | Continue::Replay { from: None } => &cp,
         };
@@ -478,6 +479,10 @@ impl Pipeline {
         // 19); a replay from a named step runs that step whole
         if stopped == Some(ip) && !matches!(how, Continue::Replay { from: Some(_) }) {
             durable.resumed_branches = cp.branches;
+            // a sleep or wait goes on with the wake time or deadline it
+            // had (rules 25-26); waking it is not another attempt
+            durable.resumed_parked = cp.status.is_pending();
+            durable.resumed_pending = cp.pending;
         }
         self.interpret_from(owner, &durable, ip, &start).await
     }
@@ -545,7 +550,7 @@ impl Pipeline {
         durable: &Durable<'_>,
         ip: usize,
         context: &Snapshot,
-    ) -> Result<Context> {
+    ) -> Result<Outcome> {
         debug_assert!(self.inner.program.is_resume_point(ip));
         // built in place: a future held in a local and then moved into
         // another is stored twice in this one (a parked run's size)

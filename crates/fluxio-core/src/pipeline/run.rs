@@ -14,14 +14,29 @@ use crate::error::Result;
 use crate::interpret::ownership::Ownership;
 use crate::interpret::tail::Tail;
 use crate::interpret::{self, Durable};
+use crate::outcome::Outcome;
 use crate::stage::bodies::RunBodies;
 use crate::store::{Begin, CheckpointStore, RunStatus, now_ms};
 use crate::stream::{RunStream, STREAM_TX, StreamEvent};
 
+/// What `start` returns for the stored run `cp` without running it: a
+/// completed run's final context (final on any code), or the sleep or wait
+/// a parked run is in (a client's retry never wakes a run early, and
+/// writes nothing); `None` for a run `start` continues.
+fn settled(cp: &crate::store::Checkpoint, key: &str) -> Option<Outcome> {
+    match (&cp.status, &cp.pending) {
+        (RunStatus::Completed, _) => Some(Outcome::Completed(cp.context.to_context())),
+        (status, Some(pending)) if status.is_pending() => {
+            Some(Outcome::parked(key, pending, cp.context.to_context()))
+        }
+        _ => None,
+    }
+}
+
 /// What [`Pipeline::begin`] did with a fresh run.
 pub(super) enum Fresh {
     /// It began and ran: how it ended.
-    Ran(Result<Context>),
+    Ran(Result<Outcome>),
     /// It did not begin; the lease is held.
     Stored(Ownership),
 }
@@ -53,7 +68,7 @@ impl Pipeline {
     /// store fails, the lease expires). A blocking stage body that is running
     /// cannot be stopped: it finishes on the blocking pool and the run keeps
     /// its lease until it returns, so no other run of the id starts beside it.
-    pub async fn invoke(&self, run_id: &str, input: Context) -> Result<Context> {
+    pub async fn invoke(&self, run_id: &str, input: Context) -> Result<Outcome> {
         let key = self.key(run_id)?;
         let span = self.span(&key, false);
         async move {
@@ -107,7 +122,7 @@ impl Pipeline {
         run_id: &str,
         key: &str,
         input: Context,
-    ) -> Result<Context> {
+    ) -> Result<Outcome> {
         let result = async {
             store.delete_fenced(key, owner.lease()).await?;
             self.run_fresh_from(store, &owner, (run_id, key), 0, &input.snapshot())
@@ -176,15 +191,15 @@ impl Pipeline {
     ///
     /// # Cancel safety
     /// As [`invoke`](Self::invoke).
-    pub async fn start(&self, run_id: &str, input: Context) -> Result<Context> {
+    pub async fn start(&self, run_id: &str, input: Context) -> Result<Outcome> {
         let (key, store, span) = self.durable_run("start", run_id, false)?;
         async {
             // a completed run is final: its result needs no lease, so
             // repeated starts of it never contend for one, and it does not
             // depend on code, so it is returned whatever version wrote it
             if let Some(cp) = store.load(&key).await? {
-                if cp.status == RunStatus::Completed {
-                    return Ok(cp.context.to_context());
+                if let Some(outcome) = settled(&cp, &key) {
+                    return Ok(outcome);
                 }
             } else {
                 // nothing stored under the key (and, for a named pipeline,
@@ -226,16 +241,19 @@ impl Pipeline {
         run_id: &str,
         key: &str,
         input: Context,
-    ) -> Result<Context> {
+    ) -> Result<Outcome> {
         let r = Resuming::of(store, owner, run_id);
         match self.load_or_adopt(r).await? {
             None => {
                 self.run_fresh_from(store, owner, (run_id, key), 0, &input.snapshot())
                     .await
             }
-            // completed since `start` looked (or adopted): final on any code
-            Some(cp) if cp.status == RunStatus::Completed => Ok(cp.context.to_context()),
-            Some(cp) => self.resume_stored(r, cp).await,
+            // completed since `start` looked (or adopted): final on any code;
+            // parked: its worker continues it when it is due
+            Some(cp) => match settled(&cp, key) {
+                Some(outcome) => Ok(outcome),
+                None => self.resume_stored(r, cp).await,
+            },
         }
     }
 
@@ -344,7 +362,11 @@ impl Pipeline {
                     .scope(tx.clone(), pipeline.invoke(&id, input))
                     .await;
                 // the receiver may be gone: nothing left to tell
-                let _ = tx.send(result.map(StreamEvent::Done)).await;
+                let event = result.map(|outcome| match outcome {
+                    Outcome::Completed(ctx) => StreamEvent::Done(ctx),
+                    parked => StreamEvent::Parked(parked),
+                });
+                let _ = tx.send(event).await;
             },
         )
     }
@@ -420,6 +442,9 @@ impl Pipeline {
             created_at_ms,
             resumed,
             resumed_branches: Vec::new(),
+            resumed_pending: None,
+            resumed_parked: false,
+            clock: &self.inner.clock,
             by_ip: false,
             delete_completed: self.inner.settings.delete_completed,
             tail,

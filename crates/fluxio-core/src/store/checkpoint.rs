@@ -18,6 +18,8 @@ use super::branch::BranchRecord;
 
 use super::journal::Change;
 
+use super::waits::{Pending, Signal};
+
 use crate::value::{check_entry, varint_len};
 
 mod codec;
@@ -110,6 +112,20 @@ pub struct Checkpoint {
     /// checkpoint at or before this one ([`cut_point`](super::cut_point)):
     /// the bound on a run's history depth. 0 keeps them all.
     pub keep_from: u32,
+    /// What the run waits for (contract rules 25-26): set on the checkpoint
+    /// a run writes when it sleeps or waits, and on every checkpoint at that
+    /// step after it (a woken run that crashes keeps its wake time); `None`
+    /// elsewhere. Written in format 5 (a checkpoint without it is written in
+    /// format 4, which earlier builds read).
+    pub pending: Option<Pending>,
+    /// The run's mailbox (contract rule 26), when the store keeps it with
+    /// the checkpoint: a store with the four required methods keeps it in
+    /// the blob ([`Checkpoint::to_bytes`] writes it). Empty when loaded from
+    /// a store that keeps it apart;
+    /// [`CheckpointStore::signals`](super::CheckpointStore::signals) reads
+    /// it from any store. Not compared by `==` (it belongs to the run, not
+    /// to one checkpoint).
+    pub signals: Vec<Signal>,
     /// The run's earlier checkpoints, oldest first, when this one was read
     /// with its journal: from a store that keeps the whole journal in one
     /// blob (which [`Checkpoint::to_bytes`] writes and
@@ -141,6 +157,7 @@ impl PartialEq for Checkpoint {
             && (&self.structure, &self.branches) == (&other.structure, &other.branches)
             && (self.seq, &self.change, self.keep_from)
                 == (other.seq, &other.change, other.keep_from)
+            && self.pending == other.pending
     }
 }
 
@@ -170,9 +187,16 @@ pub fn run_key(pipeline: &str, run_id: &str) -> String {
 /// The first four bytes of every encoded checkpoint.
 pub const MAGIC: [u8; 4] = *b"FXCP";
 
-/// The format version this build writes (and the newest it reads; it reads
-/// formats 1 and 2 too).
-pub const FORMAT_VERSION: u16 = 4;
+/// The newest format version this build writes and reads (it reads formats
+/// 1 to 4 too). It writes format 5 only for a run that sleeps or waits
+/// (a checkpoint with [`pending`](Checkpoint::pending), or a blob with a
+/// mailbox), and format 4 otherwise, so that a build before waits still
+/// reads every run that does not use them, and refuses one that does with
+/// an error naming the format instead of mistaking a wait for a stage.
+pub const FORMAT_VERSION: u16 = 5;
+
+/// The format version of a run that neither sleeps nor waits.
+pub(crate) const PLAIN_FORMAT_VERSION: u16 = 4;
 
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
@@ -214,6 +238,8 @@ impl Checkpoint {
             seq: 0,
             change: Change::Full,
             keep_from: 0,
+            pending: None,
+            signals: Vec::new(),
             earlier: Vec::new(),
         }
     }
@@ -289,18 +315,37 @@ impl Checkpoint {
     pub fn completed(mut self) -> Self {
         self.status = RunStatus::Completed;
         self.error_message = None;
+        self.pending = None;
+        self
+    }
+
+    /// The same checkpoint, saying that the run sleeps or waits for
+    /// `pending` (rules 25-26): [`RunStatus::Sleeping`] when it names no
+    /// wait, else [`RunStatus::Waiting`].
+    #[must_use]
+    pub fn parked(mut self, pending: Pending) -> Self {
+        self.status = if pending.is_sleep() {
+            RunStatus::Sleeping
+        } else {
+            RunStatus::Waiting
+        };
+        self.error_message = None;
+        self.pending = Some(pending);
         self
     }
 
     /// The same checkpoint, saying that the run was cancelled (rule 14) and
     /// written now: the position, context, attempt and error message stay
-    /// as they were; the branch records go (a cancelled run resumes no block). Stores write this in place of the stored checkpoint
+    /// as they were; the branch records go (a cancelled run resumes no
+    /// block), and so does what a sleeping or waiting run waited for.
+    /// Stores write this in place of the stored checkpoint
     /// when they [cancel](super::CheckpointStore::cancel) a run; see
     /// [`cancelled_checkpoint`](super::cancelled_checkpoint).
     #[must_use]
     pub fn cancelled(mut self) -> Self {
         self.status = RunStatus::Cancelled;
         self.branches.clear();
+        self.pending = None;
         self.updated_at_ms = now_ms();
         self
     }
@@ -373,7 +418,7 @@ impl Checkpoint {
     /// As [`Checkpoint::check`].
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let entries: Vec<&Checkpoint> = self.earlier.iter().chain([self]).collect();
-        frame(&self.key(), &entries, true)
+        frame(&self.key(), &entries, true, &self.signals)
     }
 
     /// Encodes this checkpoint alone (not its [`earlier`](Checkpoint::earlier)
@@ -405,7 +450,7 @@ impl Checkpoint {
     /// # Errors
     /// As [`Checkpoint::check`].
     pub fn entry_bytes(&self) -> Result<Vec<u8>> {
-        frame(&self.key(), &[self], false)
+        frame(&self.key(), &[self], false, &[])
     }
 
     /// Checks that [`Checkpoint::from_bytes`] would read this checkpoint
@@ -438,7 +483,7 @@ impl Checkpoint {
     /// delta names a key its context does not hold (or removes one it does).
     pub fn check(&self) -> Result<u64> {
         let entries: Vec<&Checkpoint> = self.earlier.iter().chain([self]).collect();
-        payload_size(&self.key(), &entries, true)
+        payload_size(&self.key(), &entries, true, &self.signals).map(|(size, _)| size)
     }
 
     /// [`check`](Self::check) of this checkpoint alone, as a store that
@@ -447,12 +492,12 @@ impl Checkpoint {
     /// [`append`](super::append) asks of every checkpoint, so that a store
     /// that keeps values refuses what a store of bytes refuses.
     pub(crate) fn check_entry(&self) -> Result<u64> {
-        payload_size(&self.key(), &[self], false)
+        payload_size(&self.key(), &[self], false, &[]).map(|(size, _)| size)
     }
 
     /// The payload length of this checkpoint alone, as [`check`](Self::check)
     /// counts it.
-    fn entry_size(&self, whole: bool) -> Result<u64> {
+    fn entry_size(&self, whole: bool, format: u16) -> Result<u64> {
         if self.keep_from > self.seq {
             return Err(Error::CorruptCheckpoint {
                 run_id: self.key(),
@@ -533,7 +578,21 @@ impl Checkpoint {
                 }
             }
         }
+        if format >= FORMAT_VERSION {
+            size += 1;
+            if let Some(pending) = &self.pending {
+                size += 1 + self.pending_until_size(pending) + int(pending.waits.len() as u64);
+                for wait in &pending.waits {
+                    size += string(&wait.name) + string(&wait.payload);
+                }
+            }
+        }
         Ok(size)
+    }
+
+    /// The size of a pending step's `until` option.
+    fn pending_until_size(&self, pending: &Pending) -> u64 {
+        pending.until_ms.map_or(0, |ms| varint_len(ms) as u64)
     }
 
     /// Decodes bytes written by [`Checkpoint::to_bytes`] (format 4, or
@@ -565,13 +624,14 @@ impl Checkpoint {
     /// # Errors
     /// As above.
     pub fn from_bytes(run_id: &str, bytes: &[u8]) -> Result<Checkpoint> {
-        let mut journal = decode_parts(run_id, [bytes], true)?;
+        let (mut journal, mailbox) = decode_parts(run_id, [bytes], true)?;
         let mut latest = journal.pop().ok_or_else(|| Error::CorruptCheckpoint {
             run_id: run_id.to_owned(),
             reason: "it holds no checkpoint".to_owned(),
             source: None,
         })?;
         latest.earlier = journal;
+        latest.signals = mailbox;
         Ok(latest)
     }
 
@@ -591,6 +651,7 @@ impl Checkpoint {
         parts: impl IntoIterator<Item = B>,
     ) -> Result<Checkpoint> {
         decode_parts(run_id, parts, false)?
+            .0
             .pop()
             .ok_or_else(|| Error::CorruptCheckpoint {
                 run_id: run_id.to_owned(),
@@ -610,7 +671,7 @@ impl Checkpoint {
         run_id: &str,
         parts: impl IntoIterator<Item = B>,
     ) -> Result<Vec<Checkpoint>> {
-        decode_parts(run_id, parts, true)
+        decode_parts(run_id, parts, true).map(|(journal, _)| journal)
     }
 }
 
@@ -624,6 +685,7 @@ pub(crate) fn now_ms() -> u64 {
 mod tests {
     use super::codec::Format1;
     use super::*;
+    use crate::store::{Payload, WaitName};
     use crate::structure::StageCode;
     use crate::{Context, Value};
 
@@ -637,7 +699,7 @@ mod tests {
                 })
                 .collect(),
         };
-        Checkpoint {
+        let mut cp = Checkpoint {
             pipeline: "p".repeat((i % 3) as usize),
             run_id: "r".repeat(1 + (i % 300) as usize),
             version: "0123456789ab".into(),
@@ -675,8 +737,33 @@ mod tests {
             seq: (i % 7) as u32,
             change: Change::Full,
             keep_from: ((i % 3) as u32).min((i % 7) as u32),
+            pending: None,
+            signals: Vec::new(),
             earlier: Vec::new(),
+        };
+        // sleeping and waiting runs (format 5), and a mailbox in the blob
+        match i % 11 {
+            3 => {
+                cp.branches.clear();
+                cp = cp.parked(Pending::sleep(i * 1_000));
+            }
+            7 => {
+                cp.branches.clear();
+                let waits = (0..=i % 3)
+                    .map(|w| WaitName::new(format!("wait-{w}"), "app::Approval"))
+                    .collect();
+                cp = cp.parked(Pending::wait(waits, (i % 2 == 0).then_some(u64::MAX - i)));
+            }
+            _ => {}
         }
+        if i % 13 == 5 {
+            let payload = Payload::new(&("ok", i)).expect("encodes");
+            cp.signals = vec![
+                Signal::new("a", payload, "test").expect("a name").at(i),
+                Signal::closed("b", i + 1),
+            ];
+        }
+        cp
     }
 
     fn context(i: u64) -> Context {
@@ -775,6 +862,10 @@ mod tests {
             assert_eq!(bytes.capacity(), bytes.len(), "written once, in place");
             let back = Checkpoint::from_bytes(&cp.key(), &bytes).expect("decodes");
             assert_eq!(back, cp);
+            assert_eq!(back.signals, cp.signals, "the mailbox of checkpoint {i}");
+            let format = u16::from_le_bytes([bytes[4], bytes[5]]);
+            let waits = cp.pending.is_some() || !cp.signals.is_empty();
+            assert_eq!(format, if waits { 5 } else { 4 }, "checkpoint {i}");
             assert_eq!(
                 back.to_bytes().expect("re-encodes"),
                 bytes,

@@ -182,12 +182,22 @@ pub fn append(journal: &mut Vec<Checkpoint>, mut next: Checkpoint) -> Result<()>
 /// # Errors
 /// As [`append`].
 pub fn appended(stored: Option<Checkpoint>, next: Checkpoint) -> Result<Checkpoint> {
-    let mut journal = stored.map(Checkpoint::into_journal).unwrap_or_default();
+    // the run's mailbox stays with the run, on its latest checkpoint
+    let (mut journal, signals) = match stored {
+        Some(mut cp) => {
+            let signals = std::mem::take(&mut cp.signals);
+            (cp.into_journal(), signals)
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    // a fresh run (its first checkpoint) starts with an empty mailbox
+    let signals = if next.seq == 0 { Vec::new() } else { signals };
     append(&mut journal, next)?;
     let mut latest = journal.pop().ok_or_else(|| Error::Internal {
         message: "a journal is empty right after an append".to_owned(),
     })?;
     latest.earlier = journal;
+    latest.signals = signals;
     Ok(latest)
 }
 

@@ -262,6 +262,54 @@ pub(crate) async fn save_local<S: CheckpointStore + ?Sized>(
 }
 
 /// The default `delete_fenced`: deletes, then clears the run's mark.
+/// [`CheckpointStore::send_signal`]'s default: the mailbox in the run's
+/// blob, changed under the run's mark lock (which the default fenced writes
+/// and cancels take too).
+pub(crate) async fn signal_local<S: CheckpointStore + ?Sized>(
+    store: &S,
+    store_type: TypeId,
+    key: &str,
+    signal: super::Signal,
+) -> Result<super::Delivery> {
+    check_run_id(key)?;
+    let _mark = MarkGuard::lock(store_type, key).await;
+    let stored = store.load(key).await?;
+    let mailbox = stored.as_ref().map_or(&[][..], |cp| cp.signals.as_slice());
+    if let Some(answer) = super::deliver(key, stored.as_ref(), mailbox, &signal)? {
+        return Ok(answer);
+    }
+    let Some(mut latest) = stored else {
+        return Err(Error::CheckpointNotFound {
+            run_id: key.to_owned(),
+        });
+    };
+    latest.signals.push(signal);
+    store.save(latest).await?;
+    Ok(super::Delivery::Delivered)
+}
+
+/// [`CheckpointStore::take_signal`]'s default: [`decide`](super::decide)
+/// over the blob's mailbox under the run's mark lock, saved when it changed.
+pub(crate) async fn take_local<S: CheckpointStore + ?Sized>(
+    store: &S,
+    store_type: TypeId,
+    key: &str,
+    take: &super::Take,
+) -> Result<super::Decision> {
+    let _mark = MarkGuard::lock(store_type, key).await;
+    let Some(mut latest) = store.load(key).await? else {
+        return Err(Error::CheckpointNotFound {
+            run_id: key.to_owned(),
+        });
+    };
+    let before = latest.signals.clone();
+    let decision = super::decide(&mut latest.signals, take);
+    if latest.signals != before {
+        store.save(latest).await?;
+    }
+    Ok(decision)
+}
+
 pub(crate) async fn delete_local<S: CheckpointStore + ?Sized>(
     store: &S,
     store_type: TypeId,

@@ -24,21 +24,29 @@ pub enum RunState {
     Cancelled,
     /// Recovery gave up on it (contract rule 22); it waits for an operator.
     NeedsAttention,
+    /// Asleep until its wake time (contract rule 25); no worker holds it.
+    Sleeping,
+    /// Waiting for a signal or its deadline (contract rule 26); no worker
+    /// holds it.
+    Waiting,
 }
 
 impl RunState {
     /// Every state, in the order a listing documents them.
-    pub const ALL: [RunState; 6] = [
+    pub const ALL: [RunState; 8] = [
         RunState::Running,
         RunState::Abandoned,
         RunState::Failed,
         RunState::Completed,
         RunState::Cancelled,
         RunState::NeedsAttention,
+        RunState::Sleeping,
+        RunState::Waiting,
     ];
 
     /// The state's name, as the CLI and logs spell it: `running`,
-    /// `abandoned`, `failed`, `completed`, `cancelled`, `needs-attention`.
+    /// `abandoned`, `failed`, `completed`, `cancelled`, `needs-attention`,
+    /// `sleeping`, `waiting`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -48,6 +56,8 @@ impl RunState {
             RunState::Completed => "completed",
             RunState::Cancelled => "cancelled",
             RunState::NeedsAttention => "needs-attention",
+            RunState::Sleeping => "sleeping",
+            RunState::Waiting => "waiting",
         }
     }
 }
@@ -78,7 +88,7 @@ impl std::str::FromStr for RunState {
                 setting: "run state",
                 message: format!(
                     "{s:?} is not a run state; the states are running, abandoned, failed, \
-                     completed, cancelled and needs-attention"
+                     completed, cancelled, needs-attention, sleeping and waiting"
                 ),
             })
     }
@@ -255,6 +265,8 @@ impl RunSummary {
             RunStatus::Completed => RunState::Completed,
             RunStatus::Cancelled => RunState::Cancelled,
             RunStatus::NeedsAttention => RunState::NeedsAttention,
+            RunStatus::Sleeping => RunState::Sleeping,
+            RunStatus::Waiting => RunState::Waiting,
         };
         RunSummary {
             key: key.to_owned(),

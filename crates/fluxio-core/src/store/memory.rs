@@ -11,7 +11,8 @@ use tokio::time::Instant;
 type HashMap<K, V> = StdMap<K, V, foldhash::fast::RandomState>;
 
 use super::{
-    Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, RunSummary, append,
+    Checkpoint, CheckpointStore, Decision, Delivery, DueFilter, DueRun, Lease, RunEvent,
+    RunEventKind, RunEvents, RunFilter, RunPage, RunStatus, RunSummary, Signal, Take, append,
     cancelled_checkpoint,
 };
 use crate::error::{Error, Result};
@@ -51,8 +52,12 @@ use crate::error::{Error, Result};
 pub struct InMemoryStore {
     map: Mutex<HashMap<String, Vec<Checkpoint>>>,
     leases: Mutex<HashMap<String, LeaseState>>,
+    /// Each run's mailbox (rule 26), locked after `map`.
+    mailboxes: Mutex<HashMap<String, Vec<Signal>>>,
     /// Keep at most this many completed runs per pipeline (`None`: all).
     keep_completed: Option<usize>,
+    /// The store's wake-ups, made when first watched.
+    events: std::sync::OnceLock<tokio::sync::broadcast::Sender<RunEvent>>,
 }
 
 /// The lease of one run id. Kept after release, so tokens keep growing.
@@ -170,8 +175,13 @@ fn pipeline_of(key: &str) -> &str {
 }
 
 /// After `key` completed: drops the oldest completed runs of its pipeline
-/// beyond `keep`.
-fn trim_completed(map: &mut HashMap<String, Vec<Checkpoint>>, key: &str, keep: Option<usize>) {
+/// beyond `keep`, with their mailboxes.
+fn trim_completed(
+    map: &mut HashMap<String, Vec<Checkpoint>>,
+    mailboxes: &mut HashMap<String, Vec<Signal>>,
+    key: &str,
+    keep: Option<usize>,
+) {
     let Some(keep) = keep else { return };
     if !latest(map, key).is_some_and(|cp| cp.status == super::RunStatus::Completed) {
         return;
@@ -190,6 +200,7 @@ fn trim_completed(map: &mut HashMap<String, Vec<Checkpoint>>, key: &str, keep: O
     completed.sort();
     for (_, old) in &completed[..completed.len() - keep] {
         map.remove(old);
+        mailboxes.remove(old);
     }
 }
 
@@ -197,13 +208,47 @@ fn latest<'m>(map: &'m HashMap<String, Vec<Checkpoint>>, key: &str) -> Option<&'
     map.get(key).and_then(|journal| journal.last())
 }
 
+impl InMemoryStore {
+    /// Tells the watchers (if any) that `kind` happened to `key`.
+    fn tell(&self, key: &str, kind: RunEventKind) {
+        if let Some(events) = self.events.get() {
+            // no receiver: nobody to tell
+            let _ = events.send(RunEvent::new(key, kind));
+        }
+    }
+
+    /// Tells the watchers what the run under `key`, now stored as
+    /// `status`, became: due (it parked) or ended.
+    fn tell_status(&self, key: &str, status: RunStatus) {
+        match status {
+            RunStatus::Sleeping | RunStatus::Waiting => self.tell(key, RunEventKind::Due),
+            RunStatus::Completed
+            | RunStatus::Failed
+            | RunStatus::Cancelled
+            | RunStatus::NeedsAttention => self.tell(key, RunEventKind::Ended),
+            _ => {}
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl CheckpointStore for InMemoryStore {
-    async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
+    async fn save(&self, mut checkpoint: Checkpoint) -> Result<()> {
         let key = checkpoint.checked_key()?;
-        let mut map = lock(&self.map);
-        map.insert(key.clone(), checkpoint.into_journal());
-        trim_completed(&mut map, &key, self.keep_completed);
+        let status = checkpoint.status;
+        let signals = std::mem::take(&mut checkpoint.signals);
+        {
+            let mut map = lock(&self.map);
+            map.insert(key.clone(), checkpoint.into_journal());
+            let mut mailboxes = lock(&self.mailboxes);
+            if signals.is_empty() {
+                mailboxes.remove(&key);
+            } else {
+                mailboxes.insert(key.clone(), signals);
+            }
+            trim_completed(&mut map, &mut mailboxes, &key, self.keep_completed);
+        }
+        self.tell_status(&key, status);
         Ok(())
     }
 
@@ -214,7 +259,9 @@ impl CheckpointStore for InMemoryStore {
 
     async fn delete(&self, key: &str) -> Result<()> {
         crate::store::check_run_id(key)?;
-        lock(&self.map).remove(key);
+        let mut map = lock(&self.map);
+        map.remove(key);
+        lock(&self.mailboxes).remove(key);
         Ok(())
     }
 
@@ -314,6 +361,120 @@ impl CheckpointStore for InMemoryStore {
     }
 
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
+        let status = checkpoint.status;
+        self.append_fenced(checkpoint, lease)?;
+        self.tell_status(lease.run_id(), status);
+        Ok(())
+    }
+
+    async fn delete_fenced(&self, key: &str, lease: &Lease) -> Result<()> {
+        self.fenced(key, lease, false, |map| {
+            map.remove(key);
+            lock(&self.mailboxes).remove(key);
+            Ok(())
+        })
+    }
+
+    /// Rewrites the checkpoint under the map's mutex, which every fenced
+    /// write holds while it checks the stored status.
+    async fn cancel(&self, key: &str) -> Result<()> {
+        crate::store::check_run_id(key)?;
+        {
+            let mut map = lock(&self.map);
+            let cancelled = cancelled_checkpoint(key, latest(&map, key).cloned())?;
+            append(map.entry(key.to_owned()).or_default(), cancelled)?;
+        }
+        self.tell(key, RunEventKind::Ended);
+        Ok(())
+    }
+
+    async fn send_signal(&self, key: &str, signal: Signal) -> Result<Delivery> {
+        crate::store::check_run_id(key)?;
+        let due = {
+            let map = lock(&self.map);
+            let mut mailboxes = lock(&self.mailboxes);
+            let stored = latest(&map, key);
+            let mailbox = mailboxes.get(key).map_or(&[][..], Vec::as_slice);
+            if let Some(answer) = super::deliver(key, stored, mailbox, &signal)? {
+                return Ok(answer);
+            }
+            let due = stored.is_some_and(|cp| {
+                cp.status == RunStatus::Waiting
+                    && cp
+                        .pending
+                        .as_ref()
+                        .is_some_and(|p| p.waits_for(&signal.name))
+            });
+            mailboxes.entry(key.to_owned()).or_default().push(signal);
+            due
+        };
+        if due {
+            self.tell(key, RunEventKind::Due);
+        }
+        Ok(Delivery::Delivered)
+    }
+
+    async fn take_signal(&self, key: &str, take: &Take, lease: &Lease) -> Result<Decision> {
+        let mut decision = Decision::Open;
+        // refused for a cancelled run, as a fenced save is
+        self.fenced(key, lease, true, |map| {
+            if !map.contains_key(key) {
+                return Err(Error::CheckpointNotFound {
+                    run_id: key.to_owned(),
+                });
+            }
+            let mut mailboxes = lock(&self.mailboxes);
+            let mailbox = mailboxes.entry(key.to_owned()).or_default();
+            decision = super::decide(mailbox, take);
+            if mailbox.is_empty() {
+                mailboxes.remove(key);
+            }
+            Ok(())
+        })?;
+        Ok(decision)
+    }
+
+    async fn signals(&self, key: &str) -> Result<Vec<Signal>> {
+        crate::store::check_run_id(key)?;
+        Ok(lock(&self.mailboxes).get(key).cloned().unwrap_or_default())
+    }
+
+    /// Scans every run, as [`list_runs`](CheckpointStore::list_runs) does.
+    async fn due_runs(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
+        let limit = RunFilter::new().limit(filter.limit).page_size()?;
+        let now = Instant::now();
+        let leases = lock(&self.leases);
+        let map = lock(&self.map);
+        let mailboxes = lock(&self.mailboxes);
+        let mut due: Vec<DueRun> = map
+            .iter()
+            .filter_map(|(key, journal)| {
+                let cp = journal.last()?;
+                if !cp.status.is_pending() {
+                    return None;
+                }
+                let mailbox = mailboxes.get(key).map_or(&[][..], Vec::as_slice);
+                let at = cp.pending.as_ref()?.due_ms(mailbox)?;
+                let held = leases.get(key).is_some_and(|l| l.held_at(now));
+                (!held && filter.matches(&cp.pipeline, at)).then(|| DueRun::of(key, cp, at))
+            })
+            .collect();
+        due.sort_by(|a, b| (a.due_ms, &a.key).cmp(&(b.due_ms, &b.key)));
+        due.truncate(limit);
+        Ok(due)
+    }
+
+    async fn watch(&self) -> Result<Option<RunEvents>> {
+        let events = self
+            .events
+            .get_or_init(|| tokio::sync::broadcast::channel(1024).0);
+        Ok(Some(RunEvents::broadcast(events.subscribe())))
+    }
+}
+
+impl InMemoryStore {
+    /// [`save_fenced`](CheckpointStore::save_fenced)'s write.
+    fn append_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         // the lease names the run it fences: a checkpoint of another run is
         // refused as written by a stale owner, as `fenced` refuses it
         let key = lease.run_id();
@@ -331,28 +492,18 @@ impl CheckpointStore for InMemoryStore {
             let journal = map.get_mut(key).ok_or_else(|| Error::Internal {
                 message: format!("the journal of `{key}` went missing under its lock"),
             })?;
+            let fresh = journal.is_empty() || checkpoint.seq == 0;
             if let Err(e) = append(journal, checkpoint) {
                 map.retain(|_, journal| !journal.is_empty());
                 return Err(e);
             }
-            trim_completed(map, key, self.keep_completed);
+            let mut mailboxes = lock(&self.mailboxes);
+            if fresh {
+                // a fresh run under the key: none of the old run's signals
+                mailboxes.remove(key);
+            }
+            trim_completed(map, &mut mailboxes, key, self.keep_completed);
             Ok(())
         })
-    }
-
-    async fn delete_fenced(&self, key: &str, lease: &Lease) -> Result<()> {
-        self.fenced(key, lease, false, |map| {
-            map.remove(key);
-            Ok(())
-        })
-    }
-
-    /// Rewrites the checkpoint under the map's mutex, which every fenced
-    /// write holds while it checks the stored status.
-    async fn cancel(&self, key: &str) -> Result<()> {
-        crate::store::check_run_id(key)?;
-        let mut map = lock(&self.map);
-        let cancelled = cancelled_checkpoint(key, latest(&map, key).cloned())?;
-        append(map.entry(key.to_owned()).or_default(), cancelled)
     }
 }

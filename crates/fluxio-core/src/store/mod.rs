@@ -73,6 +73,7 @@ mod memory;
 mod redact;
 mod retry;
 pub(crate) mod status;
+mod waits;
 
 use std::any::TypeId;
 use std::fmt::Debug;
@@ -93,7 +94,13 @@ pub use list::{MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
 pub(crate) use retry::mark_needs_attention;
-pub use retry::retry_run;
+pub(crate) use retry::woken;
+pub use retry::{retry_run, wake_run};
+pub use waits::{
+    Decision, Delivery, DueFilter, DueRun, MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS, MAX_WAIT_NAME_LEN,
+    Payload, Pending, RunEvent, RunEventKind, RunEvents, Signal, SignalState, Take, WaitName,
+    check_wait_name, decide, deliver,
+};
 
 use crate::error::Result;
 
@@ -228,7 +235,11 @@ pub fn cancelled_checkpoint(run_id: &str, stored: Option<Checkpoint>) -> Result<
         });
     };
     match checkpoint.status {
-        RunStatus::Running | RunStatus::Failed | RunStatus::NeedsAttention => {
+        RunStatus::Running
+        | RunStatus::Failed
+        | RunStatus::NeedsAttention
+        | RunStatus::Sleeping
+        | RunStatus::Waiting => {
             let mut journal = checkpoint.into_journal();
             let mut next = journal
                 .last()
@@ -556,6 +567,97 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     async fn cancel(&self, key: &str) -> Result<()> {
         lease::cancel_local(self, TypeId::of::<Self>(), key).await
     }
+
+    /// Stores `signal` in the mailbox of the run under `key` (contract rule
+    /// 26), from any process, whoever owns the run, atomically with the
+    /// run's other writes, as [`deliver`] decides: a new name is stored
+    /// ([`Delivery::Delivered`]; when the run waits for it, it is due now,
+    /// in the due-index and to [`watch`](Self::watch)ers); the same payload
+    /// again changes nothing ([`Delivery::Duplicate`]).
+    ///
+    /// The default, for a store with only the four required methods, keeps
+    /// the mailbox in the run's blob ([`Checkpoint::signals`]): it loads the
+    /// run, adds the signal and saves it, taking turns with the fenced
+    /// writes and cancels of this process as [`cancel`](Self::cancel)'s
+    /// default does (and, like it, not with another process's). A store
+    /// that overrides [`save_fenced`](Self::save_fenced) must override this
+    /// and [`take_signal`](Self::take_signal) too.
+    ///
+    /// # Errors
+    /// [`deliver`]'s: [`Error::CheckpointNotFound`](crate::Error::CheckpointNotFound),
+    /// [`Error::RunFinished`](crate::Error::RunFinished),
+    /// [`Error::SignalConflict`](crate::Error::SignalConflict),
+    /// [`Error::WaitClosed`](crate::Error::WaitClosed); the store's.
+    async fn send_signal(&self, key: &str, signal: Signal) -> Result<Delivery> {
+        lease::signal_local(self, TypeId::of::<Self>(), key, signal).await
+    }
+
+    /// Decides the wait `take` of the run under `key` (contract rule 26),
+    /// while `lease` is the run's current lease, as [`decide`] does,
+    /// atomically with [`send_signal`](Self::send_signal): a
+    /// signal and a deadline racing have exactly one winner, and a wait
+    /// decided before is decided the same way again (a worker that crashed
+    /// after taking a signal takes it again).
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when `lease` is not
+    /// current (the default's in-process leases cannot be lost);
+    /// [`Error::CheckpointNotFound`](crate::Error::CheckpointNotFound); the
+    /// store's.
+    async fn take_signal(&self, key: &str, take: &Take, lease: &Lease) -> Result<Decision> {
+        let _ = lease;
+        lease::take_local(self, TypeId::of::<Self>(), key, take).await
+    }
+
+    /// The mailbox of the run under `key`: every signal sent to it, and
+    /// every name closed, in the order they came; empty when nothing is
+    /// stored. The default reads the run's blob
+    /// ([`Checkpoint::signals`]).
+    async fn signals(&self, key: &str) -> Result<Vec<Signal>> {
+        Ok(self
+            .load(key)
+            .await?
+            .map(|cp| cp.signals)
+            .unwrap_or_default())
+    }
+
+    /// The runs that are due (contract rule 27), earliest first: sleeping
+    /// runs whose wake time passed, waiting runs whose deadline passed or
+    /// that were signalled a name they wait for ([`Pending::due_ms`]),
+    /// each with no worker holding its lease. A store keeps these in a
+    /// due-index written with the checkpoint, so this reads no run it
+    /// does not return.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) by default: a store
+    /// with only the four required methods has no index. Its sleeping and
+    /// waiting runs continue when someone resumes or wakes them.
+    async fn due_runs(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
+        let _ = filter;
+        Err(crate::Error::Unsupported {
+            operation: "list due runs",
+            store: std::any::type_name::<Self>(),
+        })
+    }
+
+    /// The store's clock, in milliseconds since the Unix epoch, where it
+    /// has one that every process using it shares (the database server's);
+    /// `None` by default (the [clock](crate::clock::Clock) then reads the
+    /// process's).
+    async fn clock_ms(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
+    /// A subscription to the store's wake-ups: a run became due (signalled,
+    /// or parked) or ended, told as soon as the store knows, from any
+    /// process that writes to it where the store can (Postgres
+    /// `LISTEN/NOTIFY`, Redis pub/sub). Workers and
+    /// [`Pipeline::wait_for`](crate::Pipeline::wait_for) listen to it
+    /// beside their slower poll; the due-index stays the truth, so a missed
+    /// event costs only latency. `None` by default (no wake-ups).
+    async fn watch(&self) -> Result<Option<RunEvents>> {
+        Ok(None)
+    }
 }
 
 #[async_trait::async_trait]
@@ -601,5 +703,23 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     async fn cancel(&self, key: &str) -> Result<()> {
         (**self).cancel(key).await
+    }
+    async fn send_signal(&self, key: &str, signal: Signal) -> Result<Delivery> {
+        (**self).send_signal(key, signal).await
+    }
+    async fn take_signal(&self, key: &str, take: &Take, lease: &Lease) -> Result<Decision> {
+        (**self).take_signal(key, take, lease).await
+    }
+    async fn signals(&self, key: &str) -> Result<Vec<Signal>> {
+        (**self).signals(key).await
+    }
+    async fn due_runs(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
+        (**self).due_runs(filter).await
+    }
+    async fn clock_ms(&self) -> Result<Option<u64>> {
+        (**self).clock_ms().await
+    }
+    async fn watch(&self) -> Result<Option<RunEvents>> {
+        (**self).watch().await
     }
 }

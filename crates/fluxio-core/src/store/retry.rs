@@ -105,3 +105,77 @@ pub(crate) async fn mark_needs_attention(
     store.save_fenced(next.clone(), lease).await?;
     Ok(next)
 }
+
+/// Wakes the sleeping or waiting run stored under `key` now (an
+/// operator's "now", contract rules 25-26): its journal gains a checkpoint
+/// at the same step whose wake time or deadline is `now_ms`, so it is due
+/// at once, and the next worker that holds its pipeline continues it (a
+/// wait then takes its timeout outcome, unless a signal came first).
+/// [`Pipeline::wake`](crate::Pipeline::wake) does this and continues the
+/// run itself. Returns the run's checkpoint afterwards.
+///
+/// Like [`retry_run`], it takes the run's lease for the write.
+///
+/// # Errors
+/// [`Error::NotParked`] when the run is not sleeping or waiting, or waits
+/// without a deadline (only a signal can wake it: it has no timeout
+/// outcome); [`Error::CheckpointNotFound`] when nothing is stored;
+/// [`Error::RunIdInUse`] while a worker holds the run; the store's errors.
+pub async fn wake_run<S: CheckpointStore + ?Sized>(
+    store: &S,
+    key: &str,
+    now_ms: u64,
+) -> Result<Checkpoint> {
+    super::check_run_id(key)?;
+    let lease = store.acquire_lease(key, RETRY_LEASE_TTL).await?;
+    let written = async {
+        let Some(latest) = store.load(key).await? else {
+            return Err(Error::CheckpointNotFound {
+                run_id: key.to_owned(),
+            });
+        };
+        let next = woken(key, latest, now_ms)?;
+        store.save_fenced(next.clone(), &lease).await?;
+        Ok(next)
+    }
+    .await;
+    let released = store.release_lease(lease).await;
+    let checkpoint = written?;
+    released?;
+    Ok(checkpoint)
+}
+
+/// The checkpoint after `latest` (of `key`) that makes its sleep or wait
+/// due at `now_ms`.
+///
+/// # Errors
+/// [`Error::NotParked`] as for [`wake_run`].
+pub(crate) fn woken(key: &str, latest: Checkpoint, now_ms: u64) -> Result<Checkpoint> {
+    let not = |reason: String| Error::NotParked {
+        run_id: key.to_owned(),
+        reason,
+    };
+    let pending = match (&latest.status, &latest.pending) {
+        (status, Some(pending)) if status.is_pending() => pending.clone(),
+        (status, _) => {
+            let _ = status;
+            return Err(not(format!(
+                "it is {}, not sleeping or waiting",
+                super::RunSummary::of(key, &latest, None).state
+            )));
+        }
+    };
+    if pending.until_ms.is_none() {
+        let names: Vec<&str> = pending.waits.iter().map(|w| w.name.as_str()).collect();
+        return Err(not(format!(
+            "it waits for {} without a deadline, so only a signal wakes it",
+            names.join(" or ")
+        )));
+    }
+    let mut next = successor(latest);
+    let mut pending = pending;
+    pending.until_ms = Some(now_ms.min(pending.until_ms.unwrap_or(now_ms)));
+    next.pending = Some(pending);
+    next.updated_at_ms = super::now_ms();
+    Ok(next)
+}

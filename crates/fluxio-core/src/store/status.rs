@@ -36,4 +36,22 @@ pub enum RunStatus {
     /// operator's [`retry_run`](super::retry_run) hands it back to the
     /// workers; an explicit resume retries it like a failed run.
     NeedsAttention,
+    /// The run reached a sleep (contract rule 25) and gave its lease back:
+    /// it continues from `ip` on whichever worker claims it after its wake
+    /// time ([`pending`](crate::store::Checkpoint::pending) says when).
+    /// Nothing of it is held in any process meanwhile.
+    Sleeping,
+    /// The run reached a wait (contract rule 26) and gave its lease back:
+    /// it continues from `ip` once a signal it waits for is delivered, or
+    /// its deadline passes ([`pending`](crate::store::Checkpoint::pending)
+    /// says which names, and until when).
+    Waiting,
+}
+
+impl RunStatus {
+    /// Whether the run is parked in time: sleeping or waiting.
+    #[must_use]
+    pub fn is_pending(self) -> bool {
+        matches!(self, RunStatus::Sleeping | RunStatus::Waiting)
+    }
 }

@@ -133,6 +133,17 @@ impl EncodedValue {
         Self::from_buf(w.buf, w.deepest)
     }
 
+    /// `bytes` read from storage: checked to be one canonical value within
+    /// the limits (`decode::validate`), then kept as they are.
+    pub(crate) fn from_stored(bytes: &[u8]) -> Result<Self, super::WireError> {
+        let mut c = super::Cursor::new(bytes);
+        let depth = super::validate(&mut c)?;
+        if c.remaining() != 0 {
+            return Err(super::WireError::Invalid("trailing bytes after the value"));
+        }
+        Ok(Self::from_valid(bytes.into(), depth))
+    }
+
     /// The encoding.
     pub(crate) fn bytes(&self) -> &[u8] {
         match &self.0 {

@@ -140,7 +140,7 @@ mod wire;
 pub use de::from_value;
 pub(crate) use decode::validate;
 pub(crate) use encode::{decode_legacy, decode_string};
-pub(crate) use encoded::{EncodedValue, check_entry, encode_entry};
+pub(crate) use encoded::{EncodedValue, check_entry, encode_entry, encode_within};
 pub use error::ValueError;
 pub use limits::{check_context_value, to_context_value};
 pub use packed::Packed;

@@ -15,16 +15,36 @@ use crate::structure::{StageCode, Structure};
 
 use crate::store::branch::decode_records;
 use crate::store::journal::Change;
+use crate::store::waits::{Payload, Pending, Signal, SignalState, WaitName};
 use crate::value::{Cursor, EncodedValue, WireError, decode_legacy, decode_string, varint_len};
 
 use super::*;
 
-/// The payload length of `entries` encoded as one blob, checking that the
-/// blob would decode: it starts with a whole checkpoint and its numbers
-/// follow each other.
-/// With `head_whole`, the first is written whole whatever its change says
-/// (its context is whole in memory), as [`Checkpoint::to_bytes`] does.
-pub(super) fn payload_size(key: &str, entries: &[&Checkpoint], head_whole: bool) -> Result<u64> {
+/// The format `entries` (and a blob's `mailbox`) are written in: format 5
+/// when one of them sleeps or waits, or the mailbox holds a signal, else
+/// format 4, which builds before waits read (see [`FORMAT_VERSION`]).
+pub(super) fn format_of(entries: &[&Checkpoint], mailbox: &[Signal]) -> u16 {
+    let waits = |cp: &&Checkpoint| cp.pending.is_some() || cp.status.is_pending();
+    if mailbox.is_empty() && !entries.iter().any(waits) {
+        PLAIN_FORMAT_VERSION
+    } else {
+        FORMAT_VERSION
+    }
+}
+
+/// The payload length of `entries` (and, in a blob, the run's `mailbox`)
+/// encoded as one blob, and its format, checking that the blob would
+/// decode: it starts with a whole checkpoint and its numbers follow each
+/// other. With `head_whole`, the first is written whole whatever its
+/// change says (its context is whole in memory), as
+/// [`Checkpoint::to_bytes`] does.
+pub(super) fn payload_size(
+    key: &str,
+    entries: &[&Checkpoint],
+    head_whole: bool,
+    mailbox: &[Signal],
+) -> Result<(u64, u16)> {
+    let format = format_of(entries, mailbox);
     let mut size = varint_len(entries.len() as u64) as u64;
     for (i, entry) in entries.iter().enumerate() {
         let follows = match i.checked_sub(1) {
@@ -58,7 +78,20 @@ pub(super) fn payload_size(key: &str, entries: &[&Checkpoint], head_whole: bool)
                 source: None,
             });
         }
-        size = size.saturating_add(entry.entry_size(head_whole && i == 0)?);
+        size = size.saturating_add(entry.entry_size(head_whole && i == 0, format)?);
+    }
+    if format >= FORMAT_VERSION {
+        size += varint_len(mailbox.len() as u64) as u64;
+        for signal in mailbox {
+            let string = |s: &str| (varint_len(s.len() as u64) + s.len()) as u64;
+            size = size.saturating_add(
+                string(&signal.name)
+                    + signal.payload.bytes().len() as u64
+                    + varint_len(signal.sent_at_ms) as u64
+                    + string(&signal.sender)
+                    + 1,
+            );
+        }
     }
     if size > MAX_PAYLOAD as u64 {
         return Err(Error::CheckpointTooLarge {
@@ -67,20 +100,30 @@ pub(super) fn payload_size(key: &str, entries: &[&Checkpoint], head_whole: bool)
             limit: MAX_PAYLOAD as u64,
         });
     }
-    Ok(size)
+    Ok((size, format))
 }
 
 /// `entries` in one frame (see [`Checkpoint::to_bytes`]), written once into
 /// a buffer of the exact size.
-pub(super) fn frame(key: &str, entries: &[&Checkpoint], head_whole: bool) -> Result<Vec<u8>> {
-    let size = payload_size(key, entries, head_whole)?;
+pub(super) fn frame(
+    key: &str,
+    entries: &[&Checkpoint],
+    head_whole: bool,
+    mailbox: &[Signal],
+) -> Result<Vec<u8>> {
+    let (size, format) = payload_size(key, entries, head_whole, mailbox)?;
     let mut out = Vec::with_capacity(HEADER + size as usize);
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&format.to_le_bytes());
     out.extend_from_slice(&[0; 4]); // the CRC, below
     out.extend_from_slice(&size.to_le_bytes());
     let encoded = bincode::encode_into_std_write(
-        Blob(entries, head_whole),
+        Blob {
+            entries,
+            head_whole,
+            format,
+            mailbox,
+        },
         &mut out,
         bincode::config::standard(),
     );
@@ -95,7 +138,7 @@ pub(super) fn frame(key: &str, entries: &[&Checkpoint], head_whole: bool) -> Res
             ),
         });
     }
-    let crc = checksum(FORMAT_VERSION, &out[HEADER..]);
+    let crc = checksum(format, &out[HEADER..]);
     out[6..10].copy_from_slice(&crc.to_le_bytes());
     Ok(out)
 }
@@ -159,18 +202,20 @@ pub(super) fn unframe<'b>(run_id: &str, bytes: &'b [u8]) -> Result<(u16, &'b [u8
 }
 
 /// The checkpoints of `parts` (see [`Checkpoint::from_entries`]), folded:
-/// all of them when `keep` is set, else only the latest.
+/// all of them when `keep` is set, else only the latest; and the mailbox
+/// of the last part that holds one (a blob's).
 pub(super) fn decode_parts<B: AsRef<[u8]>>(
     run_id: &str,
     parts: impl IntoIterator<Item = B>,
     keep: bool,
-) -> Result<Vec<Checkpoint>> {
+) -> Result<(Vec<Checkpoint>, Vec<Signal>)> {
     let corrupt = |reason: String| Error::CorruptCheckpoint {
         run_id: run_id.to_owned(),
         reason,
         source: None,
     };
     let mut journal: Vec<Checkpoint> = Vec::new();
+    let mut mailbox = Vec::new();
     for part in parts {
         let (format, payload) = unframe(run_id, part.as_ref())?;
         // Allocation stays proportional to `payload`: strings and byte buffers
@@ -178,8 +223,13 @@ pub(super) fn decode_parts<B: AsRef<[u8]>>(
         // pre-allocate at most a few hundred slots, and values nest at most
         // `MAX_DEPTH` deep (see `decode_v4`, `Format2`, and `crate::value`).
         let decoded = match format {
-            FORMAT_VERSION => {
-                decode_v4(payload, journal.last()).map_err(|e| undecodable_v3(run_id, e))?
+            PLAIN_FORMAT_VERSION | FORMAT_VERSION => {
+                let (decoded, signals) = decode_v4(payload, journal.last(), format)
+                    .map_err(|e| undecodable_v3(run_id, e))?;
+                if !signals.is_empty() {
+                    mailbox = signals;
+                }
+                decoded
             }
             3 => vec![decode_v3(payload).map_err(|e| undecodable_v3(run_id, e))?],
             _ => {
@@ -213,7 +263,7 @@ pub(super) fn decode_parts<B: AsRef<[u8]>>(
             journal.push(cp);
         }
     }
-    Ok(journal)
+    Ok((journal, mailbox))
 }
 
 /// [`Error::CorruptCheckpoint`] for a payload the decoder refused. A message
@@ -308,17 +358,43 @@ pub(super) fn decode_opt_string<D: Decoder>(
     }
 }
 
-/// A format 4 payload: the number of checkpoints, then each (see
-/// [`Checkpoint::to_bytes`]).
-pub(super) struct Blob<'a>(&'a [&'a Checkpoint], bool);
+/// A format 4 or 5 payload: the number of checkpoints, then each, then
+/// in format 5 the run's mailbox (see [`Checkpoint::to_bytes`]).
+pub(super) struct Blob<'a> {
+    entries: &'a [&'a Checkpoint],
+    /// The first is written whole.
+    head_whole: bool,
+    format: u16,
+    mailbox: &'a [Signal],
+}
 
 impl Encode for Blob<'_> {
     fn encode<E: Encoder>(&self, encoder: &mut E) -> std::result::Result<(), EncodeError> {
-        (self.0.len() as u64).encode(encoder)?;
-        for (i, cp) in self.0.iter().enumerate() {
-            encode_entry(cp, self.1 && i == 0, encoder)?;
+        use bincode::enc::write::Writer as _;
+        (self.entries.len() as u64).encode(encoder)?;
+        for (i, cp) in self.entries.iter().enumerate() {
+            encode_entry(cp, self.head_whole && i == 0, self.format, encoder)?;
+        }
+        if self.format >= FORMAT_VERSION {
+            (self.mailbox.len() as u64).encode(encoder)?;
+            for signal in self.mailbox {
+                signal.name.encode(encoder)?;
+                // the payload's wire encoding, self-delimiting
+                encoder.writer().write(signal.payload.bytes())?;
+                signal.sent_at_ms.encode(encoder)?;
+                signal.sender.encode(encoder)?;
+                signal_state_tag(signal.state).encode(encoder)?;
+            }
         }
         Ok(())
+    }
+}
+
+fn signal_state_tag(state: SignalState) -> u8 {
+    match state {
+        SignalState::Delivered => 0,
+        SignalState::Consumed => 1,
+        SignalState::Closed => 2,
     }
 }
 
@@ -326,6 +402,7 @@ impl Encode for Blob<'_> {
 pub(super) fn encode_entry<E: Encoder>(
     cp: &Checkpoint,
     whole: bool,
+    format: u16,
     encoder: &mut E,
 ) -> std::result::Result<(), EncodeError> {
     // the fields in order, as a tuple writes them
@@ -383,6 +460,20 @@ pub(super) fn encode_entry<E: Encoder>(
             cp.context.encode(encoder)?;
         }
     }
+    if format >= FORMAT_VERSION {
+        match &cp.pending {
+            None => 0u8.encode(encoder)?,
+            Some(pending) => {
+                1u8.encode(encoder)?;
+                pending.until_ms.encode(encoder)?;
+                (pending.waits.len() as u64).encode(encoder)?;
+                for wait in &pending.waits {
+                    wait.name.encode(encoder)?;
+                    wait.payload.encode(encoder)?;
+                }
+            }
+        }
+    }
     Ok(())
 }
 
@@ -399,9 +490,15 @@ impl<C> Decode<C> for Format2 {
         let ip = u32::decode(decoder)?;
         let step = decode_string(decoder)?;
         let context = decode_snapshot(decoder)?;
+        let status = RunStatus::decode(decoder)?;
+        if status.is_pending() {
+            return Err(DecodeError::Other(
+                "format 2 has no sleeping or waiting status",
+            ));
+        }
         Ok(Format2(Checkpoint {
             pipeline,
-            status: RunStatus::decode(decoder)?,
+            status,
             error_message: decode_opt_string(decoder)?,
             created_at_ms: u64::decode(decoder)?,
             updated_at_ms: u64::decode(decoder)?,
@@ -425,6 +522,11 @@ pub(super) fn decode_v3(payload: &[u8]) -> std::result::Result<Checkpoint, WireE
     let step = string(&mut c)?;
     let context = Snapshot::read_wire(&mut c)?;
     let status = decode_status(&mut c)?;
+    if status.is_pending() {
+        return Err(WireError::Invalid(
+            "a sleeping or waiting run before format 5",
+        ));
+    }
     let cp = Checkpoint {
         pipeline,
         status,
@@ -477,25 +579,89 @@ fn branch_records(
 pub(super) fn decode_v4(
     payload: &[u8],
     mut before: Option<&Checkpoint>,
-) -> std::result::Result<Vec<Checkpoint>, WireError> {
+    format: u16,
+) -> std::result::Result<(Vec<Checkpoint>, Vec<Signal>), WireError> {
     let mut c = Cursor::new(payload);
     let count = c.len(16)?;
     let mut out: Vec<Checkpoint> = Vec::with_capacity(count.min(64));
     for _ in 0..count {
-        let cp = decode_entry(&mut c, out.last().or(before))?;
+        let cp = decode_entry(&mut c, out.last().or(before), format)?;
         out.push(cp);
         before = None;
     }
+    let mailbox = if format >= FORMAT_VERSION {
+        decode_mailbox(&mut c)?
+    } else {
+        Vec::new()
+    };
     if c.remaining() != 0 {
         return Err(WireError::Invalid("trailing bytes after the checkpoints"));
     }
-    Ok(out)
+    Ok((out, mailbox))
+}
+
+/// A blob's mailbox: the signal count, then each signal's name, payload
+/// (a value's wire encoding, validated), time, sender and state.
+fn decode_mailbox(c: &mut Cursor<'_>) -> std::result::Result<Vec<Signal>, WireError> {
+    let count = c.len(4)?;
+    let mut mailbox: Vec<Signal> = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        let name = c.str()?.to_owned();
+        let start = c.pos();
+        crate::value::validate(c)?;
+        let payload = Payload::from_stored("", c.since(start))
+            .map_err(|_| WireError::Invalid("a signal payload over the limit"))?;
+        let sent_at_ms = c.varint()?;
+        let sender = c.str()?.to_owned();
+        let state = match c.byte()? {
+            0 => SignalState::Delivered,
+            1 => SignalState::Consumed,
+            2 => SignalState::Closed,
+            _ => return Err(WireError::Invalid("an unknown signal state")),
+        };
+        if mailbox.iter().any(|s| s.name == name) {
+            return Err(WireError::Invalid("two signals for one wait name"));
+        }
+        mailbox.push(Signal {
+            name,
+            payload,
+            sent_at_ms,
+            sender,
+            state,
+        });
+    }
+    Ok(mailbox)
+}
+
+/// A format 5 checkpoint's pending step: `0`, or `1`, the `until` option
+/// and the names with their payload types.
+fn decode_pending(c: &mut Cursor<'_>) -> std::result::Result<Option<Pending>, WireError> {
+    match c.byte()? {
+        0 => Ok(None),
+        1 => {
+            let until_ms = match c.byte()? {
+                0 => None,
+                1 => Some(c.varint()?),
+                _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+            };
+            let count = c.len(2)?;
+            let mut waits = Vec::with_capacity(count.min(64));
+            for _ in 0..count {
+                let name = c.str()?.to_owned();
+                let payload = c.str()?.to_owned();
+                waits.push(WaitName::new(name, payload));
+            }
+            Ok(Some(Pending::wait(waits, until_ms)))
+        }
+        _ => Err(WireError::Invalid("an option tag other than 0 or 1")),
+    }
 }
 
 /// One checkpoint of format 4, on top of `before`.
 pub(super) fn decode_entry(
     c: &mut Cursor<'_>,
     before: Option<&Checkpoint>,
+    format: u16,
 ) -> std::result::Result<Checkpoint, WireError> {
     let string = |c: &mut Cursor<'_>| c.str().map(str::to_owned);
     let pipeline = string(c)?;
@@ -516,6 +682,11 @@ pub(super) fn decode_entry(
     let ip = c.varint_u32()?;
     let step = string(c)?;
     let status = decode_status(c)?;
+    if status.is_pending() && format < FORMAT_VERSION {
+        return Err(WireError::Invalid(
+            "a sleeping or waiting run before format 5",
+        ));
+    }
     let error_message = opt_string(c)?;
     let created_at_ms = c.varint()?;
     let updated_at_ms = c.varint()?;
@@ -548,6 +719,16 @@ pub(super) fn decode_entry(
         }
         _ => return Err(WireError::Invalid("a change tag other than 0 or 1")),
     };
+    let pending = if format >= FORMAT_VERSION {
+        decode_pending(c)?
+    } else {
+        None
+    };
+    if status.is_pending() && pending.is_none() {
+        return Err(WireError::Invalid(
+            "a sleeping or waiting run that says not what it waits for",
+        ));
+    }
     let same_code = before.is_some_and(|b| b.version == version);
     let delta = !change.is_full();
     if (structure_tag == 2) != delta || (delta && !same_code) {
@@ -573,6 +754,8 @@ pub(super) fn decode_entry(
         seq,
         change,
         keep_from,
+        pending,
+        signals: Vec::new(),
         earlier: Vec::new(),
     })
 }
@@ -584,6 +767,8 @@ pub(super) fn decode_status(c: &mut Cursor<'_>) -> std::result::Result<RunStatus
         2 => RunStatus::Completed,
         3 => RunStatus::Cancelled,
         4 => RunStatus::NeedsAttention,
+        5 => RunStatus::Sleeping,
+        6 => RunStatus::Waiting,
         _ => return Err(WireError::Invalid("an unknown run status")),
     })
 }
@@ -668,6 +853,11 @@ impl<C> Decode<C> for Format1 {
         }
         if status == RunStatus::NeedsAttention {
             return Err(DecodeError::Other("format 1 has no needs-attention status"));
+        }
+        if status.is_pending() {
+            return Err(DecodeError::Other(
+                "format 1 has no sleeping or waiting status",
+            ));
         }
         if bool::decode(decoder)? != (status == RunStatus::Failed) {
             return Err(DecodeError::Other(

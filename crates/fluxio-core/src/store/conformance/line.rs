@@ -144,12 +144,14 @@ pub async fn rule20_history_depth_keeps_between_n_and_n_plus_32_checkpoints<H: H
         .expect("the pipeline builds");
     p.invoke("d", Context::new())
         .await
+        .and_then(crate::Outcome::completed)
         .expect("the run completes");
     let key = run_key(LINE, "d");
     let mut kept = Vec::new();
     for replay in 1..=20 {
         p.replay("d", Some("s1"))
             .await
+            .and_then(crate::Outcome::completed)
             .unwrap_or_else(|e| panic!("replay {replay} from s1: {e}"));
         let journal = store.history(&key).await.expect("history");
         let seqs: Vec<u32> = journal.iter().map(|cp| cp.seq).collect();
@@ -196,7 +198,11 @@ async fn cancel_in_s2<S: CheckpointStore>(
     let run = tokio::spawn({
         let p = p.clone();
         let id = id.to_owned();
-        async move { p.invoke(&id, Context::new()).await }
+        async move {
+            p.invoke(&id, Context::new())
+                .await
+                .and_then(crate::Outcome::completed)
+        }
     });
     tokio::time::timeout(Duration::from_secs(30), counts.hold.entered.notified())
         .await

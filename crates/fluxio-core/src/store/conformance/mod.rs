@@ -75,6 +75,19 @@ mod retention;
 
 mod run;
 
+mod waits;
+
+pub use waits::{
+    rule25_a_sleep_parks_the_run_until_a_worker_wakes_it_once,
+    rule25_a_sleeping_run_is_stored_with_its_wake_time_and_due_from_it,
+    rule26_a_signal_is_stored_once_and_another_payload_conflicts,
+    rule26_a_wait_is_decided_once_by_a_signal_or_its_deadline,
+    rule26_a_waiting_run_continues_with_its_signal_or_its_timeout,
+    rule26_racing_signals_and_deadlines_have_one_winner,
+    rule27_a_waiting_run_is_due_when_signalled_or_past_its_deadline,
+    rule27_racing_workers_continue_each_due_run_once,
+};
+
 pub use begin::{
     rule24_begin_run_if_absent_leaves_a_stored_run_alone,
     rule24_begin_run_replaces_a_stored_run_under_a_new_lease,
@@ -772,6 +785,14 @@ macro_rules! __store_conformance_each {
             rule24_a_cancelled_async_run_stops_at_its_first_refused_write,
             rule24_an_async_run_starts_no_stage_once_a_refusal_reached_it,
             rule17_a_value_too_deep_is_refused_alike_on_every_store,
+            rule25_a_sleeping_run_is_stored_with_its_wake_time_and_due_from_it,
+            rule25_a_sleep_parks_the_run_until_a_worker_wakes_it_once,
+            rule26_a_signal_is_stored_once_and_another_payload_conflicts,
+            rule26_a_wait_is_decided_once_by_a_signal_or_its_deadline,
+            rule26_racing_signals_and_deadlines_have_one_winner,
+            rule26_a_waiting_run_continues_with_its_signal_or_its_timeout,
+            rule27_a_waiting_run_is_due_when_signalled_or_past_its_deadline,
+            rule27_racing_workers_continue_each_due_run_once,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
