@@ -39,6 +39,11 @@ impl fluxio_sql::Dialect for MySql {
         "BIGINT NOT NULL",
         "ENGINE = InnoDB",
     ];
+
+    /// Keys are bytes (`VARBINARY`): read as text.
+    fn key_text(column: &str) -> String {
+        format!("CONVERT({column} USING utf8mb4)")
+    }
 }
 
 impl fluxio_sql::Server for MySql {

@@ -16,11 +16,11 @@
 //! // Creates the tables on first use (embedded migrations).
 //! let store = MySqlStore::connect("mysql://app:secret@db.internal:3306/app").await?;
 //! let pipeline = pipeline![charge].name("payments").store(store.clone()).build()?;
-//! pipeline.invoke("order-42", ctx! { "amount" => 4200u64 }?).await?;
+//! pipeline.invoke("order-42", ctx! { "amount" => 4200u64 }?).await?.completed()?;
 //!
 //! // Another worker, with its own store on the same database, can resume
 //! // a crashed or failed run:
-//! pipeline.resume("order-42").await?;
+//! pipeline.resume("order-42").await?.completed()?;
 //!
 //! // Periodically, from one worker: reclaim completed runs past retention.
 //! let purged = store.purge_expired().await?;
@@ -35,13 +35,16 @@
 //!
 //! # Tables
 //!
-//! Five InnoDB tables in the database, named after the table (validated as
+//! Six InnoDB tables in the database, named after the table (validated as
 //! `^[a-z_][a-z0-9_]{0,53}$` and backquoted in SQL; values are always bind
 //! parameters):
 //!
-//! - `<table>`: a row per run, mirroring its latest checkpoint (status,
-//!   step, version, attempt, error, times) for fenced writes, listings and
-//!   operators; the run's pipeline is a generated column.
+//! - `<table>`: a row per run, mirroring its latest checkpoint (status:
+//!   `running`, `failed`, `completed`, `cancelled`, `needs_attention`,
+//!   `sleeping` or `waiting`; step, version, attempt, error, times) for
+//!   fenced writes, listings and operators; the run's pipeline is a
+//!   generated column; `due_at` (schema version 2), when a sleeping or
+//!   waiting run is due, is the due index, with the key `(due_at, run_id)`.
 //! - `<table>_steps`: the run's journal (contract rules 18 and 20), a row
 //!   per checkpoint: the whole context, or the keys changed since the one
 //!   before. Deleted with the run (a foreign key's cascade).
@@ -51,6 +54,10 @@
 //! - `<table>_pipelines`: a row per pipeline, locked by a completion while
 //!   it trims the pipeline's completed runs
 //!   ([`keep_completed`](MySqlStoreBuilder::keep_completed)).
+//! - `<table>_signals`: the runs' mailboxes (contract rule 26), a row per
+//!   run and wait name (`VARBINARY`): the payload (`LONGBLOB`), when and by
+//!   whom it was sent, and its state (`delivered`, `consumed`, `closed`).
+//!   Deleted with the run (a foreign key's cascade).
 //!
 //! Keys are `VARBINARY`: a listing is in byte order (as Rust orders
 //! strings) whatever the server's collation. Times are BIGINT milliseconds
@@ -80,6 +87,33 @@
 //! [`Error::CheckpointTooLarge`](fluxio_core::Error::CheckpointTooLarge)
 //! naming the run: the run keeps its last checkpoint. Raise the server's
 //! setting for larger contexts.
+//!
+//! # Runs that wait
+//!
+//! Contract rules 25-28, as the Postgres store's (see its crate docs), on
+//! the same statements of `fluxio-sql`: `due_at` written with every write
+//! of the run's row, in its transaction (reading the mailbox for a waiting
+//! run: 0 once a signal it waits for is delivered); the due runs in one
+//! statement, one range of `(due_at, run_id)`, each lease looked up by its
+//! key; `send_signal` and `take_signal` one transaction each, with the
+//! run's row locked `FOR UPDATE` as its fenced writes lock it. The clock is
+//! the server's (`UNIX_TIMESTAMP(SYSDATE(3))`). The server tells no
+//! wake-ups: [`watch`](fluxio_core::store::CheckpointStore::watch) answers
+//! `None`, and workers find due runs on their poll.
+//!
+//! A signal's payload travels in one statement too: past the server's
+//! `max_allowed_packet` less 16 KiB it is refused before it is sent, with
+//! [`Error::ValueTooLarge`](fluxio_core::Error::ValueTooLarge) naming
+//! `signal payload` and the limit. On MariaDB's default (16 MiB) that is a
+//! little under [`MAX_SIGNAL_PAYLOAD`](fluxio_core::store::MAX_SIGNAL_PAYLOAD)
+//! (16 MiB): set `max_allowed_packet` to 17 MiB or more to take every
+//! payload fluxio accepts (MySQL 8's default, 64 MiB, does). A row that
+//! large could not be read back under the default either.
+//!
+//! Tables of schema version 1 gain the column, its key and the mailbox
+//! table when a store of this build opens them (the `ALTER TABLE` runs
+//! only when the column is missing, so a migration cut short runs again);
+//! their runs are not due.
 //!
 //! # Listing
 //!

@@ -25,8 +25,8 @@ fluxio_sql::migration_templates_test! {
     migrator: &MIGRATOR,
     render: render,
     names: Names::new(Some("d"), "t").expect("valid"),
-    at_least: 1,
-    tables: ["`d`.`t`", "`d`.`t_steps`", "`d`.`t_leases`", "`d`.`t_tokens`"],
+    at_least: 2,
+    tables: ["`d`.`t`", "`d`.`t_steps`", "`d`.`t_leases`", "`d`.`t_tokens`", "`d`.`t_signals`"],
 }
 
 /// How long a runner waits for another one's lock, in seconds (the store's
@@ -42,6 +42,9 @@ pub(crate) fn render(migration: &Migration, names: &Names) -> String {
         .replace("{leases}", &names.derived("_leases"))
         .replace("{tokens}", &names.derived("_tokens"))
         .replace("{pipelines}", &names.derived("_pipelines"))
+        .replace("{signals}", &names.derived("_signals"))
+        .replace("{database}", &names.database_literal())
+        .replace("{table_name}", &format!("'{}'", names.table))
 }
 
 /// The database a store's tables are in: its own, or the connection's.

@@ -1,8 +1,8 @@
-//! Listing runs (contract rule 21) on MySQL: each filter is one range of
-//! an index in key order, as `EXPLAIN` shows (a unit test: the listing's
-//! statement is the store's own).
+//! Listing runs (contract rule 21) and the due runs (rule 27) on MySQL:
+//! each filter is one range of an index in key order, as `EXPLAIN` shows
+//! (a unit test: the statements are the store's own).
 
-use fluxio_core::store::RunFilter;
+use fluxio_core::store::{DueFilter, RunFilter};
 use fluxio_test_support as support;
 use sqlx::Row as _;
 use support::sql::plan::{Index, Planner};
@@ -16,6 +16,23 @@ async fn list_plan(store: &MySqlStore, filter: &RunFilter) -> Vec<String> {
     let statement =
         fluxio_sql::statement::<MySql>(&store.server().sql().list, filter).expect("statement");
     let (text, arguments) = statement.into_parts::<sqlx::MySql>().expect("arguments");
+    explain(store, &text, arguments).await
+}
+
+/// The plan of the due runs' statement for `filter`, as [`list_plan`].
+async fn due_plan(store: &MySqlStore, filter: &DueFilter) -> Vec<String> {
+    let waits = &store.server().sql().journal.waits;
+    let statement = fluxio_sql::due_statement::<MySql>(waits, filter).expect("statement");
+    let (text, arguments) = statement.into_parts::<sqlx::MySql>().expect("arguments");
+    explain(store, &text, arguments).await
+}
+
+/// `EXPLAIN` of `text` with `arguments`: a line per table read.
+async fn explain(
+    store: &MySqlStore,
+    text: &str,
+    arguments: sqlx::mysql::MySqlArguments,
+) -> Vec<String> {
     let rows = sqlx::query_with(&format!("EXPLAIN {text}"), arguments)
         .fetch_all(store.pool())
         .await
@@ -61,11 +78,11 @@ impl Planner for Plan {
         let leases = format!("`{db}`.fluxio_checkpoints_leases");
         sqlx::raw_sql(&format!(
             "INSERT INTO {table} (run_id, payload, version, ip, step, status, error_message, \
-               created_at, updated_at, expires_at, attempt) \
+               created_at, updated_at, expires_at, attempt, due_at) \
              SELECT CONCAT(IF(n.i % 2 = 0, 'other/', 'orders/'), LPAD(n.i, 6, '0')), \
                c.payload, c.version, c.ip, c.step, \
                IF(n.i % 20 = 1 OR n.i % 4 = 0, 'failed', c.status), c.error_message, \
-               c.created_at, c.updated_at, c.expires_at, c.attempt \
+               c.created_at, c.updated_at, c.expires_at, c.attempt, c.due_at \
              FROM {table} AS c, (SELECT a.i * 1000 + b.i * 100 + d.i * 10 + e.i + 1 AS i FROM \
                (SELECT 0 i UNION SELECT 1 UNION SELECT 2 UNION SELECT 3 UNION SELECT 4 UNION \
                 SELECT 5 UNION SELECT 6 UNION SELECT 7 UNION SELECT 8 UNION SELECT 9 UNION \
@@ -78,7 +95,7 @@ impl Planner for Plan {
                (SELECT 0 i UNION SELECT 1 UNION SELECT 2 UNION SELECT 3 UNION SELECT 4 UNION \
                 SELECT 5 UNION SELECT 6 UNION SELECT 7 UNION SELECT 8 UNION SELECT 9) e) AS n \
              WHERE c.run_id = 'orders/seed'; \
-             INSERT INTO {leases} (run_id, token, expires_at) SELECT run_id, 1, NULL FROM {table}; \
+             INSERT IGNORE INTO {leases} (run_id, token, expires_at) SELECT run_id, 1, NULL FROM {table}; \
              ANALYZE TABLE {table}, {leases};"
         ))
         .execute(self.0.pool())
@@ -88,6 +105,14 @@ impl Planner for Plan {
 
     async fn plan(&self, filter: &RunFilter) -> Vec<String> {
         list_plan(&self.0, filter).await
+    }
+
+    async fn due_plan(&self, filter: &DueFilter) -> Vec<String> {
+        due_plan(&self.0, filter).await
+    }
+
+    fn due_index(&self) -> String {
+        "fluxio_due".to_owned()
     }
 
     fn table_read<'a>(&self, line: &'a str) -> Option<Option<&'a str>> {
@@ -125,4 +150,12 @@ impl Planner for Plan {
 async fn rule21_listing_reads_one_index_range_in_key_order() {
     let check = support::sql::plan::rule21_listing_reads_one_index_range_in_key_order::<Plan>;
     support::mysql::in_database("list_plan", check).await;
+}
+
+/// Rule 27: the due runs read one range of the `(due_at, run_id)` index
+/// (the shared check).
+#[tokio::test]
+async fn rule27_due_runs_read_one_range_of_the_due_index() {
+    let check = support::sql::plan::rule27_due_runs_read_one_range_of_the_due_index::<Plan>;
+    support::mysql::in_database("due_plan", check).await;
 }

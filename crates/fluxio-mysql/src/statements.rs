@@ -4,7 +4,10 @@
 //! statement that needs a value twice reads it from a one-row derived
 //! table `p`).
 
-use fluxio_sql::{COMPLETED, DrawnTokens, Listing, RunStatements, ServerSql, Statements};
+use fluxio_sql::{
+    COMPLETED, DrawnTokens, LeaseFree, Listing, RunStatements, ServerSql, Statements, WaitNames,
+    WaitStatements,
+};
 
 use crate::dialect::MySql;
 use crate::error::MySqlStoreError;
@@ -12,7 +15,7 @@ use crate::error::MySqlStoreError;
 /// The longest identifier MySQL and MariaDB take.
 const MAX_IDENTIFIER: usize = 64;
 /// The suffixes of the other tables' names.
-const SUFFIXES: [&str; 4] = ["_steps", "_leases", "_tokens", "_pipelines"];
+const SUFFIXES: [&str; 5] = ["_steps", "_leases", "_tokens", "_pipelines", "_signals"];
 
 /// The validated names of one store's database and tables.
 #[derive(Debug, Clone)]
@@ -96,6 +99,15 @@ impl Names {
     pub(crate) fn migrations(&self) -> String {
         self.qualified("_fluxio_migrations")
     }
+
+    /// The store's database as an SQL expression of its name: a literal
+    /// (the name is a validated identifier), or `DATABASE()`, the
+    /// connection's.
+    pub(crate) fn database_literal(&self) -> String {
+        self.database
+            .as_ref()
+            .map_or_else(|| "DATABASE()".to_owned(), |d| format!("'{d}'"))
+    }
 }
 
 /// A backquoted identifier. The names are validated before they get here;
@@ -133,7 +145,7 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
     );
     // The completed runs of pipeline `?` but the `?` newest visible
     // ones (expired ones go too: they are purgeable), ranked in one
-    // range of the completion index; the steps go with the rows.
+    // range of the completion index; the steps and mailboxes go with the rows.
     let keep_completed = format!(
         "DELETE c FROM {cp} AS c JOIN (SELECT run_id FROM (SELECT run_id, {live} AS live, \
              ROW_NUMBER() OVER (PARTITION BY {live} ORDER BY updated_at DESC, run_id DESC) \
@@ -144,9 +156,9 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
     ServerSql {
         journal: Statements::new::<MySql>(
             (&cp, &steps),
-            &format!("?, '', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ?"),
-            keep_completed,
-            Some(keep_lock),
+            &format!("?, '', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ?, ?"),
+            (keep_completed, Some(keep_lock)),
+            wait_statements(names),
         ),
         run: RunStatements {
             // Takes the lease with the token `drawn.draw` drew, when no
@@ -179,7 +191,7 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
                 "SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ? AND {})",
                 visible("")
             ),
-            // The steps go with the row (the foreign key's cascade).
+            // The steps and the mailbox go with the row (the foreign key's cascade).
             delete: format!("DELETE FROM {cp} WHERE run_id = ?"),
             release: format!(
                 "UPDATE {leases} SET expires_at = NULL WHERE run_id = ? AND token = ?"
@@ -226,6 +238,27 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
     }
 }
 
+/// The statements of runs that wait (rules 25-27) on the store's tables.
+fn wait_statements(names: &Names) -> WaitStatements {
+    let (cp, leases, signals) = (
+        names.checkpoints(),
+        names.derived("_leases"),
+        names.derived("_signals"),
+    );
+    WaitStatements::new::<MySql>(WaitNames {
+        checkpoints: &cp,
+        leases: &leases,
+        signals: &signals,
+        key_order: "c.run_id",
+        held: &format!("l.expires_at > {NOW}"),
+        now_ms: NOW,
+        lease_free: LeaseFree::AntiJoin,
+        due_hint: "",
+        // no wake-ups: the workers poll
+        notify: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +282,7 @@ mod tests {
         assert!(sql.journal.save.starts_with("INSERT INTO `d1`.`t1` ("));
         assert!(sql.journal.steps.insert.contains("`d1`.`t1_steps`"));
         assert!(sql.run.acquire.contains("`d1`.`t1_leases`"));
+        assert!(sql.journal.waits.insert.contains("`d1`.`t1_signals`"));
         let plain = statements(&Names::new(None, "t1").expect("valid"));
         assert!(plain.journal.save.starts_with("INSERT INTO `t1` ("));
     }

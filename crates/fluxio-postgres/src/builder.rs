@@ -22,9 +22,10 @@ impl PostgresStoreBuilder {
         /// Must match `^[a-z_][a-z0-9_]{0,62}$`, and not be a system schema of
         /// PostgreSQL (`information_schema`, `pg_*`).
         schema,
-        /// The checkpoint table (default `fluxio_checkpoints`); the lease table
-        /// is `<table>_leases`. Must match `^[a-z_][a-z0-9_]{0,62}$` and be at
-        /// most 56 characters (so the lease table's name fits too).
+        /// The checkpoint table (default `fluxio_checkpoints`); the others are
+        /// `<table>_steps`, `<table>_leases` and `<table>_signals`. Must match
+        /// `^[a-z_][a-z0-9_]{0,62}$` and be at most 55 characters (so the
+        /// mailbox table's name fits in 63 too).
         table,
         /// The pool's size (default 10). Ignored for [`PostgresStore::from_pool`](crate::PostgresStore::from_pool).
         max_connections,

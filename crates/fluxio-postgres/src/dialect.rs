@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use fluxio_core::store::RedactedUrl;
+use fluxio_core::store::{RedactedUrl, RunEvents};
 use fluxio_sql::server::Applied;
 use fluxio_sql::{Params, ServerSql, Settings};
 use sqlx::PgConnection;
@@ -18,7 +18,7 @@ use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
 use std::str::FromStr as _;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgQueryResult};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgQueryResult};
 
 use crate::PostgresStoreError;
 use crate::builder::{DEFAULT_SCHEMA, MAX_TIMEOUT};
@@ -132,6 +132,35 @@ impl fluxio_sql::Server for Postgres {
         .fetch_all(&mut *conn)
         .await?;
         Ok(Some(applied))
+    }
+
+    /// `LISTEN` on the channel of the store's tables ([`Names::channel`]),
+    /// on a connection of its own (not one of the store's pool): the
+    /// transactions that make a run due or end it `NOTIFY` it. When that
+    /// connection drops, the events end (the worker polls, and subscribes
+    /// again).
+    async fn watch(pool: &PgPool, names: &Names) -> sqlx::Result<Option<RunEvents>> {
+        let own = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .connect_lazy_with((*pool.connect_options()).clone());
+        let mut listener = PgListener::connect_with(&own).await?;
+        // a lost connection ends the events (`try_recv` answers `None`)
+        listener.eager_reconnect(false);
+        listener.listen(&names.channel()).await?;
+        let events = futures::stream::unfold(listener, |mut listener| async move {
+            loop {
+                match listener.try_recv().await {
+                    Ok(Some(told)) => {
+                        if let Some(event) = fluxio_sql::parse_event(told.payload()) {
+                            return Some((event, listener));
+                        }
+                    }
+                    Ok(None) | Err(_) => return None,
+                }
+            }
+        });
+        Ok(Some(RunEvents::new(events)))
     }
 }
 

@@ -17,15 +17,16 @@ use crate::error::PostgresStoreError;
 use crate::statements::Names;
 
 /// The migrations under `crates/fluxio-postgres/migrations/`, embedded at
-/// compile time. Their SQL is a template over `{checkpoints}` and `{leases}`.
+/// compile time. Their SQL is a template over `{checkpoints}`, `{leases}`,
+/// `{steps}` and `{signals}`.
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 fluxio_sql::migration_templates_test! {
     migrator: &MIGRATOR,
     render: render,
     names: Names::new("s", "t").expect("valid"),
-    at_least: 4,
-    tables: ["\"s\".\"t\"", "\"s\".\"t_leases\"", "\"s\".\"t_steps\""],
+    at_least: 5,
+    tables: ["\"s\".\"t\"", "\"s\".\"t_leases\"", "\"s\".\"t_steps\"", "\"s\".\"t_signals\""],
 }
 
 /// The first key of the transaction-level advisory lock the runner takes
@@ -39,6 +40,7 @@ pub(crate) fn render(migration: &Migration, names: &Names) -> String {
         .replace("{checkpoints}", &names.checkpoints_qualified())
         .replace("{leases}", &names.leases_qualified())
         .replace("{steps}", &names.steps_qualified())
+        .replace("{signals}", &names.signals_qualified())
 }
 
 /// Applies the pending migrations in one transaction, under a

@@ -1,6 +1,9 @@
 //! Identifier validation, quoting and the SQL of the store.
 
-use fluxio_sql::{COMPLETED, Listing, RunStatements, ServerSql, Statements};
+use fluxio_sql::{
+    COMPLETED, LeaseFree, Listing, Notify, RunStatements, ServerSql, Statements, WaitNames,
+    WaitStatements,
+};
 
 use crate::dialect::Postgres;
 
@@ -10,6 +13,8 @@ use crate::error::PostgresStoreError;
 const MAX_IDENTIFIER: usize = fluxio_sql::MAX_IDENTIFIER;
 /// Suffix of the lease table's name.
 const LEASES_SUFFIX: &str = "_leases";
+/// Suffix of the mailbox table's name: the longest of the tables'.
+const SIGNALS_SUFFIX: &str = "_signals";
 
 /// The validated names of one store's schema and tables.
 #[derive(Debug, Clone)]
@@ -44,13 +49,14 @@ impl Names {
                     .to_owned(),
             });
         }
-        if table.len() + LEASES_SUFFIX.len() > MAX_IDENTIFIER {
+        if table.len() + SIGNALS_SUFFIX.len() > MAX_IDENTIFIER {
             return Err(PostgresStoreError::InvalidSetting {
                 setting: "table",
                 value: table.to_owned(),
                 reason: format!(
-                    "at most {} characters, so that the lease table `<table>{LEASES_SUFFIX}` fits in 63",
-                    MAX_IDENTIFIER - LEASES_SUFFIX.len()
+                    "at most {} characters, so that the mailbox table `<table>{SIGNALS_SUFFIX}` \
+                     fits in 63",
+                    MAX_IDENTIFIER - SIGNALS_SUFFIX.len()
                 ),
             });
         }
@@ -78,7 +84,6 @@ impl Names {
         format!("{}.{}", quote(&self.schema), quote(&self.leases_table()))
     }
 
-    /// `"schema"."_fluxio_migrations"`.
     /// `"<schema>"."<table>_steps"`: the runs' journals, a row per checkpoint.
     pub(crate) fn steps_qualified(&self) -> String {
         format!(
@@ -88,6 +93,29 @@ impl Names {
         )
     }
 
+    /// `"<schema>"."<table>_signals"`: the runs' mailboxes (rule 26).
+    pub(crate) fn signals_qualified(&self) -> String {
+        format!(
+            "{}.{}",
+            quote(&self.schema),
+            quote(&format!("{}{SIGNALS_SUFFIX}", self.table))
+        )
+    }
+
+    /// The `LISTEN`/`NOTIFY` channel of the store's tables: `fluxio_`
+    /// and 16 hexadecimal digits of the 64-bit FNV-1a hash of
+    /// `<schema>.<table>` (a channel name is an identifier of at most 63
+    /// bytes; schema and table together may be longer).
+    pub(crate) fn channel(&self) -> String {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in format!("{}.{}", self.schema, self.table).bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        format!("fluxio_{hash:016x}")
+    }
+
+    /// `"schema"."_fluxio_migrations"`.
     pub(crate) fn migrations_qualified(&self) -> String {
         format!("{}.{}", quote(&self.schema), quote("_fluxio_migrations"))
     }
@@ -99,12 +127,13 @@ pub(crate) fn quote(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
-/// `$1..$9` as the values of [`ROW_COLUMNS`](fluxio_sql::ROW_COLUMNS): `$7` is the run's start in seconds
+/// `$1..$10` as the values of [`ROW_COLUMNS`](fluxio_sql::ROW_COLUMNS): `$7` is the run's start in seconds
 /// since the epoch, `$8` the retention in seconds (NULL: never expires), `$9`
-/// the attempt (schema version 4).
+/// the attempt (schema version 4), `$10` when the run is due, in
+/// milliseconds (schema version 5; NULL: not due).
 const VALUES: &str = "$1::text, ''::bytea, $2::text, $3::bigint, $4::text, $5::text, $6::text, \
      to_timestamp($7::float8), clock_timestamp(), \
-     clock_timestamp() + make_interval(secs => $8::float8), $9::bigint";
+     clock_timestamp() + make_interval(secs => $8::float8), $9::bigint, $10::bigint";
 /// A `timestamptz` column as whole milliseconds since the Unix epoch.
 fn millis(column: &str) -> String {
     format!("round(extract(epoch FROM {column}) * 1000)::int8")
@@ -136,7 +165,7 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
     // The completed runs of pipeline `$1` but the `$2` newest
     // visible ones (expired ones go too: they are purgeable). Both
     // scans are one range of the `(pipeline, status, updated_at)`
-    // index of schema version 3; the steps go with the rows
+    // index of schema version 3; the steps and mailboxes go with the rows
     // (`ON DELETE CASCADE`).
     let keep_completed = format!(
         "DELETE FROM {cp} WHERE pipeline = $1 AND status = '{COMPLETED}' \
@@ -148,8 +177,8 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
         journal: Statements::new::<Postgres>(
             (&cp, &steps),
             VALUES,
-            keep_completed,
-            Some(keep_lock),
+            (keep_completed, Some(keep_lock)),
+            wait_statements(names),
         ),
         // The run rows with their lease where it is held (database
         // clock), in key order: byte order, `COLLATE "C"`, whatever the
@@ -204,7 +233,7 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
                      FROM {leases} WHERE run_id = $1 FOR UPDATE), false)"
             ),
             exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = $1 AND {VISIBLE})"),
-            // The steps go with the row (`ON DELETE CASCADE`).
+            // The steps and the mailbox go with the row (`ON DELETE CASCADE`).
             delete: format!("DELETE FROM {cp} WHERE run_id = $1"),
             release: format!(
                 "UPDATE {leases} SET expires_at = NULL WHERE run_id = $1 AND token = $2"
@@ -220,6 +249,30 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
             format!("DELETE FROM {cp} WHERE expires_at <= clock_timestamp()"),
         ],
     }
+}
+
+/// The statements of runs that wait (rules 25-27) on the store's tables.
+fn wait_statements(names: &Names) -> WaitStatements {
+    let (cp, leases, signals) = (
+        names.checkpoints_qualified(),
+        names.leases_qualified(),
+        names.signals_qualified(),
+    );
+    WaitStatements::new::<Postgres>(WaitNames {
+        checkpoints: &cp,
+        leases: &leases,
+        signals: &signals,
+        key_order: "c.run_id COLLATE \"C\"",
+        held: "l.expires_at > clock_timestamp()",
+        now_ms: &millis("clock_timestamp()"),
+        lease_free: LeaseFree::NotExists,
+        due_hint: "",
+        // sent when the transaction commits, to every listener
+        notify: Some(Notify {
+            sql: "SELECT pg_notify($1, $2)".to_owned(),
+            channel: names.channel(),
+        }),
+    })
 }
 
 #[cfg(test)]
@@ -244,8 +297,8 @@ mod tests {
 
     #[test]
     fn derived_names_fit() {
-        assert!(Names::new("public", &"t".repeat(56)).is_ok());
-        let err = Names::new("public", &"t".repeat(57)).expect_err("too long");
+        assert!(Names::new("public", &"t".repeat(55)).is_ok());
+        let err = Names::new("public", &"t".repeat(56)).expect_err("too long");
         assert!(err.to_string().contains("invalid table"), "{err}");
         let err = Names::new("pg_temp", "t").expect_err("reserved");
         assert!(err.to_string().contains("invalid schema"), "{err}");
@@ -262,5 +315,20 @@ mod tests {
                 .starts_with("INSERT INTO \"s1\".\"t1_steps\" (")
         );
         assert!(sql.run.acquire.contains("\"s1\".\"t1_leases\""));
+        assert!(sql.journal.waits.insert.contains("\"s1\".\"t1_signals\""));
+    }
+
+    #[test]
+    fn each_schema_and_table_has_a_channel_of_its_own() {
+        let channel =
+            |schema: &str, table: &str| Names::new(schema, table).expect("valid").channel();
+        let long = channel(&"s".repeat(63), &"t".repeat(55));
+        assert_eq!(long.len(), "fluxio_".len() + 16, "{long}");
+        assert_ne!(channel("a", "b_c"), channel("a_b", "c"));
+        assert_eq!(
+            channel("public", "t"),
+            channel("public", "t"),
+            "the same in every process"
+        );
     }
 }

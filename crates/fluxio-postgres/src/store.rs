@@ -47,6 +47,17 @@ impl PostgresStore {
         &self.server().names().schema
     }
 
+    /// The `LISTEN`/`NOTIFY` channel of the store's tables, which
+    /// [`watch`](fluxio_core::store::CheckpointStore::watch) listens to:
+    /// `fluxio_` and 16 hexadecimal digits of a hash of `<schema>.<table>`,
+    /// the same in every process. Each transaction that parks a run, ends
+    /// it or signals it a name it waits for sends `due:<key>` or
+    /// `ended:<key>` on it when it commits.
+    #[must_use]
+    pub fn channel(&self) -> String {
+        self.server().names().channel()
+    }
+
     /// Creates the schema if needed and applies the pending migrations.
     /// [`connect`](PostgresStoreBuilder::connect) does this already;
     /// stores made with [`connect_lazy`](PostgresStoreBuilder::connect_lazy)
@@ -111,16 +122,17 @@ impl PostgresStore {
 
 #[cfg(test)]
 mod tests {
-    use fluxio_core::store::RunFilter;
+    use fluxio_core::store::{DueFilter, RunFilter};
     use fluxio_test_support as support;
     use support::sql::plan::{Index, Planner};
 
     use super::*;
 
-    /// Postgres's side of the shared plan check: the store, and the names
+    /// Postgres's side of the shared plan checks: the store, and the names
     /// of the checkpoint table's indexes on (run key, state and key,
-    /// pipeline, state and key), as `pg_indexes` has them.
-    struct Plan(PostgresStore, [String; 3]);
+    /// pipeline, state and key, due time and key), as `pg_indexes` has
+    /// them.
+    struct Plan(PostgresStore, [String; 4]);
 
     /// The name of the index of `store`'s checkpoint table whose columns
     /// are `columns`, as `pg_indexes` spells them.
@@ -129,7 +141,7 @@ mod tests {
         let wanted = format!("({columns})");
         let mut found = indexes
             .into_iter()
-            .filter(|(_, def)| def.ends_with(&wanted));
+            .filter(|(_, def)| def.ends_with(&wanted) || def.contains(&format!("{wanted} WHERE")));
         match (found.next(), found.next()) {
             (Some((name, _)), None) => name,
             other => panic!("one index on ({columns}), found {other:?}"),
@@ -146,7 +158,8 @@ mod tests {
             let key = index(&store, "run_id COLLATE \"C\"").await;
             let state = index(&store, "status, run_id COLLATE \"C\"").await;
             let pipeline_state = index(&store, "pipeline, status, run_id COLLATE \"C\"").await;
-            Plan(store, [key, state, pipeline_state])
+            let due = index(&store, "due_at, run_id COLLATE \"C\"").await;
+            Plan(store, [key, state, pipeline_state, due])
         }
 
         fn store(&self) -> &PostgresStore {
@@ -158,13 +171,14 @@ mod tests {
             let (table, leases) = (names.checkpoints_qualified(), names.leases_qualified());
             let clone = format!(
                 "INSERT INTO {table} (run_id, payload, version, ip, step, status, error_message, \
-                   created_at, updated_at, expires_at, attempt) \
+                   created_at, updated_at, expires_at, attempt, due_at) \
                  SELECT (CASE WHEN i % 2 = 0 THEN 'other/' ELSE 'orders/' END) \
                    || lpad(i::text, 6, '0'), payload, version, ip, step, \
                    CASE WHEN i % 20 = 1 OR i % 4 = 0 THEN 'failed' ELSE status END, error_message, \
-                   created_at, updated_at, expires_at, attempt \
+                   created_at, updated_at, expires_at, attempt, due_at \
                  FROM {table}, generate_series(1, 20000) AS i WHERE run_id = 'orders/seed'; \
-                 INSERT INTO {leases} (run_id, expires_at) SELECT run_id, NULL FROM {table}; \
+                 INSERT INTO {leases} (run_id, expires_at) SELECT run_id, NULL FROM {table} \
+                 ON CONFLICT (run_id) DO NOTHING; \
                  ANALYZE {table}, {leases}"
             );
             sqlx::raw_sql(&clone)
@@ -183,6 +197,21 @@ mod tests {
                 .expect("plan")
         }
 
+        async fn due_plan(&self, filter: &DueFilter) -> Vec<String> {
+            let waits = &self.0.server().sql().journal.waits;
+            let statement =
+                fluxio_sql::due_statement::<Postgres>(waits, filter).expect("statement");
+            let (text, arguments) = statement.into_parts::<sqlx::Postgres>().expect("arguments");
+            sqlx::query_scalar_with(&format!("EXPLAIN {text}"), arguments)
+                .fetch_all(self.0.pool())
+                .await
+                .expect("plan")
+        }
+
+        fn due_index(&self) -> String {
+            self.1[3].clone()
+        }
+
         fn table_read<'a>(&self, line: &'a str) -> Option<Option<&'a str>> {
             let scan = line.split_once("Index Scan using ");
             line.contains(&format!(" on {} c", self.0.table()))
@@ -198,7 +227,7 @@ mod tests {
         }
 
         fn names(&self, index: Index, _: &RunFilter) -> Vec<String> {
-            let [key, state, pipeline_state] = &self.1;
+            let [key, state, pipeline_state, _] = &self.1;
             let name = match index {
                 Index::Key => key,
                 Index::State => state,
@@ -214,5 +243,13 @@ mod tests {
     async fn rule21_listing_reads_one_index_range_in_key_order() {
         let check = support::sql::plan::rule21_listing_reads_one_index_range_in_key_order::<Plan>;
         support::postgres::in_schema("list_plan", check).await;
+    }
+
+    /// Rule 27: the due runs read one range of the `(due_at, run_id)`
+    /// index of schema version 5 (the shared check).
+    #[tokio::test]
+    async fn rule27_due_runs_read_one_range_of_the_due_index() {
+        let check = support::sql::plan::rule27_due_runs_read_one_range_of_the_due_index::<Plan>;
+        support::postgres::in_schema("due_plan", check).await;
     }
 }

@@ -18,13 +18,16 @@
 //! Listing runs (contract rule 21) is here too, in `list.rs`: the
 //! statement a filter asks for, over the run rows and the lease table.
 //! So is checking, without writing, that the migrations a store finds
-//! applied are ones this build reads (`schema.rs`).
+//! applied are ones this build reads (`schema.rs`), and what runs that
+//! wait keep (contract rules 25-27, `waits.rs`): the due time on the run's
+//! row, the mailbox, the due runs, the wake-ups.
 
 mod error;
 mod list;
 mod schema;
 pub mod server;
 mod settings;
+mod waits;
 
 pub use error::ServerStoreError;
 pub use list::{Listing, Statement, list, statement};
@@ -32,6 +35,9 @@ pub use schema::{Bookkeeping, Unreadable, apply, pending, readable, rendered};
 pub use server::{Failure, Server, ServerSql, ServerStore};
 pub use settings::{
     DEFAULT_COMPLETED_RETENTION, DEFAULT_TABLE, DEFAULT_TIMEOUT, Settings, Source, pool_options,
+};
+pub use waits::{
+    LeaseFree, Notify, WaitNames, WaitStatements, due_runs, due_statement, event_of, parse_event,
 };
 
 #[doc(hidden)]
@@ -97,6 +103,12 @@ pub const NEEDS_ATTENTION: &str = "needs_attention";
 /// The `status` of a completed run's row: what `keep_completed` trims.
 #[doc(hidden)]
 pub const COMPLETED: &str = "completed";
+/// The `status` of a sleeping run's row (rule 25).
+#[doc(hidden)]
+pub const SLEEPING: &str = "sleeping";
+/// The `status` of a waiting run's row (rule 26).
+#[doc(hidden)]
+pub const WAITING: &str = "waiting";
 
 /// What differs between the drivers in the journal's writes and the
 /// listing's reads: the driver, how a statement names its parameters, and
@@ -155,6 +167,11 @@ pub trait Dialect {
     /// itself, where the columns hold what is bound).
     fn time_param(n: usize) -> String {
         Self::param(n)
+    }
+    /// A run key column (`c.run_id`) as a text the driver reads into a
+    /// `String` (the column itself, where keys are text).
+    fn key_text(column: &str) -> String {
+        column.to_owned()
     }
 }
 
@@ -278,7 +295,7 @@ pub struct DrawnTokens {
 pub struct Statements {
     /// Upserts the run's row: key, version, ip, step, status, error message,
     /// start ([`Dialect::instant`]), retention ([`Dialect::span`], NULL:
-    /// never expires), attempt.
+    /// never expires), attempt, due time (milliseconds, NULL: not due).
     pub save: String,
     /// The run's `status` (key), locking the row if the store needs it.
     pub status: String,
@@ -289,6 +306,8 @@ pub struct Statements {
     pub keep_lock: Option<String>,
     /// Deletes the completed runs of (pipeline) but the (n) newest.
     pub keep_completed: String,
+    /// The mailbox, the due time and the wake-ups (rules 25-27).
+    pub waits: WaitStatements,
 }
 
 impl Statements {
@@ -296,13 +315,14 @@ impl Statements {
     /// and steps table `steps`: the run's row saved (its [`ROW_COLUMNS`]
     /// with `values`, their SQL in bind order, upserted as `D` upserts),
     /// its status read (locking the row where `D` needs it), its steps',
-    /// and the trim's (`keep_completed` after `keep_lock`).
+    /// the trim's (`keep_completed` after `keep_lock`), and those of runs
+    /// that wait.
     #[must_use]
     pub fn new<D: Dialect>(
         (cp, steps): (&str, &str),
         values: &str,
-        keep_completed: String,
-        keep_lock: Option<String>,
+        (keep_completed, keep_lock): (String, Option<String>),
+        waits: WaitStatements,
     ) -> Self {
         Statements {
             save: format!(
@@ -317,6 +337,7 @@ impl Statements {
             steps: StepStatements::new::<D>(steps),
             keep_lock,
             keep_completed,
+            waits,
         }
     }
 }
@@ -324,9 +345,10 @@ impl Statements {
 /// The columns of the run's row a save writes, in the order [`Journal`]
 /// binds them: the key, the payload (empty: the checkpoints are rows of
 /// the steps table), version, ip, step, status, error message, start,
-/// the write's time, expiry, attempt.
+/// the write's time, expiry, attempt, and when the run is due (a sleeping
+/// or waiting run, in milliseconds since the Unix epoch; NULL otherwise).
 pub const ROW_COLUMNS: &str = "run_id, payload, version, ip, step, status, error_message, \
-     created_at, updated_at, expires_at, attempt";
+     created_at, updated_at, expires_at, attempt, due_at";
 
 /// How a database upserts a row.
 #[doc(hidden)]
@@ -345,7 +367,7 @@ impl Upsert {
     /// the payload, from the new row.
     #[must_use]
     pub fn row(self) -> String {
-        const UPDATED: [&str; 9] = [
+        const UPDATED: [&str; 10] = [
             "version",
             "ip",
             "step",
@@ -355,6 +377,7 @@ impl Upsert {
             "updated_at",
             "expires_at",
             "attempt",
+            "due_at",
         ];
         let (head, set): (&str, fn(&str) -> String) = match self {
             Upsert::OnConflict => ("ON CONFLICT (run_id) DO UPDATE SET", |c| {
@@ -523,6 +546,7 @@ where
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB>,
     for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
     for<'q> Option<D::Time>: Encode<'q, DB>,
     str: Type<DB>,
     for<'q> &'q [u8]: Encode<'q, DB>,
@@ -570,6 +594,66 @@ where
             .fetch_optional(&mut *conn)
             .await?;
         Ok(status.as_deref() == Some(CANCELLED))
+    }
+
+    /// Appends `checkpoint` (encoded as `step`) of run `key` in the
+    /// caller's transaction as `CheckpointStore::save_fenced` does: the
+    /// lease (key, `token`) read, locking its row where the dialect locks
+    /// it; the run's row read (locked likewise): a cancelled run is refused
+    /// with [`Error::Cancelled`], then a lease that is not current with
+    /// [`Error::LeaseLost`] (`lost`); then [`append`](Self::append). Every
+    /// refusal comes before anything is written.
+    ///
+    /// # Errors
+    /// The refusals above; [`append`](Self::append)'s.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn fenced(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        run: &RunStatements,
+        (key, token): (&str, i64),
+        checkpoint: &Checkpoint,
+        step: &Step,
+        retention: Retention,
+        lost: impl FnOnce() -> Error,
+    ) -> std::result::Result<(), Failure> {
+        Self::gate(conn, sql, run, (key, token), lost).await?;
+        Self::append(conn, sql, key, checkpoint, step, retention).await
+    }
+
+    /// The checks of a fenced write of run `key` under the lease `token`,
+    /// in the order of [`fenced`](Self::fenced): the lease row read (and
+    /// locked), then the run's row (locked): `Cancelled`, then `lost()` for
+    /// a lease that is not current. Returns whether the run has a row.
+    ///
+    /// # Errors
+    /// Those refusals; the driver's.
+    pub async fn gate(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        run: &RunStatements,
+        (key, token): (&str, i64),
+        lost: impl FnOnce() -> Error,
+    ) -> std::result::Result<bool, Failure> {
+        let held: bool = sqlx::query_scalar(&run.held)
+            .bind(key)
+            .bind(token)
+            .fetch_one(&mut *conn)
+            .await?;
+        let status: Option<String> = sqlx::query_scalar(&sql.status)
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if status.as_deref() == Some(CANCELLED) {
+            return Err(Error::Cancelled {
+                run_id: key.to_owned(),
+            }
+            .into());
+        }
+        if !held {
+            return Err(lost().into());
+        }
+        Ok(status.is_some())
     }
 
     /// Starts run `first.key()` (`key`) in the caller's transaction, as
@@ -625,7 +709,12 @@ where
                 .into());
             }
         }
-        Self::append(conn, sql, &key, first, step, retention).await?;
+        if !Self::predecessor_stored(conn, sql, &key, step).await? {
+            return Err(missing_predecessor(&key, first.seq).into());
+        }
+        // a run just deleted left no steps and no mailbox behind
+        let stored = begin != Begin::Replace;
+        Self::append_checked(conn, sql, &key, first, step, retention, stored).await?;
         Ok(Begun::new(lease, true))
     }
 
@@ -717,9 +806,11 @@ where
     /// Appends `checkpoint` (encoded as `step`) to the journal of run
     /// `key`, as [`fluxio_core::store::append`] does to a list: refuses a
     /// delta whose predecessor is not stored (before writing anything),
-    /// drops the steps numbered `seq` or later, writes the run's row and the
-    /// step, cuts the journal at [`cut_point`], and trims the pipeline's
-    /// completed runs (see [`Retention`]). Reads no payload.
+    /// drops the steps numbered `seq` or later (and for a run's first
+    /// checkpoint, a fresh run, the key's mailbox), writes the run's row
+    /// (when it is due: [`due_at`](Self::due_at)) and the step, cuts the
+    /// journal at [`cut_point`], and trims the pipeline's completed runs
+    /// (see [`Retention`]). Reads no payload.
     ///
     /// # Errors
     /// The driver's, or `CorruptCheckpoint` for a delta without its
@@ -740,8 +831,9 @@ where
 
     /// [`append`](Self::append) once the caller found the predecessor
     /// stored (or `step` whole), and whether steps numbered `step`'s seq or
-    /// later are stored (`later`: they are dropped first). For a store that
-    /// reads all it decides with in one statement.
+    /// later, or for a run's first step a mailbox, may be stored (`later`:
+    /// they are dropped first). For a store that reads all it decides with
+    /// in one statement.
     ///
     /// # Errors
     /// The driver's.
@@ -756,8 +848,13 @@ where
     ) -> std::result::Result<(), Failure> {
         if later {
             Self::delete_steps_from(conn, sql, key, step.seq).await?;
+            if step.seq == 0 {
+                // a fresh run under the key: none of the old run's signals
+                Self::clear_mailbox(conn, sql, key).await?;
+            }
         }
-        Self::write_run(conn, sql, key, checkpoint, retention.expire_after).await?;
+        let due = Self::due_at(conn, sql, key, checkpoint).await?;
+        Self::write_run(conn, sql, key, checkpoint, retention.expire_after, due).await?;
         Self::insert(conn, sql, key, step).await?;
         Self::trim(conn, sql, key, checkpoint, retention).await
     }
@@ -796,8 +893,9 @@ where
     }
 
     /// Replaces the whole journal of run `key` with `steps` (oldest first),
-    /// its row describing `latest`, and trims the pipeline's completed runs
-    /// (see [`Retention`]). The row is written first: concurrent plain
+    /// its row describing `latest`, its mailbox with `latest`'s
+    /// [`signals`](Checkpoint::signals), and trims the pipeline's completed
+    /// runs (see [`Retention`]). The row is written first: concurrent plain
     /// saves of one run take turns on it.
     ///
     /// # Errors
@@ -810,11 +908,13 @@ where
         steps: &[Step],
         retention: Retention,
     ) -> std::result::Result<(), Failure> {
-        Self::write_run(conn, sql, key, latest, retention.expire_after).await?;
+        let due = waits::due_value(latest, &latest.signals);
+        Self::write_run(conn, sql, key, latest, retention.expire_after, due).await?;
         Self::delete_steps_from(conn, sql, key, 0).await?;
         for step in steps {
             Self::insert(conn, sql, key, step).await?;
         }
+        Self::replace_mailbox(conn, sql, key, &latest.signals).await?;
         Self::keep_completed(conn, sql, key, latest, retention.keep_completed).await?;
         Ok(())
     }
@@ -849,15 +949,18 @@ where
         Ok(())
     }
 
-    /// Upserts the run's row with the fields of its latest checkpoint; a
-    /// completed run expires `retention` from now.
+    /// Upserts the run's row with the fields of its latest checkpoint, due
+    /// at `due` (see [`due_at`](Self::due_at)); a completed run expires
+    /// `retention` from now. Tells the store's watchers (where it has
+    /// wake-ups) when the run parked or ended.
     async fn write_run(
         conn: &mut DB::Connection,
         sql: &Statements,
         key: &str,
         checkpoint: &Checkpoint,
         retention: Option<Duration>,
-    ) -> sqlx::Result<()> {
+        due: Option<i64>,
+    ) -> std::result::Result<(), Failure> {
         let retention = match checkpoint.status {
             RunStatus::Completed => retention.map(D::span),
             _ => None,
@@ -867,13 +970,17 @@ where
             .bind(checkpoint.version.as_str())
             .bind(i64::from(checkpoint.ip))
             .bind(checkpoint.step.as_str())
-            .bind(status_name(checkpoint.status))
+            .bind(status_name(checkpoint.status)?)
             .bind(checkpoint.error_message.as_deref())
             .bind(D::instant(checkpoint.created_at_ms))
             .bind(retention)
             .bind(i64::from(checkpoint.attempt))
+            .bind(due)
             .execute(&mut *conn)
             .await?;
+        if let Some(kind) = event_of(checkpoint.status) {
+            Self::notify(conn, sql, key, kind).await?;
+        }
         Ok(())
     }
 
@@ -908,17 +1015,27 @@ where
 }
 
 /// The row's `status` of a checkpoint's.
+///
+/// # Errors
+/// [`Error::Unsupported`] for a status of a later fluxio-core, which this
+/// build cannot store so that it lists (`RunStatus` may grow).
 #[doc(hidden)]
-#[must_use]
-pub fn status_name(status: RunStatus) -> &'static str {
-    match status {
+pub fn status_name(status: RunStatus) -> Result<&'static str> {
+    Ok(match status {
         RunStatus::Running => RUNNING,
         RunStatus::Failed => FAILED,
         RunStatus::Completed => COMPLETED,
         RunStatus::Cancelled => CANCELLED,
         RunStatus::NeedsAttention => NEEDS_ATTENTION,
-        _ => "other",
-    }
+        RunStatus::Sleeping => SLEEPING,
+        RunStatus::Waiting => WAITING,
+        _ => {
+            return Err(Error::Unsupported {
+                operation: "store a run in a status this build of fluxio-sql does not know",
+                store: "sql",
+            });
+        }
+    })
 }
 
 #[cfg(test)]

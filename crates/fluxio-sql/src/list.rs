@@ -15,7 +15,7 @@ use fluxio_core::Error;
 use fluxio_core::store::{Checkpoint, RunFilter, RunPage, RunState, RunStatus, RunSummary};
 use sqlx::{Arguments as _, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
-use crate::{CANCELLED, COMPLETED, Dialect, FAILED, NEEDS_ATTENTION, RUNNING};
+use crate::{CANCELLED, COMPLETED, Dialect, FAILED, NEEDS_ATTENTION, RUNNING, SLEEPING, WAITING};
 
 /// One store's listing text, built once from its validated, quoted names.
 #[doc(hidden)]
@@ -53,19 +53,20 @@ type Row = (
 );
 
 /// A value the statement binds, in order.
-enum Arg<T> {
+pub(crate) enum Arg<T> {
     Text(String),
     Time(T),
     Count(i64),
 }
 
-/// The listing statement of one filter: its text and its values, in bind
-/// order ([`Statement::into_parts`]).
+/// The listing statement of one filter (and the due runs' statement of
+/// one, `waits.rs`): its text and its values, in bind order
+/// ([`Statement::into_parts`]).
 #[doc(hidden)]
 pub struct Statement<T> {
     /// The SQL, every value a parameter.
     pub text: String,
-    args: Vec<Arg<T>>,
+    pub(crate) args: Vec<Arg<T>>,
 }
 
 impl<T> std::fmt::Debug for Statement<T> {
@@ -226,6 +227,8 @@ fn status_of(state: RunState) -> Result<(&'static str, Option<bool>), Error> {
         RunState::Completed => (COMPLETED, None),
         RunState::Cancelled => (CANCELLED, None),
         RunState::NeedsAttention => (NEEDS_ATTENTION, None),
+        RunState::Sleeping => (SLEEPING, None),
+        RunState::Waiting => (WAITING, None),
         _ => {
             return Err(Error::Unsupported {
                 operation: "list runs in a state this build of fluxio-sql does not know",
@@ -243,6 +246,8 @@ fn status_named(key: &str, status: &str) -> Result<RunStatus, Error> {
         COMPLETED => RunStatus::Completed,
         CANCELLED => RunStatus::Cancelled,
         NEEDS_ATTENTION => RunStatus::NeedsAttention,
+        SLEEPING => RunStatus::Sleeping,
+        WAITING => RunStatus::Waiting,
         other => {
             return Err(Error::CorruptCheckpoint {
                 run_id: key.to_owned(),
@@ -422,12 +427,26 @@ mod tests {
             (RunState::Completed, COMPLETED, None),
             (RunState::Cancelled, CANCELLED, None),
             (RunState::NeedsAttention, NEEDS_ATTENTION, None),
+            (RunState::Sleeping, SLEEPING, None),
+            (RunState::Waiting, WAITING, None),
         ] {
             assert_eq!(status_of(state).expect("known"), (status, held));
         }
-        for status in [RUNNING, FAILED, COMPLETED, CANCELLED, NEEDS_ATTENTION] {
+        for state in RunState::ALL {
+            assert!(status_of(state).is_ok(), "{state:?} lists");
+        }
+        let statuses = [
+            RUNNING,
+            FAILED,
+            COMPLETED,
+            CANCELLED,
+            NEEDS_ATTENTION,
+            SLEEPING,
+            WAITING,
+        ];
+        for status in statuses {
             let known = status_named("p/r", status).expect("known");
-            assert_eq!(crate::status_name(known), status);
+            assert_eq!(crate::status_name(known).expect("a name"), status);
         }
         let err = status_named("p/r", "paused").expect_err("unknown");
         assert!(err.to_string().contains("`paused`"), "{err}");

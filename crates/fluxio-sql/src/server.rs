@@ -9,7 +9,12 @@
 //! failures or timeouts, its own error type), the text of its statements
 //! ([`ServerSql`], built from its validated names), its connection options
 //! and its migrations. Its store type wraps a [`ServerStore`] and
-//! implements the trait with [`server_store!`](crate::server_store).
+//! implements the trait with [`server_store!`](crate::server_store)
+//! (`server/macros.rs`); the calls of runs that wait are in
+//! `server/waits.rs`.
+
+mod macros;
+mod waits;
 
 use std::fmt;
 use std::future::Future;
@@ -18,8 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, Lease, RedactedUrl, RunFilter, RunPage, StoreErrorKind,
-    check_lease_ttl, check_run_id,
+    Begin, Begun, Checkpoint, Lease, RedactedUrl, RunEvent, RunEvents, RunFilter, RunPage,
+    StoreErrorKind, check_lease_ttl, check_run_id,
 };
 use fluxio_core::{Error, Result};
 use sqlx::error::DatabaseError;
@@ -138,6 +143,17 @@ pub trait Server: Dialect + Send + Sync + 'static {
         conn: &'c mut <Self::Db as Database>::Connection,
         names: &'c Self::Names,
     ) -> impl Future<Output = sqlx::Result<Option<Applied>>> + Send + 'c;
+
+    /// A subscription to the wake-ups of the store's tables on `pool`
+    /// ([`CheckpointStore::watch`](fluxio_core::store::CheckpointStore::watch));
+    /// `None` (the default) where the server tells none: the workers poll.
+    fn watch<'c>(
+        pool: &'c Pool<Self::Db>,
+        names: &'c Self::Names,
+    ) -> impl Future<Output = sqlx::Result<Option<RunEvents>>> + Send + 'c {
+        let _ = (pool, names);
+        async { Ok(None) }
+    }
 }
 
 /// The migrations applied to a store's tables: (version, checksum) each.
@@ -201,6 +217,9 @@ pub struct ServerStore<S: Server> {
     /// The largest step payload one statement may carry (the server's
     /// packet limit, when the store read it); `u64::MAX`: none known.
     max_step: AtomicU64,
+    /// The wake-ups of the server's listener, shared by every watcher of
+    /// this store (`server/waits.rs`); gone when the listener ended.
+    events: tokio::sync::Mutex<Option<tokio::sync::broadcast::WeakSender<RunEvent>>>,
     dialect: PhantomData<S>,
 }
 
@@ -285,6 +304,7 @@ where
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'q> &'q str: Encode<'q, DB>,
     for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
     for<'q> Option<S::Time>: Encode<'q, DB>,
     for<'q> S::Time: Encode<'q, DB>,
     str: Type<DB>,
@@ -325,6 +345,7 @@ where
             retention: settings.retention,
             url,
             max_step: AtomicU64::new(u64::MAX),
+            events: tokio::sync::Mutex::new(None),
             dialect: PhantomData,
         })
     }
@@ -514,12 +535,16 @@ where
 
     /// One transaction: the run's row, then its steps replaced by the
     /// checkpoint's journal ([`earlier`](Checkpoint::earlier), then
-    /// itself).
+    /// itself), and its mailbox by the checkpoint's
+    /// [`signals`](Checkpoint::signals).
     ///
     /// # Errors
     /// A bad run id or checkpoint; the driver's.
     pub async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
         let key = checkpoint.checked_key()?;
+        for signal in &checkpoint.signals {
+            self.check_payload(signal)?;
+        }
         let steps = checkpoint
             .earlier
             .iter()
@@ -711,23 +736,15 @@ where
         let (key, checkpoint, step) = (&key, &checkpoint, &step);
         self.call("save_fenced", Retry::Once, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            let held = self.held(&mut tx, key, token).await?;
-            if Journal::<S>::cancelled(&mut tx, &self.sql.journal, key).await? {
-                return Err(Error::Cancelled {
-                    run_id: key.clone(),
-                }
-                .into());
-            }
-            if !held {
-                return Err(lease_lost(lease).into());
-            }
-            Journal::<S>::append(
+            Journal::<S>::fenced(
                 &mut tx,
                 &self.sql.journal,
-                key,
+                &self.sql.run,
+                (key, token),
                 checkpoint,
                 step,
                 self.retention,
+                || lease_lost(lease),
             )
             .await?;
             tx.commit().await?;
@@ -909,241 +926,4 @@ where
         })
         .await
     }
-}
-
-/// A server store's types and what they share: the store type (a cheap
-/// clone of one `Arc` of its [`ServerStore`]) with its `Debug`, `connect`,
-/// `builder`, `from_pool`, `pool` and `table`, and the
-/// [`CheckpointStore`](fluxio_core::store::CheckpointStore) calls, each
-/// the body's; its builder (where its connections come from and its
-/// [`Settings`], set by [`settings_setters!`](crate::settings_setters))
-/// with `connect` and `connect_lazy`. The store crate writes the docs of
-/// both types, the builder's other setters and the store's other calls
-/// (`migrate` and `check_readable` among them).
-///
-/// The one-argument form implements only the trait, for a store type
-/// whose `server()` method returns its [`ServerStore`].
-#[doc(hidden)]
-#[macro_export]
-macro_rules! server_store {
-    (
-        $(#[$store_meta:meta])*
-        pub struct $store:ident;
-        $(#[$builder_meta:meta])*
-        pub struct $builder:ident;
-        dialect $dialect:ty;
-        pool $pool:ty;
-        max_connections $max:expr;
-    ) => {
-        $(#[$store_meta])*
-        #[derive(Clone)]
-        pub struct $store {
-            inner: ::std::sync::Arc<$crate::ServerStore<$dialect>>,
-        }
-
-        impl ::std::fmt::Debug for $store {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                self.inner.fmt_as(stringify!($store), f)
-            }
-        }
-
-        $(#[$builder_meta])*
-        #[derive(Clone, Debug)]
-        pub struct $builder {
-            source: $crate::Source<<$dialect as $crate::Dialect>::Db>,
-            pub(crate) settings: $crate::Settings,
-        }
-
-        $crate::server_store!($store);
-
-        impl $store {
-            /// Connects to `url` with the default settings and applies the
-            /// pending migrations.
-            ///
-            /// # Errors
-            #[doc = concat!(
-                "[`Error::Store`](fluxio_core::Error::Store) when the URL is invalid, the ",
-                "server cannot be reached within the [timeout](", stringify!($builder),
-                "::timeout), or a migration fails."
-            )]
-            pub async fn connect(url: &str) -> ::fluxio_core::Result<$store> {
-                Self::builder(url).connect().await
-            }
-
-            /// A builder connecting to `url`.
-            pub fn builder(url: impl Into<String>) -> $builder {
-                $builder::new($crate::Source::Url(url.into()))
-            }
-
-            #[doc = concat!(
-                "A builder on an existing pool: the pool's own size and connect options are ",
-                "kept ([`max_connections`](", stringify!($builder), "::max_connections) is ",
-                "ignored, and so are the session settings the store's own connections get); ",
-                "the client-side [timeout](", stringify!($builder), "::timeout) still bounds ",
-                "every call. Finish it with [`connect`](", stringify!($builder), "::connect) ",
-                "(which migrates) or [`connect_lazy`](", stringify!($builder), "::connect_lazy)."
-            )]
-            pub fn from_pool(pool: $pool) -> $builder {
-                $builder::new($crate::Source::Pool(pool))
-            }
-
-            /// The pool this store runs on.
-            #[must_use]
-            pub fn pool(&self) -> &$pool {
-                self.server().pool()
-            }
-
-            /// The checkpoint table.
-            #[must_use]
-            pub fn table(&self) -> &str {
-                $crate::server::Tables::table(self.server().names())
-            }
-
-            /// The store's body, shared with the other server stores.
-            pub(crate) fn server(&self) -> &$crate::ServerStore<$dialect> {
-                &self.inner
-            }
-        }
-
-        impl $builder {
-            fn new(source: $crate::Source<<$dialect as $crate::Dialect>::Db>) -> Self {
-                $builder {
-                    source,
-                    settings: $crate::Settings::new($max),
-                }
-            }
-
-            /// Builds the store and applies the pending migrations (creating
-            /// what is missing on first use);
-            /// [read-only](Self::read_only), it checks the tables instead.
-            ///
-            /// # Errors
-            /// [`Error::Store`](fluxio_core::Error::Store): an invalid setting
-            /// ([`InvalidSetting`]($crate::ServerStoreError::InvalidSetting),
-            /// naming the setting and the value), an invalid URL, a server
-            /// that refuses or cannot be reached
-            /// ([`Connect`]($crate::ServerStoreError::Connect), at once, with
-            /// the I/O error as its source) or does not answer within the
-            /// timeout, a failed migration; read-only, tables that are missing
-            /// or older than this build reads. No message shows the URL's
-            /// password.
-            pub async fn connect(self) -> ::fluxio_core::Result<$store> {
-                let read_only = self.settings.read_only;
-                let store = self.connect_lazy()?;
-                store.server().first_connection().await?;
-                if read_only {
-                    store.check_readable().await?;
-                } else {
-                    store.migrate().await?;
-                }
-                Ok(store)
-            }
-
-            #[doc = concat!(
-                "Builds the store without connecting or migrating: the first call connects. ",
-                "For services that start before their database; call [`", stringify!($store),
-                "::migrate`] before the first run unless the tables exist already."
-            )]
-            ///
-            /// # Errors
-            /// [`Error::Store`](fluxio_core::Error::Store) for an invalid
-            /// setting or URL; [`Error::NoRuntime`](fluxio_core::Error::NoRuntime)
-            /// outside a tokio runtime (for a store built from a URL: its
-            /// pool needs one).
-            pub fn connect_lazy(self) -> ::fluxio_core::Result<$store> {
-                let server = $crate::ServerStore::build(self.source, self.settings)?;
-                Ok($store {
-                    inner: ::std::sync::Arc::new(server),
-                })
-            }
-        }
-    };
-    ($store:ty) => {
-        #[$crate::__private::async_trait]
-        impl ::fluxio_core::store::CheckpointStore for $store {
-            async fn save(
-                &self,
-                checkpoint: ::fluxio_core::store::Checkpoint,
-            ) -> ::fluxio_core::Result<()> {
-                self.server().save(checkpoint).await
-            }
-            async fn load(
-                &self,
-                key: &str,
-            ) -> ::fluxio_core::Result<Option<::fluxio_core::store::Checkpoint>> {
-                self.server().load(key).await
-            }
-            async fn history(
-                &self,
-                key: &str,
-            ) -> ::fluxio_core::Result<Vec<::fluxio_core::store::Checkpoint>> {
-                self.server().history(key).await
-            }
-            async fn list_runs(
-                &self,
-                filter: &::fluxio_core::store::RunFilter,
-            ) -> ::fluxio_core::Result<::fluxio_core::store::RunPage> {
-                self.server().list_runs(filter).await
-            }
-            async fn delete(&self, key: &str) -> ::fluxio_core::Result<()> {
-                self.server().delete(key).await
-            }
-            async fn exists(&self, key: &str) -> ::fluxio_core::Result<bool> {
-                self.server().exists(key).await
-            }
-            async fn acquire_lease(
-                &self,
-                key: &str,
-                ttl: ::std::time::Duration,
-            ) -> ::fluxio_core::Result<::fluxio_core::store::Lease> {
-                self.server().acquire_lease(key, ttl).await
-            }
-            async fn renew_lease(
-                &self,
-                lease: &::fluxio_core::store::Lease,
-                ttl: ::std::time::Duration,
-            ) -> ::fluxio_core::Result<()> {
-                self.server().renew_lease(lease, ttl).await
-            }
-            async fn release_lease(
-                &self,
-                lease: ::fluxio_core::store::Lease,
-            ) -> ::fluxio_core::Result<()> {
-                self.server().release_lease(lease).await
-            }
-            async fn save_fenced(
-                &self,
-                checkpoint: ::fluxio_core::store::Checkpoint,
-                lease: &::fluxio_core::store::Lease,
-            ) -> ::fluxio_core::Result<()> {
-                self.server().save_fenced(checkpoint, lease).await
-            }
-            async fn delete_fenced(
-                &self,
-                key: &str,
-                lease: &::fluxio_core::store::Lease,
-            ) -> ::fluxio_core::Result<()> {
-                self.server().delete_fenced(key, lease).await
-            }
-            async fn begin_run(
-                &self,
-                first: ::fluxio_core::store::Checkpoint,
-                ttl: ::std::time::Duration,
-                begin: ::fluxio_core::store::Begin,
-            ) -> ::fluxio_core::Result<::fluxio_core::store::Begun> {
-                self.server().begin_run(first, ttl, begin).await
-            }
-            async fn finish_run(
-                &self,
-                last: ::fluxio_core::store::Checkpoint,
-                lease: ::fluxio_core::store::Lease,
-                delete: bool,
-            ) -> ::fluxio_core::Result<()> {
-                self.server().finish_run(last, lease, delete).await
-            }
-            async fn cancel(&self, key: &str) -> ::fluxio_core::Result<()> {
-                self.server().cancel(key).await
-            }
-        }
-    };
 }

@@ -222,6 +222,7 @@ impl SqliteStoreBuilder {
                 timeout: self.settings.timeout,
                 config: self,
                 commits,
+                events: std::sync::OnceLock::new(),
             }),
         })
     }

@@ -238,15 +238,13 @@ pub(crate) async fn first_append(
     conn: &mut SqliteConnection,
     sql: &str,
     key: &str,
-    replace: bool,
     checkpoint: &Checkpoint,
     step: &Step,
     retention: Retention,
 ) -> Result<(), Failure> {
     let mut args = SqliteArguments::default();
-    if replace {
-        add(&mut args, key)?;
-    }
+    // the run deleted, or only its mailbox
+    add(&mut args, key)?;
     append_arguments(&mut args, key, checkpoint, step, retention)?;
     sqlx::query_with(sql, args).execute(conn).await?;
     Ok(())
@@ -289,7 +287,9 @@ fn row_arguments<'q>(
     add(args, checkpoint.version.as_str())?;
     add(args, i64::from(checkpoint.ip))?;
     add(args, checkpoint.step.as_str())?;
-    add(args, fluxio_sql::status_name(checkpoint.status))?;
+    let status =
+        fluxio_sql::status_name(checkpoint.status).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    add(args, status)?;
     add(args, checkpoint.error_message.as_deref())?;
     add(args, <Sqlite as Dialect>::instant(checkpoint.created_at_ms))?;
     add(args, expires)?;

@@ -15,11 +15,11 @@
 //! // Creates the file and the tables on first use (embedded migrations).
 //! let store = SqliteStore::connect("fluxio.db").await?;
 //! let pipeline = pipeline![charge].name("payments").store(store.clone()).build()?;
-//! pipeline.invoke("order-42", ctx! { "amount" => 4200u64 }?).await?;
+//! pipeline.invoke("order-42", ctx! { "amount" => 4200u64 }?).await?.completed()?;
 //!
 //! // After a crash, this process or another one on the same host, with its
 //! // own store on the same file, resumes the run from its last checkpoint:
-//! pipeline.resume("order-42").await?;
+//! pipeline.resume("order-42").await?.completed()?;
 //!
 //! // Periodically: reclaim completed runs past retention.
 //! let purged = store.purge_expired().await?;
@@ -100,7 +100,7 @@
 //!
 //! # Schema
 //!
-//! Three tables (the name is validated as `^[a-z_][a-z0-9_]{0,62}$` and
+//! Four tables (the name is validated as `^[a-z_][a-z0-9_]{0,62}$` and
 //! double-quoted in SQL; values are always bind parameters). Times are
 //! milliseconds since the Unix epoch; `datetime(updated_at / 1000.0,
 //! 'unixepoch')` shows one.
@@ -113,16 +113,20 @@
 //!     ip            INTEGER NOT NULL,  -- for operators and listings; never
 //!     step          TEXT    NOT NULL,  -- read back as a checkpoint
 //!     status        TEXT    NOT NULL,  -- running | failed | completed | cancelled
-//!                                      -- | needs_attention (fenced saves check it)
+//!                                      -- | needs_attention | sleeping | waiting
+//!                                      -- (fenced saves check it)
 //!     error_message TEXT,
 //!     created_at    INTEGER NOT NULL,  -- the run's start (the writer's clock)
 //!     updated_at    INTEGER NOT NULL,  -- last write (SQLite's clock)
 //!     expires_at    INTEGER,           -- completed runs only
 //!     pipeline      TEXT GENERATED ALWAYS AS (...) VIRTUAL,
 //!                                      -- run_id before its first `/` ('' if none)
-//!     attempt       INTEGER NOT NULL DEFAULT 0  -- schema version 4
+//!     attempt       INTEGER NOT NULL DEFAULT 0,  -- schema version 4
+//!     due_at        INTEGER            -- schema version 5: a sleeping or waiting
+//!                                      -- run's due time
 //! ) STRICT;                            -- + indexes on (pipeline, status, updated_at),
-//!                                      --   (status, run_id), (pipeline, status, run_id)
+//!                                      --   (status, run_id), (pipeline, status, run_id),
+//!                                      --   (due_at, run_id) WHERE due_at IS NOT NULL
 //! CREATE TABLE "<table>_steps" (          -- the run's journal (rules 18, 20)
 //!     run_id  TEXT    NOT NULL,
 //!     seq     INTEGER NOT NULL,        -- Checkpoint::seq
@@ -134,6 +138,15 @@
 //!     run_id     TEXT    NOT NULL PRIMARY KEY,
 //!     token      INTEGER NOT NULL,     -- fencing token, unique
 //!     expires_at INTEGER               -- NULL: released
+//! ) STRICT;
+//! CREATE TABLE "<table>_signals" (        -- the run's mailbox (rule 26)
+//!     run_id  TEXT    NOT NULL,
+//!     name    TEXT    NOT NULL,        -- the wait name
+//!     payload BLOB    NOT NULL,        -- fluxio's value wire format
+//!     sent_at INTEGER NOT NULL,
+//!     sender  TEXT    NOT NULL,
+//!     state   TEXT    NOT NULL,        -- delivered | consumed | closed
+//!     PRIMARY KEY (run_id, name)
 //! ) STRICT;
 //! ```
 //!
@@ -161,9 +174,9 @@
 //! - The order of these statements is written once for both SQL stores, in
 //!   the internal crate `fluxio-sql` (generic over the sqlx driver); the
 //!   SQL text, the transactions and their locks are this crate's.
-//! - A trigger deletes a run's steps with its row, so `delete`,
-//!   `delete_fenced` and `purge_expired` stay one statement each and
-//!   remove a run in one piece.
+//! - Triggers delete a run's steps and its mailbox with its row, so
+//!   `delete`, `delete_fenced`, `purge_expired` and the trim of completed
+//!   runs stay one statement each and remove a run in one piece.
 //!
 //! **Runs of earlier builds** (schema version 1: one blob per run, formats
 //! 1 to 3) are migrated, not read through a fallback: migration 2 copies
@@ -190,6 +203,51 @@
 //! store's tables ([`SqliteStoreError::NoTables`]) or with an older schema
 //! than the build reads ([`SqliteStoreError::SchemaOutdated`]) is refused
 //! with a typed error; a newer schema is read.
+//!
+//! # Runs that wait
+//!
+//! Contract rules 25-28, in `fluxio-sql`'s statements shared with the other
+//! SQL stores; the decisions are fluxio-core's
+//! ([`deliver`](fluxio_core::store::deliver),
+//! [`decide`](fluxio_core::store::decide)), so every store answers alike.
+//!
+//! - **The due index** is the run row's `due_at` (schema version 5),
+//!   written by every write of the row, in the checkpoint's transaction: a
+//!   sleeping run's wake time, a waiting run's deadline, or 0 once a signal
+//!   it waits for is delivered (the write reads the mailbox); NULL for any
+//!   other run, and for a wait only a signal ends. Times past
+//!   [`MAX_UNTIL_MS`](fluxio_core::store::MAX_UNTIL_MS) (year 9999) are
+//!   stored as it. A run's checkpoint that parks it, or that is its first
+//!   (which empties the key's mailbox), is written as `fluxio-sql` writes
+//!   it rather than in the one-command fenced append (see "Group commit"):
+//!   once per park, not per stage.
+//!   [`due_runs`](fluxio_core::store::CheckpointStore::due_runs) is one
+//!   statement on a reading connection: the rows with `due_at` at or before
+//!   the worker's instant, of its pipelines, whose lease no worker holds,
+//!   earliest first then in key order, one range of the partial index on
+//!   `(due_at, run_id)` (named with `INDEXED BY`: without statistics
+//!   SQLite would read the pipeline's index, every run of it).
+//! - **The mailbox** is `<table>_signals`, a row per wait name.
+//!   [`send_signal`](fluxio_core::store::CheckpointStore::send_signal) and
+//!   [`take_signal`](fluxio_core::store::CheckpointStore::take_signal) are
+//!   each one write of the group commit, under the file's write lock, so
+//!   they take turns with the run's fenced writes and cancels; a waiting
+//!   run signalled a name it waits for is due at once. `take_signal` is
+//!   fenced as `save_fenced` is (`Cancelled`, `LeaseLost`). A run replaced
+//!   under its key (a first checkpoint) starts with an empty mailbox; a
+//!   plain `save` writes the checkpoint's own.
+//! - **Wake-ups** ([`watch`](fluxio_core::store::CheckpointStore::watch))
+//!   are told in process, by this store (and its clones) once the write
+//!   committed: a run parked, ended or signalled. Other processes on the
+//!   file find their runs through the due index, on their workers' poll.
+//! - **The clock** ([`clock_ms`](fluxio_core::store::CheckpointStore::clock_ms))
+//!   is SQLite's, the one its leases are judged by (see "Clock").
+//!
+//! Runs written by earlier builds (schema version 4) are not due and have
+//! empty mailboxes; migration 5 adds the column, its index, the table and
+//! its trigger. A signal payload is at most
+//! [`MAX_SIGNAL_PAYLOAD`](fluxio_core::store::MAX_SIGNAL_PAYLOAD) (16 MiB),
+//! which a `BLOB` holds.
 //!
 //! # Leases and fencing
 //!
@@ -327,6 +385,7 @@ mod journal;
 mod migrate;
 mod statements;
 mod store;
+mod waits;
 mod writer;
 
 pub use builder::{

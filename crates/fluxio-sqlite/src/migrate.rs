@@ -23,8 +23,8 @@ fluxio_sql::migration_templates_test! {
     migrator: &MIGRATOR,
     render: render,
     names: Names::new("t").expect("valid"),
-    at_least: 4,
-    tables: ["\"t\"", "\"t_leases\"", "\"t_expires_at\"", "\"t_leases_token\"", "\"t_steps\"", "\"t_steps_whole\"", "\"t_steps_cascade\"", "\"t_pipeline\"", "\"t_state\"", "\"t_pipeline_state\""],
+    at_least: 5,
+    tables: ["\"t\"", "\"t_leases\"", "\"t_expires_at\"", "\"t_leases_token\"", "\"t_steps\"", "\"t_steps_whole\"", "\"t_steps_cascade\"", "\"t_pipeline\"", "\"t_state\"", "\"t_pipeline_state\"", "\"t_due\"", "\"t_signals\"", "\"t_signals_cascade\""],
 }
 
 /// SQLite's primary result codes for a database that another connection
@@ -59,6 +59,9 @@ pub(crate) fn render(migration: &Migration, names: &Names) -> String {
         .replace("{leases_token}", &names.leases_token())
         .replace("{steps_whole}", &names.steps_whole())
         .replace("{steps_cascade}", &names.steps_cascade())
+        .replace("{signals_cascade}", &names.signals_cascade())
+        .replace("{signals}", &names.signals())
+        .replace("{checkpoints_due}", &names.checkpoints_due())
         .replace("{steps}", &names.steps())
         .replace("{checkpoints}", &names.checkpoints())
         .replace("{leases}", &names.leases())

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use fluxio_sql::{
-    CANCELLED, COMPLETED, Dialect as _, Listing, ROW_COLUMNS, RunStatements, Statements,
+    CANCELLED, COMPLETED, Dialect as _, LeaseFree, Listing, ROW_COLUMNS, RunStatements, Statements,
+    WaitNames, WaitStatements,
 };
 
 use crate::journal::Sqlite;
@@ -132,6 +133,22 @@ impl Names {
     pub(crate) fn steps_cascade(&self) -> String {
         quote(&format!("{}_steps_cascade", self.table))
     }
+
+    /// `"<table>_signals"`: the runs' mailboxes (rule 26).
+    pub(crate) fn signals(&self) -> String {
+        quote(&format!("{}_signals", self.table))
+    }
+
+    /// The trigger that deletes a run's mailbox with its row.
+    pub(crate) fn signals_cascade(&self) -> String {
+        quote(&format!("{}_signals_cascade", self.table))
+    }
+
+    /// The partial index of schema version 5 on the checkpoints' `(due_at,
+    /// run_id)`: the due runs, earliest first.
+    pub(crate) fn checkpoints_due(&self) -> String {
+        quote(&format!("{}_due", self.table))
+    }
 }
 
 /// A double-quoted SQL identifier. The names are validated before they get
@@ -204,14 +221,16 @@ pub(crate) struct Sql {
     pub(crate) finish_append: String,
     /// The parts of [`batch_append`](Sql::batch_append).
     pub(crate) batch: BatchSql,
-    /// The append of a run's first checkpoint (a whole one) once its lease
-    /// is taken, as one command: the steps numbered `seq` or later
+    /// The append of a run's first checkpoint (a whole one, not sleeping
+    /// nor waiting) once its lease is taken, as one command: the mailbox
+    /// of the key emptied (key), then the steps numbered `seq` or later
     /// dropped, the step inserted, the run's row upserted (anonymous
     /// parameters, in the order of [`fenced_append`](Sql::fenced_append)'s
     /// after the gate's).
     pub(crate) first_append: String,
-    /// [`first_append`](Sql::first_append) after deleting the stored run
-    /// (key): [`Begin::Replace`](fluxio_core::store::Begin::Replace).
+    /// [`first_append`](Sql::first_append), but deleting the stored run
+    /// (key), its mailbox with it, rather than only its mailbox:
+    /// [`Begin::Replace`](fluxio_core::store::Begin::Replace).
     pub(crate) first_replace: String,
     pub(crate) renew: String,
     pub(crate) purge_leases: String,
@@ -301,7 +320,8 @@ impl Sql {
         let steps = names.steps();
         // the run's row: `?7` its start in milliseconds, `?8` the
         // retention in milliseconds (NULL: never expires), `?9` the attempt
-        let values = format!("?1, X'', ?2, ?3, ?4, ?5, ?6, ?7, {NOW}, {NOW} + ?8, ?9");
+        // and `?10` when it is due, in milliseconds (NULL: not due)
+        let values = format!("?1, X'', ?2, ?3, ?4, ?5, ?6, ?7, {NOW}, {NOW} + ?8, ?9, ?10");
         let upsert = &Sqlite::UPSERT.row();
         let visible = format!("(expires_at IS NULL OR expires_at > {NOW})");
         let visible_run = format!("EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})");
@@ -312,7 +332,7 @@ impl Sql {
             "DELETE FROM {steps} WHERE run_id = ? AND seq >= ?; \
              INSERT INTO {steps} (run_id, seq, whole, payload) VALUES (?, ?, ?, ?); \
              INSERT INTO {cp} ({ROW_COLUMNS}) \
-             VALUES (?, X'', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ?) {upsert}"
+             VALUES (?, X'', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ?, NULL) {upsert}"
         );
         let fenced_writes = format!(
             "INSERT OR REPLACE INTO {GATE} (id, cancelled, held, predecessor) VALUES (1, \
@@ -324,7 +344,7 @@ impl Sql {
              INSERT INTO {steps} (run_id, seq, whole, payload) \
              SELECT ?, ?, ?, ? WHERE {gate_ok}; \
              INSERT INTO {cp} ({ROW_COLUMNS}) \
-             SELECT ?, X'', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ? WHERE {gate_ok} {upsert};"
+             SELECT ?, X'', ?, ?, ?, ?, ?, ?, {NOW}, {NOW} + ?, ?, NULL WHERE {gate_ok} {upsert};"
         );
         let read_gate = format!("SELECT cancelled, held, predecessor FROM {GATE}");
         // Why a fenced write cannot land after a takeover: SQLite lets one
@@ -337,20 +357,15 @@ impl Sql {
         // statement, which changes the token) commits either entirely
         // before it, and the check sees the new token and writes nothing,
         // or entirely after it.
-        // The completed runs of pipeline `?1` but the `?2` newest
-        // visible ones (expired ones go too: they are purgeable). Both
-        // scans are one range of the `(pipeline, status, updated_at)`
-        // index of schema version 3; the steps go with the rows (the
-        // trigger of version 2).
-        let keep_completed = format!(
-            "DELETE FROM {cp} WHERE pipeline = ?1 AND status = '{COMPLETED}' \
-             AND run_id NOT IN (SELECT run_id FROM {cp} \
-             WHERE pipeline = ?1 AND status = '{COMPLETED}' AND {visible} \
-             ORDER BY updated_at DESC, run_id DESC LIMIT ?2)"
-        );
+        let keep_completed = keep_completed(&cp, &visible);
         Sql {
             // one write at a time already (the write lock): no keep lock
-            journal: Statements::new::<Sqlite>((&cp, &steps), &values, keep_completed, None),
+            journal: Statements::new::<Sqlite>(
+                (&cp, &steps),
+                &values,
+                (keep_completed, None),
+                wait_statements(names),
+            ),
             // The run rows with their lease where it is held (SQLite's
             // clock), in key order (BINARY: bytes); schema version 4's
             // indexes make each filter one range of keys.
@@ -392,8 +407,12 @@ impl Sql {
                 leases: leases.clone(),
                 steps: steps.clone(),
             },
+            // the run's row, and its mailbox with it (the trigger of
+            // schema version 5)
             first_replace: format!("DELETE FROM {cp} WHERE run_id = ?; {append}"),
-            first_append: append,
+            // a fresh run under the key: none of an old (expired) run's
+            // signals
+            first_append: format!("DELETE FROM {} WHERE run_id = ?; {append}", names.signals()),
             renew: format!(
                 "UPDATE {leases} SET expires_at = {NOW} + ?3 \
                  WHERE run_id = ?1 AND token = ?2 AND expires_at > {NOW}"
@@ -410,6 +429,37 @@ impl Sql {
     }
 }
 
+/// The completed runs of pipeline `?1` but the `?2` newest `visible` ones
+/// (expired ones go too: they are purgeable). Both scans are one range of
+/// the `(pipeline, status, updated_at)` index of schema version 3; the
+/// steps and the mailboxes go with the rows (the triggers of versions 2
+/// and 5).
+fn keep_completed(cp: &str, visible: &str) -> String {
+    format!(
+        "DELETE FROM {cp} WHERE pipeline = ?1 AND status = '{COMPLETED}' \
+         AND run_id NOT IN (SELECT run_id FROM {cp} \
+         WHERE pipeline = ?1 AND status = '{COMPLETED}' AND {visible} \
+         ORDER BY updated_at DESC, run_id DESC LIMIT ?2)"
+    )
+}
+
+/// The statements of runs that wait (rules 25-27) on the store's tables.
+fn wait_statements(names: &Names) -> WaitStatements {
+    let (cp, leases, signals) = (names.checkpoints(), names.leases(), names.signals());
+    WaitStatements::new::<Sqlite>(WaitNames {
+        checkpoints: &cp,
+        leases: &leases,
+        signals: &signals,
+        key_order: "c.run_id",
+        held: &format!("l.expires_at > {NOW}"),
+        now_ms: NOW,
+        lease_free: LeaseFree::NotExists,
+        due_hint: &format!(" INDEXED BY {}", names.checkpoints_due()),
+        // told in process, after the commit (`SqliteStore::tell`)
+        notify: None,
+    })
+}
+
 /// The current, unexpired lease of run `?1` with token `tok`.
 fn current_lease(leases: &str, tok: &str) -> String {
     format!(
@@ -422,7 +472,8 @@ fn current_lease(leases: &str, tok: &str) -> String {
 fn run_statements(cp: &str, leases: &str, visible: &str) -> RunStatements {
     RunStatements {
         exists: format!("SELECT EXISTS (SELECT 1 FROM {cp} WHERE run_id = ?1 AND {visible})"),
-        // The steps go with the row (the trigger of schema version 2).
+        // The steps and the mailbox go with the row (the triggers of schema
+        // versions 2 and 5).
         delete: format!("DELETE FROM {cp} WHERE run_id = ?1"),
         held: format!("SELECT EXISTS ({})", current_lease(leases, "?2")),
         // Insert the first lease, or take over a released or expired
@@ -470,7 +521,7 @@ fn batch_tail(cp: &str, leases: &str, steps: &str, upsert: &str) -> String {
          WHERE {ok} ORDER BY b.i; \
          INSERT INTO {cp} ({ROW_COLUMNS}) \
          SELECT b.run_id, X'', b.version, b.ip, b.step, b.status, \
-         b.error_message, b.created_at, {NOW}, {NOW} + b.expires, b.attempt \
+         b.error_message, b.created_at, {NOW}, {NOW} + b.expires, b.attempt, NULL \
          FROM {BATCH} AS b WHERE {ok} ORDER BY b.i {upsert}; \
          UPDATE {leases} SET expires_at = NULL WHERE rowid IN (SELECT l.rowid \
          FROM {BATCH} AS b JOIN {leases} AS l \

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, CheckpointStore, Lease, RunFilter, RunPage, RunStatus,
+    Begin, Begun, Checkpoint, CheckpointStore, Decision, Delivery, DueFilter, DueRun, Lease,
+    RunEvent, RunEventKind, RunEvents, RunFilter, RunPage, RunStatus, Signal, Take,
     check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
@@ -54,6 +55,8 @@ pub(crate) struct Inner {
     pub(crate) commits: Arc<AtomicU64>,
     /// The queue of the store's writes, committed in groups.
     pub(crate) writes: Writer,
+    /// The store's wake-ups, made when first watched (`waits.rs`).
+    pub(crate) events: std::sync::OnceLock<tokio::sync::broadcast::Sender<RunEvent>>,
 }
 
 impl Inner {
@@ -148,7 +151,12 @@ impl SqliteStore {
     ///
     /// `savepoint`: whether the write may be refused after it wrote
     /// something (see [`Writer::write`]).
-    async fn write<T, F>(&self, operation: &'static str, savepoint: bool, write: F) -> Result<T>
+    pub(crate) async fn write<T, F>(
+        &self,
+        operation: &'static str,
+        savepoint: bool,
+        write: F,
+    ) -> Result<T>
     where
         T: Send + 'static,
         F: for<'c> FnOnce(
@@ -165,6 +173,83 @@ impl SqliteStore {
         timed(self.inner.timeout, operation, queued).await
     }
 
+    /// [`save_fenced`](CheckpointStore::save_fenced)'s write (see there).
+    async fn fenced_write(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
+        let key = checkpoint.key();
+        let token = match i64::try_from(lease.token()) {
+            Ok(token) if lease.run_id() == key => token,
+            _ => return Err(lease_lost(lease)),
+        };
+        let step = Step::of(&checkpoint)?;
+        let lease = Lease::new(key, lease.token());
+        let retention = self.inner.retention();
+        if !plain(&checkpoint, false) {
+            return self
+                .write("save_fenced", false, move |conn, inner| {
+                    Box::pin(async move {
+                        let (key, sql) = (lease.run_id(), &inner.sql);
+                        let at = (key, token);
+                        let lost = || lease_lost(&lease);
+                        let journal = &sql.journal;
+                        Journal::fenced(
+                            conn,
+                            journal,
+                            &sql.run,
+                            at,
+                            &checkpoint,
+                            &step,
+                            retention,
+                            lost,
+                        )
+                        .await
+                    })
+                })
+                .await;
+        }
+        if !trims(&checkpoint, retention) {
+            let save = FencedSave {
+                lease,
+                token,
+                checkpoint,
+                step,
+                retention,
+                release: false,
+                ttl: None,
+            };
+            let saved = self.inner.writes.save_fenced(save);
+            return timed(self.inner.timeout, "save_fenced", saved)
+                .await?
+                .map(drop);
+        }
+        self.write("save_fenced", false, move |conn, inner| {
+            Box::pin(async move {
+                let gate = journal::fenced_append(
+                    conn,
+                    &inner.sql.fenced_append,
+                    lease.run_id(),
+                    token,
+                    &checkpoint,
+                    &step,
+                    retention,
+                    false,
+                )
+                .await?;
+                if let Some(refused) = gate.refusal(&checkpoint, &lease) {
+                    return Err(Failure::Fluxio(refused));
+                }
+                Journal::trim(
+                    conn,
+                    &inner.sql.journal,
+                    lease.run_id(),
+                    &checkpoint,
+                    retention,
+                )
+                .await
+            })
+        })
+        .await
+    }
+
     /// How many transactions this store's writing connection committed
     /// since the store opened (its migrations and write check included),
     /// counted by SQLite's commit hook: what a test of how many commits a
@@ -176,7 +261,7 @@ impl SqliteStore {
     }
 
     /// Runs `fut` within the store's timeout.
-    async fn timed<T>(
+    pub(crate) async fn timed<T>(
         &self,
         operation: &'static str,
         fut: impl Future<Output = std::result::Result<T, Failure>>,
@@ -226,7 +311,7 @@ async fn begin_whole(
     } else {
         &sql.first_append
     };
-    journal::first_append(conn, append, &key, replace, first, step, retention).await?;
+    journal::first_append(conn, append, &key, first, step, retention).await?;
     Journal::trim(conn, &sql.journal, &key, first, retention).await?;
     Ok(Begun::new(lease, true))
 }
@@ -274,6 +359,15 @@ async fn finish(
     Ok(Ok(()))
 }
 
+/// Whether `checkpoint` may take the store's one-command writes
+/// (`journal::fenced_append`, a batch): a run that goes on (a sleeping or
+/// waiting run's due time reads its mailbox, which `fluxio-sql`'s
+/// [`Journal`] does), not a run's first checkpoint (which empties the
+/// mailbox of the key), unless `first` (a beginning, which does).
+fn plain(checkpoint: &Checkpoint, first: bool) -> bool {
+    !checkpoint.status.is_pending() && (first || checkpoint.seq > 0)
+}
+
 /// Whether [`Journal::trim`] has anything to do after `checkpoint`: it
 /// allows cutting the journal, or it completes a run of a store that keeps
 /// only the newest completed runs.
@@ -307,6 +401,7 @@ impl CheckpointStore for SqliteStore {
             .chain([&checkpoint])
             .map(Step::of)
             .collect::<Result<Vec<_>>>()?;
+        let (told, status) = (key.clone(), checkpoint.status);
         self.write("save", false, move |conn, inner| {
             Box::pin(async move {
                 Journal::replace(
@@ -320,7 +415,9 @@ impl CheckpointStore for SqliteStore {
                 .await
             })
         })
-        .await
+        .await?;
+        self.tell_status(&told, status);
+        Ok(())
     }
 
     /// One statement: the steps from the run's last whole checkpoint on
@@ -473,56 +570,10 @@ impl CheckpointStore for SqliteStore {
     /// driver's thread (see `journal::fenced_append`): each hand-over to
     /// that thread costs two thread switches, more than the statements.
     async fn save_fenced(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
-        let key = checkpoint.key();
-        let token = match i64::try_from(lease.token()) {
-            Ok(token) if lease.run_id() == key => token,
-            _ => return Err(lease_lost(lease)),
-        };
-        let step = Step::of(&checkpoint)?;
-        let lease = Lease::new(key, lease.token());
-        let retention = self.inner.retention();
-        if !trims(&checkpoint, retention) {
-            let save = FencedSave {
-                lease,
-                token,
-                checkpoint,
-                step,
-                retention,
-                release: false,
-                ttl: None,
-            };
-            let saved = self.inner.writes.save_fenced(save);
-            return timed(self.inner.timeout, "save_fenced", saved)
-                .await?
-                .map(drop);
-        }
-        self.write("save_fenced", false, move |conn, inner| {
-            Box::pin(async move {
-                let gate = journal::fenced_append(
-                    conn,
-                    &inner.sql.fenced_append,
-                    lease.run_id(),
-                    token,
-                    &checkpoint,
-                    &step,
-                    retention,
-                    false,
-                )
-                .await?;
-                if let Some(refused) = gate.refusal(&checkpoint, &lease) {
-                    return Err(Failure::Fluxio(refused));
-                }
-                Journal::trim(
-                    conn,
-                    &inner.sql.journal,
-                    lease.run_id(),
-                    &checkpoint,
-                    retention,
-                )
-                .await
-            })
-        })
-        .await
+        let (key, status) = (checkpoint.key(), checkpoint.status);
+        self.fenced_write(checkpoint, lease).await?;
+        self.tell_status(&key, status);
+        Ok(())
     }
 
     /// One write of a group commit, so in one commit: the lease taken as
@@ -553,7 +604,8 @@ impl CheckpointStore for SqliteStore {
             }
         };
         let retention = self.inner.retention();
-        if replace && step.whole() && !trims(&first, retention) {
+        let plain = plain(&first, true);
+        if replace && step.whole() && plain && !trims(&first, retention) {
             // nothing to look for and nothing after the append: it goes
             // with the fenced saves queued next to it, in one command
             let key = first.key();
@@ -571,7 +623,7 @@ impl CheckpointStore for SqliteStore {
             let token = u64::try_from(token).map_err(|e| Error::store(BACKEND, e))?;
             return Ok(Begun::new(Lease::new(key, token), true));
         }
-        if step.whole() {
+        if step.whole() && plain {
             return self
                 .write("begin_run", false, move |conn, inner| {
                     Box::pin(
@@ -605,9 +657,24 @@ impl CheckpointStore for SqliteStore {
     /// Only when the write itself fails is the lease released apart.
     async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> Result<()> {
         let key = last.key();
-        let retention = self.inner.retention();
+        let (retention, status) = (self.inner.retention(), last.status);
         let written = match Step::of(&last) {
             Err(e) => Err(e),
+            // a run that parks: `fluxio-sql`'s end of a run
+            Ok(step) if !plain(&last, false) => {
+                let held = Lease::new(lease.run_id(), lease.token());
+                self.write("finish_run", false, move |conn, inner| {
+                    Box::pin(async move {
+                        let (sql, held) = (&inner.sql, &held);
+                        let journal = &sql.journal;
+                        Journal::finish(
+                            conn, journal, &sql.run, &last, &step, held, delete, retention,
+                        )
+                        .await
+                    })
+                })
+                .await
+            }
             // nothing after the append and the release: it goes with the
             // fenced saves queued next to it, in one command
             Ok(step) if !delete && !trims(&last, retention) => {
@@ -638,7 +705,12 @@ impl CheckpointStore for SqliteStore {
             }
         };
         match written {
-            Ok(decided) => decided,
+            Ok(decided) => {
+                if decided.is_ok() {
+                    self.tell_status(&key, status);
+                }
+                decided
+            }
             Err(e) => {
                 if let Err(release) = self.release_lease(lease).await {
                     tracing::warn!(run_id = %key, error = %release, "could not release the run's lease; it will expire");
@@ -657,12 +729,49 @@ impl CheckpointStore for SqliteStore {
     async fn cancel(&self, run_id: &str) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
         let key = run_id.to_owned();
+        let told = key.clone();
         self.write("cancel", false, move |conn, inner| {
             Box::pin(async move {
                 Journal::cancel(conn, &inner.sql.journal, &inner.sql.load, &key).await
             })
         })
-        .await
+        .await?;
+        self.tell(&told, RunEventKind::Ended);
+        Ok(())
+    }
+
+    /// One write of a group commit: `fluxio-sql`'s
+    /// [`Journal::send_signal`] (see `waits.rs`).
+    async fn send_signal(&self, run_id: &str, signal: Signal) -> Result<Delivery> {
+        self.signal(run_id, signal).await
+    }
+
+    /// One write of a group commit: `fluxio-sql`'s
+    /// [`Journal::take_signal`], fenced as a fenced save is.
+    async fn take_signal(&self, run_id: &str, take: &Take, lease: &Lease) -> Result<Decision> {
+        self.take(run_id, take, lease).await
+    }
+
+    /// One statement on a reading connection.
+    async fn signals(&self, run_id: &str) -> Result<Vec<Signal>> {
+        self.mailbox(run_id).await
+    }
+
+    /// One statement on a reading connection: one range of the
+    /// `(due_at, run_id)` index of schema version 5.
+    async fn due_runs(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
+        self.due(filter).await
+    }
+
+    /// SQLite's clock (every process on the host reads the same one).
+    async fn clock_ms(&self) -> Result<Option<u64>> {
+        self.clock().await.map(Some)
+    }
+
+    /// This store's own writes, told in process; other processes' writes
+    /// reach a worker through its poll.
+    async fn watch(&self) -> Result<Option<RunEvents>> {
+        Ok(Some(self.subscribe()))
     }
 
     /// One guarded delete, as [`save_fenced`](Self::save_fenced). When it

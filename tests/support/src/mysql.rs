@@ -96,7 +96,7 @@ pub struct MySql;
 impl crate::sql::Dialect for MySql {
     type Db = sqlx::MySql;
 
-    const MIGRATIONS: i64 = 1;
+    const MIGRATIONS: i64 = 2;
 
     const DROP: crate::sql::DropNamespace = drop_database_later;
 

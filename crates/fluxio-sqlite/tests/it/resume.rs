@@ -72,7 +72,8 @@ async fn helper_child_process_crashes_in_charge() -> anyhow::Result<()> {
         .build()?;
     pipeline
         .invoke("order-7", ctx! { "items" => vec![100u64, 23] }?)
-        .await?;
+        .await?
+        .completed()?;
     unreachable!("the process is killed in `charge`");
 }
 
@@ -112,7 +113,7 @@ async fn a_crashed_process_is_resumed_by_another() -> anyhow::Result<()> {
             Err(Error::RunIdInUse { .. }) if started.elapsed() < Duration::from_secs(10) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            other => break other?,
+            other => break other?.completed()?,
         }
     };
     assert_eq!(

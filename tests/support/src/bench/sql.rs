@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use fluxio_core::store::{Checkpoint, CheckpointStore, RunFilter, RunState};
-use fluxio_core::{Context, PipelineBuilder};
+use fluxio_core::{Context, Outcome, PipelineBuilder};
 use tokio::runtime::Runtime;
 
 use crate::journal;
@@ -171,7 +171,9 @@ pub fn throughput<S: CheckpointStore + Clone>(
                 tasks.spawn(async move { p.invoke(&run_id, input).await });
             }
             while let Some(done) = tasks.join_next().await {
-                done.expect("no panic").expect("the run completes");
+                done.expect("no panic")
+                    .and_then(Outcome::completed)
+                    .expect("the run completes");
             }
         });
     };
@@ -285,7 +287,9 @@ pub fn run_1mb<S: CheckpointStore + Clone>(
     let input = Context::new()
         .set("blob", vec![7u8; journal::MB])
         .expect("1 MB");
-    rt.block_on(p.invoke("once", input.clone())).expect("run");
+    rt.block_on(p.invoke("once", input.clone()))
+        .and_then(Outcome::completed)
+        .expect("run");
     let (steps, bytes) = rt.block_on(raw.steps_written("bench1mb/once"));
     eprintln!("{group}: a 10-stage durable run wrote {steps} steps, {bytes} bytes");
     let mut g = c.benchmark_group(group);

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use fluxio_core::Context;
 use fluxio_core::store::{Change, Checkpoint, CheckpointStore, RunStatus};
+use fluxio_core::{Context, Outcome};
 
 use super::{SqlHarness, open, ten_stamps};
 
@@ -76,7 +76,10 @@ pub async fn rule18_a_durable_run_writes_its_context_once_then_only_changed_keys
     let input = Context::new()
         .set("blob", vec![7u8; 1 << 20])
         .expect("1 MB");
-    p.invoke("r", input).await.expect("run");
+    p.invoke("r", input)
+        .await
+        .and_then(Outcome::completed)
+        .expect("run");
     let steps = h
         .scalar("SELECT count(*) FROM {s}.fluxio_checkpoints_steps")
         .await;

@@ -34,6 +34,7 @@ mod schema;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod server;
 mod store;
+mod waits;
 
 pub use conformance::*;
 pub use journal::*;
@@ -44,13 +45,15 @@ pub use schema::*;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use server::*;
 pub use store::*;
+pub use waits::*;
 
 use fluxio_core::Error;
 use fluxio_core::store::CheckpointStore;
 
 /// How many migrations this build applies to a store's tables: the tables
-/// and leases (1), the run journal (2), the pipeline column (3), listing (4).
-pub const MIGRATIONS: i64 = 4;
+/// and leases (1), the run journal (2), the pipeline column (3), listing
+/// (4), runs that wait (5).
+pub const MIGRATIONS: i64 = 5;
 
 /// The table a store uses when not told otherwise.
 pub const TABLE: &str = "fluxio_checkpoints";

@@ -2,6 +2,7 @@
 //! (`begin_run`, `finish_run`), so a 10-stage run commits 11 times, counted
 //! as the harness counts the store's commits ([`SqlHarness::commits`]).
 
+use fluxio_core::Outcome;
 use fluxio_core::store::{CheckpointStore, RunStatus};
 
 use super::{SqlHarness, open, ten_counts};
@@ -46,6 +47,7 @@ pub async fn rule24_a_ten_stage_durable_invoke_commits_eleven_times<H: SqlHarnes
     let out = p
         .invoke("1", fluxio_core::Context::new())
         .await
+        .and_then(Outcome::completed)
         .expect("the run completes");
     let commits = h.commits(&store).await - before;
     assert_eq!(out.get::<u64>("n").expect("n"), 10);

@@ -42,7 +42,7 @@ pub async fn eight_concurrent_first_opens_all_succeed<H: SqlHarness>(
     assert_eq!(
         applied(&*h).await,
         H::MIGRATIONS,
-        "each migration (tables, run journal, pipeline column, listing) applied exactly once"
+        "each migration (tables, run journal, pipeline column, listing, waits) applied exactly once"
     );
     stores[0]
         .save(crate::checkpoint("r", 1))
@@ -71,9 +71,11 @@ pub async fn two_tables_in_one_database_are_independent<H: SqlHarness>(h: &H) {
             "_fluxio_migrations",
             "a",
             "a_leases",
+            "a_signals",
             "a_steps",
             "b",
             "b_leases",
+            "b_signals",
             "b_steps"
         ]
     );

@@ -1,0 +1,730 @@
+//! Runs that wait (contract rules 25-27) in SQL, the same for every SQL
+//! store: when a run is due (the run row's `due_at`, written with every
+//! write of the row), its mailbox (the `<table>_signals` rows), the due
+//! runs (one statement over the run rows and the leases), and what the
+//! store tells its watchers.
+//!
+//! The decisions are fluxio-core's ([`deliver`], [`decide`],
+//! [`Pending::due_ms`]), so that every store answers alike; what is here is
+//! the order of the statements, in the caller's transaction, which locks
+//! the run as its fenced writes do. Each store gives the text that names
+//! its tables, reads its clock and tells its watchers ([`WaitNames`]).
+
+use fluxio_core::Context;
+use fluxio_core::store::{
+    Checkpoint, Decision, Delivery, DueFilter, DueRun, Lease, MAX_UNTIL_MS, Payload, RunEvent,
+    RunEventKind, RunFilter, RunStatus, Signal, SignalState, Take, decide, deliver,
+};
+use fluxio_core::{Error, Result};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
+
+use crate::list::Arg;
+use crate::{Dialect, Failure, Journal, RunStatements, Statement, Statements, latest};
+
+/// What one store's statements of runs that wait are made of: its
+/// validated, quoted names and a few pieces of its SQL.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct WaitNames<'a> {
+    /// The checkpoint table (a row per run).
+    pub checkpoints: &'a str,
+    /// The lease table.
+    pub leases: &'a str,
+    /// The mailbox table, `<table>_signals`.
+    pub signals: &'a str,
+    /// The key of the run rows `c` as it sorts in key order (byte order).
+    pub key_order: &'a str,
+    /// The condition that the lease row `l` is held (unexpired, by the
+    /// store's clock).
+    pub held: &'a str,
+    /// The store's clock, in milliseconds since the Unix epoch: an
+    /// integer expression.
+    pub now_ms: &'a str,
+    /// How the due runs' statement leaves out the runs whose lease is
+    /// held, so that the database's planner reads each candidate's lease
+    /// by its key.
+    pub lease_free: LeaseFree,
+    /// What follows `AS c` in the due runs' statement: empty, or a hint
+    /// that makes the planner read the due index (SQLite's `INDEXED BY`:
+    /// without statistics, it prefers the pipeline's index, whose range is
+    /// every run of the pipeline).
+    pub due_hint: &'a str,
+    /// How the store tells its watchers inside a transaction; `None` where
+    /// it does not (its watchers poll, or are told in process).
+    pub notify: Option<Notify>,
+}
+
+/// How the due runs' statement leaves out the runs a worker holds: the
+/// form the store's planner turns into a lookup of each candidate's lease
+/// by its key, never a scan of the lease table (which holds a row for
+/// every run).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseFree {
+    /// `NOT EXISTS (SELECT 1 FROM leases ...)`: Postgres keeps it a
+    /// subplan on the lease's key (a join would hash the lease table);
+    /// SQLite searches the key.
+    NotExists,
+    /// `LEFT JOIN leases ... WHERE l.run_id IS NULL`: MariaDB reads it by
+    /// the key (`Not exists`), where it materializes a `NOT EXISTS` from a
+    /// scan of the lease table.
+    AntiJoin,
+}
+
+/// How a store tells its watchers in the transaction that makes a run due
+/// or ends it (Postgres: `NOTIFY`, sent when the transaction commits).
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct Notify {
+    /// The statement: binds (channel, payload).
+    pub sql: String,
+    /// The channel of the store's tables.
+    pub channel: String,
+}
+
+/// The statements of runs that wait, built once from a store's
+/// [`WaitNames`]; values are bind parameters, in the order the fields'
+/// docs give.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct WaitStatements {
+    /// The names run (key)'s mailbox holds an entry for: one text each.
+    pub named: String,
+    /// The mailbox of run (key), in the order it came: (name, payload,
+    /// sent_at, sender, state) each.
+    pub mailbox: String,
+    /// The entry (key, name) of a mailbox, as [`mailbox`](Self::mailbox)
+    /// reads it: none or one.
+    pub entry: String,
+    /// Stores an entry: key, name, payload, sent_at, sender, state.
+    pub insert: String,
+    /// Deletes the entry (key, name).
+    pub delete: String,
+    /// Sets the state of an entry: state, key, name.
+    pub mark: String,
+    /// Deletes the mailbox of run (key).
+    pub clear: String,
+    /// Makes run (key) due at once (`due_at = 0`).
+    pub due_now: String,
+    /// The store's clock in milliseconds: one integer.
+    pub clock: String,
+    /// The due runs' statement up to its filter: the run rows `c` (key as
+    /// text, version, due time) whose lease is not held.
+    pub due_select: String,
+    /// The key of `c` in key order, for `ORDER BY`.
+    pub key_order: String,
+    /// How the store tells its watchers, if it does in its transactions.
+    pub notify: Option<Notify>,
+}
+
+impl WaitStatements {
+    /// The statements of dialect `D` on `names`.
+    #[must_use]
+    pub fn new<D: Dialect>(names: WaitNames<'_>) -> Self {
+        let WaitNames {
+            checkpoints: cp,
+            leases,
+            signals,
+            key_order,
+            held,
+            now_ms,
+            lease_free,
+            due_hint,
+            notify,
+        } = names;
+        let [p1, p2, p3, p4, p5, p6] = [1, 2, 3, 4, 5, 6].map(D::param);
+        // wait names are keys too: bytes where keys are
+        let name = D::key_text("name");
+        let read = format!("{name}, payload, sent_at, sender, state");
+        WaitStatements {
+            named: format!("SELECT {name} FROM {signals} WHERE run_id = {p1}"),
+            mailbox: format!(
+                "SELECT {read} FROM {signals} WHERE run_id = {p1} ORDER BY sent_at, name"
+            ),
+            entry: format!("SELECT {read} FROM {signals} WHERE run_id = {p1} AND name = {p2}"),
+            insert: format!(
+                "INSERT INTO {signals} (run_id, name, payload, sent_at, sender, state) \
+                 VALUES ({p1}, {p2}, {p3}, {p4}, {p5}, {p6})"
+            ),
+            delete: format!("DELETE FROM {signals} WHERE run_id = {p1} AND name = {p2}"),
+            mark: format!("UPDATE {signals} SET state = {p1} WHERE run_id = {p2} AND name = {p3}"),
+            clear: format!("DELETE FROM {signals} WHERE run_id = {p1}"),
+            due_now: format!("UPDATE {cp} SET due_at = 0 WHERE run_id = {p1}"),
+            clock: format!("SELECT {now_ms}"),
+            due_select: match lease_free {
+                LeaseFree::NotExists => format!(
+                    "SELECT {}, c.version, c.due_at FROM {cp} AS c{due_hint} WHERE NOT EXISTS \
+                     (SELECT 1 FROM {leases} AS l WHERE l.run_id = c.run_id AND {held})",
+                    D::key_text("c.run_id")
+                ),
+                LeaseFree::AntiJoin => format!(
+                    "SELECT {}, c.version, c.due_at FROM {cp} AS c{due_hint} LEFT JOIN {leases} AS l \
+                     ON l.run_id = c.run_id AND {held} WHERE l.run_id IS NULL",
+                    D::key_text("c.run_id")
+                ),
+            },
+            key_order: key_order.to_owned(),
+            notify,
+        }
+    }
+}
+
+/// `ms` as the BIGINT columns keep it: saturating at `i64::MAX` (a bound
+/// past every row).
+fn int(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// The due runs' statement for `filter` in dialect `D`: the runs due by
+/// `filter.before_ms` of its pipelines, whose lease no worker holds,
+/// earliest first (then in key order), at most `filter.limit` (one range
+/// of the `(due_at, run_id)` index).
+///
+/// # Errors
+/// `InvalidSetting` naming `limit` for a limit out of 1..=10,000.
+#[doc(hidden)]
+pub fn due_statement<D: Dialect>(
+    sql: &WaitStatements,
+    filter: &DueFilter,
+) -> Result<Statement<D::Time>> {
+    let limit = RunFilter::new().limit(filter.limit).page_size()?;
+    let mut args = vec![Arg::Count(int(filter.before_ms))];
+    let mut text = format!("{} AND c.due_at <= {}", sql.due_select, D::param(1));
+    if !filter.pipelines.is_empty() {
+        let params: Vec<String> = (0..filter.pipelines.len())
+            .map(|i| D::param(args.len() + 1 + i))
+            .collect();
+        text.push_str(&format!(" AND c.pipeline IN ({})", params.join(", ")));
+        args.extend(filter.pipelines.iter().cloned().map(Arg::Text));
+    }
+    text.push_str(&format!(
+        " ORDER BY c.due_at, {} LIMIT {}",
+        sql.key_order,
+        D::param(args.len() + 1)
+    ));
+    args.push(Arg::Count(int(limit as u64)));
+    Ok(Statement { text, args })
+}
+
+/// The runs due as `filter` says (rule 27), on `conn`, in one statement:
+/// earliest first, then in key order.
+///
+/// # Errors
+/// The driver's; `InvalidSetting` for a limit out of range.
+#[doc(hidden)]
+pub async fn due_runs<D, DB>(
+    conn: &mut DB::Connection,
+    sql: &WaitStatements,
+    filter: &DueFilter,
+) -> std::result::Result<Vec<DueRun>, Failure>
+where
+    D: Dialect<Db = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> D::Time: Encode<'q, DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let (text, arguments) = due_statement::<D>(sql, filter)?.into_parts::<DB>()?;
+    let rows: Vec<(String, String, i64)> = sqlx::query_as_with(&text, arguments)
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(key, version, due)| {
+            let (pipeline, run_id) = key.split_once('/').unwrap_or(("", key.as_str()));
+            let cp = Checkpoint::new(run_id, version, 0, "", Context::new().snapshot())
+                .in_pipeline(pipeline);
+            DueRun::of(&key, &cp, u64::try_from(due).unwrap_or(0))
+        })
+        .collect())
+}
+
+/// The run row's `due_at` when `checkpoint` is the run's latest and
+/// `mailbox` its mailbox: [`Pending::due_ms`](fluxio_core::store::Pending::due_ms)
+/// of a sleeping or waiting run, at most [`MAX_UNTIL_MS`]; `None` for any
+/// other run, and for a wait only a signal can end.
+pub(crate) fn due_value(checkpoint: &Checkpoint, mailbox: &[Signal]) -> Option<i64> {
+    if !checkpoint.status.is_pending() {
+        return None;
+    }
+    let due = checkpoint.pending.as_ref()?.due_ms(mailbox)?;
+    Some(int(due.min(MAX_UNTIL_MS)))
+}
+
+/// What a run that is stored as `status` tells the store's watchers: due
+/// (it parked) or ended; `None` for a running run.
+#[doc(hidden)]
+#[must_use]
+pub fn event_of(status: RunStatus) -> Option<RunEventKind> {
+    match status {
+        RunStatus::Sleeping | RunStatus::Waiting => Some(RunEventKind::Due),
+        RunStatus::Completed
+        | RunStatus::Failed
+        | RunStatus::Cancelled
+        | RunStatus::NeedsAttention => Some(RunEventKind::Ended),
+        _ => None,
+    }
+}
+
+/// The prefixes of a wake-up's payload: `due:<key>`, `ended:<key>`.
+const DUE: &str = "due:";
+const ENDED: &str = "ended:";
+
+/// The longest payload a `NOTIFY` carries whole (Postgres refuses 8,000
+/// bytes and more): a longer key is told as "look at everything".
+const MAX_PAYLOAD: usize = 7_999;
+
+/// The payload of a wake-up: `due:<key>` or `ended:<key>` (without the
+/// key when it would not fit).
+fn event_payload(key: &str, kind: RunEventKind) -> String {
+    let prefix = match kind {
+        RunEventKind::Ended => ENDED,
+        _ => DUE,
+    };
+    let key = if prefix.len() + key.len() > MAX_PAYLOAD {
+        ""
+    } else {
+        key
+    };
+    format!("{prefix}{key}")
+}
+
+/// The wake-up a payload of [`event_payload`] tells; `None` for a payload
+/// of someone else's.
+#[doc(hidden)]
+#[must_use]
+pub fn parse_event(payload: &str) -> Option<RunEvent> {
+    if let Some(key) = payload.strip_prefix(DUE) {
+        Some(RunEvent::new(key, RunEventKind::Due))
+    } else {
+        payload
+            .strip_prefix(ENDED)
+            .map(|key| RunEvent::new(key, RunEventKind::Ended))
+    }
+}
+
+/// A mailbox row: name, payload, sent_at, sender, state.
+type Entry = (String, Vec<u8>, i64, String, String);
+
+/// The signal of a mailbox row of run `key`.
+fn signal_of(key: &str, (name, payload, sent_at, sender, state): Entry) -> Result<Signal> {
+    let corrupt = |reason: String| Error::CorruptCheckpoint {
+        run_id: key.to_owned(),
+        reason,
+        source: None,
+    };
+    let state = SignalState::parse(&state).ok_or_else(|| {
+        corrupt(format!(
+            "a signal's state `{state}` is not one this build knows"
+        ))
+    })?;
+    let payload = Payload::from_stored(key, &payload)?;
+    let mut signal = Signal::new(&name, payload, &sender)
+        .map_err(|e| corrupt(format!("a stored signal's name is refused: {e}")))?
+        .at(u64::try_from(sent_at).unwrap_or(0));
+    signal.state = state;
+    Ok(signal)
+}
+
+/// Whether `new` is `old` with another state, and nothing else changed.
+fn restated(old: &Signal, new: &Signal) -> bool {
+    (&old.name, &old.payload, old.sent_at_ms, &old.sender)
+        == (&new.name, &new.payload, new.sent_at_ms, &new.sender)
+        && old.state != new.state
+}
+
+/// A mailbox entry for `name`, as [`Pending::due_ms`](fluxio_core::store::Pending::due_ms)
+/// reads a mailbox (whether it holds an entry of a name, whatever its
+/// state: a signal delivered, or a wait decided by a worker that stopped
+/// before its next checkpoint).
+fn entry(name: &str) -> Signal {
+    Signal::closed(name, 0)
+}
+
+impl<D, DB> Journal<D>
+where
+    D: Dialect<Db = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> Option<D::Time>: Encode<'q, DB>,
+    str: Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB>,
+    [u8]: Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    /// The run row's `due_at` for `checkpoint`, written as the latest of
+    /// run `key` (see [`due_value`]): for a waiting run, with the names its
+    /// mailbox holds an entry for, read in the caller's transaction.
+    ///
+    /// # Errors
+    /// The driver's.
+    pub(crate) async fn due_at(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        checkpoint: &Checkpoint,
+    ) -> sqlx::Result<Option<i64>> {
+        let waits = checkpoint
+            .pending
+            .as_ref()
+            .is_some_and(|p| !p.waits.is_empty());
+        if checkpoint.status != RunStatus::Waiting || !waits {
+            return Ok(due_value(checkpoint, &[]));
+        }
+        let names: Vec<String> = sqlx::query_scalar(&sql.waits.named)
+            .bind(key)
+            .fetch_all(&mut *conn)
+            .await?;
+        let mailbox: Vec<Signal> = names.iter().map(|name| entry(name)).collect();
+        Ok(due_value(checkpoint, &mailbox))
+    }
+
+    /// Empties the mailbox of run `key`.
+    pub(crate) async fn clear_mailbox(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+    ) -> sqlx::Result<()> {
+        sqlx::query(&sql.waits.clear)
+            .bind(key)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Makes the mailbox of run `key` hold `signals` and nothing else.
+    pub(crate) async fn replace_mailbox(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        signals: &[Signal],
+    ) -> sqlx::Result<()> {
+        Self::clear_mailbox(conn, sql, key).await?;
+        for signal in signals {
+            Self::insert_signal(conn, sql, key, signal).await?;
+        }
+        Ok(())
+    }
+
+    async fn insert_signal(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        signal: &Signal,
+    ) -> sqlx::Result<()> {
+        sqlx::query(&sql.waits.insert)
+            .bind(key)
+            .bind(signal.name.as_str())
+            .bind(signal.payload.bytes())
+            .bind(int(signal.sent_at_ms))
+            .bind(signal.sender.as_str())
+            .bind(signal.state.as_str())
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Tells the store's watchers, when it tells them in its transactions,
+    /// that `kind` happened to run `key` (sent when the caller commits).
+    pub(crate) async fn notify(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        kind: RunEventKind,
+    ) -> sqlx::Result<()> {
+        if let Some(notify) = &sql.waits.notify {
+            sqlx::query(&notify.sql)
+                .bind(notify.channel.as_str())
+                .bind(event_payload(key, kind).as_str())
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The mailbox of run `key`, in the order it came (sent, then name).
+    ///
+    /// # Errors
+    /// The driver's; `CorruptCheckpoint` for a row this build cannot read.
+    pub async fn signals(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+    ) -> std::result::Result<Vec<Signal>, Failure> {
+        let rows: Vec<Entry> = sqlx::query_as(&sql.waits.mailbox)
+            .bind(key)
+            .fetch_all(&mut *conn)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| signal_of(key, row))
+            .collect::<Result<_>>()?)
+    }
+
+    /// The entries of run `key`'s mailbox for `names` (each once), sent
+    /// first first.
+    async fn entries(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        names: &[&str],
+    ) -> std::result::Result<Vec<Signal>, Failure> {
+        let mut mailbox = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            if names[..i].contains(name) {
+                continue;
+            }
+            let row: Option<Entry> = sqlx::query_as(&sql.waits.entry)
+                .bind(key)
+                .bind(*name)
+                .fetch_optional(&mut *conn)
+                .await?;
+            if let Some(row) = row {
+                mailbox.push(signal_of(key, row)?);
+            }
+        }
+        mailbox.sort_by(|a, b| (a.sent_at_ms, &a.name).cmp(&(b.sent_at_ms, &b.name)));
+        Ok(mailbox)
+    }
+
+    /// Stores `signal` in the mailbox of run `key` in the caller's
+    /// transaction, as `CheckpointStore::send_signal` does: the run's row
+    /// read first, locked as its fenced writes and cancels lock it, so that
+    /// the senders, the waits deciding and the writes of one run take
+    /// turns; the run loaded with `load` (the store's load statement) and
+    /// the entry of the name read; [`deliver`] decides; a new entry is
+    /// stored, and a waiting run that waits for its name is due at once
+    /// (and its watchers told).
+    ///
+    /// # Errors
+    /// [`deliver`]'s refusals; the driver's; a corrupt run or entry.
+    pub async fn send_signal(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        load: &str,
+        key: &str,
+        signal: &Signal,
+    ) -> std::result::Result<Delivery, Failure> {
+        let status: Option<String> = sqlx::query_scalar(&sql.status)
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await?;
+        let stored = match status {
+            None => None,
+            Some(_) => {
+                let parts: Vec<Vec<u8>> = sqlx::query_scalar(load)
+                    .bind(key)
+                    .fetch_all(&mut *conn)
+                    .await?;
+                latest(key, parts)?
+            }
+        };
+        let mailbox = Self::entries(conn, sql, key, &[signal.name.as_str()]).await?;
+        if let Some(answer) = deliver(key, stored.as_ref(), &mailbox, signal)? {
+            return Ok(answer);
+        }
+        Self::insert_signal(conn, sql, key, signal).await?;
+        let due = stored.is_some_and(|cp| {
+            cp.status == RunStatus::Waiting
+                && cp
+                    .pending
+                    .as_ref()
+                    .is_some_and(|p| p.waits_for(&signal.name))
+        });
+        if due {
+            sqlx::query(&sql.waits.due_now)
+                .bind(key)
+                .execute(&mut *conn)
+                .await?;
+            Self::notify(conn, sql, key, RunEventKind::Due).await?;
+        }
+        Ok(Delivery::Delivered)
+    }
+
+    /// Decides the wait `take` of run `key` at `now_ms` in the caller's
+    /// transaction, as `CheckpointStore::take_signal` does: refused as a
+    /// fenced write is ([`gate`](Self::gate): `Cancelled`, `LeaseLost`;
+    /// then `CheckpointNotFound`), before anything is written; then the
+    /// entries of the wait's names read, [`decide`]d, and what changed
+    /// written back. The run's `due_at` is left as it is: a worker that
+    /// crashes after taking a signal leaves the run due, and the next one
+    /// takes the same signal (the next checkpoint writes it anew).
+    ///
+    /// # Errors
+    /// The refusals above; the driver's; a corrupt entry.
+    pub async fn take_signal(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        run: &RunStatements,
+        (key, take): (&str, &Take),
+        lease: &Lease,
+    ) -> std::result::Result<Decision, Failure> {
+        let lost = || Error::LeaseLost {
+            run_id: lease.run_id().to_owned(),
+            token: lease.token(),
+        };
+        let token = match i64::try_from(lease.token()) {
+            Ok(token) if lease.run_id() == key => token,
+            _ => return Err(lost().into()),
+        };
+        if !Self::gate(conn, sql, run, (key, token), lost).await? {
+            return Err(Error::CheckpointNotFound {
+                run_id: key.to_owned(),
+            }
+            .into());
+        }
+        let mut names: Vec<&str> = take.waits.iter().map(String::as_str).collect();
+        names.extend(take.refuse.as_deref());
+        let before = Self::entries(conn, sql, key, &names).await?;
+        let mut after = before.clone();
+        let decision = decide(&mut after, take);
+        Self::write_back(conn, sql, key, &before, &after).await?;
+        Ok(decision)
+    }
+
+    /// Writes what changed from `before` to `after` (entries of run
+    /// `key`'s mailbox, by name): an entry gone is deleted, one whose
+    /// state alone changed is marked (its payload is not sent again), any
+    /// other change is deleted and stored anew, a new entry stored.
+    async fn write_back(
+        conn: &mut DB::Connection,
+        sql: &Statements,
+        key: &str,
+        before: &[Signal],
+        after: &[Signal],
+    ) -> sqlx::Result<()> {
+        for old in before {
+            let new = after.iter().find(|s| s.name == old.name);
+            let (statement, state) = match new {
+                Some(new) if new == old => continue,
+                Some(new) if restated(old, new) => (&sql.waits.mark, Some(new.state)),
+                _ => (&sql.waits.delete, None),
+            };
+            let mut query = sqlx::query(statement);
+            if let Some(state) = state {
+                query = query.bind(state.as_str());
+            }
+            query
+                .bind(key)
+                .bind(old.name.as_str())
+                .execute(&mut *conn)
+                .await?;
+        }
+        for new in after {
+            if !before.iter().any(|old| old == new || restated(old, new)) {
+                Self::insert_signal(conn, sql, key, new).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fluxio_core::store::{Pending, WaitName};
+
+    /// SQLite's parameters, to read the statements.
+    struct Plain;
+
+    impl Dialect for Plain {
+        const BACKEND: &'static str = "plain";
+        type Db = sqlx::Sqlite;
+        type Time = i64;
+        const PARAMS: crate::Params = crate::Params::Numbered;
+        const BOOKKEEPING: [&str; 5] = ["TEXT"; 5];
+    }
+
+    fn statements() -> WaitStatements {
+        WaitStatements::new::<Plain>(WaitNames {
+            checkpoints: "t",
+            leases: "t_leases",
+            signals: "t_signals",
+            key_order: "c.run_id",
+            held: "l.expires_at > NOW",
+            now_ms: "NOW",
+            lease_free: LeaseFree::NotExists,
+            due_hint: "",
+            notify: None,
+        })
+    }
+
+    #[test]
+    fn the_due_runs_are_one_range_of_the_due_index_every_value_a_parameter() {
+        let filter = DueFilter::new(u64::MAX)
+            .pipeline("o'rders")
+            .pipeline("b")
+            .limit(7);
+        let st = due_statement::<Plain>(&statements(), &filter).expect("a statement");
+        assert_eq!(
+            st.text,
+            "SELECT c.run_id, c.version, c.due_at FROM t AS c WHERE NOT EXISTS \
+             (SELECT 1 FROM t_leases AS l WHERE l.run_id = c.run_id AND l.expires_at > NOW) \
+             AND c.due_at <= ?1 AND c.pipeline IN (?2, ?3) ORDER BY c.due_at, c.run_id LIMIT ?4"
+        );
+        assert_eq!(st.args.len(), 4);
+        assert!(
+            matches!(st.args[0], Arg::Count(i64::MAX)),
+            "u64::MAX saturates"
+        );
+        let all = due_statement::<Plain>(&statements(), &DueFilter::new(5)).expect("a statement");
+        assert!(!all.text.contains("pipeline"), "{}", all.text);
+        for limit in [0, 10_001] {
+            let refused = due_statement::<Plain>(&statements(), &DueFilter::new(5).limit(limit));
+            assert!(
+                matches!(
+                    refused,
+                    Err(Error::InvalidSetting {
+                        setting: "limit",
+                        ..
+                    })
+                ),
+                "limit {limit}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_parked_run_is_due_at_its_time_within_the_range_or_at_once_when_signalled() {
+        let base = Checkpoint::new("r", "v", 1, "s", Context::new().snapshot());
+        assert_eq!(due_value(&base, &[]), None, "a running run is not due");
+        let asleep = base.clone().parked(Pending::sleep(u64::MAX));
+        assert_eq!(due_value(&asleep, &[]), Some(int(MAX_UNTIL_MS)), "clamped");
+        let waits = vec![WaitName::new("ok", "bool")];
+        let forever = base.clone().parked(Pending::wait(waits.clone(), None));
+        assert_eq!(due_value(&forever, &[]), None);
+        assert_eq!(due_value(&forever, &[entry("other")]), None);
+        assert_eq!(due_value(&forever, &[entry("ok")]), Some(0));
+        let until = base.parked(Pending::wait(waits, Some(9)));
+        assert_eq!(due_value(&until, &[]), Some(9));
+    }
+
+    #[test]
+    fn events_read_back_as_they_were_told() {
+        for kind in [RunEventKind::Due, RunEventKind::Ended] {
+            let told = event_payload("orders/ü 1", kind);
+            assert_eq!(parse_event(&told), Some(RunEvent::new("orders/ü 1", kind)));
+        }
+        let long = "k".repeat(9_000);
+        assert_eq!(
+            parse_event(&event_payload(&long, RunEventKind::Due)),
+            Some(RunEvent::new("", RunEventKind::Due)),
+            "a key too long to tell: look at everything"
+        );
+        assert_eq!(parse_event("someone else's"), None);
+        assert_eq!(event_of(RunStatus::Running), None);
+        assert_eq!(event_of(RunStatus::Waiting), Some(RunEventKind::Due));
+        assert_eq!(event_of(RunStatus::Cancelled), Some(RunEventKind::Ended));
+    }
+}
