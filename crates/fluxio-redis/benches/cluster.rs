@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
 use fluxio::store::{CheckpointStore, RunFilter};
-use fluxio::{Context, StageResult, pipeline, stage};
+use fluxio::{Context, Outcome, StageResult, pipeline, stage};
 use fluxio_core::store::conformance;
 use fluxio_redis::RedisStore;
 use fluxio_test_support::bench::{context_1kb, timed};
@@ -80,7 +80,10 @@ fn main() {
         g.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 timed(&rt, iters, || async {
-                    p.invoke("run", input.clone()).await.expect("completes");
+                    p.invoke("run", input.clone())
+                        .await
+                        .and_then(Outcome::completed)
+                        .expect("completes");
                 })
             });
         });

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use fluxio::store::{Change, Checkpoint, CheckpointStore};
-use fluxio::{Context, Pipeline, StageResult, pipeline, stage};
+use fluxio::{Context, Outcome, Pipeline, StageResult, pipeline, stage};
 use fluxio_core::store::conformance;
 use fluxio_redis::RedisStore;
 use fluxio_test_support::bench::{context_1kb, timed};
@@ -463,7 +463,10 @@ fn commands_per_run(rt: &tokio::runtime::Runtime, url: &str, store: &RedisStore)
             .expect("connect");
         let (p, input) = ten_noops_on(store);
         let before = command_calls(&mut conn).await;
-        p.invoke("count-commands", input).await.expect("runs");
+        p.invoke("count-commands", input)
+            .await
+            .and_then(Outcome::completed)
+            .expect("runs");
         let after = command_calls(&mut conn).await;
         let mut out = Vec::new();
         for (name, calls) in after {
@@ -499,7 +502,7 @@ fn ten_noops_on(store: &RedisStore) -> (Pipeline, Context) {
 async fn run_batch(p: &Pipeline, ids: &[String], input: &Context) {
     let runs = ids.iter().map(|id| p.invoke(id, input.clone()));
     for r in futures::future::join_all(runs).await {
-        r.expect("the run completes");
+        r.and_then(Outcome::completed).expect("the run completes");
     }
 }
 
@@ -512,7 +515,9 @@ fn throughput(c: &mut Criterion, rt: &tokio::runtime::Runtime, store: &RedisStor
         .store_arc(Arc::clone(&counting) as Arc<dyn CheckpointStore>)
         .build()
         .expect("valid");
-    rt.block_on(p.invoke("count", input.clone())).expect("runs");
+    rt.block_on(p.invoke("count", input.clone()))
+        .and_then(Outcome::completed)
+        .expect("runs");
     let per_run = counting.writes();
 
     let p = ten_noops()

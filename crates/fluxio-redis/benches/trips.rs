@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use fluxio::store::{Change, Checkpoint, CheckpointStore};
-use fluxio::{Context, Durability, Pipeline, StageResult, pipeline, stage};
+use fluxio::{Context, Durability, Outcome, Pipeline, StageResult, pipeline, stage};
 use fluxio_test_support::bench::timed;
 use fluxio_test_support::counted::Counted;
 use fluxio_test_support::runs::drive;
@@ -115,10 +115,16 @@ fn interleaved_runs(rt: &tokio::runtime::Runtime, a: &Pipeline, b: &Pipeline) ->
     interleaved(
         rt,
         || async {
-            a.invoke("run", Context::new()).await.expect("runs");
+            a.invoke("run", Context::new())
+                .await
+                .and_then(Outcome::completed)
+                .expect("runs");
         },
         || async {
-            b.invoke("run", Context::new()).await.expect("runs");
+            b.invoke("run", Context::new())
+                .await
+                .and_then(Outcome::completed)
+                .expect("runs");
         },
     )
 }
@@ -150,7 +156,10 @@ fn main() {
         g.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 timed(&rt, iters, || async {
-                    p.invoke("run", Context::new()).await.expect("runs");
+                    p.invoke("run", Context::new())
+                        .await
+                        .and_then(Outcome::completed)
+                        .expect("runs");
                 })
             });
         });
@@ -164,7 +173,10 @@ fn main() {
         g.bench_function(mode.as_str(), |b| {
             b.iter_custom(|iters| {
                 timed(&rt, iters, || async {
-                    p.invoke("run", Context::new()).await.expect("runs");
+                    p.invoke("run", Context::new())
+                        .await
+                        .and_then(Outcome::completed)
+                        .expect("runs");
                 })
             });
         });

@@ -34,8 +34,10 @@ pub(crate) enum Backend {
         config: Box<ConnectionManagerConfig>,
     },
     /// A Redis Cluster: its connection follows the cluster's slots
-    /// (`MOVED`/`ASK`) and reconnects to each node by itself.
-    Cluster,
+    /// (`MOVED`/`ASK`) and reconnects to each node by itself. `nodes`: a
+    /// client of each node the store was given, for the wake-ups'
+    /// subscription (`PUBLISH` reaches every node of a cluster).
+    Cluster { nodes: Vec<Client> },
 }
 
 /// A connection the calls share: to one server (redis-rs's
@@ -128,6 +130,11 @@ impl RedisStore {
                     });
                 }
                 let client = builder.build().map_err(failed)?;
+                let clients = nodes
+                    .iter()
+                    .map(|node| open_client(node, config.tls_root_certificates.clone()))
+                    .collect::<RedisResult<Vec<Client>>>()
+                    .map_err(failed)?;
                 let connecting: std::pin::Pin<
                     Box<dyn Future<Output = RedisResult<Handle>> + Send>,
                 > = Box::pin(async move {
@@ -135,20 +142,11 @@ impl RedisStore {
                     load_scripts(&mut handle).await?;
                     Ok(handle)
                 });
-                (Backend::Cluster, connecting)
+                (Backend::Cluster { nodes: clients }, connecting)
             }
             None => {
-                let client = match config.tls_root_certificates.clone() {
-                    Some(pem) => Client::build_with_tls(
-                        config.url.as_str(),
-                        redis::TlsCertificates {
-                            client_tls: None,
-                            root_cert: Some(pem),
-                        },
-                    ),
-                    None => Client::open(config.url.as_str()),
-                }
-                .map_err(failed)?;
+                let client = open_client(&config.url, config.tls_root_certificates.clone())
+                    .map_err(failed)?;
                 // Each attempt is bounded by the timeout; few, quick retries, so a
                 // server that is down is reported at once (with its real error) rather
                 // than after minutes of backoff. A later call retries again.
@@ -408,6 +406,20 @@ impl RedisStore {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// A client of the server at `url`, trusting the CA `pem` when given.
+fn open_client(url: &str, pem: Option<Vec<u8>>) -> RedisResult<Client> {
+    match pem {
+        Some(pem) => Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            },
+        ),
+        None => Client::open(url),
     }
 }
 

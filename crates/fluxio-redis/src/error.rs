@@ -28,6 +28,12 @@ pub(crate) mod op {
     pub(crate) const REINDEX: &str = "reindex";
     pub(crate) const BEGIN: &str = "begin_run";
     pub(crate) const FINISH: &str = "finish_run";
+    pub(crate) const SEND_SIGNAL: &str = "send_signal";
+    pub(crate) const TAKE_SIGNAL: &str = "take_signal";
+    pub(crate) const SIGNALS: &str = "signals";
+    pub(crate) const DUE_RUNS: &str = "due_runs";
+    pub(crate) const CLOCK: &str = "clock_ms";
+    pub(crate) const WATCH: &str = "watch";
 }
 
 /// Why a [`RedisStore`](crate::RedisStore) call failed.

@@ -6,7 +6,7 @@
 //! summary lives in its journal hash's meta fields, and the sorted sets
 //! `P.runs` and `P.runs.S` name the runs in key order (see the crate docs).
 
-use fluxio_core::store::{Checkpoint, RunStatus};
+use fluxio_core::store::{Checkpoint, MAX_UNTIL_MS, RunStatus};
 use fluxio_core::{Error, Result};
 use redis::ScriptInvocation;
 
@@ -30,6 +30,9 @@ pub(crate) fn status_name(status: RunStatus) -> Result<&'static str> {
         RunStatus::Completed => "completed",
         RunStatus::Cancelled => "cancelled",
         RunStatus::NeedsAttention => "needs_attention",
+        RunStatus::Sleeping => "sleeping",
+        RunStatus::Waiting => "waiting",
+        // a status of a later core: this build cannot index it
         _ => {
             return Err(Error::Unsupported {
                 operation: "index a run in this status",
@@ -48,18 +51,38 @@ pub(crate) fn status_of(name: &str) -> Option<RunStatus> {
         "completed" => RunStatus::Completed,
         "cancelled" => RunStatus::Cancelled,
         "needs_attention" => RunStatus::NeedsAttention,
+        "sleeping" => RunStatus::Sleeping,
+        "waiting" => RunStatus::Waiting,
         _ => return None,
     })
 }
 
-/// Appends the nine arguments of the scripts' `summarize` for the run whose
-/// latest checkpoint is `cp`: status, step, attempt, version, `1` and the
-/// error message (`0` and nothing when there is none), created, updated
-/// (ms, decimal) and the pipeline.
+/// Appends the eleven arguments of the scripts' `summarize` for the run
+/// whose latest checkpoint is `cp`: status, step, attempt, version, `1` and
+/// the error message (`0` and nothing when there is none), created, updated
+/// (ms, decimal), the pipeline, and what a sleeping or waiting run waits
+/// for (the due-index's input, `Pending::due_ms`'s): the names it waits
+/// for, separated by `\n` (no wait name has a control character), and its
+/// wake time or deadline in ms, at most [`MAX_UNTIL_MS`] (`""` for none).
 ///
 /// # Errors
 /// As [`status_name`].
 pub(crate) fn summary_args(script: &mut ScriptInvocation<'static>, cp: &Checkpoint) -> Result<()> {
+    let (waits, until) = match &cp.pending {
+        Some(pending) if cp.status.is_pending() => (
+            pending
+                .waits
+                .iter()
+                .map(|w| w.name.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            pending
+                .until_ms
+                .map(|ms| ms.min(MAX_UNTIL_MS).to_string())
+                .unwrap_or_default(),
+        ),
+        _ => (String::new(), String::new()),
+    };
     script
         .arg(status_name(cp.status)?)
         .arg(&cp.step)
@@ -69,7 +92,9 @@ pub(crate) fn summary_args(script: &mut ScriptInvocation<'static>, cp: &Checkpoi
         .arg(cp.error_message.as_deref().unwrap_or_default())
         .arg(cp.created_at_ms)
         .arg(cp.updated_at_ms)
-        .arg(&cp.pipeline);
+        .arg(&cp.pipeline)
+        .arg(waits)
+        .arg(until);
     Ok(())
 }
 
@@ -173,7 +198,7 @@ impl RedisStore {
     }
 
     /// Indexes the run `run`, unless it is indexed or gone; whether it did.
-    async fn reindex_run(&self, run: &str) -> Result<bool> {
+    pub(crate) async fn reindex_run(&self, run: &str) -> Result<bool> {
         let key = self.checkpoint_key(run);
         for _ in 0..3 {
             let deadline = self.deadline();
@@ -220,6 +245,8 @@ mod tests {
             RunStatus::Completed,
             RunStatus::Cancelled,
             RunStatus::NeedsAttention,
+            RunStatus::Sleeping,
+            RunStatus::Waiting,
         ] {
             let name = status_name(status).expect("a name");
             assert_eq!(status_of(name), Some(status));

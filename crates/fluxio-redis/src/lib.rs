@@ -28,10 +28,10 @@
 //!     .build()?;
 //!
 //! match pipeline.invoke("order-42", ctx! { "cents" => 1999u64 }?).await {
-//!     Ok(out) => println!("{}", out.get::<String>("receipt")?),
+//!     Ok(out) => println!("{}", out.completed()?.get::<String>("receipt")?),
 //!     // later, in this process or another one: continue from the failed stage
 //!     Err(_) => {
-//!         pipeline.resume("order-42").await?;
+//!         pipeline.resume("order-42").await?.completed()?;
 //!     }
 //! }
 //! # Ok(()) }
@@ -58,8 +58,11 @@
 //! | `P.cancelled:R` | string | `1` while the checkpoint `P:R` is cancelled (contract rule 14) | none, like the cancelled checkpoint: deleted with it |
 //! | `P.completed:N` | sorted set | only with [`keep_completed`](RedisStoreBuilder::keep_completed): the completed runs of the pipeline `N` (the part of a run id before its first `/`, empty for a bare id), a member per run (its id `R`) scored by its `done` | the newest member's run's: `completed_retention`, reset by every completion; none without it |
 //! | `P.runs` | sorted set | the run index (contract rule 21; see [Listing](#listing-runs)): every run, a member per run (its id `R`) scored 0, so in key order | none |
-//! | `P.runs.S` | sorted set | the runs whose latest checkpoint has status `S`: `running`, `failed`, `completed`, `cancelled`, `needs_attention` | none |
+//! | `P.runs.S` | sorted set | the runs whose latest checkpoint has status `S`: `running`, `failed`, `completed`, `cancelled`, `needs_attention`, `sleeping`, `waiting` | none |
 //! | `P.expiring` | sorted set | the completed runs whose journal expires, each scored by when (the server's clock, ms) | none |
+//! | `P.signals:R` | hash | the run's mailbox (contract rule 26; see [Runs that wait](#runs-that-wait)): a field per wait name signalled or closed, holding its entry, and the field `""` counting the entries ever added | the journal's: set with it by the save that completes the run |
+//! | `P.due:N` | sorted set | the due-index of the pipeline `N` (contract rule 27): its sleeping and waiting runs that can become due, a member per run (its id `R`) scored by when it is due (ms; 0 once its mailbox holds an entry of a name it waits for) | none |
+//! | `P.due` | set | the pipelines whose `P.due:N` exists | none |
 //!
 //! The journal hash `P:R` holds, for each stored checkpoint, a field named
 //! by its number ([`seq`](fluxio_core::store::Checkpoint::seq), in decimal:
@@ -82,12 +85,13 @@
 //!
 //! | field | content |
 //! |---|---|
-//! | `status` | `running`, `failed`, `completed`, `cancelled` or `needs_attention` (a running run is abandoned when `P.lease:R` does not exist) |
+//! | `status` | `running`, `failed`, `completed`, `cancelled`, `needs_attention`, `sleeping` or `waiting` (a running run is abandoned when `P.lease:R` does not exist) |
 //! | `step`, `attempt` | the stage it is at (empty once completed) and its attempt |
 //! | `version` | the pipeline version that wrote it (not `ver`, the journal's write count) |
 //! | `error` | how its stage failed; absent when it did not |
 //! | `created`, `updated` | when the run started and was last written (ms since the Unix epoch, decimal) |
 //! | `pipeline` | the checkpoint's pipeline name (empty for a bare run id) |
+//! | `waits`, `until` | only while the run sleeps or waits: the names it waits for, separated by a newline (empty for a sleep), and its wake time or deadline (ms, at most [`MAX_UNTIL_MS`](fluxio_core::store::MAX_UNTIL_MS); empty for none): what `send_signal`'s script reads to decide whether a signal makes it due |
 //!
 //! A run is one key, so its deletion and its expiry are never partial: all
 //! of its checkpoints go together. A load reads the fields from the last
@@ -107,7 +111,7 @@
 //! of format 4 with several checkpoints, which no released build wrote to
 //! Redis, is read whole but appended to as if it held checkpoint 0 only.)
 //!
-//! The lease, epoch, nonce, cancel, completed and index keys have `.` after the prefix where a
+//! The lease, epoch, nonce, cancel, completed, mailbox, due and index keys have `.` after the prefix where a
 //! checkpoint key has `:`, so no run id's checkpoint can collide with them.
 //! The nonce key exists while the lease its call took does (at most its
 //! first time-to-live), and for a command timeout after `finish_run`: it
@@ -117,7 +121,8 @@
 //! ## What each call does
 //!
 //! Every call is one network round trip (`load` and `history`: two;
-//! `cancel`: three or more): a single
+//! `cancel`: three or more; `due_runs` on a cluster: one per bucket asked,
+//! sent at once; `watch`: a connection of its own): a single
 //! command, or a Lua script run with `EVALSHA` (loaded at connect time; a
 //! server that lost the scripts, after a restart say, is sent them again
 //! once). A call whose connection dropped is sent once more; see
@@ -141,7 +146,8 @@
 //!   script. Two round trips rather than one script because a script is
 //!   slow to return large values: Redis 7 takes about 2.4 ms to return 1 MB
 //!   from Lua, 0.08 ms from `HMGET`.
-//!   `delete`: `DEL P:R P.cancelled:R`, `ZREM P.completed:N R` and an
+//!   `delete`: `DEL P:R P.cancelled:R P.signals:R`, `ZREM P.completed:N R`
+//!   (and `ZREM P.due:N R` for a run that sleeps or waits) and an
 //!   expiry for the epoch (one script); `exists`: `EXISTS`.
 //! - `acquire_lease`: if `P.lease:R` exists, [`Error::RunIdInUse`](fluxio_core::Error::RunIdInUse);
 //!   else `INCR P.epoch:R` (a new epoch gets an expiry unless `P:R` is
@@ -191,8 +197,9 @@
 //!   lease expired (paused, cut off) cannot overwrite the new owner's
 //!   checkpoint, and a delta save sends and writes only its entry (about
 //!   the size of the keys it changed), never the whole context.
-//!   `delete_fenced`: the `DEL` of `P:R` and `P.cancelled:R` (and the
-//!   `ZREM` from `P.completed:N`) under the same lease check.
+//!   `delete_fenced`: the `DEL` of `P:R`, `P.cancelled:R` and
+//!   `P.signals:R` (and the `ZREM` from `P.completed:N` and `P.due:N`)
+//!   under the same lease check.
 //! - The completion, in `save`'s and `save_fenced`'s script (contract rule
 //!   20, keep the last N): a completed checkpoint sets `done` in `P:R`; with
 //!   [`keep_completed(Some(n))`](RedisStoreBuilder::keep_completed), the
@@ -230,6 +237,8 @@
 //!   A completion with a retention scores the run in `P.expiring`; see
 //!   [Listing](#listing-runs) for how expired runs leave the index.
 //! - `list_runs`: see [Listing](#listing-runs).
+//! - `send_signal`, `take_signal`, `signals`, `due_runs`, `clock_ms`,
+//!   `watch`: see [Runs that wait](#runs-that-wait).
 //!
 //! ## Listing runs
 //!
@@ -274,6 +283,84 @@
 //! run until the next `reindex` (it does not know the index); stores of
 //! this build never do.
 //!
+//! ## Runs that wait
+//!
+//! A run that sleeps or waits (contract rules 25-28) is stored like any
+//! other, with status `sleeping` or `waiting`, and listed under it. Three
+//! more things are kept, each written in the script of the write that
+//! changes it, so none disagrees with the journal:
+//!
+//! - **The due-index** (rule 27), `P.due:N` per pipeline (in the
+//!   pipeline's slot on a cluster, like `P.completed:N`), and `P.due`, its
+//!   pipelines. Every script that writes a run's summary (`save`,
+//!   `save_fenced`, `begin_run`, `finish_run`, `cancel`) scores a sleeping
+//!   or waiting run by
+//!   [`Pending::due_ms`](fluxio_core::store::Pending::due_ms) of its
+//!   mailbox (reading the mailbox's entries of the names it waits for:
+//!   0 when there is one, else its wake time or deadline, at most
+//!   [`MAX_UNTIL_MS`](fluxio_core::store::MAX_UNTIL_MS), which a score, a
+//!   double, holds exactly; a wait with no deadline and no signal is not
+//!   in the index) and takes any other run out of it when it was in;
+//!   `delete`, `delete_fenced`, `begin_run`'s replace and the
+//!   keep-the-last-N trim take it out with the run. A run that took its
+//!   signal or timed out (`take_signal`) stays scored until its next
+//!   checkpoint, so a worker that dies in between leaves it due for the
+//!   next.
+//! - **The mailbox** (rule 26), `P.signals:R`: a field per wait name,
+//!   holding `<order> <state> <sent_at> <sender length>\n<sender><payload>`
+//!   (`state` is `delivered`, `consumed` or `closed`, `sent_at` in ms, the
+//!   payload [`Payload::bytes`](fluxio_core::store::Payload::bytes)), and
+//!   the field `""` counting the entries ever added, whose count is each
+//!   entry's `order`: the mailbox's send order. It goes with the run on
+//!   every delete, is emptied when a fresh run replaces it (a whole
+//!   checkpoint 0, `begin_run`'s replace, a plain `save`, which writes the
+//!   checkpoint's [`signals`](fluxio_core::store::Checkpoint::signals)
+//!   instead), and expires with a completed run's journal.
+//! - **Wake-ups**, `PUBLISH`ed to `P.events` (on a cluster, `{P#b}.events`
+//!   of the run's bucket) by the scripts: `due R` when a run parks or a
+//!   signal it waits for is delivered, `ended R` when a save leaves it
+//!   completed, failed, cancelled or needing attention, and by `cancel`.
+//!
+//! The calls:
+//!
+//! - `send_signal`: one script (`SEND`) reads the run's `status` and
+//!   `waits` and the name's mailbox entry and decides as
+//!   [`deliver`](fluxio_core::store::deliver) does (no run, a completed or
+//!   cancelled one, the same payload, another payload, a closed name: a
+//!   code the store turns into the same answer or error), then stores the
+//!   entry and, when the run is waiting for the name, scores it 0 and
+//!   publishes `due`. A run of an earlier build has no summary: it is
+//!   [reindexed](RedisStore::reindex) and the script sent again.
+//! - `take_signal`: one script (`TAKE`), fenced as `save_fenced` is (a
+//!   cancel mark: `Cancelled`; another token: `LeaseLost`; no journal:
+//!   `CheckpointNotFound`), then [`decide`](fluxio_core::store::decide)
+//!   **ported to Lua** (run against the Rust on generated mailboxes by a
+//!   unit test) over the mailbox entries of the wait's names, writing what
+//!   it decides in the same script. `SEND` and `TAKE` touch the same keys
+//!   and each runs atomically, so a signal racing a deadline has exactly
+//!   one winner, with no retry.
+//! - `signals`: one `HGETALL` of the mailbox, in send order.
+//! - `due_runs`: one script (`DUE`) per bucket of the pipelines asked (one
+//!   script on a single server; every bucket, at once, on a cluster when
+//!   none is asked, then merged): for each pipeline (`P.due`'s when none is
+//!   asked), its members due by the filter's time, earliest first,
+//!   skipping those whose lease key exists, up to the limit (and at most
+//!   1,000 held ones more), each with the version and pipeline of its
+//!   summary.
+//! - `clock_ms`: `TIME`, on a cluster of any node.
+//! - `watch`: a subscription on a connection of its own (redis-rs's async
+//!   pub/sub) to `P.events`, on a cluster to every bucket's channel on the
+//!   first node given that answers (a `PUBLISH` reaches every node of a
+//!   cluster over its bus, so an event may come a few milliseconds after
+//!   the write, or after a subscription made just after the write). The
+//!   stream ends when that connection drops or does not answer its
+//!   keep-alive `PING` (every 15 s) in time: the watcher polls and
+//!   subscribes again. Events are hints: the due-index stays the truth.
+//!
+//! A run that neither sleeps nor waits costs no round trip more than
+//! before: the due-index and the events are written by the scripts its
+//! calls run anyway.
+//!
 //! ## Redis Cluster
 //!
 //! [`RedisStore::cluster_builder`] connects to a Redis Cluster through some
@@ -290,9 +377,10 @@
 //!
 //! | one server | cluster |
 //! |---|---|
-//! | `P:R`, `P.lease:R`, `P.epoch:R`, `P.nonce:R`, `P.cancelled:R` | `{P#b}:R`, `{P#b}.lease:R`, ... with `b` the bucket of `R`'s pipeline |
-//! | `P.completed:N` | `{P#b}.completed:N`, `b` the bucket of `N` |
-//! | `P.runs`, `P.runs.S`, `P.expiring` | `{P#b}.runs`, `{P#b}.runs.S`, `{P#b}.expiring` for each bucket `b`, holding its runs |
+//! | `P:R`, `P.lease:R`, `P.epoch:R`, `P.nonce:R`, `P.cancelled:R`, `P.signals:R` | `{P#b}:R`, `{P#b}.lease:R`, ... with `b` the bucket of `R`'s pipeline |
+//! | `P.completed:N`, `P.due:N` | `{P#b}.completed:N`, `{P#b}.due:N`, `b` the bucket of `N` |
+//! | `P.runs`, `P.runs.S`, `P.expiring`, `P.due` | `{P#b}.runs`, `{P#b}.runs.S`, `{P#b}.expiring`, `{P#b}.due` for each bucket `b`, holding its runs (its pipelines) |
+//! | the channel `P.events` | `{P#b}.events` for each bucket `b` |
 //!
 //! A run's pipeline decides its bucket, not its id, so that all the runs of
 //! a pipeline share one slot: keep-the-last-N
@@ -376,7 +464,8 @@
 //!   slot, the run's bucket: the keys it declares in `KEYS` (lease, epoch,
 //!   nonce, journal, cancel mark, `P.completed:N`) and those it builds from
 //!   the bucket's prefix it is given (`.runs`, `.runs.S`, `.expiring`, the
-//!   runs a keep-the-last-N trim deletes). So each call is atomic there
+//!   run's `.signals:R`, its pipeline's `.due:N`, `.due`, the runs a
+//!   keep-the-last-N trim deletes). So each call is atomic there
 //!   too, and as safe as that slot's primary: a failover of a master is a
 //!   failover as above.
 //! - Retention: a completed run's journal (its one key) expires

@@ -45,6 +45,9 @@ impl Query {
             Some(RunState::Completed) => ("completed", ""),
             Some(RunState::Cancelled) => ("cancelled", ""),
             Some(RunState::NeedsAttention) => ("needs_attention", ""),
+            Some(RunState::Sleeping) => ("sleeping", ""),
+            Some(RunState::Waiting) => ("waiting", ""),
+            // a state of a later core: this build does not index it
             Some(_) => {
                 return Err(Error::Unsupported {
                     operation: "list runs in this state",
@@ -109,8 +112,8 @@ impl RedisStore {
 
     /// The sorted set of the runs whose latest checkpoint has `status`:
     /// `{prefix}.runs.{status}` (`running`, `failed`, `completed`,
-    /// `cancelled`, `needs_attention`); a running run is abandoned when its lease key does not
-    /// exist.
+    /// `cancelled`, `needs_attention`, `sleeping`, `waiting`); a running
+    /// run is abandoned when its lease key does not exist.
     ///
     /// ```no_run
     /// # async fn f() -> fluxio_core::Result<()> {

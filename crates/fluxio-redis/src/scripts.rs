@@ -82,6 +82,110 @@ return 1
 "
 );
 
+/// The Lua functions that keep the due-index and tell the watchers
+/// (contract rules 25-27; see the crate docs' key layout), shared by every
+/// script that writes a run (through `index_fns!`). The due-index of the
+/// key prefix `P` is a sorted set per pipeline `N`, `P.due:N`, a member per
+/// sleeping or waiting run that can become due (its key), scored by when
+/// (`Pending::due_ms`: 0 once its mailbox holds an entry of a name it waits for, else its
+/// wake time or deadline, in ms); and the set `P.due`, the pipelines whose
+/// `P.due:N` exists. Wake-ups go to the channel `P.events` as `due <run>`
+/// or `ended <run>`.
+///
+/// - `PARKED`, `ENDED`: the statuses of a parked run, of an ended one.
+/// - `due_of(prefix, run)`: the due-index of the run's pipeline, and the
+///   pipeline.
+/// - `schedule(prefix, run, score)`, `unschedule(prefix, run)`: the run in
+///   (out of) its pipeline's due-index, the pipeline in (out of) `P.due`.
+/// - `tell(prefix, kind, run)`: `PUBLISH`es `kind run` to `P.events`.
+/// - `digits_lt(a, b)`: `a < b` for decimal numbers written without
+///   leading zeros (exact past 2^53, and free of the server's locale).
+/// - `entry(v)`: the mailbox entry `v` (`<order> <state> <sent_at>
+///   <sender length>\n<sender><payload>`, see `crate::store::waits`)
+///   read: `order`, `state`, `at` (sent at, decimal), `rest` (where its
+///   sent-at starts: what follows its state), `body` (where its payload
+///   starts) and `v`; `nil` when it is not one.
+/// - `due(j, prefix, run, old, at)`: after a write of the run (journal
+///   `j`) from status `old` to the summary at `ARGV[at]` (see
+///   `summarize`): a sleeping or waiting run is scored as `due_ms` says
+///   (its mailbox read for the names it waits for) or taken out when only
+///   a signal can wake it, and its watchers told it may be due; any other
+///   run leaves the due-index (and its `waits` and `until` go) when it was
+///   parked, and its watchers are told when it ended.
+macro_rules! waits_fns {
+    () => {
+        r"
+local PARKED = {sleeping = true, waiting = true}
+local ENDED = {completed = true, failed = true, cancelled = true, needs_attention = true}
+local function due_of(prefix, run)
+  local pipeline = string.match(run, '^([^/]*)/') or ''
+  return prefix .. '.due:' .. pipeline, pipeline
+end
+local function schedule(prefix, run, score)
+  local key, pipeline = due_of(prefix, run)
+  redis.call('ZADD', key, score, run)
+  redis.call('SADD', prefix .. '.due', pipeline)
+end
+local function unschedule(prefix, run)
+  local key, pipeline = due_of(prefix, run)
+  if redis.call('ZREM', key, run) == 1 and redis.call('EXISTS', key) == 0 then
+    redis.call('SREM', prefix .. '.due', pipeline)
+  end
+end
+local function tell(prefix, kind, run)
+  redis.call('PUBLISH', prefix .. '.events', kind .. ' ' .. run)
+end
+local function digits_lt(a, b)
+  if #a ~= #b then
+    return #a < #b
+  end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return false
+end
+local function entry(v)
+  local order, state, rest, at, len, body = string.match(v, '^(%d+) (%a+) ()(%d+) (%d+)\n()')
+  if not order then
+    return nil
+  end
+  return {order = tonumber(order), state = state, rest = rest, at = at,
+    body = body + tonumber(len), v = v}
+end
+local function due(j, prefix, run, old, at)
+  if PARKED[ARGV[at]] then
+    local score, box = ARGV[at + 10], prefix .. '.signals:' .. run
+    for name in string.gmatch(ARGV[at + 9], '[^\n]+') do
+      -- any entry of a waited name: signalled, or decided by a worker
+      -- that stopped before its next checkpoint (`Pending::due_ms`)
+      if redis.call('HEXISTS', box, name) == 1 then
+        score = '0'
+        break
+      end
+    end
+    if score == '' then
+      unschedule(prefix, run)
+    else
+      schedule(prefix, run, score)
+    end
+    tell(prefix, 'due', run)
+    return
+  end
+  if PARKED[old] then
+    redis.call('HDEL', j, 'waits', 'until')
+    unschedule(prefix, run)
+  end
+  if ENDED[ARGV[at]] then
+    tell(prefix, 'ended', run)
+  end
+end
+"
+    };
+}
+
 /// The Lua functions that keep the run index (contract rule 21; see the
 /// crate docs' key layout), shared by every script that writes a run. The
 /// index of the key prefix `P` is the sorted sets `P.runs` (every run) and
@@ -93,17 +197,20 @@ return 1
 ///
 /// - `STATUSES`: every status a run's `status` field may hold.
 /// - `summarize(j, at)`: writes the summary meta fields of journal `j` from
-///   the nine `ARGV` from `at` on (status, step, attempt, version, `1` when
-///   there is an error message, the message, created, updated, pipeline;
-///   see `crate::index::summary_args`) and returns the status.
+///   the eleven `ARGV` from `at` on (status, step, attempt, version, `1`
+///   when there is an error message, the message, created, updated,
+///   pipeline, and for a sleeping or waiting run the names it waits for
+///   and its wake time or deadline, written as `waits` and `until`; see
+///   `crate::index::summary_args`) and returns the status.
 /// - `index(prefix, run, old, new)`: the run `run`, indexed under status
 ///   `old` (`nil`: not indexed), is indexed under `new`.
 /// - `unindex(prefix, run, status)`: the run leaves the index; `status`
 ///   `nil` when unknown (its journal is gone): every status set.
 /// - `delete_run(j, mark, epoch, completed, prefix, run, epoch_px)`: what
-///   `DELETE` does: the journal `j` and cancel mark `mark` deleted, the run
-///   out of the index and of the pipeline's completed index `completed`,
-///   and the epoch `epoch`, when it has no expiry, given `epoch_px` ms.
+///   `DELETE` does: the journal `j`, cancel mark `mark` and mailbox
+///   deleted, the run out of the index, of the due-index and of the
+///   pipeline's completed index `completed`, and the epoch `epoch`, when it
+///   has no expiry, given `epoch_px` ms.
 /// - `now_ms()`: the server's clock, `TIME`, in ms.
 /// - `expiring(c, now)`: after a save that completed the run `c.run`
 ///   (`c.prefix`; `c.px` its journal's ttl, `'0'` for none), at the
@@ -115,12 +222,21 @@ return 1
 ///   complete, whether or not anyone lists.
 macro_rules! index_fns {
     () => {
-        r"
-local STATUSES = {'running', 'failed', 'completed', 'cancelled', 'needs_attention'}
+        concat!(
+            waits_fns!(),
+            r"
+local STATUSES = {'running', 'failed', 'completed', 'cancelled', 'needs_attention',
+  'sleeping', 'waiting'}
 local function summarize(j, at)
   local f = {'status', ARGV[at], 'step', ARGV[at + 1], 'attempt', ARGV[at + 2],
     'version', ARGV[at + 3], 'created', ARGV[at + 6], 'updated', ARGV[at + 7],
     'pipeline', ARGV[at + 8]}
+  if PARKED[ARGV[at]] then
+    f[#f + 1] = 'waits'
+    f[#f + 1] = ARGV[at + 9]
+    f[#f + 1] = 'until'
+    f[#f + 1] = ARGV[at + 10]
+  end
   if ARGV[at + 4] == '1' then
     f[#f + 1] = 'error'
     f[#f + 1] = ARGV[at + 5]
@@ -154,8 +270,12 @@ local function unindex(prefix, run, status)
 end
 local function delete_run(j, mark, epoch, completed, prefix, run, epoch_px)
   local status = redis.pcall('HGET', j, 'status')
-  unindex(prefix, run, type(status) == 'string' and status or nil)
-  redis.call('DEL', j, mark)
+  status = type(status) == 'string' and status or nil
+  unindex(prefix, run, status)
+  if not status or PARKED[status] then
+    unschedule(prefix, run)
+  end
+  redis.call('DEL', j, mark, prefix .. '.signals:' .. run)
   redis.call('ZREM', completed, run)
   if redis.call('PTTL', epoch) == -1 then
     redis.call('PEXPIRE', epoch, epoch_px)
@@ -185,6 +305,7 @@ local function expiring(c, now)
   end
 end
 "
+        )
     };
 }
 
@@ -220,8 +341,9 @@ end
 /// - `born()`: a `born` for a new hash.
 /// - `version(m)`: the `born:ver` of meta `m`.
 /// - `remove_run(prefix, run, epoch_px)`: deletes the run `run` as `DELETE`
-///   does (journal, cancel mark and index members; the epoch only gets an
-///   expiry, so its tokens keep growing).
+///   does (journal, cancel mark, mailbox and index members: a completed
+///   run, never in the due-index; the epoch only gets an expiry, so its
+///   tokens keep growing).
 /// - `completion(j, idx, c, was_done)`: keep-the-last-N (contract rule 20),
 ///   after a save wrote journal `j`. `c`: `completed` (the latest
 ///   checkpoint is), `keep` (`nil`: keep all), `prefix`, `run` (the run's
@@ -236,7 +358,8 @@ end
 ///   deleted with `remove_run`, only if its hash still carries that very
 ///   `done` (a run written again since, or deleted or expired, is left
 ///   alone); `idx` expires with its newest run.
-/// - `expire(key, px, epoch, epoch_px, had, fresh)`: the journal's expiry,
+/// - `expire(key, px, epoch, epoch_px, had, fresh, box)`: the journal's
+///   expiry, and its mailbox `box`'s,
 ///   `px` ms, or none when `px` is `'0'` (a run that did not complete); the
 ///   run's epoch `epoch` then keeps no expiry either, and otherwise lasts at
 ///   least `epoch_px` ms. Called after the journal's fields are written
@@ -326,7 +449,8 @@ end
 local function remove_run(prefix, run, epoch_px)
   local status = redis.call('HGET', prefix .. ':' .. run, 'status')
   unindex(prefix, run, status or nil)
-  redis.call('DEL', prefix .. ':' .. run, prefix .. '.cancelled:' .. run)
+  redis.call('DEL', prefix .. ':' .. run, prefix .. '.cancelled:' .. run,
+    prefix .. '.signals:' .. run)
   local epoch = prefix .. '.epoch:' .. run
   if redis.call('PTTL', epoch) == -1 then
     redis.call('PEXPIRE', epoch, epoch_px)
@@ -366,17 +490,19 @@ local function completion(j, idx, c, was_done)
     redis.call('PEXPIRE', idx, c.px)
   end
 end
-local function expire(key, px, epoch, epoch_px, had, fresh)
+local function expire(key, px, epoch, epoch_px, had, fresh, box)
   if px == '0' then
     if had then
       redis.call('PERSIST', key)
     end
     if had or fresh then
       redis.call('PERSIST', epoch)
+      redis.call('PERSIST', box)
     end
     return
   end
   redis.call('PEXPIRE', key, px)
+  redis.call('PEXPIRE', box, px)
   if redis.call('EXISTS', epoch) == 1 and redis.call('PTTL', epoch) < tonumber(epoch_px) then
     redis.call('PEXPIRE', epoch, epoch_px)
   end
@@ -391,13 +517,16 @@ end
 /// is cancelled, epoch ttl (ms), the journal's `first`, `last` and `fulls`,
 /// `1` when the latest checkpoint is completed, the number of completed
 /// runs to keep (`none`: all), the key prefix, the run's key, the latest
-/// checkpoint's summary (nine: see `summarize`), then each checkpoint's
-/// number and entry bytes. The plain `save`: the journal replaced by the
-/// one given, the cancel mark set or deleted to match its latest
-/// checkpoint, the run's summary written and the run indexed under its
-/// status (rule 21), and the completion recorded (`completion`: the run
-/// indexed and the pipeline trimmed when it completed, taken out of the
-/// index when it did not).
+/// checkpoint's summary (eleven: see `summarize`), the number `n` of
+/// signals in the run's mailbox, `n` pairs of a wait name and its encoded
+/// entry (`crate::store::waits`), then each checkpoint's number and entry
+/// bytes. The plain `save`: the journal replaced by the one given, the
+/// mailbox by the checkpoint's (`Checkpoint::signals`, as
+/// `InMemoryStore` does), the cancel mark set or deleted to match its
+/// latest checkpoint, the run's summary written and the run indexed under
+/// its status (rule 21) and in the due-index (`due`), and the completion
+/// recorded (`completion`: the run indexed and the pipeline trimmed when
+/// it completed, taken out of the index when it did not).
 pub(crate) const SAVE: &str = concat!(
     journal_fns!(),
     r"
@@ -405,9 +534,13 @@ local old = redis.pcall('HGET', KEYS[1], 'status')
 if type(old) ~= 'string' then
   old = nil
 end
-redis.call('DEL', KEYS[1])
+local box, signals = ARGV[9] .. '.signals:' .. ARGV[10], tonumber(ARGV[22])
+redis.call('DEL', KEYS[1], box)
+for i = 23, 22 + 2 * signals, 1000 do
+  redis.call('HSET', box, '', signals, unpack(ARGV, i, math.min(i + 999, 22 + 2 * signals)))
+end
 local fields = {'first', ARGV[4], 'last', ARGV[5], 'fulls', ARGV[6], 'born', born(), 'ver', 0}
-for i = 20, #ARGV, 2 do
+for i = 23 + 2 * signals, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
   if #fields >= 1000 or i + 2 > #ARGV then
@@ -417,7 +550,8 @@ for i = 20, #ARGV, 2 do
 end
 redis.call('HSET', KEYS[1], 'exp', ARGV[1] ~= '0' and '1' or '0')
 index(ARGV[9], ARGV[10], old, summarize(KEYS[1], 11))
-expire(KEYS[1], ARGV[1], KEYS[3], ARGV[3], false, true)
+due(KEYS[1], ARGV[9], ARGV[10], old, 11)
+expire(KEYS[1], ARGV[1], KEYS[3], ARGV[3], false, true, box)
 if ARGV[2] == '1' then
   redis.call('SET', KEYS[2], 1)
 else
@@ -452,6 +586,11 @@ end
 local had = m and m.exp
 local was_done = m and m.done and true
 local old = m and m.status
+local box = ARGV[11] .. '.signals:' .. ARGV[12]
+if not m or seq == 0 then
+  -- a fresh run under the key: none of the old run's signals
+  redis.call('DEL', box)
+end
 if m and (seq <= m.first or (full and seq > m.last + 1)) then
   redis.call('DEL', j)
   m, had = nil, false
@@ -520,7 +659,8 @@ if had or ARGV[6] ~= '0' then
 end
 redis.call('HSET', j, unpack(set))
 index(ARGV[11], ARGV[12], old, summarize(j, 13))
-expire(j, ARGV[6], KEYS[4], ARGV[8], had, fresh)
+due(j, ARGV[11], ARGV[12], old, 13)
+expire(j, ARGV[6], KEYS[4], ARGV[8], had, fresh, box)
 if ARGV[7] == '1' then
   redis.call('SET', KEYS[3], 1)
 end
@@ -536,7 +676,7 @@ return 1
 /// `keep_from`, its entry bytes, journal ttl (ms, `0` for none), `1` when
 /// it is cancelled, epoch ttl (ms), `1` when it is completed, the number of
 /// completed runs to keep (`none`: all), the key prefix, the run's key,
-/// the checkpoint's summary (nine: see `summarize`).
+/// the checkpoint's summary (eleven: see `summarize`).
 ///
 /// Returns 1 when appended; 2 (nothing written) when the run is cancelled,
 /// whatever the lease; 0 (nothing written) when the lease is not `token`'s;
@@ -547,7 +687,10 @@ return 1
 /// `last` stays stored), migrates a run of an
 /// earlier build, and drops the checkpoints before the cut point, computed
 /// as `fluxio_core::store::cut_point` does. The run's summary is written
-/// and the run indexed under its status (rule 21). Then `completion`: a
+/// and the run indexed under its status (rule 21) and in the due-index
+/// (`due`: a sleeping or waiting run scored, any other taken out; a
+/// fresh run, the checkpoint numbered 0 or the first of an empty journal,
+/// empties the mailbox first). Then `completion`: a
 /// completed run is indexed and its pipeline trimmed; a run that was
 /// completed and is not any more leaves that index.
 pub(crate) const SAVE_FENCED: &str = concat!(journal_fns!(), save_fenced_body!());
@@ -623,9 +766,9 @@ return 1
 /// `KEYS`: journal, cancel mark, epoch. `ARGV`: the journal's `born:ver` as the
 /// cancel read it (`legacy` for a run of an earlier build), the cancelled
 /// checkpoint's number and its entry bytes, the key prefix, the run's key,
-/// the cancelled checkpoint's summary (nine: see `summarize`). Appends the
+/// the cancelled checkpoint's summary (eleven: see `summarize`). Appends the
 /// cancelled checkpoint, writes its summary and indexes the run as
-/// cancelled, and sets the mark, with no expiry (a cancelled run is kept
+/// cancelled (out of the due-index, its watchers told it ended), and sets the mark, with no expiry (a cancelled run is kept
 /// until deleted, and so is its epoch), only if the journal is still the
 /// one read (a compare-and-set on `born:ver`): returns 1 then, and also when the
 /// journal ends with the cancelled checkpoint already (an earlier attempt of
@@ -655,6 +798,7 @@ else
 end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3], 'last', ARGV[2], 'ver', int(m.ver + 1), 'exp', '0')
 index(ARGV[4], ARGV[5], m.status, summarize(KEYS[1], 6))
+due(KEYS[1], ARGV[4], ARGV[5], m.status, 6)
 redis.call('SET', KEYS[2], 1)
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[3])
@@ -692,20 +836,6 @@ local want, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
 local status, lease = ARGV[6], ARGV[7]
 local has_version, version = ARGV[8] == '1', ARGV[9]
 local created_after, updated_before, bare = ARGV[10], ARGV[11], ARGV[12] == '1'
--- a < b for decimal numbers written without leading zeros (exact past
--- 2^53, and free of the server's locale)
-local function below(a, b)
-  if #a ~= #b then
-    return #a < #b
-  end
-  for i = 1, #a do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then
-      return x < y
-    end
-  end
-  return false
-end
 local now = now_ms()
 local out = {1, ''}
 local found, looked, min = 0, 0, ARGV[2]
@@ -731,8 +861,8 @@ while true do
         end
       elseif (status == '' or h[1] == status)
         and (not has_version or h[4] == version)
-        and (created_after == '' or not below(h[6], created_after))
-        and (updated_before == '' or below(h[7], updated_before)) then
+        and (created_after == '' or not digits_lt(h[6], created_after))
+        and (updated_before == '' or digits_lt(h[7], updated_before)) then
         local expires = false
         if h[1] == 'running' then
           local ttl = redis.call('PTTL', prefix .. '.lease:' .. run)
@@ -781,7 +911,7 @@ return out
 
 /// `KEYS`: journal. `ARGV`: the journal's `born:ver` as read (`legacy` for
 /// a run of a build before the journal), the key prefix, the run's key,
-/// the latest checkpoint's summary (nine: see `summarize`). Indexes a run
+/// the latest checkpoint's summary (eleven: see `summarize`). Indexes a run
 /// an earlier build wrote, only if its journal is still the one read (a
 /// compare-and-set, as `CANCEL`'s) and has no `status` yet: its summary
 /// written, stale members of the index dropped, the run indexed under its
@@ -827,7 +957,7 @@ return 1
 /// checkpoint: its number, `1` when it is whole, its entry bytes, the
 /// journal ttl (ms, `0` for none), `1` when it is cancelled, `1` when it is
 /// completed, the number of completed runs to keep (`none`: all), the key
-/// prefix, the run's key, its summary (nine: see `summarize`).
+/// prefix, the run's key, its summary (eleven: see `summarize`).
 ///
 /// `begin_run` in one step: `ACQUIRE`'s logic, then (replace) `DELETE_FENCED`'s
 /// or (keep) nothing more when a journal is stored, then `SAVE_FENCED`'s on
@@ -874,9 +1004,13 @@ if not write then
   return {token, 0}
 end
 local prefix, run, epoch_px = ARGV[13], ARGV[14], ARGV[5]
+local box = prefix .. '.signals:' .. run
 if replace then
   -- DELETE_FENCED
   delete_run(KEYS[4], KEYS[5], KEYS[2], KEYS[6], prefix, run, epoch_px)
+else
+  -- nothing stored: no signals either
+  redis.call('DEL', box)
 end
 -- SAVE_FENCED of a whole checkpoint, the journal's first
 local set = {ARGV[6], ARGV[8], 'last', ARGV[6], 'born', born(), 'first', ARGV[6],
@@ -887,7 +1021,8 @@ if ARGV[9] ~= '0' then
 end
 redis.call('HSET', KEYS[4], unpack(set))
 index(prefix, run, nil, summarize(KEYS[4], 15))
-expire(KEYS[4], ARGV[9], KEYS[2], epoch_px, false, true)
+due(KEYS[4], prefix, run, nil, 15)
+expire(KEYS[4], ARGV[9], KEYS[2], epoch_px, false, true, box)
 if ARGV[10] == '1' then
   redis.call('SET', KEYS[5], 1)
 end
@@ -963,7 +1098,16 @@ macro_rules! scripts {
     };
 }
 
+mod waits;
+
+#[cfg(test)]
+pub(crate) use waits::DECIDE;
+pub(crate) use waits::{DUE, SEND, TAKE};
+
 scripts! {
+    SEND => SEND_SCRIPT,
+    TAKE => TAKE_SCRIPT,
+    DUE => DUE_SCRIPT,
     ACQUIRE => ACQUIRE_SCRIPT,
     RENEW => RENEW_SCRIPT,
     SAVE => SAVE_SCRIPT,

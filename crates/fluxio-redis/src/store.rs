@@ -10,8 +10,9 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, CheckpointStore, Lease, RedactedUrl, RunFilter, RunPage, RunStatus,
-    cancelled_checkpoint, check_lease_ttl, missing_predecessor,
+    Begin, Begun, Checkpoint, CheckpointStore, Decision, Delivery, DueFilter, DueRun, Lease,
+    RedactedUrl, RunEvents, RunFilter, RunPage, RunStatus, Signal, Take, cancelled_checkpoint,
+    check_lease_ttl, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
 use redis::ScriptInvocation;
@@ -33,8 +34,10 @@ use crate::scripts;
 /// Every method is one round trip: one command, or one Lua script run with
 /// `EVALSHA` (the scripts are loaded when connecting; a server that lost them
 /// gets them again, once, through redis-rs's `Script`); `load` and `history` read the
-/// journal's meta before its entries, and `cancel` loads the checkpoint
-/// before its script (and again if the script finds it changed). A call that fails because the
+/// journal's meta before its entries, `cancel` loads the checkpoint
+/// before its script (and again if the script finds it changed),
+/// `due_runs` on a cluster sends a script per bucket at once, and `watch`
+/// subscribes on a connection of its own. A call that fails because the
 /// connection dropped (a server restart, a reset) is sent once more on a new
 /// connection, within the same command timeout. See the
 /// [crate documentation](crate) for the key layout and the guarantees.
@@ -203,7 +206,7 @@ impl RedisStore {
     /// layout (see the [crate documentation](crate#redis-cluster)).
     #[must_use]
     pub fn is_cluster(&self) -> bool {
-        matches!(self.inner.backend, Backend::Cluster)
+        matches!(self.inner.backend, Backend::Cluster { .. })
     }
 
     /// The prefix of the keys of the runs of `pipeline`: the key prefix
@@ -492,13 +495,16 @@ impl CheckpointStore for RedisStore {
     /// One script: the journal hash `{prefix}:{run_id}` replaced by the
     /// checkpoint's journal ([`Checkpoint::into_journal`]: its `earlier`
     /// ones, then itself), one field per checkpoint, with the expiry of a
-    /// completed run when it completed; and the cancel mark
+    /// completed run when it completed; the mailbox
+    /// `{prefix}.signals:{run_id}` replaced by the checkpoint's
+    /// [`signals`](Checkpoint::signals) (none: emptied); and the cancel mark
     /// `{prefix}.cancelled:{run_id}` set when the checkpoint is cancelled,
     /// deleted otherwise.
-    async fn save(&self, checkpoint: Checkpoint) -> Result<()> {
+    async fn save(&self, mut checkpoint: Checkpoint) -> Result<()> {
         // the key, and the journal as a whole reads back (starts whole,
         // numbers follow)
         let run_key = checkpoint.checked_key()?;
+        let signals = std::mem::take(&mut checkpoint.signals);
         let key = self.checkpoint_key(&run_key);
         let mut script = scripts::SAVE_SCRIPT.prepare_invoke();
         self.journal_keys(&mut script, &run_key);
@@ -530,6 +536,7 @@ impl CheckpointStore for RedisStore {
             .arg(&*self.run_prefix(&run_key))
             .arg(&run_key);
         summary_args(&mut script, latest)?;
+        waits::mailbox_args(&mut script, &signals)?;
         for cp in &journal {
             script.arg(cp.seq).arg(cp.entry_bytes()?);
         }
@@ -891,7 +898,54 @@ impl CheckpointStore for RedisStore {
             );
         }
     }
+
+    /// One script (`SEND`): the run's status and the names it waits for
+    /// read from its summary, the signal decided as
+    /// [`deliver`](fluxio_core::store::deliver) does and stored in the
+    /// mailbox `{prefix}.signals:{run_id}`; when the run waits for it, it is
+    /// due now (scored 0) and its watchers told. A run of an earlier build
+    /// (no summary) is [reindexed](RedisStore::reindex) first.
+    async fn send_signal(&self, key: &str, signal: Signal) -> Result<Delivery> {
+        self.send(key, signal).await
+    }
+
+    /// One script (`TAKE`), fenced as [`save_fenced`](CheckpointStore::save_fenced)
+    /// is: the wait decided in Lua over the mailbox's entries of its names,
+    /// as [`decide`](fluxio_core::store::decide) does, atomically with
+    /// `send_signal`'s script.
+    async fn take_signal(&self, key: &str, take: &Take, lease: &Lease) -> Result<Decision> {
+        self.take(key, take, lease).await
+    }
+
+    /// One `HGETALL` of the mailbox, in send order.
+    async fn signals(&self, key: &str) -> Result<Vec<Signal>> {
+        self.mailbox(key).await
+    }
+
+    /// One script (`DUE`) per bucket asked (one on a single server): the
+    /// due-index `{prefix}.due:{pipeline}` of each pipeline asked (every
+    /// pipeline in `{prefix}.due` when none is), earliest first, skipping
+    /// runs whose lease is held.
+    async fn due_runs(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
+        self.due(filter).await
+    }
+
+    /// `TIME`, in milliseconds (on a cluster, any node's).
+    async fn clock_ms(&self) -> Result<Option<u64>> {
+        self.time().await.map(Some)
+    }
+
+    /// A subscription (its own connection) to `{prefix}.events`, where the
+    /// scripts that park a run, signal a waiting one or end one publish;
+    /// on a cluster to every bucket's channel on the first node that
+    /// answers. The stream ends when that connection drops or stops
+    /// answering its keep-alive `PING`.
+    async fn watch(&self) -> Result<Option<RunEvents>> {
+        self.subscribe().await.map(Some)
+    }
 }
+
+mod waits;
 
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use fluxio_core::Outcome;
 use fluxio_core::store::conformance::{Harness, Records};
 use fluxio_core::store::{CheckpointStore, RunFilter, conformance};
 use fluxio_redis::{CLUSTER_BUCKETS, RedisStore, cluster_bucket};
@@ -386,7 +387,11 @@ async fn rule24_cluster_a_ten_stage_durable_run_is_eleven_scripts_on_its_primary
     .store(store)
     .build()
     .expect("valid");
-    let out = p.invoke("ten", fluxio::Context::new()).await.expect("runs");
+    let out = p
+        .invoke("ten", fluxio::Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(out.get::<u64>("n").expect("a number"), 10);
     let tag = format!("{{{ns}#");
     let sent: Vec<_> = monitors

@@ -16,6 +16,7 @@ mod store;
 mod timeout;
 mod tls;
 mod trips;
+mod waits;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use fluxio::{Context, StageResult, pipeline, stage};
+use fluxio::{Context, Outcome, StageResult, pipeline, stage};
 use fluxio_core::Error;
 use fluxio_core::store::{Begin, Change, Checkpoint, CheckpointStore, Lease, RunStatus};
 use fluxio_redis::{RedisStore, RedisStoreBuilder, RedisStoreError};
@@ -520,6 +520,7 @@ async fn rule24_a_ten_stage_durable_run_is_eleven_round_trips() {
         } else {
             p.start(id, Context::new()).await
         }
+        .and_then(Outcome::completed)
         .expect("runs");
         assert_eq!(out.get::<u64>("n").expect("a number"), 10);
         let sent = monitor.take().await;
