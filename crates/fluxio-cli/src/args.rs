@@ -77,6 +77,10 @@ pub(crate) enum Runs {
     Delete(DeleteArgs),
     /// Delete the runs in a state that were last written before a time.
     Purge(PurgeArgs),
+    /// Signal a run's wait with a JSON payload (stored with the run; the run takes it at its wait).
+    Signal(SignalArgs),
+    /// Make a sleeping or waiting run due now: a sleep ends, a wait takes its timeout outcome.
+    Wake(RunArg),
 }
 
 #[derive(Debug, Args)]
@@ -84,7 +88,7 @@ pub(crate) struct ListArgs {
     /// Only runs of this pipeline.
     #[arg(long)]
     pub(crate) pipeline: Option<String>,
-    /// Only runs in this state: running, abandoned, failed, completed, cancelled, needs-attention.
+    /// Only runs in this state: running, abandoned, failed, completed, cancelled, needs-attention, sleeping, waiting.
     #[arg(long, value_parser = state)]
     pub(crate) status: Option<RunState>,
     /// Only runs whose latest checkpoint this pipeline version wrote.
@@ -128,6 +132,23 @@ pub(crate) struct RunArg {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct SignalArgs {
+    /// The run: pipeline/run_id.
+    pub(crate) run: String,
+    /// The wait's name.
+    pub(crate) wait: String,
+    /// The payload, as JSON (`--json` is every command's flag for JSON output).
+    #[arg(conflicts_with = "file")]
+    pub(crate) payload: Option<String>,
+    /// A file holding the payload as JSON (`-`: standard input).
+    #[arg(long)]
+    pub(crate) file: Option<String>,
+    /// Who sends it, for the run's history [default: fluxio CLI].
+    #[arg(long)]
+    pub(crate) sender: Option<String>,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct DeleteArgs {
     /// The run: pipeline/run_id.
     pub(crate) run: String,
@@ -141,7 +162,7 @@ pub(crate) struct DeleteArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct PurgeArgs {
-    /// The state of the runs to delete: running, abandoned, failed, completed, cancelled, needs-attention.
+    /// The state of the runs to delete: running, abandoned, failed, completed, cancelled, needs-attention, sleeping, waiting.
     #[arg(long, value_parser = state)]
     pub(crate) status: RunState,
     /// Only runs last written longer ago than this (7d, 12h...).
@@ -215,9 +236,9 @@ mod tests {
             assert_eq!(state(s.as_str()), Ok(s));
         }
         assert!(
-            state("sleeping")
+            state("paused")
                 .expect_err("no such state")
-                .contains("sleeping")
+                .contains("paused")
         );
     }
 

@@ -21,11 +21,22 @@
 //! fluxio runs cancel RUN
 //! fluxio runs delete RUN [--force] [--yes]
 //! fluxio runs purge  --status S --older-than 7d [--pipeline P] [--dry-run] [--yes]
+//! fluxio runs signal RUN WAIT '{"approved": true}' [--sender NAME]   # or --file PATH (- for stdin)
+//! fluxio runs wake   RUN                  # a sleeping or waiting run, due now
 //! ```
+//!
+//! `signal` stores a signal for a run's wait (contract rule 26) with a JSON
+//! payload, read without the pipeline's types: the run checks it against
+//! the wait's type when it takes it, and refuses a payload of another
+//! shape (its wait stays open, and says why). The wait's name is checked
+//! against the run's recorded pipeline shape first. `wake` is an
+//! operator's "now" (rule 25): a sleep ends, a wait takes its timeout
+//! outcome, on the next worker that claims the run.
 //!
 //! `RUN` is the run's store key, `pipeline/run_id`. `S` is one of
 //! `running`, `abandoned` (running, but no worker holds its lease),
-//! `failed`, `completed`, `cancelled`, `needs-attention`. Every command
+//! `failed`, `completed`, `cancelled`, `needs-attention`, `sleeping`,
+//! `waiting`. Every command
 //! takes `--json`: one JSON document on standard output (`list`:
 //! `{"runs": [...], "next": CURSOR}`, the page's
 //! [`RunSummary`](fluxio_core::store::RunSummary)s and the cursor of the

@@ -76,6 +76,8 @@ pub(crate) fn status_name(status: RunStatus) -> &'static str {
         RunStatus::Completed => "completed",
         RunStatus::Cancelled => "cancelled",
         RunStatus::NeedsAttention => "needs-attention",
+        RunStatus::Sleeping => "sleeping",
+        RunStatus::Waiting => "waiting",
         _ => "unknown",
     }
 }

@@ -8,6 +8,7 @@ mod list;
 mod purge;
 mod retry;
 mod show;
+mod signal;
 
 use std::io::{IsTerminal as _, Write};
 use std::sync::Arc;
@@ -69,7 +70,12 @@ pub(crate) fn run(cli: Cli) -> Exit {
         let Command::Runs(command) = cli.command;
         let access = match command {
             Runs::List(_) | Runs::Show(_) | Runs::Diff(_) => Access::Read,
-            Runs::Retry(_) | Runs::Cancel(_) | Runs::Delete(_) | Runs::Purge(_) => Access::Write,
+            Runs::Retry(_)
+            | Runs::Cancel(_)
+            | Runs::Delete(_)
+            | Runs::Purge(_)
+            | Runs::Signal(_)
+            | Runs::Wake(_) => Access::Write,
         };
         let store = crate::store::open(&cli.store, access).await?;
         dispatch(&mut out, &store, command).await?;
@@ -101,6 +107,8 @@ async fn dispatch(
         Runs::Cancel(args) => cancel::cancel(out, store, &args.run).await,
         Runs::Delete(args) => delete::delete(out, store, &args).await,
         Runs::Purge(args) => purge::purge(out, store, &args).await,
+        Runs::Signal(args) => signal::signal(out, store, &args).await,
+        Runs::Wake(args) => signal::wake(out, store, &args.run).await,
     }
 }
 

@@ -1,7 +1,7 @@
 //! `fluxio runs show RUN`: one run, readable without the pipeline's types.
 
 use fluxio_core::history::TableCells;
-use fluxio_core::store::{RunFilter, RunSummary, StoreErrorKind};
+use fluxio_core::store::{Pending, RunFilter, RunSummary, StoreErrorKind};
 use fluxio_core::{CheckpointStore, Error, History};
 use serde_json::json;
 
@@ -32,7 +32,8 @@ pub(crate) async fn show(
         }));
     };
     let listed = listed(store, key, &latest.pipeline, Some(&latest.version)).await;
-    let history = History::of(key, &journal);
+    let mut history = History::of(key, &journal);
+    history.signals = store.signals(key).await?;
     if out.json {
         return out.json(&json!({
             "key": key,
@@ -48,6 +49,7 @@ pub(crate) async fn show(
             "created_at_ms": latest.created_at_ms,
             "updated_at_ms": latest.updated_at_ms,
             "lease_expires_at_ms": listed.summary.as_ref().and_then(|s| s.lease_expires_at_ms),
+            "pending": latest.pending,
             "context": context_json(&latest.context, args.full),
             "history": history,
         }));
@@ -67,6 +69,7 @@ pub(crate) async fn show(
         created_at_ms: latest.created_at_ms,
         updated_at_ms: latest.updated_at_ms,
         error: latest.error_message.as_deref(),
+        pending: latest.pending.as_ref(),
     };
     write!(out.out, "{}", known.head(&listed, out.colour))?;
 
@@ -146,6 +149,7 @@ async fn unreadable(
             created_at_ms: summary.created_at_ms,
             updated_at_ms: summary.updated_at_ms,
             error: summary.error_message.as_deref(),
+            pending: None,
         };
         write!(out.out, "{}", known.head(&listed, out.colour))?;
         writeln!(
@@ -170,6 +174,8 @@ struct Known<'a> {
     created_at_ms: u64,
     updated_at_ms: u64,
     error: Option<&'a str>,
+    /// What a sleeping or waiting run waits for (rules 25-26).
+    pending: Option<&'a Pending>,
 }
 
 impl Known<'_> {
@@ -201,6 +207,23 @@ impl Known<'_> {
             ),
         );
         field("lease", listed.lease());
+        if let Some(pending) = self.pending {
+            let until = pending.until_ms.map(when);
+            if pending.is_sleep() {
+                field("sleeps until", until.unwrap_or_else(|| "-".to_owned()));
+            } else {
+                let waits: Vec<String> = pending
+                    .waits
+                    .iter()
+                    .map(|w| format!("{} ({})", shown(&w.name), shown(&w.payload)))
+                    .collect();
+                field("waits for", waits.join(" or "));
+                field(
+                    "deadline",
+                    until.unwrap_or_else(|| "none (only a signal wakes it)".to_owned()),
+                );
+            }
+        }
         if let Some(error) = self.error {
             field("error", one_line(error, usize::MAX));
         }
@@ -222,13 +245,28 @@ fn history_text(history: &History, limit: usize, colour: bool) -> String {
     for row in history.table(&Cells { limit }) {
         table.row(row.into());
     }
-    format!(
+    let mut text = format!(
         "{}run {}: {} ({} checkpoints kept)\n",
         table.render(colour),
         shown(&history.run),
         status_name(history.status),
         history.checkpoints
-    )
+    );
+    for signal in &history.signals {
+        let from = if signal.sender.is_empty() {
+            String::new()
+        } else {
+            format!(" from {}", shown(&signal.sender))
+        };
+        let payload = value_text(&signal.payload.value(), signal.payload.bytes().len(), limit);
+        text.push_str(&format!(
+            "signal {}: {}{from} at {}: {payload}\n",
+            shown(&signal.name),
+            signal.state.as_str(),
+            when(signal.sent_at_ms)
+        ));
+    }
+    text
 }
 
 /// The history table's cells as the CLI writes them: times to the second,

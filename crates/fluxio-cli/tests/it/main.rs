@@ -8,3 +8,4 @@ mod errors;
 mod output;
 mod scenario;
 mod untouched;
+mod waits;

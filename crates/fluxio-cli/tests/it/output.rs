@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use fluxio::{Context, StageResult, pipeline, stage};
+use fluxio::{Context, Outcome, StageResult, pipeline, stage};
 use serde_json::json;
 use sqlx::Connection as _;
 
@@ -34,7 +34,10 @@ async fn rule23_keys_and_ids_are_escaped_and_the_history_tells_written_from_remo
     // one run id disguised as another: a right-to-left override, a
     // zero-width space
     for id in ["r-1", "r\u{200b}-1", "evil\u{202e}gpj.exe"] {
-        p.invoke(id, ctx.clone()).await.expect("completes");
+        p.invoke(id, ctx.clone())
+            .await
+            .and_then(Outcome::completed)
+            .expect("completes");
     }
     let run = |args: &[&str]| target.run(args, None);
 

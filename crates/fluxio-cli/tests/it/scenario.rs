@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use fluxio::Outcome;
 use fluxio_test_support::namespace;
 use serde_json::json;
 
@@ -18,17 +19,22 @@ async fn seed(target: &Target) {
     let p = orders(&target.store, "orders");
     p.invoke("ok-1", input(false))
         .await
+        .and_then(Outcome::completed)
         .expect("ok-1 completes");
     for bad in ["bad-1", "bad-2"] {
         let err = p.invoke(bad, input(true)).await.expect_err("declined");
         assert!(err.to_string().contains("card declined"), "{err}");
     }
     let big = input(false).set("blob", "x".repeat(300_000)).expect("blob");
-    p.invoke("big-1", big).await.expect("big-1 completes");
+    p.invoke("big-1", big)
+        .await
+        .and_then(Outcome::completed)
+        .expect("big-1 completes");
     let billing = orders(&target.store, "billing");
     billing
         .invoke("ok-2", input(false))
         .await
+        .and_then(Outcome::completed)
         .expect("ok-2 completes");
 }
 

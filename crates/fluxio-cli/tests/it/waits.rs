@@ -1,0 +1,228 @@
+//! `fluxio runs list --status waiting`, `show`, `signal` and `wake` on runs
+//! that sleep and wait (contract rules 23, 25, 26), on SQLite and Redis.
+
+use std::sync::Arc;
+
+use fluxio::store::CheckpointStore;
+use fluxio::{Context, Outcome, Pipeline, RunStatus, StageResult, pipeline, stage};
+
+use crate::common::{Target, redis, sqlite};
+
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Approval {
+    approved: bool,
+    by: String,
+}
+
+#[stage]
+async fn submit(ctx: Context) -> StageResult {
+    Ok(ctx.set("submitted", true)?)
+}
+
+#[stage]
+async fn pay(ctx: Context) -> StageResult {
+    let decision: Approval = ctx.get("decision")?;
+    Ok(ctx.set("paid", decision.approved)?)
+}
+
+/// `submit, sleep(1h), wait(approval as Approval -> decision, 72h), pay`.
+fn expenses(store: &Arc<dyn CheckpointStore>) -> Pipeline {
+    pipeline![
+        submit,
+        sleep!("1h"),
+        wait!("approval" as Approval into "decision", deadline = "72h"),
+        pay,
+    ]
+    .name("expenses")
+    .store_arc(Arc::clone(store))
+    .build()
+    .expect("a valid pipeline")
+}
+
+async fn waiting_run(t: &Target) -> Pipeline {
+    let p = expenses(&t.store);
+    let out = p.invoke("e-1", Context::new()).await.expect("runs");
+    assert!(matches!(out, Outcome::Sleeping { .. }), "{out:?}");
+    // the operator ends the sleep: the run reaches its wait
+    t.run(&["runs", "wake", "expenses/e-1"], None)
+        .code(0)
+        .shows(&["is due now", "sleep(3600000ms)"]);
+    let woken = p.resume("e-1").await.expect("resumes");
+    assert!(matches!(woken, Outcome::Waiting { .. }), "{woken:?}");
+    p
+}
+
+async fn scenario(t: &Target) {
+    let p = waiting_run(t).await;
+    t.run(&["runs", "list", "--status", "waiting"], None)
+        .code(0)
+        .shows(&["expenses/e-1", "waiting"]);
+    t.run(&["runs", "show", "expenses/e-1"], None)
+        .code(0)
+        .shows(&["waits for", "approval (", "Approval)", "deadline"]);
+    let shown = t
+        .run(&["runs", "show", "expenses/e-1", "--json"], None)
+        .code(0)
+        .json();
+    assert_eq!(shown["pending"]["waits"][0]["name"], "approval");
+
+    // bad input: each a typed failure that names what was wrong, nothing stored
+    let bad_json = t.run(
+        &["runs", "signal", "expenses/e-1", "approval", "{nope"],
+        None,
+    );
+    assert!(bad_json.code(2).stderr.contains("not JSON"));
+    let unknown = t.run(&["runs", "signal", "expenses/e-1", "approve", "{}"], None);
+    let unknown = unknown.code(1);
+    assert!(
+        unknown.stderr.contains("no wait named `approve`"),
+        "{}",
+        unknown.all()
+    );
+    let no_payload = t.run(&["runs", "signal", "expenses/e-1", "approval"], None);
+    assert!(no_payload.code(2).stderr.contains("--file"));
+    let no_run = t.run(
+        &["runs", "signal", "expenses/nobody", "approval", "{}"],
+        None,
+    );
+    assert!(no_run.code(1).stderr.contains("expenses/nobody"));
+    assert!(
+        t.store
+            .signals("expenses/e-1")
+            .await
+            .expect("mailbox")
+            .is_empty()
+    );
+
+    // a payload of the wrong shape is stored (the CLI has no types) and
+    // refused by the run when it takes it: the wait stays open
+    t.run(
+        &[
+            "runs",
+            "signal",
+            "expenses/e-1",
+            "approval",
+            r#"{"approved": "yes"}"#,
+        ],
+        None,
+    )
+    .code(0)
+    .shows(&["signal approval stored"]);
+    let refused = p.resume("e-1").await.expect("resumes");
+    assert!(matches!(refused, Outcome::Waiting { .. }), "{refused:?}");
+    let cp = p.checkpoint("e-1").await.expect("load").expect("stored");
+    assert!(cp.error_message.unwrap_or_default().contains("refused"));
+
+    let good = r#"{"approved": true, "by": "ops"}"#;
+    t.run(
+        &[
+            "runs",
+            "signal",
+            "expenses/e-1",
+            "approval",
+            good,
+            "--sender",
+            "ops team",
+        ],
+        None,
+    )
+    .code(0);
+    t.run(&["runs", "signal", "expenses/e-1", "approval", good], None)
+        .code(0)
+        .shows(&["had this signal already"]);
+    let done = p
+        .resume("e-1")
+        .await
+        .expect("resumes")
+        .completed()
+        .expect("done");
+    assert!(done.get::<bool>("paid").expect("paid"));
+    t.run(&["runs", "show", "expenses/e-1"], None)
+        .code(0)
+        .shows(&["signal approval: consumed from \"ops team\""]);
+    let late = t.run(&["runs", "signal", "expenses/e-1", "approval", "{}"], None);
+    let late = late.code(1);
+    assert!(late.stderr.contains("already completed"), "{}", late.all());
+    let wake_done = t.run(&["runs", "wake", "expenses/e-1"], None);
+    let wake_done = wake_done.code(1);
+    assert!(
+        wake_done.stderr.contains("not sleeping or waiting"),
+        "{}",
+        wake_done.all()
+    );
+    assert_eq!(
+        p.checkpoint("e-1").await.expect("load").map(|cp| cp.status),
+        Some(RunStatus::Completed)
+    );
+}
+
+#[tokio::test]
+async fn rule26_signal_show_and_wake_on_sqlite() {
+    scenario(&sqlite("cli_waits").await).await;
+}
+
+#[tokio::test]
+async fn rule26_signal_show_and_wake_on_redis() {
+    let prefix = fluxio_test_support::namespace("cli_waits");
+    let Some(t) = redis(&prefix).await else {
+        return;
+    };
+    scenario(&t).await;
+}
+
+#[tokio::test]
+async fn rule26_a_payload_from_a_file_or_stdin_and_a_huge_one() {
+    let t = sqlite("cli_wait_file").await;
+    let _p = waiting_run(&t).await;
+    let dir = fluxio_test_support::TempDir::new("cli_wait_payload");
+    let missing = dir.path().join("missing.json");
+    let gone = t.run(
+        &[
+            "runs",
+            "signal",
+            "expenses/e-1",
+            "approval",
+            "--file",
+            missing.to_str().expect("utf-8"),
+        ],
+        None,
+    );
+    assert!(gone.code(2).stderr.contains("cannot read the payload file"));
+    let huge = dir.path().join("huge.json");
+    let blob = format!("{{\"by\": \"{}\"}}", "x".repeat(20 << 20));
+    std::fs::write(&huge, blob).expect("write");
+    let too_big = t.run(
+        &[
+            "runs",
+            "signal",
+            "expenses/e-1",
+            "approval",
+            "--file",
+            huge.to_str().expect("utf-8"),
+        ],
+        None,
+    );
+    let too_big = too_big.code(1);
+    assert!(
+        too_big.stderr.contains("signal payload"),
+        "{}",
+        too_big.all()
+    );
+    let ok = dir.path().join("ok.json");
+    std::fs::write(&ok, r#"{"approved": false, "by": "file"}"#).expect("write");
+    t.run(
+        &[
+            "runs",
+            "signal",
+            "expenses/e-1",
+            "approval",
+            "--file",
+            ok.to_str().expect("utf-8"),
+        ],
+        None,
+    )
+    .code(0);
+    let mailbox = t.store.signals("expenses/e-1").await.expect("mailbox");
+    assert_eq!(mailbox.len(), 1);
+    assert_eq!(mailbox[0].sender, "fluxio CLI");
+}
