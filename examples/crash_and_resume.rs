@@ -86,11 +86,11 @@ async fn worker(db: &Path, run_id: &str, mode: &str) -> anyhow::Result<()> {
         .lease_ttl(LEASE)
         .build()?;
     let out = match mode {
-        "invoke" => p.invoke(run_id, input()?).await?,
+        "invoke" => p.invoke(run_id, input()?).await?.completed()?,
         _ => loop {
             match p.resume(run_id).await {
                 Err(fluxio::Error::RunIdInUse { .. }) => tokio::time::sleep(LEASE / 4).await,
-                other => break other?,
+                other => break other?.completed()?,
             }
         },
     };
@@ -171,7 +171,7 @@ async fn main() -> anyhow::Result<()> {
         .name(NAME)
         .store(InMemoryStore::new())
         .build()?;
-    let uninterrupted = reference.invoke("reference", input()?).await?;
+    let uninterrupted = reference.invoke("reference", input()?).await?.completed()?;
     println!(
         "\nfetch_orders and total ran once, in worker 1; render ran in both workers; publish in worker 2.\n\
          final context equals the uninterrupted run's: {}",

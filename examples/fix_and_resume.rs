@@ -115,7 +115,8 @@ async fn main() -> anyhow::Result<()> {
     println!("3. the operator opts in to the code change (same shape, only stage code changed):");
     let fixed = v2
         .resume_with("inv-1", ResumeOptions::new().allow_code_changes(true))
-        .await?;
+        .await?
+        .completed()?;
     println!(
         "    -> completed: charged {} cents with key `{}`",
         fixed.get::<u64>("charged_cents")?,
@@ -126,7 +127,7 @@ async fn main() -> anyhow::Result<()> {
     println!("    (load_order ran before the failure and did not run again)\n");
 
     println!("4. the client retries its request: `start` hands back the result, running nothing:");
-    let retried = v2.start("inv-1", order.clone()).await?;
+    let retried = v2.start("inv-1", order.clone()).await?.completed()?;
     anyhow::ensure!(retried == fixed && calls() == 0);
     println!("    -> same final context, 0 stages ran\n");
 
@@ -142,7 +143,7 @@ async fn main() -> anyhow::Result<()> {
         "    the worker runs release 2 and holds {:?}",
         worker.held_versions()
     );
-    let finished = worker.resume("inv-2").await?;
+    let finished = worker.resume("inv-2").await?.completed()?;
     let cp = worker
         .checkpoint("inv-2")
         .await?
@@ -152,7 +153,7 @@ async fn main() -> anyhow::Result<()> {
         "    -> inv-2 finished on release 1's code (it was started there), charged {} cents",
         finished.get::<u64>("charged_cents")?
     );
-    let new = worker.start("inv-3", small).await?;
+    let new = worker.start("inv-3", small).await?.completed()?;
     println!(
         "    -> inv-3, a new run, used release 2: charged {} cents",
         new.get::<u64>("charged_cents")?

@@ -48,7 +48,10 @@ async fn main() -> anyhow::Result<()> {
         .stage_middleware("fetch_rate", retry)
         .middleware(Timeout(Duration::from_secs(5)))
         .build()?;
-    let out = p.invoke("convert-1", ctx! { "eur" => 20.0 }?).await?;
+    let out = p
+        .invoke("convert-1", ctx! { "eur" => 20.0 }?)
+        .await?
+        .completed()?;
     println!(
         "20 EUR = {} USD after {} calls of fetch_rate",
         out.get::<f64>("usd")?,

@@ -75,7 +75,7 @@ async fn worker(db: &Path) -> anyhow::Result<()> {
         })
         .collect();
     for run in runs {
-        run.await??;
+        run.await??.completed()?;
     }
     Ok(())
 }

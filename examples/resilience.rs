@@ -46,7 +46,8 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     for i in 0..10 {
         p.invoke(&format!("page-{i}"), ctx! { "name" => "Ada" }?)
-            .await?;
+            .await?
+            .completed()?;
     }
     println!(
         "10 runs: render ran {} time(s) (the rest were cache hits); notify was spaced to 5/s: {:.1?}",

@@ -51,7 +51,7 @@ async fn main() -> anyhow::Result<()> {
         cp.step
     );
     GATEWAY_DOWN.store(false, Ordering::SeqCst);
-    let out = pipeline.resume(run_id).await?;
+    let out = pipeline.resume(run_id).await?.completed()?;
     println!(
         "    -> completed: {}, delivery in {} day(s), reservation {}\n",
         out.get::<String>("receipt")?,
@@ -60,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
     );
 
     println!("3. resume again (the run is complete, nothing runs):");
-    let again = pipeline.resume(run_id).await?;
+    let again = pipeline.resume(run_id).await?.completed()?;
     assert_eq!(again, out);
     println!("    -> same final context, {} keys", again.len());
     Ok(())

@@ -84,7 +84,7 @@ async fn main() -> anyhow::Result<()> {
         failed.err().map_or("ok".into(), |e| e.to_string())
     );
     DECLINE.store(false, Ordering::SeqCst);
-    let done = checkout.resume("order-1").await?;
+    let done = checkout.resume("order-1").await?.completed()?;
     println!(
         "   resume: charged {} cents",
         done.get::<u64>("charged_cents")?
@@ -101,7 +101,10 @@ async fn main() -> anyhow::Result<()> {
     );
 
     println!("\n4. a replay from `add_tax` starts from that context, so tax is not added twice");
-    let replayed = checkout.replay("order-1", Some("add_tax")).await?;
+    let replayed = checkout
+        .replay("order-1", Some("add_tax"))
+        .await?
+        .completed()?;
     println!(
         "   replayed: total {} cents (the first pass: {})",
         replayed.get::<u64>("total_cents")?,
@@ -114,7 +117,8 @@ async fn main() -> anyhow::Result<()> {
     let before = checkout.history("order-1").await?.checkpoints;
     let fork = checkout
         .fork("order-1", "apply_coupon", "order-1-copy")
-        .await?;
+        .await?
+        .completed()?;
     let after = checkout.history("order-1").await?.checkpoints;
     println!(
         "   order-1-copy charged {} cents; order-1 still holds {before} checkpoints ({after} now)",

@@ -59,7 +59,10 @@ async fn main() -> anyhow::Result<()> {
         .store(InMemoryStore::new())
         .callback(Timings)
         .build()?;
-    let out = p.invoke("traced-run", ctx! { "user_id" => 1u64 }?).await?;
+    let out = p
+        .invoke("traced-run", ctx! { "user_id" => 1u64 }?)
+        .await?
+        .completed()?;
     println!("{}", out.get::<String>("greeting")?);
     Ok(())
 }

@@ -31,7 +31,7 @@ async fn invoice(ctx: Context) -> StageResult {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let p = pipeline![invoice].build()?;
-    let ok = p.invoke("good", ctx! { "order_id" => 42u64, "amount_cents" => 1999u64, "note" => "extra keys are fine" }?).await?;
+    let ok = p.invoke("good", ctx! { "order_id" => 42u64, "amount_cents" => 1999u64, "note" => "extra keys are fine" }?).await?.completed()?;
     println!("valid order -> {}", ok.get::<String>("invoice_number")?);
     let err = p
         .invoke(

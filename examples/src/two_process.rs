@@ -66,7 +66,8 @@ pub async fn main(store: Arc<dyn CheckpointStore>, store_name: &str) -> anyhow::
     if let (Some("--worker"), Some(run_id)) = (args.get(1).map(String::as_str), args.get(2)) {
         pipeline
             .invoke(run_id, ctx! { "order_id" => 42u64 }?)
-            .await?;
+            .await?
+            .completed()?;
         return Ok(());
     }
 
@@ -92,7 +93,7 @@ pub async fn main(store: Arc<dyn CheckpointStore>, store_name: &str) -> anyhow::
                 println!("    the dead worker's lease has not lapsed yet; waiting");
                 tokio::time::sleep(lease / 2).await;
             }
-            other => break other?,
+            other => break other?.completed()?,
         }
     };
     println!("    -> {}", out.get::<String>("label")?);

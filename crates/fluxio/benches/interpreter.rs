@@ -30,7 +30,9 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, criterion_main};
 use fluxio::middleware::{Middleware, Next};
 use fluxio::stage::Output;
-use fluxio::{Context, Durability, InMemoryStore, Pipeline, Stage, StageResult, pipeline, stage};
+use fluxio::{
+    Context, Durability, InMemoryStore, Outcome, Pipeline, Stage, StageResult, pipeline, stage,
+};
 use fluxio_test_support::bench::keys;
 
 #[stage]
@@ -103,6 +105,7 @@ fn bench_invoke(
                 black_box(
                     p.invoke("bench", black_box(input.clone()))
                         .await
+                        .and_then(Outcome::completed)
                         .expect("runs"),
                 )
             })

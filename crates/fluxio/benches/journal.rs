@@ -14,7 +14,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_main};
 use fluxio::store::{Change, Checkpoint, CheckpointStore, InMemoryStore};
-use fluxio::{Context, StageResult, pipeline, stage};
+use fluxio::{Context, Outcome, StageResult, pipeline, stage};
 
 #[stage]
 async fn tick(ctx: Context) -> StageResult {
@@ -38,7 +38,10 @@ fn journal() -> Vec<Checkpoint> {
             Context::new().set("blob", vec![7u8; 1 << 20]).expect("set"),
             |c, i| c.set(format!("key-{i}"), i).expect("set"),
         );
-        p.invoke("run", input).await.expect("runs");
+        p.invoke("run", input)
+            .await
+            .and_then(Outcome::completed)
+            .expect("runs");
         store.history("bench/run").await.expect("history")
     })
 }

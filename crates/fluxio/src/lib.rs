@@ -45,13 +45,13 @@
 //! .store(InMemoryStore::new())
 //! .build()?;
 //!
-//! let out = pipeline.invoke("req-1", ctx! { "user_id" => 142u64 }?).await?;
+//! let out = pipeline.invoke("req-1", ctx! { "user_id" => 142u64 }?).await?.completed()?;
 //! assert_eq!(out.get::<String>("greeting")?, "hello, user-142");
 //! assert_eq!(out.get::<f64>("discount")?, 0.2);
 //! assert_eq!(out.get::<String>("tier")?, "premium");
 //!
 //! // a finished run keeps its completed checkpoint: resuming it runs nothing
-//! assert_eq!(pipeline.resume("req-1").await?, out);
+//! assert_eq!(pipeline.resume("req-1").await?.completed()?, out);
 //! # Ok(()) }
 //! ```
 //!
@@ -82,7 +82,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> fluxio::Result<()> {
 //! let pipeline = pipeline![total].resource(Prices { vat: 0.25 }).build()?;
-//! let out = pipeline.invoke("order-1", ctx! { "net" => 100.0 }?).await?;
+//! let out = pipeline.invoke("order-1", ctx! { "net" => 100.0 }?).await?.completed()?;
 //! assert_eq!(out.get::<f64>("total")?, 125.0);
 //!
 //! // forgetting `.resource(...)` is a build error naming the stage and the type
@@ -146,7 +146,7 @@
 //!
 //! // another worker resumes the run at once: the lease is back
 //! let next = pipeline![export].name("export").store_arc(store).build()?;
-//! assert!(next.resume("job-1").await?.get::<bool>("exported")?);
+//! assert!(next.resume("job-1").await?.completed()?.get::<bool>("exported")?);
 //! # Ok(()) }
 //! ```
 //!
@@ -187,18 +187,18 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> fluxio::Result<()> {
 //! let p = pipeline![greet].middleware(Count::default()).build()?;
-//! let out = p.invoke("run-1", Context::new()).await?;
+//! let out = p.invoke("run-1", Context::new()).await?.completed()?;
 //! assert_eq!(out.get::<String>("greeting")?, "hello");
 //! # Ok(()) }
 //! ```
 
 pub use fluxio_core::{
     BoxError, Changes, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, Durability,
-    EmitError, Emitter, Error, History, InMemoryStore, Pipeline, PipelineBuilder, Resource, Result,
-    ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode, StageInfo, StageKind,
-    StageMeta, StageResult, Step, StepStatus, StreamEvent, Structure, Value, async_trait, callback,
-    context, ctx, durability, error, history, middleware, recovery, stage, stream, structure,
-    testing, value,
+    EmitError, Emitter, Error, History, InMemoryStore, Outcome, Pipeline, PipelineBuilder,
+    Resource, Result, ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode,
+    StageInfo, StageKind, StageMeta, StageResult, Step, StepStatus, StreamEvent, Structure, Value,
+    async_trait, callback, context, ctx, durability, error, history, middleware, recovery, stage,
+    stream, structure, testing, value,
 };
 
 /// Checkpoint stores: the [`CheckpointStore`] trait, the checkpoint it
@@ -211,9 +211,11 @@ pub use fluxio_core::{
 /// conformance suite) is in [`backend`](store::backend).
 pub mod store {
     pub use fluxio_core::store::{
-        BranchRecord, Change, Checkpoint, CheckpointStore, InMemoryStore, Lease, MAX_LEASE_TTL,
-        MAX_LIST_LIMIT, MAX_PAYLOAD, MAX_RUN_ID_LEN, MIN_LEASE_TTL, RunFilter, RunPage, RunState,
-        RunStatus, RunSummary, StoreErrorKind, retry_run, run_key,
+        BranchRecord, Change, Checkpoint, CheckpointStore, Delivery, DueFilter, DueRun,
+        InMemoryStore, Lease, MAX_LEASE_TTL, MAX_LIST_LIMIT, MAX_PAYLOAD, MAX_RUN_ID_LEN,
+        MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS, MAX_WAIT_NAME_LEN, MIN_LEASE_TTL, Payload, Pending,
+        RunFilter, RunPage, RunState, RunStatus, RunSummary, Signal, SignalState, StoreErrorKind,
+        WaitName, retry_run, run_key, wake_run,
     };
 
     pub mod backend {
@@ -222,14 +224,17 @@ pub mod store {
         //! [`missing_predecessor`]), the encoding's [`MAGIC`] and format
         //! versions, a run's first and last writes in one call ([`Begin`],
         //! [`Begun`], and the call-by-call defaults), the checks every store
-        //! applies to its input, and URL redaction. The conformance suite
+        //! applies to its input, URL redaction, and how a store decides a
+        //! signal and a wait ([`deliver`], [`decide`]) and tells its
+        //! watchers ([`RunEvents`]). The conformance suite
         //! every store passes is `fluxio_core::store::conformance`
         //! (fluxio-core's feature `test-util`).
 
         pub use fluxio_core::store::{
-            Begin, Begun, COMPACT_EVERY, FORMAT_VERSION, MAGIC, OLDEST_FORMAT_VERSION, RedactedUrl,
-            append, appended, begin_run_stepwise, cancelled_checkpoint, check_lease_ttl,
-            check_run_id, cut_point, finish_run_stepwise, missing_predecessor,
+            Begin, Begun, COMPACT_EVERY, Decision, FORMAT_VERSION, MAGIC, OLDEST_FORMAT_VERSION,
+            RedactedUrl, RunEvent, RunEventKind, RunEvents, Take, append, appended,
+            begin_run_stepwise, cancelled_checkpoint, check_lease_ttl, check_run_id,
+            check_wait_name, cut_point, decide, deliver, finish_run_stepwise, missing_predecessor,
         };
     }
 }

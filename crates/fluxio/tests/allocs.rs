@@ -12,7 +12,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use fluxio::{Context, Pipeline, StageResult, pipeline, stage};
+use fluxio::{Context, Outcome, Pipeline, StageResult, pipeline, stage};
 
 struct Counting;
 
@@ -71,6 +71,7 @@ fn allocs(rt: &tokio::runtime::Runtime, p: &Pipeline) -> u64 {
     let before = ALLOCS.with(Cell::get);
     for _ in 0..RUNS {
         rt.block_on(p.invoke("allocs", Context::new()))
+            .and_then(Outcome::completed)
             .expect("the run completes");
     }
     ALLOCS.with(Cell::get) - before

@@ -9,7 +9,7 @@
 use std::io::BufRead as _;
 use std::time::Duration;
 
-use fluxio::{Error, ctx};
+use fluxio::{Error, Outcome, ctx};
 use fluxio_tests::{StoreKind, WorkerSettings, configure, crash_pipeline};
 
 #[tokio::main]
@@ -57,15 +57,14 @@ async fn run() -> fluxio::Result<fluxio::Context> {
     let mut line = String::new();
     let _ = std::io::stdin().lock().read_line(&mut line);
     match args[5].as_str() {
-        "invoke" => {
-            pipeline
-                .invoke(
-                    &args[4],
-                    ctx! { "seed" => 11u64, "route" => "x", "fail_first_attempt_of" => "c4" }?,
-                )
-                .await
-        }
-        "resume" => pipeline.resume(&args[4]).await,
+        "invoke" => pipeline
+            .invoke(
+                &args[4],
+                ctx! { "seed" => 11u64, "route" => "x", "fail_first_attempt_of" => "c4" }?,
+            )
+            .await
+            .and_then(Outcome::completed),
+        "resume" => pipeline.resume(&args[4]).await.and_then(Outcome::completed),
         _ => Err(usage()),
     }
 }

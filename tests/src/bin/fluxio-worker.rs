@@ -27,7 +27,7 @@
 use std::io::BufRead as _;
 use std::time::Duration;
 
-use fluxio::{Context, Error, Pipeline};
+use fluxio::{Context, Error, Outcome, Pipeline};
 use fluxio_tests::{StoreKind, WorkerSettings, configure, worker_pipeline};
 
 #[tokio::main]
@@ -89,9 +89,15 @@ async fn run() -> fluxio::Result<Context> {
     let mut line = String::new();
     let _ = std::io::stdin().lock().read_line(&mut line);
     match args[5].as_str() {
-        "invoke" => pipeline.invoke(&args[4], Context::new()).await,
-        "resume" => pipeline.resume(&args[4]).await,
-        "start" => pipeline.start(&args[4], Context::new()).await,
+        "invoke" => pipeline
+            .invoke(&args[4], Context::new())
+            .await
+            .and_then(Outcome::completed),
+        "resume" => pipeline.resume(&args[4]).await.and_then(Outcome::completed),
+        "start" => pipeline
+            .start(&args[4], Context::new())
+            .await
+            .and_then(Outcome::completed),
         "drop" => drop_and_shut_down(&pipeline, &args[4]).await,
         "abandon" => abandon(&pipeline, &args[4]).await,
         "recover" => recover(pipeline).await,

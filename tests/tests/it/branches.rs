@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fluxio::store::{CheckpointStore, InMemoryStore};
-use fluxio::{Context, Error, Pipeline, RunStatus, StageResult, pipeline, stage};
+use fluxio::{Context, Error, Outcome, Pipeline, RunStatus, StageResult, pipeline, stage};
 
 use crate::common::{StageFailed, arm, calls, disarm, input, record};
 
@@ -88,7 +88,11 @@ async fn rule19_a_branch_that_finished_before_a_failure_is_not_run_again() {
     assert_eq!(cp.branches[0].removed, ["scratch"], "and its removals");
 
     disarm(test, "slow");
-    let out = p.resume(test).await.expect("resumes");
+    let out = p
+        .resume(test)
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes");
     assert_eq!(
         (
             calls(test, "quick"),
@@ -140,7 +144,11 @@ async fn rule19_a_branch_that_finished_before_a_crash_is_not_run_again() {
         .expect("lease back");
 
     let next = durable(&store);
-    let out = next.resume(test).await.expect("resumes");
+    let out = next
+        .resume(test)
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes");
     assert_eq!(
         (
             calls(test, "quick"),
@@ -201,7 +209,11 @@ async fn rule19_a_replay_from_a_step_in_the_block_runs_every_branch_again() {
     p.invoke(test, input(test)).await.expect_err("slow fails");
     disarm(test, "slow");
     // replaying the block on purpose is not a resume: records are not used
-    let out = p.replay(test, Some("quick")).await.expect("replays");
+    let out = p
+        .replay(test, Some("quick"))
+        .await
+        .and_then(Outcome::completed)
+        .expect("replays");
     assert_eq!(
         (calls(test, "quick"), calls(test, "slow")),
         (2, 2),

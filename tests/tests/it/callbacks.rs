@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fluxio::callback::{Callback, CallbackResult, StepEvent};
-use fluxio::{Context, Error, RunStatus, StageResult, ctx, pipeline, stage};
+use fluxio::{Context, Error, Outcome, RunStatus, StageResult, ctx, pipeline, stage};
 
 /// Records every event as a line.
 #[derive(Debug, Default, Clone)]
@@ -110,6 +110,7 @@ async fn events_arrive_in_order_for_stages_branches_routes_and_checkpoints() {
         .expect("valid");
     p.invoke("cb", ctx! { "to" => "x" }.expect("ok"))
         .await
+        .and_then(Outcome::completed)
         .expect("runs");
     assert_eq!(
         rec.lines(),
@@ -198,6 +199,7 @@ async fn a_panicking_or_failing_callback_never_fails_the_run_or_replaces_the_err
     let out = ok
         .invoke("cb-panic", Context::new())
         .await
+        .and_then(Outcome::completed)
         .expect("the run goes on");
     assert_eq!(out.get::<i32>("b").expect("set"), 1);
     assert_eq!(
@@ -267,6 +269,7 @@ fn runs_and_stages_open_spans_with_run_id_stage_attempt_ip_and_version() {
         .expect("runtime");
     tracing::subscriber::with_default(subscriber, || {
         rt.block_on(p.invoke("traced", Context::new()))
+            .and_then(Outcome::completed)
             .expect("runs");
     });
     let version = p.version();
@@ -297,7 +300,10 @@ async fn stream_chunks_reach_the_callbacks() {
         .callback(rec.clone())
         .build()
         .expect("valid");
-    p.invoke("chunks", Context::new()).await.expect("runs");
+    p.invoke("chunks", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     let chunks: Vec<String> = rec
         .lines()
         .into_iter()

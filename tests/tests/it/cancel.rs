@@ -12,7 +12,8 @@ use std::time::Duration;
 use fluxio::callback::{Callback, CallbackResult};
 use fluxio::store::{Checkpoint, CheckpointStore, InMemoryStore};
 use fluxio::{
-    Context, Error, Pipeline, ResumeOptions, RunStatus, StageResult, StreamEvent, pipeline, stage,
+    Context, Error, Outcome, Pipeline, ResumeOptions, RunStatus, StageResult, StreamEvent,
+    pipeline, stage,
 };
 use futures::StreamExt as _;
 use tokio::sync::Semaphore;
@@ -259,6 +260,7 @@ async fn cancelled_while_a_stage_waits(store: Arc<dyn CheckpointStore>, test: &s
     let out = owner
         .invoke(test, input(test))
         .await
+        .and_then(Outcome::completed)
         .expect("a fresh run of the id completes");
     let path: Vec<String> = out.get("path").expect("path");
     assert_eq!(path, ["first", "held", "third"]);
@@ -281,7 +283,10 @@ async fn rule14_cancel_of_a_completed_run_is_run_finished_and_of_an_unknown_one_
     gate(test).open();
     let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
     let p = three_stages(&store, &Ends::default());
-    p.invoke("done", input(test)).await.expect("completes");
+    p.invoke("done", input(test))
+        .await
+        .and_then(Outcome::completed)
+        .expect("completes");
     let done = stored(&p, "done").await;
     match p.cancel("done").await {
         Err(Error::RunFinished { run_id, status }) => {

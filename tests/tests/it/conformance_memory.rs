@@ -1,7 +1,10 @@
 //! `InMemoryStore` passes the store conformance suite; a store with only the
-//! four required methods passes its cancel checks (rule 14) and its journal
-//! checks (rules 18 and 20: the journal lives in its one blob) with the
-//! default `cancel`, `save_fenced`, `delete_fenced` and `history`.
+//! four required methods passes its cancel checks (rule 14), its journal
+//! checks (rules 18 and 20: the journal lives in its one blob) and its
+//! waits checks (rules 25-27: the mailbox lives in the blob too, and the
+//! checks that need a due-index say so and stop) with the default
+//! `cancel`, `save_fenced`, `delete_fenced`, `history`, `send_signal`,
+//! `take_signal` and `signals`.
 
 use fluxio_core::store::conformance::SharedMemory;
 
@@ -104,5 +107,13 @@ mod four_methods {
         rule14_a_cancelled_sync_run_starts_no_further_stage,
         rule24_a_cancelled_async_run_stops_at_its_first_refused_write,
         rule24_an_async_run_starts_no_stage_once_a_refusal_reached_it,
+        rule25_a_sleeping_run_is_stored_with_its_wake_time_and_due_from_it,
+        rule25_a_sleep_parks_the_run_until_a_worker_wakes_it_once,
+        rule26_a_signal_is_stored_once_and_another_payload_conflicts,
+        rule26_a_wait_is_decided_once_by_a_signal_or_its_deadline,
+        rule26_racing_signals_and_deadlines_have_one_winner,
+        rule26_a_waiting_run_continues_with_its_signal_or_its_timeout,
+        rule27_a_waiting_run_is_due_when_signalled_or_past_its_deadline,
+        rule27_racing_workers_continue_each_due_run_once,
     );
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{StageFailed, a, arm, b, c, calls, disarm, input};
 use fluxio::store::backend::{Begin, Begun};
 use fluxio::store::{Checkpoint, CheckpointStore, InMemoryStore, Lease};
-use fluxio::{Context, Durability, Error, Pipeline, RunStatus, pipeline};
+use fluxio::{Context, Durability, Error, Outcome, Pipeline, RunStatus, pipeline};
 use tokio::sync::Semaphore;
 
 /// An in-memory store that counts its calls, begins and finishes runs in
@@ -166,7 +166,11 @@ async fn rule24_sync_waits_for_each_checkpoint_before_its_stage() {
     assert_eq!(calls(t, "a"), 1, "only the first stage ran");
     assert_eq!(calls(t, "b"), 0, "b waits for its checkpoint");
     store.gate.add_permits(Semaphore::MAX_PERMITS / 2);
-    let done = run.await.expect("no panic").expect("completes");
+    let done = run
+        .await
+        .expect("no panic")
+        .and_then(Outcome::completed)
+        .expect("completes");
     assert_eq!(path(&done), TEN);
 }
 
@@ -215,7 +219,11 @@ async fn rule24_async_runs_on_while_writes_are_in_flight_and_returns_once_all_ar
         "only the first checkpoint (written with the lease) is stored yet"
     );
     store.gate.add_permits(Semaphore::MAX_PERMITS / 2);
-    let done = run.await.expect("no panic").expect("completes");
+    let done = run
+        .await
+        .expect("no panic")
+        .and_then(Outcome::completed)
+        .expect("completes");
     assert_eq!(path(&done), TEN);
 
     let history = store.inner.history("modes/s").await.expect("history");
@@ -252,6 +260,7 @@ async fn rule24_async_quick_stages_write_only_the_first_and_last_checkpoints() {
     let done = tokio::time::timeout(Duration::from_secs(60), p.invoke("q", input(t)))
         .await
         .expect("the run's end wakes the writer instead of waiting 10 minutes")
+        .and_then(Outcome::completed)
         .expect("completes");
     assert_eq!(path(&done), TEN);
     assert_eq!(store.take_calls(), ["begin_run", "finish_run"]);
@@ -349,7 +358,11 @@ async fn rule24_exit_writes_only_the_end_of_a_run() {
     let t = "rule24-exit";
     let store = Gated::open();
     let p = ten(&store, Durability::Exit);
-    let done = p.invoke("e", input(t)).await.expect("completes");
+    let done = p
+        .invoke("e", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("completes");
     assert_eq!(path(&done), TEN);
     assert_eq!(
         store.take_calls(),
@@ -388,7 +401,11 @@ async fn rule24_exit_writes_only_the_end_of_a_run() {
     );
     disarm(t, "c");
     let before = (calls(t, "a"), calls(t, "b"));
-    small.resume("f").await.expect("resumes");
+    small
+        .resume("f")
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes");
     assert_eq!(
         (calls(t, "a"), calls(t, "b")),
         before,
@@ -407,8 +424,16 @@ async fn rule24_exit_start_runs_again_what_was_never_written() {
     let t = "rule24-exit-start";
     let store = Gated::open();
     let p = ten(&store, Durability::Exit);
-    let first = p.start("x", input(t)).await.expect("completes");
-    let again = p.start("x", input(t)).await.expect("its result");
+    let first = p
+        .start("x", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("completes");
+    let again = p
+        .start("x", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("its result");
     assert_eq!(first, again);
     assert_eq!(calls(t, "b"), 3, "the second start ran nothing");
 }

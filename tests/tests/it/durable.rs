@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Recording, StageFailed, a, arm, b, c, calls, disarm, input, journal};
 use fluxio::store::{Checkpoint, CheckpointStore, InMemoryStore};
-use fluxio::{Context, Error, Pipeline, RunStatus, StageResult, pipeline, stage};
+use fluxio::{Context, Error, Outcome, Pipeline, RunStatus, StageResult, pipeline, stage};
 use tokio::sync::Notify;
 
 fn abc(store: impl CheckpointStore) -> Pipeline {
@@ -35,7 +35,10 @@ async fn stored(p: &Pipeline, run_id: &str) -> Checkpoint {
 async fn rule1_checkpoint_is_saved_before_every_stage_call() {
     let t = "rule1";
     let p = abc(Recording::new(t));
-    p.invoke("r1", input(t)).await.expect("run succeeds");
+    p.invoke("r1", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("run succeeds");
     assert_eq!(
         journal(t),
         [
@@ -122,7 +125,11 @@ async fn rule2_resume_reruns_only_from_the_failed_stage() {
     let p = abc(InMemoryStore::new());
     p.invoke("r2r", input(t)).await.expect_err("b fails");
     disarm(t, "b");
-    let out = p.resume("r2r").await.expect("resume succeeds");
+    let out = p
+        .resume("r2r")
+        .await
+        .and_then(Outcome::completed)
+        .expect("resume succeeds");
     assert_eq!(path(&out), ["a", "b", "c"]);
     assert_eq!(
         (calls(t, "a"), calls(t, "b"), calls(t, "c")),
@@ -210,7 +217,11 @@ async fn rule2_timeout_is_a_failure_and_resume_retries_it() {
     );
     let cp = stored(&p, "r2t").await;
     assert_eq!((cp.step.as_str(), cp.is_failed()), ("slow", true));
-    let out = p.resume("r2t").await.expect("second attempt is fast");
+    let out = p
+        .resume("r2t")
+        .await
+        .and_then(Outcome::completed)
+        .expect("second attempt is fast");
     assert_eq!(path(&out), ["a", "c"]);
     assert_eq!(calls(t, "a"), 1);
 }
@@ -226,6 +237,7 @@ async fn rule3_invoke_on_an_existing_run_id_starts_over() {
     let out = p
         .invoke("r3", input(t).set("fresh", true).expect("ok"))
         .await
+        .and_then(Outcome::completed)
         .expect("fresh run succeeds");
     assert_eq!(
         path(&out),
@@ -262,7 +274,11 @@ async fn rule4_resume_uses_the_stored_context() {
         .await
         .expect_err("b fails");
     disarm(t, "b");
-    let out = p.resume("r4").await.expect("resumes");
+    let out = p
+        .resume("r4")
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes");
     assert_eq!(out.get::<u32>("user_id").expect("stored input survives"), 7);
 }
 
@@ -319,6 +335,7 @@ async fn rule5_resume_on_another_version_fails_naming_both_and_runs_nothing() {
     disarm(t, "b");
     old.resume("r5")
         .await
+        .and_then(Outcome::completed)
         .expect("the old version still resumes it");
 }
 
@@ -409,10 +426,11 @@ async fn rule6_different_run_ids_run_concurrently() {
     // this finishes only if the two runs execute at the same time
     let both =
         async { tokio::try_join!(p.invoke("x", input.clone()), p.invoke("y", input.clone())) };
-    tokio::time::timeout(Duration::from_secs(20), both)
+    let (x, y) = tokio::time::timeout(Duration::from_secs(20), both)
         .await
         .expect("the runs did not block each other")
         .expect("both succeed");
+    x.completed().and(y.completed()).expect("both succeed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,8 +465,12 @@ async fn rule6_resume_and_replay_during_a_run_get_run_id_in_use() {
     running
         .await
         .expect("no panic")
+        .and_then(Outcome::completed)
         .expect("the owner finishes");
-    p.resume("busy").await.expect("free again after the run");
+    p.resume("busy")
+        .await
+        .and_then(Outcome::completed)
+        .expect("free again after the run");
 }
 
 #[tokio::test]
@@ -504,14 +526,24 @@ async fn rule6_invalid_run_ids_are_rejected_by_name() {
 async fn rule7_completed_run_resumes_to_its_final_context_without_running() {
     let t = "rule7";
     let p = abc(InMemoryStore::new());
-    let out = p.invoke("r7", input(t)).await.expect("succeeds");
+    let out = p
+        .invoke("r7", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("succeeds");
     let cp = stored(&p, "r7").await;
     assert_eq!(cp.status, RunStatus::Completed);
     assert!(!cp.is_failed());
     assert_eq!(cp.ip as usize, p.program().instrs.len());
     assert_eq!(cp.context.to_context(), out);
     let before = journal(t).len();
-    assert_eq!(p.resume("r7").await.expect("completed"), out);
+    assert_eq!(
+        p.resume("r7")
+            .await
+            .and_then(Outcome::completed)
+            .expect("completed"),
+        out
+    );
     assert_eq!(journal(t).len(), before, "nothing ran");
 }
 
@@ -569,7 +601,11 @@ async fn rule8_a_four_method_store_runs_fails_and_resumes_through_dyn() {
     p.invoke("r8", input(t)).await.expect_err("c fails");
     assert!(store.exists("test/r8").await.expect("ok"));
     disarm(t, "c");
-    let out = p.resume("r8").await.expect("resumes from the bytes");
+    let out = p
+        .resume("r8")
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes from the bytes");
     assert_eq!(path(&out), ["a", "b", "c"]);
     assert_eq!((calls(t, "a"), calls(t, "b"), calls(t, "c")), (1, 1, 2));
     store.delete("test/r8").await.expect("ok");
@@ -610,8 +646,15 @@ async fn rule8_a_corrupt_stored_checkpoint_is_a_typed_error_and_stays_in_place()
 async fn rule9_replay_from_a_step_reruns_from_there_with_the_context_before_it() {
     let t = "rule9";
     let p = abc(InMemoryStore::new());
-    p.invoke("r9", input(t)).await.expect("succeeds");
-    let out = p.replay("r9", Some("b")).await.expect("replays");
+    p.invoke("r9", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("succeeds");
+    let out = p
+        .replay("r9", Some("b"))
+        .await
+        .and_then(Outcome::completed)
+        .expect("replays");
     // b started from the context it had the first time (rule 20), with
     // only a's step in the path; b and c ran again
     assert_eq!(path(&out), ["a", "b", "c"]);
@@ -632,7 +675,11 @@ async fn rule9_replay_of_a_failed_run_continues_from_the_failure() {
     let p = abc(InMemoryStore::new());
     p.invoke("r9f", input(t)).await.expect_err("b fails");
     disarm(t, "b");
-    let out = p.replay("r9f", None).await.expect("replays");
+    let out = p
+        .replay("r9f", None)
+        .await
+        .and_then(Outcome::completed)
+        .expect("replays");
     assert_eq!(path(&out), ["a", "b", "c"]);
     assert_eq!(calls(t, "a"), 1);
 }
@@ -655,6 +702,7 @@ async fn rule9_diff_compares_two_runs_key_by_key() {
             .expect("ok"),
     )
     .await
+    .and_then(Outcome::completed)
     .expect("completes");
     let d = p.diff("d1", "d2").await.expect("both stored");
     let keys: Vec<&str> = d.entries.iter().map(|e| e.key.as_str()).collect();
@@ -795,20 +843,37 @@ async fn rule24_a_ten_stage_run_makes_eleven_store_calls() {
         all
     };
 
-    let done = p.invoke("calls", input(t)).await.expect("runs");
+    let done = p
+        .invoke("calls", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(calls(), run(&[]));
     assert_eq!(calls().len(), 0, "nothing after the run");
     // invoke again: begin_run replaces the stored run
-    p.invoke("calls", input(t)).await.expect("runs again");
+    p.invoke("calls", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs again");
     assert_eq!(calls(), run(&[]));
 
     // start of a new run: an unleased look at what is stored, and (a named
     // pipeline) whether a run of before names waits under the bare id
-    let started = p.start("fresh", input(t)).await.expect("starts");
+    let started = p
+        .start("fresh", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("starts");
     assert_eq!(calls(), run(&["load", "exists"]));
     assert_eq!(path(&started), path(&done));
     // a start of the completed run reads it and runs nothing
-    assert_eq!(p.start("fresh", input(t)).await.expect("done"), started);
+    assert_eq!(
+        p.start("fresh", input(t))
+            .await
+            .and_then(Outcome::completed)
+            .expect("done"),
+        started
+    );
     assert_eq!(calls(), ["load"]);
 
     // deleting completed runs costs no extra call either
@@ -818,7 +883,11 @@ async fn rule24_a_ten_stage_run_makes_eleven_store_calls() {
         .delete_completed(true)
         .build()
         .expect("valid");
-    deleting.invoke("gone", input(t)).await.expect("runs");
+    deleting
+        .invoke("gone", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(calls(), run(&[]));
     assert!(!deleting.exists("gone").await.expect("store works"));
 }
@@ -845,7 +914,10 @@ async fn rule24_a_failed_run_ends_in_one_call_and_its_resume_in_one_more() {
     assert_eq!(stored(&p, "f").await.status, RunStatus::Failed);
     store.calls.lock().expect("not poisoned").clear();
     disarm(t, "b");
-    p.resume("f").await.expect("resumes");
+    p.resume("f")
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes");
     let calls = std::mem::take(&mut *store.calls.lock().expect("not poisoned"));
     assert_eq!(
         calls,
@@ -868,7 +940,10 @@ async fn rule6_ownership_adds_no_store_call_per_stage() {
         .store_arc(store.clone())
         .build()
         .expect("valid");
-    p.invoke("calls", input(t)).await.expect("runs");
+    p.invoke("calls", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     let calls = store.calls.lock().expect("not poisoned").clone();
     let count = |name: &str| calls.iter().filter(|c| **c == name).count();
     assert_eq!(calls.first(), Some(&"acquire"));
@@ -901,6 +976,7 @@ async fn rule6_a_long_stage_keeps_its_lease_by_renewal() {
         .expect("valid");
     p.invoke("renewed", input(t))
         .await
+        .and_then(Outcome::completed)
         .expect("the lease outlives the 10 s stage");
     let renewals = store
         .calls
@@ -967,7 +1043,10 @@ async fn rule12_stages_get_one_idempotency_key_for_every_attempt() {
         "the failure checkpoint records the attempt"
     );
     disarm(t, "knows_async");
-    p.resume("idem").await.expect("third attempt succeeds");
+    p.resume("idem")
+        .await
+        .and_then(Outcome::completed)
+        .expect("third attempt succeeds");
     let infos: Vec<String> = journal(t)
         .into_iter()
         .filter(|e| e.starts_with("info:"))

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use fluxio::middleware::{Retry, Timeout};
 use fluxio::store::{CheckpointStore, InMemoryStore};
 use fluxio::{
-    Context, Error, PipelineBuilder, ResumeOptions, StageInfo, StageResult, pipeline, stage,
+    Context, Error, Outcome, PipelineBuilder, ResumeOptions, StageInfo, StageResult, pipeline,
+    stage,
 };
 
 /// What the stages of one test saw: `stage:key:attempt`, in order.
@@ -176,6 +177,7 @@ async fn fix_and_resume(v2: PipelineBuilder) -> (Vec<String>, Vec<String>) {
     let done = v2
         .resume_with("order-1", allow())
         .await
+        .and_then(Outcome::completed)
         .expect("the fix resumes");
     assert!(done.get::<bool>("paid").expect("paid"));
     let on_v2 = seen();
@@ -257,6 +259,7 @@ async fn rule13_a_schema_added_before_the_failed_stage_resumes_at_the_failed_sta
     let done = v2
         .resume_with("order-1", allow())
         .await
+        .and_then(Outcome::completed)
         .expect("healthy data resumes");
     assert!(done.get::<bool>("shipped").expect("shipped"));
     let on_v2 = seen();
@@ -328,19 +331,29 @@ async fn rule12_keys_in_branches_and_routing_bodies_stay_distinct_and_stable_acr
         pipeline![prep_in, parallel![left_in_out, right], pick_in => { "card" => [pay_in_out, ship_out], "cash" => [ship_out] }],
         &store,
     );
-    v2.resume_with("order-1", allow()).await.expect("resumes");
+    v2.resume_with("order-1", allow())
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes");
     let on_v2 = seen();
     assert_eq!(ran(&on_v2), ["pay", "ship"], "{on_v2:?}");
     assert_eq!(keys_of(&on_v2, "pay"), keys_of(&on_v1, "pay"));
     // a fresh run of v2 gives every stage the key it had on v1
-    v2.invoke("order-2", order()).await.expect("runs");
+    v2.invoke("order-2", order())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     let fresh_v2 = seen();
     let v1_fresh = {
         let other = on(
             pipeline![prep, parallel![left, right], pick => { "card" => [pay, ship], "cash" => [ship] }],
             &store,
         );
-        other.invoke("order-2", order()).await.expect("runs");
+        other
+            .invoke("order-2", order())
+            .await
+            .and_then(Outcome::completed)
+            .expect("runs");
         seen()
     };
     for stage in ["prep", "left", "right", "pick", "pay", "ship"] {
@@ -385,7 +398,11 @@ async fn rule11_start_of_a_completed_run_returns_its_result_on_any_code() {
     let store = store();
     let v1 = on(pipeline![prep, pay, ship], &store);
     let _ = seen();
-    let yesterday = v1.start("order-1", order()).await.expect("runs");
+    let yesterday = v1
+        .start("order-1", order())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(ran(&seen()), ["prep", "pay", "ship"]);
     let stored = v1.checkpoint("order-1").await.expect("load");
 
@@ -397,6 +414,7 @@ async fn rule11_start_of_a_completed_run_returns_its_result_on_any_code() {
         let again = today
             .start("order-1", Context::new())
             .await
+            .and_then(Outcome::completed)
             .expect("yesterday's result");
         assert_eq!(again, yesterday);
         assert_eq!(seen(), Vec::<String>::new(), "no stage ran");
@@ -427,7 +445,10 @@ async fn rule11_start_of_a_failed_run_on_other_code_is_a_version_error_and_runs_
     assert_eq!(seen(), Vec::<String>::new(), "nothing ran");
     assert_eq!(v2.checkpoint("order-1").await.expect("load"), before);
     // the run continues once the caller opts in
-    v2.resume_with("order-1", allow()).await.expect("resumes");
+    v2.resume_with("order-1", allow())
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes");
     assert_eq!(keys_of(&seen(), "pay"), ["pay/order-1/6"]);
 }
 
@@ -436,7 +457,10 @@ async fn rule20_replay_and_fork_from_a_step_on_other_code_are_version_errors_not
     let _serial = SERIAL.lock().await;
     let store = store();
     let v1 = on(pipeline![prep, pay, ship], &store);
-    v1.invoke("order-1", order()).await.expect("runs");
+    v1.invoke("order-1", order())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     let v2 = on(pipeline![prep_in, pay, ship], &store);
     let _ = seen();
     let replayed = v2
@@ -458,9 +482,17 @@ async fn rule20_replay_and_fork_from_a_step_on_other_code_are_version_errors_not
     assert_eq!(seen(), Vec::<String>::new(), "nothing ran");
     // on the code that wrote it, a replay from `pay` keeps `pay`'s key
     let v1_in = on(pipeline![prep_in, pay_in, ship], &store);
-    v1_in.invoke("order-3", order()).await.expect("runs");
+    v1_in
+        .invoke("order-3", order())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     let first = keys_of(&seen(), "pay");
-    v1_in.replay("order-3", Some("pay")).await.expect("replays");
+    v1_in
+        .replay("order-3", Some("pay"))
+        .await
+        .and_then(Outcome::completed)
+        .expect("replays");
     let again = seen();
     assert_eq!(ran(&again), ["pay", "ship"]);
     assert_eq!(keys_of(&again, "pay"), first);
@@ -501,13 +533,20 @@ async fn rule12_a_run_checkpointed_by_ip_before_positions_keeps_its_keys_to_its_
     assert_eq!((cp.ip, cp.step.as_str(), cp.attempt), (5, "pay", 2));
     // ...and the next one finishes the run: `pay` had one key throughout
     DECLINE.store(false, Ordering::SeqCst);
-    let done = p.resume("order-1").await.expect("resumes");
+    let done = p
+        .resume("order-1")
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes");
     assert!(done.get::<bool>("shipped").expect("shipped"));
     let all = seen();
     assert_eq!(ran(&all), ["pay", "pay", "ship"], "prep is not run again");
     assert_eq!(keys_of(&all, "pay"), ["pay/order-1/7", "pay/order-1/7"]);
     // a new run numbers by position
-    p.invoke("order-2", order()).await.expect("runs");
+    p.invoke("order-2", order())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(keys_of(&seen(), "pay"), ["pay/order-2/6"]);
 }
 
@@ -552,6 +591,7 @@ async fn rule13_an_ip_numbered_checkpoint_whose_step_moved_on_new_code_is_a_shap
     let held = new.hold(old).expect("same name");
     held.resume("order-1")
         .await
+        .and_then(Outcome::completed)
         .expect("resumes on the old code");
     assert_eq!(keys_of(&seen(), "pay"), ["pay/order-1/7"]);
 }

@@ -12,7 +12,7 @@ use common::{a, b, input};
 use fluxio::middleware::{CircuitBreaker, Middleware, Next, RateLimit};
 use fluxio::stage::Output;
 use fluxio::store::{Checkpoint, CheckpointStore};
-use fluxio::{Context, Error, RunStatus, Stage, StageResult, pipeline, stage};
+use fluxio::{Context, Error, Outcome, RunStatus, Stage, StageResult, pipeline, stage};
 use tokio::sync::Notify;
 
 /// The usual shape of a custom store: four methods, state behind an `Arc`,
@@ -92,6 +92,7 @@ async fn rule6_clones_of_a_four_method_store_still_run_one_run_per_run_id() {
     running
         .await
         .expect("no panic")
+        .and_then(Outcome::completed)
         .expect("the first run finishes");
     // and the id is free again for either clone
     assert!(second.exists("cloned").await.expect("store works"));
@@ -166,6 +167,7 @@ async fn the_longest_lease_runs_on_the_in_memory_store() {
     let out = p
         .invoke("long-lease", input("long-lease"))
         .await
+        .and_then(Outcome::completed)
         .expect("runs");
     assert_eq!(out.get::<Vec<String>>("path").expect("path"), ["a", "b"]);
 }
@@ -217,6 +219,7 @@ async fn longest_cool_down_and_rate_limit_interval_do_not_panic() {
     for i in 0..3 {
         p.invoke("rl", input(&format!("rl-{i}")))
             .await
+            .and_then(Outcome::completed)
             .expect("the limit waits, never fails");
     }
     // the paused clock jumped over two clamped intervals
@@ -272,7 +275,11 @@ async fn a_panicking_middleware_fails_the_run_like_a_panicking_stage() {
         .store(store)
         .build()
         .expect("valid");
-    let out = fixed.resume("mw-panic").await.expect("resumes at `b`");
+    let out = fixed
+        .resume("mw-panic")
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes at `b`");
     assert_eq!(out.get::<Vec<String>>("path").expect("path"), ["a", "b"]);
 }
 
@@ -427,6 +434,7 @@ async fn extreme_retry_backoffs_neither_panic_nor_overflow() {
                 .expect("valid");
             p.invoke(&format!("retry-{i}"), Context::new())
                 .await
+                .and_then(Outcome::completed)
                 .expect("the 40th attempt succeeds");
             assert_eq!(FLAKY_CALLS.load(Ordering::SeqCst), 40);
         }
@@ -458,6 +466,7 @@ async fn the_longest_timeouts_do_not_panic() {
         .expect("valid");
     p.invoke("timeout-max", input("timeout-max"))
         .await
+        .and_then(Outcome::completed)
         .expect("never times out");
 }
 
@@ -515,7 +524,10 @@ impl fluxio::callback::Callback for Versions {
 async fn callbacks_get_the_version_of_every_pipeline() {
     let seen = Versions::default();
     let p = pipeline![a].callback(seen.clone()).build().expect("valid");
-    p.invoke("v", input("v")).await.expect("runs");
+    p.invoke("v", input("v"))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(*seen.0.lock().expect("not poisoned"), [p.version()]);
 }
 

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use fluxio::store::{Checkpoint, CheckpointStore, InMemoryStore, Lease};
-use fluxio::{Context, Error, Pipeline, RunStatus, StageResult, StepStatus, pipeline, stage};
+use fluxio::{
+    Context, Error, Outcome, Pipeline, RunStatus, StageResult, StepStatus, pipeline, stage,
+};
 use fluxio_core::store::conformance::{namespace, skip_unless_ci};
 use fluxio_tests::StoreKind;
 
@@ -114,7 +116,11 @@ async fn time_travel(kind: Kind, test: &str) {
     arm(test, "charge");
     p.invoke(run, input(test)).await.expect_err("armed");
     disarm(test, "charge");
-    let done = p.resume(run).await.expect("completes");
+    let done = p
+        .resume(run)
+        .await
+        .and_then(Outcome::completed)
+        .expect("completes");
     assert_eq!(total(&done), 21);
     let history = p.history(run).await.expect("history");
     let rows: Vec<_> = history
@@ -172,7 +178,11 @@ async fn time_travel(kind: Kind, test: &str) {
 
     // a replay from enrich starts from the context before enrich (total 10),
     // not from the latest (21): the result is the same as the first pass
-    let replayed = p.replay(run, Some("enrich")).await.expect("replay");
+    let replayed = p
+        .replay(run, Some("enrich"))
+        .await
+        .and_then(Outcome::completed)
+        .expect("replay");
     assert_eq!(total(&replayed), 21, "enrich saw total = 10 again");
     assert_eq!(replayed.get::<u64>("charged").expect("charged"), 20);
     let again = p.history(run).await.expect("history");
@@ -194,7 +204,11 @@ async fn time_travel(kind: Kind, test: &str) {
         .await
         .expect("history");
     let fork_id = format!("{run}-fork");
-    let forked = p.fork(run, "charge", &fork_id).await.expect("fork");
+    let forked = p
+        .fork(run, "charge", &fork_id)
+        .await
+        .and_then(Outcome::completed)
+        .expect("fork");
     assert_eq!(total(&forked), 21);
     let forked_history = p.history(&fork_id).await.expect("history");
     let stages: Vec<&str> = forked_history
@@ -324,7 +338,11 @@ async fn rule18_a_run_with_a_1_mb_context_writes_about_1_mb_in_all() {
         .build()
         .expect("valid");
     let input = Context::new().set("blob", vec![7u8; 1 << 20]).expect("set");
-    let out = p.invoke("r18", input).await.expect("runs");
+    let out = p
+        .invoke("r18", input)
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(out.get::<u64>("n").expect("n"), 10);
     let (delta, whole) = *store.entry.lock().unwrap_or_else(PoisonError::into_inner);
     assert!(delta < 1_500_000, "{delta} bytes written with deltas");
@@ -363,7 +381,11 @@ async fn rule20_history_depth_bounds_the_checkpoints_a_run_keeps() {
         .store_arc(Arc::clone(&store))
         .build()
         .expect("valid");
-    let out = p.invoke("r20", Context::new()).await.expect("runs");
+    let out = p
+        .invoke("r20", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(out.get::<u64>("n").expect("n"), 10);
     let journal = store.history("deep/r20").await.expect("history");
     let seqs: Vec<u32> = journal.iter().map(|cp| cp.seq).collect();
@@ -387,6 +409,7 @@ async fn rule20_history_depth_bounds_the_checkpoints_a_run_keeps() {
     let again = p
         .replay("r20", Some(&first.to_string()))
         .await
+        .and_then(Outcome::completed)
         .expect("a kept step replays");
     assert_eq!(again.get::<u64>("n").expect("n"), 10);
 }

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fluxio::store::{CheckpointStore, InMemoryStore};
-use fluxio::{Context, Error, Pipeline, ResumeOptions, StageInfo, StageResult, pipeline, stage};
+use fluxio::{
+    Context, Error, Outcome, Pipeline, ResumeOptions, StageInfo, StageResult, pipeline, stage,
+};
 
 /// What the stages of one test saw, in order.
 static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -114,10 +116,12 @@ async fn rule10_two_pipelines_sharing_a_store_and_a_run_id_stay_apart() {
     let out_o = orders
         .invoke("42", Context::new().set("who", "orders").expect("set"))
         .await
+        .and_then(Outcome::completed)
         .expect("orders runs");
     let out_e = emails
         .invoke("42", Context::new().set("who", "emails").expect("set"))
         .await
+        .and_then(Outcome::completed)
         .expect("emails runs");
     assert_eq!(out_o.get::<String>("who").expect("who"), "orders");
     assert_eq!(out_e.get::<String>("who").expect("who"), "emails");
@@ -146,6 +150,7 @@ async fn rule10_two_pipelines_sharing_a_store_and_a_run_id_stay_apart() {
     emails
         .invoke("42", Context::new())
         .await
+        .and_then(Outcome::completed)
         .expect("emails again");
     assert_eq!(
         orders.checkpoint("42").await.expect("load"),
@@ -259,7 +264,11 @@ async fn rule10_a_run_stored_before_names_is_adopted_by_its_named_pipeline() {
     // the version that wrote it adopts it under its name and finishes it
     BUG.store(false, Ordering::SeqCst);
     let _ = seen();
-    let out = v1.resume("o-7").await.expect("adopted and resumed");
+    let out = v1
+        .resume("o-7")
+        .await
+        .and_then(Outcome::completed)
+        .expect("adopted and resumed");
     assert_eq!(out.get::<String>("charged").expect("charged"), "v1");
     let ran = seen();
     assert!(!ran.iter().any(|s| s.starts_with("validate:")), "{ran:?}");
@@ -293,13 +302,18 @@ async fn rule11_start_runs_a_new_run_and_returns_a_completed_one_without_running
     let p = orders_v1(&store);
     let _ = seen();
     let input = Context::new().set("cents", 1999u64).expect("set");
-    let first = p.start("s-1", input.clone()).await.expect("runs");
+    let first = p
+        .start("s-1", input.clone())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(ran(&seen()), ["validate", "charge_v1", "receipt"]);
     let stored = p.checkpoint("s-1").await.expect("load");
     for _ in 0..3 {
         let again = p
             .start("s-1", input.clone())
             .await
+            .and_then(Outcome::completed)
             .expect("the stored result");
         assert_eq!(again, first);
     }
@@ -307,6 +321,7 @@ async fn rule11_start_runs_a_new_run_and_returns_a_completed_one_without_running
     let other = p
         .start("s-1", Context::new())
         .await
+        .and_then(Outcome::completed)
         .expect("the stored result");
     assert_eq!(other, first);
     assert_eq!(seen(), Vec::<String>::new(), "no stage ran");
@@ -316,7 +331,10 @@ async fn rule11_start_runs_a_new_run_and_returns_a_completed_one_without_running
         "untouched"
     );
     // `invoke` stays fresh by default (rule 3): it runs the stages again
-    p.invoke("s-1", input).await.expect("runs");
+    p.invoke("s-1", input)
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(ran(&seen()), ["validate", "charge_v1", "receipt"]);
 }
 
@@ -334,7 +352,11 @@ async fn rule11_start_resumes_a_failed_run_from_its_failed_stage() {
     );
     assert_eq!(ran(&seen()), ["validate", "charge_v1"]);
     BUG.store(false, Ordering::SeqCst);
-    let out = p.start("s-2", Context::new()).await.expect("resumed");
+    let out = p
+        .start("s-2", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumed");
     assert_eq!(
         ran(&seen()),
         ["charge_v1", "receipt"],
@@ -344,7 +366,13 @@ async fn rule11_start_resumes_a_failed_run_from_its_failed_stage() {
         out.get::<bool>("validated")
             .expect("kept from the first call")
     );
-    assert_eq!(p.start("s-2", Context::new()).await.expect("done"), out);
+    assert_eq!(
+        p.start("s-2", Context::new())
+            .await
+            .and_then(Outcome::completed)
+            .expect("done"),
+        out
+    );
     assert_eq!(seen(), Vec::<String>::new());
 }
 
@@ -377,7 +405,11 @@ async fn rule11_start_resumes_a_running_run_whose_owner_lease_lapsed() {
     tokio::time::sleep(std::time::Duration::from_millis(120)).await;
     BUG.store(false, Ordering::SeqCst);
     let _ = seen();
-    let out = p.start("s-3", Context::new()).await.expect("taken over");
+    let out = p
+        .start("s-3", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("taken over");
     assert_eq!(ran(&seen()), ["charge_v1", "receipt"]);
     assert_eq!(out.get::<String>("charged").expect("charged"), "v1");
 }
@@ -408,8 +440,18 @@ async fn rule11_start_of_a_live_run_is_run_id_in_use_and_the_run_finishes_once()
         );
     }
     GATE.notify_one();
-    let out = running.await.expect("no panic").expect("completes");
-    assert_eq!(p.start("s-4", Context::new()).await.expect("result"), out);
+    let out = running
+        .await
+        .expect("no panic")
+        .and_then(Outcome::completed)
+        .expect("completes");
+    assert_eq!(
+        p.start("s-4", Context::new())
+            .await
+            .and_then(Outcome::completed)
+            .expect("result"),
+        out
+    );
     assert_eq!(ran(&seen()), ["validate", "wait_for_gate", "receipt"]);
 }
 
@@ -448,7 +490,10 @@ async fn rule12_every_attempt_of_a_position_has_one_key_and_positions_differ() {
     p.invoke("o-9", Context::new()).await.expect_err("the bug");
     p.resume("o-9").await.expect_err("still the bug");
     BUG.store(false, Ordering::SeqCst);
-    p.resume("o-9").await.expect("fixed by configuration");
+    p.resume("o-9")
+        .await
+        .and_then(Outcome::completed)
+        .expect("fixed by configuration");
     let charges: Vec<String> = seen()
         .into_iter()
         .filter(|s| s.starts_with("charge_v1:"))
@@ -492,7 +537,10 @@ async fn rule12_branches_and_routing_bodies_have_keys_of_their_own() {
         .build()
         .expect("valid");
     let _ = seen();
-    p.invoke("k", Context::new()).await.expect("runs");
+    p.invoke("k", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     let keys: Vec<String> = seen()
         .into_iter()
         .map(|s| s.split(':').nth(1).unwrap_or_default().to_owned())
@@ -567,6 +615,7 @@ async fn rule13_a_changed_stage_is_named_and_resumes_only_when_allowed() {
     let done = v2
         .resume_with("o-1", ResumeOptions::new().allow_code_changes(true))
         .await
+        .and_then(Outcome::completed)
         .expect("the fix resumes");
     assert_eq!(done.get::<String>("charged").expect("charged"), "v2");
     let ran: Vec<String> = seen();
@@ -628,9 +677,17 @@ async fn rule13_a_held_old_version_finishes_its_runs_while_new_runs_use_the_new(
     BUG.store(false, Ordering::SeqCst); // the outage the bug depended on is over
     let v2 = orders_v2(&store).hold(v1.clone()).expect("same name");
     assert_eq!(v2.held_versions(), [v1.version()]);
-    let old = v2.resume("old-run").await.expect("resumes on the old code");
+    let old = v2
+        .resume("old-run")
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes on the old code");
     assert_eq!(old.get::<String>("charged").expect("charged"), "v1");
-    let new = v2.invoke("new-run", Context::new()).await.expect("runs");
+    let new = v2
+        .invoke("new-run", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(new.get::<String>("charged").expect("charged"), "v2");
     BUG.store(true, Ordering::SeqCst);
 

@@ -38,3 +38,4 @@ mod store_faults;
 mod streaming;
 mod testing_kit;
 mod value_limits;
+mod waits;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fluxio::middleware::{Backoff, Middleware, Next, Retry, Timeout};
 use fluxio::stage::Output;
-use fluxio::{Context, Error, RunStatus, Stage, StageResult, pipeline, stage};
+use fluxio::{Context, Error, Outcome, RunStatus, Stage, StageResult, pipeline, stage};
 
 /// Fails until it has been called `fail_times` (a context key) times in this
 /// test (keyed by the `counter` key), then succeeds.
@@ -60,6 +60,7 @@ async fn retry_succeeds_after_n_failures() {
     let out = p
         .invoke("r", input("succeeds", 3))
         .await
+        .and_then(Outcome::completed)
         .expect("the fourth attempt succeeds");
     assert_eq!(out.get::<u32>("succeeded_on").expect("set"), 4);
     assert_eq!(calls("succeeds"), 4);
@@ -101,6 +102,7 @@ async fn fixed_and_exponential_backoff_wait_between_attempts() {
     fixed
         .invoke("r", input("fixed", 2))
         .await
+        .and_then(Outcome::completed)
         .expect("third attempt");
     let waited = started.elapsed();
     // tokio's timer has millisecond granularity: a sleep may end up to 1 ms late
@@ -121,6 +123,7 @@ async fn fixed_and_exponential_backoff_wait_between_attempts() {
     exponential
         .invoke("r", input("exponential", 3))
         .await
+        .and_then(Outcome::completed)
         .expect("fourth attempt");
     let waited = started.elapsed();
     assert!(
@@ -142,6 +145,7 @@ async fn jitter_adds_at_most_the_delay() {
     let started = tokio::time::Instant::now();
     p.invoke("r", input("jitter", 4))
         .await
+        .and_then(Outcome::completed)
         .expect("fifth attempt");
     let waited = started.elapsed();
     assert!(
@@ -229,7 +233,11 @@ async fn timeout_middleware_leaves_an_error_checkpoint_and_resume_succeeds() {
     );
     let cp = p.checkpoint("t").await.expect("ok").expect("stored");
     assert_eq!((cp.step.as_str(), cp.is_failed()), ("sleepy", true));
-    let out = p.resume("t").await.expect("the second call is quick");
+    let out = p
+        .resume("t")
+        .await
+        .and_then(Outcome::completed)
+        .expect("the second call is quick");
     assert!(out.get::<bool>("woke").expect("set"));
 }
 
@@ -272,7 +280,10 @@ async fn pipeline_wide_middleware_is_outermost_in_declaration_order_then_per_sta
         .middleware(Tag("inner", &LOG))
         .build()
         .expect("valid");
-    p.invoke("order", Context::new()).await.expect("runs");
+    p.invoke("order", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(
         *LOG.lock().expect("ok"),
         [

@@ -12,7 +12,7 @@ use fluxio::middleware::{
 };
 use fluxio::stage::{Output, StageDef};
 use fluxio::value::Value;
-use fluxio::{Context, Error, Pipeline, Stage, StageResult, ctx, pipeline, stage};
+use fluxio::{Context, Error, Outcome, Pipeline, Stage, StageResult, ctx, pipeline, stage};
 use tokio::time::Instant;
 
 // ---- per-test bookkeeping -------------------------------------------------------
@@ -73,8 +73,16 @@ fn cached_doubler(store: &Arc<MemoryCacheStore>, ttl: Option<Duration>) -> Pipel
 async fn a_cache_hit_skips_the_call_and_returns_the_same_context() {
     let store = Arc::new(MemoryCacheStore::new(16));
     let p = cached_doubler(&store, None);
-    let first = p.invoke("a", input("hit", 21)).await.expect("runs");
-    let second = p.invoke("b", input("hit", 21)).await.expect("hits");
+    let first = p
+        .invoke("a", input("hit", 21))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
+    let second = p
+        .invoke("b", input("hit", 21))
+        .await
+        .and_then(Outcome::completed)
+        .expect("hits");
     assert_eq!(
         calls("hit-doubler"),
         1,
@@ -99,14 +107,26 @@ async fn a_cache_hit_skips_the_call_and_returns_the_same_context() {
 async fn cached_results_expire_after_their_ttl() {
     let store = Arc::new(MemoryCacheStore::new(16));
     let p = cached_doubler(&store, Some(Duration::from_secs(60)));
-    p.invoke("a", input("ttl", 1)).await.expect("runs");
+    p.invoke("a", input("ttl", 1))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     tokio::time::advance(Duration::from_secs(59)).await;
-    p.invoke("b", input("ttl", 1)).await.expect("hits");
+    p.invoke("b", input("ttl", 1))
+        .await
+        .and_then(Outcome::completed)
+        .expect("hits");
     assert_eq!(calls("ttl-doubler"), 1, "still fresh after 59 s");
     tokio::time::advance(Duration::from_secs(1)).await;
-    p.invoke("c", input("ttl", 1)).await.expect("runs again");
+    p.invoke("c", input("ttl", 1))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs again");
     assert_eq!(calls("ttl-doubler"), 2, "expired after 60 s");
-    p.invoke("d", input("ttl", 1)).await.expect("hits");
+    p.invoke("d", input("ttl", 1))
+        .await
+        .and_then(Outcome::completed)
+        .expect("hits");
     assert_eq!(calls("ttl-doubler"), 2, "the new result is cached");
 }
 
@@ -171,7 +191,10 @@ async fn different_contexts_get_different_keys() {
     let store = Arc::new(MemoryCacheStore::new(16));
     let p = cached_doubler(&store, None);
     for n in [1, 2, 1, 2] {
-        p.invoke("k", input("keys", n)).await.expect("runs");
+        p.invoke("k", input("keys", n))
+            .await
+            .and_then(Outcome::completed)
+            .expect("runs");
     }
     assert_eq!(calls("keys-doubler"), 2);
     assert_eq!(store.len(), 2);
@@ -240,7 +263,11 @@ async fn cached_branch_writes_survive_the_merge() {
         .build()
         .expect("valid");
     for run in ["first", "second"] {
-        let out = p.invoke(run, input("merge", 5)).await.expect("runs");
+        let out = p
+            .invoke(run, input("merge", 5))
+            .await
+            .and_then(Outcome::completed)
+            .expect("runs");
         assert_eq!(
             out.get::<u32>("from_cached").expect("the branch's key"),
             105,
@@ -338,7 +365,11 @@ async fn router_decisions_are_cached_with_their_patch() {
         .build()
         .expect("valid");
     for (run, n, parity) in [("a", 3, "odd"), ("b", 3, "odd"), ("c", 4, "even")] {
-        let out = p.invoke(run, input("route", n)).await.expect("runs");
+        let out = p
+            .invoke(run, input("route", n))
+            .await
+            .and_then(Outcome::completed)
+            .expect("runs");
         assert_eq!(out.get::<String>("parity").expect("routed"), parity);
         assert_eq!(out.get::<u32>("picked").expect("patch applied"), n);
     }
@@ -673,6 +704,7 @@ async fn the_rate_limit_spaces_calls_and_never_errors() {
     for run in 0..5 {
         p.invoke(&format!("seq-{run}"), input("sequential", 0))
             .await
+            .and_then(Outcome::completed)
             .expect("runs");
     }
     assert!(
@@ -710,6 +742,7 @@ async fn limits_are_per_stage_unless_shared() {
     per_stage
         .invoke("r", input("per-stage", 0))
         .await
+        .and_then(Outcome::completed)
         .expect("runs");
     assert!(
         start.elapsed() < Duration::from_millis(10),
@@ -722,7 +755,11 @@ async fn limits_are_per_stage_unless_shared() {
         .build()
         .expect("valid");
     let start = Instant::now();
-    shared.invoke("r", input("shared", 0)).await.expect("runs");
+    shared
+        .invoke("r", input("shared", 0))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert!(
         start.elapsed() >= Duration::from_secs(1),
         "the second stage waits for the first's slot: {:?}",

@@ -2,7 +2,7 @@
 //! reads them fails with `Error::NotDurable`, naming the operation and how to
 //! make the pipeline durable.
 
-use fluxio::{Context, Error, StageResult, pipeline, stage};
+use fluxio::{Context, Error, Outcome, StageResult, pipeline, stage};
 
 #[stage]
 async fn step(ctx: Context) -> StageResult {
@@ -43,7 +43,11 @@ async fn every_checkpoint_operation_on_a_pipeline_without_a_store_is_not_durable
         );
     }
     // invoke needs no store: the same pipeline still runs
-    let out = p.invoke("run-1", Context::new()).await.expect("runs");
+    let out = p
+        .invoke("run-1", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert!(out.get::<bool>("ran").expect("set"));
 }
 

@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{a, b, c, calls, input};
-use fluxio::{Context, Error, StageKind, StageResult, ctx, pipeline, stage};
+use fluxio::{Context, Error, Outcome, StageKind, StageResult, ctx, pipeline, stage};
 
 // ---- stage kinds -------------------------------------------------------------
 
@@ -40,6 +40,7 @@ async fn sync_stages_run_on_the_blocking_pool_not_on_the_async_worker() {
     let out = p
         .invoke("sync", Context::new())
         .await
+        .and_then(Outcome::completed)
         .expect("the stage was not on the worker");
     signal.await.expect("signal task");
     let worker = format!("{:?}", std::thread::current().id());
@@ -82,6 +83,7 @@ async fn parallel_branches_merge_their_writes() {
     let out = p
         .invoke("par", ctx! { "seed" => true }.expect("ok"))
         .await
+        .and_then(Outcome::completed)
         .expect("runs");
     assert_eq!(out.get::<i32>("sum").expect("merged"), 3);
     assert!(out.get::<bool>("seed").expect("base kept"));
@@ -93,7 +95,11 @@ async fn parallel_branches_with_sequences_and_nesting() {
     let p = pipeline![parallel![[a, b], parallel![left, right]], sum]
         .build()
         .expect("valid");
-    let out = p.invoke("par2", input(t)).await.expect("runs");
+    let out = p
+        .invoke("par2", input(t))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(
         out.get::<Vec<String>>("path").expect("branch wrote path"),
         ["a", "b"]
@@ -174,6 +180,7 @@ async fn fire_and_forget_branches_run_but_never_merge_or_fail_the_run() {
     let out = p
         .invoke("faf", Context::new())
         .await
+        .and_then(Outcome::completed)
         .expect("branch errors do not propagate");
     assert_eq!(out.get::<i32>("left").expect("continued"), 1);
     assert!(!out.contains_key("background"), "nothing merged");
@@ -242,6 +249,7 @@ async fn routing_takes_the_chosen_body_applies_the_patch_and_continues_after_the
     let out = p
         .invoke("route-std", ctx! { "tier" => "standard" }.expect("ok"))
         .await
+        .and_then(Outcome::completed)
         .expect("runs");
     assert_eq!(out.get::<String>("took").expect("set"), "standard");
     assert!(out.get::<bool>("routed").expect("patch applied"));
@@ -258,6 +266,7 @@ async fn routing_nests() {
             ctx! { "tier" => "premium", "region" => "us" }.expect("ok"),
         )
         .await
+        .and_then(Outcome::completed)
         .expect("runs");
     assert_eq!(out.get::<String>("took").expect("set"), "premium");
     assert!(out.get::<bool>("saw_patch").expect("set"));
@@ -314,7 +323,11 @@ async fn resume_inside_a_route_body_continues_there() {
         "c"
     );
     common::disarm(t, "c");
-    let out = p.resume("rr").await.expect("resumes inside the body");
+    let out = p
+        .resume("rr")
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes inside the body");
     assert_eq!(
         out.get::<Vec<String>>("path").expect("set"),
         ["a", "c", "b"]
@@ -364,8 +377,14 @@ async fn auto_parallel_folds_independent_declared_stages_only() {
     );
     let input = ctx! { "n" => 1 }.expect("ok");
     assert_eq!(
-        on.invoke("ap", input.clone()).await.expect("runs"),
-        off.invoke("ap", input).await.expect("runs")
+        on.invoke("ap", input.clone())
+            .await
+            .and_then(Outcome::completed)
+            .expect("runs"),
+        off.invoke("ap", input)
+            .await
+            .and_then(Outcome::completed)
+            .expect("runs")
     );
 }
 
@@ -530,6 +549,7 @@ async fn schema_checks_pass_with_extra_keys_and_name_the_failing_field() {
     assert_eq!(
         p.invoke("schema-ok", ok)
             .await
+            .and_then(Outcome::completed)
             .expect("valid input")
             .get::<String>("greeting")
             .expect("set"),

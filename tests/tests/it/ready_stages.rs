@@ -5,7 +5,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use fluxio::{Context, Error, InMemoryStore, Route, StageInfo, StageResult, pipeline, stage};
+use fluxio::{
+    Context, Error, InMemoryStore, Outcome, Route, StageInfo, StageResult, pipeline, stage,
+};
 
 type Seen = Arc<Mutex<Vec<(String, u32)>>>;
 
@@ -62,6 +64,7 @@ async fn a_stage_without_await_has_its_info_and_routes() {
     let out = p
         .invoke("r1", Context::new().set("n", 3u32).expect("sets"))
         .await
+        .and_then(Outcome::completed)
         .expect("runs");
     assert_eq!(out.get::<String>("took").expect("set"), "many");
     let seen = seen.lock().expect("not poisoned").clone();
@@ -106,7 +109,11 @@ async fn a_stage_without_await_cannot_time_out_and_runs_durably() {
         .resource(Seen::default())
         .build()
         .expect("valid");
-    let out = p.invoke("r1", Context::new()).await.expect("runs");
+    let out = p
+        .invoke("r1", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert!(out.get::<bool>("busy").expect("set"));
     let history = p.history("r1").await.expect("a history");
     assert_eq!(history.status, fluxio::RunStatus::Completed, "{history:?}");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fluxio::recovery::{RecoveryEvent, RecoveryPolicy, RecoveryWorker};
 use fluxio::store::{CheckpointStore, InMemoryStore, RunFilter, RunState, retry_run};
-use fluxio::{Context, Pipeline, RunStatus, StageResult, pipeline, stage};
+use fluxio::{Context, Outcome, Pipeline, RunStatus, StageResult, pipeline, stage};
 
 /// How many times `finish` ran for each run id.
 static LEDGER: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -448,11 +448,17 @@ async fn metrics_count_runs_checkpoints_and_recoveries() {
     };
     let p = metered();
     let input = |id: &str| Context::new().set("id", id.to_owned()).expect("set");
-    p.invoke("m-1", input("m-1")).await.expect("completes");
+    p.invoke("m-1", input("m-1"))
+        .await
+        .and_then(Outcome::completed)
+        .expect("completes");
     FAIL.store(true, Ordering::SeqCst);
     p.invoke("m-2", input("m-2")).await.expect_err("fails");
     FAIL.store(false, Ordering::SeqCst);
-    p.invoke("m-3", input("m-3")).await.expect("completes");
+    p.invoke("m-3", input("m-3"))
+        .await
+        .and_then(Outcome::completed)
+        .expect("completes");
     p.cancel("m-3")
         .await
         .expect_err("a completed run cannot be cancelled");

@@ -22,8 +22,8 @@ use fluxio::middleware::{Backoff, Retry, Timeout};
 use fluxio::store::CheckpointStore;
 use fluxio::store::run_key;
 use fluxio::{
-    Context, Error, InMemoryStore, Pipeline, PipelineBuilder, RunStatus, StageInfo, StageResult,
-    ctx, pipeline, stage,
+    Context, Error, InMemoryStore, Outcome, Pipeline, PipelineBuilder, RunStatus, StageInfo,
+    StageResult, ctx, pipeline, stage,
 };
 use fluxio_core::store::conformance::{namespace, skip_unless_ci};
 use fluxio_tests::process::Worker;
@@ -237,6 +237,7 @@ async fn dropped_run_is_free_after_shutdown(kind: Option<StoreKind>, test: &str)
     let out = other
         .resume(&run_id)
         .await
+        .and_then(Outcome::completed)
         .expect("resumed at once, not refused while the 30 s lease runs");
     assert_eq!(out.get::<u32>("parked_attempt").expect("set"), 2);
 
@@ -294,6 +295,7 @@ async fn rule15_a_dropped_stream_is_released_by_shutdown() {
     on(pipeline![park], &store)
         .resume("streamed")
         .await
+        .and_then(Outcome::completed)
         .expect("free at once");
 }
 
@@ -327,6 +329,7 @@ async fn rule15_shutdown_waits_for_running_runs_within_its_bound() {
     let out = running
         .await
         .expect("no panic")
+        .and_then(Outcome::completed)
         .expect("the running run ends normally");
     assert_eq!(out.get::<usize>("hold_bodies").expect("set"), 1);
     worker.shutdown(PATIENCE).await.expect("nothing held now");
@@ -481,6 +484,7 @@ async fn rule16_timed_out_and_retried_blocking_bodies_never_overlap() {
         let out = p
             .invoke("overlap", input(&test))
             .await
+            .and_then(Outcome::completed)
             .expect("a retry after the first body returned succeeds");
         let bodies = assert_no_overlap(&test);
         assert!(
@@ -563,7 +567,11 @@ async fn dropped_blocking_body_keeps_the_lease(kind: Option<StoreKind>, test: &s
     // once it returns, the lease is given back
     latch(test, "go").open();
     worker.shutdown(PATIENCE).await.expect("released");
-    let out = other.resume(&run_id).await.expect("free at once");
+    let out = other
+        .resume(&run_id)
+        .await
+        .and_then(Outcome::completed)
+        .expect("free at once");
     assert_eq!(out.get::<usize>("hold_bodies").expect("set"), 2);
     assert_no_overlap(test);
 }
@@ -642,7 +650,11 @@ async fn rule16_a_timed_out_blocking_body_keeps_the_lease_after_its_run_failed()
 
     latch(test, "go").open();
     worker.shutdown(PATIENCE).await.expect("released");
-    let out = other.resume("timed-out").await.expect("free at once");
+    let out = other
+        .resume("timed-out")
+        .await
+        .and_then(Outcome::completed)
+        .expect("free at once");
     assert_eq!(out.get::<usize>("hold_bodies").expect("set"), 2);
     assert_no_overlap(test);
 }

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use fluxio::testing::StageTest;
 use fluxio::{
-    Context, Emitter, Error, InMemoryStore, Resource, StageResult, StreamEvent, Value, ctx,
-    pipeline, stage,
+    Context, Emitter, Error, InMemoryStore, Outcome, Resource, StageResult, StreamEvent, Value,
+    ctx, pipeline, stage,
 };
 use futures::StreamExt as _;
 
@@ -122,8 +122,16 @@ async fn one_registered_value_is_shared_by_every_stage_and_run() {
         .resource(db)
         .build()
         .expect("builds");
-    pipeline.invoke("a", Context::new()).await.expect("runs");
-    pipeline.invoke("b", Context::new()).await.expect("runs");
+    pipeline
+        .invoke("a", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
+    pipeline
+        .invoke("b", Context::new())
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs");
     assert_eq!(calls.load(Ordering::SeqCst), 4);
 }
 
@@ -144,6 +152,7 @@ fn registering_a_type_again_replaces_it_and_other_types_are_distinct() {
         .expect("runtime");
     let out = rt
         .block_on(ok.build().expect("builds").invoke("r", Context::new()))
+        .and_then(Outcome::completed)
         .expect("runs");
     assert_eq!(out.get::<String>("db").expect("set"), "new");
 }
@@ -210,7 +219,11 @@ async fn a_durable_run_with_resources_resumes_with_the_resources_of_the_resuming
         .build()
         .expect("builds");
     assert_eq!(first.version(), second.version());
-    let out = second.resume("order-1").await.expect("resumes");
+    let out = second
+        .resume("order-1")
+        .await
+        .and_then(Outcome::completed)
+        .expect("resumes");
     assert_eq!(out.get::<String>("db").expect("set"), "first");
     assert_eq!(out.get::<String>("charged_by").expect("set"), "second");
     assert_eq!(out.get::<i32>("n").expect("kept"), 1);

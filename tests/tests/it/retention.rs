@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use fluxio::store::{CheckpointStore, InMemoryStore, run_key};
-use fluxio::{Context, Error, Pipeline, RunStatus, StageResult, pipeline, stage};
+use fluxio::{Context, Error, Outcome, Pipeline, RunStatus, StageResult, pipeline, stage};
 use fluxio_core::store::conformance::{namespace, skip_unless_ci};
 use fluxio_tests::StoreKind;
 
@@ -56,7 +56,11 @@ async fn completed_runs_are_deleted(kind: Option<StoreKind>, test: &str) {
     disarm(test, "second");
 
     // the resume completes it: the result comes back, the run is gone
-    let out = p.resume(test).await.expect("completes");
+    let out = p
+        .resume(test)
+        .await
+        .and_then(Outcome::completed)
+        .expect("completes");
     assert_eq!(
         out.get::<Vec<String>>("path").expect("path"),
         ["first", "second"]
@@ -68,7 +72,11 @@ async fn completed_runs_are_deleted(kind: Option<StoreKind>, test: &str) {
         Err(Error::CheckpointNotFound { .. })
     ));
     // the lease was given back: the id can run again at once
-    let again = p.invoke(test, input(test)).await.expect("runs again");
+    let again = p
+        .invoke(test, input(test))
+        .await
+        .and_then(Outcome::completed)
+        .expect("runs again");
     assert_eq!(again, out);
     assert_eq!(calls(test, "first"), 2);
     assert_eq!(store.load(&key).await.expect("load"), None);

@@ -9,7 +9,7 @@ use fluxio::middleware::{CircuitBreaker, Middleware, RateLimit};
 use fluxio::recovery::{MAX_CONCURRENCY, RecoveryPolicy, RecoveryWorker};
 use fluxio::store::MIN_LEASE_TTL;
 use fluxio::testing::StageTest;
-use fluxio::{Context, Error, Pipeline, StageResult, pipeline, stage};
+use fluxio::{Context, Error, Outcome, Pipeline, StageResult, pipeline, stage};
 
 /// The setting `err` names, when it is an `InvalidSetting`.
 fn setting(err: &Error) -> Option<&'static str> {
@@ -138,7 +138,10 @@ async fn a_lease_too_short_to_renew_is_refused_and_the_shortest_is_renewed() {
         .lease_ttl(MIN_LEASE_TTL)
         .build()
         .expect("the shortest lease");
-    let out = p.invoke("short-lease", input("short-lease")).await;
+    let out = p
+        .invoke("short-lease", input("short-lease"))
+        .await
+        .and_then(Outcome::completed);
     assert!(
         out.as_ref().is_ok_and(|c| c.get::<bool>("slow").is_ok()),
         "{out:?}"

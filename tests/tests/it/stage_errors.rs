@@ -4,7 +4,7 @@
 
 use std::error::Error as _;
 
-use fluxio::{Context, Error, pipeline, stage};
+use fluxio::{Context, Error, Outcome, pipeline, stage};
 
 #[derive(Debug, thiserror::Error)]
 #[error("card declined")]
@@ -84,6 +84,7 @@ async fn an_anyhow_stage_that_succeeds_runs_on() {
         .expect("builds")
         .invoke("r", Context::new())
         .await
+        .and_then(Outcome::completed)
         .expect("runs");
     assert!(out.get::<bool>("ran").expect("set"));
 }

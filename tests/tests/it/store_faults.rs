@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use fluxio::store::{Checkpoint, CheckpointStore, Lease};
 use fluxio::{
-    Context, Error, Pipeline, PipelineBuilder, PostgresStore, RedisStore, RunStatus, StageResult,
-    pipeline, stage,
+    Context, Error, Outcome, Pipeline, PipelineBuilder, PostgresStore, RedisStore, RunStatus,
+    StageResult, pipeline, stage,
 };
 use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::StoreKind;
@@ -263,7 +263,9 @@ impl Scenario {
                 let ctx = self.inputs[i].clone();
                 self.rt.spawn(async move {
                     let t = Instant::now();
-                    let r = tokio::time::timeout(HANG, p.invoke(&Self::run_id(i), ctx)).await;
+                    let r = tokio::time::timeout(HANG, p.invoke(&Self::run_id(i), ctx))
+                        .await
+                        .map(|r| r.and_then(Outcome::completed));
                     (r, t.elapsed())
                 })
             })
@@ -301,7 +303,11 @@ impl Scenario {
         let expected: Vec<Context> = self.rt.block_on(async {
             let runs = self.inputs.iter().enumerate().map(|(i, c)| {
                 let (p, c) = (self.reference.clone(), c.clone());
-                async move { p.invoke(&format!("ref-{i}"), c).await }
+                async move {
+                    p.invoke(&format!("ref-{i}"), c)
+                        .await
+                        .and_then(Outcome::completed)
+                }
             });
             futures::future::try_join_all(runs)
                 .await
@@ -421,7 +427,10 @@ async fn resume_until_done(p: &Pipeline, run_id: &str) -> (Context, usize) {
     let start = Instant::now();
     let mut retries = 0;
     loop {
-        match tokio::time::timeout(HANG, p.resume(run_id)).await {
+        match tokio::time::timeout(HANG, p.resume(run_id))
+            .await
+            .map(|r| r.and_then(Outcome::completed))
+        {
             Err(_) => panic!("resume of {run_id} hung for {HANG:?}"),
             Ok(Ok(ctx)) => return (ctx, retries),
             Ok(Err(Error::RunIdInUse { .. })) if start.elapsed() < Duration::from_secs(15) => {
@@ -808,6 +817,7 @@ fn redis_frozen_with_sigstop_fails_within_the_timeout_and_recovers() {
                 .expect("valid")
                 .invoke("ref", input.clone()),
         )
+        .and_then(Outcome::completed)
         .expect("the uninterrupted run");
 
     let run = {
@@ -952,6 +962,7 @@ fn redis_first_call_after_a_restart_succeeds() {
                 .expect("valid")
                 .invoke("ref", input.clone()),
         )
+        .and_then(Outcome::completed)
         .expect("the uninterrupted run");
     rt.block_on(idle.exists("warm"))
         .expect("the idle store works");
@@ -969,7 +980,11 @@ fn redis_first_call_after_a_restart_succeeds() {
     server.stop("-TERM");
     std::thread::sleep(Duration::from_millis(300));
     server.restart();
-    let spanning = rt.block_on(run).expect("no panic").expect("no hang");
+    let spanning = rt
+        .block_on(run)
+        .expect("no panic")
+        .expect("no hang")
+        .and_then(Outcome::completed);
     let fresh = rt.block_on(async {
         tokio::time::timeout(
             HANG,
@@ -977,6 +992,7 @@ fn redis_first_call_after_a_restart_succeeds() {
         )
         .await
         .expect("no hang")
+        .and_then(Outcome::completed)
     });
     let ok = |r: &fluxio::Result<Context>| r.as_ref().is_ok_and(|c| *c == expected);
     assert!(

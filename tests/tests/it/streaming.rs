@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fluxio::middleware::{Backoff, Retry};
 use fluxio::{
-    Context, Emitter, Error, InMemoryStore, RunStatus, StageInfo, StageKind, StageResult,
+    Context, Emitter, Error, InMemoryStore, Outcome, RunStatus, StageInfo, StageKind, StageResult,
     StreamEvent, Value, ctx, pipeline, stage,
 };
 use futures::StreamExt as _;
@@ -109,6 +109,7 @@ async fn invoke_collects_the_chunks_into_the_context() {
     let out = p
         .invoke("plain", ctx! { "n" => 3u64 }.expect("ctx"))
         .await
+        .and_then(Outcome::completed)
         .expect("ok");
     assert_eq!(
         out.get::<Vec<u64>>("count_to_stream_result")
@@ -217,6 +218,7 @@ async fn dropping_the_stream_cancels_the_producer_and_frees_the_run_id() {
     })
     .await
     .expect("the run id was released")
+    .and_then(Outcome::completed)
     .expect("a new run of the id completes");
     assert_eq!(
         out.get::<Vec<u64>>("endless_stream_result")
@@ -372,7 +374,11 @@ async fn resuming_after_a_failure_in_a_stream_stage_reruns_the_stage() {
     let cp = p.checkpoint("flaky").await.expect("load").expect("saved");
     assert_eq!(cp.status, RunStatus::Failed);
     assert_eq!(&*cp.step, "flaky_stream");
-    let out = p.resume("flaky").await.expect("the rerun succeeds");
+    let out = p
+        .resume("flaky")
+        .await
+        .and_then(Outcome::completed)
+        .expect("the rerun succeeds");
     assert_eq!(FLAKY_CALLS.load(Ordering::SeqCst), 2, "the stage re-ran");
     assert_eq!(out.get::<u32>("attempt").expect("set"), 2);
     // the re-run's own chunks, not the failed attempt's appended

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use fluxio::store::{Checkpoint, CheckpointStore, InMemoryStore, MAX_PAYLOAD};
 use fluxio::value::MAX_DEPTH;
-use fluxio::{Context, Error, Pipeline, RunStatus, StageResult, Value, ctx, pipeline, stage};
+use fluxio::{
+    Context, Error, Outcome, Pipeline, RunStatus, StageResult, Value, ctx, pipeline, stage,
+};
 
 /// `Some(Some(...(0)))` with its innermost value at depth `depth`.
 fn nested(depth: usize) -> Value {
@@ -179,6 +181,7 @@ async fn a_deep_value_fails_the_same_way_on_the_memory_store_and_a_byte_store() 
         let out = p
             .invoke("deep-2", input)
             .await
+            .and_then(Outcome::completed)
             .expect("MAX_DEPTH is allowed");
         assert_eq!(
             out.value("deep").as_deref(),
@@ -350,7 +353,11 @@ async fn rule17_a_large_vector_fails_the_same_way_on_the_memory_store_and_a_byte
         assert_eq!(cp.status, RunStatus::Failed, "{name}");
         // 2^25 elements: refused before, set and checkpointed now.
         let input = Context::new().set("len", 1usize << 25).expect("a number");
-        let out = p.invoke("fits", input).await.expect("fits");
+        let out = p
+            .invoke("fits", input)
+            .await
+            .and_then(Outcome::completed)
+            .expect("fits");
         let cp = p
             .checkpoint("fits")
             .await
