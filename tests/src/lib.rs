@@ -300,3 +300,54 @@ pub const CRASH_STEPS_X: &[&[&str]] = &[
     &["c4"],
     &["c5"],
 ];
+
+// ---- the waits crash-test pipeline (rules 25-27) ----------------------------
+
+#[stage]
+async fn w1(ctx: Context) -> StageResult {
+    crash_step(ctx, "w1", "w1", 1).await
+}
+
+#[stage]
+async fn w2(ctx: Context) -> StageResult {
+    crash_step(ctx, "w2", "w2", 2).await
+}
+
+#[stage]
+async fn w3(ctx: Context) -> StageResult {
+    let go: u64 = ctx.get("go")?;
+    crash_step(ctx, "w3", "w3", go).await
+}
+
+#[stage]
+async fn w3t(ctx: Context) -> StageResult {
+    crash_step(ctx, "w3t", "w3", 0).await
+}
+
+#[stage]
+async fn w4(ctx: Context) -> StageResult {
+    crash_step(ctx, "w4", "w4", 4).await
+}
+
+/// The waits crash-test pipeline: a stage, a sleep of 100 ms, a stage, a
+/// wait for the signal `go` (a `u64`; a deadline of 60 s routes to `w3t`),
+/// the stage after it, and a last stage. Every stage appends
+/// `run_id stage attempt pid` to the ledger, as the crash pipeline's do.
+pub fn waits_pipeline() -> PipelineBuilder {
+    pipeline![
+        w1,
+        sleep!("100ms"),
+        w2,
+        wait!("go" as u64, deadline = "60s") => { "go" => w3, "timeout" => w3t },
+        w4,
+    ]
+    .name(WAITS_PIPELINE)
+}
+
+/// The name of [`waits_pipeline`]: its runs are kept under `waits/<run id>`.
+pub const WAITS_PIPELINE: &str = "waits";
+
+/// The stages of [`waits_pipeline`] signalled in time, in order, each with
+/// the place of its step (its checkpoint's step name): a stage, or the
+/// sleep or wait before it.
+pub const WAITS_STEPS: &[&str] = &["w1", "sleep(100ms)", "w2", "wait(go)", "w3", "w4"];

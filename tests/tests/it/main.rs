@@ -12,6 +12,7 @@ mod common;
 mod conformance_memory;
 mod context;
 mod crash;
+mod crash_waits;
 mod durability;
 mod durable;
 mod empty_pipeline;
