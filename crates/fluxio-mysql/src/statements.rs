@@ -245,17 +245,10 @@ fn wait_statements(names: &Names) -> WaitStatements {
         names.derived("_leases"),
         names.derived("_signals"),
     );
+    // no wake-ups: the workers poll
     WaitStatements::new::<MySql>(WaitNames {
-        checkpoints: &cp,
-        leases: &leases,
-        signals: &signals,
-        key_order: "c.run_id",
-        held: &format!("l.expires_at > {NOW}"),
-        now_ms: NOW,
         lease_free: LeaseFree::AntiJoin,
-        due_hint: "",
-        // no wake-ups: the workers poll
-        notify: None,
+        ..WaitNames::millis((&cp, &leases, &signals), NOW)
     })
 }
 

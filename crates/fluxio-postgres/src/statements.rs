@@ -263,7 +263,7 @@ fn wait_statements(names: &Names) -> WaitStatements {
         leases: &leases,
         signals: &signals,
         key_order: "c.run_id COLLATE \"C\"",
-        held: "l.expires_at > clock_timestamp()",
+        lease_now: "clock_timestamp()",
         now_ms: &millis("clock_timestamp()"),
         lease_free: LeaseFree::NotExists,
         due_hint: "",

@@ -12,17 +12,20 @@
 //!
 //! The decisions (which checkpoint a delta needs, where the journal may be
 //! cut, how the entries fold into a context) are fluxio-core's:
-//! [`missing_predecessor`], [`cut_point`], [`Checkpoint::from_entries`].
-//! What is left here is the order of the statements.
+//! [`missing_predecessor`](fluxio_core::store::missing_predecessor),
+//! [`cut_point`](fluxio_core::store::cut_point), [`Checkpoint::from_entries`].
+//! What is left here is the order of the statements: [`Journal`]
+//! (`journal.rs`).
 //!
 //! Listing runs (contract rule 21) is here too, in `list.rs`: the
 //! statement a filter asks for, over the run rows and the lease table.
 //! So is checking, without writing, that the migrations a store finds
 //! applied are ones this build reads (`schema.rs`), and what runs that
-//! wait keep (contract rules 25-27, `waits.rs`): the due time on the run's
-//! row, the mailbox, the due runs, the wake-ups.
+//! wait keep (contract rules 25-27, `waits.rs` for their statements): the
+//! due time on the run's row, the mailbox, the due runs, the wake-ups.
 
 mod error;
+mod journal;
 mod list;
 mod schema;
 pub mod server;
@@ -30,6 +33,7 @@ mod settings;
 mod waits;
 
 pub use error::ServerStoreError;
+pub use journal::Journal;
 pub use list::{Listing, Statement, list, statement};
 pub use schema::{Bookkeeping, Unreadable, apply, pending, readable, rendered};
 pub use server::{Failure, Server, ServerSql, ServerStore};
@@ -37,7 +41,7 @@ pub use settings::{
     DEFAULT_COMPLETED_RETENTION, DEFAULT_TABLE, DEFAULT_TIMEOUT, Settings, Source, pool_options,
 };
 pub use waits::{
-    LeaseFree, Notify, WaitNames, WaitStatements, due_runs, due_statement, event_of, parse_event,
+    LeaseFree, Notify, WaitNames, WaitStatements, due_statement, event_of, parse_event,
 };
 
 #[doc(hidden)]
@@ -45,15 +49,11 @@ pub mod __private {
     pub use async_trait::async_trait;
 }
 
-use std::marker::PhantomData;
 use std::time::Duration;
 
-use fluxio_core::store::{
-    Begin, Begun, Checkpoint, Lease, RunStatus, cancelled_checkpoint, cut_point,
-    missing_predecessor,
-};
+use fluxio_core::store::{Checkpoint, Lease, RunStatus};
 use fluxio_core::{Error, Result};
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
+use sqlx::{Database, Encode, Type};
 
 /// The longest identifier the SQL stores accept (PostgreSQL's `NAMEDATALEN - 1`).
 #[doc(hidden)]
@@ -217,60 +217,6 @@ impl SqlTime for f64 {
     fn from_span(d: Duration) -> f64 {
         d.as_secs_f64()
     }
-}
-
-/// Takes the lease of `key` for `ttl` when no unexpired lease holds it,
-/// in the caller's transaction: the new fencing token, or `None` when
-/// another lease holds it. A store whose
-/// [`acquire`](RunStatements::acquire) returns the token runs that one
-/// statement; one that draws its tokens apart ([`DrawnTokens`], MySQL)
-/// draws one, offers it to the lease row, and reads back which token the
-/// row holds: the new one, or the lease is held.
-///
-/// # Errors
-/// The driver's.
-#[doc(hidden)]
-pub async fn acquire<D, DB>(
-    conn: &mut DB::Connection,
-    run: &RunStatements,
-    key: &str,
-    ttl: Duration,
-) -> sqlx::Result<Option<i64>>
-where
-    D: Dialect<Db = DB>,
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB>,
-    str: Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    usize: ColumnIndex<DB::Row>,
-{
-    let Some(drawn) = &run.drawn else {
-        // `fetch_all` steps the statement to its end (the driver may
-        // otherwise reset it after the first row).
-        let tokens: Vec<i64> = sqlx::query_scalar(&run.acquire)
-            .bind(key)
-            .bind(D::span(ttl))
-            .fetch_all(&mut *conn)
-            .await?;
-        return Ok(tokens.first().copied());
-    };
-    sqlx::query(&drawn.draw).execute(&mut *conn).await?;
-    let token: i64 = sqlx::query_scalar(&drawn.drawn)
-        .fetch_one(&mut *conn)
-        .await?;
-    sqlx::query(&run.acquire)
-        .bind(key)
-        .bind(token)
-        .bind(D::span(ttl))
-        .execute(&mut *conn)
-        .await?;
-    let held: i64 = sqlx::query_scalar(&drawn.held)
-        .bind(key)
-        .fetch_one(&mut *conn)
-        .await?;
-    Ok((held == token).then_some(token))
 }
 
 /// The statements of a store whose fencing tokens come from a table of
@@ -532,485 +478,27 @@ pub fn latest(key: &str, parts: Vec<Vec<u8>>) -> Result<Option<Checkpoint>> {
     Checkpoint::from_entries(key, parts).map(Some)
 }
 
-/// The journal's writes for dialect `D`, on a connection of its driver (in
-/// practice a transaction), failing with the dialect's failure type.
+/// The refusal of a write under `lease`, which is not the run's current
+/// lease.
 #[doc(hidden)]
-#[derive(Debug)]
-pub struct Journal<D>(PhantomData<D>);
-
-impl<D, DB> Journal<D>
-where
-    D: Dialect<Db = DB>,
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> Option<D::Time>: Encode<'q, DB>,
-    str: Type<DB>,
-    for<'q> &'q [u8]: Encode<'q, DB>,
-    [u8]: Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    usize: ColumnIndex<DB::Row>,
-{
-    /// Appends the cancel of run `key` (contract rule 14): reads its steps
-    /// with `load` (the dialect's load statement, from the last whole
-    /// step on), and appends [`cancelled_checkpoint`] of its latest
-    /// checkpoint. Run it in the transaction that locked the run.
-    ///
-    /// # Errors
-    /// The driver's; `CheckpointNotFound` and `RunFinished` as
-    /// [`cancelled_checkpoint`] says.
-    pub async fn cancel(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        load: &str,
-        key: &str,
-    ) -> std::result::Result<(), Failure> {
-        let parts: Vec<Vec<u8>> = sqlx::query_scalar(load)
-            .bind(key)
-            .fetch_all(&mut *conn)
-            .await?;
-        let next = cancelled_checkpoint(key, latest(key, parts)?)?;
-        let step = Step::of(&next)?;
-        Self::append(conn, sql, key, &next, &step, Retention::NONE).await
+#[must_use]
+pub fn lease_lost(lease: &Lease) -> Error {
+    Error::LeaseLost {
+        run_id: lease.run_id().to_owned(),
+        token: lease.token(),
     }
+}
 
-    /// The run's row: whether it is cancelled (no row: not).
-    ///
-    /// # Errors
-    /// The driver's.
-    pub async fn cancelled(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-    ) -> std::result::Result<bool, Failure> {
-        let status: Option<String> = sqlx::query_scalar(&sql.status)
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await?;
-        Ok(status.as_deref() == Some(CANCELLED))
-    }
-
-    /// Appends `checkpoint` (encoded as `step`) of run `key` in the
-    /// caller's transaction as `CheckpointStore::save_fenced` does: the
-    /// lease (key, `token`) read, locking its row where the dialect locks
-    /// it; the run's row read (locked likewise): a cancelled run is refused
-    /// with [`Error::Cancelled`], then a lease that is not current with
-    /// [`Error::LeaseLost`] (`lost`); then [`append`](Self::append). Every
-    /// refusal comes before anything is written.
-    ///
-    /// # Errors
-    /// The refusals above; [`append`](Self::append)'s.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn fenced(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        run: &RunStatements,
-        (key, token): (&str, i64),
-        checkpoint: &Checkpoint,
-        step: &Step,
-        retention: Retention,
-        lost: impl FnOnce() -> Error,
-    ) -> std::result::Result<(), Failure> {
-        Self::gate(conn, sql, run, (key, token), lost).await?;
-        Self::append(conn, sql, key, checkpoint, step, retention).await
-    }
-
-    /// The checks of a fenced write of run `key` under the lease `token`,
-    /// in the order of [`fenced`](Self::fenced): the lease row read (and
-    /// locked), then the run's row (locked): `Cancelled`, then `lost()` for
-    /// a lease that is not current. Returns whether the run has a row.
-    ///
-    /// # Errors
-    /// Those refusals; the driver's.
-    pub async fn gate(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        run: &RunStatements,
-        (key, token): (&str, i64),
-        lost: impl FnOnce() -> Error,
-    ) -> std::result::Result<bool, Failure> {
-        let held: bool = sqlx::query_scalar(&run.held)
-            .bind(key)
-            .bind(token)
-            .fetch_one(&mut *conn)
-            .await?;
-        let status: Option<String> = sqlx::query_scalar(&sql.status)
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await?;
-        if status.as_deref() == Some(CANCELLED) {
-            return Err(Error::Cancelled {
-                run_id: key.to_owned(),
-            }
-            .into());
-        }
-        if !held {
-            return Err(lost().into());
-        }
-        Ok(status.is_some())
-    }
-
-    /// Starts run `first.key()` (`key`) in the caller's transaction, as
-    /// `CheckpointStore::begin_run` does: takes the lease for `ttl` (none
-    /// held: [`Error::RunIdInUse`]), then [`Begin::Replace`] deletes the
-    /// stored run, or [`Begin::IfAbsent`] stops there (`started` false)
-    /// when a run is stored; then appends `first` (encoded as `step`).
-    /// The caller commits on `Ok` and rolls back on `Err`, so that an error
-    /// leaves no lease taken and nothing written.
-    ///
-    /// # Errors
-    /// The driver's; `RunIdInUse`; [`append`](Self::append)'s.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn begin(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        run: &RunStatements,
-        first: &Checkpoint,
-        step: &Step,
-        ttl: Duration,
-        begin: Begin,
-        retention: Retention,
-    ) -> std::result::Result<Begun, Failure> {
-        let key = first.key();
-        let token = acquire::<D, DB>(&mut *conn, run, &key, ttl).await?;
-        let token = match token.map(u64::try_from) {
-            Some(Ok(token)) => token,
-            Some(Err(e)) => return Err(Error::store(D::BACKEND, e).into()),
-            None => return Err(Error::RunIdInUse { run_id: key }.into()),
-        };
-        let lease = Lease::new(&key, token);
-        match begin {
-            Begin::Replace => {
-                sqlx::query(&run.delete)
-                    .bind(key.as_str())
-                    .execute(&mut *conn)
-                    .await?;
-            }
-            Begin::IfAbsent => {
-                let stored: bool = sqlx::query_scalar(&run.exists)
-                    .bind(key.as_str())
-                    .fetch_one(&mut *conn)
-                    .await?;
-                if stored {
-                    return Ok(Begun::new(lease, false));
-                }
-            }
-            _ => {
-                return Err(Error::Unsupported {
-                    operation: "this way of beginning a run",
-                    store: D::BACKEND,
-                }
-                .into());
-            }
-        }
-        if !Self::predecessor_stored(conn, sql, &key, step).await? {
-            return Err(missing_predecessor(&key, first.seq).into());
-        }
-        // a run just deleted left no steps and no mailbox behind
-        let stored = begin != Begin::Replace;
-        Self::append_checked(conn, sql, &key, first, step, retention, stored).await?;
-        Ok(Begun::new(lease, true))
-    }
-
-    /// Ends run `last.key()` (`key`) in the caller's transaction, as
-    /// `CheckpointStore::finish_run` does: decides as a fenced save would
-    /// (a cancelled run refused with [`Error::Cancelled`], a lease that is
-    /// not current with [`Error::LeaseLost`], a delta without its
-    /// predecessor as [`missing_predecessor`] says) before writing
-    /// anything; unless refused, appends `last` (encoded as `step`) and,
-    /// when `delete`, deletes the run; and releases the lease either way.
-    /// Returns the refusal inside `Ok`: the caller commits on `Ok` (the
-    /// release, and the writes when not refused) and rolls back on `Err`
-    /// (a driver failure), after which it releases the lease on its own.
-    ///
-    /// # Errors
-    /// The driver's.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn finish(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        run: &RunStatements,
-        last: &Checkpoint,
-        step: &Step,
-        lease: &Lease,
-        delete: bool,
-        retention: Retention,
-    ) -> std::result::Result<Result<()>, Failure> {
-        let key = last.key();
-        let lost = || Error::LeaseLost {
-            run_id: lease.run_id().to_owned(),
-            token: lease.token(),
-        };
-        let token = match i64::try_from(lease.token()) {
-            Ok(token) if lease.run_id() == key => token,
-            _ => return Ok(Err(lost())),
-        };
-        // The lease first, then the run's row: the order of a fenced save.
-        let held: bool = sqlx::query_scalar(&run.held)
-            .bind(key.as_str())
-            .bind(token)
-            .fetch_one(&mut *conn)
-            .await?;
-        let refusal = if Self::cancelled(conn, sql, &key).await? {
-            Some(Error::Cancelled {
-                run_id: key.clone(),
-            })
-        } else if !held {
-            Some(lost())
-        } else if !Self::predecessor_stored(conn, sql, &key, step).await? {
-            Some(missing_predecessor(&key, last.seq))
-        } else {
-            None
-        };
-        if refusal.is_none() {
-            Self::append_checked(conn, sql, &key, last, step, retention, true).await?;
-            if delete {
-                sqlx::query(&run.delete)
-                    .bind(key.as_str())
-                    .execute(&mut *conn)
-                    .await?;
-            }
-        }
-        sqlx::query(&run.release)
-            .bind(key.as_str())
-            .bind(token)
-            .execute(&mut *conn)
-            .await?;
-        Ok(refusal.map_or(Ok(()), Err))
-    }
-
-    /// Whether the checkpoint before `step` is stored, when `step` is a
-    /// delta (a whole step needs none).
-    async fn predecessor_stored(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        step: &Step,
-    ) -> sqlx::Result<bool> {
-        if step.whole {
-            return Ok(true);
-        }
-        sqlx::query_scalar(&sql.steps.exists)
-            .bind(key)
-            .bind(step.seq - 1)
-            .fetch_one(&mut *conn)
-            .await
-    }
-
-    /// Appends `checkpoint` (encoded as `step`) to the journal of run
-    /// `key`, as [`fluxio_core::store::append`] does to a list: refuses a
-    /// delta whose predecessor is not stored (before writing anything),
-    /// drops the steps numbered `seq` or later (and for a run's first
-    /// checkpoint, a fresh run, the key's mailbox), writes the run's row
-    /// (when it is due: [`due_at`](Self::due_at)) and the step, cuts the
-    /// journal at [`cut_point`], and trims the pipeline's completed runs
-    /// (see [`Retention`]). Reads no payload.
-    ///
-    /// # Errors
-    /// The driver's, or `CorruptCheckpoint` for a delta without its
-    /// predecessor.
-    pub async fn append(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        checkpoint: &Checkpoint,
-        step: &Step,
-        retention: Retention,
-    ) -> std::result::Result<(), Failure> {
-        if !Self::predecessor_stored(conn, sql, key, step).await? {
-            return Err(missing_predecessor(key, checkpoint.seq).into());
-        }
-        Self::append_checked(conn, sql, key, checkpoint, step, retention, true).await
-    }
-
-    /// [`append`](Self::append) once the caller found the predecessor
-    /// stored (or `step` whole), and whether steps numbered `step`'s seq or
-    /// later, or for a run's first step a mailbox, may be stored (`later`:
-    /// they are dropped first). For a store that reads all it decides with
-    /// in one statement.
-    ///
-    /// # Errors
-    /// The driver's.
-    pub async fn append_checked(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        checkpoint: &Checkpoint,
-        step: &Step,
-        retention: Retention,
-        later: bool,
-    ) -> std::result::Result<(), Failure> {
-        if later {
-            Self::delete_steps_from(conn, sql, key, step.seq).await?;
-            if step.seq == 0 {
-                // a fresh run under the key: none of the old run's signals
-                Self::clear_mailbox(conn, sql, key).await?;
-            }
-        }
-        let due = Self::due_at(conn, sql, key, checkpoint).await?;
-        Self::write_run(conn, sql, key, checkpoint, retention.expire_after, due).await?;
-        Self::insert(conn, sql, key, step).await?;
-        Self::trim(conn, sql, key, checkpoint, retention).await
-    }
-
-    /// What follows the append of `checkpoint` as the latest of run `key`
-    /// (its step and row written): the journal cut at [`cut_point`], and
-    /// the pipeline's completed runs trimmed (see [`Retention`]). For a
-    /// store that writes the step and the row its own way; reads no
-    /// payload.
-    ///
-    /// # Errors
-    /// The driver's.
-    pub async fn trim(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        checkpoint: &Checkpoint,
-        retention: Retention,
-    ) -> std::result::Result<(), Failure> {
-        if checkpoint.keep_from > 0 {
-            let whole: Vec<i64> = sqlx::query_scalar(&sql.steps.whole)
-                .bind(key)
-                .fetch_all(&mut *conn)
-                .await?;
-            let whole = whole.into_iter().filter_map(|s| u32::try_from(s).ok());
-            if let Some(cut) = cut_point(checkpoint, whole) {
-                sqlx::query(&sql.steps.delete_below)
-                    .bind(key)
-                    .bind(i64::from(cut))
-                    .execute(&mut *conn)
-                    .await?;
-            }
-        }
-        Self::keep_completed(conn, sql, key, checkpoint, retention.keep_completed).await?;
-        Ok(())
-    }
-
-    /// Replaces the whole journal of run `key` with `steps` (oldest first),
-    /// its row describing `latest`, its mailbox with `latest`'s
-    /// [`signals`](Checkpoint::signals), and trims the pipeline's completed
-    /// runs (see [`Retention`]). The row is written first: concurrent plain
-    /// saves of one run take turns on it.
-    ///
-    /// # Errors
-    /// The driver's.
-    pub async fn replace(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        latest: &Checkpoint,
-        steps: &[Step],
-        retention: Retention,
-    ) -> std::result::Result<(), Failure> {
-        let due = waits::due_value(latest, &latest.signals);
-        Self::write_run(conn, sql, key, latest, retention.expire_after, due).await?;
-        Self::delete_steps_from(conn, sql, key, 0).await?;
-        for step in steps {
-            Self::insert(conn, sql, key, step).await?;
-        }
-        Self::replace_mailbox(conn, sql, key, &latest.signals).await?;
-        Self::keep_completed(conn, sql, key, latest, retention.keep_completed).await?;
-        Ok(())
-    }
-
-    async fn delete_steps_from(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        seq: i64,
-    ) -> sqlx::Result<()> {
-        sqlx::query(&sql.steps.delete_from)
-            .bind(key)
-            .bind(seq)
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
-    }
-
-    async fn insert(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        step: &Step,
-    ) -> sqlx::Result<()> {
-        sqlx::query(&sql.steps.insert)
-            .bind(key)
-            .bind(step.seq)
-            .bind(step.whole)
-            .bind(step.payload.as_slice())
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
-    }
-
-    /// Upserts the run's row with the fields of its latest checkpoint, due
-    /// at `due` (see [`due_at`](Self::due_at)); a completed run expires
-    /// `retention` from now. Tells the store's watchers (where it has
-    /// wake-ups) when the run parked or ended.
-    async fn write_run(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        checkpoint: &Checkpoint,
-        retention: Option<Duration>,
-        due: Option<i64>,
-    ) -> std::result::Result<(), Failure> {
-        let retention = match checkpoint.status {
-            RunStatus::Completed => retention.map(D::span),
-            _ => None,
-        };
-        sqlx::query(&sql.save)
-            .bind(key)
-            .bind(checkpoint.version.as_str())
-            .bind(i64::from(checkpoint.ip))
-            .bind(checkpoint.step.as_str())
-            .bind(status_name(checkpoint.status)?)
-            .bind(checkpoint.error_message.as_deref())
-            .bind(D::instant(checkpoint.created_at_ms))
-            .bind(retention)
-            .bind(i64::from(checkpoint.attempt))
-            .bind(due)
-            .execute(&mut *conn)
-            .await?;
-        if let Some(kind) = event_of(checkpoint.status) {
-            Self::notify(conn, sql, key, kind).await?;
-        }
-        Ok(())
-    }
-
-    /// After `checkpoint` was written as the latest of run `key`: when it
-    /// completes the run and the store keeps `keep` completed runs per
-    /// pipeline, deletes the completed runs of the run's pipeline (the part
-    /// of `key` before its first `/`) but the `keep` newest, each whole
-    /// (its row, and its steps with it). In the completing write's
-    /// transaction.
-    async fn keep_completed(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        checkpoint: &Checkpoint,
-        keep: Option<usize>,
-    ) -> sqlx::Result<()> {
-        let Some(keep) = keep else { return Ok(()) };
-        if checkpoint.status != RunStatus::Completed {
-            return Ok(());
-        }
-        let pipeline = key.split_once('/').map_or("", |(pipeline, _)| pipeline);
-        if let Some(lock) = &sql.keep_lock {
-            sqlx::query(lock).bind(pipeline).execute(&mut *conn).await?;
-        }
-        sqlx::query(&sql.keep_completed)
-            .bind(pipeline)
-            .bind(i64::try_from(keep).unwrap_or(i64::MAX))
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
+/// The lease's token as the lease rows keep it, when `lease` is of run
+/// `key`.
+///
+/// # Errors
+/// [`lease_lost`] for a lease of another run, or a token no row holds.
+#[doc(hidden)]
+pub fn token_of(lease: &Lease, key: &str) -> Result<i64> {
+    match i64::try_from(lease.token()) {
+        Ok(token) if lease.run_id() == key => Ok(token),
+        _ => Err(lease_lost(lease)),
     }
 }
 
@@ -1036,6 +524,23 @@ pub fn status_name(status: RunStatus) -> Result<&'static str> {
             });
         }
     })
+}
+
+/// A dialect with SQLite's parameters and its times bound as `T(?n)`, for
+/// the unit tests that read statements.
+#[cfg(test)]
+pub(crate) struct Plain;
+
+#[cfg(test)]
+impl Dialect for Plain {
+    const BACKEND: &'static str = "plain";
+    type Db = sqlx::Sqlite;
+    type Time = i64;
+    const PARAMS: Params = Params::Numbered;
+    const BOOKKEEPING: [&str; 5] = ["TEXT"; 5];
+    fn time_param(n: usize) -> String {
+        format!("T(?{n})")
+    }
 }
 
 #[cfg(test)]

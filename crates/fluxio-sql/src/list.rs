@@ -323,20 +323,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A dialect with SQLite's parameters, to read the statement.
-    struct Plain;
-
-    impl Dialect for Plain {
-        const BACKEND: &'static str = "plain";
-        type Db = sqlx::Sqlite;
-        type Time = i64;
-        const PARAMS: crate::Params = crate::Params::Numbered;
-        const BOOKKEEPING: [&str; 5] = ["TEXT"; 5];
-        fn time_param(n: usize) -> String {
-            format!("T(?{n})")
-        }
-    }
+    use crate::Plain;
 
     fn listing() -> Listing {
         Listing {

@@ -10,8 +10,8 @@
 //! ([`ServerSql`], built from its validated names), its connection options
 //! and its migrations. Its store type wraps a [`ServerStore`] and
 //! implements the trait with [`server_store!`](crate::server_store)
-//! (`server/macros.rs`); the calls of runs that wait are in
-//! `server/waits.rs`.
+//! (`server/macros.rs`); the server's wake-ups, shared by the store's
+//! watchers, are in `server/waits.rs`.
 
 mod macros;
 mod waits;
@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, Lease, RedactedUrl, RunEvent, RunEvents, RunFilter, RunPage,
-    StoreErrorKind, check_lease_ttl, check_run_id,
+    Begin, Begun, Checkpoint, Decision, Delivery, DueFilter, DueRun, Lease, RedactedUrl, RunEvent,
+    RunEvents, RunFilter, RunPage, Signal, StoreErrorKind, Take, check_lease_ttl, check_run_id,
 };
 use fluxio_core::{Error, Result};
 use sqlx::error::DatabaseError;
@@ -36,7 +36,10 @@ use sqlx::{
 
 use crate::error::ServerStoreError;
 use crate::settings::{Settings, Source};
-use crate::{Dialect, Journal, Listing, Retention, RunStatements, Statements, Step, latest};
+use crate::{
+    Dialect, Journal, Listing, Retention, RunStatements, Statements, Step, latest, lease_lost,
+    token_of,
+};
 
 /// What the body of a server store's call fails with: the driver's error
 /// (mapped by the [`Server`] when the call ends) or fluxio's.
@@ -281,40 +284,10 @@ pub fn url_error<S: Server>(url: &RedactedUrl, e: sqlx::Error) -> Error {
     Error::store_with_kind(S::BACKEND, StoreErrorKind::Other, shown)
 }
 
-fn lease_lost(lease: &Lease) -> Error {
-    Error::LeaseLost {
-        run_id: lease.run_id().to_owned(),
-        token: lease.token(),
-    }
-}
-
-/// The lease's token as the rows keep it, when the lease is of `key`.
-fn token_of(lease: &Lease, key: &str) -> Result<i64> {
-    match i64::try_from(lease.token()) {
-        Ok(token) if lease.run_id() == key => Ok(token),
-        _ => Err(lease_lost(lease)),
-    }
-}
-
 impl<S, DB> ServerStore<S>
 where
     S: Server<Db = DB>,
     DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> Option<S::Time>: Encode<'q, DB>,
-    for<'q> S::Time: Encode<'q, DB>,
-    str: Type<DB>,
-    for<'q> &'q [u8]: Encode<'q, DB>,
-    [u8]: Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    for<'r> String: Encode<'r, DB> + Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    usize: ColumnIndex<DB::Row>,
 {
     /// The body of a store with `settings` on `source` (a pool of its own,
     /// [`Server::url_pool`], or the application's), on the tables
@@ -532,7 +505,30 @@ where
             }
         }
     }
+}
 
+/// The store's calls, each one statement or one transaction of
+/// [`Journal`]'s on a pooled connection (see [`call`](ServerStore::call)).
+impl<S, DB> ServerStore<S>
+where
+    S: Server<Db = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> Option<S::Time>: Encode<'q, DB>,
+    for<'q> S::Time: Encode<'q, DB>,
+    str: Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB>,
+    [u8]: Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> String: Encode<'r, DB> + Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
     /// One transaction: the run's row, then its steps replaced by the
     /// checkpoint's journal ([`earlier`](Checkpoint::earlier), then
     /// itself), and its mailbox by the checkpoint's
@@ -650,7 +646,7 @@ where
         .await
     }
 
-    /// The shared [acquire](crate::acquire) in a transaction, on a
+    /// The shared [acquire](Journal::acquire) in a transaction, on a
     /// connection pinged first, and never sent twice: a second attempt
     /// after a first that committed would find that lease and report
     /// `RunIdInUse`.
@@ -662,16 +658,9 @@ where
         check_lease_ttl(ttl)?;
         self.call("acquire_lease", Retry::Never, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            let token = crate::acquire::<S, DB>(&mut *tx, &self.sql.run, key, ttl).await?;
+            let token = Journal::<S>::acquire(&mut tx, &self.sql.run, key, ttl).await?;
             tx.commit().await?;
-            match token.map(u64::try_from) {
-                Some(Ok(token)) => Ok(Lease::new(key, token)),
-                Some(Err(e)) => Err(Error::store(S::BACKEND, e).into()),
-                None => Err(Error::RunIdInUse {
-                    run_id: key.to_owned(),
-                }
-                .into()),
-            }
+            Ok(Journal::<S>::leased(key, token)?)
         })
         .await
     }
@@ -751,15 +740,6 @@ where
             Ok(())
         })
         .await
-    }
-
-    /// Whether the lease (key, token) is current, its row locked.
-    async fn held(&self, conn: &mut DB::Connection, key: &str, token: i64) -> sqlx::Result<bool> {
-        sqlx::query_scalar(&self.sql.run.held)
-            .bind(key)
-            .bind(token)
-            .fetch_one(&mut *conn)
-            .await
     }
 
     /// One transaction, so one commit: [`Journal::begin`]. On an error
@@ -864,7 +844,7 @@ where
         let token = token_of(lease, key)?;
         self.call("delete_fenced", Retry::Once, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            if !self.held(&mut tx, key, token).await? {
+            if !Journal::<S>::held(&mut tx, &self.sql.run, key, token).await? {
                 return Err(lease_lost(lease).into());
             }
             sqlx::query(&self.sql.run.delete)
@@ -925,5 +905,93 @@ where
             Ok(purged)
         })
         .await
+    }
+
+    // Runs that wait (contract rules 25-28).
+
+    /// One transaction: [`Journal::send_signal`] (the run's row locked as
+    /// its fenced writes lock it). A payload longer than one statement of
+    /// the server carries (MySQL's `max_allowed_packet`) is refused before
+    /// anything is sent. Sent again after a connection failure: a signal
+    /// stored by the first attempt is then a duplicate.
+    ///
+    /// # Errors
+    /// A bad run id; `ValueTooLarge` naming `signal payload`; the
+    /// refusals of [`deliver`](fluxio_core::store::deliver); the driver's.
+    pub async fn send_signal(&self, key: &str, signal: Signal) -> Result<Delivery> {
+        check_run_id(key)?;
+        self.check_payload(&signal)?;
+        let signal = &signal;
+        self.call("send_signal", Retry::Once, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            let sql = &self.sql;
+            let sent =
+                Journal::<S>::send_signal(&mut tx, &sql.journal, &sql.load, key, signal).await?;
+            tx.commit().await?;
+            Ok(sent)
+        })
+        .await
+    }
+
+    /// One transaction: [`Journal::take_signal`], fenced by `lease` as a
+    /// fenced save is. Sent again after a connection failure: a wait is
+    /// decided once, and the repeat finds the same decision.
+    ///
+    /// # Errors
+    /// `Cancelled`, `LeaseLost`, `CheckpointNotFound`; the driver's.
+    pub async fn take_signal(&self, key: &str, take: &Take, lease: &Lease) -> Result<Decision> {
+        check_run_id(key)?;
+        self.call("take_signal", Retry::Once, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            let (journal, run) = (&self.sql.journal, &self.sql.run);
+            let decided =
+                Journal::<S>::take_signal(&mut tx, journal, run, (key, take), lease).await?;
+            tx.commit().await?;
+            Ok(decided)
+        })
+        .await
+    }
+
+    /// One statement: the run's mailbox, in the order it came.
+    ///
+    /// # Errors
+    /// A bad run id; the driver's; a corrupt entry.
+    pub async fn signals(&self, key: &str) -> Result<Vec<Signal>> {
+        check_run_id(key)?;
+        self.call("signals", Retry::Once, |mut conn| async move {
+            Journal::<S>::signals(&mut conn, &self.sql.journal, key).await
+        })
+        .await
+    }
+
+    /// One statement over the run rows and the leases
+    /// ([`due_runs`](Journal::due_runs)), one range of the due index.
+    ///
+    /// # Errors
+    /// A limit out of range; the driver's.
+    pub async fn due_runs(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
+        self.call("due_runs", Retry::Once, |mut conn| async move {
+            Journal::<S>::due_runs(&mut conn, &self.sql.journal.waits, filter).await
+        })
+        .await
+    }
+
+    /// One statement: the server's clock, in milliseconds since the Unix
+    /// epoch (rule 28: every worker on the database reads the same one).
+    ///
+    /// # Errors
+    /// The driver's; a clock before 1970.
+    pub async fn clock_ms(&self) -> Result<Option<u64>> {
+        let ms = self
+            .call("clock_ms", Retry::Once, |mut conn| async move {
+                let ms: i64 = sqlx::query_scalar(&self.sql.journal.waits.clock)
+                    .fetch_one(&mut *conn)
+                    .await?;
+                Ok::<_, Failure>(ms)
+            })
+            .await?;
+        u64::try_from(ms)
+            .map(Some)
+            .map_err(|e| Error::store(S::BACKEND, e))
     }
 }

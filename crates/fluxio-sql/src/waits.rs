@@ -4,22 +4,24 @@
 //! runs (one statement over the run rows and the leases), and what the
 //! store tells its watchers.
 //!
-//! The decisions are fluxio-core's ([`deliver`], [`decide`],
-//! [`Pending::due_ms`]), so that every store answers alike; what is here is
-//! the order of the statements, in the caller's transaction, which locks
-//! the run as its fenced writes do. Each store gives the text that names
-//! its tables, reads its clock and tells its watchers ([`WaitNames`]).
+//! The decisions are fluxio-core's ([`deliver`](fluxio_core::store::deliver),
+//! [`decide`](fluxio_core::store::decide), [`Pending::due_ms`]), so that
+//! every store answers alike; the order of the statements, in the caller's
+//! transaction, which locks the run as its fenced writes do, is
+//! [`Journal`](crate::Journal)'s (`journal.rs`). What is here are the
+//! statements and the values they read and bind: each store gives the text
+//! that names its tables, reads its clock and tells its watchers
+//! ([`WaitNames`]).
 
 use fluxio_core::Context;
 use fluxio_core::store::{
-    Checkpoint, Decision, Delivery, DueFilter, DueRun, Lease, MAX_UNTIL_MS, Payload, RunEvent,
-    RunEventKind, RunFilter, RunStatus, Signal, SignalState, Take, decide, deliver,
+    Checkpoint, DueFilter, DueRun, MAX_UNTIL_MS, Payload, RunEvent, RunEventKind, RunFilter,
+    RunStatus, Signal, SignalState,
 };
 use fluxio_core::{Error, Result};
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
 use crate::list::Arg;
-use crate::{Dialect, Failure, Journal, RunStatements, Statement, Statements, latest};
+use crate::{Dialect, Statement};
 
 /// What one store's statements of runs that wait are made of: its
 /// validated, quoted names and a few pieces of its SQL.
@@ -34,9 +36,9 @@ pub struct WaitNames<'a> {
     pub signals: &'a str,
     /// The key of the run rows `c` as it sorts in key order (byte order).
     pub key_order: &'a str,
-    /// The condition that the lease row `l` is held (unexpired, by the
-    /// store's clock).
-    pub held: &'a str,
+    /// The store's clock as the lease rows' `expires_at` hold a time: the
+    /// lease row `l` is held while it expires later.
+    pub lease_now: &'a str,
     /// The store's clock, in milliseconds since the Unix epoch: an
     /// integer expression.
     pub now_ms: &'a str,
@@ -52,6 +54,32 @@ pub struct WaitNames<'a> {
     /// How the store tells its watchers inside a transaction; `None` where
     /// it does not (its watchers poll, or are told in process).
     pub notify: Option<Notify>,
+}
+
+impl<'a> WaitNames<'a> {
+    /// The names of a store on `tables` (checkpoints, leases, mailbox)
+    /// whose rows keep every time in milliseconds since the Unix epoch, read
+    /// from its clock `now_ms` (SQLite, MySQL), and whose keys sort in key
+    /// order as they are: its due runs' statement leaves the held runs out
+    /// with `NOT EXISTS`, without a hint, and it tells no watcher in its
+    /// transactions.
+    #[must_use]
+    pub fn millis(
+        (checkpoints, leases, signals): (&'a str, &'a str, &'a str),
+        now_ms: &'a str,
+    ) -> Self {
+        WaitNames {
+            checkpoints,
+            leases,
+            signals,
+            key_order: "c.run_id",
+            lease_now: now_ms,
+            now_ms,
+            lease_free: LeaseFree::NotExists,
+            due_hint: "",
+            notify: None,
+        }
+    }
 }
 
 /// How the due runs' statement leaves out the runs a worker holds: the
@@ -126,13 +154,14 @@ impl WaitStatements {
             leases,
             signals,
             key_order,
-            held,
+            lease_now,
             now_ms,
             lease_free,
             due_hint,
             notify,
         } = names;
         let [p1, p2, p3, p4, p5, p6] = [1, 2, 3, 4, 5, 6].map(D::param);
+        let held = format!("l.expires_at > {lease_now}");
         // wait names are keys too: bytes where keys are
         let name = D::key_text("name");
         let read = format!("{name}, payload, sent_at, sender, state");
@@ -171,7 +200,7 @@ impl WaitStatements {
 
 /// `ms` as the BIGINT columns keep it: saturating at `i64::MAX` (a bound
 /// past every row).
-fn int(ms: u64) -> i64 {
+pub(crate) fn int(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
@@ -206,40 +235,13 @@ pub fn due_statement<D: Dialect>(
     Ok(Statement { text, args })
 }
 
-/// The runs due as `filter` says (rule 27), on `conn`, in one statement:
-/// earliest first, then in key order.
-///
-/// # Errors
-/// The driver's; `InvalidSetting` for a limit out of range.
-#[doc(hidden)]
-pub async fn due_runs<D, DB>(
-    conn: &mut DB::Connection,
-    sql: &WaitStatements,
-    filter: &DueFilter,
-) -> std::result::Result<Vec<DueRun>, Failure>
-where
-    D: Dialect<Db = DB>,
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> D::Time: Encode<'q, DB>,
-    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    usize: ColumnIndex<DB::Row>,
-{
-    let (text, arguments) = due_statement::<D>(sql, filter)?.into_parts::<DB>()?;
-    let rows: Vec<(String, String, i64)> = sqlx::query_as_with(&text, arguments)
-        .fetch_all(&mut *conn)
-        .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(key, version, due)| {
-            let (pipeline, run_id) = key.split_once('/').unwrap_or(("", key.as_str()));
-            let cp = Checkpoint::new(run_id, version, 0, "", Context::new().snapshot())
-                .in_pipeline(pipeline);
-            DueRun::of(&key, &cp, u64::try_from(due).unwrap_or(0))
-        })
-        .collect())
+/// The due run of a row of the [due runs' statement](due_statement): its
+/// key (as text), version and due time.
+pub(crate) fn due_run((key, version, due): (String, String, i64)) -> DueRun {
+    let (pipeline, run_id) = key.split_once('/').unwrap_or(("", key.as_str()));
+    let cp =
+        Checkpoint::new(run_id, version, 0, "", Context::new().snapshot()).in_pipeline(pipeline);
+    DueRun::of(&key, &cp, u64::try_from(due).unwrap_or(0))
 }
 
 /// The run row's `due_at` when `checkpoint` is the run's latest and
@@ -279,7 +281,7 @@ const MAX_PAYLOAD: usize = 7_999;
 
 /// The payload of a wake-up: `due:<key>` or `ended:<key>` (without the
 /// key when it would not fit).
-fn event_payload(key: &str, kind: RunEventKind) -> String {
+pub(crate) fn event_payload(key: &str, kind: RunEventKind) -> String {
     let prefix = match kind {
         RunEventKind::Ended => ENDED,
         _ => DUE,
@@ -307,10 +309,13 @@ pub fn parse_event(payload: &str) -> Option<RunEvent> {
 }
 
 /// A mailbox row: name, payload, sent_at, sender, state.
-type Entry = (String, Vec<u8>, i64, String, String);
+pub(crate) type Entry = (String, Vec<u8>, i64, String, String);
 
 /// The signal of a mailbox row of run `key`.
-fn signal_of(key: &str, (name, payload, sent_at, sender, state): Entry) -> Result<Signal> {
+pub(crate) fn signal_of(
+    key: &str,
+    (name, payload, sent_at, sender, state): Entry,
+) -> Result<Signal> {
     let corrupt = |reason: String| Error::CorruptCheckpoint {
         run_id: key.to_owned(),
         reason,
@@ -330,7 +335,7 @@ fn signal_of(key: &str, (name, payload, sent_at, sender, state): Entry) -> Resul
 }
 
 /// Whether `new` is `old` with another state, and nothing else changed.
-fn restated(old: &Signal, new: &Signal) -> bool {
+pub(crate) fn restated(old: &Signal, new: &Signal) -> bool {
     (&old.name, &old.payload, old.sent_at_ms, &old.sender)
         == (&new.name, &new.payload, new.sent_at_ms, &new.sender)
         && old.state != new.state
@@ -340,294 +345,8 @@ fn restated(old: &Signal, new: &Signal) -> bool {
 /// reads a mailbox (whether it holds an entry of a name, whatever its
 /// state: a signal delivered, or a wait decided by a worker that stopped
 /// before its next checkpoint).
-fn entry(name: &str) -> Signal {
+pub(crate) fn entry(name: &str) -> Signal {
     Signal::closed(name, 0)
-}
-
-impl<D, DB> Journal<D>
-where
-    D: Dialect<Db = DB>,
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'q> &'q str: Encode<'q, DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> Option<D::Time>: Encode<'q, DB>,
-    str: Type<DB>,
-    for<'q> &'q [u8]: Encode<'q, DB>,
-    [u8]: Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    usize: ColumnIndex<DB::Row>,
-{
-    /// The run row's `due_at` for `checkpoint`, written as the latest of
-    /// run `key` (see [`due_value`]): for a waiting run, with the names its
-    /// mailbox holds an entry for, read in the caller's transaction.
-    ///
-    /// # Errors
-    /// The driver's.
-    pub(crate) async fn due_at(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        checkpoint: &Checkpoint,
-    ) -> sqlx::Result<Option<i64>> {
-        let waits = checkpoint
-            .pending
-            .as_ref()
-            .is_some_and(|p| !p.waits.is_empty());
-        if checkpoint.status != RunStatus::Waiting || !waits {
-            return Ok(due_value(checkpoint, &[]));
-        }
-        let names: Vec<String> = sqlx::query_scalar(&sql.waits.named)
-            .bind(key)
-            .fetch_all(&mut *conn)
-            .await?;
-        let mailbox: Vec<Signal> = names.iter().map(|name| entry(name)).collect();
-        Ok(due_value(checkpoint, &mailbox))
-    }
-
-    /// Empties the mailbox of run `key`.
-    pub(crate) async fn clear_mailbox(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-    ) -> sqlx::Result<()> {
-        sqlx::query(&sql.waits.clear)
-            .bind(key)
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
-    }
-
-    /// Makes the mailbox of run `key` hold `signals` and nothing else.
-    pub(crate) async fn replace_mailbox(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        signals: &[Signal],
-    ) -> sqlx::Result<()> {
-        Self::clear_mailbox(conn, sql, key).await?;
-        for signal in signals {
-            Self::insert_signal(conn, sql, key, signal).await?;
-        }
-        Ok(())
-    }
-
-    async fn insert_signal(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        signal: &Signal,
-    ) -> sqlx::Result<()> {
-        sqlx::query(&sql.waits.insert)
-            .bind(key)
-            .bind(signal.name.as_str())
-            .bind(signal.payload.bytes())
-            .bind(int(signal.sent_at_ms))
-            .bind(signal.sender.as_str())
-            .bind(signal.state.as_str())
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
-    }
-
-    /// Tells the store's watchers, when it tells them in its transactions,
-    /// that `kind` happened to run `key` (sent when the caller commits).
-    pub(crate) async fn notify(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        kind: RunEventKind,
-    ) -> sqlx::Result<()> {
-        if let Some(notify) = &sql.waits.notify {
-            sqlx::query(&notify.sql)
-                .bind(notify.channel.as_str())
-                .bind(event_payload(key, kind).as_str())
-                .execute(&mut *conn)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// The mailbox of run `key`, in the order it came (sent, then name).
-    ///
-    /// # Errors
-    /// The driver's; `CorruptCheckpoint` for a row this build cannot read.
-    pub async fn signals(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-    ) -> std::result::Result<Vec<Signal>, Failure> {
-        let rows: Vec<Entry> = sqlx::query_as(&sql.waits.mailbox)
-            .bind(key)
-            .fetch_all(&mut *conn)
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|row| signal_of(key, row))
-            .collect::<Result<_>>()?)
-    }
-
-    /// The entries of run `key`'s mailbox for `names` (each once), sent
-    /// first first.
-    async fn entries(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        names: &[&str],
-    ) -> std::result::Result<Vec<Signal>, Failure> {
-        let mut mailbox = Vec::new();
-        for (i, name) in names.iter().enumerate() {
-            if names[..i].contains(name) {
-                continue;
-            }
-            let row: Option<Entry> = sqlx::query_as(&sql.waits.entry)
-                .bind(key)
-                .bind(*name)
-                .fetch_optional(&mut *conn)
-                .await?;
-            if let Some(row) = row {
-                mailbox.push(signal_of(key, row)?);
-            }
-        }
-        mailbox.sort_by(|a, b| (a.sent_at_ms, &a.name).cmp(&(b.sent_at_ms, &b.name)));
-        Ok(mailbox)
-    }
-
-    /// Stores `signal` in the mailbox of run `key` in the caller's
-    /// transaction, as `CheckpointStore::send_signal` does: the run's row
-    /// read first, locked as its fenced writes and cancels lock it, so that
-    /// the senders, the waits deciding and the writes of one run take
-    /// turns; the run loaded with `load` (the store's load statement) and
-    /// the entry of the name read; [`deliver`] decides; a new entry is
-    /// stored, and a waiting run that waits for its name is due at once
-    /// (and its watchers told).
-    ///
-    /// # Errors
-    /// [`deliver`]'s refusals; the driver's; a corrupt run or entry.
-    pub async fn send_signal(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        load: &str,
-        key: &str,
-        signal: &Signal,
-    ) -> std::result::Result<Delivery, Failure> {
-        let status: Option<String> = sqlx::query_scalar(&sql.status)
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await?;
-        let stored = match status {
-            None => None,
-            Some(_) => {
-                let parts: Vec<Vec<u8>> = sqlx::query_scalar(load)
-                    .bind(key)
-                    .fetch_all(&mut *conn)
-                    .await?;
-                latest(key, parts)?
-            }
-        };
-        let mailbox = Self::entries(conn, sql, key, &[signal.name.as_str()]).await?;
-        if let Some(answer) = deliver(key, stored.as_ref(), &mailbox, signal)? {
-            return Ok(answer);
-        }
-        Self::insert_signal(conn, sql, key, signal).await?;
-        let due = stored.is_some_and(|cp| {
-            cp.status == RunStatus::Waiting
-                && cp
-                    .pending
-                    .as_ref()
-                    .is_some_and(|p| p.waits_for(&signal.name))
-        });
-        if due {
-            sqlx::query(&sql.waits.due_now)
-                .bind(key)
-                .execute(&mut *conn)
-                .await?;
-            Self::notify(conn, sql, key, RunEventKind::Due).await?;
-        }
-        Ok(Delivery::Delivered)
-    }
-
-    /// Decides the wait `take` of run `key` at `now_ms` in the caller's
-    /// transaction, as `CheckpointStore::take_signal` does: refused as a
-    /// fenced write is ([`gate`](Self::gate): `Cancelled`, `LeaseLost`;
-    /// then `CheckpointNotFound`), before anything is written; then the
-    /// entries of the wait's names read, [`decide`]d, and what changed
-    /// written back. The run's `due_at` is left as it is: a worker that
-    /// crashes after taking a signal leaves the run due, and the next one
-    /// takes the same signal (the next checkpoint writes it anew).
-    ///
-    /// # Errors
-    /// The refusals above; the driver's; a corrupt entry.
-    pub async fn take_signal(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        run: &RunStatements,
-        (key, take): (&str, &Take),
-        lease: &Lease,
-    ) -> std::result::Result<Decision, Failure> {
-        let lost = || Error::LeaseLost {
-            run_id: lease.run_id().to_owned(),
-            token: lease.token(),
-        };
-        let token = match i64::try_from(lease.token()) {
-            Ok(token) if lease.run_id() == key => token,
-            _ => return Err(lost().into()),
-        };
-        if !Self::gate(conn, sql, run, (key, token), lost).await? {
-            return Err(Error::CheckpointNotFound {
-                run_id: key.to_owned(),
-            }
-            .into());
-        }
-        let mut names: Vec<&str> = take.waits.iter().map(String::as_str).collect();
-        names.extend(take.refuse.as_deref());
-        let before = Self::entries(conn, sql, key, &names).await?;
-        let mut after = before.clone();
-        let decision = decide(&mut after, take);
-        Self::write_back(conn, sql, key, &before, &after).await?;
-        Ok(decision)
-    }
-
-    /// Writes what changed from `before` to `after` (entries of run
-    /// `key`'s mailbox, by name): an entry gone is deleted, one whose
-    /// state alone changed is marked (its payload is not sent again), any
-    /// other change is deleted and stored anew, a new entry stored.
-    async fn write_back(
-        conn: &mut DB::Connection,
-        sql: &Statements,
-        key: &str,
-        before: &[Signal],
-        after: &[Signal],
-    ) -> sqlx::Result<()> {
-        for old in before {
-            let new = after.iter().find(|s| s.name == old.name);
-            let (statement, state) = match new {
-                Some(new) if new == old => continue,
-                Some(new) if restated(old, new) => (&sql.waits.mark, Some(new.state)),
-                _ => (&sql.waits.delete, None),
-            };
-            let mut query = sqlx::query(statement);
-            if let Some(state) = state {
-                query = query.bind(state.as_str());
-            }
-            query
-                .bind(key)
-                .bind(old.name.as_str())
-                .execute(&mut *conn)
-                .await?;
-        }
-        for new in after {
-            if !before.iter().any(|old| old == new || restated(old, new)) {
-                Self::insert_signal(conn, sql, key, new).await?;
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -635,29 +354,10 @@ mod tests {
     use super::*;
     use fluxio_core::store::{Pending, WaitName};
 
-    /// SQLite's parameters, to read the statements.
-    struct Plain;
-
-    impl Dialect for Plain {
-        const BACKEND: &'static str = "plain";
-        type Db = sqlx::Sqlite;
-        type Time = i64;
-        const PARAMS: crate::Params = crate::Params::Numbered;
-        const BOOKKEEPING: [&str; 5] = ["TEXT"; 5];
-    }
+    use crate::Plain;
 
     fn statements() -> WaitStatements {
-        WaitStatements::new::<Plain>(WaitNames {
-            checkpoints: "t",
-            leases: "t_leases",
-            signals: "t_signals",
-            key_order: "c.run_id",
-            held: "l.expires_at > NOW",
-            now_ms: "NOW",
-            lease_free: LeaseFree::NotExists,
-            due_hint: "",
-            notify: None,
-        })
+        WaitStatements::new::<Plain>(WaitNames::millis(("t", "t_leases", "t_signals"), "NOW"))
     }
 
     #[test]

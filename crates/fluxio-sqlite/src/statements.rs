@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use fluxio_sql::{
-    CANCELLED, COMPLETED, Dialect as _, LeaseFree, Listing, ROW_COLUMNS, RunStatements, Statements,
-    WaitNames, WaitStatements,
+    CANCELLED, COMPLETED, Dialect as _, Listing, ROW_COLUMNS, RunStatements, Statements, WaitNames,
+    WaitStatements,
 };
 
 use crate::journal::Sqlite;
@@ -446,17 +446,10 @@ fn keep_completed(cp: &str, visible: &str) -> String {
 /// The statements of runs that wait (rules 25-27) on the store's tables.
 fn wait_statements(names: &Names) -> WaitStatements {
     let (cp, leases, signals) = (names.checkpoints(), names.leases(), names.signals());
+    // its watchers are told in process, after the commit (`SqliteStore::tell`)
     WaitStatements::new::<Sqlite>(WaitNames {
-        checkpoints: &cp,
-        leases: &leases,
-        signals: &signals,
-        key_order: "c.run_id",
-        held: &format!("l.expires_at > {NOW}"),
-        now_ms: NOW,
-        lease_free: LeaseFree::NotExists,
         due_hint: &format!(" INDEXED BY {}", names.checkpoints_due()),
-        // told in process, after the commit (`SqliteStore::tell`)
-        notify: None,
+        ..WaitNames::millis((&cp, &leases, &signals), NOW)
     })
 }
 

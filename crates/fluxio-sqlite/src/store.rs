@@ -14,6 +14,7 @@ use fluxio_core::store::{
     check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
+use fluxio_sql::{lease_lost, token_of};
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
 use crate::builder::SqliteStoreBuilder;
@@ -176,10 +177,7 @@ impl SqliteStore {
     /// [`save_fenced`](CheckpointStore::save_fenced)'s write (see there).
     async fn fenced_write(&self, checkpoint: Checkpoint, lease: &Lease) -> Result<()> {
         let key = checkpoint.key();
-        let token = match i64::try_from(lease.token()) {
-            Ok(token) if lease.run_id() == key => token,
-            _ => return Err(lease_lost(lease)),
-        };
+        let token = token_of(lease, &key)?;
         let step = Step::of(&checkpoint)?;
         let lease = Lease::new(key, lease.token());
         let retention = self.inner.retention();
@@ -268,6 +266,25 @@ impl SqliteStore {
     ) -> Result<T> {
         timed(self.inner.timeout, operation, fut).await
     }
+
+    /// The payloads `statement` reads of run `run_id` on a reading
+    /// connection, in the call `operation`.
+    async fn payloads(
+        &self,
+        operation: &'static str,
+        statement: &str,
+        run_id: &str,
+    ) -> Result<Vec<Vec<u8>>> {
+        fluxio_core::store::check_run_id(run_id)?;
+        self.timed(operation, async {
+            let parts = sqlx::query_scalar(statement)
+                .bind(run_id)
+                .fetch_all(&self.inner.reader)
+                .await?;
+            Ok::<_, Failure>(parts)
+        })
+        .await
+    }
 }
 
 /// [`SqliteStore::begin_run`]'s write of a whole `first` checkpoint
@@ -330,9 +347,9 @@ async fn finish(
     delete: bool,
 ) -> std::result::Result<Result<()>, Failure> {
     let key = last.key();
-    let token = match i64::try_from(lease.token()) {
-        Ok(token) if lease.run_id() == key => token,
-        _ => return Ok(Err(lease_lost(lease))),
+    let token = match token_of(lease, &key) {
+        Ok(token) => token,
+        Err(lost) => return Ok(Err(lost)),
     };
     let retention = inner.retention();
     let gate = journal::fenced_append(
@@ -374,13 +391,6 @@ fn plain(checkpoint: &Checkpoint, first: bool) -> bool {
 fn trims(checkpoint: &Checkpoint, retention: Retention) -> bool {
     checkpoint.keep_from > 0
         || (retention.keep_completed.is_some() && checkpoint.status == RunStatus::Completed)
-}
-
-fn lease_lost(lease: &Lease) -> Error {
-    Error::LeaseLost {
-        run_id: lease.run_id().to_owned(),
-        token: lease.token(),
-    }
 }
 
 /// A duration in whole milliseconds, as the SQL adds it to SQLite's clock.
@@ -425,30 +435,16 @@ impl CheckpointStore for SqliteStore {
     /// so), folded by [`Checkpoint::from_entries`]. Expired runs (completed
     /// runs past their retention) read as absent.
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        fluxio_core::store::check_run_id(run_id)?;
-        let inner = &self.inner;
-        self.timed("load", async {
-            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.load)
-                .bind(run_id)
-                .fetch_all(&inner.reader)
-                .await?;
-            Ok::<_, Failure>(journal::latest(run_id, parts)?)
-        })
-        .await
+        let parts = self.payloads("load", &self.inner.sql.load, run_id).await?;
+        journal::latest(run_id, parts)
     }
 
     /// One statement: every stored step of the run, oldest first.
     async fn history(&self, run_id: &str) -> Result<Vec<Checkpoint>> {
-        fluxio_core::store::check_run_id(run_id)?;
-        let inner = &self.inner;
-        self.timed("history", async {
-            let parts: Vec<Vec<u8>> = sqlx::query_scalar(&inner.sql.history)
-                .bind(run_id)
-                .fetch_all(&inner.reader)
-                .await?;
-            Ok::<_, Failure>(Checkpoint::journal_from_entries(run_id, parts)?)
-        })
-        .await
+        let parts = self
+            .payloads("history", &self.inner.sql.history, run_id)
+            .await?;
+        Checkpoint::journal_from_entries(run_id, parts)
     }
 
     /// One statement on a reading connection (one snapshot of the run
@@ -678,10 +674,7 @@ impl CheckpointStore for SqliteStore {
             // nothing after the append and the release: it goes with the
             // fenced saves queued next to it, in one command
             Ok(step) if !delete && !trims(&last, retention) => {
-                let token = match i64::try_from(lease.token()) {
-                    Ok(token) if lease.run_id() == key => token,
-                    _ => return Err(lease_lost(&lease)),
-                };
+                let token = token_of(&lease, &key)?;
                 let save = FencedSave {
                     lease: Lease::new(lease.run_id(), lease.token()),
                     token,
@@ -778,10 +771,7 @@ impl CheckpointStore for SqliteStore {
     /// deletes nothing, a read in the same transaction tells a lost lease
     /// from a missing checkpoint.
     async fn delete_fenced(&self, run_id: &str, lease: &Lease) -> Result<()> {
-        let token = match i64::try_from(lease.token()) {
-            Ok(token) if lease.run_id() == run_id => token,
-            _ => return Err(lease_lost(lease)),
-        };
+        let token = token_of(lease, run_id)?;
         let lost = lease_lost(lease);
         let key = run_id.to_owned();
         self.write("delete_fenced", false, move |conn, inner| {
@@ -811,16 +801,17 @@ impl CheckpointStore for SqliteStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use fluxio_core::store::RunState;
 
     use super::*;
 
-    /// The query plan of the listing statement for `filter` (its details,
-    /// one line per step), as SQLite plans it on a fresh file.
-    async fn list_plan(store: &SqliteStore, filter: &RunFilter) -> Vec<String> {
-        let statement =
-            fluxio_sql::statement::<Sqlite>(&store.inner.sql.list, filter).expect("statement");
+    /// The query plan of `statement` (its details, one line per step), as
+    /// SQLite plans it on `store`'s file.
+    pub(crate) async fn plan_of(
+        store: &SqliteStore,
+        statement: fluxio_sql::Statement<i64>,
+    ) -> Vec<String> {
         let (text, arguments) = statement.into_parts::<sqlx::Sqlite>().expect("arguments");
         let plan: Vec<(i64, i64, i64, String)> =
             sqlx::query_as_with(&format!("EXPLAIN QUERY PLAN {text}"), arguments)
@@ -828,6 +819,14 @@ mod tests {
                 .await
                 .expect("plan");
         plan.into_iter().map(|(.., detail)| detail).collect()
+    }
+
+    /// The query plan of the listing statement for `filter`, as SQLite
+    /// plans it on a fresh file.
+    async fn list_plan(store: &SqliteStore, filter: &RunFilter) -> Vec<String> {
+        let statement =
+            fluxio_sql::statement::<Sqlite>(&store.inner.sql.list, filter).expect("statement");
+        plan_of(store, statement).await
     }
 
     /// Rule 21: a listing reads one range of an index in key order for

@@ -11,7 +11,7 @@ use fluxio_core::{Error, Result};
 
 use crate::connection::Failure;
 use crate::error::BACKEND;
-use crate::journal::{Journal, Sqlite};
+use crate::journal::Journal;
 use crate::store::SqliteStore;
 
 /// How many wake-ups a watcher may fall behind before it is told to look
@@ -75,7 +75,7 @@ impl SqliteStore {
         let inner = &self.inner;
         self.timed("due_runs", async {
             let mut conn = inner.reader.acquire().await?;
-            fluxio_sql::due_runs::<Sqlite, _>(&mut conn, &inner.sql.journal.waits, filter).await
+            Journal::due_runs(&mut conn, &inner.sql.journal.waits, filter).await
         })
         .await
     }
@@ -126,6 +126,8 @@ mod tests {
     use fluxio_core::store::DueFilter;
 
     use super::*;
+    use crate::journal::Sqlite;
+    use crate::store::tests::plan_of;
 
     /// Rule 27: the due runs, of every pipeline or of some, read one range
     /// of the `(due_at, run_id)` index of schema version 5 in its order (no
@@ -140,13 +142,8 @@ mod tests {
             DueFilter::new(5).pipeline("a").pipeline("b"),
         ] {
             let statement = fluxio_sql::due_statement::<Sqlite>(waits, &filter).expect("statement");
-            let (text, arguments) = statement.into_parts::<sqlx::Sqlite>().expect("arguments");
-            let plan: Vec<(i64, i64, i64, String)> =
-                sqlx::query_as_with(&format!("EXPLAIN QUERY PLAN {text}"), arguments)
-                    .fetch_all(store.pool())
-                    .await
-                    .expect("plan");
-            let plan: Vec<&str> = plan.iter().map(|(.., detail)| detail.as_str()).collect();
+            let plan = plan_of(&store, statement).await;
+            let plan: Vec<&str> = plan.iter().map(String::as_str).collect();
             assert_eq!(
                 plan[0], "SEARCH c USING INDEX fluxio_checkpoints_due (due_at<?)",
                 "{filter:?}: {plan:?}"
