@@ -144,18 +144,4 @@ impl Planner for Plan {
     }
 }
 
-/// Rule 21: each filter the indexes cover reads one index range in key
-/// order (the shared check).
-#[tokio::test]
-async fn rule21_listing_reads_one_index_range_in_key_order() {
-    let check = support::sql::plan::rule21_listing_reads_one_index_range_in_key_order::<Plan>;
-    support::mysql::in_database("list_plan", check).await;
-}
-
-/// Rule 27: the due runs read one range of the `(due_at, run_id)` index
-/// (the shared check).
-#[tokio::test]
-async fn rule27_due_runs_read_one_range_of_the_due_index() {
-    let check = support::sql::plan::rule27_due_runs_read_one_range_of_the_due_index::<Plan>;
-    support::mysql::in_database("due_plan", check).await;
-}
+support::sql_plan_tests!(Plan, support::mysql::in_database);

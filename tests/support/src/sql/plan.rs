@@ -170,3 +170,35 @@ pub async fn rule27_due_runs_read_one_range_of_the_due_index<P: Planner>(url: St
         );
     }
 }
+
+/// The tests of this module in a server store's crate: rule 21's and rule
+/// 27's checks, each with the store's [`Planner`] `$planner`, in a
+/// namespace of its own that `$in_namespace` makes and drops
+/// ([`in_schema`](crate::postgres::in_schema),
+/// [`in_database`](crate::mysql::in_database)).
+///
+/// ```ignore
+/// fluxio_test_support::sql_plan_tests!(Plan, support::postgres::in_schema);
+/// ```
+#[macro_export]
+macro_rules! sql_plan_tests {
+    ($planner:ty, $in_namespace:path) => {
+        /// Rule 21: each filter the indexes cover reads one index range in
+        /// key order (the shared check).
+        #[tokio::test]
+        async fn rule21_listing_reads_one_index_range_in_key_order() {
+            let check =
+                $crate::sql::plan::rule21_listing_reads_one_index_range_in_key_order::<$planner>;
+            $in_namespace("list_plan", check).await;
+        }
+
+        /// Rule 27: the due runs read one range of the `(due_at, run_id)`
+        /// index (the shared check).
+        #[tokio::test]
+        async fn rule27_due_runs_read_one_range_of_the_due_index() {
+            let check =
+                $crate::sql::plan::rule27_due_runs_read_one_range_of_the_due_index::<$planner>;
+            $in_namespace("due_plan", check).await;
+        }
+    };
+}
