@@ -4,26 +4,20 @@
 use sqlx::migrate::{Migration, Migrator};
 use sqlx::{Database, Decode, Encode, Executor, IntoArguments, Type};
 
-/// Why a read-only open cannot read the tables it found.
+/// Why a read-only open cannot read the tables it found: a migration this
+/// build knows is missing or changed.
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unreadable {
-    /// A migration this build knows was never applied: the tables are
-    /// older than this build reads (a store opened for writing migrates
-    /// them).
-    Missing {
-        /// The first migration missing.
-        version: i64,
-        /// Its description.
-        description: String,
-    },
-    /// A migration recorded as applied differs from this build's.
-    Changed {
-        /// The migration's version.
-        version: i64,
-        /// Its description.
-        description: String,
-    },
+pub struct Unreadable {
+    /// Whether the migration was never applied (the first one missing: the
+    /// tables are older than this build reads, and a store opened for
+    /// writing migrates them), rather than recorded as applied but
+    /// different from this build's.
+    pub missing: bool,
+    /// The migration's version.
+    pub version: i64,
+    /// Its description.
+    pub description: String,
 }
 
 /// The migrations of `migrator` that are not `applied` to table `table`
@@ -35,7 +29,7 @@ pub enum Unreadable {
 /// are logged.
 ///
 /// # Errors
-/// [`Unreadable::Changed`] for the first known migration applied with
+/// [`Unreadable`] (changed) for the first known migration applied with
 /// another checksum.
 #[doc(hidden)]
 pub fn pending<'m>(
@@ -51,7 +45,8 @@ pub fn pending<'m>(
         match applied.iter().find(|(v, _)| *v == migration.version) {
             Some((_, checksum)) if checksum.as_slice() == &*migration.checksum => {}
             Some(_) => {
-                return Err(Unreadable::Changed {
+                return Err(Unreadable {
+                    missing: false,
                     version: migration.version,
                     description: migration.description.to_string(),
                 });
@@ -85,7 +80,8 @@ pub fn readable(
 ) -> Result<(), Unreadable> {
     match pending(migrator, applied, table)?.first() {
         None => Ok(()),
-        Some(missing) => Err(Unreadable::Missing {
+        Some(missing) => Err(Unreadable {
+            missing: true,
             version: missing.version,
             description: missing.description.to_string(),
         }),

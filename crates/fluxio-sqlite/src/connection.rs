@@ -138,24 +138,25 @@ pub(crate) async fn check_readable(
             })));
         };
         migrate::readable(&applied, &names.table).map_err(|unreadable| {
-            Failure::Fluxio(own_error(match unreadable {
-                fluxio_sql::Unreadable::Missing {
-                    version,
-                    description,
-                } => SqliteStoreError::SchemaOutdated {
+            let fluxio_sql::Unreadable {
+                missing,
+                version,
+                description,
+            } = unreadable;
+            let table = names.table.clone();
+            Failure::Fluxio(own_error(if missing {
+                SqliteStoreError::SchemaOutdated {
                     path: path.to_owned(),
-                    table: names.table.clone(),
+                    table,
                     version,
                     description,
-                },
-                fluxio_sql::Unreadable::Changed {
+                }
+            } else {
+                SqliteStoreError::MigrationChanged {
+                    table,
                     version,
                     description,
-                } => SqliteStoreError::MigrationChanged {
-                    table: names.table.clone(),
-                    version,
-                    description,
-                },
+                }
             }))
         })?;
         Ok::<_, Failure>(())

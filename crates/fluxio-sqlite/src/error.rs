@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use fluxio_core::Error;
 use fluxio_core::store::StoreErrorKind;
@@ -11,152 +10,125 @@ use fluxio_core::store::StoreErrorKind;
 /// The `backend` of every [`Error::Store`] this crate returns.
 pub const BACKEND: &str = "sqlite";
 
-/// What went wrong in the store itself, rather than in sqlx or SQLite.
-///
-/// It always arrives as the `source` of [`fluxio_core::Error::Store`] with
-/// `backend: "sqlite"`; downcast the source to tell the cases apart. Errors
-/// of sqlx and SQLite after opening (a busy database past the busy timeout, a
-/// full disk) are the source themselves (a [`sqlx::Error`]); at open they
-/// are wrapped in [`Open`](Self::Open) or [`NotWritable`](Self::NotWritable),
-/// which name the file. To ask whether any error of this store was a
-/// timeout or a connection failure, ask the [`fluxio_core::Error`]
-/// ([`store_error_kind`](fluxio_core::Error::store_error_kind)), which
-/// covers both.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SqliteStoreError {
-    /// A setting of the builder was rejected before the file was touched.
-    #[error("invalid {setting} {value:?}: {reason}")]
-    InvalidSetting {
-        /// The setting, e.g. `"table"` or `"path"`.
-        setting: &'static str,
-        /// The rejected value.
-        value: String,
-        /// Why it was rejected.
-        reason: String,
-    },
+fluxio_sql::store_error! {
+    /// What went wrong in the store itself, rather than in sqlx or SQLite.
+    ///
+    /// It always arrives as the `source` of [`fluxio_core::Error::Store`] with
+    /// `backend: "sqlite"`; downcast the source to tell the cases apart. Errors
+    /// of sqlx and SQLite after opening (a busy database past the busy timeout, a
+    /// full disk) are the source themselves (a [`sqlx::Error`]); at open they
+    /// are wrapped in [`Open`](Self::Open) or [`NotWritable`](Self::NotWritable),
+    /// which name the file. To ask whether any error of this store was a
+    /// timeout or a connection failure, ask the [`fluxio_core::Error`]
+    /// ([`store_error_kind`](fluxio_core::Error::store_error_kind)), which
+    /// covers both.
+    ///
+    /// Its first variants, [`InvalidSetting`](Self::InvalidSetting) and
+    /// [`Timeout`](Self::Timeout), are every SQL store's (`fluxio-sql`
+    /// declares them once).
+    pub enum SqliteStoreError {
+        /// The database could not be switched to write-ahead logging, which the
+        /// store needs (readers next to a writer, one fsync per commit). SQLite
+        /// refuses WAL on some network filesystems, among others.
+        #[error("the database stayed in journal mode {mode:?}: the store needs WAL")]
+        NotWal {
+            /// The journal mode SQLite reported.
+            mode: String,
+        },
 
-    /// A store call did not finish within the store's timeout.
-    #[error("{operation} timed out after {timeout:?}")]
-    Timeout {
-        /// The operation, e.g. `"save"` or `"open"`.
-        operation: &'static str,
-        /// The configured timeout.
-        timeout: Duration,
-    },
+        /// A migration embedded in this build differs from the one recorded as
+        /// applied: a migration file was edited after it was released.
+        #[error("migration {version} ({description}) of table `{table}` differs from the one applied")]
+        MigrationChanged {
+            /// The checkpoint table.
+            table: String,
+            /// The migration's version.
+            version: i64,
+            /// The migration's description.
+            description: String,
+        },
 
-    /// The database could not be switched to write-ahead logging, which the
-    /// store needs (readers next to a writer, one fsync per commit). SQLite
-    /// refuses WAL on some network filesystems, among others.
-    #[error("the database stayed in journal mode {mode:?}: the store needs WAL")]
-    NotWal {
-        /// The journal mode SQLite reported.
-        mode: String,
-    },
+        /// A store opened [read-only](crate::SqliteStoreBuilder::read_only)
+        /// found no checkpoint table of this name (or no bookkeeping of the
+        /// store's migrations) in the file: it is not a fluxio store, or not one
+        /// with this table. Nothing was created.
+        #[error("no fluxio tables here (table `{table}` in {})", path.display())]
+        NoTables {
+            /// The file.
+            path: PathBuf,
+            /// The checkpoint table looked for.
+            table: String,
+        },
 
-    /// A migration embedded in this build differs from the one recorded as
-    /// applied: a migration file was edited after it was released.
-    #[error("migration {version} ({description}) of table `{table}` differs from the one applied")]
-    MigrationChanged {
-        /// The checkpoint table.
-        table: String,
-        /// The migration's version.
-        version: i64,
-        /// The migration's description.
-        description: String,
-    },
+        /// A store opened [read-only](crate::SqliteStoreBuilder::read_only)
+        /// found the tables at a schema version older than this build reads: a
+        /// migration it needs was never applied. Opening the store for writing
+        /// (any worker of this build) applies it.
+        #[error(
+            "the tables of `{table}` in {} are older than this build reads: migration {version} ({description}) is not applied; open the store for writing once to migrate them",
+            path.display()
+        )]
+        SchemaOutdated {
+            /// The file.
+            path: PathBuf,
+            /// The checkpoint table.
+            table: String,
+            /// The first migration missing.
+            version: i64,
+            /// Its description.
+            description: String,
+        },
 
-    /// A store opened [read-only](crate::SqliteStoreBuilder::read_only)
-    /// found no checkpoint table of this name (or no bookkeeping of the
-    /// store's migrations) in the file: it is not a fluxio store, or not one
-    /// with this table. Nothing was created.
-    #[error("no fluxio tables here (table `{table}` in {})", path.display())]
-    NoTables {
-        /// The file.
-        path: PathBuf,
-        /// The checkpoint table looked for.
-        table: String,
-    },
+        /// The database file could not be opened or prepared (a missing
+        /// directory, a path that is not a database, no permission); the source
+        /// is the [`sqlx::Error`].
+        #[error("cannot open the database {}: {source}", path.display())]
+        Open {
+            /// The file.
+            path: PathBuf,
+            /// SQLite's error.
+            #[source]
+            source: sqlx::Error,
+        },
 
-    /// A store opened [read-only](crate::SqliteStoreBuilder::read_only)
-    /// found the tables at a schema version older than this build reads: a
-    /// migration it needs was never applied. Opening the store for writing
-    /// (any worker of this build) applies it.
-    #[error(
-        "the tables of `{table}` in {} are older than this build reads: migration {version} ({description}) is not applied; open the store for writing once to migrate them",
-        path.display()
-    )]
-    SchemaOutdated {
-        /// The file.
-        path: PathBuf,
-        /// The checkpoint table.
-        table: String,
-        /// The first migration missing.
-        version: i64,
-        /// Its description.
-        description: String,
-    },
+        /// The database opens but cannot be written (a read-only file or
+        /// filesystem, a file SQLite treats as read-only): refused at open, since
+        /// every run would fail at its first checkpoint.
+        #[error("the database {} cannot be written: {source}", path.display())]
+        NotWritable {
+            /// The file.
+            path: PathBuf,
+            /// SQLite's error for the write that was tried.
+            #[source]
+            source: sqlx::Error,
+        },
 
-    /// The database file could not be opened or prepared (a missing
-    /// directory, a path that is not a database, no permission); the source
-    /// is the [`sqlx::Error`].
-    #[error("cannot open the database {}: {source}", path.display())]
-    Open {
-        /// The file.
-        path: PathBuf,
-        /// SQLite's error.
-        #[source]
-        source: sqlx::Error,
-    },
+        /// The transaction that held this write failed as a whole (it could
+        /// not begin, or its commit failed), so the write is not stored. The
+        /// store commits the writes that wait together in one transaction
+        /// (group commit): each of them gets this error, sharing SQLite's
+        /// error as the source.
+        #[error("the transaction of this write failed: {source}")]
+        GroupCommit {
+            /// SQLite's error.
+            #[source]
+            source: Arc<sqlx::Error>,
+        },
 
-    /// The database opens but cannot be written (a read-only file or
-    /// filesystem, a file SQLite treats as read-only): refused at open, since
-    /// every run would fail at its first checkpoint.
-    #[error("the database {} cannot be written: {source}", path.display())]
-    NotWritable {
-        /// The file.
-        path: PathBuf,
-        /// SQLite's error for the write that was tried.
-        #[source]
-        source: sqlx::Error,
-    },
-
-    /// The transaction that held this write failed as a whole (it could
-    /// not begin, or its commit failed), so the write is not stored. The
-    /// store commits the writes that wait together in one transaction
-    /// (group commit): each of them gets this error, sharing SQLite's
-    /// error as the source.
-    #[error("the transaction of this write failed: {source}")]
-    GroupCommit {
-        /// SQLite's error.
-        #[source]
-        source: Arc<sqlx::Error>,
-    },
-
-    /// The store's writing task stopped (its tokio runtime shut down)
-    /// before it answered: the write may or may not have been committed.
-    #[error("the store's writer stopped before answering")]
-    WriterStopped,
-}
-
-impl SqliteStoreError {
-    /// Whether this is a timeout, a connection failure or another failure:
-    /// the `kind` of the [`Error::Store`](fluxio_core::Error::Store) it
-    /// arrives in.
-    #[must_use]
-    pub fn kind(&self) -> StoreErrorKind {
-        match self {
-            SqliteStoreError::Timeout { .. } => StoreErrorKind::Timeout,
-            SqliteStoreError::Open { .. } => StoreErrorKind::Connection,
-            SqliteStoreError::GroupCommit { source } => sql_kind(source),
-            SqliteStoreError::InvalidSetting { .. }
-            | SqliteStoreError::NotWal { .. }
-            | SqliteStoreError::MigrationChanged { .. }
-            | SqliteStoreError::NoTables { .. }
-            | SqliteStoreError::SchemaOutdated { .. }
-            | SqliteStoreError::NotWritable { .. }
-            | SqliteStoreError::WriterStopped => StoreErrorKind::Other,
-        }
+        /// The store's writing task stopped (its tokio runtime shut down)
+        /// before it answered: the write may or may not have been committed.
+        #[error("the store's writer stopped before answering")]
+        WriterStopped,
+    }
+    kind {
+        SqliteStoreError::Open { .. } => StoreErrorKind::Connection,
+        SqliteStoreError::GroupCommit { source } => sql_kind(source),
+        SqliteStoreError::NotWal { .. }
+        | SqliteStoreError::MigrationChanged { .. }
+        | SqliteStoreError::NoTables { .. }
+        | SqliteStoreError::SchemaOutdated { .. }
+        | SqliteStoreError::NotWritable { .. }
+        | SqliteStoreError::WriterStopped => StoreErrorKind::Other,
     }
 }
 

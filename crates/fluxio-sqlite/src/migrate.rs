@@ -157,14 +157,11 @@ pub(crate) async fn run(pool: &SqlitePool, names: &Names) -> Result<usize, Migra
     );
     // Only a changed migration stops the runner (a missing one it applies).
     let changed = |u: fluxio_sql::Unreadable| {
-        let (fluxio_sql::Unreadable::Changed {
+        let fluxio_sql::Unreadable {
             version,
             description,
-        }
-        | fluxio_sql::Unreadable::Missing {
-            version,
-            description,
-        }) = u;
+            ..
+        } = u;
         MigrateError::Store(SqliteStoreError::MigrationChanged {
             table: names.table.clone(),
             version,
