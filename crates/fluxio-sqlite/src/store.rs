@@ -333,24 +333,19 @@ async fn begin_whole(
     Ok(Begun::new(lease, true))
 }
 
-/// [`SqliteStore::finish_run`]'s write, as [`Journal::finish`] decides
-/// and writes it (the refusal returned inside `Ok`, the lease given up
-/// either way), with the decision, the append and the release in one
+/// [`SqliteStore::finish_run`]'s write under `lease` (whose `token` the
+/// caller took), as [`Journal::finish`] decides and writes it (the refusal
+/// returned inside `Ok`, the lease given up either way), with the decision, the append and the release in one
 /// command to the driver's thread ([`journal::fenced_append`]); the cut,
 /// the trim and the delete of the run, when there are any, after.
 async fn finish(
     conn: &mut SqliteConnection,
     inner: &Inner,
-    last: &Checkpoint,
-    step: &Step,
-    lease: &Lease,
+    (last, step): (&Checkpoint, &Step),
+    (lease, token): (&Lease, i64),
     delete: bool,
 ) -> std::result::Result<Result<()>, Failure> {
     let key = last.key();
-    let token = match token_of(lease, &key) {
-        Ok(token) => token,
-        Err(lost) => return Ok(Err(lost)),
-    };
     let retention = inner.retention();
     let gate = journal::fenced_append(
         conn,
@@ -671,30 +666,33 @@ impl CheckpointStore for SqliteStore {
                 })
                 .await
             }
-            // nothing after the append and the release: it goes with the
-            // fenced saves queued next to it, in one command
-            Ok(step) if !delete && !trims(&last, retention) => {
-                let token = token_of(&lease, &key)?;
-                let save = FencedSave {
-                    lease: Lease::new(lease.run_id(), lease.token()),
-                    token,
-                    checkpoint: last,
-                    step,
-                    retention,
-                    release: true,
-                    ttl: None,
-                };
-                let saved = self.inner.writes.save_fenced(save);
-                timed(self.inner.timeout, "finish_run", saved)
-                    .await
-                    .map(|decided| decided.map(drop))
-            }
             Ok(step) => {
+                let token = token_of(&lease, &key)?;
                 let held = Lease::new(lease.run_id(), lease.token());
-                self.write("finish_run", false, move |conn, inner| {
-                    Box::pin(async move { finish(conn, inner, &last, &step, &held, delete).await })
-                })
-                .await
+                if !delete && !trims(&last, retention) {
+                    // nothing after the append and the release: it goes
+                    // with the fenced saves queued next to it, in one command
+                    let save = FencedSave {
+                        lease: held,
+                        token,
+                        checkpoint: last,
+                        step,
+                        retention,
+                        release: true,
+                        ttl: None,
+                    };
+                    let saved = self.inner.writes.save_fenced(save);
+                    timed(self.inner.timeout, "finish_run", saved)
+                        .await
+                        .map(|decided| decided.map(drop))
+                } else {
+                    self.write("finish_run", false, move |conn, inner| {
+                        Box::pin(async move {
+                            finish(conn, inner, (&last, &step), (&held, token), delete).await
+                        })
+                    })
+                    .await
+                }
             }
         };
         match written {
