@@ -64,6 +64,19 @@ pub(crate) async fn store(
         .expect("connect to the cluster")
 }
 
+/// What a test on the cluster starts with: the cluster, a key prefix of
+/// its own (`support::namespace(name)`) and a store under it keeping `keep`
+/// completed runs; `None` after a loud skip when there is no cluster.
+pub(crate) async fn open(
+    name: &str,
+    keep: Option<usize>,
+) -> Option<(&'static support::redis::Cluster, String, RedisStore)> {
+    let cluster = support::redis::cluster()?;
+    let ns = support::namespace(name);
+    let store = store(cluster, &ns, keep).await;
+    Some((cluster, ns, store))
+}
+
 struct ClusterHarness(&'static support::redis::Cluster);
 
 async fn harness() -> Option<ClusterHarness> {
@@ -115,11 +128,9 @@ fluxio_core::store_conformance_tests!(harness);
 /// runs there. The runs of several pipelines spread over the buckets.
 #[tokio::test]
 async fn cluster_every_key_of_a_run_is_in_its_pipelines_slot() {
-    let Some(cluster) = support::redis::cluster() else {
+    let Some((cluster, ns, store)) = open("cluster_slots", Some(5)).await else {
         return;
     };
-    let ns = support::namespace("cluster_slots");
-    let store = store(cluster, &ns, Some(5)).await;
     assert!(store.is_cluster());
     let pipelines: Vec<String> = (0..12).map(|i| format!("p{i}")).collect();
     for pipeline in &pipelines {
@@ -223,11 +234,9 @@ async fn rule24_cluster_wait_for_replicas_goes_to_the_runs_primary() {
             .and_then(RedisStoreError::replicas_acknowledged),
         _ => None,
     };
-    let Some(cluster) = support::redis::cluster() else {
+    let Some((cluster, ns, plain)) = open("cluster_wait", None).await else {
         return;
     };
-    let ns = support::namespace("cluster_wait");
-    let plain = store(cluster, &ns, None).await;
     let store = RedisStore::cluster_builder(cluster.nodes().iter().cloned())
         .key_prefix(&ns)
         .completed_retention(Some(TTL))
@@ -309,27 +318,14 @@ async fn rule24_cluster_wait_for_replicas_goes_to_the_runs_primary() {
 
 /// `MONITOR` on every node of the cluster: the commands clients sent, as
 /// `(node, client address, line)`, but those run inside scripts.
-struct Monitors(
-    Vec<(
-        String,
-        tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>,
-    )>,
-);
+struct Monitors(Vec<(String, crate::MonitorLines)>);
 
 impl Monitors {
     async fn start(cluster: &support::redis::Cluster) -> Monitors {
-        use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
         let mut all = Vec::new();
         for node in cluster.nodes() {
-            let addr = node.trim_start_matches("redis://").to_owned();
-            let mut stream = tokio::net::TcpStream::connect(addr.as_str())
-                .await
-                .expect("connect");
-            stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
-            let mut lines = tokio::io::BufReader::new(stream).lines();
-            let ok = lines.next_line().await.expect("read").expect("a reply");
-            assert_eq!(ok, "+OK");
-            all.push((node.clone(), lines));
+            let addr = node.trim_start_matches("redis://");
+            all.push((node.clone(), crate::monitor(addr).await));
         }
         Monitors(all)
     }
@@ -372,11 +368,9 @@ async fn count_up(ctx: fluxio::Context) -> fluxio::StageResult {
 /// script on that same node and connection (one pipeline).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule24_cluster_a_ten_stage_durable_run_is_eleven_scripts_on_its_primary() {
-    let Some(cluster) = support::redis::cluster() else {
+    let Some((cluster, ns, store)) = open("cluster_trips", None).await else {
         return;
     };
-    let ns = support::namespace("cluster_trips");
-    let store = store(cluster, &ns, None).await;
     let mut monitors = Monitors::start(cluster).await;
     let _ = monitors.take().await;
     let p = fluxio::pipeline![

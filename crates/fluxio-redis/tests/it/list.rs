@@ -350,11 +350,10 @@ async fn rule21_pages_are_those_of_the_in_memory_store() {
 /// Cluster: the listing merges the buckets, page by page.
 #[tokio::test]
 async fn rule21_cluster_pages_are_those_of_the_in_memory_store() {
-    let Some(cluster) = support::redis::cluster() else {
+    let Some((cluster, prefix, redis)) = crate::cluster::open("list_same_cluster", None).await
+    else {
         return;
     };
-    let prefix = support::namespace("list_same_cluster");
-    let redis = crate::cluster::store(cluster, &prefix, None).await;
     pages_agree(&redis).await;
     crate::cluster::cleanup(cluster, &prefix).await;
 }

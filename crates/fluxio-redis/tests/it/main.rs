@@ -146,10 +146,22 @@ async fn echo_mark(url: &str, mark: &str) {
         .expect("ECHO");
 }
 
+/// The lines a `MONITOR` connection reads.
+type MonitorLines = tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>;
+
+/// A `MONITOR` connection to the server at `addr`, its `+OK` read.
+async fn monitor(addr: impl tokio::net::ToSocketAddrs) -> MonitorLines {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
+    let mut lines = tokio::io::BufReader::new(stream).lines();
+    let ok = lines.next_line().await.expect("read").expect("a reply");
+    assert_eq!(ok, "+OK");
+    lines
+}
+
 /// The next line of a `MONITOR` stream, within ten seconds.
-async fn monitor_line(
-    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>,
-) -> String {
+async fn monitor_line(lines: &mut MonitorLines) -> String {
     tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line())
         .await
         .expect("MONITOR goes on")
@@ -228,5 +240,101 @@ impl OwnServer {
             std::thread::sleep(Duration::from_millis(20));
         }
         server
+    }
+
+    /// Starts a plain one for the tests of `name` (a replica of `primary`
+    /// when given); `None` after a loud skip when `redis-server` is not
+    /// installed (a panic under `CI`).
+    fn start(name: &str, primary: Option<u16>) -> Option<OwnServer> {
+        if !installed("redis-server", "--version") {
+            return support::skip_unless_ci("redis-server (not on PATH)", &"not installed");
+        }
+        let args = |port: &str| {
+            let mut args = vec!["--port".to_owned(), port.to_owned()];
+            if let Some(primary) = primary {
+                args.extend(["--replicaof", "127.0.0.1", &primary.to_string()].map(str::to_owned));
+            }
+            args
+        };
+        Some(OwnServer::spawn(name, |_| {}, args))
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    async fn conn(&self) -> MultiplexedConnection {
+        redis::Client::open(self.url())
+            .expect("a valid URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect")
+    }
+}
+
+/// `MONITOR` on a server of the test's own: the names of the commands its
+/// clients send, told from those run inside scripts (`[0 lua]`), but the
+/// `ignored` ones.
+struct Monitor {
+    lines: MonitorLines,
+    url: String,
+    ignored: &'static [&'static str],
+}
+
+impl Monitor {
+    /// What a test that counts a store's round trips starts with: a server
+    /// of its own (for the tests of `name`), a store on it under the key
+    /// prefix `trips`, and a monitor of the server (but the `ignored`
+    /// commands) that has seen nothing yet; `None` after a loud skip, as
+    /// [`OwnServer::start`].
+    async fn on_own(
+        name: &str,
+        ignored: &'static [&'static str],
+    ) -> Option<(OwnServer, RedisStore, Monitor)> {
+        let server = OwnServer::start(name, None)?;
+        let store = RedisStore::builder(server.url())
+            .key_prefix("trips")
+            .connect()
+            .await
+            .expect("connect");
+        let mut monitor = Monitor::start(&server, ignored).await;
+        let _ = monitor.take().await;
+        Some((server, store, monitor))
+    }
+
+    async fn start(server: &OwnServer, ignored: &'static [&'static str]) -> Monitor {
+        Monitor {
+            lines: monitor(("127.0.0.1", server.port)).await,
+            url: server.url(),
+            ignored,
+        }
+    }
+
+    /// The names of the commands clients sent since the last call (or the
+    /// start), in order: up to an `ECHO` of a mark.
+    async fn take(&mut self) -> Vec<String> {
+        let mark = support::namespace("mark");
+        echo_mark(&self.url, &mark).await;
+        let mut out = Vec::new();
+        loop {
+            let line = monitor_line(&mut self.lines).await;
+            let Some((source, command)) = line.split_once("] ") else {
+                continue;
+            };
+            if source.ends_with(" lua") {
+                continue;
+            }
+            let name = command
+                .split('"')
+                .nth(1)
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            if name == "echo" && command.contains(&mark) {
+                return out;
+            }
+            if !self.ignored.contains(&name.as_str()) {
+                out.push(name);
+            }
+        }
     }
 }

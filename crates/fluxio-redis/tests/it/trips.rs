@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fluxio::{Context, Outcome, StageResult, pipeline, stage};
@@ -18,7 +17,6 @@ use fluxio_redis::{RedisStore, RedisStoreBuilder, RedisStoreError};
 use fluxio_test_support::counted::Counted;
 use fluxio_test_support::{self as support, namespace};
 use redis::aio::MultiplexedConnection;
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -356,34 +354,6 @@ async fn get(raw: &mut MultiplexedConnection, key: &str) -> Option<String> {
 type Server = crate::OwnServer;
 
 impl Server {
-    /// Starts one (a replica of `primary` when given); `None` after a loud
-    /// skip when `redis-server` is not installed (a panic under `CI`).
-    fn start(primary: Option<u16>) -> Option<Server> {
-        if !crate::installed("redis-server", "--version") {
-            return support::skip_unless_ci("redis-server (not on PATH)", &"not installed");
-        }
-        let args = |port: &str| {
-            let mut args = vec!["--port".to_owned(), port.to_owned()];
-            if let Some(primary) = primary {
-                args.extend(["--replicaof", "127.0.0.1", &primary.to_string()].map(str::to_owned));
-            }
-            args
-        };
-        Some(Server::spawn("trips", |_| {}, args))
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    async fn conn(&self) -> MultiplexedConnection {
-        redis::Client::open(self.url())
-            .expect("a valid URL")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect")
-    }
-
     /// `INFO section` as `field -> value`.
     async fn info(&self, section: &str) -> BTreeMap<String, String> {
         let text: String = redis::cmd("INFO")
@@ -395,59 +365,6 @@ impl Server {
             .filter_map(|l| l.split_once(':'))
             .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
             .collect()
-    }
-}
-
-/// `MONITOR` on a server: the commands its clients send, told from those
-/// run inside scripts (`[0 lua]`), which `INFO commandstats` counts too.
-struct Monitor {
-    lines: tokio::io::Lines<BufReader<tokio::net::TcpStream>>,
-    port: u16,
-}
-
-impl Monitor {
-    async fn start(server: &Server) -> Monitor {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
-            .await
-            .expect("connect");
-        stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
-        let mut lines = BufReader::new(stream).lines();
-        let ok = lines.next_line().await.expect("read").expect("a reply");
-        assert_eq!(ok, "+OK");
-        Monitor {
-            lines,
-            port: server.port,
-        }
-    }
-
-    /// The names of the commands clients sent since the last call (or the
-    /// start), in order, but `INFO`.
-    async fn take(&mut self) -> Vec<String> {
-        static MARKS: AtomicU64 = AtomicU64::new(0);
-        let mark = format!("mark-{}", MARKS.fetch_add(1, Ordering::Relaxed));
-        crate::echo_mark(&format!("redis://127.0.0.1:{}", self.port), &mark).await;
-        let mut out = Vec::new();
-        loop {
-            let line = crate::monitor_line(&mut self.lines).await;
-            let Some((source, command)) = line.split_once("] ") else {
-                continue;
-            };
-            if source.ends_with(" lua") {
-                continue;
-            }
-            let name = command
-                .split('"')
-                .nth(1)
-                .unwrap_or_default()
-                .to_ascii_lowercase();
-            if name == "echo" && command.contains(&mark) {
-                return out;
-            }
-            // the test's own INFO calls are not the store's
-            if name != "info" {
-                out.push(name);
-            }
-        }
     }
 }
 
@@ -469,16 +386,11 @@ fn calls(stats: &BTreeMap<String, String>, name: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule24_a_ten_stage_durable_run_is_eleven_round_trips() {
-    let Some(server) = Server::start(None) else {
+    // the test's own INFO calls are not the store's
+    let Some((server, store, mut monitor)) = crate::Monitor::on_own("trips", &["info"]).await
+    else {
         return;
     };
-    let store = RedisStore::builder(server.url())
-        .key_prefix("trips")
-        .connect()
-        .await
-        .expect("connect");
-    let mut monitor = Monitor::start(&server).await;
-    let _ = monitor.take().await;
 
     // the store's calls of a 10-stage run: begin, 9 fenced saves, finish
     let j = journal("ten", 11);
@@ -543,8 +455,8 @@ async fn rule24_a_ten_stage_durable_run_is_eleven_round_trips() {
 
 /// A primary and a replica of it, linked.
 async fn replicated() -> Option<(Server, Server)> {
-    let primary = Server::start(None)?;
-    let replica = Server::start(Some(primary.port))?;
+    let primary = Server::start("trips", None)?;
+    let replica = Server::start("trips", Some(primary.port))?;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let link = replica.info("replication").await;

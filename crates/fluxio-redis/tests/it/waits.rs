@@ -45,6 +45,15 @@ async fn park(store: &RedisStore, cp: Checkpoint) {
     store.finish_run(cp, lease, false).await.expect("parks");
 }
 
+/// What `take_signal` of run `key` answers under a lease of its own,
+/// given back after.
+async fn take_leased(store: &RedisStore, key: &str, take: &Take) -> fluxio_core::Result<Decision> {
+    let lease = store.acquire_lease(key, TTL).await.expect("lease");
+    let taken = store.take_signal(key, take, &lease).await;
+    store.release_lease(lease).await.expect("release");
+    taken
+}
+
 fn signal(name: &str, value: bool) -> Signal {
     Signal::new(name, Payload::new(&value).expect("a bool"), "test").expect("a name")
 }
@@ -294,11 +303,9 @@ async fn rule27_the_due_index_and_the_mailbox_follow_every_write() {
 
 #[tokio::test]
 async fn rule27_cluster_the_due_index_and_the_mailbox_follow_every_write() {
-    let Some(cluster) = support::redis::cluster() else {
+    let Some((cluster, ns, store)) = crate::cluster::open("cluster_waits", None).await else {
         return;
     };
-    let ns = support::namespace("cluster_waits");
-    let store = crate::cluster::store(cluster, &ns, None).await;
     let client = redis::cluster::ClusterClient::new(cluster.nodes().to_vec()).expect("client");
     let mut raw = client.get_async_connection().await.expect("connect");
     the_due_index_and_the_mailbox_follow_every_write(&store, &mut raw).await;
@@ -387,20 +394,16 @@ async fn rule26_take_signal_is_fenced_and_old_runs_take_signals() {
     );
     store.release_lease(current).await.expect("release");
     store.cancel("p/f").await.expect("cancel");
-    let lease = store.acquire_lease("p/f", TTL).await.expect("lease");
-    let cancelled = store.take_signal("p/f", &take, &lease).await;
+    let cancelled = take_leased(&store, "p/f", &take).await;
     assert!(
         matches!(cancelled, Err(Error::Cancelled { .. })),
         "{cancelled:?}"
     );
-    store.release_lease(lease).await.expect("release");
-    let lease = store.acquire_lease("p/none", TTL).await.expect("lease");
-    let none = store.take_signal("p/none", &take, &lease).await;
+    let none = take_leased(&store, "p/none", &take).await;
     assert!(
         matches!(none, Err(Error::CheckpointNotFound { .. })),
         "{none:?}"
     );
-    store.release_lease(lease).await.expect("release");
 
     let old = checkpoint("old", 1).in_pipeline("p");
     crate::set(
@@ -438,12 +441,12 @@ async fn rule28_the_clock_is_the_servers() {
 /// worker polls, and subscribes again).
 #[tokio::test]
 async fn wakeups_end_when_their_connection_drops() {
-    let Some(server) = own_server() else {
+    let Some(server) = crate::OwnServer::start("waits", None) else {
         return;
     };
-    let store = RedisStore::connect(url_of(&server)).await.expect("connect");
+    let store = RedisStore::connect(server.url()).await.expect("connect");
     let mut events = store.watch().await.expect("watch").expect("wake-ups");
-    let mut raw = conn_to(&server).await;
+    let mut raw = server.conn().await;
     let killed: u64 = command(&mut raw, &["CLIENT", "KILL", "TYPE", "pubsub"]).await;
     assert_eq!(killed, 1);
     let end = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
@@ -465,16 +468,9 @@ async fn count_up(ctx: Context) -> StageResult {
 /// continues it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rule25_the_round_trips_of_a_run_that_sleeps() {
-    let Some(server) = own_server() else {
+    let Some((_server, store, mut monitor)) = crate::Monitor::on_own("waits", &[]).await else {
         return;
     };
-    let store = RedisStore::builder(url_of(&server))
-        .key_prefix("trips")
-        .connect()
-        .await
-        .expect("connect");
-    let mut monitor = Monitor::start(&server).await;
-    let _ = monitor.take().await;
     let p = pipeline![count_up, sleep!("300ms"), count_up]
         .name("trips")
         .store(store)
@@ -504,76 +500,4 @@ async fn rule25_the_round_trips_of_a_run_that_sleeps() {
         done.status == fluxio_core::store::RunStatus::Completed,
         "{done:?}"
     );
-}
-
-fn own_server() -> Option<crate::OwnServer> {
-    if !crate::installed("redis-server", "--version") {
-        return support::skip_unless_ci("redis-server (not on PATH)", &"not installed");
-    }
-    Some(crate::OwnServer::spawn(
-        "waits",
-        |_| {},
-        |port| vec!["--port".to_owned(), port.to_owned()],
-    ))
-}
-
-fn url_of(server: &crate::OwnServer) -> String {
-    format!("redis://127.0.0.1:{}", server.port)
-}
-
-async fn conn_to(server: &crate::OwnServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url_of(server))
-        .expect("a valid URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect")
-}
-
-/// `MONITOR` on the server: the names of the commands its clients send,
-/// but those run inside scripts.
-struct Monitor {
-    lines: tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>,
-    url: String,
-}
-
-impl Monitor {
-    async fn start(server: &crate::OwnServer) -> Monitor {
-        use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
-            .await
-            .expect("connect");
-        stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
-        let mut lines = tokio::io::BufReader::new(stream).lines();
-        let ok = lines.next_line().await.expect("read").expect("a reply");
-        assert_eq!(ok, "+OK");
-        Monitor {
-            lines,
-            url: url_of(server),
-        }
-    }
-
-    /// The commands sent since the last call, up to an `ECHO` of a mark.
-    async fn take(&mut self) -> Vec<String> {
-        let mark = support::namespace("mark");
-        crate::echo_mark(&self.url, &mark).await;
-        let mut out = Vec::new();
-        loop {
-            let line = crate::monitor_line(&mut self.lines).await;
-            let Some((source, command)) = line.split_once("] ") else {
-                continue;
-            };
-            if source.ends_with(" lua") {
-                continue;
-            }
-            let name = command
-                .split('"')
-                .nth(1)
-                .unwrap_or_default()
-                .to_ascii_lowercase();
-            if name == "echo" && command.contains(&mark) {
-                return out;
-            }
-            out.push(name);
-        }
-    }
 }
