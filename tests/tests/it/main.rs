@@ -40,3 +40,4 @@ mod streaming;
 mod testing_kit;
 mod value_limits;
 mod waits;
+mod waits_processes;
