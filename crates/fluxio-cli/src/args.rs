@@ -83,6 +83,22 @@ pub(crate) enum Runs {
     Wake(RunArg),
 }
 
+impl Runs {
+    /// The run a command on one run names (`pipeline/run_id`); `None` for
+    /// the commands on many, or on points of runs (`diff`).
+    pub(crate) fn run(&self) -> Option<&str> {
+        match self {
+            Runs::Show(ShowArgs { run, .. })
+            | Runs::Delete(DeleteArgs { run, .. })
+            | Runs::Signal(SignalArgs { run, .. })
+            | Runs::Retry(RunArg { run })
+            | Runs::Cancel(RunArg { run })
+            | Runs::Wake(RunArg { run }) => Some(run),
+            Runs::List(_) | Runs::Diff(_) | Runs::Purge(_) => None,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
     /// Only runs of this pipeline.

@@ -3,7 +3,7 @@
 use fluxio_core::CheckpointStore;
 use serde_json::json;
 
-use super::{Out, check_key};
+use super::Out;
 use crate::exit::Failure;
 use crate::render::shown;
 
@@ -12,7 +12,6 @@ pub(crate) async fn cancel(
     store: &dyn CheckpointStore,
     key: &str,
 ) -> Result<(), Failure> {
-    check_key(key)?;
     store.cancel(key).await?;
     if out.json {
         return out.json(&json!({ "run": key, "status": fluxio_core::RunStatus::Cancelled }));

@@ -6,7 +6,7 @@ use std::time::Duration;
 use fluxio_core::{CheckpointStore, Error};
 use serde_json::json;
 
-use super::{Out, check_key, confirm};
+use super::{Out, confirm, not_found};
 use crate::args::DeleteArgs;
 use crate::exit::Failure;
 use crate::render::{shown, status_name};
@@ -20,11 +20,8 @@ pub(crate) async fn delete(
     args: &DeleteArgs,
 ) -> Result<(), Failure> {
     let key = args.run.as_str();
-    check_key(key)?;
     let Some(latest) = store.load(key).await? else {
-        return Err(Failure::of(&Error::CheckpointNotFound {
-            run_id: key.to_owned(),
-        }));
+        return Err(not_found(key));
     };
     if !args.yes
         && !confirm(&format!(

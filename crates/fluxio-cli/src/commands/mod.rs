@@ -99,6 +99,9 @@ async fn dispatch(
     command: Runs,
 ) -> Result<(), Failure> {
     let store = &**store;
+    if let Some(key) = command.run() {
+        check_key(key)?;
+    }
     match command {
         Runs::List(args) => list::list(out, store, &args).await,
         Runs::Show(args) => show::show(out, store, &args).await,
@@ -133,7 +136,15 @@ pub(crate) fn confirm(question: &str) -> Result<bool, Failure> {
 }
 
 /// The run `key`'s store key checked as every store checks it: a malformed
-/// one is a usage error naming it, before the store is asked.
-pub(crate) fn check_key(key: &str) -> Result<(), Failure> {
+/// one is a usage error naming it, before the store is asked (for every
+/// command on one run, by [`dispatch`]).
+fn check_key(key: &str) -> Result<(), Failure> {
     fluxio_core::store::check_run_id(key).map_err(|e| Failure::usage(e.message_with_causes()))
+}
+
+/// The failure of a command on run `key`, which is not stored.
+pub(crate) fn not_found(key: &str) -> Failure {
+    Failure::of(&fluxio_core::Error::CheckpointNotFound {
+        run_id: key.to_owned(),
+    })
 }

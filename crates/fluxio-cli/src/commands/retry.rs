@@ -5,7 +5,7 @@ use fluxio_core::CheckpointStore;
 use fluxio_core::store::retry_run;
 use serde_json::json;
 
-use super::{Out, check_key};
+use super::Out;
 use crate::exit::Failure;
 use crate::render::shown;
 
@@ -14,7 +14,6 @@ pub(crate) async fn retry(
     store: &dyn CheckpointStore,
     key: &str,
 ) -> Result<(), Failure> {
-    check_key(key)?;
     let retried = retry_run(store, key).await?;
     if out.json {
         return out.json(&json!({ "run": key, "retry": true, "step": retried.step }));

@@ -5,7 +5,7 @@ use fluxio_core::store::{Pending, RunFilter, RunSummary, StoreErrorKind};
 use fluxio_core::{CheckpointStore, Error, History};
 use serde_json::json;
 
-use super::{Out, check_key};
+use super::{Out, not_found};
 use crate::args::ShowArgs;
 use crate::exit::Failure;
 use crate::render::{
@@ -18,7 +18,6 @@ pub(crate) async fn show(
     args: &ShowArgs,
 ) -> Result<(), Failure> {
     let key = args.run.as_str();
-    check_key(key)?;
     let journal = match store.history(key).await {
         Ok(journal) => journal,
         // a store that answers, but not with this run's history (a row it
@@ -27,9 +26,7 @@ pub(crate) async fn show(
         Err(e) => return Err(e.into()),
     };
     let Some(latest) = journal.last() else {
-        return Err(Failure::of(&Error::CheckpointNotFound {
-            run_id: key.to_owned(),
-        }));
+        return Err(not_found(key));
     };
     let listed = listed(store, key, &latest.pipeline, Some(&latest.version)).await;
     let mut history = History::of(key, &journal);

@@ -6,7 +6,7 @@ use fluxio_core::store::{Delivery, Payload, Signal, wake_run};
 use fluxio_core::{CheckpointStore, Error, Value};
 use serde_json::json;
 
-use super::{Out, check_key};
+use super::{Out, not_found};
 use crate::args::SignalArgs;
 use crate::exit::Failure;
 use crate::render::{shown, when};
@@ -20,21 +20,18 @@ pub(crate) async fn signal(
     args: &SignalArgs,
 ) -> Result<(), Failure> {
     let key = args.run.as_str();
-    check_key(key)?;
     fluxio_core::store::check_wait_name(&args.wait)
         .map_err(|e| Failure::usage(e.message_with_causes()))?;
     let value = payload(args)?;
     let Some(latest) = store.load(key).await? else {
-        return Err(Failure::of(&Error::CheckpointNotFound {
-            run_id: key.to_owned(),
-        }));
+        return Err(not_found(key));
     };
     // the run's code names its waits: a name it has none of is refused here,
     // as the pipeline's `signal` refuses it (the payload's type is checked
     // by the run when it takes the signal)
     if let Some(structure) = &latest.structure {
         let available = structure.wait_names();
-        if !available.iter().any(|w| *w == args.wait) {
+        if !available.contains(&args.wait) {
             return Err(Failure::of(&Error::UnknownWait {
                 run_id: key.to_owned(),
                 wait: args.wait.clone(),
@@ -102,7 +99,6 @@ pub(crate) async fn wake(
     store: &dyn CheckpointStore,
     key: &str,
 ) -> Result<(), Failure> {
-    check_key(key)?;
     let now = match store.clock_ms().await? {
         Some(ms) => ms,
         None => crate::render::ms_since_epoch(std::time::SystemTime::now()),
