@@ -685,38 +685,70 @@ impl RecoveryWorker {
         tasks: &mut JoinSet<Outcome>,
         stop: &watch::Receiver<bool>,
     ) {
-        let inner = &self.inner;
-        let Some(pipeline) = self.pipeline_for(&run.pipeline, &run.version) else {
-            sweep.not_held += 1;
-            if lock(&inner.reported).insert(run.key.clone()) {
-                self.emit(&RecoveryEvent::NotHeld {
-                    key: run.key,
-                    version: run.version,
-                });
-            }
+        let Some(pipeline) = self.held(&run.key, &run.pipeline, &run.version, sweep) else {
             return;
         };
-        if !lock(&inner.in_flight).insert(run.key.clone()) {
+        if !lock(&self.inner.in_flight).insert(run.key.clone()) {
             return;
         }
+        let (worker, pipeline, key) = (self.clone(), pipeline.clone(), run.key.clone());
+        let task = async move { worker.wake(&pipeline, &run, now).await };
+        if self.start(&key, stop, tasks, task).await {
+            sweep.woken += 1;
+        }
+    }
+
+    /// The worker's pipeline for run `key` of `pipeline` at `version`;
+    /// none held: counted as not held, and the run reported
+    /// ([`RecoveryEvent::NotHeld`]) the first time.
+    fn held(
+        &self,
+        key: &str,
+        pipeline: &str,
+        version: &str,
+        sweep: &mut Sweep,
+    ) -> Option<&Pipeline> {
+        let held = self.pipeline_for(pipeline, version);
+        if held.is_none() {
+            sweep.not_held += 1;
+            if lock(&self.inner.reported).insert(key.to_owned()) {
+                self.emit(&RecoveryEvent::NotHeld {
+                    key: key.to_owned(),
+                    version: version.to_owned(),
+                });
+            }
+        }
+        held
+    }
+
+    /// Runs `task`, the worker's task on run `key` (which it holds in
+    /// flight), on `tasks` once a permit is free, holding the permit until
+    /// it ends; the key leaves the in-flight set then. `false`, the key
+    /// left at once, when the worker stops first.
+    async fn start(
+        &self,
+        key: &str,
+        stop: &watch::Receiver<bool>,
+        tasks: &mut JoinSet<Outcome>,
+        task: impl Future<Output = Outcome> + Send + 'static,
+    ) -> bool {
         let mut stop = stop.clone();
         let permit = tokio::select! {
-            permit = Arc::clone(&inner.permits).acquire_owned() => permit.ok(),
+            permit = Arc::clone(&self.inner.permits).acquire_owned() => permit.ok(),
             _ = stop.wait_for(|stopped| *stopped) => None,
         };
         let Some(permit) = permit else {
-            lock(&inner.in_flight).remove(&run.key);
-            return;
+            lock(&self.inner.in_flight).remove(key);
+            return false;
         };
-        sweep.woken += 1;
-        let worker = self.clone();
-        let pipeline = pipeline.clone();
+        let (worker, key) = (self.clone(), key.to_owned());
         tasks.spawn(async move {
-            let outcome = worker.wake(&pipeline, &run, now).await;
-            lock(&worker.inner.in_flight).remove(&run.key);
+            let outcome = task.await;
+            lock(&worker.inner.in_flight).remove(&key);
             drop(permit);
             outcome
         });
+        true
     }
 
     /// Claims the due run `run` through its lease and continues it, if it
@@ -752,14 +784,7 @@ impl RecoveryWorker {
             }
             Ok(Recovered::GaveUp(_) | Recovered::Left)
             | Err(Error::RunIdInUse { .. } | Error::ShutDown { .. }) => Outcome::Left,
-            Err(e) => {
-                tracing::warn!(run = %run.key, error = %e, "waking a due run failed");
-                self.emit(&RecoveryEvent::StoreFailed {
-                    pipeline: run.pipeline.clone(),
-                    error: Arc::new(e),
-                });
-                Outcome::Left
-            }
+            Err(e) => self.store_failed(&run.key, &run.pipeline, "waking a due run", e),
         }
     }
 
@@ -832,14 +857,7 @@ impl RecoveryWorker {
         stop: &watch::Receiver<bool>,
     ) -> Result<()> {
         let inner = &self.inner;
-        let Some(pipeline) = self.pipeline_for(&run.pipeline, &run.version) else {
-            sweep.not_held += 1;
-            if lock(&inner.reported).insert(run.key.clone()) {
-                self.emit(&RecoveryEvent::NotHeld {
-                    key: run.key,
-                    version: run.version,
-                });
-            }
+        let Some(pipeline) = self.held(&run.key, &run.pipeline, &run.version, sweep) else {
             return Ok(());
         };
         sweep.found += 1;
@@ -853,25 +871,12 @@ impl RecoveryWorker {
             sweep.left += 1;
             return Ok(());
         }
-        let mut stop = stop.clone();
-        let permit = tokio::select! {
-            permit = Arc::clone(&inner.permits).acquire_owned() => permit.ok(),
-            _ = stop.wait_for(|stopped| *stopped) => None,
-        };
-        let Some(permit) = permit else {
+        let (worker, pipeline, key) = (self.clone(), pipeline.clone(), run.key.clone());
+        let task = async move { worker.recover(&pipeline, &run).await };
+        if !self.start(&key, stop, tasks, task).await {
             // stopping: this run stays for the next worker
-            lock(&inner.in_flight).remove(&run.key);
             sweep.left += 1;
-            return Ok(());
-        };
-        let worker = self.clone();
-        let pipeline = pipeline.clone();
-        tasks.spawn(async move {
-            let outcome = worker.recover(&pipeline, &run).await;
-            lock(&worker.inner.in_flight).remove(&run.key);
-            drop(permit);
-            outcome
-        });
+        }
         Ok(())
     }
 
@@ -918,15 +923,19 @@ impl RecoveryWorker {
             Ok(Recovered::Left) | Err(Error::RunIdInUse { .. } | Error::ShutDown { .. }) => {
                 Outcome::Left
             }
-            Err(e) => {
-                tracing::warn!(run = %run.key, error = %e, "recovering a run failed");
-                self.emit(&RecoveryEvent::StoreFailed {
-                    pipeline: run.pipeline.clone(),
-                    error: Arc::new(e),
-                });
-                Outcome::Left
-            }
+            Err(e) => self.store_failed(&run.key, &run.pipeline, "recovering a run", e),
         }
+    }
+
+    /// What `doing` run `key` of `pipeline` that failed with `e` (a store
+    /// error) comes to: logged and told, the run left for a later sweep.
+    fn store_failed(&self, key: &str, pipeline: &str, doing: &str, e: Error) -> Outcome {
+        tracing::warn!(run = %key, error = %e, "{doing} failed");
+        self.emit(&RecoveryEvent::StoreFailed {
+            pipeline: pipeline.to_owned(),
+            error: Arc::new(e),
+        });
+        Outcome::Left
     }
 
     /// The pipeline that runs `version` of `name`: the one whose version it
