@@ -184,6 +184,26 @@ impl Durable<'_> {
         cp
     }
 
+    /// The checkpoint of `last` again, as `status` (with the `error` of a
+    /// failure).
+    fn at_last(
+        &self,
+        program: &Program,
+        last: &Last,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> Checkpoint {
+        self.checkpoint(
+            program,
+            last.ip,
+            &last.step,
+            &last.ctx,
+            status,
+            error,
+            last.attempt,
+        )
+    }
+
     /// The checkpoint of `last` again, with the finished branches `records`.
     fn block_checkpoint(
         &self,
@@ -191,15 +211,7 @@ impl Durable<'_> {
         last: &Last,
         records: &[BranchRecord],
     ) -> Checkpoint {
-        let mut cp = self.checkpoint(
-            program,
-            last.ip,
-            &last.step,
-            &last.ctx,
-            RunStatus::Running,
-            None,
-            last.attempt,
-        );
+        let mut cp = self.at_last(program, last, RunStatus::Running, None);
         cp.branches = records.to_vec();
         cp
     }
@@ -720,15 +732,7 @@ async fn park(
         });
     };
     let mut cp = d
-        .checkpoint(
-            program,
-            last.ip,
-            &last.step,
-            &last.ctx,
-            RunStatus::Running,
-            None,
-            last.attempt,
-        )
+        .at_last(program, &last, RunStatus::Running, None)
         .parked(pending.clone());
     cp.error_message = refused;
     let lineage = last.ctx.lineage();
@@ -751,15 +755,8 @@ async fn failed(
     e: Error,
 ) -> Result<Outcome> {
     if let (Some(d), Some(last)) = (durable, top.last) {
-        let mut cp = d.checkpoint(
-            program,
-            last.ip,
-            &last.step,
-            &last.ctx,
-            RunStatus::Failed,
-            Some(e.message_with_causes()),
-            last.attempt,
-        );
+        let error = Some(e.message_with_causes());
+        let mut cp = d.at_last(program, &last, RunStatus::Failed, error);
         // finished branches stay finished after a failure too
         cp.branches = top.records;
         cp.pending = top.pending;
