@@ -429,11 +429,7 @@ pub(super) fn encode_entry<E: Encoder>(
         Some(structure) => {
             1u8.encode(encoder)?;
             structure.shape.encode(encoder)?;
-            (structure.stages.len() as u64).encode(encoder)?;
-            for stage in &structure.stages {
-                stage.name.encode(encoder)?;
-                stage.hash.encode(encoder)?;
-            }
+            encode_pairs(encoder, &structure.stages, |s| (&s.name, &s.hash))?;
         }
     }
     (cp.branches.len() as u64).encode(encoder)?;
@@ -466,13 +462,26 @@ pub(super) fn encode_entry<E: Encoder>(
             Some(pending) => {
                 1u8.encode(encoder)?;
                 pending.until_ms.encode(encoder)?;
-                (pending.waits.len() as u64).encode(encoder)?;
-                for wait in &pending.waits {
-                    wait.name.encode(encoder)?;
-                    wait.payload.encode(encoder)?;
-                }
+                encode_pairs(encoder, &pending.waits, |w| (&w.name, &w.payload))?;
             }
         }
+    }
+    Ok(())
+}
+
+/// `items` as their count, then each item's `pair` of values in order: a
+/// structure's stages (name, hash), a pending step's waits (name, payload
+/// type).
+fn encode_pairs<T, A: Encode, B: Encode, E: Encoder>(
+    encoder: &mut E,
+    items: &[T],
+    pair: impl Fn(&T) -> (&A, &B),
+) -> std::result::Result<(), EncodeError> {
+    (items.len() as u64).encode(encoder)?;
+    for item in items {
+        let (a, b) = pair(item);
+        a.encode(encoder)?;
+        b.encode(encoder)?;
     }
     Ok(())
 }
