@@ -56,12 +56,13 @@ impl Line {
     }
 }
 
-/// Stage `index` (0-based) of [`line`]: counts the call, waits at the hold
+/// Stage `INDEX` (0-based) of [`line`]: counts the call, waits at the hold
 /// (`s2`, when armed), sets `n`, and with `deep` also a value nested past
 /// [`MAX_DEPTH`] through the unchecked [`Context::set_value`] (`s3`).
 /// `s3` first waits, when armed, until the store refused a write as
 /// cancelled.
-fn step(index: usize, ctx: Context, resources: &Resources) -> StageFuture {
+fn step<const INDEX: usize>(ctx: Context, resources: &Resources) -> StageFuture {
+    let index = INDEX;
     let line = resources.get::<Line>();
     StageFuture::new(async move {
         let line = line.ok_or("the line is registered")?;
@@ -93,27 +94,16 @@ fn nested(levels: usize) -> Value {
     (0..levels).fold(Value::Unit, |v, _| Value::Some(Box::new(v)))
 }
 
-fn s1(ctx: Context, r: &Resources) -> StageFuture {
-    step(0, ctx, r)
-}
-fn s2(ctx: Context, r: &Resources) -> StageFuture {
-    step(1, ctx, r)
-}
-fn s3(ctx: Context, r: &Resources) -> StageFuture {
-    step(2, ctx, r)
-}
-fn s4(ctx: Context, r: &Resources) -> StageFuture {
-    step(3, ctx, r)
-}
-fn s5(ctx: Context, r: &Resources) -> StageFuture {
-    step(4, ctx, r)
-}
-
 /// `s1, s2, s3, s4, s5`, counting their calls in `line`.
 fn line(line: &Line) -> PipelineBuilder {
     const TAKES_LINE: &[fn() -> ResourceReq] = &[ResourceReq::of::<Line>];
-    let calls: [(&'static str, CallFn); 5] =
-        [("s1", s1), ("s2", s2), ("s3", s3), ("s4", s4), ("s5", s5)];
+    let calls: [(&'static str, CallFn); 5] = [
+        ("s1", step::<0>),
+        ("s2", step::<1>),
+        ("s3", step::<2>),
+        ("s4", step::<3>),
+        ("s5", step::<4>),
+    ];
     let nodes = calls
         .into_iter()
         .zip(1u8..)

@@ -147,6 +147,16 @@ async fn fails_at_the_gateway(p: &Pipeline, run: &str, input: Context) {
     assert!(err.stage_error::<GatewayDown>().is_some(), "{err}");
 }
 
+/// What `run` comes to when it is resumed on `p` with the gateway back up:
+/// its end.
+async fn resumed_with_the_gateway_up(p: &Pipeline, probe: &Probe, run: &str) -> Context {
+    probe.gateway_down.store(false, Ordering::SeqCst);
+    p.resume(run)
+        .await
+        .and_then(crate::Outcome::completed)
+        .expect("the resume completes")
+}
+
 /// The checkpoint the failure of `run` left.
 async fn failure_checkpoint(p: &Pipeline, run: &str) -> Checkpoint {
     p.checkpoint(run)
@@ -182,12 +192,7 @@ pub async fn rule19_a_finished_branch_is_kept_by_the_store_and_not_run_again<H: 
         [(0, "reserve")],
         "the store kept the branch record"
     );
-    probe.gateway_down.store(false, Ordering::SeqCst);
-    let out = second
-        .resume(run)
-        .await
-        .and_then(crate::Outcome::completed)
-        .expect("the resume completes");
+    let out = resumed_with_the_gateway_up(&second, &probe, run).await;
     assert_eq!(probe.calls(), [1, 0, 2, 0], "only `charge` ran again");
     assert!(out.get::<bool>("reserved").expect("merged from the record"));
     assert_eq!(out.get::<String>("receipt").expect("receipt"), "paid 4200");
@@ -219,12 +224,7 @@ pub async fn a_failed_run_resumes_from_the_failed_stage_on_another_store<H: Harn
         ("charge", RunStatus::Failed, true)
     );
 
-    probe.gateway_down.store(false, Ordering::SeqCst);
-    let out = second
-        .resume(run)
-        .await
-        .and_then(crate::Outcome::completed)
-        .expect("the resume completes");
+    let out = resumed_with_the_gateway_up(&second, &probe, run).await;
     assert_eq!(
         probe.calls(),
         [1, 1, 2, 1],

@@ -380,25 +380,15 @@ impl Calls {
     }
 }
 
-fn count(index: usize, ctx: Context, resources: &Resources) -> StageFuture {
+/// Stage `INDEX`: counts its call and sets `ran_<INDEX>`.
+fn count<const INDEX: usize>(ctx: Context, resources: &Resources) -> StageFuture {
+    let index = INDEX;
     let calls = resources.get::<Calls>();
     StageFuture::new(async move {
         let calls = calls.ok_or("the counters are registered")?;
         calls.0[index].fetch_add(1, Ordering::SeqCst);
         Ok(Output::Context(ctx.set(format!("ran_{index}"), true)?))
     })
-}
-
-fn first(ctx: Context, r: &Resources) -> StageFuture {
-    count(0, ctx, r)
-}
-
-fn second(ctx: Context, r: &Resources) -> StageFuture {
-    count(1, ctx, r)
-}
-
-fn third(ctx: Context, r: &Resources) -> StageFuture {
-    count(2, ctx, r)
 }
 
 fn counted(name: &'static str, n: u8, call: CallFn) -> Node {
@@ -416,9 +406,9 @@ struct Approval {
 /// `first, sleep(1h), second`.
 fn napping(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
     let nodes = vec![
-        counted("first", 1, first),
+        counted("first", 1, count::<0>),
         Node::Sleep(Sleep::after(Duration::from_secs(3600))),
-        counted("second", 2, second),
+        counted("second", 2, count::<1>),
     ];
     suite_pipeline(nodes, *b"fluxio/conformance/napping/v1\0\0\0", "nap", calls)
         .clock(clock.clock())
@@ -431,12 +421,15 @@ fn approving(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
         .into_key("decision")
         .deadline(Until::After(Duration::from_secs(7200)));
     let nodes = vec![
-        counted("first", 1, first),
+        counted("first", 1, count::<0>),
         Node::Wait(wait),
         Node::Route {
             routes: vec![
-                ("approval".to_owned(), vec![counted("second", 2, second)]),
-                ("timeout".to_owned(), vec![counted("third", 3, third)]),
+                (
+                    "approval".to_owned(),
+                    vec![counted("second", 2, count::<1>)],
+                ),
+                ("timeout".to_owned(), vec![counted("third", 3, count::<2>)]),
             ],
         },
     ];
@@ -447,6 +440,29 @@ fn approving(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
         calls,
     )
     .clock(clock.clock())
+}
+
+/// The pipeline `build` makes (`napping`, `approving`), with new counters
+/// and a test clock, on a store of `h` in the namespace of `check`.
+async fn built<H: Harness>(
+    h: &H,
+    check: &str,
+    build: fn(&Calls, &TestClock) -> PipelineBuilder,
+) -> (crate::Pipeline, Calls, TestClock) {
+    let store = h.store(&namespace(check)).await;
+    let (calls, clock) = (Calls::default(), TestClock::new());
+    let p = build(&calls, &clock)
+        .store(store)
+        .build()
+        .expect("the pipeline builds");
+    (p, calls, clock)
+}
+
+/// Whether the store of `p` keeps a due-index (a store with the four
+/// required methods has none).
+async fn indexed(p: &crate::Pipeline) -> bool {
+    let store = p.store().expect("durable");
+    store.due_runs(&DueFilter::new(0)).await.is_ok()
 }
 
 /// A worker of `pipeline`.
@@ -462,13 +478,7 @@ fn worker(pipeline: &crate::Pipeline) -> RecoveryWorker {
 /// until the clock passes the wake time, then continues it once; nothing
 /// before the sleep runs again.
 pub async fn rule25_a_sleep_parks_the_run_until_a_worker_wakes_it_once<H: Harness>(h: &H) {
-    let ns = namespace("rule25_nap");
-    let store = h.store(&ns).await;
-    let (calls, clock) = (Calls::default(), TestClock::new());
-    let p = napping(&calls, &clock)
-        .store(store)
-        .build()
-        .expect("the pipeline builds");
+    let (p, calls, clock) = built(h, "rule25_nap", napping).await;
     let start = clock.now_ms();
     match p.invoke("n", Context::new()).await.expect("runs") {
         Outcome::Sleeping {
@@ -491,12 +501,7 @@ pub async fn rule25_a_sleep_parks_the_run_until_a_worker_wakes_it_once<H: Harnes
     let again = p.checkpoint("n").await.expect("load").expect("stored");
     assert_eq!(again.seq, seq, "a start of a sleeping run writes nothing");
     let w = worker(&p);
-    if p.store()
-        .expect("durable")
-        .due_runs(&DueFilter::new(0))
-        .await
-        .is_err()
-    {
+    if !indexed(&p).await {
         // no due-index (a store with the four required methods): resume
         clock.advance("1h").expect("advance");
         let done = p
@@ -531,15 +536,9 @@ pub async fn rule25_a_sleep_parks_the_run_until_a_worker_wakes_it_once<H: Harnes
 /// takes the timeout route; a payload of the wrong type (sent without the
 /// pipeline's types) is refused and the wait stays open.
 pub async fn rule26_a_waiting_run_continues_with_its_signal_or_its_timeout<H: Harness>(h: &H) {
-    let ns = namespace("rule26_wait");
-    let store = h.store(&ns).await;
-    let (calls, clock) = (Calls::default(), TestClock::new());
-    let p = approving(&calls, &clock)
-        .store(store)
-        .build()
-        .expect("the pipeline builds");
+    let (p, calls, clock) = built(h, "rule26_wait", approving).await;
     let store = p.store().expect("durable").clone();
-    let indexed = store.due_runs(&DueFilter::new(0)).await.is_ok();
+    let indexed = indexed(&p).await;
     let approval = Approval {
         ok: true,
         by: "ana".to_owned(),
@@ -643,19 +642,8 @@ pub async fn rule26_a_waiting_run_continues_with_its_signal_or_its_timeout<H: Ha
 
 /// Rule 27: four workers racing over due runs continue each exactly once.
 pub async fn rule27_racing_workers_continue_each_due_run_once<H: Harness>(h: &H) {
-    let ns = namespace("rule27_race");
-    let store = h.store(&ns).await;
-    let (calls, clock) = (Calls::default(), TestClock::new());
-    let p = napping(&calls, &clock)
-        .store(store)
-        .build()
-        .expect("the pipeline builds");
-    if p.store()
-        .expect("durable")
-        .due_runs(&DueFilter::new(0))
-        .await
-        .is_err()
-    {
+    let (p, calls, clock) = built(h, "rule27_race", napping).await;
+    if !indexed(&p).await {
         return;
     }
     for i in 0..12 {
