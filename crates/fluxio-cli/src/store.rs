@@ -70,6 +70,20 @@ pub(crate) enum Access {
 /// 32-bit count of milliseconds (about 24.8 days).
 const POSTGRES_MAX_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 
+/// What opening a SQL store's `builder` ends with: the table `args` name,
+/// if any, then [`checked_open`] for `access`, read-only or not (the
+/// builders share these setters, but no trait).
+macro_rules! open_sql {
+    ($builder:expr, $args:expr, $access:expr) => {{
+        let mut builder = $builder;
+        if let Some(table) = &$args.table {
+            builder = builder.table(table);
+        }
+        let open = |read_only| builder.clone().read_only(read_only).connect();
+        checked_open($access, open).await
+    }};
+}
+
 /// Opens the store of `args` for `access`: [`Exit::Usage`](crate::Exit::Usage)
 /// when no URL is given or a setting is out of range,
 /// [`Exit::Store`](crate::Exit::Store) when the URL is bad or unsupported,
@@ -103,12 +117,8 @@ pub(crate) async fn open(
                     path.display()
                 )));
             }
-            let mut builder = SqliteStore::builder(path).timeout(args.timeout);
-            if let Some(table) = &args.table {
-                builder = builder.table(table);
-            }
-            let open = |read_only| builder.clone().read_only(read_only).connect();
-            Arc::new(checked_open(access, open).await.map_err(cannot)?)
+            let builder = SqliteStore::builder(path).timeout(args.timeout);
+            Arc::new(open_sql!(builder, args, access).map_err(cannot)?)
         }
         Backend::Redis => {
             // nothing to create or migrate: a read writes no key
@@ -133,11 +143,7 @@ pub(crate) async fn open(
             if let Some(schema) = &args.schema {
                 builder = builder.schema(schema);
             }
-            if let Some(table) = &args.table {
-                builder = builder.table(table);
-            }
-            let open = |read_only| builder.clone().read_only(read_only).connect();
-            Arc::new(checked_open(access, open).await.map_err(cannot)?)
+            Arc::new(open_sql!(builder, args, access).map_err(cannot)?)
         }
         Backend::MySql => {
             let mut builder = MySqlStore::builder(url).timeout(args.timeout);
@@ -145,11 +151,7 @@ pub(crate) async fn open(
             if let Some(database) = &args.schema {
                 builder = builder.database(database);
             }
-            if let Some(table) = &args.table {
-                builder = builder.table(table);
-            }
-            let open = |read_only| builder.clone().read_only(read_only).connect();
-            Arc::new(checked_open(access, open).await.map_err(cannot)?)
+            Arc::new(open_sql!(builder, args, access).map_err(cannot)?)
         }
     };
     Ok(store)
