@@ -494,26 +494,15 @@ pub(super) struct Format2(Checkpoint);
 impl<C> Decode<C> for Format2 {
     fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
         let pipeline = decode_string(decoder)?;
-        let run_id = decode_string(decoder)?;
-        let version = decode_string(decoder)?;
-        let ip = u32::decode(decoder)?;
-        let step = decode_string(decoder)?;
-        let context = decode_snapshot(decoder)?;
-        let status = RunStatus::decode(decoder)?;
-        if status.is_pending() {
-            return Err(DecodeError::Other(
-                "format 2 has no sleeping or waiting status",
-            ));
-        }
+        let head = decode_head(decoder, "format 2 has no sleeping or waiting status")?;
         Ok(Format2(Checkpoint {
             pipeline,
-            status,
             error_message: decode_opt_string(decoder)?,
             created_at_ms: u64::decode(decoder)?,
             updated_at_ms: u64::decode(decoder)?,
             attempt: u32::decode(decoder)?,
             structure: decode_structure(decoder)?,
-            ..Checkpoint::new(run_id, version, ip, step, context)
+            ..head
         }))
     }
 }
@@ -851,22 +840,13 @@ pub(super) struct Format1(pub(super) Checkpoint);
 
 impl<C> Decode<C> for Format1 {
     fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
-        let run_id = decode_string(decoder)?;
-        let version = decode_string(decoder)?;
-        let ip = u32::decode(decoder)?;
-        let step = decode_string(decoder)?;
-        let context = decode_snapshot(decoder)?;
-        let status = RunStatus::decode(decoder)?;
+        let head = decode_head(decoder, "format 1 has no sleeping or waiting status")?;
+        let status = head.status;
         if status == RunStatus::Cancelled {
             return Err(DecodeError::Other("format 1 has no cancelled status"));
         }
         if status == RunStatus::NeedsAttention {
             return Err(DecodeError::Other("format 1 has no needs-attention status"));
-        }
-        if status.is_pending() {
-            return Err(DecodeError::Other(
-                "format 1 has no sleeping or waiting status",
-            ));
         }
         if bool::decode(decoder)? != (status == RunStatus::Failed) {
             return Err(DecodeError::Other(
@@ -874,14 +854,35 @@ impl<C> Decode<C> for Format1 {
             ));
         }
         Ok(Format1(Checkpoint {
-            status,
             error_message: decode_opt_string(decoder)?,
             created_at_ms: u64::decode(decoder)?,
             updated_at_ms: u64::decode(decoder)?,
             attempt: u32::decode(decoder)?,
-            ..Checkpoint::new(run_id, version, ip, step, context)
+            ..head
         }))
     }
+}
+
+/// What formats 1 and 2 write first (after format 2's pipeline): the run
+/// id, version, ip, step, context and status, as a checkpoint; refused with
+/// `pending` for a sleeping or waiting status, which neither has.
+fn decode_head<D: Decoder>(
+    decoder: &mut D,
+    pending: &'static str,
+) -> std::result::Result<Checkpoint, DecodeError> {
+    let run_id = decode_string(decoder)?;
+    let version = decode_string(decoder)?;
+    let ip = u32::decode(decoder)?;
+    let step = decode_string(decoder)?;
+    let context = decode_snapshot(decoder)?;
+    let status = RunStatus::decode(decoder)?;
+    if status.is_pending() {
+        return Err(DecodeError::Other(pending));
+    }
+    Ok(Checkpoint {
+        status,
+        ..Checkpoint::new(run_id, version, ip, step, context)
+    })
 }
 
 bincode::impl_borrow_decode!(Format1);
