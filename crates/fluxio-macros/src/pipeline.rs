@@ -484,16 +484,7 @@ impl Emit {
                     hash.extend(
                         quote_spanned!(router.span()=> .stage(&<#alias as #p::StageDef>::HASH)),
                     );
-                    let n = u32::try_from(routes.len()).unwrap_or(u32::MAX);
-                    hash.extend(quote!(.routes(#n)));
-                    let mut rs = Vec::new();
-                    for (key, body) in routes {
-                        let (nodes, h) = self.seq(body);
-                        hash.extend(quote!(.route_key(#key)));
-                        hash.extend(h);
-                        rs.push(quote!((#p::String::from(#key), #nodes)));
-                    }
-                    nodes.push(quote!(#p::Node::Route { routes: #p::vec![#(#rs),*] }));
+                    self.routes(routes, &mut nodes, &mut hash);
                 }
                 Item::Sleep(time) => match time {
                     Time::After(ms) => {
@@ -574,17 +565,28 @@ impl Emit {
         }
         nodes.push(quote!(#p::Node::Wait(#wait)));
         if let Some(routes) = routes {
-            let n = u32::try_from(routes.len()).unwrap_or(u32::MAX);
-            hash.extend(quote!(.routes(#n)));
-            let mut rs = Vec::new();
-            for (key, body) in routes {
-                let (body_nodes, h) = self.seq(body);
-                hash.extend(quote!(.route_key(#key)));
-                hash.extend(h);
-                rs.push(quote!((#p::String::from(#key), #body_nodes)));
-            }
-            nodes.push(quote!(#p::Node::Route { routes: #p::vec![#(#rs),*] }));
+            self.routes(routes, nodes, hash);
         }
+    }
+
+    /// The routing block after a router or a wait, and its hasher calls.
+    fn routes(
+        &mut self,
+        routes: &[(LitStr, Vec<Item>)],
+        nodes: &mut Vec<TokenStream>,
+        hash: &mut TokenStream,
+    ) {
+        let p = self.p.clone();
+        let n = u32::try_from(routes.len()).unwrap_or(u32::MAX);
+        hash.extend(quote!(.routes(#n)));
+        let mut rs = Vec::new();
+        for (key, body) in routes {
+            let (body_nodes, h) = self.seq(body);
+            hash.extend(quote!(.route_key(#key)));
+            hash.extend(h);
+            rs.push(quote!((#p::String::from(#key), #body_nodes)));
+        }
+        nodes.push(quote!(#p::Node::Route { routes: #p::vec![#(#rs),*] }));
     }
 }
 
