@@ -228,7 +228,24 @@ fn durable_top<'t, 'a>(top: Option<&'t mut Top<'a>>) -> std::result::Result<&'t 
     }
 }
 
-impl Top<'_> {
+impl<'a> Top<'a> {
+    /// What `SLEEP` and `WAIT` start from: the run's durable part (only a
+    /// durable run has them), its step `index` of `steps` (the program's
+    /// `what`s), and the time on the run's clock.
+    async fn parking_step<'s, T>(
+        &self,
+        steps: &'s [T],
+        index: usize,
+        what: &str,
+    ) -> std::result::Result<(&'a Durable<'a>, &'s T, u64), Halt> {
+        let d = self.durable.ok_or_else(|| Halt::Failed(not_durable()))?;
+        let step = steps
+            .get(index)
+            .ok_or_else(|| Halt::Failed(no_such(what)))?;
+        let now = d.clock.now_ms(Some(d.store)).await.map_err(Halt::Store)?;
+        Ok((d, step, now))
+    }
+
     /// `SLEEP` (rule 25): goes on when the wake time (fixed when the run
     /// first reached the sleep) has passed, else parks the run.
     async fn sleep(
@@ -237,12 +254,7 @@ impl Top<'_> {
         index: usize,
         ctx: &Context,
     ) -> std::result::Result<(), Halt> {
-        let d = self.durable.ok_or_else(|| Halt::Failed(not_durable()))?;
-        let sleep = program
-            .sleeps
-            .get(index)
-            .ok_or_else(|| Halt::Failed(no_such("sleep")))?;
-        let now = d.clock.now_ms(Some(d.store)).await.map_err(Halt::Store)?;
+        let (d, sleep, now) = self.parking_step(&program.sleeps, index, "sleep").await?;
         let until = match self.pending.as_ref().and_then(|p| p.until_ms) {
             Some(until) => until,
             None => sleep.until().resolve(now, ctx)?,
@@ -272,12 +284,7 @@ impl Top<'_> {
         index: usize,
         mut ctx: Context,
     ) -> std::result::Result<(Context, String), Halt> {
-        let d = self.durable.ok_or_else(|| Halt::Failed(not_durable()))?;
-        let wait = program
-            .waits
-            .get(index)
-            .ok_or_else(|| Halt::Failed(no_such("wait")))?;
-        let now = d.clock.now_ms(Some(d.store)).await.map_err(Halt::Store)?;
+        let (d, wait, now) = self.parking_step(&program.waits, index, "wait").await?;
         let deadline = match &self.pending {
             Some(pending) => pending.until_ms,
             None => match wait.deadline_until() {
