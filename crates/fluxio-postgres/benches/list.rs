@@ -30,6 +30,8 @@
 //! The group is written once for the SQL stores
 //! (`fluxio_test_support::bench::sql::list`); this file fills the schema.
 
+mod common;
+
 use fluxio_postgres::PostgresStore;
 use fluxio_test_support::bench::sql::{self as bench, LIST_RUNS};
 
@@ -76,18 +78,10 @@ async fn fill(store: &PostgresStore) {
 
 fn main() {
     let rt = bench::runtime();
-    let Some(url) = fluxio_test_support::postgres::bench_server(&rt) else {
+    let schema = format!("fx_bench_list_{}", std::process::id());
+    let Some((url, store)) = common::store(&rt, &schema, 4) else {
         return;
     };
-    let schema = format!("fx_bench_list_{}", std::process::id());
-    let store = rt
-        .block_on(
-            PostgresStore::builder(url.as_str())
-                .schema(&schema)
-                .max_connections(4)
-                .connect(),
-        )
-        .expect("connect");
     rt.block_on(fill(&store));
     let count_sql = format!("SELECT count(*) FROM \"{schema}\".fluxio_checkpoints");
     let count = || async {

@@ -31,6 +31,8 @@
 //! (`fluxio_test_support::bench::sql`); this file says how to reach the
 //! schema.
 
+mod common;
+
 use fluxio_postgres::PostgresStore;
 use fluxio_test_support::bench::sql::{self as bench, RawTable};
 use fluxio_test_support::sql::{ten_counts, ten_noops};
@@ -95,18 +97,10 @@ impl RawTable for Raw<'_> {
 
 fn main() {
     let rt = bench::runtime();
-    let Some(url) = fluxio_test_support::postgres::bench_server(&rt) else {
+    let schema = format!("fx_bench_{}", std::process::id());
+    let Some((url, store)) = common::store(&rt, &schema, 16) else {
         return;
     };
-    let schema = format!("fx_bench_{}", std::process::id());
-    let store = rt
-        .block_on(
-            PostgresStore::builder(url.as_str())
-                .schema(&schema)
-                .max_connections(16)
-                .connect(),
-        )
-        .expect("connect");
     let raw = Raw(&store);
 
     bench::criterion(|c| {
