@@ -9,6 +9,8 @@ use fluxio_test_support as support;
 use sqlx::Connection;
 use support::error::timed;
 
+use crate::sql::fresh_with;
+
 fn invalid_setting(err: &Error) -> (&'static str, String) {
     support::sql::invalid_setting::<crate::sql::Types>(err)
 }
@@ -160,15 +162,9 @@ fn assert_store_error_in_time(
 
 #[tokio::test]
 async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store_recovers() {
-    let dir = support::TempDir::new("blocked");
-    let file = dir.db("x");
     let timeout = Duration::from_millis(500);
     // The busy timeout (5 s) outlasts the store's timeout: the timeout wins.
-    let store = SqliteStore::builder(&file)
-        .timeout(timeout)
-        .connect()
-        .await
-        .expect("open");
+    let (_dir, file, store) = fresh_with("blocked", |b| b.timeout(timeout)).await;
     let cp = support::checkpoint("r", 1);
     store.save(cp.clone()).await.expect("save");
 
@@ -209,14 +205,8 @@ async fn a_write_blocked_past_the_timeout_fails_with_a_store_error_and_the_store
 
 #[tokio::test]
 async fn a_write_blocked_past_the_busy_timeout_fails_with_sqlites_error() {
-    let dir = support::TempDir::new("busy");
-    let file = dir.db("x");
     let busy = Duration::from_millis(200);
-    let store = SqliteStore::builder(&file)
-        .busy_timeout(busy)
-        .connect()
-        .await
-        .expect("open");
+    let (_dir, file, store) = fresh_with("busy", |b| b.busy_timeout(busy)).await;
     let mut other = support::sqlite::hold_the_write_lock(&file).await;
 
     let started = Instant::now();

@@ -16,9 +16,24 @@ fluxio_test_support::sql_store!(Types: SqliteStore, SqliteStoreBuilder,
 /// # Panics
 /// When the store cannot be opened.
 pub(crate) async fn fresh(test: &str) -> (support::TempDir, std::path::PathBuf, SqliteStore) {
+    fresh_with(test, |builder| builder).await
+}
+
+/// As [`fresh`], the store with the settings `settings` makes on its
+/// builder.
+///
+/// # Panics
+/// When the store cannot be opened.
+pub(crate) async fn fresh_with(
+    test: &str,
+    settings: impl FnOnce(SqliteStoreBuilder) -> SqliteStoreBuilder,
+) -> (support::TempDir, std::path::PathBuf, SqliteStore) {
     let dir = support::TempDir::new(test);
     let file = dir.db("x");
-    let store = SqliteStore::connect(&file).await.expect("open");
+    let store = settings(SqliteStore::builder(&file))
+        .connect()
+        .await
+        .expect("open");
     (dir, file, store)
 }
 
