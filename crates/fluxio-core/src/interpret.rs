@@ -203,18 +203,6 @@ impl Durable<'_> {
             last.attempt,
         )
     }
-
-    /// The checkpoint of `last` again, with the finished branches `records`.
-    fn block_checkpoint(
-        &self,
-        program: &Program,
-        last: &Last,
-        records: &[BranchRecord],
-    ) -> Checkpoint {
-        let mut cp = self.at_last(program, last, RunStatus::Running, None);
-        cp.branches = records.to_vec();
-        cp
-    }
 }
 
 /// The top-level frame of a durable run, which alone runs sleeps and waits
@@ -502,7 +490,11 @@ impl Top<'_> {
                     Box::pin(save(
                         program,
                         d,
-                        d.block_checkpoint(program, last, &held),
+                        // the checkpoint of `last` again, with the finished branches
+                        Checkpoint {
+                            branches: held.to_vec(),
+                            ..d.at_last(program, last, RunStatus::Running, None)
+                        },
                         Lineage::NONE,
                         Write::Step,
                     ))
