@@ -77,14 +77,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
 use crate::pipeline::{Claim, Pipeline, Recovered};
 use crate::store::{
-    Checkpoint, CheckpointStore, DueFilter, DueRun, RunEventKind, RunFilter, RunState, RunStatus,
-    RunSummary,
+    Checkpoint, CheckpointStore, Claimed, DueFilter, DueRun, Lease, MAX_LIST_LIMIT, RunEventKind,
+    RunFilter, RunState, RunStatus, RunSummary,
 };
 
 /// When a worker resumes a run, and when it gives up on one.
@@ -400,6 +400,7 @@ impl RecoveryWorkerBuilder {
                 policy: self.policy,
                 interval: self.interval,
                 page: self.page,
+                due_page: self.concurrency.saturating_mul(4).clamp(16, MAX_LIST_LIMIT),
                 due_poll: self.due_poll,
                 permits: Arc::new(Semaphore::new(self.concurrency)),
                 on_event: self.on_event,
@@ -432,6 +433,8 @@ struct Inner {
     policy: RecoveryPolicy,
     interval: Duration,
     page: usize,
+    /// How many due runs a poll reads: four per slot of `concurrency`.
+    due_page: usize,
     due_poll: Duration,
     permits: Arc<Semaphore>,
     on_event: Option<EventSink>,
@@ -587,39 +590,52 @@ impl RecoveryWorker {
         })
     }
 
-    /// Each store of the worker's pipelines once, with the clock of its
-    /// first pipeline and the names of the pipelines on it.
+    /// Each store of the worker's pipelines once.
     fn stores(&self) -> Vec<Arc<dyn CheckpointStore>> {
-        self.store_groups().into_iter().map(|(s, _, _)| s).collect()
+        self.store_groups().into_iter().map(|g| g.store).collect()
     }
 
-    fn store_groups(&self) -> Vec<(Arc<dyn CheckpointStore>, crate::clock::Clock, Vec<String>)> {
-        let mut groups: Vec<(Arc<dyn CheckpointStore>, crate::clock::Clock, Vec<String>)> =
-            Vec::new();
+    /// The worker's pipelines by store: each store once, with the clock
+    /// and lease time-to-live of its first pipeline, and the names and
+    /// versions of the pipelines on it.
+    fn store_groups(&self) -> Vec<Group> {
+        let mut groups: Vec<Group> = Vec::new();
         for p in &self.inner.pipelines {
             let Some(store) = p.store() else { continue };
             let same = |s: &Arc<dyn CheckpointStore>| {
                 std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(store))
             };
-            match groups.iter_mut().find(|(s, _, _)| same(s)) {
-                Some((_, _, names)) => {
-                    if !names.iter().any(|n| n == p.name()) {
-                        names.push(p.name().to_owned());
-                    }
+            let group = match groups.iter_mut().position(|g| same(&g.store)) {
+                Some(i) => &mut groups[i],
+                None => {
+                    groups.push(Group {
+                        store: Arc::clone(store),
+                        clock: p.clock().clone(),
+                        ttl: p.lease_ttl(),
+                        names: Vec::new(),
+                        versions: Vec::new(),
+                    });
+                    groups
+                        .last_mut()
+                        .unwrap_or_else(|| unreachable!("just pushed"))
                 }
-                None => groups.push((
-                    Arc::clone(store),
-                    p.clock().clone(),
-                    vec![p.name().to_owned()],
-                )),
+            };
+            if !group.names.iter().any(|n| n == p.name()) {
+                group.names.push(p.name().to_owned());
+            }
+            for version in p.versions() {
+                if !group.versions.iter().any(|v| v == version) {
+                    group.versions.push(version.to_owned());
+                }
             }
         }
         groups
     }
 
-    /// Continues the runs due now on every store (rule 27), a bounded
-    /// number at once, and returns when the earliest run not yet due is
-    /// due (within the next poll), so the caller can sleep until then.
+    /// Continues the runs due now on every store (rule 27), claiming as
+    /// many at once as the worker has free slots, and returns when the
+    /// earliest run not yet due is due (within the next poll), so the
+    /// caller can sleep until then.
     async fn wake_due(
         &self,
         sweep: &mut Sweep,
@@ -628,42 +644,63 @@ impl RecoveryWorker {
     ) -> Option<tokio::time::Instant> {
         let mut next: Option<u64> = None;
         let mut earliest_now = u64::MAX;
-        for (store, clock, names) in self.store_groups() {
-            let now = match clock.now_ms(Some(store.as_ref())).await {
+        for group in self.store_groups() {
+            let store = group.store.as_ref();
+            let failed = |e: Error| {
+                self.emit(&RecoveryEvent::StoreFailed {
+                    pipeline: group.names.join(","),
+                    error: Arc::new(e),
+                });
+            };
+            let now = match group.clock.now_ms(Some(store)).await {
                 Ok(now) => now,
                 Err(e) => {
-                    self.emit(&RecoveryEvent::StoreFailed {
-                        pipeline: names.join(","),
-                        error: Arc::new(e),
-                    });
-                    continue;
-                }
-            };
-            let ahead = crate::clock::after(now, self.inner.due_poll);
-            let mut filter = DueFilter::new(ahead).limit(self.inner.page);
-            filter.pipelines = names.clone();
-            let due = match store.due_runs(&filter).await {
-                Ok(due) => due,
-                // a store with the four required methods keeps no index
-                Err(Error::Unsupported { .. }) => continue,
-                Err(e) => {
-                    self.emit(&RecoveryEvent::StoreFailed {
-                        pipeline: names.join(","),
-                        error: Arc::new(e),
-                    });
+                    failed(e);
                     continue;
                 }
             };
             earliest_now = earliest_now.min(now);
-            for run in due {
-                if *stop.borrow() {
-                    return None;
+            let mut filter = DueFilter::new(now);
+            filter.pipelines.clone_from(&group.names);
+            filter.versions.clone_from(&group.versions);
+            // claim while runs are due and the worker has room
+            loop {
+                let mut permits = self.free_slots(stop).await?;
+                let room = permits.num_permits();
+                let claimed = match store
+                    .claim_due(&filter.clone().limit(room), group.ttl)
+                    .await
+                {
+                    Ok(claimed) => claimed,
+                    // a store with the four required methods keeps no index
+                    Err(Error::Unsupported { .. }) => break,
+                    Err(e) => {
+                        failed(e);
+                        break;
+                    }
+                };
+                let full = claimed.len() >= room;
+                for claim in claimed {
+                    let Some(permit) = permits.split(1) else {
+                        break;
+                    };
+                    self.continue_claimed(&group.store, claim, (now, permit), sweep, tasks);
                 }
-                if run.due_ms > now {
-                    next = Some(next.map_or(run.due_ms, |n| n.min(run.due_ms)));
-                    continue;
+                if !full || *stop.borrow() {
+                    break;
                 }
-                self.consider_due(run, now, sweep, tasks, stop).await;
+            }
+            // when the next run is due
+            let ahead = crate::clock::after(now, self.inner.due_poll);
+            filter.before_ms = ahead;
+            match store.due_runs(&filter.limit(1)).await {
+                Ok(due) => {
+                    if let Some(at) = due.first().map(|run| run.due_ms) {
+                        next = Some(next.map_or(at, |n| n.min(at)));
+                    }
+                }
+                Err(Error::Unsupported { .. }) => {}
+                Err(e) => failed(e),
             }
         }
         // the wall clock's instant of the earliest due next (a manual
@@ -674,28 +711,59 @@ impl RecoveryWorker {
         })
     }
 
-    /// Starts continuing the due run `run` (due at `now` or before), if a
-    /// pipeline of the worker holds its version and no task of this worker
-    /// has it already.
-    async fn consider_due(
+    /// The worker's free slots, at least one (waiting for one while all
+    /// are taken) and at most a page's worth; `None` once `stop`.
+    async fn free_slots(&self, stop: &watch::Receiver<bool>) -> Option<OwnedSemaphorePermit> {
+        let permits = &self.inner.permits;
+        let mut stop = stop.clone();
+        let mut first = tokio::select! {
+            permit = Arc::clone(permits).acquire_owned() => permit.ok()?,
+            _ = stop.wait_for(|stopped| *stopped) => return None,
+        };
+        let more = permits
+            .available_permits()
+            .min(self.inner.due_page.saturating_sub(1));
+        if more > 0 {
+            if let Ok(extra) = Arc::clone(permits).try_acquire_many_owned(more as u32) {
+                first.merge(extra);
+            }
+        }
+        Some(first)
+    }
+
+    /// Continues the due run `claim` (due at `now` or before), claimed
+    /// with its lease, holding `permit` until it ends.
+    fn continue_claimed(
         &self,
-        run: DueRun,
-        now: u64,
+        store: &Arc<dyn CheckpointStore>,
+        claim: Claimed,
+        (now, permit): (u64, OwnedSemaphorePermit),
         sweep: &mut Sweep,
         tasks: &mut JoinSet<Outcome>,
-        stop: &watch::Receiver<bool>,
     ) {
+        let Claimed { run, lease } = claim;
         let Some(pipeline) = self.held(&run.key, &run.pipeline, &run.version, sweep) else {
+            // claimed by the versions held, so not here; the lease goes
+            // back all the same
+            let store = Arc::clone(store);
+            tasks.spawn(async move {
+                if let Err(e) = store.release_lease(lease).await {
+                    tracing::warn!(error = %e, "giving back a claimed lease failed");
+                }
+                drop(permit);
+                Outcome::Left
+            });
             return;
         };
-        if !lock(&self.inner.in_flight).insert(run.key.clone()) {
-            return;
-        }
-        let (worker, pipeline, key) = (self.clone(), pipeline.clone(), run.key.clone());
-        let task = async move { worker.wake(&pipeline, &run, now).await };
-        if self.start(&key, stop, tasks, task).await {
-            sweep.woken += 1;
-        }
+        lock(&self.inner.in_flight).insert(run.key.clone());
+        sweep.woken += 1;
+        let (worker, pipeline) = (self.clone(), pipeline.clone());
+        tasks.spawn(async move {
+            let outcome = worker.wake(&pipeline, &run, lease, now).await;
+            lock(&worker.inner.in_flight).remove(&run.key);
+            drop(permit);
+            outcome
+        });
     }
 
     /// The worker's pipeline for run `key` of `pipeline` at `version`;
@@ -754,9 +822,9 @@ impl RecoveryWorker {
     /// Claims the due run `run` through its lease and continues it, if it
     /// is still parked and due at `now` (another worker may have continued
     /// it since it was listed).
-    async fn wake(&self, pipeline: &Pipeline, run: &DueRun, now: u64) -> Outcome {
+    async fn wake(&self, pipeline: &Pipeline, run: &DueRun, lease: Lease, now: u64) -> Outcome {
         let claimed = pipeline
-            .recover(&run.run_id, |cp| match (&cp.status, &cp.pending) {
+            .recover_claimed(&run.run_id, lease, |cp| match (&cp.status, &cp.pending) {
                 (RunStatus::Sleeping, Some(p)) if p.until_ms.is_some_and(|at| at <= now) => {
                     Claim::Resume
                 }
@@ -796,6 +864,7 @@ impl RecoveryWorker {
         stop: &watch::Receiver<bool>,
     ) -> Result<Sweep> {
         let mut sweep = Sweep::default();
+        self.report_unheld_due(&mut sweep).await;
         let mut names: Vec<&str> = self.inner.pipelines.iter().map(Pipeline::name).collect();
         names.dedup();
         names.sort_unstable();
@@ -846,6 +915,29 @@ impl RecoveryWorker {
             }
         }
         Ok(sweep)
+    }
+
+    /// Reports the due runs of the worker's pipelines written by versions
+    /// it does not hold ([`RecoveryEvent::NotHeld`]): the worker claims
+    /// only the runs it can continue, so after a deploy that dropped a
+    /// version its parked runs would otherwise stay parked unsaid.
+    async fn report_unheld_due(&self, sweep: &mut Sweep) {
+        for group in self.store_groups() {
+            let store = group.store.as_ref();
+            let Ok(now) = group.clock.now_ms(Some(store)).await else {
+                continue;
+            };
+            let mut filter = DueFilter::new(now).limit(self.inner.page);
+            filter.pipelines = group.names;
+            let Ok(due) = store.due_runs(&filter).await else {
+                continue;
+            };
+            for run in due {
+                if !group.versions.contains(&run.version) {
+                    self.held(&run.key, &run.pipeline, &run.version, sweep);
+                }
+            }
+        }
     }
 
     /// Starts recovering `run` if it is due and held.
@@ -962,6 +1054,15 @@ impl RecoveryWorker {
             }
         }
     }
+}
+
+/// The worker's pipelines on one store ([`RecoveryWorker::store_groups`]).
+struct Group {
+    store: Arc<dyn CheckpointStore>,
+    clock: crate::clock::Clock,
+    ttl: Duration,
+    names: Vec<String>,
+    versions: Vec<String>,
 }
 
 fn count(sweep: &mut Sweep, outcome: Outcome) {

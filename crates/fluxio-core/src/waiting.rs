@@ -149,31 +149,46 @@ impl Sleep {
     }
 }
 
-/// Checks a payload against a wait's type.
-type CheckFn = fn(&Payload) -> Result<()>;
+/// The type a wait reads its payload as: its name, and the check that a
+/// payload reads as it.
+#[derive(Clone, Copy)]
+pub(crate) struct PayloadType {
+    pub(crate) name: &'static str,
+    check: fn(&Payload) -> Result<()>,
+}
 
-fn check_as<T: DeserializeOwned>(payload: &Payload) -> Result<()> {
-    payload.deserialize::<T>().map(|_| ())
+impl fmt::Debug for PayloadType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl PayloadType {
+    fn of<T: DeserializeOwned + 'static>() -> Self {
+        PayloadType {
+            name: std::any::type_name::<T>(),
+            check: |payload| payload.deserialize::<T>().map(|_| ()),
+        }
+    }
+
+    /// Why `payload` is refused (it does not read as this type), or `None`.
+    pub(crate) fn refusal(&self, payload: &Payload) -> Option<String> {
+        let e = (self.check)(payload).err()?;
+        let why = match e {
+            Error::WrongType { found, source, .. } => format!("it holds {found}: {source}"),
+            e => e.message_with_causes(),
+        };
+        Some(format!("its payload is not a {}: {why}", self.name))
+    }
 }
 
 /// One name a [`Wait`] waits for.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct Slot {
     pub(crate) name: String,
     /// The context key its payload is written to.
     pub(crate) key: String,
-    pub(crate) type_name: &'static str,
-    pub(crate) check: CheckFn,
-}
-
-impl fmt::Debug for Slot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Slot")
-            .field("name", &self.name)
-            .field("key", &self.key)
-            .field("type_name", &self.type_name)
-            .finish()
-    }
+    pub(crate) payload: PayloadType,
 }
 
 /// What a wait does when its deadline passes without a signal.
@@ -228,8 +243,7 @@ impl Wait {
             slots: vec![Slot {
                 key: name.clone(),
                 name,
-                type_name: std::any::type_name::<T>(),
-                check: check_as::<T>,
+                payload: PayloadType::of::<T>(),
             }],
             deadline: None,
             timeout: None,
@@ -305,7 +319,7 @@ impl Wait {
         let waits = self
             .slots
             .iter()
-            .map(|s| WaitName::new(s.name.clone(), s.type_name))
+            .map(|s| WaitName::new(s.name.clone(), s.payload.name))
             .collect();
         Pending::wait(waits, until_ms)
     }
@@ -321,7 +335,7 @@ impl Wait {
         let slots: Vec<String> = self
             .slots
             .iter()
-            .map(|s| format!("{:?}: {} -> {:?}", s.name, s.type_name, s.key))
+            .map(|s| format!("{:?}: {} -> {:?}", s.name, s.payload.name, s.key))
             .collect();
         let deadline = self
             .deadline

@@ -248,6 +248,8 @@ fn wait_statements(names: &Names) -> WaitStatements {
     // no wake-ups: the workers poll
     WaitStatements::new::<MySql>(WaitNames {
         lease_free: LeaseFree::AntiJoin,
+        // MariaDB 10.6 and later, MySQL 8
+        claim_lock: " FOR UPDATE SKIP LOCKED",
         ..WaitNames::millis((&cp, &leases, &signals), NOW)
     })
 }

@@ -32,6 +32,7 @@ pub(crate) mod op {
     pub(crate) const TAKE_SIGNAL: &str = "take_signal";
     pub(crate) const SIGNALS: &str = "signals";
     pub(crate) const DUE_RUNS: &str = "due_runs";
+    pub(crate) const CLAIM_DUE: &str = "claim_due";
     pub(crate) const CLOCK: &str = "clock_ms";
     pub(crate) const WATCH: &str = "watch";
 }

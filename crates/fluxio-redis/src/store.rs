@@ -10,9 +10,9 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, CheckpointStore, Decision, Delivery, DueFilter, DueRun, Lease,
-    RedactedUrl, RunEvents, RunFilter, RunPage, RunStatus, Signal, Take, cancelled_checkpoint,
-    check_lease_ttl, missing_predecessor,
+    Begin, Begun, Checkpoint, CheckpointStore, Claimed, Decision, Delivery, DueFilter, DueRun,
+    Lease, RedactedUrl, RunEvents, RunFilter, RunPage, RunStatus, Signal, Take,
+    cancelled_checkpoint, check_lease_ttl, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
 use redis::ScriptInvocation;
@@ -928,6 +928,12 @@ impl CheckpointStore for RedisStore {
     /// runs whose lease is held.
     async fn due_runs(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
         self.due(filter).await
+    }
+
+    /// The `DUE` script taking the leases of what it finds, per bucket
+    /// until the limit is claimed (one script on a single server).
+    async fn claim_due(&self, filter: &DueFilter, ttl: Duration) -> Result<Vec<Claimed>> {
+        self.claim(filter, ttl).await
     }
 
     /// `TIME`, in milliseconds (on a cluster, any node's).

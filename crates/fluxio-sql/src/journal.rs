@@ -9,15 +9,15 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, Decision, Delivery, DueFilter, DueRun, Lease, RunEventKind,
+    Begin, Begun, Checkpoint, Claimed, Decision, Delivery, DueFilter, DueRun, Lease, RunEventKind,
     RunStatus, Signal, Take, cancelled_checkpoint, cut_point, decide, deliver, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
 use crate::waits::{
-    self, Entry, WaitStatements, due_run, due_statement, due_value, entry, event_payload, int,
-    restated, signal_of,
+    self, Entry, WaitStatements, claim_statement, due_run, due_statement, due_value, entry,
+    event_payload, int, restated, signal_of,
 };
 use crate::{
     CANCELLED, Dialect, Failure, Retention, RunStatements, Statements, Step, event_of, latest,
@@ -734,6 +734,35 @@ where
         Ok(rows.into_iter().map(due_run).collect())
     }
 
+    /// Claims the runs due as `filter` says in the caller's transaction,
+    /// as `CheckpointStore::claim_due` does: the due rows read and locked
+    /// ([`claim_statement`]: another claim skips them), then each one's
+    /// lease taken for `ttl` ([`acquire`](Self::acquire)); a run whose
+    /// lease was taken since it was read (by a caller that does not claim)
+    /// is left out. The caller commits.
+    ///
+    /// # Errors
+    /// The driver's; `InvalidSetting` for a limit out of range.
+    pub async fn claim_due(
+        conn: &mut DB::Connection,
+        (waits, run): (&WaitStatements, &RunStatements),
+        filter: &DueFilter,
+        ttl: Duration,
+    ) -> std::result::Result<Vec<Claimed>, Failure> {
+        let (text, arguments) = claim_statement::<D>(waits, filter)?.into_parts::<DB>()?;
+        let rows: Vec<(String, String, i64)> = sqlx::query_as_with(&text, arguments)
+            .fetch_all(&mut *conn)
+            .await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for due in rows.into_iter().map(due_run) {
+            if let Some(token) = Self::acquire(conn, run, &due.key, ttl).await? {
+                let lease = Self::leased(&due.key, Some(token))?;
+                claimed.push(Claimed::new(due, lease));
+            }
+        }
+        Ok(claimed)
+    }
+
     /// Stores `signal` in the mailbox of run `key` in the caller's
     /// transaction, as `CheckpointStore::send_signal` does: the run's row
     /// read first, locked as its fenced writes and cancels lock it, so that
@@ -761,13 +790,7 @@ where
             return Ok(answer);
         }
         Self::insert_signal(conn, sql, key, signal).await?;
-        let due = stored.is_some_and(|cp| {
-            cp.status == RunStatus::Waiting
-                && cp
-                    .pending
-                    .as_ref()
-                    .is_some_and(|p| p.waits_for(&signal.name))
-        });
+        let due = stored.is_some_and(|cp| cp.waits_for(&signal.name));
         if due {
             sqlx::query(&sql.waits.due_now)
                 .bind(key)

@@ -23,8 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, Decision, Delivery, DueFilter, DueRun, Lease, RedactedUrl, RunEvent,
-    RunEvents, RunFilter, RunPage, Signal, StoreErrorKind, Take, check_lease_ttl, check_run_id,
+    Begin, Begun, Checkpoint, Claimed, Decision, Delivery, DueFilter, DueRun, Lease, RedactedUrl,
+    RunEvent, RunEvents, RunFilter, RunPage, Signal, StoreErrorKind, Take, check_lease_ttl,
+    check_run_id,
 };
 use fluxio_core::{Error, Result};
 use sqlx::error::DatabaseError;
@@ -972,6 +973,25 @@ where
     pub async fn due_runs(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
         self.call("due_runs", Retry::Once, |mut conn| async move {
             Journal::<S>::due_runs(&mut conn, &self.sql.journal.waits, filter).await
+        })
+        .await
+    }
+
+    /// One transaction: the due rows read and locked (`SKIP LOCKED`:
+    /// workers claiming at once take different runs), and each one's lease
+    /// taken ([`claim_due`](Journal::claim_due)). Never sent twice: a
+    /// claim whose reply was lost leaves its leases to lapse.
+    ///
+    /// # Errors
+    /// A limit or ttl out of range; the driver's.
+    pub async fn claim_due(&self, filter: &DueFilter, ttl: Duration) -> Result<Vec<Claimed>> {
+        check_lease_ttl(ttl)?;
+        self.call("claim_due", Retry::Never, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            let sql = (&self.sql.journal.waits, &self.sql.run);
+            let claimed = Journal::<S>::claim_due(&mut tx, sql, filter, ttl).await?;
+            tx.commit().await?;
+            Ok(claimed)
         })
         .await
     }

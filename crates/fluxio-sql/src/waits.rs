@@ -51,6 +51,11 @@ pub struct WaitNames<'a> {
     /// without statistics, it prefers the pipeline's index, whose range is
     /// every run of the pipeline).
     pub due_hint: &'a str,
+    /// What ends the due runs' statement when a worker claims them, so
+    /// that workers claiming at once take different rows: Postgres'
+    /// `FOR UPDATE OF c SKIP LOCKED`, MySQL's `FOR UPDATE SKIP LOCKED`;
+    /// empty where one writer at a time claims (SQLite).
+    pub claim_lock: &'a str,
     /// How the store tells its watchers inside a transaction; `None` where
     /// it does not (its watchers poll, or are told in process).
     pub notify: Option<Notify>,
@@ -77,6 +82,7 @@ impl<'a> WaitNames<'a> {
             now_ms,
             lease_free: LeaseFree::NotExists,
             due_hint: "",
+            claim_lock: "",
             notify: None,
         }
     }
@@ -141,6 +147,9 @@ pub struct WaitStatements {
     pub due_select: String,
     /// The key of `c` in key order, for `ORDER BY`.
     pub key_order: String,
+    /// What ends the due runs' statement when they are claimed
+    /// ([`WaitNames::claim_lock`]).
+    pub claim_lock: String,
     /// How the store tells its watchers, if it does in its transactions.
     pub notify: Option<Notify>,
 }
@@ -158,6 +167,7 @@ impl WaitStatements {
             now_ms,
             lease_free,
             due_hint,
+            claim_lock,
             notify,
         } = names;
         let [p1, p2, p3, p4, p5, p6] = [1, 2, 3, 4, 5, 6].map(D::param);
@@ -193,6 +203,7 @@ impl WaitStatements {
                 ),
             },
             key_order: key_order.to_owned(),
+            claim_lock: claim_lock.to_owned(),
             notify,
         }
     }
@@ -216,15 +227,43 @@ pub fn due_statement<D: Dialect>(
     sql: &WaitStatements,
     filter: &DueFilter,
 ) -> Result<Statement<D::Time>> {
+    due_rows::<D>(sql, filter, "")
+}
+
+/// The [due runs' statement](due_statement) of a claim: its rows locked
+/// with [`WaitStatements::claim_lock`] (skipping the rows another claim
+/// holds).
+///
+/// # Errors
+/// As [`due_statement`].
+#[doc(hidden)]
+pub(crate) fn claim_statement<D: Dialect>(
+    sql: &WaitStatements,
+    filter: &DueFilter,
+) -> Result<Statement<D::Time>> {
+    due_rows::<D>(sql, filter, &sql.claim_lock)
+}
+
+fn due_rows<D: Dialect>(
+    sql: &WaitStatements,
+    filter: &DueFilter,
+    lock: &str,
+) -> Result<Statement<D::Time>> {
     let limit = RunFilter::new().limit(filter.limit).page_size()?;
     let mut args = vec![Arg::Count(int(filter.before_ms))];
     let mut text = format!("{} AND c.due_at <= {}", sql.due_select, D::param(1));
-    if !filter.pipelines.is_empty() {
-        let params: Vec<String> = (0..filter.pipelines.len())
+    for (column, values) in [
+        ("c.pipeline", &filter.pipelines),
+        ("c.version", &filter.versions),
+    ] {
+        if values.is_empty() {
+            continue;
+        }
+        let params: Vec<String> = (0..values.len())
             .map(|i| D::param(args.len() + 1 + i))
             .collect();
-        text.push_str(&format!(" AND c.pipeline IN ({})", params.join(", ")));
-        args.extend(filter.pipelines.iter().cloned().map(Arg::Text));
+        text.push_str(&format!(" AND {column} IN ({})", params.join(", ")));
+        args.extend(values.iter().cloned().map(Arg::Text));
     }
     text.push_str(&format!(
         " ORDER BY c.due_at, {} LIMIT {}",
@@ -232,6 +271,7 @@ pub fn due_statement<D: Dialect>(
         D::param(args.len() + 1)
     ));
     args.push(Arg::Count(int(limit as u64)));
+    text.push_str(lock);
     Ok(Statement { text, args })
 }
 

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, CheckpointStore, Decision, Delivery, DueFilter, DueRun, Lease,
-    RunEvent, RunEventKind, RunEvents, RunFilter, RunPage, RunStatus, Signal, Take,
+    Begin, Begun, Checkpoint, CheckpointStore, Claimed, Decision, Delivery, DueFilter, DueRun,
+    Lease, RunEvent, RunEventKind, RunEvents, RunFilter, RunPage, RunStatus, Signal, Take,
     check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
@@ -752,6 +752,12 @@ impl CheckpointStore for SqliteStore {
     /// `(due_at, run_id)` index of schema version 5.
     async fn due_runs(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
         self.due(filter).await
+    }
+
+    /// One write of a group commit: the due rows read and each one's lease
+    /// taken.
+    async fn claim_due(&self, filter: &DueFilter, ttl: Duration) -> Result<Vec<Claimed>> {
+        self.claim(filter, ttl).await
     }
 
     /// SQLite's clock (every process on the host reads the same one).

@@ -3,9 +3,11 @@
 //! group commit, the due runs and the mailbox read on a reading
 //! connection, SQLite's clock, and the store's wake-ups, told in process.
 
+use std::time::Duration;
+
 use fluxio_core::store::{
-    Decision, Delivery, DueFilter, DueRun, Lease, RunEvent, RunEventKind, RunEvents, RunStatus,
-    Signal, Take, check_run_id,
+    Claimed, Decision, Delivery, DueFilter, DueRun, Lease, RunEvent, RunEventKind, RunEvents,
+    RunStatus, Signal, Take, check_run_id,
 };
 use fluxio_core::{Error, Result};
 
@@ -76,6 +78,22 @@ impl SqliteStore {
         self.timed("due_runs", async {
             let mut conn = inner.reader.acquire().await?;
             Journal::due_runs(&mut conn, &inner.sql.journal.waits, filter).await
+        })
+        .await
+    }
+
+    /// [`claim_due`](fluxio_core::store::CheckpointStore::claim_due): one
+    /// write of a group commit (in a savepoint of its own), under the
+    /// file's write lock: the due rows read and each one's lease taken, so
+    /// claims of every process take turns and never take one run twice.
+    pub(crate) async fn claim(&self, filter: &DueFilter, ttl: Duration) -> Result<Vec<Claimed>> {
+        fluxio_core::store::check_lease_ttl(ttl)?;
+        let filter = filter.clone();
+        self.write("claim_due", true, move |conn, inner| {
+            Box::pin(async move {
+                let sql = (&inner.sql.journal.waits, &inner.sql.run);
+                Journal::claim_due(conn, sql, &filter, ttl).await
+            })
         })
         .await
     }

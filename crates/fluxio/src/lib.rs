@@ -211,7 +211,7 @@ pub use fluxio_core::{
 /// conformance suite) is in [`backend`](store::backend).
 pub mod store {
     pub use fluxio_core::store::{
-        BranchRecord, Change, Checkpoint, CheckpointStore, Delivery, DueFilter, DueRun,
+        BranchRecord, Change, Checkpoint, CheckpointStore, Claimed, Delivery, DueFilter, DueRun,
         InMemoryStore, Lease, MAX_LEASE_TTL, MAX_LIST_LIMIT, MAX_PAYLOAD, MAX_RUN_ID_LEN,
         MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS, MAX_WAIT_NAME_LEN, MIN_LEASE_TTL, Payload, Pending,
         RunFilter, RunPage, RunState, RunStatus, RunSummary, Signal, SignalState, StoreErrorKind,

@@ -115,5 +115,7 @@ mod four_methods {
         rule26_a_waiting_run_continues_with_its_signal_or_its_timeout,
         rule27_a_waiting_run_is_due_when_signalled_or_past_its_deadline,
         rule27_racing_workers_continue_each_due_run_once,
+        rule27_a_claim_takes_each_due_run_once,
+        rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker,
     );
 }

@@ -108,6 +108,29 @@ impl Ownership {
         Ok(Self::held(store, lease, ttl, tracker, ticket))
     }
 
+    /// Holds `lease`, which the caller took already, for a run of the
+    /// pipeline whose leases `tracker` counts.
+    ///
+    /// # Errors
+    /// [`Error::ShutDown`] when the pipeline was shut down: the lease is
+    /// given back first.
+    pub(crate) async fn adopt(
+        store: &Arc<dyn CheckpointStore>,
+        lease: Lease,
+        ttl: Duration,
+        tracker: &LeaseTracker,
+    ) -> Result<Self> {
+        match tracker.enter(lease.run_id()) {
+            Ok(ticket) => Ok(Self::held(store, lease, ttl, tracker, ticket)),
+            Err(e) => {
+                if let Err(released) = store.release_lease(lease).await {
+                    tracing::warn!(error = %released, "giving back a claimed lease failed");
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Takes the run id of `first` and writes `first`, the run's first
     /// checkpoint, in one call ([`CheckpointStore::begin_run`]); with
     /// [`Begin::IfAbsent`] the second value says whether it was written

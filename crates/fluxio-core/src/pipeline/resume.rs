@@ -358,29 +358,70 @@ impl Pipeline {
     ) -> Result<Recovered> {
         let (key, store, span) = self.durable_run("recover", run_id, true)?;
         async {
-            self.with_lease(store, &key, async |owner| {
-                let Some(cp) = store.load(&key).await? else {
-                    return Ok(Recovered::Left);
-                };
-                match decide(&cp) {
-                    Claim::Leave => Ok(Recovered::Left),
-                    Claim::GiveUp => {
-                        let marked =
-                            crate::store::mark_needs_attention(store.as_ref(), cp, owner.lease())
-                                .await?;
-                        Ok(Recovered::GaveUp(Box::new(marked)))
-                    }
-                    Claim::Resume => {
-                        let r = Resuming::of(store, owner, run_id);
-                        let result = self.resume_stored(r, cp).await;
-                        Ok(Recovered::Resumed(result))
-                    }
-                }
-            })
-            .await
+            let owner = self.take_lease(store, &key).await?;
+            self.recover_owned(store, owner, run_id, decide).await
         }
         .instrument(span)
         .await
+    }
+
+    /// [`recover`](Self::recover) of a run whose lease `lease` the caller
+    /// claimed already ([`CheckpointStore::claim_due`]); the lease is given
+    /// back when recovery ends, or at once when the pipeline is shut down.
+    pub(crate) async fn recover_claimed(
+        &self,
+        run_id: &str,
+        lease: crate::store::Lease,
+        decide: impl FnOnce(&Checkpoint) -> Claim,
+    ) -> Result<Recovered> {
+        let (_, store, span) = self.durable_run("recover", run_id, true)?;
+        async {
+            let owner = self.adopt_lease(store, lease).await?;
+            self.recover_owned(store, owner, run_id, decide).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Recovery's body, holding the run's lease as `owner`: the latest
+    /// checkpoint loaded and `decide`d.
+    async fn recover_owned(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: Ownership,
+        run_id: &str,
+        decide: impl FnOnce(&Checkpoint) -> Claim,
+    ) -> Result<Recovered> {
+        let key = owner.lease().run_id().to_owned();
+        let result = async {
+            let Some(cp) = store.load(&key).await? else {
+                return Ok(Recovered::Left);
+            };
+            match decide(&cp) {
+                Claim::Leave => Ok(Recovered::Left),
+                Claim::GiveUp => {
+                    let marked =
+                        crate::store::mark_needs_attention(store.as_ref(), cp, owner.lease())
+                            .await?;
+                    Ok(Recovered::GaveUp(Box::new(marked)))
+                }
+                Claim::Resume => {
+                    let r = Resuming::of(store, &owner, run_id);
+                    let result = self.resume_stored(r, cp).await;
+                    Ok(Recovered::Resumed(result))
+                }
+            }
+        }
+        .await;
+        owner.release().await;
+        result
+    }
+
+    /// The versions whose runs this pipeline continues: its own, then the
+    /// ones it holds.
+    pub(crate) fn versions(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.inner.version.as_str())
+            .chain(self.inner.held.iter().map(|p| p.inner.version.as_str()))
     }
 
     /// Whether this pipeline (or a version it holds) continues runs that

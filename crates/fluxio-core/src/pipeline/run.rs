@@ -403,6 +403,29 @@ impl Pipeline {
         .await
     }
 
+    /// Holds `lease`, taken by the caller ([`CheckpointStore::claim_due`]),
+    /// for a run of this pipeline, renewing it as [`take_lease`](Self::take_lease)'s.
+    /// Once the pipeline is shut down the lease is given back and
+    /// [`ShutDown`](crate::Error::ShutDown) returned.
+    pub(super) async fn adopt_lease(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        lease: crate::store::Lease,
+    ) -> Result<Ownership> {
+        Ownership::adopt(
+            store,
+            lease,
+            self.inner.settings.lease_ttl,
+            &self.inner.leases,
+        )
+        .await
+    }
+
+    /// The time-to-live of this pipeline's leases.
+    pub(crate) fn lease_ttl(&self) -> std::time::Duration {
+        self.inner.settings.lease_ttl
+    }
+
     /// The interpreter's durable side of a run of `key` under `owner`'s
     /// lease: where it checkpoints, how (and, for `Async`, its writer), and
     /// the journal `tail` it continues.

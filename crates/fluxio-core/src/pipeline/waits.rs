@@ -81,15 +81,11 @@ impl Pipeline {
         let key = self.key(run_id)?;
         let store = self.require_store("signal")?;
         let slot = self.wait_slot(&key, wait)?;
-        if let Err(e) = (slot.check)(&payload) {
+        if let Some(reason) = slot.payload.refusal(&payload) {
             return Err(Error::SignalRefused {
                 run_id: key.to_string(),
                 wait: wait.to_owned(),
-                reason: format!(
-                    "its payload is not a {}: {}",
-                    slot.type_name,
-                    e.message_with_causes()
-                ),
+                reason,
             });
         }
         let signal = Signal::new(wait, payload, sender)?;

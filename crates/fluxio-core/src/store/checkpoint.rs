@@ -366,6 +366,15 @@ impl Checkpoint {
         self.status == RunStatus::Failed
     }
 
+    /// Whether the run waits (`status` is [`RunStatus::Waiting`]) for a
+    /// signal named `name`: a signal for it makes the run due at once
+    /// (contract rule 27).
+    #[must_use]
+    pub fn waits_for(&self, name: &str) -> bool {
+        self.status == RunStatus::Waiting
+            && self.pending.as_ref().is_some_and(|p| p.waits_for(name))
+    }
+
     /// Whether the run was cancelled (`status` is [`RunStatus::Cancelled`]).
     #[must_use]
     pub fn is_cancelled(&self) -> bool {

@@ -398,13 +398,7 @@ impl CheckpointStore for InMemoryStore {
             if let Some(answer) = super::deliver(key, stored, mailbox, &signal)? {
                 return Ok(answer);
             }
-            let due = stored.is_some_and(|cp| {
-                cp.status == RunStatus::Waiting
-                    && cp
-                        .pending
-                        .as_ref()
-                        .is_some_and(|p| p.waits_for(&signal.name))
-            });
+            let due = stored.is_some_and(|cp| cp.waits_for(&signal.name));
             mailboxes.entry(key.to_owned()).or_default().push(signal);
             due
         };
@@ -456,7 +450,8 @@ impl CheckpointStore for InMemoryStore {
                 let mailbox = mailboxes.get(key).map_or(&[][..], Vec::as_slice);
                 let at = cp.pending.as_ref()?.due_ms(mailbox)?;
                 let held = leases.get(key).is_some_and(|l| l.held_at(now));
-                (!held && filter.matches(&cp.pipeline, at)).then(|| DueRun::of(key, cp, at))
+                (!held && filter.matches(&cp.pipeline, &cp.version, at))
+                    .then(|| DueRun::of(key, cp, at))
             })
             .collect();
         due.sort_by(|a, b| (a.due_ms, &a.key).cmp(&(b.due_ms, &b.key)));

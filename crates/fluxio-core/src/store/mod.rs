@@ -97,9 +97,9 @@ pub(crate) use retry::mark_needs_attention;
 pub(crate) use retry::woken;
 pub use retry::{retry_run, wake_run};
 pub use waits::{
-    Decision, Delivery, DueFilter, DueRun, MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS, MAX_WAIT_NAME_LEN,
-    Payload, Pending, RunEvent, RunEventKind, RunEvents, Signal, SignalState, Take, WaitName,
-    check_wait_name, decide, deliver,
+    Claimed, Decision, Delivery, DueFilter, DueRun, MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS,
+    MAX_WAIT_NAME_LEN, Payload, Pending, RunEvent, RunEventKind, RunEvents, Signal, SignalState,
+    Take, WaitName, check_wait_name, decide, deliver,
 };
 
 use crate::error::Result;
@@ -640,6 +640,42 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
         })
     }
 
+    /// Claims the runs due as `filter` says (contract rule 27): takes the
+    /// lease of each for `ttl`, as [`acquire_lease`](Self::acquire_lease)
+    /// does, and returns them with their leases, earliest due first. Two
+    /// workers claiming at once get different runs, so a worker wakes what
+    /// it claims without racing another for the leases.
+    ///
+    /// The default lists the due runs ([`due_runs`](Self::due_runs)) and
+    /// takes their leases one by one, leaving out the runs another caller
+    /// took meanwhile; a store with a due-index overrides it with one
+    /// atomic step (Postgres `FOR UPDATE SKIP LOCKED`, a Redis script).
+    /// When the store fails after some leases were taken, those runs are
+    /// returned (the error is logged); the error only when none was.
+    ///
+    /// # Errors
+    /// [`due_runs`](Self::due_runs)' ([`Error::Unsupported`](crate::Error::Unsupported)
+    /// for a store with no index); an invalid `ttl`; the store's.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave runs claimed that nobody continues:
+    /// their leases lapse after `ttl`, and they are due again.
+    async fn claim_due(&self, filter: &DueFilter, ttl: Duration) -> Result<Vec<Claimed>> {
+        let mut claimed = Vec::new();
+        for run in self.due_runs(filter).await? {
+            match self.acquire_lease(&run.key, ttl).await {
+                Ok(lease) => claimed.push(Claimed::new(run, lease)),
+                Err(crate::Error::RunIdInUse { .. }) => {}
+                Err(e) if claimed.is_empty() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(run = %run.key, error = %e, "claiming due runs stopped early");
+                    break;
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
     /// The store's clock, in milliseconds since the Unix epoch, where it
     /// has one that every process using it shares (the database server's);
     /// `None` by default (the [clock](crate::clock::Clock) then reads the
@@ -715,6 +751,9 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     async fn due_runs(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
         (**self).due_runs(filter).await
+    }
+    async fn claim_due(&self, filter: &DueFilter, ttl: Duration) -> Result<Vec<Claimed>> {
+        (**self).claim_due(filter, ttl).await
     }
     async fn clock_ms(&self) -> Result<Option<u64>> {
         (**self).clock_ms().await

@@ -478,6 +478,9 @@ pub struct DueFilter {
     pub before_ms: u64,
     /// Only runs of these pipelines (empty: every pipeline).
     pub pipelines: Vec<String>,
+    /// Only runs written by these versions (empty: any version): a worker
+    /// asks for the runs it can continue.
+    pub versions: Vec<String>,
     /// At most this many, earliest due first (1 to
     /// [`MAX_LIST_LIMIT`](super::MAX_LIST_LIMIT)).
     pub limit: usize,
@@ -490,6 +493,7 @@ impl DueFilter {
         DueFilter {
             before_ms,
             pipelines: Vec::new(),
+            versions: Vec::new(),
             limit: 100,
         }
     }
@@ -501,6 +505,13 @@ impl DueFilter {
         self
     }
 
+    /// Only runs written by `version` (call again for more).
+    #[must_use]
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.versions.push(version.into());
+        self
+    }
+
     /// At most `runs`.
     #[must_use]
     pub fn limit(mut self, runs: usize) -> Self {
@@ -508,11 +519,12 @@ impl DueFilter {
         self
     }
 
-    /// Whether a run of `pipeline` due at `due_ms` passes.
+    /// Whether a run of `pipeline` written by `version`, due at `due_ms`,
+    /// passes.
     #[must_use]
-    pub fn matches(&self, pipeline: &str, due_ms: u64) -> bool {
-        due_ms <= self.before_ms
-            && (self.pipelines.is_empty() || self.pipelines.iter().any(|p| p == pipeline))
+    pub fn matches(&self, pipeline: &str, version: &str, due_ms: u64) -> bool {
+        let any = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
+        due_ms <= self.before_ms && any(&self.pipelines, pipeline) && any(&self.versions, version)
     }
 }
 
@@ -544,6 +556,26 @@ impl DueRun {
             version: cp.version.clone(),
             due_ms,
         }
+    }
+}
+
+/// A due run a worker claimed with
+/// [`CheckpointStore::claim_due`](super::CheckpointStore::claim_due): its
+/// lease is taken, for the caller to continue the run under it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Claimed {
+    /// The run, as [`due_runs`](super::CheckpointStore::due_runs) lists it.
+    pub run: DueRun,
+    /// Its lease, taken for the claim's time-to-live.
+    pub lease: super::Lease,
+}
+
+impl Claimed {
+    /// `run`, claimed under `lease`.
+    #[must_use]
+    pub fn new(run: DueRun, lease: super::Lease) -> Self {
+        Claimed { run, lease }
     }
 }
 

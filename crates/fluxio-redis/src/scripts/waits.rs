@@ -203,18 +203,32 @@ return reply
 /// `KEYS`: the pipelines' set `P.due` (of one bucket on a cluster).
 /// `ARGV`: the key prefix, due at or before (ms), how many runs at most
 /// (`limit`), how many members of each pipeline's due-index to look at at
-/// most (`budget`), then the pipelines (none: every pipeline in `P.due`).
-/// For each pipeline, its first `limit` runs by due time that no worker
-/// holds (their lease key does not exist), each as four values: its key,
-/// its pipeline and version (its summary's) and when it is due (ms). A
+/// most (`budget`), the lease ttl (ms) of a claim (`0`: only list), the
+/// epoch ttl (ms) and the nonce of a claim (as `ACQUIRE` takes them), how
+/// many versions follow (`0`: any version), the versions, then the
+/// pipelines (none: every pipeline in `P.due`). For each pipeline, its
+/// first `limit` runs by due time that no worker holds (their lease key
+/// does not exist) and of a version asked, each as five values: its key,
+/// its pipeline and version (its summary's), when it is due (ms), and the
+/// token of the lease a claim took on it (`0` when listing). A claim
+/// takes the lease as `ACQUIRE` does; a run whose lease carries the
+/// claim's nonce was claimed by an earlier attempt of the same call (sent
+/// again after its reply was lost), and is returned with that lease. A
 /// member whose journal is gone is taken out of the due-index.
 pub(crate) const DUE: &str = concat!(
+    lease_fns!(),
     waits_fns!(),
     r"
 local prefix, before = ARGV[1], ARGV[2]
 local limit, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
+local lease_px, epoch_px, mark = ARGV[5], ARGV[6], ARGV[7]
+local claim = lease_px ~= '0'
+local versions, nv = {}, tonumber(ARGV[8])
+for i = 9, 8 + nv do
+  versions[ARGV[i]] = true
+end
 local pipelines = {}
-for i = 5, #ARGV do
+for i = 9 + nv, #ARGV do
   pipelines[#pipelines + 1] = ARGV[i]
 end
 if #pipelines == 0 then
@@ -233,12 +247,23 @@ for _, p in ipairs(pipelines) do
     looked = looked + #batch / 2
     for i = 1, #batch, 2 do
       local run = batch[i]
-      if found < limit and redis.call('EXISTS', prefix .. '.lease:' .. run) == 0 then
+      local lease = prefix .. '.lease:' .. run
+      local token = '0'
+      local free = redis.call('EXISTS', lease) == 0
+      if not free and claim and redis.call('GET', prefix .. '.nonce:' .. run) == mark then
+        free, token = true, redis.call('GET', lease)
+      end
+      if found < limit and free then
         local h = redis.pcall('HMGET', prefix .. ':' .. run, 'version', 'pipeline')
         if h['err'] or not h[1] then
           gone[#gone + 1] = run
-        else
-          for _, v in ipairs({run, h[2] or '', h[1], string.format('%d', tonumber(batch[i + 1]))}) do
+        elseif nv == 0 or versions[h[1]] then
+          if claim and token == '0' then
+            token = tostring(take(lease, prefix .. '.epoch:' .. run, prefix .. '.nonce:' .. run,
+              prefix .. ':' .. run, lease_px, epoch_px, mark))
+          end
+          local due = string.format('%d', tonumber(batch[i + 1]))
+          for _, v in ipairs({run, h[2] or '', h[1], due, token}) do
             out[#out + 1] = v
           end
           found = found + 1

@@ -12,17 +12,20 @@
 //! without the payload and compares payloads as bytes.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use fluxio_core::context::Snapshot;
 use fluxio_core::store::{
-    Checkpoint, Decision, Delivery, DueFilter, DueRun, Lease, MAX_UNTIL_MS, Payload, RunEvent,
-    RunEventKind, RunEvents, RunFilter, Signal, SignalState, Take, check_run_id, check_wait_name,
+    Checkpoint, Claimed, Decision, Delivery, DueFilter, DueRun, Lease, MAX_UNTIL_MS, Payload,
+    RunEvent, RunEventKind, RunEvents, RunFilter, Signal, SignalState, Take, check_lease_ttl,
+    check_run_id, check_wait_name,
 };
 use fluxio_core::{Error, Result};
 use redis::ScriptInvocation;
 use redis::aio::{PubSubSink, PubSubStream};
 
 use super::{RedisStore, lease_lost};
+use crate::builder::px;
 use crate::connection::Backend;
 use crate::error::{RedisStoreError, op};
 use crate::index::status_of;
@@ -214,7 +217,57 @@ impl RedisStore {
     /// merged earliest first.
     pub(super) async fn due(&self, filter: &DueFilter) -> Result<Vec<DueRun>> {
         let limit = RunFilter::new().limit(filter.limit).page_size()?;
-        let before = filter.before_ms.min(MAX_UNTIL_MS);
+        let deadline = self.deadline();
+        let buckets = self.due_buckets(filter);
+        let found = futures::future::try_join_all(buckets.iter().map(|(prefix, pipelines)| {
+            self.due_in(prefix, pipelines, filter, limit, None, deadline)
+        }))
+        .await?;
+        let mut runs: Vec<DueRun> = found.into_iter().flatten().map(|(run, _)| run).collect();
+        runs.sort_by(|a, b| (a.due_ms, &a.key).cmp(&(b.due_ms, &b.key)));
+        runs.truncate(limit);
+        Ok(runs)
+    }
+
+    /// [`CheckpointStore::claim_due`](fluxio_core::store::CheckpointStore::claim_due):
+    /// the `DUE` script of each bucket in turn, taking the leases of what
+    /// it finds, until `filter.limit` runs are claimed (one script on a
+    /// single server, or for one pipeline). A script sent again after its
+    /// reply was lost finds the leases it took by its nonce.
+    pub(super) async fn claim(&self, filter: &DueFilter, ttl: Duration) -> Result<Vec<Claimed>> {
+        check_lease_ttl(ttl)?;
+        let limit = RunFilter::new().limit(filter.limit).page_size()?;
+        let lease_ms = px(ttl);
+        let claim = (lease_ms, self.epoch_px(lease_ms), super::nonce());
+        let deadline = self.deadline();
+        let mut claimed: Vec<Claimed> = Vec::new();
+        for (prefix, pipelines) in &self.due_buckets(filter) {
+            let left = limit - claimed.len();
+            if left == 0 {
+                break;
+            }
+            match self
+                .due_in(prefix, pipelines, filter, left, Some(&claim), deadline)
+                .await
+            {
+                Ok(found) => claimed.extend(
+                    found
+                        .into_iter()
+                        .map(|(run, token)| Claimed::new(run.clone(), Lease::new(run.key, token))),
+                ),
+                Err(e) if claimed.is_empty() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming due runs stopped early");
+                    break;
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// The key prefixes whose due-index holds the runs `filter` asks for,
+    /// each with the pipelines asked there (none: all of them).
+    fn due_buckets<'f>(&self, filter: &'f DueFilter) -> BTreeMap<String, Vec<&'f str>> {
         let mut buckets: BTreeMap<String, Vec<&str>> = BTreeMap::new();
         if filter.pipelines.is_empty() {
             if self.is_cluster() {
@@ -234,50 +287,60 @@ impl RedisStore {
                 asked.push(pipeline);
             }
         }
-        let deadline = self.deadline();
-        let found =
-            futures::future::try_join_all(buckets.iter().map(|(prefix, pipelines)| {
-                self.due_in(prefix, pipelines, before, limit, deadline)
-            }))
-            .await?;
-        let mut runs: Vec<DueRun> = found.into_iter().flatten().collect();
-        runs.sort_by(|a, b| (a.due_ms, &a.key).cmp(&(b.due_ms, &b.key)));
-        runs.truncate(limit);
-        Ok(runs)
+        buckets
     }
 
     /// The first `limit` due runs of each of `pipelines` (all when empty)
-    /// in the due-index of the key prefix `prefix`.
+    /// in the due-index of the key prefix `prefix`, of the versions
+    /// `filter` asks for, each with the token of the lease `claim` (lease
+    /// and epoch ttl in ms, nonce) took on it (0 when only listing).
     async fn due_in(
         &self,
         prefix: &str,
         pipelines: &[&str],
-        before: u64,
+        filter: &DueFilter,
         limit: usize,
+        claim: Option<&(u64, u64, String)>,
         deadline: tokio::time::Instant,
-    ) -> Result<Vec<DueRun>> {
+    ) -> Result<Vec<(DueRun, u64)>> {
         let set = format!("{prefix}.due");
         let mut script = scripts::DUE_SCRIPT.prepare_invoke();
+        let (lease_ms, epoch_ms, nonce) =
+            claim.map_or((0, 0, ""), |(l, e, n)| (*l, *e, n.as_str()));
         script
             .key(&set)
             .arg(prefix)
-            .arg(before)
+            .arg(filter.before_ms.min(MAX_UNTIL_MS))
             .arg(limit)
-            .arg(limit + DUE_BUDGET);
+            .arg(limit + DUE_BUDGET)
+            .arg(lease_ms)
+            .arg(epoch_ms)
+            .arg(nonce)
+            .arg(filter.versions.len());
+        for version in &filter.versions {
+            script.arg(version.as_str());
+        }
         for pipeline in pipelines {
             script.arg(*pipeline);
         }
-        let reply: Vec<String> = self.invoke(op::DUE_RUNS, &set, deadline, &script).await?;
+        let operation = if claim.is_some() {
+            op::CLAIM_DUE
+        } else {
+            op::DUE_RUNS
+        };
+        let reply: Vec<String> = self.invoke(operation, &set, deadline, &script).await?;
         let empty = Snapshot::default();
         reply
-            .chunks(4)
+            .chunks(5)
             .map(|row| {
-                let [key, pipeline, version, due] = row else {
-                    return Err(unexpected(op::DUE_RUNS, &reply));
+                let [key, pipeline, version, due, token] = row else {
+                    return Err(unexpected(operation, &reply));
                 };
-                let due_ms = due
-                    .parse::<u64>()
-                    .map_err(|_| unexpected(op::DUE_RUNS, &reply))?;
+                let number = |text: &str| {
+                    text.parse::<u64>()
+                        .map_err(|_| unexpected(operation, &reply))
+                };
+                let (due_ms, token) = (number(due)?, number(token)?);
                 let run_id = key
                     .strip_prefix(pipeline.as_str())
                     .and_then(|rest| rest.strip_prefix('/'))
@@ -285,7 +348,7 @@ impl RedisStore {
                     .unwrap_or(key);
                 let cp = Checkpoint::new(run_id, version.as_str(), 0, "", empty.clone())
                     .in_pipeline(pipeline.as_str());
-                Ok(DueRun::of(key, &cp, due_ms))
+                Ok((DueRun::of(key, &cp, due_ms), token))
             })
             .collect()
     }

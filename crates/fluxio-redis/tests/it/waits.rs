@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use fluxio::{Context, StageResult, pipeline, stage};
 use fluxio_core::recovery::RecoveryWorker;
-use fluxio_core::store::conformance::checkpoint;
+use fluxio_core::store::conformance::{checkpoint, park, signal, waiting};
 use fluxio_core::store::{
     Begin, Checkpoint, CheckpointStore, Decision, Delivery, DueFilter, MAX_SIGNAL_PAYLOAD,
     MAX_UNTIL_MS, Payload, Pending, RunEvent, RunEventKind, RunEvents, RunFilter, RunState, Signal,
-    Take, WaitName,
+    Take,
 };
 use fluxio_core::{Error, Outcome};
 use fluxio_redis::RedisStore;
@@ -21,14 +21,6 @@ use fluxio_test_support as support;
 use redis::aio::ConnectionLike;
 
 const TTL: Duration = Duration::from_secs(30);
-
-/// Run `id` of pipeline `p`, waiting for `names` until `until`.
-fn waiting(id: &str, names: &[&str], until: Option<u64>) -> Checkpoint {
-    let waits = names.iter().map(|n| WaitName::new(*n, "bool")).collect();
-    checkpoint(id, 2)
-        .in_pipeline("p")
-        .parked(Pending::wait(waits, until))
-}
 
 /// Run `id` of pipeline `pipeline` (none: a bare id), asleep until `until`.
 fn asleep(pipeline: Option<&str>, id: &str, until: u64) -> Checkpoint {
@@ -39,12 +31,6 @@ fn asleep(pipeline: Option<&str>, id: &str, until: u64) -> Checkpoint {
     }
 }
 
-/// Writes `cp` as a run that parks does: its last write.
-async fn park(store: &RedisStore, cp: Checkpoint) {
-    let lease = store.acquire_lease(&cp.key(), TTL).await.expect("lease");
-    store.finish_run(cp, lease, false).await.expect("parks");
-}
-
 /// What `take_signal` of run `key` answers under a lease of its own,
 /// given back after.
 async fn take_leased(store: &RedisStore, key: &str, take: &Take) -> fluxio_core::Result<Decision> {
@@ -52,10 +38,6 @@ async fn take_leased(store: &RedisStore, key: &str, take: &Take) -> fluxio_core:
     let taken = store.take_signal(key, take, &lease).await;
     store.release_lease(lease).await.expect("release");
     taken
-}
-
-fn signal(name: &str, value: bool) -> Signal {
-    Signal::new(name, Payload::new(&value).expect("a bool"), "test").expect("a name")
 }
 
 async fn command<T: redis::FromRedisValue>(raw: &mut impl ConnectionLike, args: &[&str]) -> T {

@@ -261,6 +261,13 @@ macro_rules! server_store {
             ) -> ::fluxio_core::Result<Vec<::fluxio_core::store::DueRun>> {
                 self.server().due_runs(filter).await
             }
+            async fn claim_due(
+                &self,
+                filter: &::fluxio_core::store::DueFilter,
+                ttl: ::std::time::Duration,
+            ) -> ::fluxio_core::Result<Vec<::fluxio_core::store::Claimed>> {
+                self.server().claim_due(filter, ttl).await
+            }
             async fn clock_ms(&self) -> ::fluxio_core::Result<Option<u64>> {
                 self.server().clock_ms().await
             }

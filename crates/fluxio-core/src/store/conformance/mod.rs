@@ -78,14 +78,15 @@ mod run;
 mod waits;
 
 pub use waits::{
-    rule25_a_sleep_parks_the_run_until_a_worker_wakes_it_once,
+    park, rule25_a_sleep_parks_the_run_until_a_worker_wakes_it_once,
     rule25_a_sleeping_run_is_stored_with_its_wake_time_and_due_from_it,
     rule26_a_signal_is_stored_once_and_another_payload_conflicts,
     rule26_a_wait_is_decided_once_by_a_signal_or_its_deadline,
     rule26_a_waiting_run_continues_with_its_signal_or_its_timeout,
-    rule26_racing_signals_and_deadlines_have_one_winner,
+    rule26_racing_signals_and_deadlines_have_one_winner, rule27_a_claim_takes_each_due_run_once,
+    rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker,
     rule27_a_waiting_run_is_due_when_signalled_or_past_its_deadline,
-    rule27_racing_workers_continue_each_due_run_once,
+    rule27_racing_workers_continue_each_due_run_once, signal, waiting,
 };
 
 pub use begin::{
@@ -793,6 +794,8 @@ macro_rules! __store_conformance_each {
             rule26_a_waiting_run_continues_with_its_signal_or_its_timeout,
             rule27_a_waiting_run_is_due_when_signalled_or_past_its_deadline,
             rule27_racing_workers_continue_each_due_run_once,
+            rule27_a_claim_takes_each_due_run_once,
+            rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

@@ -24,18 +24,22 @@ use crate::waiting::{Sleep, Until, Wait};
 /// A long lease, for the owners the checks play.
 const TTL: Duration = Duration::from_secs(30);
 
-/// A waiting checkpoint of run `id` of pipeline `p`, for `names`, until
-/// `until` (none: no deadline).
-fn waiting(id: &str, names: &[&str], until: Option<u64>) -> Checkpoint {
+/// A waiting checkpoint of run `id` of pipeline `p` (see [`checkpoint`]),
+/// for `names` (their payloads `bool`s), until `until` (none: no deadline).
+#[must_use]
+pub fn waiting(id: &str, names: &[&str], until: Option<u64>) -> Checkpoint {
     let waits = names.iter().map(|n| WaitName::new(*n, "bool")).collect();
     checkpoint(id, 2)
         .in_pipeline("p")
         .parked(Pending::wait(waits, until))
 }
 
-/// Writes `cp` as its owner does when it parks: the run's last write,
-/// which gives the lease back.
-async fn park<S: CheckpointStore>(store: &S, cp: Checkpoint) {
+/// Writes `cp` as its owner does when it parks: the run's last write
+/// (`finish_run`), which gives the lease back.
+///
+/// # Panics
+/// When the store refuses the lease or the write.
+pub async fn park<S: CheckpointStore>(store: &S, cp: Checkpoint) {
     let key = cp.key();
     let lease = acquire(store, &key, TTL).await;
     store
@@ -44,7 +48,22 @@ async fn park<S: CheckpointStore>(store: &S, cp: Checkpoint) {
         .unwrap_or_else(|e| panic!("parking {key}: {e}"));
 }
 
-fn signal(name: &str, value: bool) -> Signal {
+/// Sends [`signal`]`(name, value)` to the run under `key`.
+async fn send<S: CheckpointStore>(
+    store: &S,
+    key: &str,
+    name: &str,
+    value: bool,
+) -> crate::Result<Delivery> {
+    store.send_signal(key, signal(name, value)).await
+}
+
+/// A signal for `name` carrying `value`, sent by `conformance`.
+///
+/// # Panics
+/// For a name [`Signal::new`] refuses.
+#[must_use]
+pub fn signal(name: &str, value: bool) -> Signal {
     Signal::new(name, Payload::new(&value).expect("a bool"), "conformance").expect("a name")
 }
 
@@ -102,11 +121,11 @@ pub async fn rule26_a_signal_is_stored_once_and_another_payload_conflicts<H: Har
     let store = h.store(&namespace("rule26_once")).await;
     let run = checkpoint("order", 1).in_pipeline("p");
     store.save(run.clone()).await.expect("save");
-    let sent = store.send_signal("p/order", signal("ok", true)).await;
+    let sent = send(&store, "p/order", "ok", true).await;
     assert_eq!(sent.expect("stored"), Delivery::Delivered);
-    let again = store.send_signal("p/order", signal("ok", true)).await;
+    let again = send(&store, "p/order", "ok", true).await;
     assert_eq!(again.expect("accepted"), Delivery::Duplicate);
-    match store.send_signal("p/order", signal("ok", false)).await {
+    match send(&store, "p/order", "ok", false).await {
         Err(Error::SignalConflict { run_id, wait }) => {
             assert_eq!((run_id.as_str(), wait.as_str()), ("p/order", "ok"));
         }
@@ -129,18 +148,18 @@ pub async fn rule26_a_signal_is_stored_once_and_another_payload_conflicts<H: Har
         "a signal writes no checkpoint"
     );
     assert!(matches!(
-        store.send_signal("p/none", signal("ok", true)).await,
+        send(&store, "p/none", "ok", true).await,
         Err(Error::CheckpointNotFound { ref run_id }) if run_id == "p/none"
     ));
     let done = checkpoint("done", 4).in_pipeline("p").completed();
     store.save(done).await.expect("save");
     assert!(matches!(
-        store.send_signal("p/done", signal("ok", true)).await,
+        send(&store, "p/done", "ok", true).await,
         Err(Error::RunFinished { status: RunStatus::Completed, ref run_id }) if run_id == "p/done"
     ));
     store.cancel("p/order").await.expect("cancel");
     assert!(matches!(
-        store.send_signal("p/order", signal("other", true)).await,
+        send(&store, "p/order", "other", true).await,
         Err(Error::RunFinished {
             status: RunStatus::Cancelled,
             ..
@@ -168,15 +187,11 @@ pub async fn rule27_a_waiting_run_is_due_when_signalled_or_past_its_deadline<H: 
     };
     assert!(before.is_empty(), "{before:?}");
     assert_eq!(due(&store, deadline).await, Some(vec!["p/w".to_owned()]));
-    store
-        .send_signal("p/w", signal("unrelated", true))
+    send(&store, "p/w", "unrelated", true)
         .await
         .expect("a name the run does not wait for is kept");
     assert_eq!(due(&store, now).await, Some(Vec::new()), "not its names");
-    store
-        .send_signal("p/forever", signal("ok", true))
-        .await
-        .expect("signal");
+    send(&store, "p/forever", "ok", true).await.expect("signal");
     let due_now = due(&store, u64::MAX).await.expect("listed");
     assert_eq!(
         due_now,
@@ -228,10 +243,7 @@ pub async fn rule26_a_wait_is_decided_once_by_a_signal_or_its_deadline<H: Harnes
     let lease = acquire(&store, "p/a", TTL).await;
     let open = store.take_signal("p/a", &take(false, 1), &lease).await;
     assert_eq!(open.expect("decided"), Decision::Open);
-    store
-        .send_signal("p/a", signal("no", true))
-        .await
-        .expect("signal");
+    send(&store, "p/a", "no", true).await.expect("signal");
     let Decision::Signal(taken) = store
         .take_signal("p/a", &take(false, 2), &lease)
         .await
@@ -250,14 +262,11 @@ pub async fn rule26_a_wait_is_decided_once_by_a_signal_or_its_deadline<H: Harnes
         "decided once"
     );
     assert!(matches!(
-        store.send_signal("p/a", signal("ok", true)).await,
+        send(&store, "p/a", "ok", true).await,
         Err(Error::WaitClosed { ref wait, .. }) if wait == "ok"
     ));
     assert_eq!(
-        store
-            .send_signal("p/a", signal("no", true))
-            .await
-            .expect("same"),
+        send(&store, "p/a", "no", true).await.expect("same"),
         Delivery::Duplicate
     );
     store.release_lease(lease).await.expect("release");
@@ -267,7 +276,7 @@ pub async fn rule26_a_wait_is_decided_once_by_a_signal_or_its_deadline<H: Harnes
     let timed_out = store.take_signal("p/b", &take(true, 6), &lease).await;
     assert_eq!(timed_out.expect("decided"), Decision::TimedOut);
     assert!(matches!(
-        store.send_signal("p/b", signal("ok", true)).await,
+        send(&store, "p/b", "ok", true).await,
         Err(Error::WaitClosed { .. })
     ));
     let again = store.take_signal("p/b", &take(false, 7), &lease).await;
@@ -275,10 +284,7 @@ pub async fn rule26_a_wait_is_decided_once_by_a_signal_or_its_deadline<H: Harnes
     store.release_lease(lease).await.expect("release");
 
     park(&store, waiting("c", &["ok", "no"], None)).await;
-    store
-        .send_signal("p/c", signal("ok", false))
-        .await
-        .expect("signal");
+    send(&store, "p/c", "ok", false).await.expect("signal");
     let lease = acquire(&store, "p/c", TTL).await;
     assert!(matches!(
         store.take_signal("p/c", &take(false, 1), &lease).await,
@@ -300,10 +306,7 @@ pub async fn rule26_a_wait_is_decided_once_by_a_signal_or_its_deadline<H: Harnes
     );
     store.release_lease(lease).await.expect("release");
     assert_eq!(
-        store
-            .send_signal("p/c", signal("ok", true))
-            .await
-            .expect("a new signal"),
+        send(&store, "p/c", "ok", true).await.expect("a new signal"),
         Delivery::Delivered
     );
 }
@@ -465,6 +468,14 @@ async fn indexed(p: &crate::Pipeline) -> bool {
     store.due_runs(&DueFilter::new(0)).await.is_ok()
 }
 
+/// What `p`'s resume of `run` ends with: it must complete.
+async fn resumed_to_the_end(p: &crate::Pipeline, run: &str) -> Context {
+    match p.resume(run).await {
+        Ok(Outcome::Completed(done)) => done,
+        other => panic!("the resume of {run} completes: {other:?}"),
+    }
+}
+
 /// A worker of `pipeline`.
 fn worker(pipeline: &crate::Pipeline) -> RecoveryWorker {
     RecoveryWorker::builder()
@@ -504,12 +515,7 @@ pub async fn rule25_a_sleep_parks_the_run_until_a_worker_wakes_it_once<H: Harnes
     if !indexed(&p).await {
         // no due-index (a store with the four required methods): resume
         clock.advance("1h").expect("advance");
-        let done = p
-            .resume("n")
-            .await
-            .expect("resumes")
-            .completed()
-            .expect("done");
+        let done = resumed_to_the_end(&p, "n").await;
         assert!(done.get::<bool>("ran_1").expect("second ran"));
         assert_eq!(calls.get(), [1, 1, 0]);
         return;
@@ -555,12 +561,7 @@ pub async fn rule26_a_waiting_run_continues_with_its_signal_or_its_timeout<H: Ha
     p.signal("early", "approval", &approval)
         .await
         .expect("kept");
-    let done = p
-        .resume("early")
-        .await
-        .expect("runs")
-        .completed()
-        .expect("the waiting run took its early signal");
+    let done = resumed_to_the_end(&p, "early").await;
     assert_eq!(
         done.get::<Approval>("decision").expect("the payload"),
         approval
@@ -586,8 +587,7 @@ pub async fn rule26_a_waiting_run_continues_with_its_signal_or_its_timeout<H: Ha
         Err(Error::SignalRefused { .. })
     ));
     // a wrong payload sent without types (as an operator's JSON could be)
-    store
-        .send_signal("approve/later", signal("approval", true))
+    send(&store, "approve/later", "approval", true)
         .await
         .expect("stored unchecked");
     let w = worker(&p);
@@ -640,6 +640,128 @@ pub async fn rule26_a_waiting_run_continues_with_its_signal_or_its_timeout<H: Ha
     ));
 }
 
+/// Rule 27: claims take each due run once, with its lease: two claims at
+/// once get different runs, a claimed run is not due to anyone else until
+/// its lease is given back, and a claim takes only the versions asked.
+pub async fn rule27_a_claim_takes_each_due_run_once<H: Harness>(h: &H) {
+    let store = h.store(&namespace("rule27_claim")).await;
+    let at = 1_800_000_000_000;
+    for i in 0..10_u64 {
+        let nap = checkpoint(&format!("c{i}"), 2)
+            .in_pipeline("p")
+            .parked(Pending::sleep(at + i));
+        park(&store, nap).await;
+    }
+    let mut other = checkpoint("old", 2)
+        .in_pipeline("p")
+        .parked(Pending::sleep(at));
+    other.version = "ba9876543210".to_owned();
+    park(&store, other).await;
+    let asked = DueFilter::new(at + 100)
+        .pipeline("p")
+        .version("0123456789ab")
+        .limit(6);
+    let (a, b) =
+        futures::future::join(store.claim_due(&asked, TTL), store.claim_due(&asked, TTL)).await;
+    let (a, b) = match (a, b) {
+        (Err(Error::Unsupported { .. }), _) | (_, Err(Error::Unsupported { .. })) => return,
+        (a, b) => (a.expect("claim a"), b.expect("claim b")),
+    };
+    let mut keys: Vec<String> = a.iter().chain(&b).map(|c| c.run.key.clone()).collect();
+    assert!(
+        a.len() <= 6 && b.len() <= 6,
+        "a claim takes at most its limit"
+    );
+    keys.sort();
+    let before = keys.len();
+    keys.dedup();
+    assert_eq!(keys.len(), before, "no run was claimed twice: {keys:?}");
+    assert_eq!(
+        keys.len(),
+        10,
+        "together they claimed every due run of the version: {keys:?}"
+    );
+    assert!(
+        !keys.contains(&"p/old".to_owned()),
+        "another version is not claimed"
+    );
+    for claim in a.iter().chain(&b) {
+        assert_eq!(
+            claim.lease.run_id(),
+            claim.run.key,
+            "the lease is the run's"
+        );
+        store
+            .renew_lease(&claim.lease, TTL)
+            .await
+            .unwrap_or_else(|e| panic!("the claim holds {}: {e}", claim.run.key));
+        assert!(
+            matches!(
+                store.acquire_lease(&claim.run.key, TTL).await,
+                Err(Error::RunIdInUse { .. })
+            ),
+            "{} is held by its claim",
+            claim.run.key
+        );
+    }
+    let again = store.claim_due(&asked, TTL).await.expect("claim again");
+    assert!(
+        again.is_empty(),
+        "claimed runs are not due to others: {again:?}"
+    );
+    let listed = due(&store, at + 100).await.expect("indexed");
+    assert_eq!(listed, ["p/old"], "only the unclaimed run is listed due");
+    let first = a.into_iter().chain(b).next().expect("a claim");
+    let key = first.run.key.clone();
+    store.release_lease(first.lease).await.expect("release");
+    let back = store
+        .claim_due(&asked, TTL)
+        .await
+        .expect("claim after release");
+    assert_eq!(
+        back.iter().map(|c| c.run.key.as_str()).collect::<Vec<_>>(),
+        [key.as_str()],
+        "a run given back unfinished is due again"
+    );
+    let none = store
+        .claim_due(&DueFilter::new(at - 1).pipeline("p"), TTL)
+        .await
+        .expect("claim before due");
+    assert!(none.is_empty(), "nothing is due before its time: {none:?}");
+}
+
+/// Rule 27: a worker that dies between claiming a due run and its next
+/// checkpoint (its claim is never renewed nor given back) leaves the run
+/// to the next worker once the claim's lease lapses; the stage after the
+/// sleep runs once, by that worker.
+pub async fn rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker<H: Harness>(h: &H) {
+    let (p, calls, clock) = built(h, "rule27_died", napping).await;
+    if !indexed(&p).await {
+        return;
+    }
+    let out = p.invoke("d", Context::new()).await.expect("runs");
+    assert!(matches!(out, Outcome::Sleeping { .. }), "{out:?}");
+    clock.advance("1h").expect("advance");
+    let store = p.store().expect("durable");
+    let asked = DueFilter::new(clock.now_ms()).pipeline("nap");
+    let dead = store
+        .claim_due(&asked, Duration::from_millis(60))
+        .await
+        .expect("claim");
+    assert_eq!(dead.len(), 1, "the run is claimed: {dead:?}");
+    // the claimant dies: its claim is dropped, never renewed or given back
+    drop(dead);
+    let w = worker(&p);
+    assert_eq!(w.run_once().await.expect("sweep").woken, 0, "claimed still");
+    assert_eq!(calls.get(), [1, 0, 0]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(w.run_once().await.expect("sweep").woken, 1, "due again");
+    assert_eq!(calls.get(), [1, 1, 0], "the stage after the sleep ran once");
+    let done = p.checkpoint("d").await.expect("load").expect("stored");
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(w.run_once().await.expect("sweep").woken, 0, "woken once");
+}
+
 /// Rule 27: four workers racing over due runs continue each exactly once.
 pub async fn rule27_racing_workers_continue_each_due_run_once<H: Harness>(h: &H) {
     let (p, calls, clock) = built(h, "rule27_race", napping).await;
@@ -657,7 +779,7 @@ pub async fn rule27_racing_workers_continue_each_due_run_once<H: Harness>(h: &H)
     let workers: Vec<RecoveryWorker> = (0..4).map(|_| worker(&p)).collect();
     let sweeps = futures::future::join_all(workers.iter().map(RecoveryWorker::run_once)).await;
     let woken: usize = sweeps.into_iter().map(|s| s.expect("sweep").woken).sum();
-    assert!(woken >= 12, "every run was taken: {woken}");
+    assert_eq!(woken, 12, "each run was claimed by one worker");
     assert_eq!(calls.get(), [12, 12, 0], "each run's next stage ran once");
     for i in 0..12 {
         let cp = p
