@@ -78,6 +78,9 @@ pub(crate) struct Durable<'a> {
     /// The resumed checkpoint was parked (sleeping or waiting): waking it
     /// is not a new attempt of its step.
     pub(crate) resumed_parked: bool,
+    /// The time on the run's clock at which a worker claimed the woken
+    /// run as due: its sleep or wait reads it instead of the clock.
+    pub(crate) woken_at: Option<u64>,
     /// Where wake times and deadlines come from (rule 28).
     pub(crate) clock: &'a crate::clock::Clock,
     /// The run was checkpointed by a fluxio that recorded ips, not
@@ -261,8 +264,12 @@ impl Top<'_> {
         };
         {
             // rule 24: `Exit` writes no step's checkpoint (the run's first
-            // one, written with its lease, is `Sync`'s and `Async`'s)
-            if d.mode != Durability::Exit {
+            // one, written with its lease, is `Sync`'s and `Async`'s); a
+            // woken sleep or wait writes none either: the parked checkpoint
+            // at this step is stored, and leaves the run due (not
+            // abandoned) should this worker die before the next step's
+            let woken = resumed_here.is_some() && d.resumed_parked;
+            if d.mode != Durability::Exit && !woken {
                 let lineage = ctx.next_epoch();
                 // the checkpoint goes into the boxed save at once: a local
                 // would stay in this future (a parked run's) beside it

@@ -400,7 +400,7 @@ impl RecoveryWorkerBuilder {
                 policy: self.policy,
                 interval: self.interval,
                 page: self.page,
-                due_page: self.concurrency.saturating_mul(4).clamp(16, MAX_LIST_LIMIT),
+                concurrency: self.concurrency,
                 due_poll: self.due_poll,
                 permits: Arc::new(Semaphore::new(self.concurrency)),
                 on_event: self.on_event,
@@ -433,8 +433,8 @@ struct Inner {
     policy: RecoveryPolicy,
     interval: Duration,
     page: usize,
-    /// How many due runs a poll reads: four per slot of `concurrency`.
-    due_page: usize,
+    /// How many runs it continues at once (its `permits`).
+    concurrency: usize,
     due_poll: Duration,
     permits: Arc<Semaphore>,
     on_event: Option<EventSink>,
@@ -663,10 +663,14 @@ impl RecoveryWorker {
             let mut filter = DueFilter::new(now);
             filter.pipelines.clone_from(&group.names);
             filter.versions.clone_from(&group.versions);
-            // claim while runs are due and the worker has room
+            // claim while runs are due and the worker has room: the first
+            // claim at once, the next ones (a backlog) once half the slots
+            // are free again, so that each claims several runs
+            let mut least = 1;
             loop {
-                let mut permits = self.free_slots(stop).await?;
-                let room = permits.num_permits();
+                let mut permits = self.free_slots(stop, least).await?;
+                least = self.inner.concurrency.div_ceil(2);
+                let room = permits.num_permits().min(MAX_LIST_LIMIT);
                 let claimed = match store
                     .claim_due(&filter.clone().limit(room), group.ttl)
                     .await
@@ -711,18 +715,21 @@ impl RecoveryWorker {
         })
     }
 
-    /// The worker's free slots, at least one (waiting for one while all
-    /// are taken) and at most a page's worth; `None` once `stop`.
-    async fn free_slots(&self, stop: &watch::Receiver<bool>) -> Option<OwnedSemaphorePermit> {
+    /// All the worker's free slots, at least `least` (waiting for them
+    /// while fewer are free); `None` once `stop`.
+    async fn free_slots(
+        &self,
+        stop: &watch::Receiver<bool>,
+        least: usize,
+    ) -> Option<OwnedSemaphorePermit> {
         let permits = &self.inner.permits;
         let mut stop = stop.clone();
+        let least = u32::try_from(least.clamp(1, self.inner.concurrency)).unwrap_or(1);
         let mut first = tokio::select! {
-            permit = Arc::clone(permits).acquire_owned() => permit.ok()?,
+            permit = Arc::clone(permits).acquire_many_owned(least) => permit.ok()?,
             _ = stop.wait_for(|stopped| *stopped) => return None,
         };
-        let more = permits
-            .available_permits()
-            .min(self.inner.due_page.saturating_sub(1));
+        let more = permits.available_permits();
         if more > 0 {
             if let Ok(extra) = Arc::clone(permits).try_acquire_many_owned(more as u32) {
                 first.merge(extra);
@@ -824,13 +831,15 @@ impl RecoveryWorker {
     /// it since it was listed).
     async fn wake(&self, pipeline: &Pipeline, run: &DueRun, lease: Lease, now: u64) -> Outcome {
         let claimed = pipeline
-            .recover_claimed(&run.run_id, lease, |cp| match (&cp.status, &cp.pending) {
-                (RunStatus::Sleeping, Some(p)) if p.until_ms.is_some_and(|at| at <= now) => {
-                    Claim::Resume
+            .recover_claimed((&run.run_id, lease, now), |cp| {
+                match (&cp.status, &cp.pending) {
+                    (RunStatus::Sleeping, Some(p)) if p.until_ms.is_some_and(|at| at <= now) => {
+                        Claim::Resume
+                    }
+                    // signalled, or past its deadline: its wait decides
+                    (RunStatus::Waiting, Some(_)) => Claim::Resume,
+                    _ => Claim::Leave,
                 }
-                // signalled, or past its deadline: its wait decides
-                (RunStatus::Waiting, Some(_)) => Claim::Resume,
-                _ => Claim::Leave,
             })
             .await;
         match claimed {

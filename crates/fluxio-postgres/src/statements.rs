@@ -267,7 +267,7 @@ fn wait_statements(names: &Names) -> WaitStatements {
         now_ms: &millis("clock_timestamp()"),
         lease_free: LeaseFree::NotExists,
         due_hint: "",
-        claim_lock: " FOR UPDATE OF c SKIP LOCKED",
+        claim_lock: " FOR UPDATE OF c, l SKIP LOCKED",
         // sent when the transaction commits, to every listener
         notify: Some(Notify {
             sql: "SELECT pg_notify($1, $2)".to_owned(),

@@ -727,7 +727,15 @@ where
         sql: &WaitStatements,
         filter: &DueFilter,
     ) -> std::result::Result<Vec<DueRun>, Failure> {
-        let (text, arguments) = due_statement::<D>(sql, filter)?.into_parts::<DB>()?;
+        Self::due_rows(conn, due_statement::<D>(sql, filter)?).await
+    }
+
+    /// The due runs `statement` reads (key, version, due time).
+    async fn due_rows(
+        conn: &mut DB::Connection,
+        statement: crate::Statement<D::Time>,
+    ) -> std::result::Result<Vec<DueRun>, Failure> {
+        let (text, arguments) = statement.into_parts::<DB>()?;
         let rows: Vec<(String, String, i64)> = sqlx::query_as_with(&text, arguments)
             .fetch_all(&mut *conn)
             .await?;
@@ -735,11 +743,14 @@ where
     }
 
     /// Claims the runs due as `filter` says in the caller's transaction,
-    /// as `CheckpointStore::claim_due` does: the due rows read and locked
-    /// ([`claim_statement`]: another claim skips them), then each one's
-    /// lease taken for `ttl` ([`acquire`](Self::acquire)); a run whose
-    /// lease was taken since it was read (by a caller that does not claim)
-    /// is left out. The caller commits.
+    /// as `CheckpointStore::claim_due` does ([`claim_statement`]): the
+    /// due runs whose lease is not held read with their lease rows locked,
+    /// skipping the rows another transaction holds (another claim, or a
+    /// write of the run's owner); then, to fill the limit, those without a
+    /// lease row; then each one's lease taken for `ttl`
+    /// ([`acquire`](Self::acquire)), which waits for no row this claim
+    /// does not hold (but a new lease row another claim inserts), so a
+    /// claim cannot deadlock with the runs' owners. The caller commits.
     ///
     /// # Errors
     /// The driver's; `InvalidSetting` for a limit out of range.
@@ -749,12 +760,14 @@ where
         filter: &DueFilter,
         ttl: Duration,
     ) -> std::result::Result<Vec<Claimed>, Failure> {
-        let (text, arguments) = claim_statement::<D>(waits, filter)?.into_parts::<DB>()?;
-        let rows: Vec<(String, String, i64)> = sqlx::query_as_with(&text, arguments)
-            .fetch_all(&mut *conn)
-            .await?;
-        let mut claimed = Vec::with_capacity(rows.len());
-        for due in rows.into_iter().map(due_run) {
+        let mut due = Self::due_rows(conn, claim_statement::<D>(waits, filter, true)?).await?;
+        if due.len() < filter.limit {
+            let rest = filter.clone().limit(filter.limit - due.len());
+            let unleased = claim_statement::<D>(waits, &rest, false)?;
+            due.extend(Self::due_rows(conn, unleased).await?);
+        }
+        let mut claimed = Vec::with_capacity(due.len());
+        for due in due {
             if let Some(token) = Self::acquire(conn, run, &due.key, ttl).await? {
                 let lease = Self::leased(&due.key, Some(token))?;
                 claimed.push(Claimed::new(due, lease));

@@ -51,10 +51,13 @@ pub struct WaitNames<'a> {
     /// without statistics, it prefers the pipeline's index, whose range is
     /// every run of the pipeline).
     pub due_hint: &'a str,
-    /// What ends the due runs' statement when a worker claims them, so
-    /// that workers claiming at once take different rows: Postgres'
-    /// `FOR UPDATE OF c SKIP LOCKED`, MySQL's `FOR UPDATE SKIP LOCKED`;
-    /// empty where one writer at a time claims (SQLite).
+    /// What ends a claim's read of the due runs and their lease rows, so
+    /// that workers claiming at once take different runs, never wait for
+    /// a row another transaction holds, and read each run's row as it is
+    /// once locked (not a run another worker finished meanwhile):
+    /// Postgres' `FOR UPDATE OF c, l SKIP LOCKED`, MySQL's
+    /// `FOR UPDATE SKIP LOCKED`; empty where one writer at a time claims
+    /// (SQLite).
     pub claim_lock: &'a str,
     /// How the store tells its watchers inside a transaction; `None` where
     /// it does not (its watchers poll, or are told in process).
@@ -147,8 +150,14 @@ pub struct WaitStatements {
     pub due_select: String,
     /// The key of `c` in key order, for `ORDER BY`.
     pub key_order: String,
-    /// What ends the due runs' statement when they are claimed
-    /// ([`WaitNames::claim_lock`]).
+    /// A claim's statement up to its filter, as [`due_select`](Self::due_select):
+    /// the run rows `c` joined to their lease rows `l` whose lease is not
+    /// held (a claim locks these).
+    pub claim_select: String,
+    /// The same for the runs without a lease row yet (written by a plain
+    /// `save`).
+    pub unleased_select: String,
+    /// What ends a claim's statement ([`WaitNames::claim_lock`]).
     pub claim_lock: String,
     /// How the store tells its watchers, if it does in its transactions.
     pub notify: Option<Notify>,
@@ -203,6 +212,16 @@ impl WaitStatements {
                 ),
             },
             key_order: key_order.to_owned(),
+            claim_select: format!(
+                "SELECT {}, c.version, c.due_at FROM {cp} AS c{due_hint} JOIN {leases} AS l \
+                 ON l.run_id = c.run_id WHERE (l.expires_at IS NULL OR NOT ({held}))",
+                D::key_text("c.run_id")
+            ),
+            unleased_select: format!(
+                "SELECT {}, c.version, c.due_at FROM {cp} AS c{due_hint} WHERE NOT EXISTS \
+                 (SELECT 1 FROM {leases} AS l WHERE l.run_id = c.run_id)",
+                D::key_text("c.run_id")
+            ),
             claim_lock: claim_lock.to_owned(),
             notify,
         }
@@ -227,31 +246,42 @@ pub fn due_statement<D: Dialect>(
     sql: &WaitStatements,
     filter: &DueFilter,
 ) -> Result<Statement<D::Time>> {
-    due_rows::<D>(sql, filter, "")
+    due_rows::<D>((&sql.due_select, &sql.key_order, ""), filter)
 }
 
-/// The [due runs' statement](due_statement) of a claim: its rows locked
-/// with [`WaitStatements::claim_lock`] (skipping the rows another claim
-/// holds).
+/// A claim's statement for `filter` in dialect `D`, as
+/// [`due_statement`]'s: with `leased`, the runs with a lease row that is
+/// not held, their lease rows locked ([`WaitStatements::claim_lock`]);
+/// else those without a lease row.
 ///
 /// # Errors
 /// As [`due_statement`].
-#[doc(hidden)]
 pub(crate) fn claim_statement<D: Dialect>(
     sql: &WaitStatements,
     filter: &DueFilter,
+    leased: bool,
 ) -> Result<Statement<D::Time>> {
-    due_rows::<D>(sql, filter, &sql.claim_lock)
+    let parts = if leased {
+        (
+            sql.claim_select.as_str(),
+            sql.key_order.as_str(),
+            sql.claim_lock.as_str(),
+        )
+    } else {
+        (sql.unleased_select.as_str(), sql.key_order.as_str(), "")
+    };
+    due_rows::<D>(parts, filter)
 }
 
+/// `select` (up to its filter) for `filter`, in `key_order`, ended by
+/// `lock`.
 fn due_rows<D: Dialect>(
-    sql: &WaitStatements,
+    (select, key_order, lock): (&str, &str, &str),
     filter: &DueFilter,
-    lock: &str,
 ) -> Result<Statement<D::Time>> {
     let limit = RunFilter::new().limit(filter.limit).page_size()?;
     let mut args = vec![Arg::Count(int(filter.before_ms))];
-    let mut text = format!("{} AND c.due_at <= {}", sql.due_select, D::param(1));
+    let mut text = format!("{select} AND c.due_at <= {}", D::param(1));
     for (column, values) in [
         ("c.pipeline", &filter.pipelines),
         ("c.version", &filter.versions),
@@ -266,12 +296,10 @@ fn due_rows<D: Dialect>(
         args.extend(values.iter().cloned().map(Arg::Text));
     }
     text.push_str(&format!(
-        " ORDER BY c.due_at, {} LIMIT {}",
-        sql.key_order,
+        " ORDER BY c.due_at, {key_order} LIMIT {}{lock}",
         D::param(args.len() + 1)
     ));
     args.push(Arg::Count(int(limit as u64)));
-    text.push_str(lock);
     Ok(Statement { text, args })
 }
 

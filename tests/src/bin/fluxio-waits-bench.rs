@@ -202,12 +202,13 @@ impl Calls {
             .collect()
     }
 
-    /// `method=calls[/errors]` of every method called, on one line.
+    /// `method=calls/errors/nanoseconds` of every method called, on one
+    /// line.
     fn line(&self) -> String {
         let mut parts = Vec::new();
-        for (i, (calls, errors, _)) in self.snapshot().into_iter().enumerate() {
+        for (i, (calls, errors, nanos)) in self.snapshot().into_iter().enumerate() {
             if calls > 0 {
-                parts.push(format!("{}={calls}/{errors}", METHODS[i]));
+                parts.push(format!("{}={calls}/{errors}/{nanos}", METHODS[i]));
             }
         }
         parts.join(" ")
@@ -1026,32 +1027,39 @@ async fn stop_all(children: &mut [Child]) -> BenchResult<Vec<String>> {
     Ok(calls)
 }
 
-/// Sums `method=calls/errors` lines: method -> (calls, errors).
-fn sum_calls(lines: &[String]) -> BTreeMap<String, (u64, u64)> {
-    let mut sum: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+/// Sums `method=calls/errors/nanoseconds` lines: method -> (calls,
+/// errors, nanoseconds).
+fn sum_calls(lines: &[String]) -> BTreeMap<String, (u64, u64, u64)> {
+    let mut sum: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     for line in lines {
         for part in line.split_whitespace() {
             let Some((method, counts)) = part.split_once('=') else {
                 continue;
             };
-            let (calls, errors) = counts.split_once('/').unwrap_or((counts, "0"));
+            let mut numbers = counts.split('/').map(|n| n.parse::<u64>().unwrap_or(0));
             let e = sum.entry(method.to_owned()).or_default();
-            e.0 += calls.parse::<u64>().unwrap_or(0);
-            e.1 += errors.parse::<u64>().unwrap_or(0);
+            e.0 += numbers.next().unwrap_or(0);
+            e.1 += numbers.next().unwrap_or(0);
+            e.2 += numbers.next().unwrap_or(0);
         }
     }
     sum
 }
 
-fn per_run(sum: &BTreeMap<String, (u64, u64)>, runs: u64) -> String {
+/// Each method's calls a run (and failures), and the mean time of a call.
+fn per_run(sum: &BTreeMap<String, (u64, u64, u64)>, runs: u64) -> String {
     sum.iter()
-        .map(|(m, (c, e))| {
+        .map(|(m, (c, e, nanos))| {
             let errors = if *e > 0 {
                 format!(" ({e} failed)")
             } else {
                 String::new()
             };
-            format!("{m} {:.2}{errors}", *c as f64 / runs as f64)
+            let mean_ms = *nanos as f64 / (*c).max(1) as f64 / 1e6;
+            format!(
+                "{m} {:.2}{errors} ({mean_ms:.2} ms)",
+                *c as f64 / runs as f64
+            )
         })
         .collect::<Vec<_>>()
         .join(", ")

@@ -36,7 +36,12 @@ impl<'a> Top<'a> {
         let step = steps
             .get(index)
             .ok_or_else(|| Halt::Failed(no_such(what)))?;
-        let now = d.clock.now_ms(Some(d.store)).await.map_err(Halt::Store)?;
+        // a woken run's first sleep or wait reads the time its worker
+        // claimed it at: a round trip fewer, and due by it
+        let now = match self.pending.is_some().then_some(d.woken_at).flatten() {
+            Some(now) => now,
+            None => d.clock.now_ms(Some(d.store)).await.map_err(Halt::Store)?,
+        };
         Ok((d, step, now))
     }
 

@@ -75,6 +75,9 @@ pub(super) struct Resuming<'a> {
     pub(super) run_id: &'a str,
     pub(super) how: Continue<'a>,
     pub(super) options: ResumeOptions,
+    /// The time on the run's clock at which a worker found it due and
+    /// claimed it: a woken sleep or wait reads it instead of the clock.
+    pub(super) woken_at: Option<u64>,
 }
 
 impl<'a> Resuming<'a> {
@@ -90,6 +93,7 @@ impl<'a> Resuming<'a> {
             run_id,
             how: Continue::Resume,
             options: ResumeOptions::new(),
+            woken_at: None,
         }
     }
 }
@@ -287,6 +291,7 @@ impl Pipeline {
             run_id,
             how,
             options,
+            woken_at,
         } = r;
         let key = owner.lease().run_id();
         if cp.is_cancelled() {
@@ -296,7 +301,7 @@ impl Pipeline {
         }
         let runner = self.version_for(key, &cp, how, options)?;
         runner
-            .resume_from_checkpoint(store, owner, run_id, cp, how)
+            .resume_from_checkpoint(store, owner, run_id, cp, (how, woken_at))
             .await
     }
 
@@ -359,25 +364,28 @@ impl Pipeline {
         let (key, store, span) = self.durable_run("recover", run_id, true)?;
         async {
             let owner = self.take_lease(store, &key).await?;
-            self.recover_owned(store, owner, run_id, decide).await
+            self.recover_owned(store, owner, (run_id, None), decide)
+                .await
         }
         .instrument(span)
         .await
     }
 
     /// [`recover`](Self::recover) of a run whose lease `lease` the caller
-    /// claimed already ([`CheckpointStore::claim_due`]); the lease is given
-    /// back when recovery ends, or at once when the pipeline is shut down.
+    /// claimed already ([`CheckpointStore::claim_due`]) as due at `now` on
+    /// the run's clock (which a woken sleep or wait then reads instead of
+    /// the clock); the lease is given back when recovery ends, or at once
+    /// when the pipeline is shut down.
     pub(crate) async fn recover_claimed(
         &self,
-        run_id: &str,
-        lease: crate::store::Lease,
+        (run_id, lease, now): (&str, crate::store::Lease, u64),
         decide: impl FnOnce(&Checkpoint) -> Claim,
     ) -> Result<Recovered> {
         let (_, store, span) = self.durable_run("recover", run_id, true)?;
         async {
             let owner = self.adopt_lease(store, lease).await?;
-            self.recover_owned(store, owner, run_id, decide).await
+            self.recover_owned(store, owner, (run_id, Some(now)), decide)
+                .await
         }
         .instrument(span)
         .await
@@ -389,7 +397,7 @@ impl Pipeline {
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: Ownership,
-        run_id: &str,
+        (run_id, woken_at): (&str, Option<u64>),
         decide: impl FnOnce(&Checkpoint) -> Claim,
     ) -> Result<Recovered> {
         let key = owner.lease().run_id().to_owned();
@@ -406,7 +414,10 @@ impl Pipeline {
                     Ok(Recovered::GaveUp(Box::new(marked)))
                 }
                 Claim::Resume => {
-                    let r = Resuming::of(store, &owner, run_id);
+                    let r = Resuming {
+                        woken_at,
+                        ..Resuming::of(store, &owner, run_id)
+                    };
                     let result = self.resume_stored(r, cp).await;
                     Ok(Recovered::Resumed(result))
                 }
@@ -485,7 +496,7 @@ impl Pipeline {
         owner: &Ownership,
         run_id: &str,
         cp: Checkpoint,
-        how: Continue<'_>,
+        (how, woken_at): (Continue<'_>, Option<u64>),
     ) -> Result<Outcome> {
         let key = cp.key();
         let from = match how {
@@ -524,6 +535,7 @@ impl Pipeline {
             // had (rules 25-26); waking it is not another attempt
             durable.resumed_parked = cp.status.is_pending();
             durable.resumed_pending = cp.pending;
+            durable.woken_at = woken_at.filter(|_| durable.resumed_parked);
         }
         self.interpret_from(owner, &durable, ip, &start).await
     }

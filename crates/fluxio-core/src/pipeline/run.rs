@@ -467,6 +467,7 @@ impl Pipeline {
             resumed_branches: Vec::new(),
             resumed_pending: None,
             resumed_parked: false,
+            woken_at: None,
             clock: &self.inner.clock,
             by_ip: false,
             delete_completed: self.inner.settings.delete_completed,
