@@ -117,5 +117,6 @@ mod four_methods {
         rule27_racing_workers_continue_each_due_run_once,
         rule27_a_claim_takes_each_due_run_once,
         rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker,
+        rule27_busy_workers_wake_every_due_run_once_and_none_fails,
     );
 }

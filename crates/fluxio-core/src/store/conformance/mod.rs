@@ -86,6 +86,7 @@ pub use waits::{
     rule26_racing_signals_and_deadlines_have_one_winner, rule27_a_claim_takes_each_due_run_once,
     rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker,
     rule27_a_waiting_run_is_due_when_signalled_or_past_its_deadline,
+    rule27_busy_workers_wake_every_due_run_once_and_none_fails,
     rule27_racing_workers_continue_each_due_run_once, signal, waiting,
 };
 
@@ -796,6 +797,7 @@ macro_rules! __store_conformance_each {
             rule27_racing_workers_continue_each_due_run_once,
             rule27_a_claim_takes_each_due_run_once,
             rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker,
+    rule27_busy_workers_wake_every_due_run_once_and_none_fails,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

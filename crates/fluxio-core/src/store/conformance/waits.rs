@@ -12,7 +12,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::outcome::Outcome;
 use crate::pipeline::PipelineBuilder;
-use crate::recovery::RecoveryWorker;
+use crate::recovery::{RecoveryEvent, RecoveryWorker};
 use crate::stage::{CallFn, Output, ResourceReq, Resources, StageFuture};
 use crate::store::{
     Checkpoint, CheckpointStore, Decision, Delivery, DueFilter, Payload, Pending, RunFilter,
@@ -760,6 +760,66 @@ pub async fn rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker<H: Har
     let done = p.checkpoint("d").await.expect("load").expect("stored");
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!(w.run_once().await.expect("sweep").woken, 0, "woken once");
+}
+
+/// Rule 27: four busy workers over 200 runs due at once, claiming while
+/// the runs they woke write their checkpoints, wake each once and none
+/// fails. (A claim that locked run rows before lease rows deadlocked with
+/// the runs' owners under 4 worker processes, in `fluxio-waits-bench
+/// wake`; in one process this check did not catch it.)
+pub async fn rule27_busy_workers_wake_every_due_run_once_and_none_fails<H: Harness>(h: &H) {
+    const RUNS: u32 = 200;
+    let (p, calls, clock) = built(h, "rule27_busy", napping).await;
+    if !indexed(&p).await {
+        return;
+    }
+    for i in 0..RUNS {
+        let out = p
+            .invoke(&format!("b{i}"), Context::new())
+            .await
+            .expect("runs");
+        assert!(matches!(out, Outcome::Sleeping { .. }), "{out:?}");
+    }
+    clock.advance("1h").expect("advance");
+    let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let workers: Vec<RecoveryWorker> = (0..4)
+        .map(|_| {
+            let failures = Arc::clone(&failures);
+            RecoveryWorker::builder()
+                .pipeline(p.clone())
+                .on_event(move |event| {
+                    let failed = match event {
+                        RecoveryEvent::Woken { error: Some(e), .. } => Some(e.to_string()),
+                        RecoveryEvent::StoreFailed { error, .. } => Some(error.to_string()),
+                        _ => None,
+                    };
+                    if let Some(failed) = failed {
+                        failures.lock().expect("not poisoned").push(failed);
+                    }
+                })
+                .build()
+                .expect("a worker")
+        })
+        .collect();
+    let mut woken = 0;
+    for _ in 0..20 {
+        let sweeps = futures::future::join_all(workers.iter().map(RecoveryWorker::run_once)).await;
+        woken += sweeps
+            .into_iter()
+            .map(|s| s.expect("sweep").woken)
+            .sum::<usize>();
+        if calls.get()[1] >= RUNS {
+            break;
+        }
+    }
+    let failures = failures.lock().expect("not poisoned").clone();
+    assert!(failures.is_empty(), "no wake-up failed: {failures:?}");
+    assert_eq!(woken, RUNS as usize, "each run was claimed once");
+    assert_eq!(
+        calls.get(),
+        [RUNS, RUNS, 0],
+        "each run's next stage ran once"
+    );
 }
 
 /// Rule 27: four workers racing over due runs continue each exactly once.
