@@ -13,6 +13,7 @@
 mod builder;
 mod history;
 mod operate;
+mod recover;
 mod resume;
 mod run;
 mod waits;
@@ -21,8 +22,8 @@ pub use builder::MAX_PIPELINE_NAME_LEN;
 pub use builder::PipelineBuilder;
 pub use history::Diff;
 pub use history::DiffEntry;
-pub(crate) use resume::Claim;
-pub(crate) use resume::Recovered;
+pub(crate) use recover::Claim;
+pub(crate) use recover::Recovered;
 pub use resume::ResumeOptions;
 
 use std::fmt;

@@ -1,0 +1,117 @@
+//! Recovery's claim of a run (rule 22) and a worker's wake-up of a due
+//! one (rule 27): the run's lease taken (or adopted from a claim), its
+//! latest checkpoint decided on while nobody can change it, and resumed.
+
+use std::sync::Arc;
+
+use tracing::Instrument as _;
+
+use super::Pipeline;
+use super::resume::Resuming;
+use crate::error::Result;
+use crate::interpret::ownership::Ownership;
+use crate::outcome::Outcome;
+use crate::store::{Checkpoint, CheckpointStore};
+
+/// What a recovery worker does with a run it claimed: [`Pipeline::recover`].
+pub(crate) enum Claim {
+    Resume,
+    GiveUp,
+    Leave,
+}
+
+/// What became of a claimed run.
+pub(crate) enum Recovered {
+    /// It was resumed; how the resume ended.
+    Resumed(Result<Outcome>),
+    /// It was marked as needing attention: its new latest checkpoint.
+    GaveUp(Box<Checkpoint>),
+    /// It was left as it was.
+    Left,
+}
+
+impl Pipeline {
+    /// Recovery (rule 22): takes the lease of this pipeline's run `run_id`
+    /// and, holding it, asks `decide` what to do with the run's latest
+    /// checkpoint, which nobody can change meanwhile: resume it, give up on
+    /// it (it is marked [`RunStatus::NeedsAttention`]), or leave it (it was
+    /// finished, or retried, by someone else since it was listed).
+    pub(crate) async fn recover(
+        &self,
+        run_id: &str,
+        decide: impl FnOnce(&Checkpoint) -> Claim,
+    ) -> Result<Recovered> {
+        let (key, store, span) = self.durable_run("recover", run_id, true)?;
+        async {
+            let owner = self.take_lease(store, &key).await?;
+            self.recover_owned(store, owner, (run_id, None), decide)
+                .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// [`recover`](Self::recover) of a run whose lease `lease` the caller
+    /// claimed already ([`CheckpointStore::claim_due`]) as due at `now` on
+    /// the run's clock (which a woken sleep or wait then reads instead of
+    /// the clock); the lease is given back when recovery ends, or at once
+    /// when the pipeline is shut down.
+    pub(crate) async fn recover_claimed(
+        &self,
+        (run_id, lease, now): (&str, crate::store::Lease, u64),
+        decide: impl FnOnce(&Checkpoint) -> Claim,
+    ) -> Result<Recovered> {
+        let (_, store, span) = self.durable_run("recover", run_id, true)?;
+        async {
+            let owner = self.adopt_lease(store, lease).await?;
+            self.recover_owned(store, owner, (run_id, Some(now)), decide)
+                .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Recovery's body, holding the run's lease as `owner`: the latest
+    /// checkpoint loaded and `decide`d.
+    async fn recover_owned(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        owner: Ownership,
+        (run_id, woken_at): (&str, Option<u64>),
+        decide: impl FnOnce(&Checkpoint) -> Claim,
+    ) -> Result<Recovered> {
+        let key = owner.lease().run_id().to_owned();
+        let result = async {
+            let Some(cp) = store.load(&key).await? else {
+                return Ok(Recovered::Left);
+            };
+            match decide(&cp) {
+                Claim::Leave => Ok(Recovered::Left),
+                Claim::GiveUp => {
+                    let marked =
+                        crate::store::mark_needs_attention(store.as_ref(), cp, owner.lease())
+                            .await?;
+                    Ok(Recovered::GaveUp(Box::new(marked)))
+                }
+                Claim::Resume => {
+                    let r = Resuming {
+                        woken_at,
+                        ..Resuming::of(store, &owner, run_id)
+                    };
+                    let result = self.resume_stored(r, cp).await;
+                    Ok(Recovered::Resumed(result))
+                }
+            }
+        }
+        .await;
+        owner.release().await;
+        result
+    }
+
+    /// The versions whose runs this pipeline continues: its own, then the
+    /// ones it holds.
+    pub(crate) fn versions(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.inner.version.as_str())
+            .chain(self.inner.held.iter().map(|p| p.inner.version.as_str()))
+    }
+}
