@@ -623,3 +623,65 @@ fn a_checkpoint_of_a_run_that_waits_is_format_5_and_others_stay_format_4() {
         .to_string();
     assert!(err.contains("format 6") && err.contains("newer"), "{err}");
 }
+
+/// Rule 27 after a redeploy: a worker claims only the versions it holds.
+/// A due run of a version it does not hold is left sleeping, reported
+/// (`RecoveryEvent::NotHeld`, once) and counted; the same worker on a
+/// build that holds the old version wakes it, once.
+#[tokio::test]
+async fn rule27_a_due_run_of_a_version_nobody_holds_is_reported_and_left() {
+    let clock = TestClock::new();
+    let store = std::sync::Arc::new(InMemoryStore::new());
+    let old = pipeline![submit, sleep!("1h"), remind]
+        .name("deploys")
+        .store(std::sync::Arc::clone(&store))
+        .clock(clock.clock())
+        .build()
+        .expect("the old build");
+    let new = pipeline![submit, sleep!("1h"), remind, escalate]
+        .name("deploys")
+        .store(std::sync::Arc::clone(&store))
+        .clock(clock.clock())
+        .build()
+        .expect("the new build");
+    assert_ne!(old.version(), new.version());
+    let out = old.invoke("d1", Context::new()).await.expect("runs");
+    assert!(matches!(out, Outcome::Sleeping { .. }), "{out:?}");
+    clock.advance("2h").expect("advance");
+    let reported = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let told = std::sync::Arc::clone(&reported);
+    let w = RecoveryWorker::builder()
+        .pipeline(new.clone())
+        .on_event(move |e| {
+            if let fluxio::recovery::RecoveryEvent::NotHeld { key, version } = e {
+                told.lock()
+                    .expect("lock")
+                    .push((key.clone(), version.clone()));
+            }
+        })
+        .build()
+        .expect("a worker");
+    for _ in 0..2 {
+        let sweep = w.run_once().await.expect("sweep");
+        assert_eq!(sweep.woken, 0, "not the new build's to wake");
+        assert!(sweep.not_held >= 1, "counted as not held: {sweep:?}");
+    }
+    assert_eq!(
+        *reported.lock().expect("lock"),
+        [("deploys/d1".to_owned(), old.version().to_owned())],
+        "reported once, naming the run and its version"
+    );
+    let stored = old.checkpoint("d1").await.expect("load").expect("stored");
+    assert_eq!(stored.status, RunStatus::Sleeping, "left as it was");
+    let holding = new.clone().hold(old.clone()).expect("holds the old build");
+    let sweep = worker(&holding).run_once().await.expect("sweep");
+    assert_eq!(sweep.woken, 1, "the build that holds it wakes it");
+    let done = old.checkpoint("d1").await.expect("load").expect("stored");
+    assert_eq!(done.status, RunStatus::Completed);
+    assert!(
+        done.context
+            .to_context()
+            .get::<bool>("reminded")
+            .expect("reminded")
+    );
+}
