@@ -1386,12 +1386,8 @@ async fn trips(kind: StoreKind, runs: u64) -> BenchResult {
         }
         measure("start of a sleeping run (first, then the sleep)", before).await;
         tokio::time::sleep(Duration::from_millis(due.saturating_sub(now_ms()) + 50)).await;
-        let worker = RecoveryWorker::builder()
-            .pipeline(sleeper.clone())
-            .concurrency(1)
-            .build()?;
         let before = calls.snapshot();
-        let sweep = worker.run_once().await?;
+        let sweep = one_pass(&sleeper).await?;
         let woken = measure(
             &format!("woken sleeping run ({} woken by one run_once)", sweep.woken),
             before,
@@ -1410,12 +1406,8 @@ async fn trips(kind: StoreKind, runs: u64) -> BenchResult {
             waiter.signal(&format!("w{i}"), "go", &1u64).await?;
         }
         measure("signal", before).await;
-        let worker = RecoveryWorker::builder()
-            .pipeline(waiter.clone())
-            .concurrency(1)
-            .build()?;
         let before = calls.snapshot();
-        let sweep = worker.run_once().await?;
+        let sweep = one_pass(&waiter).await?;
         let signalled = measure(
             &format!(
                 "woken signalled run ({} woken by one run_once)",
@@ -1437,6 +1429,15 @@ async fn trips(kind: StoreKind, runs: u64) -> BenchResult {
         Ok(())
     })
     .await
+}
+
+/// One pass of a worker of `p` that continues one run at a time.
+async fn one_pass(p: &Pipeline) -> BenchResult<fluxio::recovery::Sweep> {
+    let worker = RecoveryWorker::builder()
+        .pipeline(p.clone())
+        .concurrency(1)
+        .build()?;
+    Ok(worker.run_once().await?)
 }
 
 // ---- the command line --------------------------------------------------------
