@@ -33,6 +33,7 @@ pub(crate) mod op {
     pub(crate) const SIGNALS: &str = "signals";
     pub(crate) const DUE_RUNS: &str = "due_runs";
     pub(crate) const CLAIM_DUE: &str = "claim_due";
+    pub(crate) const SET_DUE: &str = "set_due";
     pub(crate) const CLOCK: &str = "clock_ms";
     pub(crate) const WATCH: &str = "watch";
 }

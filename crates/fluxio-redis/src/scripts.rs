@@ -105,13 +105,15 @@ return 1
 ///   read: `order`, `state`, `at` (sent at, decimal), `rest` (where its
 ///   sent-at starts: what follows its state), `body` (where its payload
 ///   starts) and `v`; `nil` when it is not one.
-/// - `due(j, prefix, run, old, at)`: after a write of the run (journal
-///   `j`) from status `old` to the summary at `ARGV[at]` (see
-///   `summarize`): a sleeping or waiting run is scored as `due_ms` says
-///   (its mailbox read for the names it waits for) or taken out when only
-///   a signal can wake it, and its watchers told it may be due; any other
-///   run leaves the due-index (and its `waits` and `until` go) when it was
-///   parked, and its watchers are told when it ended.
+/// - `due(j, prefix, run, old, at, retry)`: after a write of the run
+///   (journal `j`) from status `old` to the summary at `ARGV[at]` (see
+///   `summarize`), `retry` its recovery time before the write (`SET_DUE`'s
+///   field `retry`, which goes): a sleeping or waiting run is scored as
+///   `due_ms` says (its mailbox read for the names it waits for) or taken
+///   out when only a signal can wake it, and its watchers told it may be
+///   due; any other run leaves the due-index (and its `waits` and `until`
+///   go) when it was parked or had a recovery time, and its watchers are
+///   told when it ended.
 macro_rules! waits_fns {
     () => {
         r"
@@ -155,7 +157,10 @@ local function entry(v)
   return {order = tonumber(order), state = state, rest = rest, at = at,
     body = body + tonumber(len), v = v}
 end
-local function due(j, prefix, run, old, at)
+local function due(j, prefix, run, old, at, retry)
+  if retry then
+    redis.call('HDEL', j, 'retry')
+  end
   if PARKED[ARGV[at]] then
     local score, box = ARGV[at + 10], prefix .. '.signals:' .. run
     for name in string.gmatch(ARGV[at + 9], '[^\n]+') do
@@ -176,6 +181,8 @@ local function due(j, prefix, run, old, at)
   end
   if PARKED[old] then
     redis.call('HDEL', j, 'waits', 'until')
+  end
+  if PARKED[old] or retry then
     unschedule(prefix, run)
   end
   if ENDED[ARGV[at]] then
@@ -269,10 +276,10 @@ local function unindex(prefix, run, status)
   redis.call('ZREM', prefix .. '.expiring', run)
 end
 local function delete_run(j, mark, epoch, completed, prefix, run, epoch_px)
-  local status = redis.pcall('HGET', j, 'status')
-  status = type(status) == 'string' and status or nil
+  local h = redis.pcall('HMGET', j, 'status', 'retry')
+  local status = not h['err'] and h[1] or nil
   unindex(prefix, run, status)
-  if not status or PARKED[status] then
+  if not status or PARKED[status] or (not h['err'] and h[2]) then
     unschedule(prefix, run)
   end
   redis.call('DEL', j, mark, prefix .. '.signals:' .. run)
@@ -376,7 +383,7 @@ macro_rules! journal_fns {
             r"
 local function meta(key)
   local m = redis.pcall('HMGET', key, 'first', 'last', 'fulls', 'born', 'ver', 'exp', 'done',
-    'status')
+    'status', 'retry')
   if m['err'] then
     if redis.call('TYPE', key)['ok'] == 'string' then
       return {first = 0, last = 0, fulls = {0}, legacy = true}
@@ -391,7 +398,8 @@ local function meta(key)
     fulls[#fulls + 1] = tonumber(s)
   end
   return {first = tonumber(m[1]), last = tonumber(m[2]), fulls = fulls, born = m[4],
-    ver = tonumber(m[5]), exp = m[6] == '1', done = m[7], status = m[8] or nil}
+    ver = tonumber(m[5]), exp = m[6] == '1', done = m[7], status = m[8] or nil,
+    retry = m[9] or nil}
 end
 local function to_read(key, all, blob)
   local m = meta(key)
@@ -530,9 +538,10 @@ end
 pub(crate) const SAVE: &str = concat!(
     journal_fns!(),
     r"
-local old = redis.pcall('HGET', KEYS[1], 'status')
-if type(old) ~= 'string' then
-  old = nil
+local was = redis.pcall('HMGET', KEYS[1], 'status', 'retry')
+local old, retry = nil, nil
+if not was['err'] then
+  old, retry = was[1] or nil, was[2] or nil
 end
 local box, signals = ARGV[9] .. '.signals:' .. ARGV[10], tonumber(ARGV[22])
 redis.call('DEL', KEYS[1], box)
@@ -550,7 +559,7 @@ for i = 23 + 2 * signals, #ARGV, 2 do
 end
 redis.call('HSET', KEYS[1], 'exp', ARGV[1] ~= '0' and '1' or '0')
 index(ARGV[9], ARGV[10], old, summarize(KEYS[1], 11))
-due(KEYS[1], ARGV[9], ARGV[10], old, 11)
+due(KEYS[1], ARGV[9], ARGV[10], old, 11, retry)
 expire(KEYS[1], ARGV[1], KEYS[3], ARGV[3], false, true, box)
 if ARGV[2] == '1' then
   redis.call('SET', KEYS[2], 1)
@@ -585,7 +594,7 @@ if not full and not (m and m.first < seq and seq - 1 <= m.last) then
 end
 local had = m and m.exp
 local was_done = m and m.done and true
-local old = m and m.status
+local old, retry = m and m.status, m and m.retry
 local box = ARGV[11] .. '.signals:' .. ARGV[12]
 if not m or seq == 0 then
   -- a fresh run under the key: none of the old run's signals
@@ -659,7 +668,7 @@ if had or ARGV[6] ~= '0' then
 end
 redis.call('HSET', j, unpack(set))
 index(ARGV[11], ARGV[12], old, summarize(j, 13))
-due(j, ARGV[11], ARGV[12], old, 13)
+due(j, ARGV[11], ARGV[12], old, 13, retry)
 expire(j, ARGV[6], KEYS[4], ARGV[8], had, fresh, box)
 if ARGV[7] == '1' then
   redis.call('SET', KEYS[3], 1)
@@ -798,7 +807,7 @@ else
 end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3], 'last', ARGV[2], 'ver', int(m.ver + 1), 'exp', '0')
 index(ARGV[4], ARGV[5], m.status, summarize(KEYS[1], 6))
-due(KEYS[1], ARGV[4], ARGV[5], m.status, 6)
+due(KEYS[1], ARGV[4], ARGV[5], m.status, 6, m.retry)
 redis.call('SET', KEYS[2], 1)
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[3])
@@ -1102,12 +1111,13 @@ mod waits;
 
 #[cfg(test)]
 pub(crate) use waits::DECIDE;
-pub(crate) use waits::{DUE, SEND, TAKE};
+pub(crate) use waits::{DUE, SEND, SET_DUE, TAKE};
 
 scripts! {
     SEND => SEND_SCRIPT,
     TAKE => TAKE_SCRIPT,
     DUE => DUE_SCRIPT,
+    SET_DUE => SET_DUE_SCRIPT,
     ACQUIRE => ACQUIRE_SCRIPT,
     RENEW => RENEW_SCRIPT,
     SAVE => SAVE_SCRIPT,

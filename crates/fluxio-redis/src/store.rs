@@ -936,6 +936,11 @@ impl CheckpointStore for RedisStore {
         self.claim(filter, ttl).await
     }
 
+    /// The `SET_DUE` script, fenced as a fenced save is.
+    async fn set_due(&self, lease: &Lease, due_ms: Option<u64>) -> Result<()> {
+        self.schedule(lease, due_ms).await
+    }
+
     /// `TIME`, in milliseconds (on a cluster, any node's).
     async fn clock_ms(&self) -> Result<Option<u64>> {
         self.time().await.map(Some)

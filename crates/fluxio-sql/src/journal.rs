@@ -9,8 +9,9 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use fluxio_core::store::{
-    Begin, Begun, Checkpoint, Claimed, Decision, Delivery, DueFilter, DueRun, Lease, RunEventKind,
-    RunStatus, Signal, Take, cancelled_checkpoint, cut_point, decide, deliver, missing_predecessor,
+    Begin, Begun, Checkpoint, Claimed, Decision, Delivery, DueFilter, DueRun, Lease, MAX_UNTIL_MS,
+    RunEventKind, RunStatus, Signal, Take, cancelled_checkpoint, cut_point, decide, deliver,
+    missing_predecessor,
 };
 use fluxio_core::{Error, Result};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
@@ -156,7 +157,8 @@ where
     /// The checks of a fenced write of run `key` under the lease `token`,
     /// in the order of [`fenced`](Self::fenced): the lease row read (and
     /// locked), then the run's row (locked): `Cancelled`, then `lost()` for
-    /// a lease that is not current. Returns whether the run has a row.
+    /// a lease that is not current. Returns the run row's status (`None`:
+    /// no row).
     ///
     /// # Errors
     /// Those refusals; the driver's.
@@ -166,7 +168,7 @@ where
         run: &RunStatements,
         (key, token): (&str, i64),
         lost: impl FnOnce() -> Error,
-    ) -> std::result::Result<bool, Failure> {
+    ) -> std::result::Result<Option<String>, Failure> {
         let held = Self::held(conn, run, key, token).await?;
         let status = Self::status(conn, sql, key).await?;
         if status.as_deref() == Some(CANCELLED) {
@@ -178,7 +180,7 @@ where
         if !held {
             return Err(lost().into());
         }
-        Ok(status.is_some())
+        Ok(status)
     }
 
     /// Takes the lease of `key` for `ttl` when no unexpired lease holds it,
@@ -833,7 +835,8 @@ where
         lease: &Lease,
     ) -> std::result::Result<Decision, Failure> {
         let token = token_of(lease, key)?;
-        if !Self::gate(conn, sql, run, (key, token), || lease_lost(lease)).await? {
+        let gate = Self::gate(conn, sql, run, (key, token), || lease_lost(lease)).await?;
+        if gate.is_none() {
             return Err(Error::CheckpointNotFound {
                 run_id: key.to_owned(),
             }
@@ -846,6 +849,41 @@ where
         let decision = decide(&mut after, take);
         Self::write_back(conn, sql, key, &before, &after).await?;
         Ok(decision)
+    }
+
+    /// Sets when run `key` is due for recovery in the caller's
+    /// transaction, as `CheckpointStore::set_due` does: refused as a fenced
+    /// write is ([`gate`](Self::gate): `Cancelled`, `LeaseLost`; then
+    /// `CheckpointNotFound`); then the row's `due_at` set to `due` (`None`:
+    /// cleared) when the run is running or failed, and left as it is
+    /// otherwise (its checkpoint says when it is due). The row's next
+    /// write sets `due_at` from its checkpoint again.
+    ///
+    /// # Errors
+    /// The refusals above; the driver's.
+    pub async fn set_due(
+        conn: &mut DB::Connection,
+        (sql, run): (&Statements, &RunStatements),
+        lease: &Lease,
+        due: Option<u64>,
+    ) -> std::result::Result<(), Failure> {
+        let key = lease.run_id();
+        let token = token_of(lease, key)?;
+        let Some(status) = Self::gate(conn, sql, run, (key, token), || lease_lost(lease)).await?
+        else {
+            return Err(Error::CheckpointNotFound {
+                run_id: key.to_owned(),
+            }
+            .into());
+        };
+        if status == crate::RUNNING || status == crate::FAILED {
+            sqlx::query(&sql.waits.set_due)
+                .bind(due.map(|at| int(at.min(MAX_UNTIL_MS))))
+                .bind(key)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Writes what changed from `before` to `after` (entries of run

@@ -953,6 +953,24 @@ where
         .await
     }
 
+    /// One transaction: [`Journal::set_due`], fenced by `lease` as a
+    /// fenced save is. Sent again after a connection failure: it sets the
+    /// same value.
+    ///
+    /// # Errors
+    /// `Cancelled`, `LeaseLost`, `CheckpointNotFound`; the driver's.
+    pub async fn set_due(&self, lease: &Lease, due_ms: Option<u64>) -> Result<()> {
+        check_run_id(lease.run_id())?;
+        self.call("set_due", Retry::Once, |mut conn| async move {
+            let mut tx = conn.begin().await?;
+            let sql = (&self.sql.journal, &self.sql.run);
+            Journal::<S>::set_due(&mut tx, sql, lease, due_ms).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
     /// One statement: the run's mailbox, in the order it came.
     ///
     /// # Errors

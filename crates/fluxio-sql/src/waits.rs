@@ -143,6 +143,9 @@ pub struct WaitStatements {
     pub clear: String,
     /// Makes run (key) due at once (`due_at = 0`).
     pub due_now: String,
+    /// Sets the due time of run (key) for its recovery: due_at (or
+    /// `NULL`), key.
+    pub set_due: String,
     /// The store's clock in milliseconds: one integer.
     pub clock: String,
     /// The due runs' statement up to its filter: the run rows `c` (key as
@@ -198,6 +201,7 @@ impl WaitStatements {
             mark: format!("UPDATE {signals} SET state = {p1} WHERE run_id = {p2} AND name = {p3}"),
             clear: format!("DELETE FROM {signals} WHERE run_id = {p1}"),
             due_now: format!("UPDATE {cp} SET due_at = 0 WHERE run_id = {p1}"),
+            set_due: format!("UPDATE {cp} SET due_at = {p1} WHERE run_id = {p2}"),
             clock: format!("SELECT {now_ms}"),
             due_select: match lease_free {
                 LeaseFree::NotExists => format!(

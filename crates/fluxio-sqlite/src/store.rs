@@ -760,6 +760,11 @@ impl CheckpointStore for SqliteStore {
         self.claim(filter, ttl).await
     }
 
+    /// One write of a group commit, fenced as a fenced save is.
+    async fn set_due(&self, lease: &Lease, due_ms: Option<u64>) -> Result<()> {
+        self.schedule(lease, due_ms).await
+    }
+
     /// SQLite's clock (every process on the host reads the same one).
     async fn clock_ms(&self) -> Result<Option<u64>> {
         self.clock().await.map(Some)

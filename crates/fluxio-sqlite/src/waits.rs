@@ -60,6 +60,21 @@ impl SqliteStore {
         .await
     }
 
+    /// [`set_due`](fluxio_core::store::CheckpointStore::set_due): one
+    /// write of a group commit, refused (`Cancelled`, `LeaseLost`,
+    /// `CheckpointNotFound`) before it writes anything.
+    pub(crate) async fn schedule(&self, lease: &Lease, due_ms: Option<u64>) -> Result<()> {
+        check_run_id(lease.run_id())?;
+        let lease = Lease::new(lease.run_id(), lease.token());
+        self.write("set_due", false, move |conn, inner| {
+            Box::pin(async move {
+                let sql = (&inner.sql.journal, &inner.sql.run);
+                Journal::set_due(conn, sql, &lease, due_ms).await
+            })
+        })
+        .await
+    }
+
     /// The run's mailbox, on a reading connection.
     pub(crate) async fn mailbox(&self, key: &str) -> Result<Vec<Signal>> {
         check_run_id(key)?;

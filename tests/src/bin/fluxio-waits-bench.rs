@@ -157,7 +157,7 @@ fn input(n: u64, at_ms: u64) -> fluxio::Result<Context> {
 
 // ---- a store that counts its calls -------------------------------------------
 
-const METHODS: [&str; 21] = [
+const METHODS: [&str; 22] = [
     "save",
     "load",
     "delete",
@@ -179,6 +179,7 @@ const METHODS: [&str; 21] = [
     "clock_ms",
     "watch",
     "claim_due",
+    "set_due",
 ];
 
 /// Calls, errors and time of each method of [`Traced`].
@@ -323,6 +324,9 @@ impl CheckpointStore for Traced {
     }
     async fn claim_due(&self, filter: &DueFilter, ttl: Duration) -> fluxio::Result<Vec<Claimed>> {
         self.track(20, self.inner.claim_due(filter, ttl)).await
+    }
+    async fn set_due(&self, lease: &Lease, due_ms: Option<u64>) -> fluxio::Result<()> {
+        self.track(21, self.inner.set_due(lease, due_ms)).await
     }
 }
 

@@ -118,5 +118,7 @@ mod four_methods {
         rule27_a_claim_takes_each_due_run_once,
         rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker,
         rule27_busy_workers_wake_every_due_run_once_and_none_fails,
+        rule27_a_recovery_time_is_kept_in_the_due_index,
+        rule28_a_test_clock_fires_a_recovery_backoff,
     );
 }

@@ -194,9 +194,15 @@ async fn rule22_failed_runs_are_retried_only_by_policy_and_after_their_backoff()
         .expect("worker");
     let sweep = slow.run_once().await.expect("sweep");
     assert_eq!(
-        (sweep.found, sweep.left, sweep.resumed),
+        (sweep.found, sweep.deferred, sweep.resumed),
         (1, 1, 0),
-        "not due"
+        "not due: its recovery time is written into the due-index"
+    );
+    let again = slow.run_once().await.expect("sweep");
+    assert_eq!(
+        (again.found, again.left, again.deferred, again.resumed),
+        (1, 1, 0, 0),
+        "written once"
     );
     assert!(ledger().is_empty());
 

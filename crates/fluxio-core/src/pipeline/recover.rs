@@ -18,6 +18,9 @@ pub(crate) enum Claim {
     Resume,
     GiveUp,
     Leave,
+    /// Leave it, due for recovery at this time on the pipeline's clock
+    /// (`None`: not due): [`CheckpointStore::set_due`].
+    Defer(Option<u64>),
 }
 
 /// What became of a claimed run.
@@ -28,6 +31,9 @@ pub(crate) enum Recovered {
     GaveUp(Box<Checkpoint>),
     /// It was left as it was.
     Left,
+    /// It was left, due for recovery at this time in the store's
+    /// due-index.
+    Deferred(u64),
 }
 
 impl Pipeline {
@@ -72,7 +78,9 @@ impl Pipeline {
     }
 
     /// Recovery's body, holding the run's lease as `owner`: the latest
-    /// checkpoint loaded and `decide`d.
+    /// checkpoint loaded and `decide`d. A run woken at `woken_at` reads
+    /// that time at its sleep or wait only if it is parked (a run claimed
+    /// for recovery reaches its next sleep later).
     async fn recover_owned(
         &self,
         store: &Arc<dyn CheckpointStore>,
@@ -85,8 +93,13 @@ impl Pipeline {
             let Some(cp) = store.load(&key).await? else {
                 return Ok(Recovered::Left);
             };
+            let woken_at = woken_at.filter(|_| cp.status.is_pending());
             match decide(&cp) {
                 Claim::Leave => Ok(Recovered::Left),
+                Claim::Defer(due) => {
+                    store.set_due(owner.lease(), due).await?;
+                    Ok(due.map_or(Recovered::Left, Recovered::Deferred))
+                }
                 Claim::GiveUp => {
                     let marked =
                         crate::store::mark_needs_attention(store.as_ref(), cp, owner.lease())

@@ -54,6 +54,10 @@ pub struct InMemoryStore {
     leases: Mutex<HashMap<String, LeaseState>>,
     /// Each run's mailbox (rule 26), locked after `map`.
     mailboxes: Mutex<HashMap<String, Vec<Signal>>>,
+    /// The recovery due times set ([`CheckpointStore::set_due`]), locked
+    /// after `mailboxes`: each holds while the run's latest checkpoint is
+    /// the one it was set on.
+    recoveries: Mutex<HashMap<String, Recovery>>,
     /// Keep at most this many completed runs per pipeline (`None`: all).
     keep_completed: Option<usize>,
     /// The store's wake-ups, made when first watched.
@@ -71,6 +75,23 @@ struct LeaseState {
 impl LeaseState {
     fn held_at(&self, now: Instant) -> bool {
         self.expires.is_some_and(|e| e > now)
+    }
+}
+
+/// A recovery due time, set on the checkpoint numbered `seq` written at
+/// `written_ms`: any later write of the run replaces that checkpoint, and
+/// so clears it.
+#[derive(Debug, Clone, Copy)]
+struct Recovery {
+    seq: u32,
+    written_ms: u64,
+    due_ms: u64,
+}
+
+impl Recovery {
+    /// When the run whose latest checkpoint is `cp` is due by this.
+    fn due_for(&self, cp: &Checkpoint) -> Option<u64> {
+        (cp.seq == self.seq && cp.updated_at_ms == self.written_ms).then_some(self.due_ms)
     }
 }
 
@@ -262,6 +283,7 @@ impl CheckpointStore for InMemoryStore {
         let mut map = lock(&self.map);
         map.remove(key);
         lock(&self.mailboxes).remove(key);
+        lock(&self.recoveries).remove(key);
         Ok(())
     }
 
@@ -371,6 +393,7 @@ impl CheckpointStore for InMemoryStore {
         self.fenced(key, lease, false, |map| {
             map.remove(key);
             lock(&self.mailboxes).remove(key);
+            lock(&self.recoveries).remove(key);
             Ok(())
         })
     }
@@ -440,15 +463,17 @@ impl CheckpointStore for InMemoryStore {
         let leases = lock(&self.leases);
         let map = lock(&self.map);
         let mailboxes = lock(&self.mailboxes);
+        let recoveries = lock(&self.recoveries);
         let mut due: Vec<DueRun> = map
             .iter()
             .filter_map(|(key, journal)| {
                 let cp = journal.last()?;
-                if !cp.status.is_pending() {
-                    return None;
-                }
-                let mailbox = mailboxes.get(key).map_or(&[][..], Vec::as_slice);
-                let at = cp.pending.as_ref()?.due_ms(mailbox)?;
+                let at = if cp.status.is_pending() {
+                    let mailbox = mailboxes.get(key).map_or(&[][..], Vec::as_slice);
+                    cp.pending.as_ref()?.due_ms(mailbox)?
+                } else {
+                    recoveries.get(key)?.due_for(cp)?
+                };
                 let held = leases.get(key).is_some_and(|l| l.held_at(now));
                 (!held && filter.matches(&cp.pipeline, &cp.version, at))
                     .then(|| DueRun::of(key, cp, at))
@@ -457,6 +482,29 @@ impl CheckpointStore for InMemoryStore {
         due.sort_by(|a, b| (a.due_ms, &a.key).cmp(&(b.due_ms, &b.key)));
         due.truncate(limit);
         Ok(due)
+    }
+
+    async fn set_due(&self, lease: &Lease, due_ms: Option<u64>) -> Result<()> {
+        let key = lease.run_id();
+        self.fenced(key, lease, true, |map| {
+            let cp = latest(map, key).ok_or_else(|| Error::CheckpointNotFound {
+                run_id: key.to_owned(),
+            })?;
+            if !matches!(cp.status, RunStatus::Running | RunStatus::Failed) {
+                return Ok(());
+            }
+            let recovery = due_ms.map(|at| Recovery {
+                seq: cp.seq,
+                written_ms: cp.updated_at_ms,
+                due_ms: at.min(super::MAX_UNTIL_MS),
+            });
+            let mut recoveries = lock(&self.recoveries);
+            match recovery {
+                Some(recovery) => recoveries.insert(key.to_owned(), recovery),
+                None => recoveries.remove(key),
+            };
+            Ok(())
+        })
     }
 
     async fn watch(&self) -> Result<Option<RunEvents>> {

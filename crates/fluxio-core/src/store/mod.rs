@@ -676,6 +676,31 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
         Ok(claimed)
     }
 
+    /// Sets when the run whose lease `lease` is becomes due for recovery
+    /// (contract rule 27: the recovery worker's backoff): from `due_ms`
+    /// on (at most [`MAX_UNTIL_MS`]), the due-index holds it, so a worker
+    /// claims it then ([`claim_due`](Self::claim_due)) and decides it with
+    /// its [`RecoveryPolicy`](crate::recovery::RecoveryPolicy); `None` takes
+    /// it out. Only a running (abandoned) or failed run is set: any other
+    /// is left as it is, since its own checkpoint says when it is due. The
+    /// run's next write (a checkpoint, a cancel, a delete) clears it.
+    /// Fenced, as [`save_fenced`](Self::save_fenced) is.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) by default (a store
+    /// with no due-index: its worker finds such runs by listing them);
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when `lease` is not
+    /// current, [`Error::Cancelled`](crate::Error::Cancelled),
+    /// [`Error::CheckpointNotFound`](crate::Error::CheckpointNotFound); the
+    /// store's.
+    async fn set_due(&self, lease: &Lease, due_ms: Option<u64>) -> Result<()> {
+        let _ = (lease, due_ms);
+        Err(crate::Error::Unsupported {
+            operation: "set a run's due time",
+            store: std::any::type_name::<Self>(),
+        })
+    }
+
     /// The store's clock, in milliseconds since the Unix epoch, where it
     /// has one that every process using it shares (the database server's);
     /// `None` by default (the [clock](crate::clock::Clock) then reads the
@@ -754,6 +779,9 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     async fn claim_due(&self, filter: &DueFilter, ttl: Duration) -> Result<Vec<Claimed>> {
         (**self).claim_due(filter, ttl).await
+    }
+    async fn set_due(&self, lease: &Lease, due_ms: Option<u64>) -> Result<()> {
+        (**self).set_due(lease, due_ms).await
     }
     async fn clock_ms(&self) -> Result<Option<u64>> {
         (**self).clock_ms().await

@@ -200,6 +200,43 @@ return reply
 "
 );
 
+/// `KEYS`: lease, journal, cancel mark. `ARGV`: token, the key prefix,
+/// the run's key, its recovery time (ms, decimal; `''`: none).
+/// `set_due`, fenced as `SAVE_FENCED` is: `2` when the run is cancelled,
+/// `0` when the lease is not `token`'s, `4` when no run is stored (nothing
+/// written on these). A running or failed run is scored at its recovery
+/// time in the due-index (its journal's field `retry` holds it, so its
+/// next write takes it out: `due`), or taken out with `''`; any other run
+/// (and one of an earlier build, without a summary) is left as it is.
+/// Returns 1 then.
+pub(crate) const SET_DUE: &str = concat!(
+    waits_fns!(),
+    r"
+local gate = redis.call('MGET', KEYS[1], KEYS[3])
+if gate[2] then
+  return 2
+end
+if gate[1] ~= ARGV[1] then
+  return 0
+end
+local status = redis.pcall('HGET', KEYS[2], 'status')
+if type(status) ~= 'string' then
+  return redis.call('EXISTS', KEYS[2]) == 0 and 4 or 1
+end
+if status == 'running' or status == 'failed' then
+  if ARGV[4] == '' then
+    if redis.call('HDEL', KEYS[2], 'retry') == 1 then
+      unschedule(ARGV[2], ARGV[3])
+    end
+  else
+    redis.call('HSET', KEYS[2], 'retry', ARGV[4])
+    schedule(ARGV[2], ARGV[3], ARGV[4])
+  end
+end
+return 1
+"
+);
+
 /// `KEYS`: the pipelines' set `P.due` (of one bucket on a cluster).
 /// `ARGV`: the key prefix, due at or before (ms), how many runs at most
 /// (`limit`), how many members of each pipeline's due-index to look at at

@@ -186,6 +186,39 @@ impl RedisStore {
         })
     }
 
+    /// [`CheckpointStore::set_due`](fluxio_core::store::CheckpointStore::set_due).
+    pub(super) async fn schedule(&self, lease: &Lease, due_ms: Option<u64>) -> Result<()> {
+        let key = lease.run_id();
+        check_run_id(key)?;
+        let journal = self.checkpoint_key(key);
+        let mut script = scripts::SET_DUE_SCRIPT.prepare_invoke();
+        script
+            .key(self.lease_key(key))
+            .key(&journal)
+            .key(self.cancelled_key(key))
+            .arg(lease.token())
+            .arg(&*self.run_prefix(key))
+            .arg(key)
+            .arg(
+                due_ms
+                    .map(|at| at.min(MAX_UNTIL_MS).to_string())
+                    .unwrap_or_default(),
+            );
+        let (reply, acked): (u8, _) = self
+            .invoke_write(op::SET_DUE, &journal, self.deadline(), &script)
+            .await?;
+        match reply {
+            1 => Ok(self.replicated(op::SET_DUE, &journal, key, acked)?),
+            2 => Err(Error::Cancelled {
+                run_id: key.to_owned(),
+            }),
+            4 => Err(Error::CheckpointNotFound {
+                run_id: key.to_owned(),
+            }),
+            _ => Err(lease_lost(lease)),
+        }
+    }
+
     /// [`CheckpointStore::signals`](fluxio_core::store::CheckpointStore::signals).
     pub(super) async fn mailbox(&self, key: &str) -> Result<Vec<Signal>> {
         check_run_id(key)?;

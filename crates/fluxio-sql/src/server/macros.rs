@@ -268,6 +268,13 @@ macro_rules! server_store {
             ) -> ::fluxio_core::Result<Vec<::fluxio_core::store::Claimed>> {
                 self.server().claim_due(filter, ttl).await
             }
+            async fn set_due(
+                &self,
+                lease: &::fluxio_core::store::Lease,
+                due_ms: Option<u64>,
+            ) -> ::fluxio_core::Result<()> {
+                self.server().set_due(lease, due_ms).await
+            }
             async fn clock_ms(&self) -> ::fluxio_core::Result<Option<u64>> {
                 self.server().clock_ms().await
             }

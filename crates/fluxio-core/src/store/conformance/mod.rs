@@ -87,7 +87,8 @@ pub use waits::{
     rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker,
     rule27_a_waiting_run_is_due_when_signalled_or_past_its_deadline,
     rule27_busy_workers_wake_every_due_run_once_and_none_fails,
-    rule27_racing_workers_continue_each_due_run_once, signal, waiting,
+    rule27_racing_workers_continue_each_due_run_once, rule28_a_test_clock_fires_a_recovery_backoff,
+    signal, waiting,
 };
 
 pub use begin::{
@@ -131,7 +132,10 @@ pub use list::{
     rule21_runs_are_listed_by_pipeline_state_version_and_time,
 };
 
-pub use recover::rule22_retry_hands_a_failed_run_back_to_the_workers;
+pub use recover::{
+    rule22_retry_hands_a_failed_run_back_to_the_workers,
+    rule27_a_recovery_time_is_kept_in_the_due_index,
+};
 
 pub use retention::{
     completed_runs_expire_and_are_purged_failed_and_running_ones_stay,
@@ -798,6 +802,8 @@ macro_rules! __store_conformance_each {
             rule27_a_claim_takes_each_due_run_once,
             rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker,
     rule27_busy_workers_wake_every_due_run_once_and_none_fails,
+            rule27_a_recovery_time_is_kept_in_the_due_index,
+            rule28_a_test_clock_fires_a_recovery_backoff,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

@@ -12,7 +12,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::outcome::Outcome;
 use crate::pipeline::PipelineBuilder;
-use crate::recovery::{RecoveryEvent, RecoveryWorker};
+use crate::recovery::{RecoveryEvent, RecoveryPolicy, RecoveryWorker};
 use crate::stage::{CallFn, Output, ResourceReq, Resources, StageFuture};
 use crate::store::{
     Checkpoint, CheckpointStore, Decision, Delivery, DueFilter, Payload, Pending, RunFilter,
@@ -445,7 +445,32 @@ fn approving(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
     .clock(clock.clock())
 }
 
-/// The pipeline `build` makes (`napping`, `approving`), with new counters
+/// Stage 1 of [`failing`]: counts its call, and fails the first.
+fn flaky(ctx: Context, resources: &Resources) -> StageFuture {
+    let calls = resources.get::<Calls>();
+    StageFuture::new(async move {
+        let calls = calls.ok_or("the counters are registered")?;
+        if calls.0[1].fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err("flaky: its first call fails".into());
+        }
+        Ok(Output::Context(ctx.set("ran_1", true)?))
+    })
+}
+
+/// `first, flaky`: fails at `flaky` on its first run.
+fn failing(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
+    let nodes = vec![counted("first", 1, count::<0>), counted("flaky", 2, flaky)];
+    suite_pipeline(
+        nodes,
+        *b"fluxio/conformance/failing/v1\0\0\0",
+        "flaky",
+        calls,
+    )
+    .clock(clock.clock())
+}
+
+/// The pipeline `build` makes (`napping`, `approving`,
+/// `failing`), with new counters
 /// and a test clock, on a store of `h` in the namespace of `check`.
 async fn built<H: Harness>(
     h: &H,
@@ -849,4 +874,67 @@ pub async fn rule27_racing_workers_continue_each_due_run_once<H: Harness>(h: &H)
             .expect("stored");
         assert_eq!(cp.status, RunStatus::Completed, "r{i}");
     }
+}
+
+/// Rules 22, 27, 28: a worker that finds a failed run before its backoff
+/// ended writes the run's recovery time into the due-index, on the
+/// pipeline's clock, once; it resumes the run, once, when a test clock
+/// passes that time, not before, claiming it like any due run.
+pub async fn rule28_a_test_clock_fires_a_recovery_backoff<H: Harness>(h: &H) {
+    let (p, calls, clock) = built(h, "rule28_backoff", failing).await;
+    if !indexed(&p).await {
+        return;
+    }
+    let failed = p.invoke("f", Context::new()).await;
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(calls.get(), [1, 1, 0]);
+    let hour = Duration::from_secs(3600);
+    let w = RecoveryWorker::builder()
+        .pipeline(p.clone())
+        .policy(RecoveryPolicy::new().retry_failed(true).backoff(hour, hour))
+        .build()
+        .expect("a worker");
+    let first = w.run_once().await.expect("sweep");
+    assert_eq!(
+        (first.found, first.deferred, first.resumed),
+        (1, 1, 0),
+        "{first:?}"
+    );
+    let store = p.store().expect("durable");
+    let due = store
+        .due_runs(&DueFilter::new(u64::MAX).pipeline("flaky"))
+        .await
+        .expect("due runs");
+    let start = clock.now_ms();
+    assert_eq!(due.len(), 1, "{due:?}");
+    assert!(
+        due[0].due_ms > start + 3_540_000 && due[0].due_ms <= start + 3_600_000,
+        "due an hour after it failed, on the test clock: {} from {start}",
+        due[0].due_ms
+    );
+    let again = w.run_once().await.expect("sweep");
+    assert_eq!(
+        (again.deferred, again.resumed),
+        (0, 0),
+        "written once: {again:?}"
+    );
+    clock.advance("59m").expect("advance");
+    assert_eq!(w.run_once().await.expect("sweep").resumed, 0, "not yet");
+    assert_eq!(calls.get(), [1, 1, 0]);
+    clock.advance("1m").expect("advance");
+    let woke = w.run_once().await.expect("sweep");
+    assert_eq!(woke.resumed, 1, "resumed once the backoff passed: {woke:?}");
+    assert_eq!(calls.get(), [1, 2, 0], "flaky ran again, once");
+    let done = p.checkpoint("f").await.expect("load").expect("stored");
+    assert_eq!(done.status, RunStatus::Completed);
+    let after = w.run_once().await.expect("sweep");
+    assert_eq!((after.found, after.resumed, after.deferred), (0, 0, 0));
+    assert_eq!(
+        store
+            .due_runs(&DueFilter::new(u64::MAX).pipeline("flaky"))
+            .await
+            .expect("due runs"),
+        [],
+        "a completed run is not due"
+    );
 }

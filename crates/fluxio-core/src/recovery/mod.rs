@@ -30,7 +30,13 @@
 //! - **Backoff.** A run is recovered no sooner than
 //!   [`backoff`](RecoveryPolicy::backoff) after its last write, doubling
 //!   with each attempt of its stage up to a ceiling, so a run that keeps
-//!   failing does not keep a worker busy.
+//!   failing does not keep a worker busy. A run listed before its backoff
+//!   ended is not left for a later sweep: holding its lease, the worker
+//!   writes when it is due into the store's due-index
+//!   ([`CheckpointStore::set_due`], on the pipeline's
+//!   [clock](crate::clock::Clock), so a test clock's advance fires it), and
+//!   a worker claims it then as it claims a due sleep. A store without a
+//!   due-index leaves it to the sweep after its backoff.
 //! - **Giving up.** A run whose stage already had
 //!   [`max_attempts`](RecoveryPolicy::max_attempts) attempts is not resumed
 //!   again: it is marked [`RunStatus::NeedsAttention`]
@@ -72,126 +78,26 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashSet;
+mod policy;
+
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
+pub use policy::RecoveryPolicy;
+
 use crate::error::{Error, Result};
 use crate::pipeline::{Claim, Pipeline, Recovered};
 use crate::store::{
-    Checkpoint, CheckpointStore, Claimed, DueFilter, DueRun, Lease, MAX_LIST_LIMIT, RunEventKind,
-    RunFilter, RunState, RunStatus, RunSummary,
+    CheckpointStore, Claimed, DueFilter, DueRun, Lease, MAX_LIST_LIMIT, RunEventKind, RunFilter,
+    RunState, RunStatus, RunSummary,
 };
-
-/// When a worker resumes a run, and when it gives up on one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecoveryPolicy {
-    max_attempts: u32,
-    retry_failed: bool,
-    backoff: Duration,
-    max_backoff: Duration,
-}
-
-impl Default for RecoveryPolicy {
-    fn default() -> Self {
-        RecoveryPolicy {
-            max_attempts: 5,
-            retry_failed: false,
-            backoff: Duration::from_secs(1),
-            max_backoff: Duration::from_secs(300),
-        }
-    }
-}
-
-impl RecoveryPolicy {
-    /// At most 5 attempts of a stage, abandoned runs only, backoff from 1 s
-    /// doubling to 5 min.
-    #[must_use]
-    pub fn new() -> Self {
-        RecoveryPolicy::default()
-    }
-
-    /// Give up on a run (mark it needs-attention) once its stage had
-    /// `attempts` attempts, counting the first run and every resume. At
-    /// least 1: [`RecoveryWorkerBuilder::build`] refuses a policy with
-    /// `max_attempts(0)` with [`Error::InvalidSetting`] naming
-    /// `max_attempts`.
-    #[must_use]
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts;
-        self
-    }
-
-    /// Resume failed runs too (their stage returned an error), not only
-    /// abandoned ones. Off by default: a stage's error is usually a fact
-    /// about the input, and a blind retry repeats it.
-    #[must_use]
-    pub fn retry_failed(mut self, on: bool) -> Self {
-        self.retry_failed = on;
-        self
-    }
-
-    /// Wait `first` after a run's last write before recovering it, twice
-    /// that after its second attempt, and so on, never more than `max`.
-    /// A run an operator retried waits for nothing.
-    #[must_use]
-    pub fn backoff(mut self, first: Duration, max: Duration) -> Self {
-        self.backoff = first;
-        self.max_backoff = max.max(first);
-        self
-    }
-
-    /// How long after its last write a run whose stage had `attempt`
-    /// attempts is due.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use fluxio_core::recovery::RecoveryPolicy;
-    /// let p = RecoveryPolicy::new().backoff(Duration::from_secs(1), Duration::from_secs(10));
-    /// assert_eq!(p.wait_before(0), Duration::ZERO);
-    /// assert_eq!(p.wait_before(1), Duration::from_secs(1));
-    /// assert_eq!(p.wait_before(3), Duration::from_secs(4));
-    /// assert_eq!(p.wait_before(60), Duration::from_secs(10));
-    /// ```
-    #[must_use]
-    pub fn wait_before(&self, attempt: u32) -> Duration {
-        if attempt == 0 {
-            return Duration::ZERO;
-        }
-        let doubled = self
-            .backoff
-            .checked_mul(1u32 << (attempt - 1).min(31))
-            .unwrap_or(self.max_backoff);
-        doubled.min(self.max_backoff)
-    }
-
-    fn due(&self, attempt: u32, updated_at_ms: u64, now_ms: u64) -> bool {
-        let wait = u64::try_from(self.wait_before(attempt).as_millis()).unwrap_or(u64::MAX);
-        updated_at_ms.saturating_add(wait) <= now_ms
-    }
-
-    /// What a worker holding a run's lease does with `cp`.
-    fn decide(&self, cp: &Checkpoint, pipeline: &Pipeline, now_ms: u64) -> Claim {
-        let wanted = match cp.status {
-            RunStatus::Running => true,
-            RunStatus::Failed => self.retry_failed,
-            _ => false,
-        };
-        if !wanted || !pipeline.runs_version(&cp.version) {
-            Claim::Leave
-        } else if cp.attempt >= self.max_attempts {
-            Claim::GiveUp
-        } else if !self.due(cp.attempt, cp.updated_at_ms, now_ms) {
-            Claim::Leave
-        } else {
-            Claim::Resume
-        }
-    }
-}
+use policy::Found;
 
 /// What a worker did, for [`RecoveryWorkerBuilder::on_event`] (each is also
 /// logged with `tracing`).
@@ -268,6 +174,10 @@ pub struct Sweep {
     /// Runs not yet due (backoff), taken by another worker, or finished
     /// since they were listed.
     pub left: usize,
+    /// Runs found before their backoff ended whose recovery time was
+    /// written into the store's due-index
+    /// ([`CheckpointStore::set_due`]): a worker claims each then.
+    pub deferred: usize,
     /// Runs of versions this worker does not hold.
     pub not_held: usize,
     /// Due runs (rule 27) continued: woken from a sleep or a wait.
@@ -406,6 +316,8 @@ impl RecoveryWorkerBuilder {
                 on_event: self.on_event,
                 in_flight: Mutex::new(HashSet::new()),
                 reported: Mutex::new(HashSet::new()),
+                deferred: Mutex::new(HashMap::new()),
+                unindexed: AtomicBool::new(false),
             }),
         })
     }
@@ -442,7 +354,17 @@ struct Inner {
     in_flight: Mutex<HashSet<String>>,
     /// Runs reported as [`RecoveryEvent::NotHeld`] already (keys).
     reported: Mutex<HashSet<String>>,
+    /// Runs this worker deferred (key: attempt and last write), so that
+    /// the next sweep does not write the same recovery time again.
+    deferred: Mutex<HashMap<String, (u32, u64)>>,
+    /// Set once a store had no due-index to defer a run into: runs not
+    /// yet due are then left for a later sweep, as listed.
+    unindexed: AtomicBool,
 }
+
+/// The most deferred runs a worker remembers (then it forgets them all,
+/// and writes their recovery times again once).
+const DEFERRED_KEPT: usize = 10_000;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -456,6 +378,7 @@ enum Outcome {
     GaveUp,
     Left,
     Woken,
+    Deferred,
 }
 
 impl RecoveryWorker {
@@ -488,7 +411,6 @@ impl RecoveryWorker {
         let mut due = Sweep::default();
         self.wake_due(&mut due, &mut tasks, &stop).await;
         let mut sweep = self.sweep(&mut tasks, &stop).await?;
-        sweep.woken = due.woken;
         sweep.not_held += due.not_held;
         while let Some(done) = tasks.join_next().await {
             if let Ok(outcome) = done {
@@ -763,7 +685,6 @@ impl RecoveryWorker {
             return;
         };
         lock(&self.inner.in_flight).insert(run.key.clone());
-        sweep.woken += 1;
         let (worker, pipeline) = (self.clone(), pipeline.clone());
         tasks.spawn(async move {
             let outcome = worker.wake(&pipeline, &run, lease, now).await;
@@ -826,22 +747,32 @@ impl RecoveryWorker {
         true
     }
 
-    /// Claims the due run `run` through its lease and continues it, if it
-    /// is still parked and due at `now` (another worker may have continued
-    /// it since it was listed).
+    /// Continues the due run `run`, claimed with `lease` as due at `now`:
+    /// a parked run if it is still parked and due (another worker may have
+    /// continued it since); a run due for recovery (its backoff in the
+    /// due-index passed) as the policy decides.
     async fn wake(&self, pipeline: &Pipeline, run: &DueRun, lease: Lease, now: u64) -> Outcome {
+        let policy = self.inner.policy;
+        let mut parked = true;
         let claimed = pipeline
             .recover_claimed((&run.run_id, lease, now), |cp| {
+                parked = cp.status.is_pending();
                 match (&cp.status, &cp.pending) {
                     (RunStatus::Sleeping, Some(p)) if p.until_ms.is_some_and(|at| at <= now) => {
                         Claim::Resume
                     }
                     // signalled, or past its deadline: its wait decides
                     (RunStatus::Waiting, Some(_)) => Claim::Resume,
+                    (RunStatus::Running | RunStatus::Failed, _) => {
+                        policy.decide(cp, pipeline, Found::Due)
+                    }
                     _ => Claim::Leave,
                 }
             })
             .await;
+        if !parked {
+            return self.recovered(&run.key, &run.pipeline, claimed);
+        }
         match claimed {
             Ok(Recovered::Resumed(result)) => {
                 let (completed, error) = match result {
@@ -859,7 +790,7 @@ impl RecoveryWorker {
                 });
                 Outcome::Woken
             }
-            Ok(Recovered::GaveUp(_) | Recovered::Left)
+            Ok(Recovered::GaveUp(_) | Recovered::Left | Recovered::Deferred(_))
             | Err(Error::RunIdInUse { .. } | Error::ShutDown { .. }) => Outcome::Left,
             Err(e) => self.store_failed(&run.key, &run.pipeline, "waking a due run", e),
         }
@@ -964,7 +895,13 @@ impl RecoveryWorker {
         sweep.found += 1;
         let now = crate::store::now_ms();
         let give_up = run.attempt >= inner.policy.max_attempts;
-        if !give_up && !inner.policy.due(run.attempt, run.updated_at_ms, now) {
+        let due = inner.policy.due_at(run.attempt, run.updated_at_ms) <= now;
+        // not due: its recovery time goes into the due-index, once
+        let deferred = || {
+            inner.unindexed.load(Ordering::Relaxed)
+                || lock(&inner.deferred).get(&run.key) == Some(&(run.attempt, run.updated_at_ms))
+        };
+        if !give_up && !due && deferred() {
             sweep.left += 1;
             return Ok(());
         }
@@ -981,50 +918,81 @@ impl RecoveryWorker {
         Ok(())
     }
 
+    /// Recovers the listed `run`: resumed when its backoff ended, its
+    /// recovery time written into the due-index when not, given up on
+    /// after its attempts, as the policy decides holding its lease.
     async fn recover(&self, pipeline: &Pipeline, run: &RunSummary) -> Outcome {
         let policy = self.inner.policy;
+        let store = pipeline.store().map(|s| &**s);
+        let clock_ms = match pipeline.clock().now_ms(store).await {
+            Ok(now) => now,
+            Err(e) => return self.store_failed(&run.key, &run.pipeline, "reading the clock", e),
+        };
         let claimed = pipeline
             .recover(&run.run_id, |cp| {
-                policy.decide(cp, pipeline, crate::store::now_ms())
+                let wall_ms = crate::store::now_ms();
+                policy.decide(cp, pipeline, Found::Listed { wall_ms, clock_ms })
             })
             .await;
+        if matches!(claimed, Ok(Recovered::Deferred(_))) {
+            let mut deferred = lock(&self.inner.deferred);
+            if deferred.len() >= DEFERRED_KEPT {
+                deferred.clear();
+            }
+            deferred.insert(run.key.clone(), (run.attempt, run.updated_at_ms));
+        }
+        self.recovered(&run.key, &run.pipeline, claimed)
+    }
+
+    /// What a recovery of run `key` of `pipeline` that ended as `claimed`
+    /// comes to: logged, told and counted.
+    fn recovered(&self, key: &str, pipeline: &str, claimed: Result<Recovered>) -> Outcome {
         match claimed {
             Ok(Recovered::Resumed(Ok(_))) => {
-                tracing::info!(run = %run.key, "recovered a run");
-                crate::metrics::recovered(&run.pipeline);
+                tracing::info!(run = %key, "recovered a run");
+                crate::metrics::recovered(pipeline);
                 self.emit(&RecoveryEvent::Recovered {
-                    key: run.key.clone(),
+                    key: key.to_owned(),
                 });
                 Outcome::Resumed
             }
             Ok(Recovered::Resumed(Err(e))) => {
-                tracing::warn!(run = %run.key, error = %e, "a recovered run failed again");
+                tracing::warn!(run = %key, error = %e, "a recovered run failed again");
                 self.emit(&RecoveryEvent::Failed {
-                    key: run.key.clone(),
+                    key: key.to_owned(),
                     error: Arc::new(e),
                 });
                 Outcome::Failed
             }
             Ok(Recovered::GaveUp(cp)) => {
                 tracing::warn!(
-                    run = %run.key,
+                    run = %key,
                     attempts = cp.attempt,
                     error = cp.error_message.as_deref().unwrap_or("(it crashed)"),
                     "recovery gave up on a run: it needs attention"
                 );
-                crate::metrics::gave_up(&run.pipeline);
+                crate::metrics::gave_up(pipeline);
                 self.emit(&RecoveryEvent::GaveUp {
-                    key: run.key.clone(),
+                    key: key.to_owned(),
                     attempts: cp.attempt,
                     error_message: cp.error_message,
                 });
                 Outcome::GaveUp
             }
+            Ok(Recovered::Deferred(due_ms)) => {
+                tracing::debug!(run = %key, due_ms, "a run's recovery waits in the due-index");
+                Outcome::Deferred
+            }
             // taken by another worker, or this pipeline was shut down
             Ok(Recovered::Left) | Err(Error::RunIdInUse { .. } | Error::ShutDown { .. }) => {
                 Outcome::Left
             }
-            Err(e) => self.store_failed(&run.key, &run.pipeline, "recovering a run", e),
+            // no due-index: runs not yet due wait for a later sweep
+            Err(Error::Unsupported { .. }) => {
+                self.inner.unindexed.store(true, Ordering::Relaxed);
+                Outcome::Left
+            }
+            Err(e) => self.store_failed(key, pipeline, "recovering a run", e),
         }
     }
 
@@ -1076,8 +1044,8 @@ struct Group {
 
 fn count(sweep: &mut Sweep, outcome: Outcome) {
     match outcome {
-        // counted when started
-        Outcome::Woken => {}
+        Outcome::Woken => sweep.woken += 1,
+        Outcome::Deferred => sweep.deferred += 1,
         Outcome::Resumed => sweep.resumed += 1,
         Outcome::Failed => sweep.failed += 1,
         Outcome::GaveUp => sweep.gave_up += 1,
