@@ -185,7 +185,7 @@ async fn cancel_in_s2<S: CheckpointStore>(
         .build()
         .expect("the pipeline builds");
     counts.hold.armed.store(true, Ordering::SeqCst);
-    let run = tokio::spawn({
+    let mut run = tokio::spawn({
         let p = p.clone();
         let id = id.to_owned();
         async move {
@@ -194,9 +194,11 @@ async fn cancel_in_s2<S: CheckpointStore>(
                 .and_then(crate::Outcome::completed)
         }
     });
-    tokio::time::timeout(Duration::from_secs(30), counts.hold.entered.notified())
-        .await
-        .expect("s2 starts");
+    tokio::select! {
+        () = counts.hold.entered.notified() => {}
+        ended = &mut run => panic!("the run ended before s2 started: {ended:?}"),
+        () = tokio::time::sleep(Duration::from_secs(30)) => panic!("s2 did not start in 30 s"),
+    }
     for _ in 0..3000 {
         let stored = p.checkpoint(id).await.expect("load");
         if stored.is_some_and(|cp| cp.seq >= landed) {
