@@ -41,16 +41,21 @@ impl Pipeline {
     /// and, holding it, asks `decide` what to do with the run's latest
     /// checkpoint, which nobody can change meanwhile: resume it, give up on
     /// it (it is marked [`RunStatus::NeedsAttention`]), or leave it (it was
-    /// finished, or retried, by someone else since it was listed).
+    /// finished, or retried, by someone else since it was listed). When a
+    /// resume leaves the run failed, `retry` says, from its failed
+    /// checkpoint and the pipeline's clock, when it is due again: that time
+    /// goes into the store's due-index under the lease still held
+    /// ([`CheckpointStore::set_due`]).
     pub(crate) async fn recover(
         &self,
         run_id: &str,
         decide: impl FnOnce(&Checkpoint) -> Claim,
+        retry: impl FnOnce(&Checkpoint, u64) -> Option<u64>,
     ) -> Result<Recovered> {
         let (key, store, span) = self.durable_run("recover", run_id, true)?;
         async {
             let owner = self.take_lease(store, &key).await?;
-            self.recover_owned(store, owner, (run_id, None), decide)
+            self.recover_owned(store, owner, (run_id, None), (decide, retry))
                 .await
         }
         .instrument(span)
@@ -66,11 +71,12 @@ impl Pipeline {
         &self,
         (run_id, lease, now): (&str, crate::store::Lease, u64),
         decide: impl FnOnce(&Checkpoint) -> Claim,
+        retry: impl FnOnce(&Checkpoint, u64) -> Option<u64>,
     ) -> Result<Recovered> {
         let (_, store, span) = self.durable_run("recover", run_id, true)?;
         async {
             let owner = self.adopt_lease(store, lease).await?;
-            self.recover_owned(store, owner, (run_id, Some(now)), decide)
+            self.recover_owned(store, owner, (run_id, Some(now)), (decide, retry))
                 .await
         }
         .instrument(span)
@@ -86,7 +92,10 @@ impl Pipeline {
         store: &Arc<dyn CheckpointStore>,
         owner: Ownership,
         (run_id, woken_at): (&str, Option<u64>),
-        decide: impl FnOnce(&Checkpoint) -> Claim,
+        (decide, retry): (
+            impl FnOnce(&Checkpoint) -> Claim,
+            impl FnOnce(&Checkpoint, u64) -> Option<u64>,
+        ),
     ) -> Result<Recovered> {
         let key = owner.lease().run_id().to_owned();
         let result = async {
@@ -118,7 +127,50 @@ impl Pipeline {
         }
         .await;
         owner.release().await;
+        if let Ok(Recovered::Resumed(Err(_))) = &result {
+            self.retry_later(store, &key, retry).await;
+        }
         result
+    }
+
+    /// After a resume of run `key` that failed (its last write gave the
+    /// lease back): holding the lease again, a run stored failed is due
+    /// again when `retry` says (in the store's due-index), so that its next
+    /// attempt does not wait for a worker to list it. Best effort: a run
+    /// someone holds meanwhile, a store without a due-index, or one that
+    /// fails, leaves the run to be listed.
+    async fn retry_later(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        key: &str,
+        retry: impl FnOnce(&Checkpoint, u64) -> Option<u64>,
+    ) {
+        let due = async {
+            let lease = store.acquire_lease(key, self.lease_ttl()).await?;
+            let set = async {
+                let Some(cp) = store.load(key).await? else {
+                    return Ok(None);
+                };
+                if cp.status != crate::store::RunStatus::Failed {
+                    return Ok(None);
+                }
+                let now = self.clock().now_ms(Some(store.as_ref())).await?;
+                match retry(&cp, now) {
+                    Some(at) => store.set_due(&lease, Some(at)).await.map(|()| Some(at)),
+                    None => Ok(None),
+                }
+            }
+            .await;
+            store.release_lease(lease).await?;
+            set
+        };
+        match due.await {
+            Ok(Some(at)) => tracing::debug!(run = %key, due_ms = at, "a failed run is due again"),
+            Ok(None) | Err(crate::Error::Unsupported { .. } | crate::Error::RunIdInUse { .. }) => {}
+            Err(e) => {
+                tracing::warn!(run = %key, error = %e, "writing when a failed run is due failed");
+            }
+        }
     }
 
     /// The versions whose runs this pipeline continues: its own, then the

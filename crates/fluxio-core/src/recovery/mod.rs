@@ -31,8 +31,9 @@
 //!   [`backoff`](RecoveryPolicy::backoff) after its last write, doubling
 //!   with each attempt of its stage up to a ceiling, so a run that keeps
 //!   failing does not keep a worker busy. A run listed before its backoff
-//!   ended is not left for a later sweep: holding its lease, the worker
-//!   writes when it is due into the store's due-index
+//!   ended, or that failed again when the worker resumed it, is not left
+//!   for a later sweep: holding its lease, the worker writes when it is
+//!   due into the store's due-index
 //!   ([`CheckpointStore::set_due`], on the pipeline's
 //!   [clock](crate::clock::Clock), so a test clock's advance fires it), and
 //!   a worker claims it then as it claims a due sleep. A store without a
@@ -755,20 +756,26 @@ impl RecoveryWorker {
         let policy = self.inner.policy;
         let mut parked = true;
         let claimed = pipeline
-            .recover_claimed((&run.run_id, lease, now), |cp| {
-                parked = cp.status.is_pending();
-                match (&cp.status, &cp.pending) {
-                    (RunStatus::Sleeping, Some(p)) if p.until_ms.is_some_and(|at| at <= now) => {
-                        Claim::Resume
+            .recover_claimed(
+                (&run.run_id, lease, now),
+                |cp| {
+                    parked = cp.status.is_pending();
+                    match (&cp.status, &cp.pending) {
+                        (RunStatus::Sleeping, Some(p))
+                            if p.until_ms.is_some_and(|at| at <= now) =>
+                        {
+                            Claim::Resume
+                        }
+                        // signalled, or past its deadline: its wait decides
+                        (RunStatus::Waiting, Some(_)) => Claim::Resume,
+                        (RunStatus::Running | RunStatus::Failed, _) => {
+                            policy.decide(cp, pipeline, Found::Due)
+                        }
+                        _ => Claim::Leave,
                     }
-                    // signalled, or past its deadline: its wait decides
-                    (RunStatus::Waiting, Some(_)) => Claim::Resume,
-                    (RunStatus::Running | RunStatus::Failed, _) => {
-                        policy.decide(cp, pipeline, Found::Due)
-                    }
-                    _ => Claim::Leave,
-                }
-            })
+                },
+                |cp, clock_ms| policy.retry_at(cp, pipeline, clock_ms),
+            )
             .await;
         if !parked {
             return self.recovered(&run.key, &run.pipeline, claimed);
@@ -929,10 +936,14 @@ impl RecoveryWorker {
             Err(e) => return self.store_failed(&run.key, &run.pipeline, "reading the clock", e),
         };
         let claimed = pipeline
-            .recover(&run.run_id, |cp| {
-                let wall_ms = crate::store::now_ms();
-                policy.decide(cp, pipeline, Found::Listed { wall_ms, clock_ms })
-            })
+            .recover(
+                &run.run_id,
+                |cp| {
+                    let wall_ms = crate::store::now_ms();
+                    policy.decide(cp, pipeline, Found::Listed { wall_ms, clock_ms })
+                },
+                |cp, clock_ms| policy.retry_at(cp, pipeline, clock_ms),
+            )
             .await;
         if matches!(claimed, Ok(Recovered::Deferred(_))) {
             let mut deferred = lock(&self.inner.deferred);

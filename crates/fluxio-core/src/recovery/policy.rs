@@ -128,6 +128,24 @@ impl RecoveryPolicy {
             }
         }
     }
+
+    /// When a run whose resume just left it failed (`cp`) is due again, on
+    /// the pipeline's clock, which reads `clock_ms`: after its backoff; at
+    /// once when its backoff is over or it is out of attempts (the next
+    /// claim gives up on it); `None` when failed runs are not retried.
+    pub(super) fn retry_at(
+        &self,
+        cp: &Checkpoint,
+        pipeline: &Pipeline,
+        clock_ms: u64,
+    ) -> Option<u64> {
+        let wall_ms = crate::store::now_ms();
+        match self.decide(cp, pipeline, Found::Listed { wall_ms, clock_ms }) {
+            Claim::Defer(at) => at,
+            Claim::Resume | Claim::GiveUp => Some(clock_ms),
+            Claim::Leave => None,
+        }
+    }
 }
 
 /// How a worker came to a run it decides on.

@@ -445,19 +445,19 @@ fn approving(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
     .clock(clock.clock())
 }
 
-/// Stage 1 of [`failing`]: counts its call, and fails the first.
+/// Stage 1 of [`failing`]: counts its call, and fails the first two.
 fn flaky(ctx: Context, resources: &Resources) -> StageFuture {
     let calls = resources.get::<Calls>();
     StageFuture::new(async move {
         let calls = calls.ok_or("the counters are registered")?;
-        if calls.0[1].fetch_add(1, Ordering::SeqCst) == 0 {
-            return Err("flaky: its first call fails".into());
+        if calls.0[1].fetch_add(1, Ordering::SeqCst) < 2 {
+            return Err("flaky: its first two calls fail".into());
         }
         Ok(Output::Context(ctx.set("ran_1", true)?))
     })
 }
 
-/// `first, flaky`: fails at `flaky` on its first run.
+/// `first, flaky`: fails at `flaky` on its first run and first retry.
 fn failing(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
     let nodes = vec![counted("first", 1, count::<0>), counted("flaky", 2, flaky)];
     suite_pipeline(
@@ -879,7 +879,8 @@ pub async fn rule27_racing_workers_continue_each_due_run_once<H: Harness>(h: &H)
 /// Rules 22, 27, 28: a worker that finds a failed run before its backoff
 /// ended writes the run's recovery time into the due-index, on the
 /// pipeline's clock, once; it resumes the run, once, when a test clock
-/// passes that time, not before, claiming it like any due run.
+/// passes that time, not before, claiming it like any due run; a resume
+/// that fails again leaves the run due after its next backoff.
 pub async fn rule28_a_test_clock_fires_a_recovery_backoff<H: Harness>(h: &H) {
     let (p, calls, clock) = built(h, "rule28_backoff", failing).await;
     if !indexed(&p).await {
@@ -923,8 +924,23 @@ pub async fn rule28_a_test_clock_fires_a_recovery_backoff<H: Harness>(h: &H) {
     assert_eq!(calls.get(), [1, 1, 0]);
     clock.advance("1m").expect("advance");
     let woke = w.run_once().await.expect("sweep");
-    assert_eq!(woke.resumed, 1, "resumed once the backoff passed: {woke:?}");
+    assert_eq!(woke.failed, 1, "resumed once the backoff passed: {woke:?}");
     assert_eq!(calls.get(), [1, 2, 0], "flaky ran again, once");
+    let due = store
+        .due_runs(&DueFilter::new(u64::MAX).pipeline("flaky"))
+        .await
+        .expect("due runs");
+    let now = clock.now_ms();
+    assert_eq!(due.len(), 1, "due again after its next backoff: {due:?}");
+    assert!(
+        due[0].due_ms > now + 3_540_000 && due[0].due_ms <= now + 3_600_000,
+        "an hour after it failed again: {} from {now}",
+        due[0].due_ms
+    );
+    clock.advance("1h").expect("advance");
+    let woke = w.run_once().await.expect("sweep");
+    assert_eq!(woke.resumed, 1, "resumed again: {woke:?}");
+    assert_eq!(calls.get(), [1, 3, 0], "flaky ran a third time, once");
     let done = p.checkpoint("f").await.expect("load").expect("stored");
     assert_eq!(done.status, RunStatus::Completed);
     let after = w.run_once().await.expect("sweep");
