@@ -98,6 +98,9 @@ return 1
 /// - `schedule(prefix, run, score)`, `unschedule(prefix, run)`: the run in
 ///   (out of) its pipeline's due-index, the pipeline in (out of) `P.due`.
 /// - `tell(prefix, kind, run)`: `PUBLISH`es `kind run` to `P.events`.
+/// - `refused(lease, mark, token)`: the gate of a fenced write: `2` when
+///   the cancel mark is set, `0` when the lease key does not hold `token`,
+///   `nil` when the write may go on.
 /// - `digits_lt(a, b)`: `a < b` for decimal numbers written without
 ///   leading zeros (exact past 2^53, and free of the server's locale).
 /// - `entry(v)`: the mailbox entry `v` (`<order> <state> <sent_at>
@@ -136,6 +139,14 @@ local function unschedule(prefix, run)
 end
 local function tell(prefix, kind, run)
   redis.call('PUBLISH', prefix .. '.events', kind .. ' ' .. run)
+end
+local function refused(lease, mark, token)
+  local gate = redis.call('MGET', lease, mark)
+  if gate[2] then
+    return 2
+  elseif gate[1] ~= token then
+    return 0
+  end
 end
 local function digits_lt(a, b)
   if #a ~= #b then
@@ -579,12 +590,9 @@ return 1
 macro_rules! save_fenced_body {
     () => {
         r"
-local gate = redis.call('MGET', KEYS[1], KEYS[3])
-if gate[2] then
-  return 2
-end
-if gate[1] ~= ARGV[1] then
-  return 0
+local no = refused(KEYS[1], KEYS[3], ARGV[1])
+if no then
+  return no
 end
 local j = KEYS[2]
 local seq, full, keep = tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])

@@ -183,6 +183,27 @@ where
         Ok(status)
     }
 
+    /// [`gate`](Self::gate) of a write under `lease` of a run that must be
+    /// stored: its status, or `CheckpointNotFound`.
+    ///
+    /// # Errors
+    /// `gate`'s refusals; `CheckpointNotFound`.
+    async fn gate_stored(
+        conn: &mut DB::Connection,
+        (sql, run): (&Statements, &RunStatements),
+        lease: &Lease,
+    ) -> std::result::Result<String, Failure> {
+        let key = lease.run_id();
+        let token = token_of(lease, key)?;
+        let status = Self::gate(conn, sql, run, (key, token), || lease_lost(lease)).await?;
+        status.ok_or_else(|| {
+            Error::CheckpointNotFound {
+                run_id: key.to_owned(),
+            }
+            .into()
+        })
+    }
+
     /// Takes the lease of `key` for `ttl` when no unexpired lease holds it,
     /// in the caller's transaction: the new fencing token, or `None` when
     /// another lease holds it. A store whose
@@ -834,14 +855,9 @@ where
         (key, take): (&str, &Take),
         lease: &Lease,
     ) -> std::result::Result<Decision, Failure> {
-        let token = token_of(lease, key)?;
-        let gate = Self::gate(conn, sql, run, (key, token), || lease_lost(lease)).await?;
-        if gate.is_none() {
-            return Err(Error::CheckpointNotFound {
-                run_id: key.to_owned(),
-            }
-            .into());
-        }
+        // the lease must be the run's own: it fences the writes of `key`
+        token_of(lease, key)?;
+        Self::gate_stored(conn, (sql, run), lease).await?;
         let mut names: Vec<&str> = take.waits.iter().map(String::as_str).collect();
         names.extend(take.refuse.as_deref());
         let before = Self::entries(conn, sql, key, &names).await?;
@@ -868,14 +884,7 @@ where
         due: Option<u64>,
     ) -> std::result::Result<(), Failure> {
         let key = lease.run_id();
-        let token = token_of(lease, key)?;
-        let Some(status) = Self::gate(conn, sql, run, (key, token), || lease_lost(lease)).await?
-        else {
-            return Err(Error::CheckpointNotFound {
-                run_id: key.to_owned(),
-            }
-            .into());
-        };
+        let status = Self::gate_stored(conn, (sql, run), lease).await?;
         if status == crate::RUNNING || status == crate::FAILED {
             sqlx::query(&sql.waits.set_due)
                 .bind(due.map(|at| int(at.min(MAX_UNTIL_MS))))

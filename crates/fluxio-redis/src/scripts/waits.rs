@@ -173,12 +173,9 @@ pub(crate) const TAKE: &str = concat!(
     waits_fns!(),
     decide_fns!(),
     r"
-local gate = redis.call('MGET', KEYS[1], KEYS[3])
-if gate[2] then
-  return {'2'}
-end
-if gate[1] ~= ARGV[1] then
-  return {'0'}
+local no = refused(KEYS[1], KEYS[3], ARGV[1])
+if no then
+  return {tostring(no)}
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return {'4'}
@@ -212,12 +209,9 @@ return reply
 pub(crate) const SET_DUE: &str = concat!(
     waits_fns!(),
     r"
-local gate = redis.call('MGET', KEYS[1], KEYS[3])
-if gate[2] then
-  return 2
-end
-if gate[1] ~= ARGV[1] then
-  return 0
+local no = refused(KEYS[1], KEYS[3], ARGV[1])
+if no then
+  return no
 end
 local status = redis.pcall('HGET', KEYS[2], 'status')
 if type(status) ~= 'string' then

@@ -175,15 +175,7 @@ impl RedisStore {
             self.replicated(op::TAKE_SIGNAL, &journal, key, acked)?;
             return Ok(decision);
         }
-        Err(match reply.first().map(Vec::as_slice) {
-            Some(b"2") => Error::Cancelled {
-                run_id: key.to_owned(),
-            },
-            Some(b"4") => Error::CheckpointNotFound {
-                run_id: key.to_owned(),
-            },
-            _ => lease_lost(lease),
-        })
+        Err(refusal(lease, reply.first().map_or(b"0", Vec::as_slice)))
     }
 
     /// [`CheckpointStore::set_due`](fluxio_core::store::CheckpointStore::set_due).
@@ -207,16 +199,10 @@ impl RedisStore {
         let (reply, acked): (u8, _) = self
             .invoke_write(op::SET_DUE, &journal, self.deadline(), &script)
             .await?;
-        match reply {
-            1 => Ok(self.replicated(op::SET_DUE, &journal, key, acked)?),
-            2 => Err(Error::Cancelled {
-                run_id: key.to_owned(),
-            }),
-            4 => Err(Error::CheckpointNotFound {
-                run_id: key.to_owned(),
-            }),
-            _ => Err(lease_lost(lease)),
+        if reply != 1 {
+            return Err(refusal(lease, reply.to_string().as_bytes()));
         }
+        Ok(self.replicated(op::SET_DUE, &journal, key, acked)?)
     }
 
     /// [`CheckpointStore::signals`](fluxio_core::store::CheckpointStore::signals).
@@ -601,6 +587,17 @@ fn unexpected_bytes(reply: &[Vec<u8>]) -> Error {
         .map(|b| String::from_utf8_lossy(&b[..b.len().min(64)]).into_owned())
         .collect();
     unexpected(op::TAKE_SIGNAL, &shown)
+}
+
+/// What a fenced script's refusal `code` says of the run `lease` fences:
+/// `2` cancelled, `4` not stored, else the lease is lost.
+fn refusal(lease: &Lease, code: &[u8]) -> Error {
+    let run_id = lease.run_id().to_owned();
+    match code {
+        b"2" => Error::Cancelled { run_id },
+        b"4" => Error::CheckpointNotFound { run_id },
+        _ => lease_lost(lease),
+    }
 }
 
 #[cfg(test)]
