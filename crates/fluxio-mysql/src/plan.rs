@@ -27,6 +27,15 @@ async fn due_plan(store: &MySqlStore, filter: &DueFilter) -> Vec<String> {
     explain(store, &text, arguments).await
 }
 
+/// The plan of a claim's statement for `filter` (`leased`: the runs with
+/// a lease row).
+async fn claim_plan(store: &MySqlStore, filter: &DueFilter, leased: bool) -> Vec<String> {
+    let waits = &store.server().sql().journal.waits;
+    let statement = fluxio_sql::claim_statement::<MySql>(waits, filter, leased).expect("statement");
+    let (text, arguments) = statement.into_parts::<sqlx::MySql>().expect("arguments");
+    explain(store, &text, arguments).await
+}
+
 /// `EXPLAIN` of `text` with `arguments`: a line per table read.
 async fn explain(
     store: &MySqlStore,
@@ -109,6 +118,10 @@ impl Planner for Plan {
 
     async fn due_plan(&self, filter: &DueFilter) -> Vec<String> {
         due_plan(&self.0, filter).await
+    }
+
+    async fn claim_plan(&self, filter: &DueFilter, leased: bool) -> Vec<String> {
+        claim_plan(&self.0, filter, leased).await
     }
 
     fn due_index(&self) -> String {

@@ -265,7 +265,7 @@ fn wait_statements(names: &Names) -> WaitStatements {
         key_order: "c.run_id COLLATE \"C\"",
         lease_now: "clock_timestamp()",
         now_ms: &millis("clock_timestamp()"),
-        lease_free: LeaseFree::NotExists,
+        lease_free: LeaseFree::SubPlan,
         due_hint: "",
         claim_lock: " FOR UPDATE OF c, l SKIP LOCKED",
         // sent when the transaction commits, to every listener

@@ -41,7 +41,8 @@ pub use settings::{
     DEFAULT_COMPLETED_RETENTION, DEFAULT_TABLE, DEFAULT_TIMEOUT, Settings, Source, pool_options,
 };
 pub use waits::{
-    LeaseFree, Notify, WaitNames, WaitStatements, due_statement, event_of, parse_event,
+    LeaseFree, Notify, WaitNames, WaitStatements, claim_statement, due_statement, event_of,
+    parse_event,
 };
 
 #[doc(hidden)]

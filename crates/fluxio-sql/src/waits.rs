@@ -98,10 +98,13 @@ impl<'a> WaitNames<'a> {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseFree {
-    /// `NOT EXISTS (SELECT 1 FROM leases ...)`: Postgres keeps it a
-    /// subplan on the lease's key (a join would hash the lease table);
-    /// SQLite searches the key.
+    /// `NOT EXISTS (SELECT 1 FROM leases ...)`: SQLite searches the key.
     NotExists,
+    /// The same with `OFFSET 0` in the subquery, which Postgres never
+    /// turns into a join: it stays a subplan on the lease's key. Without
+    /// it, the claim's read of the runs with no lease row became a hash
+    /// anti-join of both tables in full, sorted, on every claim.
+    SubPlan,
     /// `LEFT JOIN leases ... WHERE l.run_id IS NULL`: MariaDB reads it by
     /// the key (`Not exists`), where it materializes a `NOT EXISTS` from a
     /// scan of the lease table.
@@ -184,6 +187,11 @@ impl WaitStatements {
         } = names;
         let [p1, p2, p3, p4, p5, p6] = [1, 2, 3, 4, 5, 6].map(D::param);
         let held = format!("l.expires_at > {lease_now}");
+        let fence = if lease_free == LeaseFree::SubPlan {
+            " OFFSET 0"
+        } else {
+            ""
+        };
         // wait names are keys too: bytes where keys are
         let name = D::key_text("name");
         let read = format!("{name}, payload, sent_at, sender, state");
@@ -204,9 +212,9 @@ impl WaitStatements {
             set_due: format!("UPDATE {cp} SET due_at = {p1} WHERE run_id = {p2}"),
             clock: format!("SELECT {now_ms}"),
             due_select: match lease_free {
-                LeaseFree::NotExists => format!(
+                LeaseFree::NotExists | LeaseFree::SubPlan => format!(
                     "SELECT {}, c.version, c.due_at FROM {cp} AS c{due_hint} WHERE NOT EXISTS \
-                     (SELECT 1 FROM {leases} AS l WHERE l.run_id = c.run_id AND {held})",
+                     (SELECT 1 FROM {leases} AS l WHERE l.run_id = c.run_id AND {held}{fence})",
                     D::key_text("c.run_id")
                 ),
                 LeaseFree::AntiJoin => format!(
@@ -223,7 +231,7 @@ impl WaitStatements {
             ),
             unleased_select: format!(
                 "SELECT {}, c.version, c.due_at FROM {cp} AS c{due_hint} WHERE NOT EXISTS \
-                 (SELECT 1 FROM {leases} AS l WHERE l.run_id = c.run_id)",
+                 (SELECT 1 FROM {leases} AS l WHERE l.run_id = c.run_id{fence})",
                 D::key_text("c.run_id")
             ),
             claim_lock: claim_lock.to_owned(),
@@ -260,7 +268,8 @@ pub fn due_statement<D: Dialect>(
 ///
 /// # Errors
 /// As [`due_statement`].
-pub(crate) fn claim_statement<D: Dialect>(
+#[doc(hidden)]
+pub fn claim_statement<D: Dialect>(
     sql: &WaitStatements,
     filter: &DueFilter,
     leased: bool,

@@ -52,6 +52,9 @@ pub trait Planner: Sized + Send + Sync {
     /// The plan of the store's due runs' statement for `filter`, as
     /// [`plan`](Self::plan) gives a listing's.
     async fn due_plan(&self, filter: &DueFilter) -> Vec<String>;
+    /// The plan of a claim's statement for `filter` (`leased`: the runs
+    /// with a lease row, locked; else those without one).
+    async fn claim_plan(&self, filter: &DueFilter, leased: bool) -> Vec<String>;
     /// The name of the index on `(due_at, run_id)`.
     fn due_index(&self) -> String;
 }
@@ -161,6 +164,10 @@ pub async fn rule27_due_runs_read_one_range_of_the_due_index<P: Planner>(url: St
     for filter in cases {
         let plan = p.due_plan(&filter).await;
         assert_one_range(&p, &plan, &index, &filter);
+        for leased in [true, false] {
+            let plan = p.claim_plan(&filter, leased).await;
+            assert_one_range(&p, &plan, &index, &(&filter, leased));
+        }
         let due = p.store().due_runs(&filter).await.expect("due runs");
         assert_eq!(due.len(), filter.limit, "{filter:?}");
         assert!(
