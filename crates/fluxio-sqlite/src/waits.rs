@@ -162,9 +162,10 @@ mod tests {
     use crate::journal::Sqlite;
     use crate::store::tests::plan_of;
 
-    /// Rule 27: the due runs, of every pipeline or of some, read one range
-    /// of the `(due_at, run_id)` index of schema version 5 in its order (no
-    /// sort), and each candidate's lease by its key.
+    /// Rule 27: the due runs, of every pipeline or of some, and both reads
+    /// of a claim, read one range of the `(due_at, run_id)` index of schema
+    /// version 5 in its order (no sort), and each candidate's lease by its
+    /// key.
     #[tokio::test]
     async fn rule27_due_runs_read_one_range_of_the_due_index() {
         let dir = fluxio_test_support::TempDir::new("due_plan");
@@ -174,25 +175,32 @@ mod tests {
             DueFilter::new(5),
             DueFilter::new(5).pipeline("a").pipeline("b"),
         ] {
-            let statement = fluxio_sql::due_statement::<Sqlite>(waits, &filter).expect("statement");
-            let plan = plan_of(&store, statement).await;
-            let plan: Vec<&str> = plan.iter().map(String::as_str).collect();
-            assert_eq!(
-                plan[0], "SEARCH c USING INDEX fluxio_checkpoints_due (due_at<?)",
-                "{filter:?}: {plan:?}"
-            );
-            assert!(
-                plan.contains(
-                    &"SEARCH l USING INDEX sqlite_autoindex_fluxio_checkpoints_leases_1 (run_id=?)"
-                ),
-                "{filter:?}: {plan:?}"
-            );
-            assert!(
-                !plan
-                    .iter()
-                    .any(|d| d.contains("TEMP B-TREE") || d.starts_with("SCAN")),
-                "{filter:?}: no sort, no scan: {plan:?}"
-            );
+            let due = fluxio_sql::due_statement::<Sqlite>(waits, &filter).expect("statement");
+            // and both reads of a claim: runs with a lease row, and without
+            let claims = [true, false].map(|leased| {
+                fluxio_sql::claim_statement::<Sqlite>(waits, &filter, leased).expect("statement")
+            });
+            for statement in std::iter::once(due).chain(claims) {
+                let plan = plan_of(&store, statement).await;
+                let plan: Vec<&str> = plan.iter().map(String::as_str).collect();
+                assert_eq!(
+                    plan[0], "SEARCH c USING INDEX fluxio_checkpoints_due (due_at<?)",
+                    "{filter:?}: {plan:?}"
+                );
+                // by the index, or by the index alone (a covering one)
+                let lease = "INDEX sqlite_autoindex_fluxio_checkpoints_leases_1 (run_id=?)";
+                assert!(
+                    plan.iter()
+                        .any(|d| d.starts_with("SEARCH l USING") && d.ends_with(lease)),
+                    "{filter:?}: {plan:?}"
+                );
+                assert!(
+                    !plan
+                        .iter()
+                        .any(|d| d.contains("TEMP B-TREE") || d.starts_with("SCAN")),
+                    "{filter:?}: no sort, no scan: {plan:?}"
+                );
+            }
         }
     }
 }
