@@ -185,9 +185,9 @@ const METHODS: [&str; 22] = [
 /// Calls, errors and time of each method of [`Traced`].
 #[derive(Debug, Default)]
 struct Calls {
-    calls: [AtomicU64; 21],
-    errors: [AtomicU64; 21],
-    nanos: [AtomicU64; 21],
+    calls: [AtomicU64; METHODS.len()],
+    errors: [AtomicU64; METHODS.len()],
+    nanos: [AtomicU64; METHODS.len()],
 }
 
 impl Calls {
