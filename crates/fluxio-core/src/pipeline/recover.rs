@@ -42,15 +42,16 @@ impl Pipeline {
     /// checkpoint, which nobody can change meanwhile: resume it, give up on
     /// it (it is marked [`RunStatus::NeedsAttention`]), or leave it (it was
     /// finished, or retried, by someone else since it was listed). When a
-    /// resume leaves the run failed, `retry` says, from its failed
-    /// checkpoint and the pipeline's clock, when it is due again: that time
-    /// goes into the store's due-index under the lease still held
+    /// resume leaves the run failed, `retry` (if any: `None` when failed
+    /// runs are not retried) says, from its failed checkpoint and the
+    /// pipeline's clock, when it is due again: that time goes into the
+    /// store's due-index under the run's lease, taken again
     /// ([`CheckpointStore::set_due`]).
     pub(crate) async fn recover(
         &self,
         run_id: &str,
         decide: impl FnOnce(&Checkpoint) -> Claim,
-        retry: impl FnOnce(&Checkpoint, u64) -> Option<u64>,
+        retry: Option<impl FnOnce(&Checkpoint, u64) -> Option<u64>>,
     ) -> Result<Recovered> {
         let (key, store, span) = self.durable_run("recover", run_id, true)?;
         async {
@@ -71,7 +72,7 @@ impl Pipeline {
         &self,
         (run_id, lease, now): (&str, crate::store::Lease, u64),
         decide: impl FnOnce(&Checkpoint) -> Claim,
-        retry: impl FnOnce(&Checkpoint, u64) -> Option<u64>,
+        retry: Option<impl FnOnce(&Checkpoint, u64) -> Option<u64>>,
     ) -> Result<Recovered> {
         let (_, store, span) = self.durable_run("recover", run_id, true)?;
         async {
@@ -94,7 +95,7 @@ impl Pipeline {
         (run_id, woken_at): (&str, Option<u64>),
         (decide, retry): (
             impl FnOnce(&Checkpoint) -> Claim,
-            impl FnOnce(&Checkpoint, u64) -> Option<u64>,
+            Option<impl FnOnce(&Checkpoint, u64) -> Option<u64>>,
         ),
     ) -> Result<Recovered> {
         let key = owner.lease().run_id().to_owned();
@@ -127,7 +128,7 @@ impl Pipeline {
         }
         .await;
         owner.release().await;
-        if let Ok(Recovered::Resumed(Err(_))) = &result {
+        if let (Ok(Recovered::Resumed(Err(_))), Some(retry)) = (&result, retry) {
             self.retry_later(store, &key, retry).await;
         }
         result

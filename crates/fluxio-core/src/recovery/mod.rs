@@ -774,7 +774,11 @@ impl RecoveryWorker {
                         _ => Claim::Leave,
                     }
                 },
-                |cp, clock_ms| policy.retry_at(cp, pipeline, clock_ms),
+                policy
+                    .retry_failed
+                    .then_some(|cp: &crate::store::Checkpoint, clock_ms| {
+                        policy.retry_at(cp, pipeline, clock_ms)
+                    }),
             )
             .await;
         if !parked {
@@ -942,7 +946,11 @@ impl RecoveryWorker {
                     let wall_ms = crate::store::now_ms();
                     policy.decide(cp, pipeline, Found::Listed { wall_ms, clock_ms })
                 },
-                |cp, clock_ms| policy.retry_at(cp, pipeline, clock_ms),
+                policy
+                    .retry_failed
+                    .then_some(|cp: &crate::store::Checkpoint, clock_ms| {
+                        policy.retry_at(cp, pipeline, clock_ms)
+                    }),
             )
             .await;
         if matches!(claimed, Ok(Recovered::Deferred(_))) {
