@@ -481,6 +481,23 @@ pub enum Error {
         wait: String,
     },
 
+    /// The run's deadline passed (contract rule 30): the run stopped before
+    /// its next stage, or left its sleep or wait, and is failed there. It
+    /// is final: a resume stops again at once, and recovery workers give
+    /// the run up ([`RunStatus::NeedsAttention`]) instead of retrying it.
+    #[error(
+        "run `{run_id}`: its deadline ({deadline_ms} ms since the Unix epoch) passed before step `{step}`"
+    )]
+    DeadlineExceeded {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// The step it stopped before.
+        step: String,
+        /// The deadline, in milliseconds since the Unix epoch on the
+        /// pipeline's clock.
+        deadline_ms: u64,
+    },
+
     /// A signal's payload is not its wait's type (contract rule 26): it was
     /// not stored (or, sent without the receiver's types, it was refused
     /// when the run took it), and the wait can be signalled again.

@@ -64,6 +64,9 @@ pub(crate) struct Durable<'a> {
     pub(crate) version: &'a str,
     pub(crate) structure: &'a Arc<Structure>,
     pub(crate) created_at_ms: u64,
+    /// The run's deadline (rule 30), which every checkpoint carries (boxed:
+    /// this struct is part of every durable run's future, rule 24).
+    pub(crate) deadline: Option<Box<RunDeadline>>,
     /// Where a resume starts and the attempt stored there: the first
     /// checkpoint at that ip is the next attempt of its stage.
     pub(crate) resumed: Option<(usize, u32)>,
@@ -115,7 +118,7 @@ pub(crate) fn first_checkpoint(
     program: &Program,
     meta: [&str; 3],
     structure: &Arc<Structure>,
-    created_at_ms: u64,
+    (created_at_ms, deadline_ms): (u64, Option<u64>),
     input: &Snapshot,
     tail: &mut Tail,
 ) -> Option<Checkpoint> {
@@ -132,6 +135,7 @@ pub(crate) fn first_checkpoint(
         input.clone(),
     );
     cp.attempt = 1;
+    cp.deadline_ms = deadline_ms;
     tail.stamp(&mut cp, Lineage::NONE);
     Some(cp)
 }
@@ -186,7 +190,13 @@ impl Durable<'_> {
         cp.attempt = attempt;
         cp.status = status;
         cp.error_message = error;
+        cp.deadline_ms = self.deadline_ms();
         cp
+    }
+
+    /// The run's deadline, in ms since the Unix epoch (rule 30).
+    pub(crate) fn deadline_ms(&self) -> Option<u64> {
+        self.deadline.as_ref().map(|d| d.at_ms)
     }
 
     /// The checkpoint of `last` again, as `status` (with the `error` of a
@@ -207,6 +217,50 @@ impl Durable<'_> {
             error,
             last.attempt,
         )
+    }
+}
+
+/// A run's deadline (rule 30), and when it passes by this process's
+/// monotonic clock, found at the first check by one reading of the run's
+/// clock, so that later checks ask no store.
+pub(crate) struct RunDeadline {
+    /// Milliseconds since the Unix epoch, on the run's clock.
+    pub(crate) at_ms: u64,
+    /// When it passes by `Instant` (`None`: not within its range); unused on
+    /// a manual clock, which is read at every check.
+    passes: std::sync::OnceLock<Option<Instant>>,
+}
+
+impl RunDeadline {
+    /// The deadline `at_ms`, not yet checked.
+    pub(crate) fn new(at_ms: u64) -> Box<Self> {
+        Box::new(RunDeadline {
+            at_ms,
+            passes: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Whether the deadline has passed, when that is known without a store:
+    /// by `now` (the time a worker claimed the run, for the step it woke
+    /// at), a manual clock, or the monotonic clock once the run's clock was
+    /// read; `None` before that first reading ([`read`](Self::read)).
+    fn passed(&self, now: Option<u64>, clock: &crate::clock::Clock) -> Option<bool> {
+        match now.or_else(|| clock.manual_now()) {
+            Some(now) => Some(now >= self.at_ms),
+            None => self
+                .passes
+                .get()
+                .map(|passes| passes.is_some_and(|p| Instant::now() >= p)),
+        }
+    }
+
+    /// Reads the run's clock (the store's, for a store clock) once: whether
+    /// the deadline has passed, and when it will by the monotonic clock.
+    async fn read(&self, clock: &crate::clock::Clock, store: &dyn CheckpointStore) -> Result<bool> {
+        let now = clock.now_ms(Some(store)).await?;
+        let left = Duration::from_millis(self.at_ms.saturating_sub(now));
+        let _ = self.passes.set(Instant::now().checked_add(left));
+        Ok(now >= self.at_ms)
     }
 }
 
@@ -262,13 +316,13 @@ impl Top<'_> {
             Some(_) => (d.resumed_branches.clone(), d.resumed_pending.clone()),
             None => (Vec::new(), None),
         };
+        let woken = resumed_here.is_some() && d.resumed_parked;
         {
             // rule 24: `Exit` writes no step's checkpoint (the run's first
             // one, written with its lease, is `Sync`'s and `Async`'s); a
             // woken sleep or wait writes none either: the parked checkpoint
             // at this step is stored, and leaves the run due (not
             // abandoned) should this worker die before the next step's
-            let woken = resumed_here.is_some() && d.resumed_parked;
             if d.mode != Durability::Exit && !woken {
                 let lineage = ctx.next_epoch();
                 // the checkpoint goes into the boxed save at once: a local
@@ -297,6 +351,24 @@ impl Top<'_> {
                 ctx: ctx.clone(),
                 attempt: scope.attempt,
             });
+        }
+        if let Some(deadline) = &d.deadline {
+            let now = woken.then_some(d.woken_at).flatten();
+            let passed = match deadline.passed(now, d.clock) {
+                Some(passed) => passed,
+                // once a run (boxed: not in every stage's future)
+                None => Box::pin(deadline.read(d.clock, d.store)).await?,
+            };
+            if passed {
+                // rule 30: the run stops before this step, and is failed
+                // at it (with what it waited for, when it woke at a sleep
+                // or wait): the failure checkpoint points at `last`
+                return Err(Error::DeadlineExceeded {
+                    run_id: d.key.to_owned(),
+                    step: step.to_string(),
+                    deadline_ms: deadline.at_ms,
+                });
+            }
         }
         Ok(())
     }
@@ -631,7 +703,11 @@ fn exec<'a>(
                     if let Some(top) = top.as_deref_mut().filter(|t| t.durable.is_some()) {
                         top.checkpoint(program, ip, step, &mut ctx, &mut scope)
                             .await
-                            .map_err(Halt::Store)?;
+                            .map_err(|e| match e {
+                                // the run ends failed at this step (rule 30)
+                                Error::DeadlineExceeded { .. } => Halt::Failed(e),
+                                e => Halt::Store(e),
+                            })?;
                     }
                     ip + 1
                 }

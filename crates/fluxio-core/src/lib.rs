@@ -32,7 +32,7 @@ pub use durability::Durability;
 pub use error::{BoxError, Error, Result};
 pub use history::{History, Step, StepStatus};
 pub use outcome::Outcome;
-pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder, ResumeOptions};
+pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder, ResumeOptions, StartOptions};
 pub use stage::{Resource, Route, Stage, StageInfo, StageKind, StageMeta};
 pub use store::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
 pub use stream::{Chunk, EmitError, Emitter, RunStream, StreamEvent};

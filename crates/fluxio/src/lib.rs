@@ -196,9 +196,9 @@ pub use fluxio_core::{
     BoxError, Changes, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, Durability,
     EmitError, Emitter, Error, History, InMemoryStore, Outcome, Pipeline, PipelineBuilder,
     Resource, Result, ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode,
-    StageInfo, StageKind, StageMeta, StageResult, Step, StepStatus, StreamEvent, Structure, Value,
-    async_trait, callback, context, ctx, durability, error, history, middleware, recovery, stage,
-    stream, structure, testing, value,
+    StageInfo, StageKind, StageMeta, StageResult, StartOptions, Step, StepStatus, StreamEvent,
+    Structure, Value, async_trait, callback, context, ctx, durability, error, history, middleware,
+    recovery, stage, stream, structure, testing, value,
 };
 
 /// Checkpoint stores: the [`CheckpointStore`] trait, the checkpoint it

@@ -120,5 +120,9 @@ mod four_methods {
         rule27_busy_workers_wake_every_due_run_once_and_none_fails,
         rule27_a_recovery_time_is_kept_in_the_due_index,
         rule28_a_test_clock_fires_a_recovery_backoff,
+        rule30_a_run_past_its_deadline_stops_before_its_next_stage,
+        rule30_a_sleep_past_the_deadline_wakes_the_run_to_fail_at_it,
+        rule30_a_wait_is_left_at_the_runs_deadline_not_its_timeout,
+        rule30_a_deadline_on_the_stores_clock_stops_a_slow_run,
     );
 }

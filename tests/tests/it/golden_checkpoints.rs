@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use fluxio_core::store::{BranchRecord, Change, Checkpoint, FORMAT_VERSION, MAGIC};
+use fluxio_core::store::{
+    BranchRecord, Change, Checkpoint, FORMAT_VERSION, MAGIC, Payload, Pending, Signal, WaitName,
+};
 use fluxio_core::value::Packed;
 use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
 
@@ -282,7 +284,42 @@ fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
         ("v4_cancelled.bin", 4, named(cancelled())),
         ("v4_failed_in_a_block.bin", 4, named(failed_in_a_block())),
         ("v4_journal.bin", 4, journal()),
+        ("v5_sleeping.bin", 5, sleeping()),
+        ("v5_waiting_with_mailbox.bin", 5, waiting()),
+        ("v6_running_with_deadline.bin", 6, with_deadline(named(running()))),
+        ("v6_waiting_with_deadline.bin", 6, with_deadline(waiting())),
     ]
+}
+
+/// The running run of `v4_running.bin` asleep at its step until an hour
+/// after it was written (rule 25).
+fn sleeping() -> Checkpoint {
+    named(running()).parked(Pending::sleep(1_700_003_600_250))
+}
+
+/// The running run of `v4_running.bin` waiting for `approval` or `refusal`
+/// until a day after it was written (rule 26), its mailbox holding a
+/// delivered signal for another name and a closed one.
+fn waiting() -> Checkpoint {
+    let waits = vec![
+        WaitName::new("approval", "app::Approval"),
+        WaitName::new("refusal", "alloc::string::String"),
+    ];
+    let mut cp = named(running()).parked(Pending::wait(waits, Some(1_700_086_400_250)));
+    let payload = Payload::new(&("ok", 7u32)).expect("a payload");
+    cp.signals = vec![
+        Signal::new("later", payload, "ops team")
+            .expect("a name")
+            .at(1_700_000_000_100),
+        Signal::closed("old", 1_700_000_000_200),
+    ];
+    cp
+}
+
+/// `cp` with a deadline (rule 30), two hours after the runs here start.
+fn with_deadline(mut cp: Checkpoint) -> Checkpoint {
+    cp.deadline_ms = Some(1_700_007_200_000);
+    cp
 }
 
 /// A run's journal in one blob (format 4, rules 18 and 20), as a store
@@ -338,7 +375,9 @@ fn golden_files_decode_to_the_expected_checkpoints_and_re_encode_identically() {
     for (name, format, expected) in goldens() {
         let path = dir.join(name);
         let encoded = expected.to_bytes().expect("the golden checkpoint encodes");
-        let newest = format == FORMAT_VERSION;
+        // the format this build writes for it: its files are pinned byte
+        // for byte (a run without waits or a deadline is still format 4)
+        let newest = u16::from_le_bytes([encoded[4], encoded[5]]) == format;
         if bless() {
             // an older format's files are never rewritten
             if newest {
@@ -365,6 +404,10 @@ fn golden_files_decode_to_the_expected_checkpoints_and_re_encode_identically() {
         assert_eq!(
             decoded.earlier, expected.earlier,
             "{name} decodes to another journal"
+        );
+        assert_eq!(
+            decoded.signals, expected.signals,
+            "{name} decodes to another mailbox"
         );
         if !newest {
             continue;
@@ -529,6 +572,10 @@ fn every_fixture_file_is_checked() {
     if bless() {
         return;
     }
+    assert!(
+        goldens().iter().any(|(_, format, _)| *format == FORMAT_VERSION),
+        "the newest format, {FORMAT_VERSION}, has golden files"
+    );
     let known: Vec<&str> = goldens().into_iter().map(|(name, _, _)| name).collect();
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir()).expect("the fixtures folder exists") {

@@ -13,6 +13,7 @@ mod conformance_memory;
 mod context;
 mod crash;
 mod crash_waits;
+mod deadline;
 mod durability;
 mod durable;
 mod empty_pipeline;

@@ -600,28 +600,29 @@ fn sleeps_and_waits_are_refused_where_they_cannot_park() {
 }
 
 #[test]
-fn a_checkpoint_of_a_run_that_waits_is_format_5_and_others_stay_format_4() {
+fn a_checkpoint_of_a_run_that_waits_is_format_5_one_with_a_deadline_6_and_others_4() {
     use fluxio::store::backend::FORMAT_VERSION;
     use fluxio::store::{Checkpoint, Pending};
+    let format = |cp: &Checkpoint| {
+        let bytes = cp.to_bytes().expect("encodes");
+        u16::from_le_bytes([bytes[4], bytes[5]])
+    };
     let plain = Checkpoint::new("r", "v", 1, "s", Context::new().snapshot()).in_pipeline("p");
-    let bytes = plain.to_bytes().expect("encodes");
-    assert_eq!(
-        u16::from_le_bytes([bytes[4], bytes[5]]),
-        4,
-        "readable by builds before waits"
-    );
-    let parked = plain.parked(Pending::sleep(5));
-    let bytes = parked.to_bytes().expect("encodes");
-    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), FORMAT_VERSION);
-    assert_eq!(FORMAT_VERSION, 5);
-    // what a build before waits says of it: a format it does not read, by
-    // number (here: a format newer than this build's, the same check)
-    let mut newer = bytes.clone();
-    newer[4..6].copy_from_slice(&6u16.to_le_bytes());
+    assert_eq!(format(&plain), 4, "readable by builds before waits");
+    let parked = plain.clone().parked(Pending::sleep(5));
+    assert_eq!(format(&parked), 5, "readable by builds before deadlines");
+    let mut late = parked.clone();
+    late.deadline_ms = Some(9);
+    assert_eq!(format(&late), FORMAT_VERSION);
+    assert_eq!(FORMAT_VERSION, 6);
+    // what a build before deadlines says of it: a format it does not read,
+    // by number (here: a format newer than this build's, the same check)
+    let mut newer = late.to_bytes().expect("encodes");
+    newer[4..6].copy_from_slice(&7u16.to_le_bytes());
     let err = Checkpoint::from_bytes("p/r", &newer)
         .expect_err("refused")
         .to_string();
-    assert!(err.contains("format 6") && err.contains("newer"), "{err}");
+    assert!(err.contains("format 7") && err.contains("newer"), "{err}");
 }
 
 /// Rule 27 after a redeploy: a worker claims only the versions it holds.

@@ -47,6 +47,7 @@ pub(crate) async fn show(
             "updated_at_ms": latest.updated_at_ms,
             "lease_expires_at_ms": listed.summary.as_ref().and_then(|s| s.lease_expires_at_ms),
             "pending": latest.pending,
+            "deadline_ms": latest.deadline_ms,
             "context": context_json(&latest.context, args.full),
             "history": history,
         }));
@@ -67,6 +68,7 @@ pub(crate) async fn show(
         updated_at_ms: latest.updated_at_ms,
         error: latest.error_message.as_deref(),
         pending: latest.pending.as_ref(),
+        deadline_ms: latest.deadline_ms,
     };
     write!(out.out, "{}", known.head(&listed, out.colour))?;
 
@@ -147,6 +149,7 @@ async fn unreadable(
             updated_at_ms: summary.updated_at_ms,
             error: summary.error_message.as_deref(),
             pending: None,
+            deadline_ms: None,
         };
         write!(out.out, "{}", known.head(&listed, out.colour))?;
         writeln!(
@@ -173,6 +176,8 @@ struct Known<'a> {
     error: Option<&'a str>,
     /// What a sleeping or waiting run waits for (rules 25-26).
     pending: Option<&'a Pending>,
+    /// The run's deadline (rule 30).
+    deadline_ms: Option<u64>,
 }
 
 impl Known<'_> {
@@ -220,6 +225,9 @@ impl Known<'_> {
                     until.unwrap_or_else(|| "none (only a signal wakes it)".to_owned()),
                 );
             }
+        }
+        if let Some(deadline) = self.deadline_ms {
+            field("run deadline", when(deadline));
         }
         if let Some(error) = self.error {
             field("error", one_line(error, usize::MAX));

@@ -226,3 +226,34 @@ async fn rule26_a_payload_from_a_file_or_stdin_and_a_huge_one() {
     assert_eq!(mailbox.len(), 1);
     assert_eq!(mailbox[0].sender, "fluxio CLI");
 }
+
+/// Rule 30 seen by an operator: `show` gives a run's deadline, in its rows
+/// and its JSON, and the error of a run stopped by it.
+#[tokio::test]
+async fn rule30_show_gives_the_runs_deadline_and_why_it_stopped() {
+    let t = sqlite("cli_deadline").await;
+    let p = expenses(&t.store);
+    let day = fluxio::StartOptions::new().deadline_in(std::time::Duration::from_secs(86_400));
+    let out = p.invoke_with("d-1", Context::new(), day).await;
+    assert!(matches!(out, Ok(Outcome::Sleeping { .. })), "{out:?}");
+    let stored = p.checkpoint("d-1").await.expect("load").expect("stored");
+    let deadline = stored.deadline_ms.expect("a deadline");
+    t.run(&["runs", "show", "expenses/d-1"], None)
+        .code(0)
+        .shows(&["run deadline", "sleeps until"]);
+    let shown = t
+        .run(&["runs", "show", "expenses/d-1", "--json"], None)
+        .code(0)
+        .json();
+    assert_eq!(shown["deadline_ms"], deadline);
+
+    let past = fluxio::StartOptions::new().deadline_at_ms(1);
+    let late = p.invoke_with("d-2", Context::new(), past).await;
+    assert!(
+        matches!(late, Err(fluxio::Error::DeadlineExceeded { ref step, .. }) if step == "submit"),
+        "{late:?}"
+    );
+    t.run(&["runs", "show", "expenses/d-2"], None)
+        .code(0)
+        .shows(&["failed", "its deadline", "before step `submit`"]);
+}

@@ -176,6 +176,15 @@ pub(super) async fn park(
             message: "a sleep or wait outside a durable run's checkpoint".to_owned(),
         });
     };
+    // rule 30: a run with a deadline is due by it, whatever it waits for
+    let mut pending = pending;
+    if let Some(deadline) = d.deadline_ms() {
+        pending.until_ms = Some(
+            pending
+                .until_ms
+                .map_or(deadline, |until| until.min(deadline)),
+        );
+    }
     let mut cp = d
         .at_last(program, &last, RunStatus::Running, None)
         .parked(pending.clone());

@@ -174,7 +174,13 @@ impl Pipeline {
                     });
                 }
                 runner
-                    .run_fresh_from(store, owner, (new_run_id, &new_key), ip, &at.context)
+                    .run_fresh_from(
+                        store,
+                        owner,
+                        (new_run_id, &new_key),
+                        (ip, None),
+                        &at.context,
+                    )
                     .await
             })
             .await

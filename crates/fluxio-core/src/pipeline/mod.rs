@@ -4,6 +4,7 @@
 //! - `mod.rs`: the type, its shared state and the small accessors;
 //! - `builder.rs`: [`PipelineBuilder`] and `build`;
 //! - `run.rs`: `invoke`, `start`, `stream`, and a durable run's first write;
+//! - `options.rs`: [`StartOptions`] (a run's deadline);
 //! - `resume.rs`: `resume`, `resume_with`, `replay`, [`ResumeOptions`], the version a
 //!   checkpoint resumes on, adopting runs of earlier builds, and the recovery claim;
 //! - `history.rs`: `history`, `fork`, `diff`, `context_at`, `checkpoint`;
@@ -13,6 +14,7 @@
 mod builder;
 mod history;
 mod operate;
+mod options;
 mod recover;
 mod resume;
 mod run;
@@ -22,6 +24,7 @@ pub use builder::MAX_PIPELINE_NAME_LEN;
 pub use builder::PipelineBuilder;
 pub use history::Diff;
 pub use history::DiffEntry;
+pub use options::StartOptions;
 pub(crate) use recover::Claim;
 pub(crate) use recover::Recovered;
 pub use resume::ResumeOptions;

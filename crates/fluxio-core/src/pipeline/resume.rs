@@ -214,14 +214,14 @@ impl Pipeline {
         store: &Arc<dyn CheckpointStore>,
         owner: &Ownership,
         (run_id, key): (&str, &str),
-        ip: usize,
+        (ip, deadline): (usize, Option<u64>),
         context: &Snapshot,
     ) -> Result<Outcome> {
         let durable = self.durable(
             store,
             owner,
             (run_id, key),
-            now_ms(),
+            (now_ms(), deadline),
             None,
             Tail::fresh(self.inner.settings.history_depth),
         );
@@ -419,7 +419,7 @@ impl Pipeline {
             store,
             owner,
             (run_id, &key),
-            cp.created_at_ms,
+            (cp.created_at_ms, cp.deadline_ms),
             resumed,
             Tail::after(&cp, self.inner.settings.history_depth),
         );

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 
 use super::resume::Resuming;
-use super::{Pipeline, check_runtime};
+use super::{Pipeline, StartOptions, check_runtime};
 use crate::context::{Context, Lineage, Snapshot};
 use crate::durability::{AsyncWriter, Durability};
 use crate::error::Result;
@@ -68,7 +68,49 @@ impl Pipeline {
     /// store fails, the lease expires). A blocking stage body that is running
     /// cannot be stopped: it finishes on the blocking pool and the run keeps
     /// its lease until it returns, so no other run of the id starts beside it.
-    pub async fn invoke(&self, run_id: &str, input: Context) -> Result<Outcome> {
+    // (a plain `fn`: an `async fn` would keep its arguments beside
+    // `invoke_with`'s future, in every parked run, rule 24)
+    pub fn invoke<'a>(
+        &'a self,
+        run_id: &'a str,
+        input: Context,
+    ) -> impl Future<Output = Result<Outcome>> + Send + 'a {
+        self.invoke_with(run_id, input, StartOptions::new())
+    }
+
+    /// [`invoke`](Self::invoke) with `options`: a fresh run with a
+    /// [deadline](StartOptions::deadline_in), stored with its first
+    /// checkpoint (contract rule 30).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use fluxio_core::{Context, InMemoryStore, StartOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .name("orders")
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// let within = StartOptions::new().deadline_in(Duration::from_secs(30));
+    /// pipeline.invoke_with("order-7", Context::new(), within).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`invoke`](Self::invoke); [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded)
+    /// when the deadline passes before the run's end (it is failed before
+    /// the step it did not reach); [`Error::NotDurable`](crate::Error::NotDurable)
+    /// for a deadline on a pipeline without a store (nothing would keep it).
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke).
+    pub async fn invoke_with(
+        &self,
+        run_id: &str,
+        input: Context,
+        options: StartOptions,
+    ) -> Result<Outcome> {
         let key = self.key(run_id)?;
         let span = self.span(&key, false);
         async move {
@@ -76,6 +118,11 @@ impl Pipeline {
             // need tokio's timer and pools, durable runs its lease renewal
             check_runtime("invoke", &key)?;
             let Some(store) = &self.inner.store else {
+                if options.has_deadline() {
+                    return Err(crate::Error::NotDurable {
+                        operation: "invoke_with",
+                    });
+                }
                 self.inner.leases.check_open(&key)?;
                 let program = &self.inner.program;
                 let run = interpret::run(program, &key, 0, input.clear_written(), None);
@@ -85,26 +132,40 @@ impl Pipeline {
                 }
                 return RunBodies::scope(None, run).await;
             };
+            let deadline = match options.has_deadline() {
+                false => None,
+                true => {
+                    options
+                        .deadline_ms(&self.inner.clock, Some(store.as_ref()))
+                        .await?
+                }
+            };
             // rule 24: `Exit` writes no first checkpoint, so it only takes
             // the lease, and clears what is stored (a cancel mark too)
             if self.inner.settings.durability == Durability::Exit {
                 // (boxed: not the common case, and large)
                 return Box::pin(async {
                     let owner = self.take_lease(store, &key).await?;
-                    self.replace_and_run(store, owner, run_id, &key, input)
+                    self.replace_and_run(store, owner, (run_id, &key), input, deadline)
                         .await
                 })
                 .await;
             }
             match self
-                .begin(store, (run_id, &key), &input.snapshot(), Begin::Replace)
+                .begin(
+                    store,
+                    (run_id, &key),
+                    &input.snapshot(),
+                    (Begin::Replace, deadline),
+                )
                 .await?
             {
                 Fresh::Ran(result) => result,
                 // `Replace` always begins; a program with no stage took
                 // the lease only
                 Fresh::Stored(owner) => {
-                    Box::pin(self.replace_and_run(store, owner, run_id, &key, input)).await
+                    Box::pin(self.replace_and_run(store, owner, (run_id, &key), input, deadline))
+                        .await
                 }
             }
         }
@@ -119,14 +180,20 @@ impl Pipeline {
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: Ownership,
-        run_id: &str,
-        key: &str,
+        (run_id, key): (&str, &str),
         input: Context,
+        deadline: Option<u64>,
     ) -> Result<Outcome> {
         let result = async {
             store.delete_fenced(key, owner.lease()).await?;
-            self.run_fresh_from(store, &owner, (run_id, key), 0, &input.snapshot())
-                .await
+            self.run_fresh_from(
+                store,
+                &owner,
+                (run_id, key),
+                (0, deadline),
+                &input.snapshot(),
+            )
+            .await
         }
         .await;
         owner.release().await;
@@ -191,9 +258,57 @@ impl Pipeline {
     ///
     /// # Cancel safety
     /// As [`invoke`](Self::invoke).
-    pub async fn start(&self, run_id: &str, input: Context) -> Result<Outcome> {
+    // (a plain `fn`, as `invoke`)
+    pub fn start<'a>(
+        &'a self,
+        run_id: &'a str,
+        input: Context,
+    ) -> impl Future<Output = Result<Outcome>> + Send + 'a {
+        self.start_with(run_id, input, StartOptions::new())
+    }
+
+    /// [`start`](Self::start) with `options`, which a run started fresh is
+    /// stored with (contract rule 30: its deadline); a run stored already
+    /// keeps its own, as it keeps its input.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use fluxio_core::{Context, InMemoryStore, StartOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .name("orders")
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// let within = StartOptions::new().deadline_in(Duration::from_secs(30));
+    /// pipeline.start_with("order-42", Context::new(), within.clone()).await?;
+    /// // a client's retry gets the same result, whatever options it sends
+    /// pipeline.start_with("order-42", Context::new(), within).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) and [`invoke_with`](Self::invoke_with).
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke).
+    pub async fn start_with(
+        &self,
+        run_id: &str,
+        input: Context,
+        options: StartOptions,
+    ) -> Result<Outcome> {
         let (key, store, span) = self.durable_run("start", run_id, false)?;
         async {
+            let deadline = match options.has_deadline() {
+                false => None,
+                true => {
+                    options
+                        .deadline_ms(&self.inner.clock, Some(store.as_ref()))
+                        .await?
+                }
+            };
             // a completed run is final: its result needs no lease, so
             // repeated starts of it never contend for one, and it does not
             // depend on code, so it is returned whatever version wrote it
@@ -211,12 +326,19 @@ impl Pipeline {
                 let unnamed = self.inner.name.is_empty();
                 if !exit && (unnamed || !store.exists(run_id).await?) {
                     match self
-                        .begin(store, (run_id, &key), &input.snapshot(), Begin::IfAbsent)
+                        .begin(
+                            store,
+                            (run_id, &key),
+                            &input.snapshot(),
+                            (Begin::IfAbsent, deadline),
+                        )
                         .await?
                     {
                         Fresh::Ran(result) => return result,
                         Fresh::Stored(owner) => {
-                            let result = self.start_owned(store, &owner, run_id, &key, input).await;
+                            let result = self
+                                .start_owned(store, &owner, (run_id, &key), input, deadline)
+                                .await;
                             owner.release().await;
                             return result;
                         }
@@ -224,7 +346,8 @@ impl Pipeline {
                 }
             }
             self.with_lease(store, &key, async |owner| {
-                self.start_owned(store, owner, run_id, &key, input).await
+                self.start_owned(store, owner, (run_id, &key), input, deadline)
+                    .await
             })
             .await
         }
@@ -238,15 +361,21 @@ impl Pipeline {
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: &Ownership,
-        run_id: &str,
-        key: &str,
+        (run_id, key): (&str, &str),
         input: Context,
+        deadline: Option<u64>,
     ) -> Result<Outcome> {
         let r = Resuming::of(store, owner, run_id);
         match self.load_or_adopt(r).await? {
             None => {
-                self.run_fresh_from(store, owner, (run_id, key), 0, &input.snapshot())
-                    .await
+                self.run_fresh_from(
+                    store,
+                    owner,
+                    (run_id, key),
+                    (0, deadline),
+                    &input.snapshot(),
+                )
+                .await
             }
             // completed since `start` looked (or adopted): final on any code;
             // parked: its worker continues it when it is due
@@ -268,17 +397,26 @@ impl Pipeline {
         store: &Arc<dyn CheckpointStore>,
         (run_id, key): (&str, &str),
         input: &Snapshot,
-        begin: Begin,
+        (begin, deadline): (Begin, Option<u64>),
     ) -> Result<Fresh> {
         // the first write in an `async fn` of its own: its checkpoint and
         // journal are gone before the run starts, instead of staying in
         // this future's state for as long as the run goes on (rule 24)
-        let (owner, (tail, created, took)) =
-            match self.write_first(store, (run_id, key), input, begin).await? {
-                (owner, Some(first)) => (owner, first),
-                (owner, None) => return Ok(Fresh::Stored(owner)),
-            };
-        let durable = self.durable(store, &owner, (run_id, key), created, None, tail);
+        let (owner, (tail, created, took)) = match self
+            .write_first(store, (run_id, key), input, (begin, deadline))
+            .await?
+        {
+            (owner, Some(first)) => (owner, first),
+            (owner, None) => return Ok(Fresh::Stored(owner)),
+        };
+        let durable = self.durable(
+            store,
+            &owner,
+            (run_id, key),
+            (created, deadline),
+            None,
+            tail,
+        );
         *durable
             .prewritten
             .lock()
@@ -299,7 +437,7 @@ impl Pipeline {
         store: &Arc<dyn CheckpointStore>,
         (run_id, key): (&str, &str),
         input: &Snapshot,
-        begin: Begin,
+        (begin, deadline): (Begin, Option<u64>),
     ) -> Result<(Ownership, Option<(Tail, u64, Duration)>)> {
         let created = now_ms();
         let mut tail = Tail::fresh(self.inner.settings.history_depth);
@@ -312,7 +450,7 @@ impl Pipeline {
             &self.inner.program,
             meta,
             &self.inner.structure,
-            created,
+            (created, deadline),
             input,
             &mut tail,
         );
@@ -434,7 +572,7 @@ impl Pipeline {
         store: &'a Arc<dyn CheckpointStore>,
         owner: &'a Ownership,
         (run_id, key): (&'a str, &'a str),
-        created_at_ms: u64,
+        (created_at_ms, deadline_ms): (u64, Option<u64>),
         resumed: Option<(usize, u32)>,
         tail: Tail,
     ) -> Durable<'a> {
@@ -463,6 +601,7 @@ impl Pipeline {
             version: &self.inner.version,
             structure: &self.inner.structure,
             created_at_ms,
+            deadline: deadline_ms.map(crate::interpret::RunDeadline::new),
             resumed,
             resumed_branches: Vec::new(),
             resumed_pending: None,

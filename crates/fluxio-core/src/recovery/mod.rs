@@ -769,7 +769,7 @@ impl RecoveryWorker {
                         // signalled, or past its deadline: its wait decides
                         (RunStatus::Waiting, Some(_)) => Claim::Resume,
                         (RunStatus::Running | RunStatus::Failed, _) => {
-                            policy.decide(cp, pipeline, Found::Due)
+                            policy.decide(cp, pipeline, Found::Due { clock_ms: now })
                         }
                         _ => Claim::Leave,
                     }

@@ -106,16 +106,19 @@ impl RecoveryPolicy {
         if !wanted || !pipeline.runs_version(&cp.version) {
             // a run the due-index holds for nobody: out of it
             return match how {
-                Found::Due => Claim::Defer(None),
+                Found::Due { .. } => Claim::Defer(None),
                 Found::Listed { .. } => Claim::Leave,
             };
         }
-        if cp.attempt >= self.max_attempts {
+        let (Found::Due { clock_ms } | Found::Listed { clock_ms, .. }) = how;
+        // rule 30: a run failed past its deadline would fail again at once
+        let late = cp.deadline_ms.is_some_and(|at| at <= clock_ms);
+        if cp.attempt >= self.max_attempts || (late && cp.status == RunStatus::Failed) {
             return Claim::GiveUp;
         }
         match how {
             // the due-index said so, on the clock that set it
-            Found::Due => Claim::Resume,
+            Found::Due { .. } => Claim::Resume,
             Found::Listed { wall_ms, clock_ms } => {
                 let due = self.due_at(cp.attempt, cp.updated_at_ms);
                 if due <= wall_ms {
@@ -151,9 +154,10 @@ impl RecoveryPolicy {
 /// How a worker came to a run it decides on.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Found {
-    /// Claimed from the due-index: its recovery time (the backoff a worker
-    /// wrote there) passed.
-    Due,
+    /// Claimed from the due-index, when the pipeline's clock read
+    /// `clock_ms`: its recovery time (the backoff a worker wrote there)
+    /// passed.
+    Due { clock_ms: u64 },
     /// Listed as abandoned or failed when the wall clock read `wall_ms` and
     /// the pipeline's clock `clock_ms`.
     Listed { wall_ms: u64, clock_ms: u64 },

@@ -118,6 +118,15 @@ pub struct Checkpoint {
     /// elsewhere. Written in format 5 (a checkpoint without it is written in
     /// format 4, which earlier builds read).
     pub pending: Option<Pending>,
+    /// The run's deadline (contract rule 30), in milliseconds since the Unix
+    /// epoch on the pipeline's clock: set by the start that began the run
+    /// ([`StartOptions`](crate::StartOptions)) and carried by every
+    /// checkpoint of the run. Past it the run stops before its next stage,
+    /// or leaves its sleep or wait, with
+    /// [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded). Written
+    /// in format 6 (a run without one is written as before, which earlier
+    /// builds read).
+    pub deadline_ms: Option<u64>,
     /// The run's mailbox (contract rule 26), when the store keeps it with
     /// the checkpoint: a store with the four required methods keeps it in
     /// the blob ([`Checkpoint::to_bytes`] writes it). Empty when loaded from
@@ -157,7 +166,7 @@ impl PartialEq for Checkpoint {
             && (&self.structure, &self.branches) == (&other.structure, &other.branches)
             && (self.seq, &self.change, self.keep_from)
                 == (other.seq, &other.change, other.keep_from)
-            && self.pending == other.pending
+            && (&self.pending, self.deadline_ms) == (&other.pending, other.deadline_ms)
     }
 }
 
@@ -188,14 +197,20 @@ pub fn run_key(pipeline: &str, run_id: &str) -> String {
 pub const MAGIC: [u8; 4] = *b"FXCP";
 
 /// The newest format version this build writes and reads (it reads formats
-/// 1 to 4 too). It writes format 5 only for a run that sleeps or waits
-/// (a checkpoint with [`pending`](Checkpoint::pending), or a blob with a
-/// mailbox), and format 4 otherwise, so that a build before waits still
-/// reads every run that does not use them, and refuses one that does with
-/// an error naming the format instead of mistaking a wait for a stage.
-pub const FORMAT_VERSION: u16 = 5;
+/// 1 to 5 too). It writes format 6 only for a run with a
+/// [deadline](Checkpoint::deadline_ms), format 5 for a run that sleeps or
+/// waits (a checkpoint with [`pending`](Checkpoint::pending), or a blob
+/// with a mailbox), and format 4 otherwise, so that an earlier build still
+/// reads every run that does not use what it lacks, and refuses one that
+/// does with an error naming the format instead of mistaking a wait for a
+/// stage or running past a deadline.
+pub const FORMAT_VERSION: u16 = 6;
 
-/// The format version of a run that neither sleeps nor waits.
+/// The format version of a run that sleeps or waits, without a deadline.
+pub(crate) const WAITS_FORMAT_VERSION: u16 = 5;
+
+/// The format version of a run that neither sleeps nor waits, without a
+/// deadline.
 pub(crate) const PLAIN_FORMAT_VERSION: u16 = 4;
 
 /// The oldest format version this build reads.
@@ -239,6 +254,7 @@ impl Checkpoint {
             change: Change::Full,
             keep_from: 0,
             pending: None,
+            deadline_ms: None,
             signals: Vec::new(),
             earlier: Vec::new(),
         }
@@ -588,6 +604,9 @@ impl Checkpoint {
             }
         }
         if format >= FORMAT_VERSION {
+            size += 1 + self.deadline_ms.map_or(0, |ms| varint_len(ms) as u64);
+        }
+        if format >= WAITS_FORMAT_VERSION {
             size += 1;
             if let Some(pending) = &self.pending {
                 size += 1 + self.pending_until_size(pending) + int(pending.waits.len() as u64);
@@ -747,6 +766,7 @@ mod tests {
             change: Change::Full,
             keep_from: ((i % 3) as u32).min((i % 7) as u32),
             pending: None,
+            deadline_ms: None,
             signals: Vec::new(),
             earlier: Vec::new(),
         };
@@ -764,6 +784,10 @@ mod tests {
                 cp = cp.parked(Pending::wait(waits, (i % 2 == 0).then_some(u64::MAX - i)));
             }
             _ => {}
+        }
+        // runs with a deadline (format 6), parked or not
+        if i % 4 == 1 {
+            cp.deadline_ms = Some(if i % 8 == 1 { i } else { u64::MAX - i });
         }
         if i % 13 == 5 {
             let payload = Payload::new(&("ok", i)).expect("encodes");
@@ -874,7 +898,13 @@ mod tests {
             assert_eq!(back.signals, cp.signals, "the mailbox of checkpoint {i}");
             let format = u16::from_le_bytes([bytes[4], bytes[5]]);
             let waits = cp.pending.is_some() || !cp.signals.is_empty();
-            assert_eq!(format, if waits { 5 } else { 4 }, "checkpoint {i}");
+            let wanted = match (cp.deadline_ms, waits) {
+                (Some(_), _) => 6,
+                (None, true) => 5,
+                (None, false) => 4,
+            };
+            assert_eq!(format, wanted, "checkpoint {i}");
+            assert_eq!(back.deadline_ms, cp.deadline_ms, "checkpoint {i}");
             assert_eq!(
                 back.to_bytes().expect("re-encodes"),
                 bytes,

@@ -20,15 +20,18 @@ use crate::value::{Cursor, EncodedValue, WireError, decode_legacy, decode_string
 
 use super::*;
 
-/// The format `entries` (and a blob's `mailbox`) are written in: format 5
-/// when one of them sleeps or waits, or the mailbox holds a signal, else
-/// format 4, which builds before waits read (see [`FORMAT_VERSION`]).
+/// The format `entries` (and a blob's `mailbox`) are written in: format 6
+/// when one of them has a deadline, else format 5 when one of them sleeps
+/// or waits, or the mailbox holds a signal, else format 4, which builds
+/// before waits read (see [`FORMAT_VERSION`]).
 pub(super) fn format_of(entries: &[&Checkpoint], mailbox: &[Signal]) -> u16 {
     let waits = |cp: &&Checkpoint| cp.pending.is_some() || cp.status.is_pending();
-    if mailbox.is_empty() && !entries.iter().any(waits) {
+    if entries.iter().any(|cp| cp.deadline_ms.is_some()) {
+        FORMAT_VERSION
+    } else if mailbox.is_empty() && !entries.iter().any(waits) {
         PLAIN_FORMAT_VERSION
     } else {
-        FORMAT_VERSION
+        WAITS_FORMAT_VERSION
     }
 }
 
@@ -80,7 +83,7 @@ pub(super) fn payload_size(
         }
         size = size.saturating_add(entry.entry_size(head_whole && i == 0, format)?);
     }
-    if format >= FORMAT_VERSION {
+    if format >= WAITS_FORMAT_VERSION {
         size += varint_len(mailbox.len() as u64) as u64;
         for signal in mailbox {
             let string = |s: &str| (varint_len(s.len() as u64) + s.len()) as u64;
@@ -223,7 +226,7 @@ pub(super) fn decode_parts<B: AsRef<[u8]>>(
         // pre-allocate at most a few hundred slots, and values nest at most
         // `MAX_DEPTH` deep (see `decode_v4`, `Format2`, and `crate::value`).
         let decoded = match format {
-            PLAIN_FORMAT_VERSION | FORMAT_VERSION => {
+            PLAIN_FORMAT_VERSION | WAITS_FORMAT_VERSION | FORMAT_VERSION => {
                 let (decoded, signals) = decode_v4(payload, journal.last(), format)
                     .map_err(|e| undecodable_v3(run_id, e))?;
                 if !signals.is_empty() {
@@ -375,7 +378,7 @@ impl Encode for Blob<'_> {
         for (i, cp) in self.entries.iter().enumerate() {
             encode_entry(cp, self.head_whole && i == 0, self.format, encoder)?;
         }
-        if self.format >= FORMAT_VERSION {
+        if self.format >= WAITS_FORMAT_VERSION {
             (self.mailbox.len() as u64).encode(encoder)?;
             for signal in self.mailbox {
                 signal.name.encode(encoder)?;
@@ -456,7 +459,7 @@ pub(super) fn encode_entry<E: Encoder>(
             cp.context.encode(encoder)?;
         }
     }
-    if format >= FORMAT_VERSION {
+    if format >= WAITS_FORMAT_VERSION {
         match &cp.pending {
             None => 0u8.encode(encoder)?,
             Some(pending) => {
@@ -465,6 +468,9 @@ pub(super) fn encode_entry<E: Encoder>(
                 encode_pairs(encoder, &pending.waits, |w| (&w.name, &w.payload))?;
             }
         }
+    }
+    if format >= FORMAT_VERSION {
+        cp.deadline_ms.encode(encoder)?;
     }
     Ok(())
 }
@@ -587,7 +593,7 @@ pub(super) fn decode_v4(
         out.push(cp);
         before = None;
     }
-    let mailbox = if format >= FORMAT_VERSION {
+    let mailbox = if format >= WAITS_FORMAT_VERSION {
         decode_mailbox(&mut c)?
     } else {
         Vec::new()
@@ -680,7 +686,7 @@ pub(super) fn decode_entry(
     let ip = c.varint_u32()?;
     let step = string(c)?;
     let status = decode_status(c)?;
-    if status.is_pending() && format < FORMAT_VERSION {
+    if status.is_pending() && format < WAITS_FORMAT_VERSION {
         return Err(WireError::Invalid(
             "a sleeping or waiting run before format 5",
         ));
@@ -717,8 +723,18 @@ pub(super) fn decode_entry(
         }
         _ => return Err(WireError::Invalid("a change tag other than 0 or 1")),
     };
-    let pending = if format >= FORMAT_VERSION {
+    let pending = if format >= WAITS_FORMAT_VERSION {
         decode_pending(c)?
+    } else {
+        None
+    };
+    // format 6: the run's deadline
+    let deadline_ms = if format >= FORMAT_VERSION {
+        match c.byte()? {
+            0 => None,
+            1 => Some(c.varint()?),
+            _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+        }
     } else {
         None
     };
@@ -753,6 +769,7 @@ pub(super) fn decode_entry(
         change,
         keep_from,
         pending,
+        deadline_ms,
         signals: Vec::new(),
         earlier: Vec::new(),
     })

@@ -61,6 +61,8 @@ mod begin;
 
 mod cancel;
 
+mod deadline;
+
 mod deleted;
 
 mod journal;
@@ -89,6 +91,13 @@ pub use waits::{
     rule27_busy_workers_wake_every_due_run_once_and_none_fails,
     rule27_racing_workers_continue_each_due_run_once, rule28_a_test_clock_fires_a_recovery_backoff,
     signal, waiting,
+};
+
+pub use deadline::{
+    rule30_a_deadline_on_the_stores_clock_stops_a_slow_run,
+    rule30_a_run_past_its_deadline_stops_before_its_next_stage,
+    rule30_a_sleep_past_the_deadline_wakes_the_run_to_fail_at_it,
+    rule30_a_wait_is_left_at_the_runs_deadline_not_its_timeout,
 };
 
 pub use begin::{
@@ -801,9 +810,13 @@ macro_rules! __store_conformance_each {
             rule27_racing_workers_continue_each_due_run_once,
             rule27_a_claim_takes_each_due_run_once,
             rule27_a_run_whose_claimant_died_is_woken_by_the_next_worker,
-    rule27_busy_workers_wake_every_due_run_once_and_none_fails,
+            rule27_busy_workers_wake_every_due_run_once_and_none_fails,
             rule27_a_recovery_time_is_kept_in_the_due_index,
             rule28_a_test_clock_fires_a_recovery_backoff,
+            rule30_a_run_past_its_deadline_stops_before_its_next_stage,
+            rule30_a_sleep_past_the_deadline_wakes_the_run_to_fail_at_it,
+            rule30_a_wait_is_left_at_the_runs_deadline_not_its_timeout,
+            rule30_a_deadline_on_the_stores_clock_stops_a_slow_run,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

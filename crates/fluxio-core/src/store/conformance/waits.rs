@@ -375,16 +375,16 @@ pub async fn rule26_racing_signals_and_deadlines_have_one_winner<H: Harness>(h: 
 
 /// Call counts of the stages of the waiting pipelines below.
 #[derive(Debug, Clone, Default)]
-struct Calls(Arc<[AtomicU32; 3]>);
+pub(super) struct Calls(pub(super) Arc<[AtomicU32; 3]>);
 
 impl Calls {
-    fn get(&self) -> [u32; 3] {
+    pub(super) fn get(&self) -> [u32; 3] {
         [0, 1, 2].map(|i| self.0[i].load(Ordering::SeqCst))
     }
 }
 
 /// Stage `INDEX`: counts its call and sets `ran_<INDEX>`.
-fn count<const INDEX: usize>(ctx: Context, resources: &Resources) -> StageFuture {
+pub(super) fn count<const INDEX: usize>(ctx: Context, resources: &Resources) -> StageFuture {
     let index = INDEX;
     let calls = resources.get::<Calls>();
     StageFuture::new(async move {
@@ -394,20 +394,20 @@ fn count<const INDEX: usize>(ctx: Context, resources: &Resources) -> StageFuture
     })
 }
 
-fn counted(name: &'static str, n: u8, call: CallFn) -> Node {
+pub(super) fn counted(name: &'static str, n: u8, call: CallFn) -> Node {
     const TAKES: &[fn() -> ResourceReq] = &[ResourceReq::of::<Calls>];
     suite_stage(name, n, TAKES, call)
 }
 
 /// What an approval carries.
 #[derive(Debug, serde::Serialize, serde::Deserialize, PartialEq)]
-struct Approval {
-    ok: bool,
-    by: String,
+pub(super) struct Approval {
+    pub(super) ok: bool,
+    pub(super) by: String,
 }
 
 /// `first, sleep(1h), second`.
-fn napping(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
+pub(super) fn napping(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
     let nodes = vec![
         counted("first", 1, count::<0>),
         Node::Sleep(Sleep::after(Duration::from_secs(3600))),
@@ -419,7 +419,7 @@ fn napping(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
 
 /// `first, wait(approval: Approval, deadline 2h) => { approval: second,
 /// timeout: third }`.
-fn approving(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
+pub(super) fn approving(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
     let wait = Wait::on::<Approval>("approval")
         .into_key("decision")
         .deadline(Until::After(Duration::from_secs(7200)));
@@ -472,7 +472,7 @@ fn failing(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
 /// The pipeline `build` makes (`napping`, `approving`,
 /// `failing`), with new counters
 /// and a test clock, on a store of `h` in the namespace of `check`.
-async fn built<H: Harness>(
+pub(super) async fn built<H: Harness>(
     h: &H,
     check: &str,
     build: fn(&Calls, &TestClock) -> PipelineBuilder,
@@ -488,7 +488,7 @@ async fn built<H: Harness>(
 
 /// Whether the store of `p` keeps a due-index (a store with the four
 /// required methods has none).
-async fn indexed(p: &crate::Pipeline) -> bool {
+pub(super) async fn indexed(p: &crate::Pipeline) -> bool {
     let store = p.store().expect("durable");
     store.due_runs(&DueFilter::new(0)).await.is_ok()
 }
@@ -502,7 +502,7 @@ async fn resumed_to_the_end(p: &crate::Pipeline, run: &str) -> Context {
 }
 
 /// A worker of `pipeline`.
-fn worker(pipeline: &crate::Pipeline) -> RecoveryWorker {
+pub(super) fn worker(pipeline: &crate::Pipeline) -> RecoveryWorker {
     RecoveryWorker::builder()
         .pipeline(pipeline.clone())
         .build()
