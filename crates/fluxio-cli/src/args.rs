@@ -81,6 +81,10 @@ pub(crate) enum Runs {
     Signal(SignalArgs),
     /// Make a sleeping or waiting run due now: a sleep ends, a wait takes its timeout outcome.
     Wake(RunArg),
+    /// Pause a run: its worker stops before its next stage; no worker continues it until unpaused.
+    Pause(RunArg),
+    /// Unpause a paused run: it goes back to its sleep or wait, or is due at once at its step.
+    Unpause(RunArg),
 }
 
 impl Runs {
@@ -93,7 +97,9 @@ impl Runs {
             | Runs::Signal(SignalArgs { run, .. })
             | Runs::Retry(RunArg { run })
             | Runs::Cancel(RunArg { run })
-            | Runs::Wake(RunArg { run }) => Some(run),
+            | Runs::Wake(RunArg { run })
+            | Runs::Pause(RunArg { run })
+            | Runs::Unpause(RunArg { run }) => Some(run),
             Runs::List(_) | Runs::Diff(_) | Runs::Purge(_) => None,
         }
     }
@@ -104,7 +110,7 @@ pub(crate) struct ListArgs {
     /// Only runs of this pipeline.
     #[arg(long)]
     pub(crate) pipeline: Option<String>,
-    /// Only runs in this state: running, abandoned, failed, completed, cancelled, needs-attention, sleeping, waiting.
+    /// Only runs in this state: running, abandoned, failed, completed, cancelled, needs-attention, sleeping, waiting, paused.
     #[arg(long, value_parser = state)]
     pub(crate) status: Option<RunState>,
     /// Only runs whose latest checkpoint this pipeline version wrote.
@@ -178,7 +184,7 @@ pub(crate) struct DeleteArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct PurgeArgs {
-    /// The state of the runs to delete: running, abandoned, failed, completed, cancelled, needs-attention, sleeping, waiting.
+    /// The state of the runs to delete: running, abandoned, failed, completed, cancelled, needs-attention, sleeping, waiting, paused.
     #[arg(long, value_parser = state)]
     pub(crate) status: RunState,
     /// Only runs last written longer ago than this (7d, 12h...).
@@ -252,9 +258,9 @@ mod tests {
             assert_eq!(state(s.as_str()), Ok(s));
         }
         assert!(
-            state("paused")
+            state("resting")
                 .expect_err("no such state")
-                .contains("paused")
+                .contains("resting")
         );
     }
 

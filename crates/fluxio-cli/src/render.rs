@@ -78,6 +78,7 @@ pub(crate) fn status_name(status: RunStatus) -> &'static str {
         RunStatus::NeedsAttention => "needs-attention",
         RunStatus::Sleeping => "sleeping",
         RunStatus::Waiting => "waiting",
+        RunStatus::Paused => "paused",
         _ => "unknown",
     }
 }
@@ -91,6 +92,7 @@ fn state_colour(name: &str) -> Option<&'static str> {
         "completed" => "32",       // green
         "cancelled" => "2",        // dim
         "needs-attention" => "35", // magenta
+        "paused" => "33",          // yellow
         _ => return None,
     })
 }

@@ -481,6 +481,24 @@ pub enum Error {
         wait: String,
     },
 
+    /// The run was paused (contract rule 30) while this call ran it: it
+    /// stopped before its next stage and gave its lease back; it continues
+    /// once unpaused. Also what a resume or start of a paused run returns.
+    #[error("run `{run_id}` is paused")]
+    Paused {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+    },
+
+    /// An unpause of a run that is not paused (contract rule 30).
+    #[error("run `{run_id}` is not paused: it is {}", status_word(status))]
+    NotPaused {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// What it is.
+        status: RunStatus,
+    },
+
     /// The run's deadline passed (contract rule 30): the run stopped before
     /// its next stage, or left its sleep or wait, and is failed there. It
     /// is final: a resume stops again at once, and recovery workers give
@@ -554,7 +572,22 @@ fn finished(status: RunStatus) -> &'static str {
         | RunStatus::Failed
         | RunStatus::NeedsAttention
         | RunStatus::Sleeping
-        | RunStatus::Waiting => "is not finished",
+        | RunStatus::Waiting
+        | RunStatus::Paused => "is not finished",
+    }
+}
+
+/// `status` as a word in a message: `running`, `needing attention`, ...
+fn status_word(status: &RunStatus) -> &'static str {
+    match status {
+        RunStatus::Running => "running",
+        RunStatus::Failed => "failed",
+        RunStatus::Completed => "completed",
+        RunStatus::Cancelled => "cancelled",
+        RunStatus::NeedsAttention => "needing attention",
+        RunStatus::Sleeping => "sleeping",
+        RunStatus::Waiting => "waiting",
+        RunStatus::Paused => "paused",
     }
 }
 

@@ -38,6 +38,8 @@ pub enum StepStatus {
     /// A wait (rule 26): the run gave its lease back until a signal or its
     /// deadline.
     Waiting,
+    /// The run was paused at this step (rule 30) and is not unpaused yet.
+    Paused,
 }
 
 impl fmt::Display for StepStatus {
@@ -50,6 +52,7 @@ impl fmt::Display for StepStatus {
             StepStatus::Cancelled => "cancelled",
             StepStatus::Sleeping => "sleeping",
             StepStatus::Waiting => "waiting",
+            StepStatus::Paused => "paused",
         })
     }
 }
@@ -126,7 +129,11 @@ impl History {
                 }
             };
             match cp.status {
-                RunStatus::Running | RunStatus::Sleeping | RunStatus::Waiting => {
+                // a pause (rule 30) and its unpause stay at the step
+                RunStatus::Running
+                | RunStatus::Sleeping
+                | RunStatus::Waiting
+                | RunStatus::Paused => {
                     let same = open.and_then(|i| steps.get(i)).is_some_and(|s| {
                         s.ip == cp.ip
                             && s.attempt == cp.attempt
@@ -203,6 +210,7 @@ fn step_status(status: RunStatus) -> StepStatus {
     match status {
         RunStatus::Sleeping => StepStatus::Sleeping,
         RunStatus::Waiting => StepStatus::Waiting,
+        RunStatus::Paused => StepStatus::Paused,
         _ => StepStatus::Running,
     }
 }
@@ -461,6 +469,7 @@ impl fmt::Display for History {
             RunStatus::NeedsAttention => "needs attention",
             RunStatus::Sleeping => "sleeping",
             RunStatus::Waiting => "waiting",
+            RunStatus::Paused => "paused",
         };
         writeln!(
             f,

@@ -599,12 +599,18 @@ async fn save(
     if saved.is_ok() {
         crate::metrics::checkpoint_written(d.pipeline, latency);
     }
-    if let Err(Error::Cancelled { .. }) = &saved {
-        tracing::info!(
+    match &saved {
+        Err(Error::Cancelled { .. }) => tracing::info!(
             run_id = d.key,
             ip,
             "the run was cancelled: it stops here, before its next stage"
-        );
+        ),
+        Err(Error::Paused { .. }) => tracing::info!(
+            run_id = d.key,
+            ip,
+            "the run was paused: it stops here, before its next stage, until unpaused"
+        ),
+        _ => {}
     }
     if program.callbacks.is_empty() {
         return saved;
@@ -665,7 +671,9 @@ async fn failed(
             Ok(()) => {}
             // the run was cancelled while the stage ran: that is
             // how it ends, whatever the stage did
-            Err(cancelled @ Error::Cancelled { .. }) => return Err(cancelled),
+            Err(stopped @ (Error::Cancelled { .. } | Error::Paused { .. })) => {
+                return Err(stopped);
+            }
             Err(store_err) => tracing::error!(
                 run_id = d.key,
                 error = %store_err.message_with_causes(),

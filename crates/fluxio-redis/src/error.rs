@@ -23,7 +23,7 @@ pub(crate) mod op {
     pub(crate) const RELEASE: &str = "release_lease";
     pub(crate) const SAVE_FENCED: &str = "save_fenced";
     pub(crate) const DELETE_FENCED: &str = "delete_fenced";
-    pub(crate) const CANCEL: &str = "cancel";
+    pub(crate) const MARK: &str = "mark";
     pub(crate) const LIST: &str = "list_runs";
     pub(crate) const REINDEX: &str = "reindex";
     pub(crate) const BEGIN: &str = "begin_run";

@@ -32,6 +32,7 @@ pub(crate) fn status_name(status: RunStatus) -> Result<&'static str> {
         RunStatus::NeedsAttention => "needs_attention",
         RunStatus::Sleeping => "sleeping",
         RunStatus::Waiting => "waiting",
+        RunStatus::Paused => "paused",
         // a status of a later core: this build cannot index it
         _ => {
             return Err(Error::Unsupported {
@@ -53,6 +54,7 @@ pub(crate) fn status_of(name: &str) -> Option<RunStatus> {
         "needs_attention" => RunStatus::NeedsAttention,
         "sleeping" => RunStatus::Sleeping,
         "waiting" => RunStatus::Waiting,
+        "paused" => RunStatus::Paused,
         _ => return None,
     })
 }

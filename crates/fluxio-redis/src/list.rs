@@ -47,6 +47,7 @@ impl Query {
             Some(RunState::NeedsAttention) => ("needs_attention", ""),
             Some(RunState::Sleeping) => ("sleeping", ""),
             Some(RunState::Waiting) => ("waiting", ""),
+            Some(RunState::Paused) => ("paused", ""),
             // a state of a later core: this build does not index it
             Some(_) => {
                 return Err(Error::Unsupported {
@@ -112,7 +113,7 @@ impl RedisStore {
 
     /// The sorted set of the runs whose latest checkpoint has `status`:
     /// `{prefix}.runs.{status}` (`running`, `failed`, `completed`,
-    /// `cancelled`, `needs_attention`, `sleeping`, `waiting`); a running
+    /// `cancelled`, `needs_attention`, `sleeping`, `waiting`, `paused`); a running
     /// run is abandoned when its lease key does not exist.
     ///
     /// ```no_run

@@ -99,8 +99,9 @@ return 1
 ///   (out of) its pipeline's due-index, the pipeline in (out of) `P.due`.
 /// - `tell(prefix, kind, run)`: `PUBLISH`es `kind run` to `P.events`.
 /// - `refused(lease, mark, token)`: the gate of a fenced write: `2` when
-///   the cancel mark is set, `0` when the lease key does not hold `token`,
-///   `nil` when the write may go on.
+///   the cancel mark says cancelled (`1`), `6` when it says paused (`p`,
+///   rule 30), `0` when the lease key does not hold `token`, `nil` when
+///   the write may go on.
 /// - `digits_lt(a, b)`: `a < b` for decimal numbers written without
 ///   leading zeros (exact past 2^53, and free of the server's locale).
 /// - `entry(v)`: the mailbox entry `v` (`<order> <state> <sent_at>
@@ -143,7 +144,7 @@ end
 local function refused(lease, mark, token)
   local gate = redis.call('MGET', lease, mark)
   if gate[2] then
-    return 2
+    return gate[2] == 'p' and 6 or 2
   elseif gate[1] ~= token then
     return 0
   end
@@ -244,7 +245,7 @@ macro_rules! index_fns {
             waits_fns!(),
             r"
 local STATUSES = {'running', 'failed', 'completed', 'cancelled', 'needs_attention',
-  'sleeping', 'waiting'}
+  'sleeping', 'waiting', 'paused'}
 local function summarize(j, at)
   local f = {'status', ARGV[at], 'step', ARGV[at + 1], 'attempt', ARGV[at + 2],
     'version', ARGV[at + 3], 'created', ARGV[at + 6], 'updated', ARGV[at + 7],
@@ -532,8 +533,8 @@ end
 }
 
 /// `KEYS`: journal, cancel mark, epoch, the pipeline's completed index.
-/// `ARGV`: journal ttl (ms, `0` for none), `1` when the latest checkpoint
-/// is cancelled, epoch ttl (ms), the journal's `first`, `last` and `fulls`,
+/// `ARGV`: journal ttl (ms, `0` for none), the mark of the latest
+/// checkpoint (`1` cancelled, `p` paused, `0` neither), epoch ttl (ms), the journal's `first`, `last` and `fulls`,
 /// `1` when the latest checkpoint is completed, the number of completed
 /// runs to keep (`none`: all), the key prefix, the run's key, the latest
 /// checkpoint's summary (eleven: see `summarize`), the number `n` of
@@ -572,8 +573,8 @@ redis.call('HSET', KEYS[1], 'exp', ARGV[1] ~= '0' and '1' or '0')
 index(ARGV[9], ARGV[10], old, summarize(KEYS[1], 11))
 due(KEYS[1], ARGV[9], ARGV[10], old, 11, retry)
 expire(KEYS[1], ARGV[1], KEYS[3], ARGV[3], false, true, box)
-if ARGV[2] == '1' then
-  redis.call('SET', KEYS[2], 1)
+if ARGV[2] ~= '0' then
+  redis.call('SET', KEYS[2], ARGV[2])
 else
   redis.call('DEL', KEYS[2])
 end
@@ -678,8 +679,8 @@ redis.call('HSET', j, unpack(set))
 index(ARGV[11], ARGV[12], old, summarize(j, 13))
 due(j, ARGV[11], ARGV[12], old, 13, retry)
 expire(j, ARGV[6], KEYS[4], ARGV[8], had, fresh, box)
-if ARGV[7] == '1' then
-  redis.call('SET', KEYS[3], 1)
+if ARGV[7] ~= '0' then
+  redis.call('SET', KEYS[3], ARGV[7])
 end
 completion(j, KEYS[5], {completed = ARGV[9] == '1', keep = tonumber(ARGV[10]),
   prefix = ARGV[11], run = ARGV[12], px = ARGV[6], epoch_px = ARGV[8]}, was_done)
@@ -690,13 +691,13 @@ return 1
 
 /// `KEYS`: lease, journal, cancel mark, epoch, the pipeline's completed
 /// index. `ARGV`: token, the checkpoint's number, `1` when it is whole, its
-/// `keep_from`, its entry bytes, journal ttl (ms, `0` for none), `1` when
-/// it is cancelled, epoch ttl (ms), `1` when it is completed, the number of
+/// `keep_from`, its entry bytes, journal ttl (ms, `0` for none), its mark
+/// (`1` cancelled, `p` paused, `0` neither), epoch ttl (ms), `1` when it is completed, the number of
 /// completed runs to keep (`none`: all), the key prefix, the run's key,
 /// the checkpoint's summary (eleven: see `summarize`).
 ///
 /// Returns 1 when appended; 2 (nothing written) when the run is cancelled,
-/// whatever the lease; 0 (nothing written) when the lease is not `token`'s;
+/// 6 when it is paused, whatever the lease; 0 (nothing written) when the lease is not `token`'s;
 /// 3 (nothing written) when the checkpoint is a delta and its predecessor
 /// is not stored. Appending drops the stored checkpoints numbered at or
 /// after it (the whole hash when that is all of them, or when a whole
@@ -781,18 +782,22 @@ return 1
 );
 
 /// `KEYS`: journal, cancel mark, epoch. `ARGV`: the journal's `born:ver` as the
-/// cancel read it (`legacy` for a run of an earlier build), the cancelled
+/// mark read it (`legacy` for a run of an earlier build), the marked
 /// checkpoint's number and its entry bytes, the key prefix, the run's key,
-/// the cancelled checkpoint's summary (eleven: see `summarize`). Appends the
-/// cancelled checkpoint, writes its summary and indexes the run as
-/// cancelled (out of the due-index, its watchers told it ended), and sets the mark, with no expiry (a cancelled run is kept
-/// until deleted, and so is its epoch), only if the journal is still the
-/// one read (a compare-and-set on `born:ver`): returns 1 then, and also when the
-/// journal ends with the cancelled checkpoint already (an earlier attempt of
-/// this very call, sent again after its reply was lost: the entry carries
-/// the time of the cancel); 0 (nothing written) when a write came in
-/// between, and the cancel reads again.
-pub(crate) const CANCEL: &str = concat!(
+/// the marked checkpoint's summary (eleven: see `summarize`), then the
+/// mark (`1` cancelled, `p` paused, `0` unpaused). Appends the marked
+/// checkpoint (a cancel, a pause or an unpause, rules 14 and 30), writes
+/// its summary and indexes the run under its status (a cancelled or
+/// paused run out of the due-index, an unpaused one back in it, its
+/// watchers told), and sets the mark (deletes it for an unpause), with no
+/// expiry (such a run is kept until deleted, and so is its epoch), only
+/// if the journal is still the one read (a compare-and-set on `born:ver`):
+/// returns 1 then, and also when the journal ends with the marked
+/// checkpoint already (an earlier attempt of this very call, sent again
+/// after its reply was lost: the entry carries the time of the mark); 0
+/// (nothing written) when a write came in between, and the mark reads
+/// again.
+pub(crate) const MARK: &str = concat!(
     journal_fns!(),
     r"
 local m = meta(KEYS[1])
@@ -816,7 +821,11 @@ end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3], 'last', ARGV[2], 'ver', int(m.ver + 1), 'exp', '0')
 index(ARGV[4], ARGV[5], m.status, summarize(KEYS[1], 6))
 due(KEYS[1], ARGV[4], ARGV[5], m.status, 6, m.retry)
-redis.call('SET', KEYS[2], 1)
+if ARGV[17] ~= '0' then
+  redis.call('SET', KEYS[2], ARGV[17])
+else
+  redis.call('DEL', KEYS[2])
+end
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[3])
 return 1
@@ -930,7 +939,7 @@ return out
 /// a run of a build before the journal), the key prefix, the run's key,
 /// the latest checkpoint's summary (eleven: see `summarize`). Indexes a run
 /// an earlier build wrote, only if its journal is still the one read (a
-/// compare-and-set, as `CANCEL`'s) and has no `status` yet: its summary
+/// compare-and-set, as `MARK`'s) and has no `status` yet: its summary
 /// written, stale members of the index dropped, the run indexed under its
 /// status, and, when it is completed and expires, in `P.expiring`. A run
 /// of a build before the journal is first migrated to the hash (keeping
@@ -1040,8 +1049,8 @@ redis.call('HSET', KEYS[4], unpack(set))
 index(prefix, run, nil, summarize(KEYS[4], 15))
 due(KEYS[4], prefix, run, nil, 15)
 expire(KEYS[4], ARGV[9], KEYS[2], epoch_px, false, true, box)
-if ARGV[10] == '1' then
-  redis.call('SET', KEYS[5], 1)
+if ARGV[10] ~= '0' then
+  redis.call('SET', KEYS[5], ARGV[10])
 end
 completion(KEYS[4], KEYS[6], {completed = ARGV[11] == '1', keep = tonumber(ARGV[12]),
   prefix = prefix, run = run, px = ARGV[9], epoch_px = epoch_px}, false)
@@ -1134,7 +1143,7 @@ scripts! {
     LOAD => LOAD_SCRIPT,
     DELETE_FENCED => DELETE_FENCED_SCRIPT,
     DELETE => DELETE_SCRIPT,
-    CANCEL => CANCEL_SCRIPT,
+    MARK => MARK_SCRIPT,
     LIST => LIST_SCRIPT,
     INDEXED => INDEXED_SCRIPT,
     REINDEX => REINDEX_SCRIPT,

@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fluxio_core::store::{
     Begin, Begun, Checkpoint, CheckpointStore, Claimed, Decision, Delivery, DueFilter, DueRun,
-    Lease, RedactedUrl, RunEvents, RunFilter, RunPage, RunStatus, Signal, Take,
-    cancelled_checkpoint, check_lease_ttl, missing_predecessor,
+    Lease, Mark, RedactedUrl, RunEvents, RunFilter, RunPage, RunStatus, Signal, Take,
+    check_lease_ttl, marked_checkpoint, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
 use redis::ScriptInvocation;
@@ -326,7 +326,7 @@ impl RedisStore {
             .arg(checkpoint.keep_from)
             .arg(bytes)
             .arg(self.checkpoint_px(checkpoint))
-            .arg(u8::from(checkpoint.is_cancelled()))
+            .arg(mark_arg(checkpoint.status))
             .arg(self.epoch_px(0))
             .arg(u8::from(checkpoint.status == RunStatus::Completed))
             .arg(self.keep_arg())
@@ -510,7 +510,7 @@ impl CheckpointStore for RedisStore {
         self.journal_keys(&mut script, &run_key);
         script
             .arg(self.checkpoint_px(&checkpoint))
-            .arg(u8::from(checkpoint.is_cancelled()))
+            .arg(mark_arg(checkpoint.status))
             .arg(self.epoch_px(0));
         let completed = checkpoint.status == RunStatus::Completed;
         let journal = checkpoint.into_journal();
@@ -713,6 +713,7 @@ impl CheckpointStore for RedisStore {
         match saved {
             1 => Ok(self.replicated(op::SAVE_FENCED, &key, &run_key, acked)?),
             2 => Err(Error::Cancelled { run_id: run_key }),
+            6 => Err(Error::Paused { run_id: run_key }),
             3 => Err(missing_predecessor(&run_key, checkpoint.seq)),
             _ => Err(lease_lost(lease)),
         }
@@ -792,7 +793,7 @@ impl CheckpointStore for RedisStore {
             .arg(u8::from(first.change.is_full()))
             .arg(bytes)
             .arg(self.checkpoint_px(&first))
-            .arg(u8::from(first.is_cancelled()))
+            .arg(mark_arg(first.status))
             .arg(u8::from(first.status == RunStatus::Completed))
             .arg(self.keep_arg())
             .arg(&*self.run_prefix(&run_key))
@@ -845,28 +846,29 @@ impl CheckpointStore for RedisStore {
         match saved {
             1 => Ok(self.replicated(op::FINISH, &key, &run_key, acked)?),
             2 => Err(Error::Cancelled { run_id: run_key }),
+            6 => Err(Error::Paused { run_id: run_key }),
             3 => Err(missing_predecessor(&run_key, last.seq)),
             _ => Err(lease_lost(&lease)),
         }
     }
 
     /// A [`load`](CheckpointStore::load) of the latest checkpoint, decided
-    /// with [`cancelled_checkpoint`], then one script that appends the
-    /// cancelled checkpoint (the run's next, an empty delta) and sets the
-    /// cancel mark `{prefix}.cancelled:{key}` only if the journal is
-    /// still the one read (a compare-and-set on its `born:ver`; see the
-    /// crate docs). When a write landed in between (the
-    /// owner's next checkpoint), it reads again, within the one command
-    /// timeout: a run that writes checkpoints faster than a round trip may
-    /// keep it retrying until it ends (then the cancel finds it completed)
-    /// or the timeout passes. Once the mark is set, every fenced save of the
-    /// run is refused.
-    async fn cancel(&self, key: &str) -> Result<()> {
+    /// with [`marked_checkpoint`], then one script that appends the marked
+    /// checkpoint (the run's next, an empty delta) and sets the cancel
+    /// mark `{prefix}.cancelled:{key}` (`1` cancelled, `p` paused; deleted
+    /// by an unpause) only if the journal is still the one read (a
+    /// compare-and-set on its `born:ver`; see the crate docs). When a write
+    /// landed in between (the owner's next checkpoint), it reads again,
+    /// within the one command timeout: a run that writes checkpoints faster
+    /// than a round trip may keep it retrying until it ends (then a cancel
+    /// finds it completed) or the timeout passes. While the mark is set,
+    /// every fenced save of the run is refused.
+    async fn mark(&self, key: &str, mark: Mark) -> Result<()> {
         fluxio_core::store::check_run_id(key)?;
         let journal = self.checkpoint_key(key);
         let deadline = self.deadline();
         loop {
-            let read = self.read_within(op::CANCEL, key, false, deadline).await?;
+            let read = self.read_within(op::MARK, key, false, deadline).await?;
             let (version, stored) = match read {
                 Some(read) => (
                     read.version,
@@ -874,27 +876,28 @@ impl CheckpointStore for RedisStore {
                 ),
                 None => (Vec::new(), None),
             };
-            let cancelled = cancelled_checkpoint(key, stored)?;
-            let mut script = scripts::CANCEL_SCRIPT.prepare_invoke();
+            let marked = marked_checkpoint(key, stored, mark)?;
+            let mut script = scripts::MARK_SCRIPT.prepare_invoke();
             script
                 .key(&journal)
                 .key(self.cancelled_key(key))
                 .key(self.epoch_key(key))
                 .arg(version)
-                .arg(cancelled.seq)
-                .arg(cancelled.entry_bytes()?)
+                .arg(marked.seq)
+                .arg(marked.entry_bytes()?)
                 .arg(&*self.run_prefix(key))
                 .arg(key);
-            summary_args(&mut script, &cancelled)?;
+            summary_args(&mut script, &marked)?;
+            script.arg(mark_arg(marked.status));
             let (done, acked): (u8, _) = self
-                .invoke_write(op::CANCEL, &journal, deadline, &script)
+                .invoke_write(op::MARK, &journal, deadline, &script)
                 .await?;
             if done == 1 {
-                return Ok(self.replicated(op::CANCEL, &journal, key, acked)?);
+                return Ok(self.replicated(op::MARK, &journal, key, acked)?);
             }
             tracing::debug!(
                 run_id = key,
-                "the checkpoint changed while it was being cancelled; reading it again"
+                "the checkpoint changed while it was being marked; reading it again"
             );
         }
     }
@@ -960,3 +963,13 @@ mod waits;
 
 #[cfg(test)]
 mod tests;
+
+/// The cancel mark a checkpoint of `status` leaves (rules 14 and 30): `1`
+/// cancelled, `p` paused, `0` none (the scripts' `refused` reads it).
+fn mark_arg(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Cancelled => "1",
+        RunStatus::Paused => "p",
+        _ => "0",
+    }
+}

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use fluxio_core::store::{
     Begin, Begun, Checkpoint, Claimed, Decision, Delivery, DueFilter, DueRun, Lease, MAX_UNTIL_MS,
-    RunEventKind, RunStatus, Signal, Take, cancelled_checkpoint, cut_point, decide, deliver,
-    missing_predecessor,
+    Mark, RunEventKind, RunStatus, Signal, Take, cut_point, decide, deliver, fenced_refusal,
+    marked_checkpoint, missing_predecessor,
 };
 use fluxio_core::{Error, Result};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
@@ -21,8 +21,8 @@ use crate::waits::{
     event_payload, int, restated, signal_of,
 };
 use crate::{
-    CANCELLED, Dialect, Failure, Retention, RunStatements, Statements, Step, event_of, latest,
-    lease_lost, status_name, token_of,
+    CANCELLED, Dialect, Failure, PAUSED, Retention, RunStatements, Statements, Step, event_of,
+    latest, lease_lost, status_name, token_of,
 };
 
 /// The journal's writes for dialect `D`, on a connection of its driver (in
@@ -51,36 +51,40 @@ where
     for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
 {
-    /// Appends the cancel of run `key` (contract rule 14): reads its steps
-    /// with `load` (the dialect's load statement, from the last whole
-    /// step on), and appends [`cancelled_checkpoint`] of its latest
-    /// checkpoint. Run it in the transaction that locked the run.
+    /// Appends the cancel, pause or unpause of run `key` (contract rules
+    /// 14 and 30): reads its steps with `load` (the dialect's load
+    /// statement, from the last whole step on), and appends
+    /// [`marked_checkpoint`] of its latest checkpoint (the row's status,
+    /// which fenced writes check, and its due time follow it). Run it in the
+    /// transaction that locked the run.
     ///
     /// # Errors
-    /// The driver's; `CheckpointNotFound` and `RunFinished` as
-    /// [`cancelled_checkpoint`] says.
-    pub async fn cancel(
+    /// The driver's; `CheckpointNotFound`, `RunFinished` and `NotPaused`
+    /// as [`marked_checkpoint`] says.
+    pub async fn mark(
         conn: &mut DB::Connection,
-        sql: &Statements,
-        load: &str,
+        (sql, load): (&Statements, &str),
         key: &str,
+        mark: Mark,
     ) -> std::result::Result<(), Failure> {
-        let next = cancelled_checkpoint(key, Self::load(conn, load, key).await?)?;
+        let next = marked_checkpoint(key, Self::load(conn, load, key).await?, mark)?;
         let step = Step::of(&next)?;
         Self::append(conn, sql, key, &next, &step, Retention::NONE).await
     }
 
-    /// The run's row: whether it is cancelled (no row: not).
+    /// The run's row: the refusal of a fenced write of a cancelled or
+    /// paused run ([`fenced_refusal`]); `None` for any other status, or no
+    /// row. Locks the row where the dialect locks it.
     ///
     /// # Errors
     /// The driver's.
-    pub async fn cancelled(
+    pub async fn refusal(
         conn: &mut DB::Connection,
         sql: &Statements,
         key: &str,
-    ) -> std::result::Result<bool, Failure> {
+    ) -> std::result::Result<Option<Error>, Failure> {
         let status = Self::status(conn, sql, key).await?;
-        Ok(status.as_deref() == Some(CANCELLED))
+        Ok(refusal_of(key, status.as_deref()))
     }
 
     /// The `status` of the run's row (`None`: no row), locking the row
@@ -171,11 +175,8 @@ where
     ) -> std::result::Result<Option<String>, Failure> {
         let held = Self::held(conn, run, key, token).await?;
         let status = Self::status(conn, sql, key).await?;
-        if status.as_deref() == Some(CANCELLED) {
-            return Err(Error::Cancelled {
-                run_id: key.to_owned(),
-            }
-            .into());
+        if let Some(refused) = refusal_of(key, status.as_deref()) {
+            return Err(refused.into());
         }
         if !held {
             return Err(lost().into());
@@ -349,10 +350,8 @@ where
         };
         // The lease first, then the run's row: the order of a fenced save.
         let held = Self::held(conn, run, &key, token).await?;
-        let refusal = if Self::cancelled(conn, sql, &key).await? {
-            Some(Error::Cancelled {
-                run_id: key.clone(),
-            })
+        let refusal = if let Some(refused) = Self::refusal(conn, sql, &key).await? {
+            Some(refused)
         } else if !held {
             Some(lease_lost(lease))
         } else if !Self::predecessor_stored(conn, sql, &key, step).await? {
@@ -929,5 +928,15 @@ where
             }
         }
         Ok(())
+    }
+}
+
+/// The refusal of a fenced write of run `key` whose row's status is
+/// `status` (`None`: no row): cancelled or paused ([`fenced_refusal`]).
+pub(crate) fn refusal_of(key: &str, status: Option<&str>) -> Option<Error> {
+    match status? {
+        CANCELLED => fenced_refusal(key, RunStatus::Cancelled),
+        PAUSED => fenced_refusal(key, RunStatus::Paused),
+        _ => None,
     }
 }

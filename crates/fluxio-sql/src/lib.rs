@@ -98,6 +98,9 @@ pub const FAILED: &str = "failed";
 /// The `status` of a cancelled run's row (rule 14): what fenced saves check.
 #[doc(hidden)]
 pub const CANCELLED: &str = "cancelled";
+/// The `status` of a paused run's row (rule 30): fenced saves check it too.
+#[doc(hidden)]
+pub const PAUSED: &str = "paused";
 /// The `status` of a run recovery gave up on (rule 22).
 #[doc(hidden)]
 pub const NEEDS_ATTENTION: &str = "needs_attention";
@@ -518,6 +521,7 @@ pub fn status_name(status: RunStatus) -> Result<&'static str> {
         RunStatus::NeedsAttention => NEEDS_ATTENTION,
         RunStatus::Sleeping => SLEEPING,
         RunStatus::Waiting => WAITING,
+        RunStatus::Paused => PAUSED,
         _ => {
             return Err(Error::Unsupported {
                 operation: "store a run in a status this build of fluxio-sql does not know",

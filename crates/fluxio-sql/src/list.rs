@@ -15,7 +15,9 @@ use fluxio_core::Error;
 use fluxio_core::store::{Checkpoint, RunFilter, RunPage, RunState, RunStatus, RunSummary};
 use sqlx::{Arguments as _, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
-use crate::{CANCELLED, COMPLETED, Dialect, FAILED, NEEDS_ATTENTION, RUNNING, SLEEPING, WAITING};
+use crate::{
+    CANCELLED, COMPLETED, Dialect, FAILED, NEEDS_ATTENTION, PAUSED, RUNNING, SLEEPING, WAITING,
+};
 
 /// One store's listing text, built once from its validated, quoted names.
 #[doc(hidden)]
@@ -229,6 +231,7 @@ fn status_of(state: RunState) -> Result<(&'static str, Option<bool>), Error> {
         RunState::NeedsAttention => (NEEDS_ATTENTION, None),
         RunState::Sleeping => (SLEEPING, None),
         RunState::Waiting => (WAITING, None),
+        RunState::Paused => (PAUSED, None),
         _ => {
             return Err(Error::Unsupported {
                 operation: "list runs in a state this build of fluxio-sql does not know",
@@ -248,6 +251,7 @@ fn status_named(key: &str, status: &str) -> Result<RunStatus, Error> {
         NEEDS_ATTENTION => RunStatus::NeedsAttention,
         SLEEPING => RunStatus::Sleeping,
         WAITING => RunStatus::Waiting,
+        PAUSED => RunStatus::Paused,
         other => {
             return Err(Error::CorruptCheckpoint {
                 run_id: key.to_owned(),
@@ -416,6 +420,7 @@ mod tests {
             (RunState::NeedsAttention, NEEDS_ATTENTION, None),
             (RunState::Sleeping, SLEEPING, None),
             (RunState::Waiting, WAITING, None),
+            (RunState::Paused, PAUSED, None),
         ] {
             assert_eq!(status_of(state).expect("known"), (status, held));
         }
@@ -430,13 +435,14 @@ mod tests {
             NEEDS_ATTENTION,
             SLEEPING,
             WAITING,
+            PAUSED,
         ];
         for status in statuses {
             let known = status_named("p/r", status).expect("known");
             assert_eq!(crate::status_name(known).expect("a name"), status);
         }
-        let err = status_named("p/r", "paused").expect_err("unknown");
-        assert!(err.to_string().contains("`paused`"), "{err}");
+        let err = status_named("p/r", "resting").expect_err("unknown");
+        assert!(err.to_string().contains("`resting`"), "{err}");
     }
 
     #[test]

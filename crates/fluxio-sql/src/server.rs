@@ -817,19 +817,22 @@ where
     }
 
     /// One transaction: the run's row locked, the run loaded, and
-    /// [`cancelled_checkpoint`](fluxio_core::store::cancelled_checkpoint)
-    /// appended. A fenced save waits for the row lock and then finds the
-    /// row cancelled. Never sent twice: a repeat after a commit whose reply
-    /// was lost would report the run as already cancelled.
+    /// [`marked_checkpoint`](fluxio_core::store::marked_checkpoint)
+    /// appended (a cancel, a pause or an unpause). A fenced save waits for
+    /// the row lock and then finds the row cancelled or paused. Never sent
+    /// twice: a repeat after a commit whose reply was lost would report
+    /// the run as already cancelled (or not paused).
     ///
     /// # Errors
-    /// A bad run id; `CheckpointNotFound`, `RunFinished`; the driver's.
-    pub async fn cancel(&self, key: &str) -> Result<()> {
+    /// A bad run id; `CheckpointNotFound`, `RunFinished`, `NotPaused`; the
+    /// driver's.
+    pub async fn mark(&self, key: &str, mark: fluxio_core::store::Mark) -> Result<()> {
         check_run_id(key)?;
-        self.call("cancel", Retry::Never, |mut conn| async move {
+        self.call("mark", Retry::Never, |mut conn| async move {
             let mut tx = conn.begin().await?;
-            Journal::<S>::cancelled(&mut tx, &self.sql.journal, key).await?;
-            Journal::<S>::cancel(&mut tx, &self.sql.journal, &self.sql.load, key).await?;
+            // the row locked first, as a fenced write locks it
+            Journal::<S>::refusal(&mut tx, &self.sql.journal, key).await?;
+            Journal::<S>::mark(&mut tx, (&self.sql.journal, &self.sql.load), key, mark).await?;
             tx.commit().await?;
             Ok(())
         })

@@ -43,11 +43,11 @@ impl Dialect for Sqlite {
 pub(crate) type Journal = fluxio_sql::Journal<Sqlite>;
 
 /// What a fenced append found before it wrote (the [`GATE`](crate::statements::GATE)
-/// row): whether the run is cancelled, the lease current, and the
-/// predecessor stored (or not needed).
+/// row): whether the run is cancelled (`1`) or paused (`2`), the lease
+/// current, and the predecessor stored (or not needed).
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct Gate {
-    cancelled: bool,
+    cancelled: i64,
     held: bool,
     predecessor: bool,
     /// The lease's token (a [`batch_append`](crate::statements::Sql::batch_append)'s
@@ -58,12 +58,16 @@ pub(crate) struct Gate {
 
 impl Gate {
     /// The refusal of a fenced write of `checkpoint` under `lease`, in the
-    /// order the other stores check: a cancelled run, a lost lease, a
-    /// missing predecessor. `None`: it was written.
+    /// order the other stores check: a cancelled or paused run, a lost
+    /// lease, a missing predecessor. `None`: it was written.
     pub(crate) fn refusal(&self, checkpoint: &Checkpoint, lease: &Lease) -> Option<Error> {
         let key = lease.run_id();
-        if self.cancelled {
+        if self.cancelled == 1 {
             Some(Error::Cancelled {
+                run_id: key.to_owned(),
+            })
+        } else if self.cancelled != 0 {
+            Some(Error::Paused {
                 run_id: key.to_owned(),
             })
         } else if !self.held {

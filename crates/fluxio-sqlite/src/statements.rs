@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use fluxio_sql::{
-    CANCELLED, COMPLETED, Dialect as _, Listing, ROW_COLUMNS, RunStatements, Statements, WaitNames,
+    COMPLETED, Dialect as _, Listing, ROW_COLUMNS, RunStatements, Statements, WaitNames,
     WaitStatements,
 };
 
@@ -157,6 +157,11 @@ pub(crate) fn quote(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
+/// The gate's `cancelled` of a run's row: `1` cancelled (rule 14), `2`
+/// paused (rule 30), `0` neither; each refuses a fenced write
+/// ([`Gate::refusal`](crate::journal::Gate::refusal)).
+const STOPPED: &str = "CASE status WHEN 'cancelled' THEN 1 WHEN 'paused' THEN 2 ELSE 0 END";
+
 /// The writing connection's own table (in its `temp` schema, which no
 /// other connection sees) holding one row: what the first statement of a
 /// fenced append decided, for the statements after it in the same command.
@@ -298,7 +303,7 @@ impl Sql {
             }
             let _ = write!(
                 text,
-                ", CASE WHEN ?{ttl} IS NULL THEN coalesce((SELECT status = '{CANCELLED}' \
+                ", CASE WHEN ?{ttl} IS NULL THEN coalesce((SELECT {STOPPED} \
                  FROM {cp} WHERE run_id = ?{key}), 0) ELSE 0 END, \
                  CASE WHEN ?{ttl} IS NULL THEN EXISTS (SELECT 1 FROM {leases} \
                  WHERE run_id = ?{key} AND token = ?{token} AND expires_at > {NOW}) \
@@ -336,7 +341,7 @@ impl Sql {
         );
         let fenced_writes = format!(
             "INSERT OR REPLACE INTO {GATE} (id, cancelled, held, predecessor) VALUES (1, \
-             coalesce((SELECT status = '{CANCELLED}' FROM {cp} WHERE run_id = ?), 0), \
+             coalesce((SELECT {STOPPED} FROM {cp} WHERE run_id = ?), 0), \
              EXISTS (SELECT 1 FROM {leases} WHERE run_id = ? AND token = ? \
              AND expires_at > {NOW}), \
              ? OR EXISTS (SELECT 1 FROM {steps} WHERE run_id = ? AND seq = ? - 1)); \
@@ -526,6 +531,16 @@ fn batch_tail(cp: &str, leases: &str, steps: &str, upsert: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gate_names_the_statuses_fenced_writes_refuse() {
+        let cancelled = format!("'{}' THEN 1", fluxio_sql::CANCELLED);
+        let paused = format!("'{}' THEN 2", fluxio_sql::PAUSED);
+        assert!(
+            STOPPED.contains(&cancelled) && STOPPED.contains(&paused),
+            "{STOPPED}"
+        );
+    }
 
     /// The grammar is `fluxio_sql::check_identifier`'s, tested there: here,
     /// that the table goes through it, and SQLite's own reserved names.

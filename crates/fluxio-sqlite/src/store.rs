@@ -713,21 +713,26 @@ impl CheckpointStore for SqliteStore {
 
     /// One write of a group commit, under the file's write lock: it loads
     /// the run, decides with
-    /// [`cancelled_checkpoint`](fluxio_core::store::cancelled_checkpoint),
-    /// and appends that checkpoint (the next one, an empty delta) with
-    /// `status = 'cancelled'`. No fenced save can land in between, and
-    /// every fenced save after it finds the row cancelled.
-    async fn cancel(&self, run_id: &str) -> Result<()> {
+    /// [`marked_checkpoint`](fluxio_core::store::marked_checkpoint), and
+    /// appends that checkpoint (the next one, an empty delta) with its
+    /// status (`cancelled`, `paused`, or sleeping or waiting again) and due
+    /// time on the run's row. No fenced save can land in between, and
+    /// every fenced save after a cancel or a pause finds the row so.
+    async fn mark(&self, run_id: &str, mark: fluxio_core::store::Mark) -> Result<()> {
         fluxio_core::store::check_run_id(run_id)?;
         let key = run_id.to_owned();
         let told = key.clone();
-        self.write("cancel", false, move |conn, inner| {
+        self.write("mark", false, move |conn, inner| {
             Box::pin(async move {
-                Journal::cancel(conn, &inner.sql.journal, &inner.sql.load, &key).await
+                Journal::mark(conn, (&inner.sql.journal, &inner.sql.load), &key, mark).await
             })
         })
         .await?;
-        self.tell(&told, RunEventKind::Ended);
+        match mark {
+            fluxio_core::store::Mark::Cancel => self.tell(&told, RunEventKind::Ended),
+            fluxio_core::store::Mark::Unpause { .. } => self.tell(&told, RunEventKind::Due),
+            _ => {}
+        }
         Ok(())
     }
 

@@ -213,7 +213,7 @@ pub mod store {
     pub use fluxio_core::store::{
         BranchRecord, Change, Checkpoint, CheckpointStore, Claimed, Delivery, DueFilter, DueRun,
         InMemoryStore, Lease, MAX_LEASE_TTL, MAX_LIST_LIMIT, MAX_PAYLOAD, MAX_RUN_ID_LEN,
-        MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS, MAX_WAIT_NAME_LEN, MIN_LEASE_TTL, Payload, Pending,
+        MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS, MAX_WAIT_NAME_LEN, MIN_LEASE_TTL, Mark, Payload, Pending,
         RunFilter, RunPage, RunState, RunStatus, RunSummary, Signal, SignalState, StoreErrorKind,
         WaitName, retry_run, run_key, wake_run,
     };
@@ -225,7 +225,8 @@ pub mod store {
         //! versions, a run's first and last writes in one call ([`Begin`],
         //! [`Begun`], and the call-by-call defaults), the checks every store
         //! applies to its input, URL redaction, and how a store decides a
-        //! signal and a wait ([`deliver`], [`decide`]) and tells its
+        //! signal and a wait ([`deliver`], [`decide`]), a cancel, pause or
+        //! unpause ([`marked_checkpoint`], [`fenced_refusal`]), and tells its
         //! watchers ([`RunEvents`]). The conformance suite
         //! every store passes is `fluxio_core::store::conformance`
         //! (fluxio-core's feature `test-util`).
@@ -234,7 +235,8 @@ pub mod store {
             Begin, Begun, COMPACT_EVERY, Decision, FORMAT_VERSION, MAGIC, OLDEST_FORMAT_VERSION,
             RedactedUrl, RunEvent, RunEventKind, RunEvents, Take, append, appended,
             begin_run_stepwise, cancelled_checkpoint, check_lease_ttl, check_run_id,
-            check_wait_name, cut_point, decide, deliver, finish_run_stepwise, missing_predecessor,
+            check_wait_name, cut_point, decide, deliver, fenced_refusal, finish_run_stepwise,
+            marked_checkpoint, missing_predecessor,
         };
     }
 }

@@ -124,5 +124,8 @@ mod four_methods {
         rule30_a_sleep_past_the_deadline_wakes_the_run_to_fail_at_it,
         rule30_a_wait_is_left_at_the_runs_deadline_not_its_timeout,
         rule30_a_deadline_on_the_stores_clock_stops_a_slow_run,
+        rule30_a_pause_stops_the_owner_before_its_next_stage,
+        rule30_a_paused_wait_or_sleep_goes_back_to_it_when_unpaused,
+        rule30_a_recovery_policy_can_pause_what_it_gives_up,
     );
 }

@@ -286,7 +286,11 @@ fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
         ("v4_journal.bin", 4, journal()),
         ("v5_sleeping.bin", 5, sleeping()),
         ("v5_waiting_with_mailbox.bin", 5, waiting()),
-        ("v6_running_with_deadline.bin", 6, with_deadline(named(running()))),
+        (
+            "v6_running_with_deadline.bin",
+            6,
+            with_deadline(named(running())),
+        ),
         ("v6_waiting_with_deadline.bin", 6, with_deadline(waiting())),
     ]
 }
@@ -573,7 +577,9 @@ fn every_fixture_file_is_checked() {
         return;
     }
     assert!(
-        goldens().iter().any(|(_, format, _)| *format == FORMAT_VERSION),
+        goldens()
+            .iter()
+            .any(|(_, format, _)| *format == FORMAT_VERSION),
         "the newest format, {FORMAT_VERSION}, has golden files"
     );
     let known: Vec<&str> = goldens().into_iter().map(|(name, _, _)| name).collect();

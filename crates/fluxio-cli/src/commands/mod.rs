@@ -75,7 +75,9 @@ pub(crate) fn run(cli: Cli) -> Exit {
             | Runs::Delete(_)
             | Runs::Purge(_)
             | Runs::Signal(_)
-            | Runs::Wake(_) => Access::Write,
+            | Runs::Wake(_)
+            | Runs::Pause(_)
+            | Runs::Unpause(_) => Access::Write,
         };
         let store = crate::store::open(&cli.store, access).await?;
         dispatch(&mut out, &store, command).await?;
@@ -112,6 +114,8 @@ async fn dispatch(
         Runs::Purge(args) => purge::purge(out, store, &args).await,
         Runs::Signal(args) => signal::signal(out, store, &args).await,
         Runs::Wake(args) => signal::wake(out, store, &args.run).await,
+        Runs::Pause(args) => cancel::pause(out, store, &args.run).await,
+        Runs::Unpause(args) => cancel::unpause(out, store, &args.run).await,
     }
 }
 

@@ -49,7 +49,7 @@ async fn rule23_a_redis_password_the_server_refuses_is_never_printed() {
 fn rule23_bad_arguments_exit_2() {
     let cases: [&[&str]; 6] = [
         &["runs", "show"],
-        &["runs", "list", "--status", "paused"],
+        &["runs", "list", "--status", "resting"],
         &["runs", "list", "--limit", "0"],
         &["runs", "purge", "--status", "completed"],
         &[
@@ -79,12 +79,12 @@ fn rule23_bad_arguments_exit_2() {
             "runs",
             "list",
             "--status",
-            "paused",
+            "resting",
         ],
         None,
     );
     assert!(
-        bad.stderr.contains("`paused` is not a run state"),
+        bad.stderr.contains("`resting` is not a run state"),
         "{}",
         bad.all()
     );

@@ -257,3 +257,55 @@ async fn rule30_show_gives_the_runs_deadline_and_why_it_stopped() {
         .code(0)
         .shows(&["failed", "its deadline", "before step `submit`"]);
 }
+
+/// Rule 30 from the command line: `pause` a waiting run (it lists as
+/// paused, a signal is kept), `unpause` it (it waits again), on a store the
+/// CLI did not create; bad input is a typed failure naming the run.
+async fn pause_scenario(t: &Target) {
+    let p = waiting_run(t).await;
+    t.run(&["runs", "pause", "expenses/e-1"], None)
+        .code(0)
+        .shows(&["paused run expenses/e-1"]);
+    t.run(&["runs", "list", "--status", "paused"], None)
+        .code(0)
+        .shows(&["expenses/e-1", "paused"]);
+    t.run(&["runs", "show", "expenses/e-1"], None)
+        .code(0)
+        .shows(&["paused"]);
+    let good = r#"{"approved": true, "by": "ops"}"#;
+    t.run(&["runs", "signal", "expenses/e-1", "approval", good], None)
+        .code(0);
+    let refused = p.resume("e-1").await;
+    assert!(
+        matches!(refused, Err(fluxio::Error::Paused { .. })),
+        "{refused:?}"
+    );
+    t.run(&["runs", "unpause", "expenses/e-1"], None)
+        .code(0)
+        .shows(&["unpaused run expenses/e-1", "waits again"]);
+    let again = t.run(&["runs", "unpause", "expenses/e-1"], None);
+    let again = again.code(1);
+    assert!(
+        again.stderr.contains("expenses/e-1") && again.stderr.contains("not paused"),
+        "{}",
+        again.all()
+    );
+    let missing = t.run(&["runs", "pause", "expenses/nobody"], None);
+    assert!(missing.code(1).stderr.contains("expenses/nobody"));
+    let done = p.resume("e-1").await.expect("resumes");
+    assert!(done.is_completed(), "it took the signal kept while paused");
+}
+
+#[tokio::test]
+async fn rule30_pause_and_unpause_on_sqlite() {
+    pause_scenario(&sqlite("cli_pause").await).await;
+}
+
+#[tokio::test]
+async fn rule30_pause_and_unpause_on_redis() {
+    let prefix = fluxio_test_support::namespace("cli_pause");
+    let Some(t) = redis(&prefix).await else {
+        return;
+    };
+    pause_scenario(&t).await;
+}

@@ -83,6 +83,75 @@ impl Pipeline {
         self.require_store("cancel")?.cancel(&key).await
     }
 
+    /// Pauses the run `run_id` (contract rule 30), from any process that
+    /// shares the store: its stored checkpoint says
+    /// [`RunStatus::Paused`](crate::RunStatus::Paused) from now on, so the
+    /// run lists as paused, no worker continues it, and its owner, if one
+    /// is running it, stops before its next stage ([`Error::Paused`] from
+    /// its next checkpoint write) and gives its lease back. A sleeping or
+    /// waiting run stays paused past its wake time or deadline; signals
+    /// sent meanwhile are kept. [`unpause`](Self::unpause) lets it go on.
+    ///
+    /// ```
+    /// # use fluxio_core::{Context, Error, InMemoryStore, RunStatus};
+    /// # use fluxio_core::store::{Checkpoint, CheckpointStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .name("orders")
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// # let store = pipeline.store().expect("durable");
+    /// # let failed = Checkpoint::new("order-7", pipeline.version(), 0, "charge", Context::new().snapshot())
+    /// #     .in_pipeline("orders")
+    /// #     .failed("card declined");
+    /// # store.save(failed).await?;
+    /// pipeline.pause("order-7").await?;
+    /// let cp = pipeline.checkpoint("order-7").await?.expect("kept");
+    /// assert_eq!(cp.status, RunStatus::Paused);
+    /// assert!(matches!(pipeline.resume("order-7").await, Err(Error::Paused { .. })));
+    /// pipeline.unpause("order-7").await?;
+    /// // due at once: a worker (or a resume) continues it at `charge`
+    /// assert_eq!(pipeline.checkpoint("order-7").await?.expect("kept").status, RunStatus::Sleeping);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotDurable`] when the pipeline has no store;
+    /// [`Error::CheckpointNotFound`] when nothing is stored for `run_id`;
+    /// [`Error::RunFinished`] when the run completed or was cancelled;
+    /// [`Error::InvalidRunId`] for a malformed run id; [`Error::Store`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the run paused or not, never half-way.
+    pub async fn pause(&self, run_id: &str) -> Result<()> {
+        let key = self.key(run_id)?;
+        let store = self.require_store("pause")?;
+        store.mark(&key, crate::store::Mark::Pause).await
+    }
+
+    /// Unpauses the paused run `run_id` (contract rule 30): a run paused
+    /// in a sleep or a wait goes back to it (due at its wake time or
+    /// deadline, or at once when it passed or a signal came); any other is
+    /// due at once, on the pipeline's clock, and a worker (or a
+    /// [`resume`](Self::resume)) continues it at the step it was paused
+    /// at. Nothing runs in this call.
+    ///
+    /// # Errors
+    /// [`Error::NotPaused`] when the run is not paused; as
+    /// [`pause`](Self::pause).
+    ///
+    /// # Cancel safety
+    /// As [`pause`](Self::pause).
+    pub async fn unpause(&self, run_id: &str) -> Result<()> {
+        let key = self.key(run_id)?;
+        let store = self.require_store("unpause")?;
+        let now_ms = self.inner.clock.now_ms(Some(store.as_ref())).await?;
+        store
+            .mark(&key, crate::store::Mark::Unpause { now_ms })
+            .await
+    }
+
     /// Whether a checkpoint is stored for `run_id`.
     ///
     /// # Errors

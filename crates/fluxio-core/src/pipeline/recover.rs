@@ -16,7 +16,10 @@ use crate::store::{Checkpoint, CheckpointStore};
 /// What a recovery worker does with a run it claimed: [`Pipeline::recover`].
 pub(crate) enum Claim {
     Resume,
-    GiveUp,
+    /// Give up on it: mark it needs-attention, or pause it (rule 30).
+    GiveUp {
+        pause: bool,
+    },
     Leave,
     /// Leave it, due for recovery at this time on the pipeline's clock
     /// (`None`: not due): [`CheckpointStore::set_due`].
@@ -27,7 +30,8 @@ pub(crate) enum Claim {
 pub(crate) enum Recovered {
     /// It was resumed; how the resume ended.
     Resumed(Result<Outcome>),
-    /// It was marked as needing attention: its new latest checkpoint.
+    /// It was marked as needing attention, or paused: its new latest
+    /// checkpoint.
     GaveUp(Box<Checkpoint>),
     /// It was left as it was.
     Left,
@@ -110,10 +114,15 @@ impl Pipeline {
                     store.set_due(owner.lease(), due).await?;
                     Ok(due.map_or(Recovered::Left, Recovered::Deferred))
                 }
-                Claim::GiveUp => {
-                    let marked =
+                Claim::GiveUp { pause } => {
+                    let marked = if pause {
+                        let paused = crate::store::successor(cp).paused();
+                        store.save_fenced(paused.clone(), owner.lease()).await?;
+                        paused
+                    } else {
                         crate::store::mark_needs_attention(store.as_ref(), cp, owner.lease())
-                            .await?;
+                            .await?
+                    };
                     Ok(Recovered::GaveUp(Box::new(marked)))
                 }
                 Claim::Resume => {

@@ -190,10 +190,12 @@ impl Pipeline {
         };
         let journal = self.require_store(operation)?.history(&key).await?;
         // a cancelled run never runs again under its id (rule 14)
-        if operation == "replay" && journal.last().is_some_and(Checkpoint::is_cancelled) {
-            return Err(Error::Cancelled {
-                run_id: key.to_string(),
-            });
+        // nor does a paused one before it is unpaused (rule 30)
+        let last = journal.last().map(|cp| cp.status);
+        if let Some(refused) = last.and_then(|s| crate::store::fenced_refusal(&key, s)) {
+            if operation == "replay" {
+                return Err(refused);
+            }
         }
         // the journal records positions; a run checkpointed before
         // positions recorded ips (they differ only with schemas)
@@ -277,10 +279,8 @@ impl Pipeline {
             woken_at,
         } = r;
         let key = owner.lease().run_id();
-        if cp.is_cancelled() {
-            return Err(Error::Cancelled {
-                run_id: key.to_owned(),
-            });
+        if let Some(refused) = crate::store::fenced_refusal(key, cp.status) {
+            return Err(refused);
         }
         let runner = self.version_for(key, &cp, how, options)?;
         runner

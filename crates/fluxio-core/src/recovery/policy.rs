@@ -11,6 +11,7 @@ use crate::store::{Checkpoint, RunStatus};
 pub struct RecoveryPolicy {
     pub(super) max_attempts: u32,
     pub(super) retry_failed: bool,
+    pause_given_up: bool,
     backoff: Duration,
     max_backoff: Duration,
 }
@@ -20,6 +21,7 @@ impl Default for RecoveryPolicy {
         RecoveryPolicy {
             max_attempts: 5,
             retry_failed: false,
+            pause_given_up: false,
             backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(300),
         }
@@ -51,6 +53,16 @@ impl RecoveryPolicy {
     #[must_use]
     pub fn retry_failed(mut self, on: bool) -> Self {
         self.retry_failed = on;
+        self
+    }
+
+    /// Pause the runs this policy gives up on (contract rule 30:
+    /// [`RunStatus::Paused`], until an operator unpauses them, which makes
+    /// them due at once) instead of marking them needs-attention (which an
+    /// operator's retry hands back to the workers). Off by default.
+    #[must_use]
+    pub fn pause_given_up(mut self, on: bool) -> Self {
+        self.pause_given_up = on;
         self
     }
 
@@ -114,7 +126,9 @@ impl RecoveryPolicy {
         // rule 30: a run failed past its deadline would fail again at once
         let late = cp.deadline_ms.is_some_and(|at| at <= clock_ms);
         if cp.attempt >= self.max_attempts || (late && cp.status == RunStatus::Failed) {
-            return Claim::GiveUp;
+            return Claim::GiveUp {
+                pause: self.pause_given_up,
+            };
         }
         match how {
             // the due-index said so, on the clock that set it
@@ -145,7 +159,7 @@ impl RecoveryPolicy {
         let wall_ms = crate::store::now_ms();
         match self.decide(cp, pipeline, Found::Listed { wall_ms, clock_ms }) {
             Claim::Defer(at) => at,
-            Claim::Resume | Claim::GiveUp => Some(clock_ms),
+            Claim::Resume | Claim::GiveUp { .. } => Some(clock_ms),
             Claim::Leave => None,
         }
     }

@@ -366,6 +366,36 @@ impl Checkpoint {
         self
     }
 
+    /// The same checkpoint, paused (contract rule 30) and written now: the
+    /// position, context, attempt, branch records and what a sleeping or
+    /// waiting run waits for stay as they were.
+    #[must_use]
+    pub fn paused(mut self) -> Self {
+        self.status = RunStatus::Paused;
+        self.updated_at_ms = now_ms();
+        self
+    }
+
+    /// The same paused checkpoint unpaused (contract rule 30), written now:
+    /// sleeping or waiting again for its [`pending`](Self::pending) step
+    /// when it has one; otherwise sleeping until `due_ms`, so that it is
+    /// due at once and continues at its step.
+    #[must_use]
+    pub fn unpaused(mut self, due_ms: u64) -> Self {
+        let pending = self
+            .pending
+            .take()
+            .unwrap_or_else(|| Pending::sleep(due_ms));
+        self.status = if pending.is_sleep() {
+            RunStatus::Sleeping
+        } else {
+            RunStatus::Waiting
+        };
+        self.pending = Some(pending);
+        self.updated_at_ms = now_ms();
+        self
+    }
+
     /// The same checkpoint, saying that recovery gave up on the run
     /// (contract rule 22) and written now: the position, context, attempt
     /// and error message stay as they were.

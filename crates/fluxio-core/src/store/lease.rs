@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use super::{Checkpoint, CheckpointStore, cancelled_checkpoint, check_run_id};
+use super::{Checkpoint, CheckpointStore, check_run_id};
 
 use crate::error::{Error, Result};
 
@@ -219,21 +219,28 @@ impl Drop for MarkGuard {
     }
 }
 
-/// The default `cancel`: under the run's lock, loads the checkpoint, saves
-/// its cancelled version and marks the run. The mark is set before the
-/// save: should the save fail or its future be dropped, the default
-/// `save_fenced` finds the mark, sees that the stored checkpoint is not
-/// cancelled, and clears it.
-pub(crate) async fn cancel_local<S: CheckpointStore + ?Sized>(
+/// The default `mark`: under the run's lock, loads the checkpoint, saves
+/// its [marked](super::marked_checkpoint) version and marks the run when
+/// that is cancelled or paused (clears the mark when unpaused). The mark
+/// is set before the save: should the save fail or its future be dropped,
+/// the default `save_fenced` finds the mark, sees that the stored
+/// checkpoint is neither cancelled nor paused, and clears it.
+pub(crate) async fn mark_local<S: CheckpointStore + ?Sized>(
     store: &S,
     store_type: TypeId,
     run_id: &str,
+    how: super::Mark,
 ) -> Result<()> {
     check_run_id(run_id)?;
     let mut mark = MarkGuard::lock(store_type, run_id).await;
-    let cancelled = cancelled_checkpoint(run_id, store.load(run_id).await?)?;
-    mark.set(true);
-    store.save(cancelled).await
+    let marked = super::marked_checkpoint(run_id, store.load(run_id).await?, how)?;
+    let fences = marked.status.fences_owner();
+    if fences {
+        mark.set(true);
+    }
+    store.save(marked).await?;
+    mark.set(fences);
+    Ok(())
 }
 
 /// The default `save_fenced`: refuses a run that is marked and whose stored
@@ -250,14 +257,17 @@ pub(crate) async fn save_local<S: CheckpointStore + ?Sized>(
     let mut mark = MarkGuard::lock(store_type, &key).await;
     let stored = store.load(&key).await?;
     if mark.is_marked() {
-        if stored.as_ref().is_some_and(Checkpoint::is_cancelled) {
-            return Err(Error::Cancelled { run_id: key });
+        let refused = stored
+            .as_ref()
+            .and_then(|cp| super::fenced_refusal(&key, cp.status));
+        if let Some(refused) = refused {
+            return Err(refused);
         }
         mark.set(false);
     }
-    let cancelled = checkpoint.is_cancelled();
+    let fences = checkpoint.status.fences_owner();
     store.save(super::appended(stored, checkpoint)?).await?;
-    mark.set(cancelled);
+    mark.set(fences);
     Ok(())
 }
 

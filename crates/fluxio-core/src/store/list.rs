@@ -29,11 +29,14 @@ pub enum RunState {
     /// Waiting for a signal or its deadline (contract rule 26); no worker
     /// holds it.
     Waiting,
+    /// Paused (contract rule 30): no worker continues it until it is
+    /// unpaused.
+    Paused,
 }
 
 impl RunState {
     /// Every state, in the order a listing documents them.
-    pub const ALL: [RunState; 8] = [
+    pub const ALL: [RunState; 9] = [
         RunState::Running,
         RunState::Abandoned,
         RunState::Failed,
@@ -42,11 +45,12 @@ impl RunState {
         RunState::NeedsAttention,
         RunState::Sleeping,
         RunState::Waiting,
+        RunState::Paused,
     ];
 
     /// The state's name, as the CLI and logs spell it: `running`,
     /// `abandoned`, `failed`, `completed`, `cancelled`, `needs-attention`,
-    /// `sleeping`, `waiting`.
+    /// `sleeping`, `waiting`, `paused`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -58,6 +62,7 @@ impl RunState {
             RunState::NeedsAttention => "needs-attention",
             RunState::Sleeping => "sleeping",
             RunState::Waiting => "waiting",
+            RunState::Paused => "paused",
         }
     }
 }
@@ -88,7 +93,7 @@ impl std::str::FromStr for RunState {
                 setting: "run state",
                 message: format!(
                     "{s:?} is not a run state; the states are running, abandoned, failed, \
-                     completed, cancelled, needs-attention, sleeping and waiting"
+                     completed, cancelled, needs-attention, sleeping, waiting and paused"
                 ),
             })
     }
@@ -267,6 +272,7 @@ impl RunSummary {
             RunStatus::NeedsAttention => RunState::NeedsAttention,
             RunStatus::Sleeping => RunState::Sleeping,
             RunStatus::Waiting => RunState::Waiting,
+            RunStatus::Paused => RunState::Paused,
         };
         RunSummary {
             key: key.to_owned(),

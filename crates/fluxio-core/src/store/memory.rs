@@ -11,9 +11,9 @@ use tokio::time::Instant;
 type HashMap<K, V> = StdMap<K, V, foldhash::fast::RandomState>;
 
 use super::{
-    Checkpoint, CheckpointStore, Decision, Delivery, DueFilter, DueRun, Lease, RunEvent,
+    Checkpoint, CheckpointStore, Decision, Delivery, DueFilter, DueRun, Lease, Mark, RunEvent,
     RunEventKind, RunEvents, RunFilter, RunPage, RunStatus, RunSummary, Signal, Take, append,
-    cancelled_checkpoint,
+    fenced_refusal, marked_checkpoint,
 };
 use crate::error::{Error, Result};
 
@@ -158,7 +158,7 @@ impl InMemoryStore {
     }
 
     /// Runs `f` on the checkpoint map while `lease` is current and, for a
-    /// save, the stored checkpoint is not cancelled (refused before the
+    /// save, the stored checkpoint is not cancelled or paused (refused before the
     /// lease is looked at, as in every store); both maps stay locked
     /// meanwhile, so the checks and the write are one step.
     fn fenced(
@@ -170,10 +170,10 @@ impl InMemoryStore {
     ) -> Result<()> {
         let leases = lock(&self.leases);
         let mut map = lock(&self.map);
-        if save && latest(&map, key).is_some_and(Checkpoint::is_cancelled) {
-            return Err(Error::Cancelled {
-                run_id: key.to_owned(),
-            });
+        if save {
+            if let Some(refused) = latest(&map, key).and_then(|cp| fenced_refusal(key, cp.status)) {
+                return Err(refused);
+            }
         }
         let current = lease.run_id() == key
             && leases
@@ -400,14 +400,16 @@ impl CheckpointStore for InMemoryStore {
 
     /// Rewrites the checkpoint under the map's mutex, which every fenced
     /// write holds while it checks the stored status.
-    async fn cancel(&self, key: &str) -> Result<()> {
+    async fn mark(&self, key: &str, mark: Mark) -> Result<()> {
         crate::store::check_run_id(key)?;
-        {
+        let status = {
             let mut map = lock(&self.map);
-            let cancelled = cancelled_checkpoint(key, latest(&map, key).cloned())?;
-            append(map.entry(key.to_owned()).or_default(), cancelled)?;
-        }
-        self.tell(key, RunEventKind::Ended);
+            let marked = marked_checkpoint(key, latest(&map, key).cloned(), mark)?;
+            let status = marked.status;
+            append(map.entry(key.to_owned()).or_default(), marked)?;
+            status
+        };
+        self.tell_status(key, status);
         Ok(())
     }
 

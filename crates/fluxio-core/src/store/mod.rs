@@ -93,8 +93,8 @@ pub use lease::{Begin, Begun, Lease};
 pub use list::{MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
-pub(crate) use retry::mark_needs_attention;
 pub(crate) use retry::woken;
+pub(crate) use retry::{mark_needs_attention, successor};
 pub use retry::{retry_run, wake_run};
 pub use waits::{
     Claimed, Decision, Delivery, DueFilter, DueRun, MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS,
@@ -229,36 +229,131 @@ pub fn check_run_id(run_id: &str) -> Result<()> {
 /// [`Error::RunFinished`](crate::Error::RunFinished) when the run completed
 /// or was cancelled already.
 pub fn cancelled_checkpoint(run_id: &str, stored: Option<Checkpoint>) -> Result<Checkpoint> {
+    marked_checkpoint(run_id, stored, Mark::Cancel)
+}
+
+/// What [`CheckpointStore::mark`] does to a run: cancel it (rule 14),
+/// pause it or unpause it (rule 30).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mark {
+    /// Cancel the run: [`cancelled_checkpoint`].
+    Cancel,
+    /// Pause the run: it stops before its next stage and stays until
+    /// unpaused ([`RunStatus::Paused`]).
+    Pause,
+    /// Unpause the run: a sleep or wait it was paused in goes on as it
+    /// was; any other run is due at `now_ms` (milliseconds since the Unix
+    /// epoch on the pipeline's clock), at the step it was paused at.
+    Unpause {
+        /// When an unpaused run that was not sleeping or waiting is due.
+        now_ms: u64,
+    },
+}
+
+/// The checkpoint that `mark` appends to the run stored under `run_id`
+/// whose latest checkpoint (with its journal in
+/// [`earlier`](Checkpoint::earlier), for a one-blob store) is `stored`:
+/// the same step and context, numbered next, with no keys changed, written
+/// now, and
+///
+/// - [`Mark::Cancel`]: [`RunStatus::Cancelled`], without branch records or
+///   a pending step; refused for a completed or cancelled run;
+/// - [`Mark::Pause`]: [`RunStatus::Paused`], keeping branch records and
+///   what a sleeping or waiting run waits for; refused for a completed or
+///   cancelled run (a paused run is paused again: nothing changes but the
+///   number);
+/// - [`Mark::Unpause`]: a paused run that waits for something (it has a
+///   [`pending`](Checkpoint::pending) step) sleeping or waiting again for
+///   it; any other [sleeping](RunStatus::Sleeping) until `now_ms`, so that
+///   it is due at once and a worker continues it at its step; refused for
+///   a run that is not paused.
+///
+/// Every store decides with it, so a mark answers alike everywhere; the
+/// store appends the checkpoint atomically with the run's fenced writes,
+/// which it refuses while the run's latest checkpoint is cancelled or
+/// paused ([`RunStatus::fences_owner`]).
+///
+/// ```
+/// use fluxio_core::store::{marked_checkpoint, Checkpoint, Mark, RunStatus};
+/// use fluxio_core::{Context, Error};
+///
+/// let running = Checkpoint::new("7", "0123456789ab", 3, "charge", Context::new().snapshot())
+///     .in_pipeline("orders");
+/// let paused = marked_checkpoint("orders/7", Some(running), Mark::Pause)?;
+/// assert_eq!((paused.status, paused.ip, paused.seq), (RunStatus::Paused, 3, 1));
+/// let due = marked_checkpoint("orders/7", Some(paused), Mark::Unpause { now_ms: 5 })?;
+/// assert_eq!((due.status, due.pending.as_ref().and_then(|p| p.until_ms)), (RunStatus::Sleeping, Some(5)));
+/// assert!(matches!(
+///     marked_checkpoint("orders/7", Some(due), Mark::Unpause { now_ms: 6 }),
+///     Err(Error::NotPaused { .. })
+/// ));
+/// # Ok::<(), Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::CheckpointNotFound`](crate::Error::CheckpointNotFound) naming
+/// `run_id` when nothing is stored;
+/// [`Error::RunFinished`](crate::Error::RunFinished) for a cancel or pause
+/// of a completed or cancelled run;
+/// [`Error::NotPaused`](crate::Error::NotPaused) for an unpause of a run
+/// that is not paused.
+pub fn marked_checkpoint(
+    run_id: &str,
+    stored: Option<Checkpoint>,
+    mark: Mark,
+) -> Result<Checkpoint> {
     let Some(checkpoint) = stored else {
         return Err(crate::Error::CheckpointNotFound {
             run_id: run_id.to_owned(),
         });
     };
-    match checkpoint.status {
-        RunStatus::Running
-        | RunStatus::Failed
-        | RunStatus::NeedsAttention
-        | RunStatus::Sleeping
-        | RunStatus::Waiting => {
-            let mut journal = checkpoint.into_journal();
-            let mut next = journal
-                .last()
-                .cloned()
-                .ok_or_else(|| crate::Error::Internal {
-                    message: "a journal is empty".to_owned(),
-                })?;
-            next = next.cancelled();
-            next.seq = next.seq.saturating_add(1);
-            next.change = Change::none();
-            next.keep_from = 0;
-            journal.shrink_to_fit();
-            next.earlier = journal;
-            Ok(next)
-        }
-        status => Err(crate::Error::RunFinished {
+    let status = checkpoint.status;
+    let refused = match mark {
+        Mark::Cancel | Mark::Pause => matches!(status, RunStatus::Completed | RunStatus::Cancelled)
+            .then(|| crate::Error::RunFinished {
+                run_id: run_id.to_owned(),
+                status,
+            }),
+        Mark::Unpause { .. } => (status != RunStatus::Paused).then(|| crate::Error::NotPaused {
             run_id: run_id.to_owned(),
             status,
         }),
+    };
+    if let Some(refused) = refused {
+        return Err(refused);
+    }
+    let mut journal = checkpoint.into_journal();
+    let mut next = journal
+        .last()
+        .cloned()
+        .ok_or_else(|| crate::Error::Internal {
+            message: "a journal is empty".to_owned(),
+        })?;
+    next = match mark {
+        Mark::Cancel => next.cancelled(),
+        Mark::Pause => next.paused(),
+        Mark::Unpause { now_ms } => next.unpaused(now_ms),
+    };
+    next.seq = next.seq.saturating_add(1);
+    next.change = Change::none();
+    next.keep_from = 0;
+    journal.shrink_to_fit();
+    next.earlier = journal;
+    Ok(next)
+}
+
+/// The error a fenced write of the run `run_id` gets when its stored
+/// checkpoint says `status`: [`Error::Cancelled`](crate::Error::Cancelled)
+/// or [`Error::Paused`](crate::Error::Paused) ([`RunStatus::fences_owner`]);
+/// `None` for any other status. Every store refuses with it.
+#[must_use]
+pub fn fenced_refusal(run_id: &str, status: RunStatus) -> Option<crate::Error> {
+    let run_id = run_id.to_owned();
+    match status {
+        RunStatus::Cancelled => Some(crate::Error::Cancelled { run_id }),
+        RunStatus::Paused => Some(crate::Error::Paused { run_id }),
+        _ => None,
     }
 }
 
@@ -550,9 +645,11 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// `save_fenced` consults; a per-key lock in the same table makes the
     /// cancel and the fenced saves of the run take turns. Another process
     /// sees the cancelled checkpoint (a resume refuses it) but not the mark:
-    /// an owner in another process is not stopped. A store that overrides
-    /// `save_fenced` must override `cancel` too, atomically with it, as
-    /// `InMemoryStore`, `SqliteStore`, `RedisStore` and `PostgresStore` do.
+    /// an owner in another process is not stopped. It is
+    /// [`mark`](Self::mark) with [`Mark::Cancel`]: a store that overrides
+    /// `save_fenced` must override `mark`, atomically with it, as
+    /// `InMemoryStore`, `SqliteStore`, `RedisStore`, `PostgresStore` and
+    /// `MySqlStore` do.
     ///
     /// # Errors
     /// [`Error::CheckpointNotFound`](crate::Error::CheckpointNotFound) when
@@ -565,7 +662,32 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
     /// # Cancel safety
     /// Dropping the future leaves the run cancelled or not, never half-way.
     async fn cancel(&self, key: &str) -> Result<()> {
-        lease::cancel_local(self, TypeId::of::<Self>(), key).await
+        self.mark(key, Mark::Cancel).await
+    }
+
+    /// Cancels (rule 14), pauses or unpauses (rule 30) the run under `key`
+    /// from any process, whoever owns it: appends
+    /// [`marked_checkpoint`]`(key, latest, mark)` atomically with respect
+    /// to the run's fenced writes, which the store refuses from then on
+    /// while the run's latest checkpoint is cancelled or paused (with
+    /// [`fenced_refusal`]: a fenced write either lands before the mark, which
+    /// then marks that checkpoint, or is refused). A paused run is out of
+    /// the due-index, and an unpaused one back in it, in the same write.
+    ///
+    /// The default, for a store with only the four required methods, works
+    /// within one process as [`cancel`](Self::cancel) says.
+    ///
+    /// # Errors
+    /// [`marked_checkpoint`]'s: [`Error::CheckpointNotFound`](crate::Error::CheckpointNotFound),
+    /// [`Error::RunFinished`](crate::Error::RunFinished),
+    /// [`Error::NotPaused`](crate::Error::NotPaused);
+    /// [`Error::InvalidRunId`](crate::Error::InvalidRunId) for a malformed
+    /// run id; the store's errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the run marked or not, never half-way.
+    async fn mark(&self, key: &str, mark: Mark) -> Result<()> {
+        lease::mark_local(self, TypeId::of::<Self>(), key, mark).await
     }
 
     /// Stores `signal` in the mailbox of the run under `key` (contract rule
@@ -764,6 +886,9 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     async fn cancel(&self, key: &str) -> Result<()> {
         (**self).cancel(key).await
+    }
+    async fn mark(&self, key: &str, mark: Mark) -> Result<()> {
+        (**self).mark(key, mark).await
     }
     async fn send_signal(&self, key: &str, signal: Signal) -> Result<Delivery> {
         (**self).send_signal(key, signal).await

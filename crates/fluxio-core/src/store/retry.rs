@@ -77,6 +77,10 @@ async fn retry_locked<S: CheckpointStore + ?Sized>(
     };
     match latest.status {
         RunStatus::Running => Ok(latest),
+        // an operator unpauses a paused run (rule 30)
+        RunStatus::Paused => Err(Error::Paused {
+            run_id: key.to_owned(),
+        }),
         RunStatus::Failed | RunStatus::NeedsAttention => {
             let mut next = successor(latest);
             next.status = RunStatus::Running;

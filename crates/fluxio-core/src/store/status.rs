@@ -46,6 +46,13 @@ pub enum RunStatus {
     /// its deadline passes ([`pending`](crate::store::Checkpoint::pending)
     /// says which names, and until when).
     Waiting,
+    /// The run was paused (contract rule 30): it stopped before its next
+    /// stage, and no worker continues it until it is unpaused. `ip`, the
+    /// context and [`pending`](crate::store::Checkpoint::pending) are those
+    /// of the checkpoint it was paused at. Its owner's fenced writes are
+    /// refused with [`Error::Paused`](crate::Error::Paused), as a
+    /// cancelled run's are. Written in checkpoint format 6.
+    Paused,
 }
 
 impl RunStatus {
@@ -53,5 +60,12 @@ impl RunStatus {
     #[must_use]
     pub fn is_pending(self) -> bool {
         matches!(self, RunStatus::Sleeping | RunStatus::Waiting)
+    }
+
+    /// Whether a run stored with this status refuses its owner's fenced
+    /// writes: cancelled (rule 14) or paused (rule 30).
+    #[must_use]
+    pub fn fences_owner(self) -> bool {
+        matches!(self, RunStatus::Cancelled | RunStatus::Paused)
     }
 }

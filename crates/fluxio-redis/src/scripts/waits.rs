@@ -200,7 +200,7 @@ return reply
 /// `KEYS`: lease, journal, cancel mark. `ARGV`: token, the key prefix,
 /// the run's key, its recovery time (ms, decimal; `''`: none).
 /// `set_due`, fenced as `SAVE_FENCED` is: `2` when the run is cancelled,
-/// `0` when the lease is not `token`'s, `4` when no run is stored (nothing
+/// `6` when it is paused, `0` when the lease is not `token`'s, `4` when no run is stored (nothing
 /// written on these). A running or failed run is scored at its recovery
 /// time in the due-index (its journal's field `retry` holds it, so its
 /// next write takes it out: `due`), or taken out with `''`; any other run

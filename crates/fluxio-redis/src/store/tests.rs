@@ -260,10 +260,11 @@ async fn rule14_the_cancel_script_is_a_compare_and_set_that_a_repeat_finds_done(
     store.save(running.clone()).await.expect("save");
     let read = version(&store).await;
     assert_ne!(stale, read, "a rewritten run is another journal");
-    let cancelled = cancelled_checkpoint(run, Some(running.clone())).expect("cancel");
+    let cancelled =
+        fluxio_core::store::cancelled_checkpoint(run, Some(running.clone())).expect("cancel");
     let new = cancelled.entry_bytes().expect("encode");
     let cas = |version: &[u8]| {
-        let mut script = scripts::CANCEL_SCRIPT.prepare_invoke();
+        let mut script = scripts::MARK_SCRIPT.prepare_invoke();
         script
             .key(store.checkpoint_key(run))
             .key(store.cancelled_key(run))
@@ -274,6 +275,7 @@ async fn rule14_the_cancel_script_is_a_compare_and_set_that_a_repeat_finds_done(
             .arg(&prefix)
             .arg(run);
         summary_args(&mut script, &cancelled).expect("a known status");
+        script.arg("1");
         script
     };
     let refused: u8 = cas(&stale).invoke_async(&mut raw).await.expect("script");

@@ -590,11 +590,12 @@ fn unexpected_bytes(reply: &[Vec<u8>]) -> Error {
 }
 
 /// What a fenced script's refusal `code` says of the run `lease` fences:
-/// `2` cancelled, `4` not stored, else the lease is lost.
+/// `2` cancelled, `6` paused, `4` not stored, else the lease is lost.
 fn refusal(lease: &Lease, code: &[u8]) -> Error {
     let run_id = lease.run_id().to_owned();
     match code {
         b"2" => Error::Cancelled { run_id },
+        b"6" => Error::Paused { run_id },
         b"4" => Error::CheckpointNotFound { run_id },
         _ => lease_lost(lease),
     }

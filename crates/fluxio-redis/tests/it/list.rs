@@ -553,14 +553,14 @@ async fn rule21_reindex_lists_the_runs_of_earlier_builds() {
     let _: () = redis::cmd("HSET")
         .arg(&journal)
         .arg("status")
-        .arg("paused")
+        .arg("resting")
         .query_async(&mut raw)
         .await
         .expect("HSET");
     match store.list_runs(&RunFilter::new()).await {
         Err(Error::CorruptCheckpoint { run_id, reason, .. }) => {
             assert_eq!(run_id, "p/hash");
-            assert!(reason.contains("paused"), "{reason}");
+            assert!(reason.contains("resting"), "{reason}");
         }
         other => panic!("expected CorruptCheckpoint, got {other:?}"),
     }

@@ -231,8 +231,12 @@ macro_rules! server_store {
             ) -> ::fluxio_core::Result<()> {
                 self.server().finish_run(last, lease, delete).await
             }
-            async fn cancel(&self, key: &str) -> ::fluxio_core::Result<()> {
-                self.server().cancel(key).await
+            async fn mark(
+                &self,
+                key: &str,
+                mark: ::fluxio_core::store::Mark,
+            ) -> ::fluxio_core::Result<()> {
+                self.server().mark(key, mark).await
             }
             async fn send_signal(
                 &self,

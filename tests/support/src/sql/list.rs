@@ -66,12 +66,12 @@ pub async fn rule21_a_row_with_an_unknown_status_is_a_corrupt_checkpoint_error<H
     let store = open(h).await;
     let cp = crate::checkpoint("r", 1).in_pipeline("orders");
     store.save(cp.clone()).await.expect("save");
-    h.execute("UPDATE {s}.fluxio_checkpoints SET status = 'paused'")
+    h.execute("UPDATE {s}.fluxio_checkpoints SET status = 'resting'")
         .await;
     match store.list_runs(&RunFilter::new()).await {
         Err(Error::CorruptCheckpoint { run_id, reason, .. }) => {
             assert_eq!(run_id, "orders/r");
-            assert!(reason.contains("`paused`"), "{reason}");
+            assert!(reason.contains("`resting`"), "{reason}");
         }
         other => panic!("expected CorruptCheckpoint, got {other:?}"),
     }

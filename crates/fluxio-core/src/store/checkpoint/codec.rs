@@ -21,12 +21,15 @@ use crate::value::{Cursor, EncodedValue, WireError, decode_legacy, decode_string
 use super::*;
 
 /// The format `entries` (and a blob's `mailbox`) are written in: format 6
-/// when one of them has a deadline, else format 5 when one of them sleeps
+/// when one of them has a deadline or is paused, else format 5 when one of them sleeps
 /// or waits, or the mailbox holds a signal, else format 4, which builds
 /// before waits read (see [`FORMAT_VERSION`]).
 pub(super) fn format_of(entries: &[&Checkpoint], mailbox: &[Signal]) -> u16 {
     let waits = |cp: &&Checkpoint| cp.pending.is_some() || cp.status.is_pending();
-    if entries.iter().any(|cp| cp.deadline_ms.is_some()) {
+    if entries
+        .iter()
+        .any(|cp| cp.deadline_ms.is_some() || cp.status == RunStatus::Paused)
+    {
         FORMAT_VERSION
     } else if mailbox.is_empty() && !entries.iter().any(waits) {
         PLAIN_FORMAT_VERSION
@@ -500,7 +503,10 @@ pub(super) struct Format2(Checkpoint);
 impl<C> Decode<C> for Format2 {
     fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
         let pipeline = decode_string(decoder)?;
-        let head = decode_head(decoder, "format 2 has no sleeping or waiting status")?;
+        let head = decode_head(
+            decoder,
+            "format 2 has no sleeping, waiting or paused status",
+        )?;
         Ok(Format2(Checkpoint {
             pipeline,
             error_message: decode_opt_string(decoder)?,
@@ -526,9 +532,9 @@ pub(super) fn decode_v3(payload: &[u8]) -> std::result::Result<Checkpoint, WireE
     let step = string(&mut c)?;
     let context = Snapshot::read_wire(&mut c)?;
     let status = decode_status(&mut c)?;
-    if status.is_pending() {
+    if status.is_pending() || status == RunStatus::Paused {
         return Err(WireError::Invalid(
-            "a sleeping or waiting run before format 5",
+            "a sleeping, waiting or paused run before format 5",
         ));
     }
     let cp = Checkpoint {
@@ -558,7 +564,8 @@ fn opt_string(c: &mut Cursor<'_>) -> std::result::Result<Option<String>, WireErr
 }
 
 /// The branch records of a checkpoint of `status`: only one that is
-/// running, failed or needing attention has any.
+/// running, failed, needing attention, paused or (unpaused, rule 30)
+/// sleeping has any.
 fn branch_records(
     c: &mut Cursor<'_>,
     status: RunStatus,
@@ -567,11 +574,15 @@ fn branch_records(
     if !branches.is_empty()
         && !matches!(
             status,
-            RunStatus::Running | RunStatus::Failed | RunStatus::NeedsAttention
+            RunStatus::Running
+                | RunStatus::Failed
+                | RunStatus::NeedsAttention
+                | RunStatus::Paused
+                | RunStatus::Sleeping
         )
     {
         return Err(WireError::Invalid(
-            "branch records in a checkpoint that is not running, failed or needing attention",
+            "branch records in a checkpoint that is completed, cancelled or waiting",
         ));
     }
     Ok(branches)
@@ -691,6 +702,9 @@ pub(super) fn decode_entry(
             "a sleeping or waiting run before format 5",
         ));
     }
+    if status == RunStatus::Paused && format < FORMAT_VERSION {
+        return Err(WireError::Invalid("a paused run before format 6"));
+    }
     let error_message = opt_string(c)?;
     let created_at_ms = c.varint()?;
     let updated_at_ms = c.varint()?;
@@ -784,6 +798,7 @@ pub(super) fn decode_status(c: &mut Cursor<'_>) -> std::result::Result<RunStatus
         4 => RunStatus::NeedsAttention,
         5 => RunStatus::Sleeping,
         6 => RunStatus::Waiting,
+        7 => RunStatus::Paused,
         _ => return Err(WireError::Invalid("an unknown run status")),
     })
 }
@@ -857,7 +872,10 @@ pub(super) struct Format1(pub(super) Checkpoint);
 
 impl<C> Decode<C> for Format1 {
     fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> std::result::Result<Self, DecodeError> {
-        let head = decode_head(decoder, "format 1 has no sleeping or waiting status")?;
+        let head = decode_head(
+            decoder,
+            "format 1 has no sleeping, waiting or paused status",
+        )?;
         let status = head.status;
         if status == RunStatus::Cancelled {
             return Err(DecodeError::Other("format 1 has no cancelled status"));
@@ -893,7 +911,7 @@ fn decode_head<D: Decoder>(
     let step = decode_string(decoder)?;
     let context = decode_snapshot(decoder)?;
     let status = RunStatus::decode(decoder)?;
-    if status.is_pending() {
+    if status.is_pending() || status == RunStatus::Paused {
         return Err(DecodeError::Other(pending));
     }
     Ok(Checkpoint {

@@ -63,6 +63,8 @@ mod cancel;
 
 mod deadline;
 
+mod pause;
+
 mod deleted;
 
 mod journal;
@@ -91,6 +93,12 @@ pub use waits::{
     rule27_busy_workers_wake_every_due_run_once_and_none_fails,
     rule27_racing_workers_continue_each_due_run_once, rule28_a_test_clock_fires_a_recovery_backoff,
     signal, waiting,
+};
+
+pub use pause::{
+    rule30_a_pause_stops_the_owner_before_its_next_stage,
+    rule30_a_paused_wait_or_sleep_goes_back_to_it_when_unpaused,
+    rule30_a_recovery_policy_can_pause_what_it_gives_up,
 };
 
 pub use deadline::{
@@ -817,6 +825,9 @@ macro_rules! __store_conformance_each {
             rule30_a_sleep_past_the_deadline_wakes_the_run_to_fail_at_it,
             rule30_a_wait_is_left_at_the_runs_deadline_not_its_timeout,
             rule30_a_deadline_on_the_stores_clock_stops_a_slow_run,
+            rule30_a_pause_stops_the_owner_before_its_next_stage,
+            rule30_a_paused_wait_or_sleep_goes_back_to_it_when_unpaused,
+            rule30_a_recovery_policy_can_pause_what_it_gives_up,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

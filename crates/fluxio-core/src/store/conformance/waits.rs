@@ -458,7 +458,7 @@ fn flaky(ctx: Context, resources: &Resources) -> StageFuture {
 }
 
 /// `first, flaky`: fails at `flaky` on its first run and first retry.
-fn failing(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
+pub(super) fn failing(calls: &Calls, clock: &TestClock) -> PipelineBuilder {
     let nodes = vec![counted("first", 1, count::<0>), counted("flaky", 2, flaky)];
     suite_pipeline(
         nodes,
