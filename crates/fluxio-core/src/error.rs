@@ -504,7 +504,8 @@ pub enum Error {
     /// is final: a resume stops again at once, and recovery workers give
     /// the run up ([`RunStatus::NeedsAttention`]) instead of retrying it.
     #[error(
-        "run `{run_id}`: its deadline ({deadline_ms} ms since the Unix epoch) passed before step `{step}`"
+        "run `{run_id}`: its deadline, {}, passed before step `{step}`",
+        rfc3339_ms(*deadline_ms)
     )]
     DeadlineExceeded {
         /// The run, as its store key (`pipeline/run_id` when named).
@@ -575,6 +576,18 @@ fn finished(status: RunStatus) -> &'static str {
         | RunStatus::Waiting
         | RunStatus::Paused => "is not finished",
     }
+}
+
+/// `ms` since the Unix epoch as an RFC 3339 time to the millisecond, UTC;
+/// a time past `9999-12-31T23:59:59.999Z` (the store's `MAX_UNTIL_MS`,
+/// which no stored deadline exceeds) as milliseconds.
+fn rfc3339_ms(ms: u64) -> String {
+    const LAST: u64 = 253_402_300_799_999;
+    if ms > LAST {
+        return format!("{ms} ms since the Unix epoch");
+    }
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(at).to_string()
 }
 
 /// `status` as a word in a message: `running`, `needing attention`, ...
@@ -723,6 +736,32 @@ mod tests {
     use super::Error;
     use crate::store::{Checkpoint, FORMAT_VERSION, MAGIC};
     use crate::value::ValueError;
+
+    #[test]
+    fn rule30_deadline_and_pause_errors_say_when_and_what() {
+        let late = |deadline_ms| Error::DeadlineExceeded {
+            run_id: "orders/7".to_owned(),
+            step: "charge".to_owned(),
+            deadline_ms,
+        };
+        assert_eq!(
+            late(1_700_000_000_123).to_string(),
+            "run `orders/7`: its deadline, 2023-11-14T22:13:20.123Z, passed before step `charge`"
+        );
+        assert!(
+            late(u64::MAX)
+                .to_string()
+                .contains("18446744073709551615 ms")
+        );
+        let not = Error::NotPaused {
+            run_id: "orders/7".to_owned(),
+            status: crate::RunStatus::NeedsAttention,
+        };
+        assert_eq!(
+            not.to_string(),
+            "run `orders/7` is not paused: it is needing attention"
+        );
+    }
 
     #[test]
     fn wrong_type_keeps_the_deserializers_error_as_its_source() {

@@ -249,6 +249,7 @@ mod tests {
             RunStatus::NeedsAttention,
             RunStatus::Sleeping,
             RunStatus::Waiting,
+            RunStatus::Paused,
         ] {
             let name = status_name(status).expect("a name");
             assert_eq!(status_of(name), Some(status));
@@ -257,7 +258,7 @@ mod tests {
                 "the scripts' STATUSES lists {name}"
             );
         }
-        assert_eq!(status_of("paused"), None);
+        assert_eq!(status_of("resting"), None);
     }
 
     #[test]

@@ -25,13 +25,15 @@
 //!   durability mode; compare with `per_stage/set_one_key_pipeline_10_string`.
 
 use std::hint::black_box;
+use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, criterion_main};
 use fluxio::middleware::{Middleware, Next};
 use fluxio::stage::Output;
 use fluxio::{
-    Context, Durability, InMemoryStore, Outcome, Pipeline, Stage, StageResult, pipeline, stage,
+    Context, Durability, InMemoryStore, Outcome, Pipeline, Stage, StageResult, StartOptions,
+    pipeline, stage,
 };
 use fluxio_test_support::bench::keys;
 
@@ -240,6 +242,23 @@ fn durable(c: &mut Criterion) {
         .build()
         .expect("valid");
         bench_invoke(&mut g, &rt, format!("set_one_key_10_{mode}"), &p, &twelve);
+        if mode == Durability::Sync {
+            // rule 30: the same run with a deadline, checked before each
+            // stage (the clock read once a run, then the monotonic clock)
+            let within = StartOptions::new().deadline_in(Duration::from_secs(3600));
+            g.bench_function("set_one_key_10_sync_deadline", |b| {
+                b.iter(|| {
+                    rt.block_on(async {
+                        black_box(
+                            p.invoke_with("bench", black_box(twelve.clone()), within.clone())
+                                .await
+                                .and_then(Outcome::completed)
+                                .expect("runs"),
+                        )
+                    })
+                });
+            });
+        }
     }
     g.finish();
 }

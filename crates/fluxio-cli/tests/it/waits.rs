@@ -309,3 +309,70 @@ async fn rule30_pause_and_unpause_on_redis() {
     };
     pause_scenario(&t).await;
 }
+
+/// Lets [`gated`] go on.
+static GATE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(0);
+
+#[stage]
+async fn gated(ctx: Context) -> StageResult {
+    GATE.acquire().await.expect("open").forget();
+    Ok(ctx.set("gated", true)?)
+}
+
+#[stage]
+async fn after_gate(ctx: Context) -> StageResult {
+    Ok(ctx.set("after", true)?)
+}
+
+/// Rule 30 across processes: `fluxio runs pause` in its own process
+/// stops a run that this process is running, before its next stage; the
+/// run comes back with `Error::Paused`, the stage after it never ran, and
+/// after `unpause` it goes on from the step it was paused at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule30_the_cli_pauses_a_run_another_process_is_running() {
+    let t = sqlite("cli_pause_owner").await;
+    let p = pipeline![gated, after_gate]
+        .name("held")
+        .store_arc(Arc::clone(&t.store))
+        .build()
+        .expect("a valid pipeline");
+    let running = tokio::spawn({
+        let p = p.clone();
+        async move { p.invoke("r", Context::new()).await }
+    });
+    // until its first checkpoint is stored, and its stage waits at the gate
+    let started = std::time::Instant::now();
+    while p.checkpoint("r").await.expect("load").is_none() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "it never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    t.run(&["runs", "pause", "held/r"], None)
+        .code(0)
+        .shows(&["paused run held/r"]);
+    GATE.add_permits(1);
+    let stopped = running.await.expect("no panic");
+    assert!(
+        matches!(stopped, Err(fluxio::Error::Paused { ref run_id }) if run_id == "held/r"),
+        "{stopped:?}"
+    );
+    let cp = p.checkpoint("r").await.expect("load").expect("stored");
+    assert_eq!((cp.status, cp.step.as_str()), (RunStatus::Paused, "gated"));
+    assert!(
+        !cp.context.to_context().contains_key("after"),
+        "after_gate never ran"
+    );
+    t.run(&["runs", "unpause", "held/r"], None)
+        .code(0)
+        .shows(&["is due"]);
+    GATE.add_permits(1);
+    let done = p
+        .resume("r")
+        .await
+        .expect("resumes")
+        .completed()
+        .expect("done");
+    assert!(done.get::<bool>("after").expect("after_gate ran"));
+}
