@@ -82,7 +82,7 @@ fluxio_sql::store_error! {
         /// The database file could not be opened or prepared (a missing
         /// directory, a path that is not a database, no permission); the source
         /// is the [`sqlx::Error`].
-        #[error("cannot open the database {}: {source}", path.display())]
+        #[error("cannot open the database {}: {source}{}", path.display(), url_hint(path))]
         Open {
             /// The file.
             path: PathBuf,
@@ -129,6 +129,16 @@ fluxio_sql::store_error! {
         | SqliteStoreError::SchemaOutdated { .. }
         | SqliteStoreError::NotWritable { .. }
         | SqliteStoreError::WriterStopped => StoreErrorKind::Other,
+    }
+}
+
+/// The hint an [`Open`](SqliteStoreError::Open) error adds for a path
+/// given as a `sqlite:` URL (what the CLI takes, not the store).
+fn url_hint(path: &std::path::Path) -> &'static str {
+    if path.to_string_lossy().starts_with("sqlite:") {
+        " (the store takes a file path; `sqlite://` URLs are for the `fluxio` command)"
+    } else {
+        ""
     }
 }
 

@@ -39,6 +39,28 @@ async fn a_file_in_a_missing_directory_is_named_in_the_error() {
     );
 }
 
+/// A `sqlite://` URL given where the store takes a path (the `fluxio`
+/// command takes URLs): the error says so, naming what was given.
+#[tokio::test]
+async fn a_url_given_as_the_path_is_named_and_explained() {
+    let dir = support::TempDir::new("url_as_path");
+    let url = format!("sqlite://{}/runs.db", dir.path().display());
+    let err = SqliteStore::connect(&url).await.expect_err("not a path");
+    let message = chain(&err);
+    assert!(
+        message.contains(&url) && message.contains("takes a file path"),
+        "{message}"
+    );
+    let plain = dir.path().join("missing").join("runs.db");
+    let err = SqliteStore::connect(&plain)
+        .await
+        .expect_err("no directory");
+    assert!(
+        !chain(&err).contains("takes a file path"),
+        "no hint for a path"
+    );
+}
+
 /// A database SQLite itself treats as read-only, whoever opens it (these
 /// tests run as root, which file permissions do not stop): its header's
 /// write version (byte 18) is above 2.
