@@ -127,5 +127,6 @@ mod four_methods {
         rule30_a_pause_stops_the_owner_before_its_next_stage,
         rule30_a_paused_wait_or_sleep_goes_back_to_it_when_unpaused,
         rule30_a_recovery_policy_can_pause_what_it_gives_up,
+        rule30_a_pause_racing_fenced_saves_wins_until_unpaused,
     );
 }

@@ -23,7 +23,7 @@ const TTL: Duration = Duration::from_secs(30);
 
 /// The checkpoint of run `run` of pipeline `pipeline` at `ip`, with a
 /// context worth keeping: its key is `pipeline/run`.
-fn at(pipeline: &str, run: &str, ip: u32) -> Checkpoint {
+pub(super) fn at(pipeline: &str, run: &str, ip: u32) -> Checkpoint {
     let mut cp = checkpoint(run, ip).in_pipeline(pipeline);
     cp.context = Context::new()
         .set("ip", ip)

@@ -96,6 +96,7 @@ pub use waits::{
 };
 
 pub use pause::{
+    rule30_a_pause_racing_fenced_saves_wins_until_unpaused,
     rule30_a_pause_stops_the_owner_before_its_next_stage,
     rule30_a_paused_wait_or_sleep_goes_back_to_it_when_unpaused,
     rule30_a_recovery_policy_can_pause_what_it_gives_up,
@@ -828,6 +829,7 @@ macro_rules! __store_conformance_each {
             rule30_a_pause_stops_the_owner_before_its_next_stage,
             rule30_a_paused_wait_or_sleep_goes_back_to_it_when_unpaused,
             rule30_a_recovery_policy_can_pause_what_it_gives_up,
+            rule30_a_pause_racing_fenced_saves_wins_until_unpaused,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {

@@ -249,3 +249,74 @@ pub async fn rule30_a_recovery_policy_can_pause_what_it_gives_up<H: Harness>(h: 
     continue_due(&p, "f").await;
     assert_eq!(calls.get(), [1, 2, 0], "flaky ran again, once");
 }
+
+/// Rule 30: a pause racing an owner that saves checkpoint after checkpoint
+/// (one a millisecond, as quick stages do) wins for good: once it returns,
+/// every fenced save is refused with `Error::Paused`, and the stored
+/// checkpoint is the owner's last, paused. An unpause while the owner still
+/// holds its lease lets that owner go on: its next fenced save lands.
+/// Three rounds.
+pub async fn rule30_a_pause_racing_fenced_saves_wins_until_unpaused<H: Harness>(h: &H) {
+    use super::cancel::at;
+    use std::sync::atomic::AtomicU32;
+    for round in 0..3 {
+        let ns = namespace(&format!("pause_race{round}"));
+        let owner = Arc::new(h.store(&ns).await);
+        let pauser = h.store(&ns).await;
+        let key = at("orders", &ns, 1).key();
+        let ttl = Duration::from_secs(30);
+        let lease = Arc::new(owner.acquire_lease(&key, ttl).await.expect("acquire"));
+        let saved = Arc::new(AtomicU32::new(0));
+        let writer = {
+            let (owner, lease, saved, ns, key) = (
+                Arc::clone(&owner),
+                Arc::clone(&lease),
+                Arc::clone(&saved),
+                ns.clone(),
+                key.clone(),
+            );
+            tokio::spawn(async move {
+                for ip in 1..=100_000u32 {
+                    match owner.save_fenced(at("orders", &ns, ip), &lease).await {
+                        Ok(()) => saved.store(ip, Ordering::SeqCst),
+                        Err(Error::Paused { run_id }) => {
+                            assert_eq!(run_id, key);
+                            return ip;
+                        }
+                        Err(e) => panic!("unexpected: {e}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                panic!("the owner was never refused")
+            })
+        };
+        while saved.load(Ordering::SeqCst) < 3 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        pauser.mark(&key, Mark::Pause).await.expect("pause");
+        let refused_at = writer.await.expect("the owner does not panic");
+        let last = saved.load(Ordering::SeqCst);
+        assert_eq!(refused_at, last + 1, "round {round}: refused right after");
+        let stored = pauser.load(&key).await.expect("load").expect("stored");
+        assert_eq!(
+            (stored.status, stored.ip),
+            (RunStatus::Paused, last),
+            "round {round}: the last save, paused"
+        );
+        let later = owner.save_fenced(at("orders", &ns, last + 2), &lease).await;
+        assert!(matches!(later, Err(Error::Paused { .. })), "{later:?}");
+        pauser
+            .mark(&key, Mark::Unpause { now_ms: 0 })
+            .await
+            .expect("unpause");
+        let due = pauser.load(&key).await.expect("load").expect("stored");
+        assert_eq!((due.status, due.ip), (RunStatus::Sleeping, last));
+        owner
+            .save_fenced(at("orders", &ns, last + 3), &lease)
+            .await
+            .expect("the owner goes on once unpaused");
+        if let Ok(lease) = Arc::try_unwrap(lease) {
+            owner.release_lease(lease).await.expect("release");
+        }
+    }
+}
