@@ -105,3 +105,43 @@ async fn rule30_a_deadline_needs_a_store_and_extreme_ones_are_read_as_documented
         .expect("builds");
     assert!(is_late(&rebuilt.resume("zero").await, "after_dawdle"));
 }
+
+/// A caller that drops `invoke_with` mid-stage leaves a run that keeps its
+/// deadline: once the lease is back, a resume past the deadline fails the
+/// run there, and one of a fresh pipeline value (a redeploy) does too.
+#[tokio::test]
+async fn rule30_a_dropped_run_keeps_its_deadline() {
+    let clock = TestClock::new();
+    let store = std::sync::Arc::new(InMemoryStore::new());
+    let p = pipeline![dawdle, after_dawdle]
+        .name("dropped")
+        .clock(clock.clock())
+        .lease_ttl(Duration::from_millis(50))
+        .store(std::sync::Arc::clone(&store))
+        .build()
+        .expect("builds");
+    let hour = StartOptions::new().deadline_in(Duration::from_secs(3600));
+    let run = p.invoke_with("d", Context::new(), hour);
+    // dropped while `dawdle` sleeps
+    let cut = tokio::time::timeout(Duration::from_millis(50), run).await;
+    assert!(cut.is_err(), "the call was cut short");
+    p.shutdown(Duration::from_secs(5))
+        .await
+        .expect("leases back");
+    let stored = p.checkpoint("d").await.expect("load").expect("stored");
+    assert_eq!(stored.deadline_ms, Some(clock.now_ms() + 3_600_000));
+    clock.advance("2h").expect("advance");
+    let rebuilt = pipeline![dawdle, after_dawdle]
+        .name("dropped")
+        .clock(clock.clock())
+        .store(store)
+        .build()
+        .expect("builds");
+    assert!(is_late(&rebuilt.resume("d").await, "dawdle"));
+    let failed = rebuilt
+        .checkpoint("d")
+        .await
+        .expect("load")
+        .expect("stored");
+    assert_eq!(failed.status, RunStatus::Failed);
+}

@@ -49,10 +49,7 @@ pub(crate) async fn unpause(
     store: &dyn CheckpointStore,
     key: &str,
 ) -> Result<(), Failure> {
-    let now_ms = match store.clock_ms().await? {
-        Some(ms) => ms,
-        None => crate::render::ms_since_epoch(std::time::SystemTime::now()),
-    };
+    let now_ms = super::store_now(store).await?;
     store.mark(key, Mark::Unpause { now_ms }).await?;
     let status = store.load(key).await?.map(|cp| cp.status);
     if out.json {

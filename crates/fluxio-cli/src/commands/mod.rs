@@ -119,6 +119,15 @@ async fn dispatch(
     }
 }
 
+/// The time now on `store`'s clock (the server's), or the machine's for a
+/// store without one: what `wake` and `unpause` make a run due at.
+pub(crate) async fn store_now(store: &dyn CheckpointStore) -> Result<u64, Failure> {
+    Ok(match store.clock_ms().await? {
+        Some(ms) => ms,
+        None => crate::render::ms_since_epoch(std::time::SystemTime::now()),
+    })
+}
+
 /// Asks `question [y/N]` on the terminal: `Ok(true)` on `y` or `yes`.
 /// Without a terminal on standard input it refuses ([`Exit::Usage`]),
 /// telling the caller to pass `--yes`.

@@ -99,10 +99,7 @@ pub(crate) async fn wake(
     store: &dyn CheckpointStore,
     key: &str,
 ) -> Result<(), Failure> {
-    let now = match store.clock_ms().await? {
-        Some(ms) => ms,
-        None => crate::render::ms_since_epoch(std::time::SystemTime::now()),
-    };
+    let now = super::store_now(store).await?;
     let woken = wake_run(store, key, now).await?;
     if out.json {
         return out.json(&json!({ "run": key, "wake": true, "step": woken.step, "at_ms": now }));

@@ -132,14 +132,10 @@ impl Pipeline {
                 }
                 return RunBodies::scope(None, run).await;
             };
-            let deadline = match options.has_deadline() {
-                false => None,
-                true => {
-                    options
-                        .deadline_ms(&self.inner.clock, Some(store.as_ref()))
-                        .await?
-                }
-            };
+            // (reads the clock only for a deadline given as a duration)
+            let deadline = options
+                .deadline_ms(&self.inner.clock, Some(store.as_ref()))
+                .await?;
             // rule 24: `Exit` writes no first checkpoint, so it only takes
             // the lease, and clears what is stored (a cancel mark too)
             if self.inner.settings.durability == Durability::Exit {
@@ -301,14 +297,10 @@ impl Pipeline {
     ) -> Result<Outcome> {
         let (key, store, span) = self.durable_run("start", run_id, false)?;
         async {
-            let deadline = match options.has_deadline() {
-                false => None,
-                true => {
-                    options
-                        .deadline_ms(&self.inner.clock, Some(store.as_ref()))
-                        .await?
-                }
-            };
+            // (reads the clock only for a deadline given as a duration)
+            let deadline = options
+                .deadline_ms(&self.inner.clock, Some(store.as_ref()))
+                .await?;
             // a completed run is final: its result needs no lease, so
             // repeated starts of it never contend for one, and it does not
             // depend on code, so it is returned whatever version wrote it
