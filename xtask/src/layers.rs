@@ -61,7 +61,7 @@ pub(crate) const LAYERS: &[(&str, &[&str])] = &[
         "stages",
         &["stage", "middleware", "callback", "stream", "metrics"],
     ),
-    ("program", &["compile", "version", "waiting"]),
+    ("program", &["compile", "version", "waiting", "child"]),
     (
         "run",
         &[

@@ -35,6 +35,7 @@ use std::fmt;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use crate::child::Child;
 use crate::error::{Error, Result};
 use crate::stage::Stage;
 use crate::structure::{StageCode, Structure};
@@ -64,6 +65,8 @@ pub enum Node {
     Sleep(Sleep),
     /// A durable wait for a signal (contract rule 26), placed as a sleep.
     Wait(Wait),
+    /// A child run (contract rule 29), placed as a sleep.
+    Child(Child),
 }
 
 /// Events the `EMIT` instruction raises.
@@ -138,6 +141,12 @@ pub enum Instr {
         /// A routing block follows: the outcome picks its route.
         routed: bool,
     },
+    /// Child (rule 29): start or attach to a child run, take its result,
+    /// or park the run until it ends.
+    Child {
+        /// The child step (an index into the program's children).
+        child: usize,
+    },
     /// Continue at `to`.
     Jump {
         /// The target.
@@ -156,6 +165,11 @@ pub struct Program {
     pub sleeps: Vec<Sleep>,
     /// The waits `WAIT` refers to, in order of appearance.
     pub waits: Vec<Wait>,
+    /// The child steps `CHILD` refers to, in order of appearance.
+    pub children: Vec<Child>,
+    /// The pipeline each child step runs, by index, once
+    /// `PipelineBuilder::build` found it.
+    pub(crate) child_runs: Vec<Arc<dyn crate::child::ChildRuns>>,
     /// For each stage name, the top-level `CHECKPOINT` a replay from it starts at
     /// (the stage's own, or its parallel block's).
     pub steps: BTreeMap<&'static str, usize>,
@@ -191,6 +205,7 @@ impl Program {
             stages: Vec::new(),
             sleeps: Vec::new(),
             waits: Vec::new(),
+            children: Vec::new(),
             steps: BTreeMap::new(),
             auto_parallel,
         };
@@ -215,6 +230,8 @@ impl Program {
             stages: c.stages,
             sleeps: c.sleeps,
             waits: c.waits,
+            children: c.children,
+            child_runs: Vec::new(),
             steps: c.steps,
             middleware: Vec::new(),
             callbacks: std::sync::Arc::from(Vec::new()),
@@ -343,6 +360,10 @@ impl fmt::Display for Program {
                     let routed = if *routed { " (routed)" } else { "" };
                     writeln!(f, "WAIT        {}{routed}", step.unwrap_or_default())?;
                 }
+                Instr::Child { child } => {
+                    let step = self.children.get(*child).map(Child::step_name);
+                    writeln!(f, "CHILD       {}", step.unwrap_or_default())?;
+                }
                 Instr::Jump { to } => writeln!(f, "JUMP        {to}")?,
                 Instr::Validate { stage, output } => {
                     let which = if *output { "output" } else { "input" };
@@ -359,6 +380,7 @@ struct Compiler {
     stages: Vec<Stage>,
     sleeps: Vec<Sleep>,
     waits: Vec<Wait>,
+    children: Vec<Child>,
     steps: BTreeMap<&'static str, usize>,
     auto_parallel: bool,
 }
@@ -463,6 +485,7 @@ fn label(nodes: &[Node]) -> String {
             Node::Route { .. } => "route".to_owned(),
             Node::Sleep(sleep) => sleep.step_name(),
             Node::Wait(wait) => wait.step_name(),
+            Node::Child(child) => child.step_name(),
         })
         .collect();
     parts.join(" -> ")
@@ -481,7 +504,7 @@ fn declared_writes(nodes: &[Node], out: &mut Vec<(&'static str, &'static str)>) 
                 branches.iter().for_each(|b| declared_writes(b, out))
             }
             Node::Route { routes } => routes.iter().for_each(|(_, b)| declared_writes(b, out)),
-            Node::Sleep(_) | Node::Wait(_) => {}
+            Node::Sleep(_) | Node::Wait(_) | Node::Child(_) => {}
         }
     }
 }
@@ -509,6 +532,15 @@ impl Compiler {
                     let at = self.sleeps.len();
                     self.sleeps.push(sleep.clone());
                     self.push(Instr::Sleep { sleep: at });
+                    i += 1;
+                }
+                Node::Child(child) => {
+                    let step = child.step_name();
+                    child.check()?;
+                    self.timed(&step, block)?;
+                    let at = self.children.len();
+                    self.children.push(child.clone());
+                    self.push(Instr::Child { child: at });
                     i += 1;
                 }
                 Node::Wait(wait) => {
@@ -576,7 +608,7 @@ impl Compiler {
     fn timed(&mut self, step: &str, block: Option<usize>) -> Result<()> {
         if block.is_some() {
             return Err(Error::build(format!(
-                "{step} is inside a parallel block: a sleep or wait is a step of its own, in \
+                "{step} is inside a parallel block: a sleep, wait or child run is a step of its own, in \
                  the pipeline's sequence or a routing body of it; put it before or after the block"
             )));
         }
@@ -795,6 +827,7 @@ impl ShapeWriter {
                 }
                 Node::Sleep(sleep) => self.shape.push_str(&sleep.step_name()),
                 Node::Wait(wait) => self.shape.push_str(&wait.describe()),
+                Node::Child(child) => self.shape.push_str(&child.describe()),
                 Node::Route { routes } => {
                     self.shape.push_str("routes{");
                     for (j, (key, body)) in routes.iter().enumerate() {

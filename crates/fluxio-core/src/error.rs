@@ -471,6 +471,22 @@ pub enum Error {
         available: Vec<String>,
     },
 
+    /// A child run (contract rule 29) failed, was cancelled, or recovery
+    /// gave up on it, and its step names no key for the failure. The parent
+    /// is failed at the child step; retrying it retries the child.
+    #[error("run `{run_id}`: child run `{child}` {state}: {message}")]
+    ChildFailed {
+        /// The parent, as its store key.
+        run_id: String,
+        /// The child, as its store key (`billing/orders/42@3`).
+        child: String,
+        /// How it ended: `failed`, `cancelled`, `needs-attention`, or
+        /// `missing` (nothing stored under its key).
+        state: String,
+        /// Its error message.
+        message: String,
+    },
+
     /// A wait's deadline passed without a signal, and the pipeline chose to
     /// fail then (contract rule 26). The run is failed at the wait.
     #[error("run `{run_id}`: wait `{wait}` timed out")]

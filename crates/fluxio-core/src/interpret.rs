@@ -10,6 +10,7 @@
 //! ([`Durable`]) save a checkpoint at every `CHECKPOINT`, a failure checkpoint
 //! when the frame fails, and a completed checkpoint when it finishes.
 
+mod child;
 pub(crate) mod ownership;
 mod renew;
 pub(crate) mod tail;
@@ -639,6 +640,8 @@ async fn end(
                 let delete = d.delete_completed;
                 let lineage = done.lineage();
                 Box::pin(save(program, d, cp, lineage, Write::Last { delete })).await?;
+                // rule 29: a child's parent goes on now
+                Box::pin(child::wake_parent(d)).await;
             }
             Ok(Outcome::Completed(done))
         }
@@ -668,7 +671,8 @@ async fn failed(
         cp.pending = top.pending;
         let last = Write::Last { delete: false };
         match Box::pin(save(program, d, cp, Lineage::NONE, last)).await {
-            Ok(()) => {}
+            // rule 29: a child's parent takes its failure now
+            Ok(()) => Box::pin(child::wake_parent(d)).await,
             // the run was cancelled while the stage ran: that is
             // how it ends, whatever the stage did
             Err(stopped @ (Error::Cancelled { .. } | Error::Paused { .. })) => {
@@ -763,6 +767,11 @@ fn exec<'a>(
                 Instr::Sleep { sleep } => {
                     let top = durable_top(top.as_deref_mut())?;
                     top.sleep(program, *sleep, &ctx).await?;
+                    ip + 1
+                }
+                Instr::Child { child } => {
+                    let top = durable_top(top.as_deref_mut())?;
+                    ctx = Box::pin(top.child(program, ip, *child, ctx)).await?;
                     ip + 1
                 }
                 Instr::Wait { wait, routed } => {

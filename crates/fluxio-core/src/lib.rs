@@ -6,6 +6,7 @@
 //! tour. This crate is what backend crates (`fluxio-redis`, ...) build on.
 
 pub mod callback;
+pub mod child;
 pub mod clock;
 pub mod compile;
 pub mod context;
@@ -56,6 +57,7 @@ pub type StageResult<T = Context> = std::result::Result<T, BoxError>;
 /// it changes without notice between any two versions.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::child::Child;
     pub use crate::compile::Node;
     pub use crate::pipeline::PipelineBuilder;
     pub use crate::stage::error_kind::{BoxKind, ErrorKindOf, IntoKind, OpaqueKind, StdKind};

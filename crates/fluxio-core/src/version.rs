@@ -56,6 +56,12 @@
 //!      timeout outcome: `0` (the default), `f` (fail), or `v` and the digest
 //!      of the value expression's tokens; then, when a routing block follows
 //!      it, the block as after a router (`R`, ...);
+//!    - a child step (rule 29): `C` and its pipeline's name, length-prefixed
+//!      ([`child`](VersionHasher::child)); its input keys, then its output
+//!      keys, each `a` (all) or `l`, the count as a u32 little endian and
+//!      each key length-prefixed ([`child_keys`](VersionHasher::child_keys));
+//!      its failure key: `n`, or `k` and the key; its deadline: `n`, or `d`
+//!      and milliseconds ([`child_end`](VersionHasher::child_end));
 //!    - a routing block: first its router as a stage node, then `R` and the
 //!      route count as a u32 little endian ([`routes`](VersionHasher::routes)),
 //!      then for each route in source order its key, length-prefixed UTF-8
@@ -85,6 +91,9 @@ const FIRE_AND_FORGET: u8 = b'F';
 const ROUTES: u8 = b'R';
 const SLEEP: u8 = b'Z';
 const WAIT: u8 = b'W';
+const CHILD: u8 = b'C';
+const KEYS_ALL: u8 = b'a';
+const KEYS_LISTED: u8 = b'l';
 /// A time: a duration in milliseconds (u64 little endian), or a context key.
 const TIME_AFTER: u8 = b'd';
 const TIME_KEY: u8 = b'k';
@@ -316,6 +325,45 @@ impl VersionHasher {
     #[must_use]
     pub const fn timeout_value(self, expr: &[u8; 32]) -> Self {
         self.tag(TIMEOUT_VALUE).update(expr)
+    }
+
+    /// Starts a child step (rule 29): `C` and the child pipeline's name,
+    /// length-prefixed; its input and output keys follow
+    /// ([`child_keys`](Self::child_keys), twice), then
+    /// [`child_end`](Self::child_end).
+    #[must_use]
+    pub const fn child(self, pipeline: &str) -> Self {
+        self.tag(CHILD).part(pipeline.as_bytes())
+    }
+
+    /// Feeds a child step's input or output keys: `a` for all (`None`), or
+    /// `l`, the count and each key, length-prefixed.
+    #[must_use]
+    pub const fn child_keys(self, keys: Option<&[&str]>) -> Self {
+        let Some(keys) = keys else {
+            return self.tag(KEYS_ALL);
+        };
+        let mut h = self.tag(KEYS_LISTED).count(keys.len() as u32);
+        let mut i = 0;
+        while i < keys.len() {
+            h = h.part(keys[i].as_bytes());
+            i += 1;
+        }
+        h
+    }
+
+    /// Ends a child step: its failure key (`n`, or `k` and the key) and its
+    /// own deadline (`n`, or `d` and milliseconds as a u64 little endian).
+    #[must_use]
+    pub const fn child_end(self, failure: Option<&str>, deadline_ms: Option<u64>) -> Self {
+        let h = match failure {
+            None => self.tag(TIME_NONE),
+            Some(key) => self.tag(TIME_KEY).part(key.as_bytes()),
+        };
+        match deadline_ms {
+            None => h.tag(TIME_NONE),
+            Some(ms) => h.tag(TIME_AFTER).update(&ms.to_le_bytes()),
+        }
     }
 
     /// Feeds a route's key, length-prefixed UTF-8.

@@ -142,6 +142,9 @@ pub fn stage(args: TokenStream, item: TokenStream) -> TokenStream {
 /// | `parallel![a, [b, c], ...]` | branches run concurrently, each on a fork of the context, then merged; two branches writing one key is an `Error::MergeConflict`. A branch is an item or a `[...]` sequence |
 /// | `fire_and_forget![a, [b, c]]` | branches run in the background; their errors are logged, nothing is merged, the pipeline does not wait |
 /// | `router => { "x" => body, "y" => body }` | a router stage and its routing block: the route it returns picks the body to run, then the run continues after the block. A body is a stage, a `[...]` sequence or a nested `pipeline![...]`; at least one route, each key once |
+/// | `sleep!("24h")`, `sleep!(until = "key")` | a durable sleep (rule 25): the run parks until then, in the store, not in a process |
+/// | `wait!("approval" as Approval into "decision", deadline = "72h")` | a durable wait for a signal (rule 26); `wait_any!(...)` waits for the first of several names; a routing block may follow it |
+/// | `child!("billing", input = ["order_id"], output = ["invoice_id"], failure = "key", deadline = "1h", poll = "5s")` | a child run (rule 29) of the pipeline registered with `.child(billing)` under that name; the options are optional: all keys in and out by default, a failure fails the parent unless `failure` names a key for it |
 /// | `[a, b]`, `pipeline![a, b]` | a nested sequence, the same as writing its items in place |
 ///
 /// `pipeline![]` is valid: it returns its input unchanged. When the `fluxio`

@@ -11,11 +11,14 @@
 //!           | "sleep" "!" "(" (LIT_STR | "until" "=" LIT_STR) ")"
 //!           | "wait" "!" "(" slot ("|" slot)* ("," option)* ")" routes?
 //!           | "wait_any" "!" "(" slot ("," slot)* (";" option ("," option)*)? ")" routes?
+//!           | "child" "!" "(" LIT_STR ("," child_option)* ")"
 //!           | "[" seq "]" | "pipeline" "!" "[" seq "]"      (nested, flattened)
 //! routes   := "=>" "{" (LIT_STR "=>" body), ... "}"
 //! slot     := LIT_STR "as" TYPE ("into" LIT_STR)?
 //! option   := "deadline" "=" LIT_STR | "deadline_at" "=" LIT_STR
 //!           | "timeout" "=" ("fail" | "value" "(" EXPR ")")
+//! child_option := ("input" | "output") "=" "[" LIT_STR, ... "]"
+//!           | "failure" "=" LIT_STR | "deadline" "=" LIT_STR | "poll" "=" LIT_STR
 //! branch   := item | "[" seq "]"
 //! body     := item | "[" seq "]"
 //! stage, router := a path to a `#[stage]` function
@@ -47,6 +50,18 @@ enum Item {
         timeout: Timeout,
         routes: Option<Vec<(LitStr, Vec<Item>)>>,
     },
+    Child(ChildItem),
+}
+
+/// `child!("billing", ...)`: a child run (rule 29).
+#[derive(Default)]
+struct ChildItem {
+    pipeline: Option<LitStr>,
+    input: Option<Vec<LitStr>>,
+    output: Option<Vec<LitStr>>,
+    failure: Option<LitStr>,
+    deadline_ms: Option<u64>,
+    poll_ms: Option<u64>,
 }
 
 /// A sleep's end or a wait's deadline: a duration, or a context key.
@@ -146,6 +161,14 @@ fn parse_item(input: ParseStream<'_>, seq: &mut Vec<Item>) -> syn::Result<()> {
         }
         seq.push(Item::Sleep(time));
         return no_routing_after(input, "a sleep");
+    }
+    if peek_macro(input, "child") {
+        input.parse::<syn::Ident>()?;
+        input.parse::<Token![!]>()?;
+        let content;
+        syn::parenthesized!(content in input);
+        seq.push(Item::Child(parse_child(&content)?));
+        return no_routing_after(input, "a child step");
     }
     for (name, any) in [("wait", false), ("wait_any", true)] {
         if peek_macro(input, name) {
@@ -288,6 +311,72 @@ fn duration_ms(lit: &LitStr) -> syn::Result<u64> {
             ),
         )),
     }
+}
+
+/// The inside of `child!(...)`: the pipeline's name, then options.
+fn parse_child(content: ParseStream<'_>) -> syn::Result<ChildItem> {
+    let mut child = ChildItem {
+        pipeline: Some(content.parse().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                "write `child!(\"pipeline name\", input = [\"key\"], output = [\"key\"])`",
+            )
+        })?),
+        ..ChildItem::default()
+    };
+    while !content.is_empty() {
+        content.parse::<Token![,]>()?;
+        if content.is_empty() {
+            break;
+        }
+        let option: syn::Ident = content.parse()?;
+        content.parse::<Token![=]>()?;
+        let twice = || syn::Error::new(option.span(), format!("`{option}` is given twice"));
+        match option.to_string().as_str() {
+            which @ ("input" | "output") => {
+                let list;
+                bracketed!(list in content);
+                let keys: Vec<LitStr> = list
+                    .parse_terminated(|p| p.parse::<LitStr>(), Token![,])?
+                    .into_iter()
+                    .collect();
+                let slot = if which == "input" {
+                    &mut child.input
+                } else {
+                    &mut child.output
+                };
+                if slot.replace(keys).is_some() {
+                    return Err(twice());
+                }
+            }
+            "failure" => {
+                if child.failure.replace(content.parse()?).is_some() {
+                    return Err(twice());
+                }
+            }
+            which @ ("deadline" | "poll") => {
+                let ms = duration_ms(&content.parse()?)?;
+                let slot = if which == "deadline" {
+                    &mut child.deadline_ms
+                } else {
+                    &mut child.poll_ms
+                };
+                if slot.replace(ms).is_some() {
+                    return Err(twice());
+                }
+            }
+            _ => {
+                return Err(syn::Error::new(
+                    option.span(),
+                    format!(
+                        "unknown child option `{option}`: use `input`, `output`, `failure`, \
+                         `deadline` or `poll`"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(child)
 }
 
 /// The inside of `wait!(...)` (`any`: `wait_any!(...)`).
@@ -496,6 +585,11 @@ impl Emit {
                         nodes.push(quote!(#p::Node::Sleep(#p::Sleep::until_key(#key))));
                     }
                 },
+                Item::Child(child) => {
+                    let (node, h) = self.child(child);
+                    nodes.push(node);
+                    hash.extend(h);
+                }
                 Item::Wait {
                     slots,
                     deadline,
@@ -517,6 +611,49 @@ impl Emit {
 }
 
 impl Emit {
+    /// A child step's node and its hasher calls.
+    fn child(&self, child: &ChildItem) -> (TokenStream, TokenStream) {
+        let p = &self.p;
+        let name = child
+            .pipeline
+            .as_ref()
+            .map(LitStr::value)
+            .unwrap_or_default();
+        let mut node = quote!(#p::Child::of(#name));
+        let mut hash = quote!(.child(#name));
+        for (keys, method) in [
+            (&child.input, quote!(input)),
+            (&child.output, quote!(output)),
+        ] {
+            match keys {
+                None => hash.extend(quote!(.child_keys(#p::Option::None))),
+                Some(keys) => {
+                    node.extend(quote!(.#method([#(#keys),*])));
+                    hash.extend(quote!(.child_keys(#p::Option::Some(&[#(#keys),*]))));
+                }
+            }
+        }
+        let failure = match &child.failure {
+            None => quote!(#p::Option::None),
+            Some(key) => {
+                node.extend(quote!(.failure_into(#key)));
+                quote!(#p::Option::Some(#key))
+            }
+        };
+        let deadline = match child.deadline_ms {
+            None => quote!(#p::Option::None),
+            Some(ms) => {
+                node.extend(quote!(.deadline(#p::Duration::from_millis(#ms))));
+                quote!(#p::Option::Some(#ms))
+            }
+        };
+        if let Some(ms) = child.poll_ms {
+            node.extend(quote!(.poll(#p::Duration::from_millis(#ms))));
+        }
+        hash.extend(quote!(.child_end(#failure, #deadline)));
+        (quote!(#p::Node::Child(#node)), hash)
+    }
+
     /// A wait's node (and its routing block's) and its hasher calls.
     fn wait(
         &mut self,

@@ -197,6 +197,7 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
             visible: "(c.expires_at IS NULL OR c.expires_at > clock_timestamp())".to_owned(),
             key: "c.run_id COLLATE \"C\"".to_owned(),
             held: "l.expires_at".to_owned(),
+            id: "substr(c.run_id, strpos(c.run_id, '/') + 1) COLLATE \"C\"".to_owned(),
         },
         // From the last whole checkpoint on (the partial index finds
         // it), in one statement: one snapshot.

@@ -227,7 +227,8 @@ impl RedisStore {
                         .map(|t| t.to_string())
                         .unwrap_or_default(),
                 )
-                .arg(u8::from(query.bare));
+                .arg(u8::from(query.bare))
+                .arg(filter.id_prefix.as_deref().unwrap_or_default());
             let reply: Vec<Option<String>> =
                 self.invoke(op::LIST, &query.set, deadline, &script).await?;
             let mut reply = reply.into_iter();

@@ -839,7 +839,8 @@ return 1
 /// the lease (`held`, `free`, `''`: either; running runs only), `1` and the
 /// version (`0` and anything: any), created at or after (ms, decimal,
 /// `''`: any), updated before (likewise), `1` for runs with no pipeline
-/// only (keys without `/`).
+/// only (keys without `/`), and the prefix the run id (the key after its
+/// first `/`) must start with (`''`: any).
 ///
 /// Returns `{more, last, rows...}`: `more` is 0 when the range is
 /// exhausted, 1 when the script stopped at `want` runs or `budget` members
@@ -862,6 +863,17 @@ local want, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
 local status, lease = ARGV[6], ARGV[7]
 local has_version, version = ARGV[8] == '1', ARGV[9]
 local created_after, updated_before, bare = ARGV[10], ARGV[11], ARGV[12] == '1'
+local id_prefix = ARGV[13]
+-- whether the run id of `run` (what follows its first `/`) starts with
+-- `id_prefix`
+local function id_starts(run)
+  if id_prefix == '' then
+    return true
+  end
+  local slash = string.find(run, '/', 1, true)
+  local id = slash and string.sub(run, slash + 1) or run
+  return string.sub(id, 1, #id_prefix) == id_prefix
+end
 local now = now_ms()
 local out = {1, ''}
 local found, looked, min = 0, 0, ARGV[2]
@@ -875,7 +887,7 @@ while true do
   for _, run in ipairs(batch) do
     looked = looked + 1
     out[2] = run
-    if not (bare and string.find(run, '/', 1, true)) then
+    if not (bare and string.find(run, '/', 1, true)) and id_starts(run) then
       local j = prefix .. ':' .. run
       local h = redis.pcall('HMGET', j, 'status', 'step', 'attempt', 'version', 'error',
         'created', 'updated', 'pipeline')

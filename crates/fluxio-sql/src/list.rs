@@ -39,6 +39,9 @@ pub struct Listing {
     /// Whether `l` is a held lease: `NOT NULL` means held (a column of
     /// `l` that the join leaves NULL when the lease is not held).
     pub held: String,
+    /// The run id of `c`'s key (what follows the first `/`, or the whole
+    /// key), as it sorts in key order: a filter on its prefix.
+    pub id: String,
 }
 
 /// One row of the listing statement.
@@ -199,6 +202,18 @@ pub fn statement<D: Dialect>(
             Arg::Time(D::bound(ms)),
         );
     }
+    if let Some(prefix) = filter.id_prefix.as_deref().filter(|p| !p.is_empty()) {
+        and(
+            &mut text,
+            &mut args,
+            &sql.id,
+            ">=",
+            Arg::Text(prefix.to_owned()),
+        );
+        if let Some(end) = fluxio_core::store::prefix_end(prefix) {
+            and(&mut text, &mut args, &sql.id, "<", Arg::Text(end));
+        }
+    }
     if let Some(after) = &filter.after {
         and(
             &mut text,
@@ -335,6 +350,7 @@ mod tests {
             visible: "V".into(),
             key: "K".into(),
             held: "l.x".into(),
+            id: "I".into(),
         }
     }
 

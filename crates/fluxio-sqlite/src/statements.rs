@@ -384,6 +384,7 @@ impl Sql {
                 visible: format!("(c.expires_at IS NULL OR c.expires_at > {NOW})"),
                 key: "c.run_id".to_owned(),
                 held: "l.expires_at".to_owned(),
+                id: "substr(c.run_id, instr(c.run_id, '/') + 1)".to_owned(),
             },
             // From the last whole checkpoint on (the partial index finds
             // it), in one statement: one read snapshot.

@@ -197,8 +197,8 @@ pub use fluxio_core::{
     EmitError, Emitter, Error, History, InMemoryStore, Outcome, Pipeline, PipelineBuilder,
     Resource, Result, ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode,
     StageInfo, StageKind, StageMeta, StageResult, StartOptions, Step, StepStatus, StreamEvent,
-    Structure, Value, async_trait, callback, context, ctx, durability, error, history, middleware,
-    recovery, stage, stream, structure, testing, value,
+    Structure, Value, async_trait, callback, child, context, ctx, durability, error, history,
+    middleware, recovery, stage, stream, structure, testing, value,
 };
 
 /// Checkpoint stores: the [`CheckpointStore`] trait, the checkpoint it
@@ -215,7 +215,7 @@ pub mod store {
         InMemoryStore, Lease, MAX_LEASE_TTL, MAX_LIST_LIMIT, MAX_PAYLOAD, MAX_RUN_ID_LEN,
         MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS, MAX_WAIT_NAME_LEN, MIN_LEASE_TTL, Mark, Payload, Pending,
         RunFilter, RunPage, RunState, RunStatus, RunSummary, Signal, SignalState, StoreErrorKind,
-        WaitName, retry_run, run_key, wake_run,
+        WaitName, cancel_with_children, open_child, retry_run, run_key, wake_run,
     };
 
     pub mod backend {

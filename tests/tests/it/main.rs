@@ -8,6 +8,7 @@
 mod branches;
 mod callbacks;
 mod cancel;
+mod child;
 mod common;
 mod conformance_memory;
 mod context;

@@ -17,7 +17,8 @@ pub(super) fn durable_top<'t, 'a>(
     match top {
         Some(top) if top.durable.is_some() && top.last.is_some() => Ok(top),
         _ => Err(Halt::Failed(Error::Internal {
-            message: "a sleep or wait outside a durable run's top-level sequence".to_owned(),
+            message: "a sleep, wait or child step outside a durable run's top-level sequence"
+                .to_owned(),
         })),
     }
 }
@@ -26,7 +27,7 @@ impl<'a> Top<'a> {
     /// What `SLEEP` and `WAIT` start from: the run's durable part (only a
     /// durable run has them), its step `index` of `steps` (the program's
     /// `what`s), and the time on the run's clock.
-    async fn parking_step<'s, T>(
+    pub(super) async fn parking_step<'s, T>(
         &self,
         steps: &'s [T],
         index: usize,
@@ -190,7 +191,15 @@ pub(super) async fn park(
         .parked(pending.clone());
     cp.error_message = refused;
     let lineage = last.ctx.lineage();
-    Box::pin(save(program, d, cp, lineage, Write::Last { delete: false })).await?;
+    let saved = Box::pin(save(program, d, cp, lineage, Write::Last { delete: false })).await;
+    if let Err(Error::Cancelled { .. }) = &saved {
+        // rule 29: cancelled before it parked, so the cancel did not see
+        // the child it was about to wait for
+        Box::pin(super::child::cancel_orphan(program, d, &pending)).await;
+    }
+    saved?;
+    // rule 29: a child that ended before this write could not wake it
+    Box::pin(super::child::recheck(program, d, &pending)).await;
     tracing::info!(
         run_id = d.key,
         step = &*last.step,

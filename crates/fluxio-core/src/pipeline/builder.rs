@@ -34,6 +34,7 @@ pub struct PipelineBuilder {
     callbacks: Vec<Arc<dyn Callback>>,
     resources: Resources,
     clock: crate::clock::Clock,
+    children: Vec<Pipeline>,
 }
 
 impl PipelineBuilder {
@@ -58,6 +59,7 @@ impl PipelineBuilder {
             middleware: Vec::new(),
             stage_middleware: Vec::new(),
             callbacks: Vec::new(),
+            children: Vec::new(),
             resources: Resources::default(),
             clock: crate::clock::Clock::store(),
         }
@@ -106,6 +108,34 @@ impl PipelineBuilder {
     /// ```
     pub fn resource<T: std::marker::Send + Sync + 'static>(mut self, value: T) -> Self {
         self.resources.insert(value);
+        self
+    }
+
+    /// Registers `pipeline` as the one the child steps named after it run
+    /// (contract rule 29: `child!("billing")` runs the pipeline named
+    /// `billing`). Its store may be this pipeline's or another; `build`
+    /// refuses a child step whose pipeline is not registered, and a child
+    /// pipeline without a store or one that deletes completed runs (its
+    /// parent reads the result from the child's completed run).
+    ///
+    /// The `fluxio` crate's documentation has a whole example; `build`
+    /// refuses a child step whose pipeline is missing:
+    ///
+    /// ```
+    /// use fluxio_core::InMemoryStore;
+    /// use fluxio_core::child::Child;
+    /// use fluxio_core::compile::Node;
+    /// # use fluxio_core::__private::pipeline_builder;
+    /// # // `fluxio::pipeline![..., child!("billing")]` builds this node
+    /// let orders = pipeline_builder(vec![Node::Child(Child::of("billing"))], [1; 32], [1; 32])
+    ///     .name("orders")
+    ///     .store(InMemoryStore::new())
+    ///     .build();
+    /// let err = orders.expect_err("billing is not registered").to_string();
+    /// assert!(err.contains("child(billing) names a pipeline that is not registered"), "{err}");
+    /// ```
+    pub fn child(mut self, pipeline: Pipeline) -> Self {
+        self.children.push(pipeline);
         self
     }
 
@@ -278,7 +308,7 @@ impl PipelineBuilder {
         }
         let name = self.name.clone().unwrap_or_default();
         if self.name.is_some() {
-            check_pipeline_name(&name)?;
+            crate::store::check_pipeline_name(&name)?;
         } else if self.durable {
             return Err(Error::InvalidSetting {
                 setting: "name",
@@ -300,6 +330,7 @@ impl PipelineBuilder {
         if !self.durable {
             if let Some(step) = (program.sleeps.iter().map(crate::waiting::Sleep::step_name))
                 .chain(program.waits.iter().map(crate::waiting::Wait::step_name))
+                .chain(program.children.iter().map(crate::child::Child::step_name))
                 .next()
             {
                 return Err(Error::build(format!(
@@ -308,6 +339,7 @@ impl PipelineBuilder {
                 )));
             }
         }
+        program.child_runs = child_runs(&program, &self.children)?;
         program.callbacks = self.callbacks.into();
         let resources = Arc::new(self.resources);
         for stage in &mut program.stages {
@@ -378,27 +410,45 @@ impl PipelineBuilder {
     }
 }
 
-/// The longest pipeline name [`PipelineBuilder::name`] accepts, in bytes.
-pub const MAX_PIPELINE_NAME_LEN: usize = 64;
-
-/// A pipeline name: 1 to [`MAX_PIPELINE_NAME_LEN`] ASCII letters, digits,
-/// `_`, `-` or `.` (no `/`, so `name/run_id` keys cannot collide).
-pub(super) fn check_pipeline_name(name: &str) -> Result<()> {
-    let problem = if name.is_empty() {
-        "it is empty".to_owned()
-    } else if name.len() > MAX_PIPELINE_NAME_LEN {
-        format!("it is longer than {MAX_PIPELINE_NAME_LEN} bytes")
-    } else if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
-    {
-        format!("{c:?} is not an ASCII letter, digit, `_`, `-` or `.`")
-    } else {
-        return Ok(());
-    };
-    let shown: String = name.chars().take(MAX_PIPELINE_NAME_LEN).collect();
-    Err(Error::InvalidSetting {
-        setting: "name",
-        message: format!("pipeline name {shown:?}: {problem}"),
-    })
+/// The pipeline each child step of `program` runs, found among `children`
+/// by name (rule 29).
+fn child_runs(
+    program: &crate::compile::Program,
+    children: &[Pipeline],
+) -> Result<Vec<Arc<dyn crate::child::ChildRuns>>> {
+    let mut runs: Vec<Arc<dyn crate::child::ChildRuns>> = Vec::new();
+    for child in &program.children {
+        let step = child.step_name();
+        let Some(pipeline) = children.iter().find(|p| p.name() == child.pipeline()) else {
+            let registered: Vec<&str> = children.iter().map(Pipeline::name).collect();
+            return Err(Error::build(format!(
+                "{step} names a pipeline that is not registered: add it with \
+                 `.child(pipeline)` before `.build()` (registered: {registered:?})"
+            )));
+        };
+        if pipeline.store().is_none() {
+            return Err(Error::build(format!(
+                "{step}: pipeline `{}` has no store; a child run lives in one",
+                pipeline.name()
+            )));
+        }
+        if pipeline.inner.settings.delete_completed {
+            return Err(Error::build(format!(
+                "{step}: pipeline `{}` deletes its completed runs, so its parent could not \
+                 read the result; build it without `delete_completed`",
+                pipeline.name()
+            )));
+        }
+        if !matches!(
+            pipeline.inner.program.instrs.first(),
+            Some(crate::compile::Instr::Checkpoint { .. })
+        ) {
+            return Err(Error::build(format!(
+                "{step}: pipeline `{}` has no stage to run",
+                pipeline.name()
+            )));
+        }
+        runs.push(Arc::new(pipeline.clone()));
+    }
+    Ok(runs)
 }

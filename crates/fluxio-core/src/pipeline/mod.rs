@@ -12,6 +12,7 @@
 //! - `waits.rs`: `signal`, `signal_value`, `wake`, `wait_for` (runs that wait).
 
 mod builder;
+mod child;
 mod history;
 mod operate;
 mod options;
@@ -20,7 +21,7 @@ mod resume;
 mod run;
 mod waits;
 
-pub use builder::MAX_PIPELINE_NAME_LEN;
+pub use crate::store::MAX_PIPELINE_NAME_LEN;
 pub use builder::PipelineBuilder;
 pub use history::Diff;
 pub use history::DiffEntry;

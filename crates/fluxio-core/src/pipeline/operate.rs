@@ -76,11 +76,18 @@ impl Pipeline {
     /// run id; [`Error::Store`] from the store. The errors name the run by
     /// its store key (`name/run_id`).
     ///
+    /// A run waiting for a child run (contract rule 29) has it cancelled
+    /// too, and the child's own, through the child's pipeline when it is
+    /// registered on this one ([`PipelineBuilder::child`](crate::PipelineBuilder::child)),
+    /// else in this pipeline's store.
+    ///
     /// # Cancel safety
-    /// Dropping the future leaves the run cancelled or not, never half-way.
+    /// Dropping the future leaves the run cancelled or not, never half-way
+    /// (a child not yet cancelled stays as it is).
     pub async fn cancel(&self, run_id: &str) -> Result<()> {
         let key = self.key(run_id)?;
-        self.require_store("cancel")?.cancel(&key).await
+        let store = self.require_store("cancel")?;
+        self.cancel_stored(store, &key).await
     }
 
     /// Pauses the run `run_id` (contract rule 30), from any process that

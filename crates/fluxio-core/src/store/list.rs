@@ -130,6 +130,11 @@ pub struct RunFilter {
     pub limit: usize,
     /// The cursor a previous page returned: list the runs after it.
     pub after: Option<String>,
+    /// Only runs whose run id (the key without its pipeline) starts with
+    /// this: [`children_of`](Self::children_of) lists a parent's child
+    /// runs (contract rule 29) with it.
+    #[serde(default)]
+    pub id_prefix: Option<String>,
 }
 
 impl Default for RunFilter {
@@ -142,6 +147,7 @@ impl Default for RunFilter {
             updated_before_ms: None,
             limit: 100,
             after: None,
+            id_prefix: None,
         }
     }
 }
@@ -208,6 +214,29 @@ impl RunFilter {
         })
     }
 
+    /// Only runs whose run id starts with `prefix`.
+    #[must_use]
+    pub fn id_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.id_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Only the child runs (contract rule 29) of the run stored under
+    /// `parent_key`, of every pipeline: the runs whose id starts with
+    /// `{parent_key}@` ([`child_run_id`](crate::child::child_run_id)).
+    /// Without a [`pipeline`](Self::pipeline) a store reads its whole index
+    /// for it.
+    ///
+    /// ```
+    /// use fluxio_core::store::RunFilter;
+    /// let children = RunFilter::new().children_of("orders/42");
+    /// assert_eq!(children.id_prefix.as_deref(), Some("orders/42@"));
+    /// ```
+    #[must_use]
+    pub fn children_of(self, parent_key: &str) -> Self {
+        self.id_prefix(format!("{parent_key}@"))
+    }
+
     /// The page after the cursor `next` of a previous page.
     #[must_use]
     pub fn after(mut self, next: impl Into<String>) -> Self {
@@ -225,6 +254,7 @@ impl RunFilter {
             && self.version.as_deref().is_none_or(|v| v == cp.version)
             && self.created_after_ms.is_none_or(|t| cp.created_at_ms >= t)
             && self.updated_before_ms.is_none_or(|t| cp.updated_at_ms < t)
+            && (self.id_prefix.as_deref()).is_none_or(|p| run_id_of(key).starts_with(p))
     }
 }
 
@@ -298,4 +328,36 @@ pub struct RunPage {
     pub runs: Vec<RunSummary>,
     /// The cursor of the next page ([`RunFilter::after`]); `None` on the last.
     pub next: Option<String>,
+}
+
+/// The run id of the key `key`: what follows its pipeline's name and `/`
+/// (the whole key when it has no `/`).
+#[must_use]
+pub fn run_id_of(key: &str) -> &str {
+    key.split_once('/').map_or(key, |(_, id)| id)
+}
+
+/// The first string after every string that starts with `prefix`, in byte
+/// order (its last character replaced by the next one), or `None` when
+/// there is none: what a store bounds a prefix's range of keys with.
+///
+/// ```
+/// use fluxio_core::store::prefix_end;
+/// assert_eq!(prefix_end("orders/42@").as_deref(), Some("orders/42A"));
+/// assert_eq!(prefix_end(""), None);
+/// ```
+#[must_use]
+pub fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let mut next = u32::from(last) + 1;
+        while next <= u32::from(char::MAX) {
+            if let Some(c) = char::from_u32(next) {
+                chars.push(c);
+                return Some(chars.into_iter().collect());
+            }
+            next += 1;
+        }
+    }
+    None
 }

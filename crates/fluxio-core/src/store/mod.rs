@@ -90,16 +90,16 @@ pub use checkpoint::{
 pub use error_kind::StoreErrorKind;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::{Begin, Begun, Lease};
-pub use list::{MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary};
+pub use list::{MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary, prefix_end, run_id_of};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
-pub(crate) use retry::woken;
+pub use retry::{cancel_with_children, open_child, retry_run, wake_run};
 pub(crate) use retry::{mark_needs_attention, successor};
-pub use retry::{retry_run, wake_run};
+pub(crate) use retry::{requeue_run, wake_waiting, woken};
 pub use waits::{
-    Claimed, Decision, Delivery, DueFilter, DueRun, MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS,
-    MAX_WAIT_NAME_LEN, Payload, Pending, RunEvent, RunEventKind, RunEvents, Signal, SignalState,
-    Take, WaitName, check_wait_name, decide, deliver,
+    CHILD_WAIT_PREFIX, Claimed, Decision, Delivery, DueFilter, DueRun, MAX_SIGNAL_PAYLOAD,
+    MAX_UNTIL_MS, MAX_WAIT_NAME_LEN, Payload, Pending, RunEvent, RunEventKind, RunEvents, Signal,
+    SignalState, Take, WaitName, check_wait_name, decide, deliver,
 };
 
 use crate::error::Result;
@@ -148,6 +148,31 @@ pub fn check_lease_ttl(ttl: Duration) -> Result<()> {
             "{ttl:?} is out of range: a lease lasts from {MIN_LEASE_TTL:?} (the shortest a run \
              can renew, every third of it) to 365 days"
         ),
+    })
+}
+
+/// The longest pipeline name [`PipelineBuilder::name`](crate::PipelineBuilder::name) accepts, in bytes.
+pub const MAX_PIPELINE_NAME_LEN: usize = 64;
+
+/// A pipeline name: 1 to [`MAX_PIPELINE_NAME_LEN`] ASCII letters, digits,
+/// `_`, `-` or `.` (no `/`, so `name/run_id` keys cannot collide).
+pub(crate) fn check_pipeline_name(name: &str) -> Result<()> {
+    let problem = if name.is_empty() {
+        "it is empty".to_owned()
+    } else if name.len() > MAX_PIPELINE_NAME_LEN {
+        format!("it is longer than {MAX_PIPELINE_NAME_LEN} bytes")
+    } else if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
+        format!("{c:?} is not an ASCII letter, digit, `_`, `-` or `.`")
+    } else {
+        return Ok(());
+    };
+    let shown: String = name.chars().take(MAX_PIPELINE_NAME_LEN).collect();
+    Err(crate::Error::InvalidSetting {
+        setting: "name",
+        message: format!("pipeline name {shown:?}: {problem}"),
     })
 }
 

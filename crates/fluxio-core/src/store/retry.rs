@@ -58,17 +58,70 @@ pub(crate) fn successor(mut latest: Checkpoint) -> Checkpoint {
 pub async fn retry_run<S: CheckpointStore + ?Sized>(store: &S, key: &str) -> Result<Checkpoint> {
     super::check_run_id(key)?;
     let lease = store.acquire_lease(key, RETRY_LEASE_TTL).await?;
-    let written = retry_locked(store, key, &lease).await;
+    let written = retry_locked(store, key, &lease, None).await;
     let released = store.release_lease(lease).await;
     let checkpoint = written?;
     released?;
     Ok(checkpoint)
 }
 
+/// [`retry_run`], but the run is due at `now_ms` (sleeping until then at
+/// its step) instead of abandoned: the next worker of its pipeline that
+/// asks for due runs continues it (what a parent's new attempt does to the
+/// child that failed it, rule 29).
+pub(crate) async fn requeue_run(
+    store: &dyn CheckpointStore,
+    key: &str,
+    now_ms: u64,
+) -> Result<Checkpoint> {
+    let lease = store.acquire_lease(key, RETRY_LEASE_TTL).await?;
+    let written = retry_locked(store, key, &lease, Some(now_ms)).await;
+    let released = store.release_lease(lease).await;
+    let checkpoint = written?;
+    released?;
+    Ok(checkpoint)
+}
+
+/// Makes the run stored under `key` due at `now_ms` when it is waiting
+/// for the child run `child_key` (rule 29: what a child's end does to its
+/// parent); `false`, writing nothing, when it is not.
+///
+/// # Errors
+/// [`Error::RunIdInUse`] while a worker holds the run; the store's errors.
+pub(crate) async fn wake_waiting(
+    store: &dyn CheckpointStore,
+    key: &str,
+    child_key: &str,
+    now_ms: u64,
+) -> Result<bool> {
+    super::check_run_id(key)?;
+    let name = format!("{}{child_key}", super::CHILD_WAIT_PREFIX);
+    let lease = store.acquire_lease(key, RETRY_LEASE_TTL).await?;
+    let written = async {
+        let Some(latest) = store.load(key).await? else {
+            return Ok(false);
+        };
+        let waits = latest.status == RunStatus::Waiting
+            && latest.pending.as_ref().is_some_and(|p| p.waits_for(&name));
+        if !waits {
+            return Ok(false);
+        }
+        let next = woken(key, latest, now_ms)?;
+        store.save_fenced(next, &lease).await?;
+        Ok(true)
+    }
+    .await;
+    let released = store.release_lease(lease).await;
+    let woke = written?;
+    released?;
+    Ok(woke)
+}
+
 async fn retry_locked<S: CheckpointStore + ?Sized>(
     store: &S,
     key: &str,
     lease: &Lease,
+    due_ms: Option<u64>,
 ) -> Result<Checkpoint> {
     let Some(latest) = store.load(key).await? else {
         return Err(Error::CheckpointNotFound {
@@ -84,8 +137,12 @@ async fn retry_locked<S: CheckpointStore + ?Sized>(
         RunStatus::Failed | RunStatus::NeedsAttention => {
             let mut next = successor(latest);
             next.status = RunStatus::Running;
+            if let Some(due) = due_ms {
+                next = next.parked(super::Pending::sleep(due));
+            }
             next.error_message = None;
-            next.attempt = 0;
+            // a woken run's resume does not count an attempt: it runs 1
+            next.attempt = u32::from(due_ms.is_some());
             next.updated_at_ms = super::now_ms();
             store.save_fenced(next.clone(), lease).await?;
             Ok(next)
@@ -182,4 +239,45 @@ pub(crate) fn woken(key: &str, latest: Checkpoint, now_ms: u64) -> Result<Checkp
     next.pending = Some(pending);
     next.updated_at_ms = super::now_ms();
     Ok(next)
+}
+
+/// The child run the run stored as `latest` waits for (contract rule 29),
+/// as its store key, when it waits for one.
+#[must_use]
+pub fn open_child(latest: &Checkpoint) -> Option<String> {
+    let pending = latest.pending.as_ref()?;
+    pending
+        .waits
+        .iter()
+        .find_map(|w| w.name.strip_prefix(super::CHILD_WAIT_PREFIX))
+        .map(str::to_owned)
+}
+
+/// Cancels the run stored under `key` (as [`CheckpointStore::cancel`]),
+/// then the child run it waits for (contract rule 29), and that child's,
+/// in the same store. Returns the keys of the children it cancelled (a
+/// child that ended meanwhile is left as it is). What `fluxio runs cancel`
+/// does; [`Pipeline::cancel`](crate::Pipeline::cancel) does the same, and
+/// reaches children in other stores through the child pipelines it
+/// registered.
+///
+/// # Errors
+/// As [`CheckpointStore::cancel`] for `key`; the store's errors for a
+/// child.
+pub async fn cancel_with_children<S: CheckpointStore + ?Sized>(
+    store: &S,
+    key: &str,
+) -> Result<Vec<String>> {
+    let mut child = store.load(key).await?.as_ref().and_then(open_child);
+    store.cancel(key).await?;
+    let mut cancelled = Vec::new();
+    while let Some(key) = child.take() {
+        child = store.load(&key).await?.as_ref().and_then(open_child);
+        match store.cancel(&key).await {
+            Ok(()) => cancelled.push(key),
+            Err(Error::RunFinished { .. } | Error::CheckpointNotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(cancelled)
 }

@@ -23,6 +23,10 @@ pub const MAX_SIGNAL_PAYLOAD: usize = 16 << 20;
 /// every store.
 pub const MAX_UNTIL_MS: u64 = 253_402_300_799_999;
 
+/// The prefix of the wait name a parent waiting for its child run shows
+/// (contract rule 29: `child:billing/orders/42@3`); no signal may use it.
+pub const CHILD_WAIT_PREFIX: &str = "child:";
+
 /// The longest wait name accepted, in bytes.
 pub const MAX_WAIT_NAME_LEN: usize = 128;
 
@@ -307,6 +311,8 @@ pub fn check_wait_name(name: &str) -> Result<()> {
         "it is longer than 128 bytes"
     } else if name.chars().any(char::is_control) {
         "it contains control characters"
+    } else if name.starts_with(CHILD_WAIT_PREFIX) {
+        "names starting with `child:` are a parent's wait for its child run"
     } else {
         return Ok(());
     };

@@ -8,7 +8,7 @@ use crate::store::{Checkpoint, CheckpointStore, MAX_LIST_LIMIT, RunFilter, RunSt
 
 /// Whether `store` lists runs: `false` when it answers `Unsupported`; when
 /// it lists them, its fresh namespace lists none.
-async fn lists_runs<S: CheckpointStore>(store: &S) -> bool {
+pub(super) async fn lists_runs<S: CheckpointStore>(store: &S) -> bool {
     match store.list_runs(&RunFilter::new()).await {
         Err(Error::Unsupported { .. }) => false,
         Err(e) => panic!("list_runs: {e}"),

@@ -61,6 +61,8 @@ mod begin;
 
 mod cancel;
 
+mod child;
+
 mod deadline;
 
 mod pause;
@@ -93,6 +95,12 @@ pub use waits::{
     rule27_busy_workers_wake_every_due_run_once_and_none_fails,
     rule27_racing_workers_continue_each_due_run_once, rule28_a_test_clock_fires_a_recovery_backoff,
     signal, waiting,
+};
+
+pub use child::{
+    rule29_a_child_runs_once_and_its_result_goes_into_the_parent,
+    rule29_a_failed_child_fails_the_parent_until_it_is_retried,
+    rule29_cancelling_a_parent_cancels_its_open_child, rule29_child_runs_are_listed_by_parent,
 };
 
 pub use pause::{
@@ -822,6 +830,10 @@ macro_rules! __store_conformance_each {
             rule27_busy_workers_wake_every_due_run_once_and_none_fails,
             rule27_a_recovery_time_is_kept_in_the_due_index,
             rule28_a_test_clock_fires_a_recovery_backoff,
+            rule29_a_child_runs_once_and_its_result_goes_into_the_parent,
+            rule29_a_failed_child_fails_the_parent_until_it_is_retried,
+            rule29_cancelling_a_parent_cancels_its_open_child,
+            rule29_child_runs_are_listed_by_parent,
             rule30_a_run_past_its_deadline_stops_before_its_next_stage,
             rule30_a_sleep_past_the_deadline_wakes_the_run_to_fail_at_it,
             rule30_a_wait_is_left_at_the_runs_deadline_not_its_timeout,
