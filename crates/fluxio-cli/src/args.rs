@@ -116,6 +116,9 @@ pub(crate) struct ListArgs {
     /// Only runs whose latest checkpoint this pipeline version wrote.
     #[arg(long)]
     pub(crate) version: Option<String>,
+    /// Only the child runs of this run (pipeline/run_id), of every pipeline.
+    #[arg(long)]
+    pub(crate) parent: Option<String>,
     /// Only runs started since: a duration ago (1h, 30m, 7d) or an RFC 3339 time.
     #[arg(long, value_parser = since)]
     pub(crate) since: Option<u64>,

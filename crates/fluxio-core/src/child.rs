@@ -11,8 +11,8 @@
 //! parent's pipeline continues it with the child's result in its context.
 //!
 //! - **The child's id** is derived from the parent's run and the step's
-//!   position: `{parent key}@{position}`, e.g. `orders/42@3`, stored under
-//!   the key `billing/orders/42@3` ([`child_run_id`]). A parent that is
+//!   position: `{parent key}#{position}`, e.g. `orders/42#3`, stored under
+//!   the key `billing/orders/42#3` ([`child_run_id`]). A parent that is
 //!   resumed, retried or started again by a client finds the child it
 //!   started and attaches to it; it never starts a second one.
 //! - **Its input** is the parent's context, or only the keys named by
@@ -276,7 +276,7 @@ fn missing(key: &str, expected: &'static str) -> Error {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ChildFailure {
-    /// The child's store key (`billing/orders/42@3`).
+    /// The child's store key (`billing/orders/42#3`).
     pub run: String,
     /// How it ended: `failed`, `cancelled` or `needs-attention`.
     pub state: String,
@@ -285,25 +285,25 @@ pub struct ChildFailure {
 }
 
 /// The run id of the child that the step at `position` of the run stored
-/// under `parent_key` starts: `{parent_key}@{position}`.
+/// under `parent_key` starts: `{parent_key}#{position}`.
 ///
 /// ```
 /// use fluxio_core::child::{child_run_id, parent_of};
-/// assert_eq!(child_run_id("orders/42", 3), "orders/42@3");
-/// assert_eq!(parent_of("orders/42@3"), Some("orders/42"));
+/// assert_eq!(child_run_id("orders/42", 3), "orders/42#3");
+/// assert_eq!(parent_of("orders/42#3"), Some("orders/42"));
 /// assert_eq!(parent_of("order-42"), None);
 /// ```
 #[must_use]
 pub fn child_run_id(parent_key: &str, position: u32) -> String {
-    format!("{parent_key}@{position}")
+    format!("{parent_key}#{position}")
 }
 
 /// The parent's store key of a child's run id ([`child_run_id`]): the part
-/// before its last `@`, when a position follows it and it is a key with a
+/// before its last `#`, when a position follows it and it is a key with a
 /// pipeline (`name/run_id`).
 #[must_use]
 pub fn parent_of(run_id: &str) -> Option<&str> {
-    let (parent, position) = run_id.rsplit_once('@')?;
+    let (parent, position) = run_id.rsplit_once('#')?;
     let numeric = !position.is_empty() && position.bytes().all(|b| b.is_ascii_digit());
     (numeric && parent.contains('/') && !parent.starts_with('/')).then_some(parent)
 }

@@ -89,7 +89,7 @@ async fn rule29_a_parent_built_with_the_macro_takes_its_childs_result() {
         panic!("the parent waits for its child: {parked:?}");
     };
     let child_key = waits[0].name.strip_prefix("child:").expect("a child wait");
-    assert!(child_key.starts_with("billing/orders/o-1@"), "{child_key}");
+    assert!(child_key.starts_with("billing/orders/o-1#"), "{child_key}");
     let done = settle(&worker(&orders, &billing), &orders, "o-1").await;
     assert_eq!(done.status, RunStatus::Completed, "{done:?}");
     let out = done.context.to_context();
@@ -147,7 +147,7 @@ async fn rule29_a_childs_failure_goes_into_the_context_or_fails_the_parent() {
     let again = settle(&worker(&strict, &billing), &strict, "s").await;
     assert_eq!(again.status, RunStatus::Failed, "the child fails again");
     let message = again.error_message.unwrap_or_default();
-    assert!(message.contains("billing/strict/s@") && message.contains("nothing to charge"));
+    assert!(message.contains("billing/strict/s#") && message.contains("nothing to charge"));
 }
 
 #[tokio::test]
@@ -262,7 +262,7 @@ async fn rule29_bad_input_fails_the_parent_at_the_step_for_good() {
         (cp.status, cp.step.as_str()),
         (RunStatus::Failed, "child(billing)")
     );
-    assert!(!store.exists("billing/orders/m@0").await.expect("exists"));
+    assert!(!store.exists("billing/orders/m#0").await.expect("exists"));
     // a parent id too long for its child's key fails the parent, for good
     let long = "x".repeat(500);
     let input = Context::new().set("amount", 1u64).expect("a u64");

@@ -14,15 +14,23 @@ pub(crate) async fn cancel(
     store: &dyn CheckpointStore,
     key: &str,
 ) -> Result<(), Failure> {
-    store.cancel(key).await?;
+    // rule 29: with the child run it waits for, in this store
+    let children = fluxio_core::store::cancel_with_children(store, key).await?;
     if out.json {
-        return out.json(&json!({ "run": key, "status": fluxio_core::RunStatus::Cancelled }));
+        return out.json(&json!({
+            "run": key,
+            "status": fluxio_core::RunStatus::Cancelled,
+            "children": children,
+        }));
     }
     writeln!(
         out.out,
         "cancelled run {}: its worker, if any, stops before its next stage",
         shown(key)
     )?;
+    for child in &children {
+        writeln!(out.out, "cancelled its child run {}", shown(child))?;
+    }
     Ok(())
 }
 

@@ -21,6 +21,9 @@ pub(crate) async fn list(
     if let Some(status) = args.status {
         filter = filter.state(status);
     }
+    if let Some(parent) = &args.parent {
+        filter = filter.children_of(parent);
+    }
     if let Some(version) = &args.version {
         filter = filter.version(version);
     }

@@ -48,6 +48,8 @@ pub(crate) async fn show(
             "lease_expires_at_ms": listed.summary.as_ref().and_then(|s| s.lease_expires_at_ms),
             "pending": latest.pending,
             "deadline_ms": latest.deadline_ms,
+            "parent": fluxio_core::child::parent_of(&latest.run_id),
+            "child": fluxio_core::store::open_child(latest),
             "context": context_json(&latest.context, args.full),
             "history": history,
         }));
@@ -209,7 +211,22 @@ impl Known<'_> {
             ),
         );
         field("lease", listed.lease());
-        if let Some(pending) = self.pending {
+        if let Some(parent) = fluxio_core::child::parent_of(self.run_id) {
+            field("parent", shown(parent).into_owned());
+        }
+        let child = self.pending.and_then(|p| {
+            p.waits
+                .iter()
+                .find_map(|w| w.name.strip_prefix(fluxio_core::store::CHILD_WAIT_PREFIX))
+        });
+        if let (Some(child), Some(pending)) = (child, self.pending) {
+            field("waits for", format!("child run {}", shown(child)));
+            let until = pending.until_ms.map(when);
+            field(
+                "looks again",
+                until.unwrap_or_else(|| "-".to_owned()) + " (or when the child ends)",
+            );
+        } else if let Some(pending) = self.pending {
             let until = pending.until_ms.map(when);
             if pending.is_sleep() {
                 field("sleeps until", until.unwrap_or_else(|| "-".to_owned()));

@@ -376,3 +376,84 @@ async fn rule30_the_cli_pauses_a_run_another_process_is_running() {
         .expect("done");
     assert!(done.get::<bool>("after").expect("after_gate ran"));
 }
+
+#[stage]
+async fn invoice(ctx: Context) -> StageResult {
+    Ok(ctx.set("invoice", "inv-1")?)
+}
+
+/// Rule 29 from the command line, on a store the CLI did not create:
+/// `runs show` of a parent says which child it waits for, and of the child
+/// names its parent; `runs list --parent` lists the children of every
+/// pipeline; `runs cancel` of the parent cancels its open child and says so.
+async fn child_scenario(t: &Target) {
+    let billing = pipeline![invoice]
+        .name("billing")
+        .store_arc(Arc::clone(&t.store))
+        .build()
+        .expect("builds");
+    let orders = pipeline![submit, child!("billing")]
+        .name("orders")
+        .store_arc(Arc::clone(&t.store))
+        .child(billing)
+        .build()
+        .expect("builds");
+    let out = orders.invoke("o-1", Context::new()).await.expect("parks");
+    assert!(matches!(out, Outcome::Waiting { .. }), "{out:?}");
+    let shown = t
+        .run(&["runs", "show", "orders/o-1", "--json"], None)
+        .code(0)
+        .json();
+    let child = shown["child"]
+        .as_str()
+        .expect("the child it waits for")
+        .to_owned();
+    let child = child.as_str();
+    assert!(child.starts_with("billing/orders/o-1#"), "{child}");
+    t.run(&["runs", "show", "orders/o-1"], None)
+        .code(0)
+        .shows(&[
+            "waiting",
+            &format!("child run {child}"),
+            "or when the child ends",
+        ]);
+    t.run(&["runs", "show", child], None)
+        .code(0)
+        .shows(&["parent", "orders/o-1", "sleeping"]);
+    let listed = t
+        .run(&["runs", "list", "--parent", "orders/o-1", "--json"], None)
+        .code(0)
+        .json();
+    let keys: Vec<&str> = listed["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter_map(|r| r["key"].as_str())
+        .collect();
+    assert_eq!(keys, [child]);
+    t.run(&["runs", "list", "--parent", "orders/nobody"], None)
+        .code(0)
+        .shows(&["no runs"]);
+    t.run(&["runs", "cancel", "orders/o-1"], None)
+        .code(0)
+        .shows(&[
+            "cancelled run orders/o-1",
+            &format!("cancelled its child run {child}"),
+        ]);
+    let stored = t.store.load(child).await.expect("load").expect("kept");
+    assert_eq!(stored.status, RunStatus::Cancelled);
+}
+
+#[tokio::test]
+async fn rule29_children_listed_shown_and_cancelled_on_sqlite() {
+    child_scenario(&sqlite("cli_child").await).await;
+}
+
+#[tokio::test]
+async fn rule29_children_listed_shown_and_cancelled_on_redis() {
+    let prefix = fluxio_test_support::namespace("cli_child");
+    let Some(t) = redis(&prefix).await else {
+        return;
+    };
+    child_scenario(&t).await;
+}

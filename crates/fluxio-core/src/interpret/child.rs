@@ -38,7 +38,7 @@ impl Top<'_> {
         if child_key.len() > MAX_RUN_ID_LEN {
             return Err(Halt::Failed(Error::InvalidRunId {
                 run_id: child_key.chars().take(64).collect(),
-                reason: "a child run's key (`{child pipeline}/{parent key}@{position}`) is longer \
+                reason: "a child run's key (`{child pipeline}/{parent key}#{position}`) is longer \
                          than 512 bytes: give the parent a shorter run id",
             }));
         }
@@ -167,7 +167,7 @@ pub(super) async fn recheck(program: &Program, d: &Durable<'_>, pending: &Pendin
     }
 }
 
-/// At the end of a run that is a child (its id is `{parent key}@{n}`): its
+/// At the end of a run that is a child (its id is `{parent key}#{n}`): its
 /// parent, when it waits for it in the same store, is due now.
 pub(super) async fn wake_parent(d: &Durable<'_>) {
     if let Some(parent) = parent_of(d.run_id) {

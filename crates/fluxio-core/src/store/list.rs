@@ -223,18 +223,18 @@ impl RunFilter {
 
     /// Only the child runs (contract rule 29) of the run stored under
     /// `parent_key`, of every pipeline: the runs whose id starts with
-    /// `{parent_key}@` ([`child_run_id`](crate::child::child_run_id)).
+    /// `{parent_key}#` ([`child_run_id`](crate::child::child_run_id)).
     /// Without a [`pipeline`](Self::pipeline) a store reads its whole index
     /// for it.
     ///
     /// ```
     /// use fluxio_core::store::RunFilter;
     /// let children = RunFilter::new().children_of("orders/42");
-    /// assert_eq!(children.id_prefix.as_deref(), Some("orders/42@"));
+    /// assert_eq!(children.id_prefix.as_deref(), Some("orders/42#"));
     /// ```
     #[must_use]
     pub fn children_of(self, parent_key: &str) -> Self {
-        self.id_prefix(format!("{parent_key}@"))
+        self.id_prefix(format!("{parent_key}#"))
     }
 
     /// The page after the cursor `next` of a previous page.
@@ -343,7 +343,7 @@ pub fn run_id_of(key: &str) -> &str {
 ///
 /// ```
 /// use fluxio_core::store::prefix_end;
-/// assert_eq!(prefix_end("orders/42@").as_deref(), Some("orders/42A"));
+/// assert_eq!(prefix_end("orders/42#").as_deref(), Some("orders/42$"));
 /// assert_eq!(prefix_end(""), None);
 /// ```
 #[must_use]

@@ -24,7 +24,7 @@ pub const MAX_SIGNAL_PAYLOAD: usize = 16 << 20;
 pub const MAX_UNTIL_MS: u64 = 253_402_300_799_999;
 
 /// The prefix of the wait name a parent waiting for its child run shows
-/// (contract rule 29: `child:billing/orders/42@3`); no signal may use it.
+/// (contract rule 29: `child:billing/orders/42#3`); no signal may use it.
 pub const CHILD_WAIT_PREFIX: &str = "child:";
 
 /// The longest wait name accepted, in bytes.

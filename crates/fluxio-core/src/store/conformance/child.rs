@@ -126,7 +126,7 @@ async fn settle(parent: &Pipeline, child: &Pipeline, run: &str) -> crate::Checkp
 }
 
 /// Rule 29: a parent reaching a child step stores the child (due at once,
-/// under `{parent key}@{position}`, with the parent's input keys) and
+/// under `{parent key}#{position}`, with the parent's input keys) and
 /// parks waiting for it, holding nothing; a worker runs the child once,
 /// its end makes the parent due, and the parent goes on with the child's
 /// result; a client's retried start, and a resume while the child runs,
@@ -281,7 +281,7 @@ pub async fn rule29_cancelling_a_parent_cancels_its_open_child<H: Harness>(h: &H
 }
 
 /// Rule 29 (and 21): a listing by parent finds the runs whose id is the
-/// parent's key and `@`, in every pipeline, and nothing else; with a
+/// parent's key and `#`, in every pipeline, and nothing else; with a
 /// pipeline, only that pipeline's; its pages follow one another.
 pub async fn rule29_child_runs_are_listed_by_parent<H: Harness>(h: &H) {
     let ns = namespace("rule29_list");
@@ -291,12 +291,12 @@ pub async fn rule29_child_runs_are_listed_by_parent<H: Harness>(h: &H) {
     }
     let parent = format!("mom/{ns}");
     let keys = [
-        format!("bill/{parent}@1"),
-        format!("kid/{parent}@3"),
-        format!("bill/{parent}0@1"),
+        format!("bill/{parent}#1"),
+        format!("kid/{parent}#3"),
+        format!("bill/{parent}0#1"),
         format!("bill/{parent}"),
         parent.clone(),
-        format!("bill/x{parent}@1"),
+        format!("bill/x{parent}#1"),
     ];
     for key in &keys {
         let (pipeline, id) = key.split_once('/').expect("a key");
