@@ -1,6 +1,7 @@
 //! Shared code of the end-to-end tests: the pipeline the worker process runs,
 //! and opening a store by kind. The tests themselves live in `tests/`.
 
+pub mod family;
 pub mod process;
 
 use std::io::Write as _;

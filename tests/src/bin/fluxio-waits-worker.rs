@@ -9,6 +9,12 @@
 //! every 50 ms, no backoff) until the run completes, then prints `ok ...`.
 //! Failures print `error <message>`. The harness kills it with SIGKILL at
 //! random moments.
+//!
+//! `family-start` and `family-work` do the same for the child-run test's
+//! parent (`fluxio_tests::family`): `family-start` starts the parent on a
+//! store that stops the process (`child-stored`) between storing the child
+//! and recording it; `family-work` runs a worker of the parent and the
+//! child until the parent completes.
 
 use std::io::BufRead as _;
 use std::time::Duration;
@@ -44,6 +50,9 @@ async fn run() -> fluxio::Result<String> {
         hold: None,
     });
     let store = kind.open(&args[2], &args[3]).await?;
+    if let Some(mode) = args[5].strip_prefix("family-") {
+        return family(mode, store, &args[4], lease_ms).await;
+    }
     let pipeline = waits_pipeline()
         .store_arc(store)
         .lease_ttl(Duration::from_millis(lease_ms))
@@ -89,4 +98,54 @@ async fn run() -> fluxio::Result<String> {
         }
         _ => Err(usage()),
     }
+}
+
+/// The child-run test's modes: `start` the parent (stopping before it
+/// records its child), or `work` on it and its child until it completes.
+async fn family(
+    mode: &str,
+    store: std::sync::Arc<dyn fluxio::CheckpointStore>,
+    run_id: &str,
+    lease_ms: u64,
+) -> fluxio::Result<String> {
+    use fluxio_tests::family::{StopBeforePark, family_child, family_parent};
+    let store = if mode == "start" {
+        std::sync::Arc::new(StopBeforePark { inner: store })
+    } else {
+        store
+    };
+    let lease = Duration::from_millis(lease_ms);
+    let child = family_child()
+        .store_arc(store.clone())
+        .lease_ttl(lease)
+        .build()?;
+    let parent = family_parent(child.clone())
+        .store_arc(store)
+        .lease_ttl(lease)
+        .build()?;
+    println!("ready");
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    if mode == "start" {
+        let out = parent.start(run_id, ctx! { "seed" => 5u64 }?).await?;
+        return Ok(format!("error the parent did not stop: {out:?}"));
+    }
+    let worker = RecoveryWorker::builder()
+        .pipeline(parent.clone())
+        .pipeline(child)
+        .due_poll(Duration::from_millis(20))
+        .interval(Duration::from_millis(50))
+        .policy(RecoveryPolicy::new().backoff(Duration::ZERO, Duration::ZERO))
+        .build()?
+        .spawn()?;
+    let ended = parent.wait_for(run_id, Duration::from_secs(60)).await?;
+    worker.shutdown(Duration::from_secs(5)).await?;
+    Ok(match ended {
+        Some(cp) if cp.status == RunStatus::Completed => format!(
+            "ok {}",
+            serde_json::to_string(&cp.context).unwrap_or_default()
+        ),
+        Some(cp) => format!("error the run ended {:?}", cp.status),
+        None => "error the run did not end in 60 s".to_owned(),
+    })
 }

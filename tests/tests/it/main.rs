@@ -13,6 +13,7 @@ mod common;
 mod conformance_memory;
 mod context;
 mod crash;
+mod crash_child;
 mod crash_waits;
 mod deadline;
 mod durability;
