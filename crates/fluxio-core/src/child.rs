@@ -20,7 +20,7 @@
 //!   into the parent's (or only the keys named by [`Child::output`]).
 //! - **A failure** (the child failed, was cancelled, or recovery gave up on
 //!   it) fails the parent at the child step with
-//!   [`Error::ChildFailed`](crate::Error::ChildFailed), unless the step
+//!   [`Error::ChildFailed`], unless the step
 //!   names a key for it ([`Child::failure_into`]): the parent then goes on
 //!   with a [`ChildFailure`] under that key. A parent retried after such a
 //!   failure retries the child from where it failed (its finished stages do
