@@ -55,6 +55,10 @@ pub const DEFAULT_CHILD_POLL: Duration = Duration::from_secs(60);
 /// The shortest [`Child::poll`] accepted.
 pub const MIN_CHILD_POLL: Duration = Duration::from_millis(10);
 
+/// The most children one fan-out step ([`Child::each`]) starts: a longer
+/// list fails the parent at the step, naming its key.
+pub const MAX_FAN_OUT: usize = 10_000;
+
 pub use crate::store::CHILD_WAIT_PREFIX;
 
 /// A child step (contract rule 29): `child!("billing", input = ["order_id"],
@@ -80,6 +84,17 @@ pub struct Child {
     pub(crate) failure: Option<String>,
     pub(crate) deadline: Option<Duration>,
     pub(crate) poll: Duration,
+    /// A fan-out: the list key, the key each child's item goes to, and
+    /// the key the results go to.
+    pub(crate) each: Option<FanOut>,
+}
+
+/// What makes a child step a fan-out ([`Child::each`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FanOut {
+    pub(crate) list: String,
+    pub(crate) item: String,
+    pub(crate) into: String,
 }
 
 impl Child {
@@ -94,7 +109,33 @@ impl Child {
             failure: None,
             deadline: None,
             poll: DEFAULT_CHILD_POLL,
+            each: None,
         }
+    }
+
+    /// A fan-out: one child per item of the list under context key
+    /// `list` (at most [`MAX_FAN_OUT`]), each with its item under the key
+    /// `item` of its input (which holds the parent's context, or its
+    /// [`input`](Self::input) keys, without the list), all started at once; the parent goes on when
+    /// every child has ended, with the list of their results under `into`
+    /// (for each item, in order, a map of the child's output keys, or of
+    /// its whole final context). A failed child fails the parent, unless
+    /// the step names a failure key: then `into` holds `()` for it and the
+    /// failure key the list of [`ChildFailure`]s. Child `i` has the id
+    /// `{parent key}#{position}.{i}`.
+    #[must_use]
+    pub fn each(
+        mut self,
+        list: impl Into<String>,
+        item: impl Into<String>,
+        into: impl Into<String>,
+    ) -> Child {
+        self.each = Some(FanOut {
+            list: list.into(),
+            item: item.into(),
+            into: into.into(),
+        });
+        self
     }
 
     /// The child's input is only these keys of the parent's context (each
@@ -151,23 +192,32 @@ impl Child {
         &self.pipeline
     }
 
-    /// Its step name, as checkpoints and history show it: `child(billing)`.
+    /// Its step name, as checkpoints and history show it: `child(billing)`,
+    /// or for a fan-out `child(billing, each orders)`.
     #[must_use]
     pub fn step_name(&self) -> String {
-        format!("child({})", self.pipeline)
+        match &self.each {
+            None => format!("child({})", self.pipeline),
+            Some(fan) => format!("child({}, each {})", self.pipeline, fan.list),
+        }
     }
 
     /// The recorded shape's text of it (rule 13).
     pub(crate) fn describe(&self) -> String {
         let keys =
             |k: &Option<Vec<String>>| k.as_ref().map_or("all".to_owned(), |k| format!("{k:?}"));
+        let each = self
+            .each
+            .as_ref()
+            .map(|f| format!("; each {:?} as {:?} into {:?}", f.list, f.item, f.into));
         format!(
-            "child({:?}; input {}; output {}; failure {:?}; deadline {:?})",
+            "child({:?}; input {}; output {}; failure {:?}; deadline {:?}{})",
             self.pipeline,
             keys(&self.input),
             keys(&self.output),
             self.failure,
-            self.deadline.map(|d| d.as_millis())
+            self.deadline.map(|d| d.as_millis()),
+            each.unwrap_or_default()
         )
     }
 
@@ -183,10 +233,15 @@ impl Child {
         let ms = self
             .deadline
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        h.child(&self.pipeline)
+        let h = h
+            .child(&self.pipeline)
             .child_keys(input.as_deref())
-            .child_keys(output.as_deref())
-            .child_end(self.failure.as_deref(), ms)
+            .child_keys(output.as_deref());
+        let h = match &self.each {
+            Some(fan) => h.child_each(&fan.list, &fan.item, &fan.into),
+            None => h,
+        };
+        h.child_end(self.failure.as_deref(), ms)
     }
 
     /// Checks the step as a pipeline element.
@@ -216,6 +271,17 @@ impl Child {
         }
         if self.failure.as_deref() == Some("") {
             return Err(Error::build(format!("{step}: an empty failure key")));
+        }
+        if let Some(fan) = &self.each {
+            for (what, key) in [
+                ("list", &fan.list),
+                ("item", &fan.item),
+                ("into", &fan.into),
+            ] {
+                if key.is_empty() {
+                    return Err(Error::build(format!("{step}: an empty {what} key")));
+                }
+            }
         }
         Ok(())
     }
@@ -304,8 +370,80 @@ pub fn child_run_id(parent_key: &str, position: u32) -> String {
 #[must_use]
 pub fn parent_of(run_id: &str) -> Option<&str> {
     let (parent, position) = run_id.rsplit_once('#')?;
-    let numeric = !position.is_empty() && position.bytes().all(|b| b.is_ascii_digit());
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    // `5`, or a fan-out's `5.17`
+    let numeric = match position.split_once('.') {
+        Some((at, i)) => digits(at) && digits(i),
+        None => digits(position),
+    };
     (numeric && parent.contains('/') && !parent.starts_with('/')).then_some(parent)
+}
+
+/// The items of the fan-out list `list` holds in `ctx`.
+pub(crate) fn items(ctx: &Context, list: &str) -> Result<Vec<crate::value::Value>> {
+    use crate::value::{Packed, Value};
+    let Some(value) = ctx.value(list) else {
+        return Err(missing(list, "a list: the items of a fan-out child step"));
+    };
+    let items: Vec<Value> = match value.into_owned() {
+        Value::Seq(items) => items,
+        Value::Packed(packed) => match packed {
+            Packed::U8(v) => v.into_iter().map(|x| Value::U64(x.into())).collect(),
+            Packed::I8(v) => v.into_iter().map(|x| Value::I64(x.into())).collect(),
+            Packed::U16(v) => v.into_iter().map(|x| Value::U64(x.into())).collect(),
+            Packed::I16(v) => v.into_iter().map(|x| Value::I64(x.into())).collect(),
+            Packed::U32(v) => v.into_iter().map(|x| Value::U64(x.into())).collect(),
+            Packed::I32(v) => v.into_iter().map(|x| Value::I64(x.into())).collect(),
+            Packed::U64(v) => v.into_iter().map(Value::U64).collect(),
+            Packed::I64(v) => v.into_iter().map(Value::I64).collect(),
+            Packed::F32(v) => v.into_iter().map(|x| Value::F64(x.into())).collect(),
+            Packed::F64(v) => v.into_iter().map(Value::F64).collect(),
+            Packed::Bool(v) => v.into_iter().map(Value::Bool).collect(),
+        },
+        other => {
+            return Err(Error::Validation {
+                stage: format!("child step, each {list:?}"),
+                message: format!("context key `{list}` holds {}, not a list", other.kind()),
+            });
+        }
+    };
+    if items.len() > MAX_FAN_OUT {
+        return Err(Error::Validation {
+            stage: format!("child step, each {list:?}"),
+            message: format!(
+                "context key `{list}` holds {} items: a fan-out starts at most {MAX_FAN_OUT} \
+                 children",
+                items.len()
+            ),
+        });
+    }
+    Ok(items)
+}
+
+/// A child's result as one value of a fan-out's list: a map of its
+/// `output` keys, or of its whole final context (`done`).
+pub(crate) fn result_value(child: &Child, done: &Snapshot) -> Result<crate::value::Value> {
+    use crate::value::Value;
+    let mut map = std::collections::BTreeMap::new();
+    match &child.output {
+        None => {
+            for (key, value) in done.entries() {
+                map.insert(Value::String(key.to_owned()), value.decode());
+            }
+        }
+        Some(keys) => {
+            for key in keys {
+                let Some(value) = done.encoded(key) else {
+                    return Err(missing(
+                        key,
+                        "a value in the child's result, an output of a child step",
+                    ));
+                };
+                map.insert(Value::String(key.clone()), value.decode());
+            }
+        }
+    }
+    Ok(Value::Map(map))
 }
 
 /// What a parent waiting for the child stored under `child_key` waits for:
@@ -318,7 +456,19 @@ pub(crate) fn pending(child_key: &str, pipeline: &str, until_ms: u64) -> Pending
     )
 }
 
-/// The child's key a parent's `pending` waits for, if it waits for one.
+/// What a parent waiting for the children of a fan-out, whose ids start
+/// with `id_prefix` in `pipeline`, waits for: the name
+/// `child:{pipeline}/{id_prefix}*`.
+pub(crate) fn fan_pending(pipeline: &str, id_prefix: &str, n: usize, until_ms: u64) -> Pending {
+    let name = format!("{CHILD_WAIT_PREFIX}{pipeline}/{id_prefix}*");
+    Pending::wait(
+        vec![WaitName::new(name, format!("{n} runs of {pipeline}"))],
+        Some(until_ms),
+    )
+}
+
+/// The child's key a parent's `pending` waits for, if it waits for one
+/// (a fan-out's ends with `*`).
 pub(crate) fn waited_child(pending: &Pending) -> Option<&str> {
     pending
         .waits
@@ -379,4 +529,8 @@ pub(crate) trait ChildRuns: Send + Sync + std::fmt::Debug {
 
     /// Cancels the run stored under `key` and its open children.
     async fn cancel_key(&self, key: &str) -> Result<()>;
+
+    /// The runs of this pipeline whose id starts with `id_prefix`, all
+    /// pages; `None` when its store does not list runs.
+    async fn listed(&self, id_prefix: &str) -> Result<Option<Vec<crate::store::RunSummary>>>;
 }

@@ -60,7 +60,9 @@
 //!      ([`child`](VersionHasher::child)); its input keys, then its output
 //!      keys, each `a` (all) or `l`, the count as a u32 little endian and
 //!      each key length-prefixed ([`child_keys`](VersionHasher::child_keys));
-//!      its failure key: `n`, or `k` and the key; its deadline: `n`, or `d`
+//!      for a fan-out, `E` and its list, item and results keys, each
+//!      length-prefixed ([`child_each`](VersionHasher::child_each)); its
+//!      failure key: `n`, or `k` and the key; its deadline: `n`, or `d`
 //!      and milliseconds ([`child_end`](VersionHasher::child_end));
 //!    - a routing block: first its router as a stage node, then `R` and the
 //!      route count as a u32 little endian ([`routes`](VersionHasher::routes)),
@@ -92,6 +94,7 @@ const ROUTES: u8 = b'R';
 const SLEEP: u8 = b'Z';
 const WAIT: u8 = b'W';
 const CHILD: u8 = b'C';
+const CHILD_EACH: u8 = b'E';
 const KEYS_ALL: u8 = b'a';
 const KEYS_LISTED: u8 = b'l';
 /// A time: a duration in milliseconds (u64 little endian), or a context key.
@@ -350,6 +353,17 @@ impl VersionHasher {
             i += 1;
         }
         h
+    }
+
+    /// Feeds a fan-out child step's keys, between its output keys and its
+    /// end: `E`, the list key, the item key and the results key, each
+    /// length-prefixed.
+    #[must_use]
+    pub const fn child_each(self, list: &str, item: &str, into: &str) -> Self {
+        self.tag(CHILD_EACH)
+            .part(list.as_bytes())
+            .part(item.as_bytes())
+            .part(into.as_bytes())
     }
 
     /// Ends a child step: its failure key (`n`, or `k` and the key) and its

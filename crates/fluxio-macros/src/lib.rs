@@ -145,6 +145,7 @@ pub fn stage(args: TokenStream, item: TokenStream) -> TokenStream {
 /// | `sleep!("24h")`, `sleep!(until = "key")` | a durable sleep (rule 25): the run parks until then, in the store, not in a process |
 /// | `wait!("approval" as Approval into "decision", deadline = "72h")` | a durable wait for a signal (rule 26); `wait_any!(...)` waits for the first of several names; a routing block may follow it |
 /// | `child!("billing", input = ["order_id"], output = ["invoice_id"], failure = "key", deadline = "1h", poll = "5s")` | a child run (rule 29) of the pipeline registered with `.child(billing)` under that name; the options are optional: all keys in and out by default, a failure fails the parent unless `failure` names a key for it |
+/// | `child!("billing", each = "orders", item = "order", into = "invoices")` | a fan-out: one child per item of the list `orders` (the item under `order`, `"item"` by default), the parent going on when all have ended, with their results in order under `invoices` |
 /// | `[a, b]`, `pipeline![a, b]` | a nested sequence, the same as writing its items in place |
 ///
 /// `pipeline![]` is valid: it returns its input unchanged. When the `fluxio`

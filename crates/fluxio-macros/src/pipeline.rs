@@ -18,7 +18,7 @@
 //! option   := "deadline" "=" LIT_STR | "deadline_at" "=" LIT_STR
 //!           | "timeout" "=" ("fail" | "value" "(" EXPR ")")
 //! child_option := ("input" | "output") "=" "[" LIT_STR, ... "]"
-//!           | "failure" "=" LIT_STR | "deadline" "=" LIT_STR | "poll" "=" LIT_STR
+//!           | ("failure" | "deadline" | "poll" | "each" | "item" | "into") "=" LIT_STR
 //! branch   := item | "[" seq "]"
 //! body     := item | "[" seq "]"
 //! stage, router := a path to a `#[stage]` function
@@ -62,6 +62,9 @@ struct ChildItem {
     failure: Option<LitStr>,
     deadline_ms: Option<u64>,
     poll_ms: Option<u64>,
+    each: Option<LitStr>,
+    item: Option<LitStr>,
+    into: Option<LitStr>,
 }
 
 /// A sleep's end or a wait's deadline: a duration, or a context key.
@@ -349,8 +352,14 @@ fn parse_child(content: ParseStream<'_>) -> syn::Result<ChildItem> {
                     return Err(twice());
                 }
             }
-            "failure" => {
-                if child.failure.replace(content.parse()?).is_some() {
+            which @ ("failure" | "each" | "item" | "into") => {
+                let slot = match which {
+                    "failure" => &mut child.failure,
+                    "each" => &mut child.each,
+                    "item" => &mut child.item,
+                    _ => &mut child.into,
+                };
+                if slot.replace(content.parse()?).is_some() {
                     return Err(twice());
                 }
             }
@@ -370,13 +379,27 @@ fn parse_child(content: ParseStream<'_>) -> syn::Result<ChildItem> {
                     option.span(),
                     format!(
                         "unknown child option `{option}`: use `input`, `output`, `failure`, \
-                         `deadline` or `poll`"
+                         `deadline`, `poll`, or for a fan-out `each`, `item` and `into`"
                     ),
                 ));
             }
         }
     }
-    Ok(child)
+    match (&child.each, &child.into, &child.item) {
+        (Some(each), None, _) => Err(syn::Error::new(
+            each.span(),
+            "a fan-out needs `into = \"key\"`: the key its children's results go to",
+        )),
+        (None, Some(into), _) => Err(syn::Error::new(
+            into.span(),
+            "`into` is a fan-out's: add `each = \"key\"`, the list of items",
+        )),
+        (None, None, Some(item)) => Err(syn::Error::new(
+            item.span(),
+            "`item` is a fan-out's: add `each = \"key\"`, the list of items",
+        )),
+        _ => Ok(child),
+    }
 }
 
 /// The inside of `wait!(...)` (`any`: `wait_any!(...)`).
@@ -632,6 +655,14 @@ impl Emit {
                     hash.extend(quote!(.child_keys(#p::Option::Some(&[#(#keys),*]))));
                 }
             }
+        }
+        if let (Some(each), Some(into)) = (&child.each, &child.into) {
+            let item = child
+                .item
+                .as_ref()
+                .map_or_else(|| "item".to_owned(), LitStr::value);
+            node.extend(quote!(.each(#each, #item, #into)));
+            hash.extend(quote!(.child_each(#each, #item, #into)));
         }
         let failure = match &child.failure {
             None => quote!(#p::Option::None),
@@ -938,6 +969,33 @@ mod tests {
         assert!(err(r#"wait!("ok" as bool, timeout = retry)"#).contains("a wait's timeout is"));
         assert!(err(r#"wait!(ok as bool)"#).contains("a wait names its signal"));
         assert!(err(r#"sleep!("1h") => { "x" => a }"#).contains("a routing block must follow"));
+    }
+
+    #[test]
+    fn child_steps_expand_to_a_node_and_hasher_calls_and_misuse_is_an_error() {
+        let out = err(r#"a, child!("billing", input = ["x"], failure = "e", poll = "5s"), b"#);
+        assert!(out.contains("Child :: of (\"billing\")"), "{out}");
+        assert!(out.contains(". child (\"billing\")"), "{out}");
+        assert!(out.contains("from_millis (5000u64)"), "{out}");
+        let fan = err(r#"child!("billing", each = "orders", into = "out")"#);
+        assert!(
+            fan.contains(". each (\"orders\" , \"item\" , \"out\")"),
+            "{fan}"
+        );
+        assert!(fan.contains("child_each"), "{fan}");
+        assert!(err(r#"child!("k", each = "a")"#).contains("needs `into"));
+        assert!(err(r#"child!("k", into = "a")"#).contains("is a fan-out's"));
+        assert!(err(r#"child!("k", item = "a")"#).contains("is a fan-out's"));
+        assert!(err(r#"child!("k", colour = "red")"#).contains("unknown child option `colour`"));
+        assert!(err(r#"child!("k", poll = "soon")"#).contains("is not a duration"));
+        assert!(err(r#"child!("k", failure = "a", failure = "b")"#).contains("given twice"));
+        assert!(err(r#"child!(billing)"#).contains("pipeline name"));
+        assert!(err(r#"child!("k") => { "x" => a }"#).contains("a routing block must follow"));
+        // the poll is not part of the version; the other options are
+        assert_eq!(
+            err(r#"child!("k")"#).replace("5000u64", ""),
+            err(r#"child!("k")"#)
+        );
     }
 
     #[test]

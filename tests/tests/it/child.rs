@@ -172,9 +172,21 @@ async fn rule29_what_counts_in_the_version_and_what_does_not() {
         build(pipeline![reserve, child!("billing", failure = "e")]),
         build(pipeline![reserve, child!("billing", deadline = "1h")]),
         build(pipeline![child!("billing"), reserve]),
+        build(pipeline![
+            reserve,
+            child!("billing", each = "xs", into = "ys")
+        ]),
+        build(pipeline![
+            reserve,
+            child!("billing", each = "xs", item = "x", into = "ys")
+        ]),
     ];
     for (i, v) in shapes.iter().enumerate() {
         assert_ne!(*v, plain, "shape {i} changes the version");
+        assert!(
+            !shapes[..i].contains(v),
+            "shape {i} is a version of its own"
+        );
     }
 }
 
@@ -314,4 +326,72 @@ async fn rule29_rule30_a_child_gets_the_parents_deadline_and_a_cancel_reaches_it
         .expect("load")
         .expect("stored");
     assert_eq!(child.status, RunStatus::Cancelled);
+}
+
+#[stage]
+async fn double(ctx: Context) -> StageResult {
+    let n: u64 = ctx.get("n")?;
+    Ok(ctx.set("twice", n * 2)?)
+}
+
+#[tokio::test]
+async fn rule29_a_fan_out_through_the_macro_empty_and_too_long_lists() {
+    let store = memory();
+    let doubler = pipeline![double]
+        .name("doubler")
+        .store_arc(store.clone())
+        .build()
+        .expect("builds");
+    let p = pipeline![
+        child!(
+            "doubler",
+            output = ["twice"],
+            each = "ns",
+            item = "n",
+            into = "twice"
+        ),
+        ship
+    ]
+    .name("fan")
+    .store_arc(store.clone())
+    .child(doubler.clone())
+    .build()
+    .expect("builds");
+    let input = Context::new().set("ns", vec![1u64, 2, 3]).expect("a list");
+    let _ = p.invoke("three", input).await.expect("parks");
+    let done = settle(&worker(&p, &doubler), &p, "three").await;
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    let twice: Vec<std::collections::BTreeMap<String, u64>> =
+        done.context.to_context().get("twice").expect("results");
+    let got: Vec<u64> = twice.iter().map(|m| m["twice"]).collect();
+    assert_eq!(got, [2, 4, 6]);
+    // an empty list goes on at once, with no results and no child
+    let empty = Context::new().set("ns", Vec::<u64>::new()).expect("a list");
+    let out = p.invoke("none", empty).await.expect("runs");
+    let Outcome::Completed(out) = out else {
+        panic!("an empty fan-out does not wait: {out:?}");
+    };
+    assert!(
+        out.get::<Vec<u64>>("twice")
+            .expect("empty results")
+            .is_empty()
+    );
+    // a list past the bound fails the parent at the step, naming the key
+    let huge: Vec<u64> = (0..=fluxio::child::MAX_FAN_OUT as u64).collect();
+    let refused = p
+        .invoke("huge", Context::new().set("ns", huge).expect("a list"))
+        .await;
+    assert!(
+        matches!(&refused, Err(Error::Validation { message, .. }) if message.contains("`ns`")),
+        "{refused:?}"
+    );
+    let listed = store
+        .list_runs(&RunFilter::new().pipeline("doubler"))
+        .await
+        .expect("list");
+    assert_eq!(
+        listed.runs.len(),
+        3,
+        "no child of the refused or empty lists"
+    );
 }

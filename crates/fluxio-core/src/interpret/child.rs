@@ -2,6 +2,8 @@
 //! top-level frame, the look at the child after the parent parked, and the
 //! wake a child's end gives its parent.
 
+use futures::future::BoxFuture;
+
 use super::{Durable, Halt, Top};
 use crate::child::{ChildState, child_run_id, parent_of, waited_child};
 use crate::compile::Program;
@@ -43,6 +45,9 @@ impl Top<'_> {
             }));
         }
         let woken = self.pending.is_some() && d.resumed_parked;
+        if child.each.is_some() {
+            return Box::pin(self.fan_out(child, runs.as_ref(), &run_id, woken, now, ctx)).await;
+        }
         let latest = if woken {
             runs.latest(&run_id).await.map_err(Halt::Store)?
         } else {
@@ -97,6 +102,184 @@ impl Top<'_> {
             }
         }
     }
+}
+
+impl Top<'_> {
+    /// A fan-out `CHILD`: one child per item, ids `{run_id}.{i}`. A fresh
+    /// attempt stores every child not stored yet (and retries the failed
+    /// ones); the parent goes on once every child has ended, with their
+    /// results in order.
+    async fn fan_out(
+        &mut self,
+        child: &crate::child::Child,
+        runs: &dyn crate::child::ChildRuns,
+        run_id: &str,
+        woken: bool,
+        now: u64,
+        ctx: Context,
+    ) -> std::result::Result<Context, Halt> {
+        use futures::{StreamExt as _, TryStreamExt as _};
+        let d = self.durable.ok_or_else(|| {
+            Halt::Failed(Error::Internal {
+                message: "a child step in a run that is not durable".to_owned(),
+            })
+        })?;
+        let Some(fan) = &child.each else {
+            return Err(Halt::Failed(Error::Internal {
+                message: "a fan-out without its list".to_owned(),
+            }));
+        };
+        let items = crate::child::items(&ctx, &fan.list).map_err(Halt::Failed)?;
+        let prefix = format!("{run_id}.");
+        let ids: Vec<String> = (0..items.len()).map(|i| format!("{prefix}{i}")).collect();
+        if let Some(too_long) = ids
+            .last()
+            .filter(|id| id.len() + child.pipeline().len() >= MAX_RUN_ID_LEN)
+        {
+            return Err(Halt::Failed(Error::InvalidRunId {
+                run_id: too_long.chars().take(64).collect(),
+                reason: "a child run's key (`{child pipeline}/{parent key}#{position}.{item}`) is \
+                         longer than 512 bytes: give the parent a shorter run id",
+            }));
+        }
+        let pending = || {
+            let until = crate::clock::after(now, child.poll);
+            Halt::Parked(
+                crate::child::fan_pending(child.pipeline(), &prefix, ids.len(), until),
+                None,
+            )
+        };
+        if !woken {
+            let own = child
+                .deadline
+                .map(|within| crate::clock::after(now, within));
+            let deadline = match (d.deadline_ms(), own) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let base = child.input_of(&ctx).map_err(Halt::Failed)?;
+            // each child gets its item, not the whole list
+            let base = Context::from(base).remove(&fan.list);
+            let submits = ids.iter().zip(items).map(|(id, item)| {
+                let input = base.clone().set_value(fan.item.clone(), item).snapshot();
+                let submit: BoxFuture<'_, crate::Result<bool>> = Box::pin(async move {
+                    let (_, latest) = runs.submit(id, input, deadline).await?;
+                    if matches!(latest.status, RunStatus::Failed | RunStatus::NeedsAttention) {
+                        runs.retry(id).await?;
+                        return Ok(true);
+                    }
+                    Ok(matches!(ChildState::of(id, &latest), ChildState::Open))
+                });
+                submit
+            });
+            let submits: Vec<_> = submits.collect();
+            let open: Vec<bool> = futures::stream::iter(submits)
+                .buffered(FAN_OUT_AT_ONCE)
+                .try_collect()
+                .await
+                .map_err(Halt::Store)?;
+            if open.iter().any(|o| *o) {
+                tracing::info!(
+                    run_id = d.key,
+                    children = ids.len(),
+                    "started the children of a fan-out"
+                );
+                return Err(pending());
+            }
+        } else if !all_ended(runs, &prefix, &ids).await.map_err(Halt::Store)? {
+            return Err(pending());
+        }
+        // every child has ended: their results, in order
+        let loads: Vec<BoxFuture<'_, _>> = ids.iter().map(|id| runs.latest(id)).collect();
+        let latest: Vec<Option<crate::Checkpoint>> = futures::stream::iter(loads)
+            .buffered(FAN_OUT_AT_ONCE)
+            .try_collect()
+            .await
+            .map_err(Halt::Store)?;
+        let mut results = Vec::with_capacity(ids.len());
+        let mut failures = Vec::new();
+        for (id, cp) in ids.iter().zip(latest) {
+            let key = format!("{}/{id}", child.pipeline());
+            let state = match &cp {
+                Some(cp) => ChildState::of(&key, cp),
+                None => ChildState::Failed(crate::child::ChildFailure {
+                    run: key.clone(),
+                    state: "missing".to_owned(),
+                    error: Some("nothing is stored under its key (was it deleted?)".to_owned()),
+                }),
+            };
+            match state {
+                ChildState::Completed(done) => {
+                    results.push(crate::child::result_value(child, &done).map_err(Halt::Failed)?);
+                }
+                ChildState::Failed(failure) => {
+                    results.push(crate::value::Value::Unit);
+                    failures.push(failure);
+                }
+                // ended a moment ago, and handed back since: look again
+                ChildState::Open => return Err(pending()),
+            }
+        }
+        self.pending = None;
+        match (&child.failure, failures.first()) {
+            (None, Some(first)) => Err(Halt::Failed(Error::ChildFailed {
+                run_id: d.key.to_owned(),
+                child: first.run.clone(),
+                state: first.state.clone(),
+                message: format!(
+                    "{} (one of {} failed children of {})",
+                    first.error.clone().unwrap_or_default(),
+                    failures.len(),
+                    ids.len()
+                ),
+            })),
+            (failure, _) => {
+                let mut ctx = ctx.set_value(fan.into.clone(), crate::value::Value::Seq(results));
+                if let Some(key) = failure {
+                    ctx = ctx.set(key, &failures).map_err(Halt::Failed)?;
+                }
+                Ok(ctx)
+            }
+        }
+    }
+}
+
+/// How many children a fan-out stores, or reads, at once.
+const FAN_OUT_AT_ONCE: usize = 16;
+
+/// Whether every child of a fan-out (`ids`, all starting with `prefix`)
+/// has ended: one listing where the store lists runs, else a load each.
+async fn all_ended(
+    runs: &dyn crate::child::ChildRuns,
+    prefix: &str,
+    ids: &[String],
+) -> crate::Result<bool> {
+    use crate::store::RunState;
+    if let Some(listed) = runs.listed(prefix).await? {
+        let ended = listed
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.state,
+                    RunState::Completed
+                        | RunState::Failed
+                        | RunState::Cancelled
+                        | RunState::NeedsAttention
+                )
+            })
+            .count();
+        return Ok(ended >= ids.len());
+    }
+    for id in ids {
+        let open = match runs.latest(id).await? {
+            Some(cp) => matches!(ChildState::of(id, &cp), ChildState::Open),
+            None => false,
+        };
+        if open {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The parent parks waiting for its child, looking at it again after the
@@ -154,6 +337,28 @@ pub(super) async fn recheck(program: &Program, d: &Durable<'_>, pending: &Pendin
     let Some((runs, run_id)) = runs_of(program, child_key) else {
         return;
     };
+    if let Some(prefix) = run_id.strip_suffix('*') {
+        // a fan-out: when every child it stored has ended
+        let ended = match runs.listed(prefix).await {
+            Ok(Some(listed)) => {
+                !listed.is_empty()
+                    && listed.iter().all(|r| {
+                        matches!(
+                            r.state,
+                            crate::store::RunState::Completed
+                                | crate::store::RunState::Failed
+                                | crate::store::RunState::Cancelled
+                                | crate::store::RunState::NeedsAttention
+                        )
+                    })
+            }
+            _ => false,
+        };
+        if ended {
+            wake(d, d.key, child_key).await;
+        }
+        return;
+    }
     let ended = match runs.latest(run_id).await {
         Ok(Some(cp)) => !matches!(ChildState::of(child_key, &cp), ChildState::Open),
         Ok(None) => true,

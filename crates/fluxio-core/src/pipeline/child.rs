@@ -7,7 +7,10 @@ use crate::child::ChildRuns;
 use crate::context::Snapshot;
 use crate::error::{Error, Result};
 use crate::interpret::tail::Tail;
-use crate::store::{Begin, Checkpoint, Pending, open_child, successor};
+use crate::store::{
+    Begin, Checkpoint, CheckpointStore, MAX_LIST_LIMIT, Pending, RunFilter, RunSummary, open_child,
+    successor,
+};
 
 #[async_trait::async_trait]
 impl ChildRuns for Pipeline {
@@ -81,6 +84,37 @@ impl ChildRuns for Pipeline {
         let store = self.require_store("cancel a child run")?;
         self.cancel_stored(store, key).await
     }
+
+    async fn listed(&self, id_prefix: &str) -> Result<Option<Vec<RunSummary>>> {
+        let store = self.require_store("list child runs")?;
+        listed(store.as_ref(), &self.inner.name, id_prefix).await
+    }
+}
+
+/// Every run of `pipeline` in `store` whose id starts with `id_prefix`,
+/// all pages; `None` when the store does not list runs.
+async fn listed(
+    store: &dyn CheckpointStore,
+    pipeline: &str,
+    id_prefix: &str,
+) -> Result<Option<Vec<RunSummary>>> {
+    let mut filter = RunFilter::new()
+        .pipeline(pipeline)
+        .id_prefix(id_prefix)
+        .limit(MAX_LIST_LIMIT);
+    let mut runs = Vec::new();
+    loop {
+        let page = match store.list_runs(&filter).await {
+            Ok(page) => page,
+            Err(Error::Unsupported { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        runs.extend(page.runs);
+        match page.next {
+            Some(next) => filter = filter.after(next),
+            None => return Ok(Some(runs)),
+        }
+    }
 }
 
 impl Pipeline {
@@ -92,6 +126,21 @@ impl Pipeline {
         store: &std::sync::Arc<dyn crate::store::CheckpointStore>,
         key: &str,
     ) -> Result<()> {
+        if let Some(pattern) = key.strip_suffix('*') {
+            // a fan-out's children: every run of the pattern's pipeline
+            // whose id starts with it
+            let (pipeline, prefix) = pattern.split_once('/').unwrap_or(("", pattern));
+            for run in listed(store.as_ref(), pipeline, prefix)
+                .await?
+                .unwrap_or_default()
+            {
+                match Box::pin(self.cancel_stored(store, &run.key)).await {
+                    Ok(()) | Err(Error::RunFinished { .. } | Error::CheckpointNotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(());
+        }
         let child = store.load(key).await?.as_ref().and_then(open_child);
         store.cancel(key).await?;
         if let Some(child) = child {

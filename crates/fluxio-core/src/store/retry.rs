@@ -95,15 +95,23 @@ pub(crate) async fn wake_waiting(
     now_ms: u64,
 ) -> Result<bool> {
     super::check_run_id(key)?;
-    let name = format!("{}{child_key}", super::CHILD_WAIT_PREFIX);
     let lease = store.acquire_lease(key, RETRY_LEASE_TTL).await?;
     let written = async {
         let Some(latest) = store.load(key).await? else {
             return Ok(false);
         };
         let waits = latest.status == RunStatus::Waiting
-            && latest.pending.as_ref().is_some_and(|p| p.waits_for(&name));
+            && latest
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.until_ms.is_none_or(|until| until > now_ms))
+            && open_child(&latest).is_some_and(|waited| match waited.strip_suffix('*') {
+                // a fan-out's children
+                Some(prefix) => child_key.starts_with(prefix),
+                None => waited == child_key,
+            });
         if !waits {
+            // not its parent, or due already
             return Ok(false);
         }
         let next = woken(key, latest, now_ms)?;
@@ -268,16 +276,48 @@ pub async fn cancel_with_children<S: CheckpointStore + ?Sized>(
     store: &S,
     key: &str,
 ) -> Result<Vec<String>> {
-    let mut child = store.load(key).await?.as_ref().and_then(open_child);
+    let mut open: Vec<String> = store
+        .load(key)
+        .await?
+        .as_ref()
+        .and_then(open_child)
+        .into_iter()
+        .collect();
     store.cancel(key).await?;
     let mut cancelled = Vec::new();
-    while let Some(key) = child.take() {
-        child = store.load(&key).await?.as_ref().and_then(open_child);
+    while let Some(key) = open.pop() {
+        if let Some(pattern) = key.strip_suffix('*') {
+            // a fan-out's children: the runs of its pipeline whose id
+            // starts with the pattern (none on a store that does not list)
+            let (pipeline, prefix) = pattern.split_once('/').unwrap_or(("", pattern));
+            let mut filter = super::RunFilter::new()
+                .pipeline(pipeline)
+                .id_prefix(prefix)
+                .limit(super::MAX_LIST_LIMIT);
+            loop {
+                let page = match store.list_runs(&filter).await {
+                    Ok(page) => page,
+                    Err(Error::Unsupported { .. }) => break,
+                    Err(e) => return Err(e),
+                };
+                open.extend(page.runs.into_iter().map(|r| r.key));
+                match page.next {
+                    Some(next) => filter = filter.after(next),
+                    None => break,
+                }
+            }
+            continue;
+        }
+        let child = store.load(&key).await?.as_ref().and_then(open_child);
         match store.cancel(&key).await {
-            Ok(()) => cancelled.push(key),
+            Ok(()) => {
+                cancelled.push(key);
+                open.extend(child);
+            }
             Err(Error::RunFinished { .. } | Error::CheckpointNotFound { .. }) => {}
             Err(e) => return Err(e),
         }
     }
+    cancelled.sort();
     Ok(cancelled)
 }

@@ -98,6 +98,22 @@ fn child_key(parent: &Pipeline, run: &str) -> String {
 /// store without a due-index: resumes the child, then the parent, by
 /// hand), at most `sweeps` sweeps; returns the parent's latest checkpoint.
 async fn settle(parent: &Pipeline, child: &Pipeline, run: &str) -> crate::Checkpoint {
+    let key = child_key(parent, run);
+    let id = key
+        .split_once('/')
+        .map(|(_, id)| id.to_owned())
+        .expect("a key");
+    settle_all(parent, child, run, &[id]).await
+}
+
+/// [`settle`], for the children `ids` (resumed by hand on a store without
+/// a due-index).
+async fn settle_all(
+    parent: &Pipeline,
+    child: &Pipeline,
+    run: &str,
+    ids: &[String],
+) -> crate::Checkpoint {
     let store = parent.store().expect("durable");
     let indexed = store.due_runs(&DueFilter::new(0)).await.is_ok();
     let both = crate::recovery::RecoveryWorker::builder()
@@ -116,9 +132,9 @@ async fn settle(parent: &Pipeline, child: &Pipeline, run: &str) -> crate::Checkp
         if indexed {
             both.run_once().await.expect("a sweep");
         } else {
-            let key = child_key(parent, run);
-            let id = key.split_once('/').map(|(_, id)| id).expect("a key");
-            let _ = child.resume(id).await;
+            for id in ids {
+                let _ = child.resume(id).await;
+            }
             let _ = parent.resume(run).await;
         }
     }
@@ -324,6 +340,85 @@ pub async fn rule29_child_runs_are_listed_by_parent<H: Harness>(h: &H) {
     let next = next.expect("a second page");
     let (second, last) = listed(RunFilter::new().children_of(&parent).limit(1).after(next)).await;
     assert_eq!((second, last), (vec![keys[1].clone()], None));
+}
+
+/// Rule 29, a fan-out: one child per item of a list, each with its item,
+/// ids `{parent key}#{position}.{i}`; the parent goes on when all have
+/// ended, with their results in item order; a failed child fails the
+/// parent until it is retried, which retries only that child; cancelling
+/// the parent cancels its open children.
+pub async fn rule29_a_fan_out_runs_a_child_per_item_and_collects_their_results<H: Harness>(h: &H) {
+    use std::collections::BTreeMap;
+    let step = Child::of("bill")
+        .output(["invoice"])
+        .each("orders", "order", "invoices");
+    let (parent, child, calls, _clock) = family(h, "rule29_fan", step).await;
+    let base = child_key(&parent, "f1");
+    let ids: Vec<String> = (0..3)
+        .map(|i| format!("{}.{i}", base.split_once('/').expect("a key").1))
+        .collect();
+    let input = Context::new()
+        .set("orders", vec![5u32, 6, 7])
+        .and_then(|c| c.set("fail_once", true))
+        .expect("values");
+    let parked = parent.invoke("f1", input).await.expect("parks");
+    let Outcome::Waiting { waits, .. } = &parked else {
+        panic!("the parent waits for its children: {parked:?}");
+    };
+    assert_eq!(waits[0].name, format!("child:{base}.*"));
+    for id in &ids {
+        let stored = store_of(&parent)
+            .load(&format!("bill/{id}"))
+            .await
+            .expect("load");
+        assert!(stored.is_some(), "child {id} stored");
+    }
+    let failed = settle_all(&parent, &child, "f1", &ids).await;
+    assert_eq!(
+        failed.status,
+        RunStatus::Failed,
+        "one child failed: {failed:?}"
+    );
+    assert!(
+        failed
+            .error_message
+            .as_deref()
+            .is_some_and(|m| m.contains("one of 1 failed children of 3")),
+        "{failed:?}"
+    );
+    assert_eq!(calls.get()[1], 3);
+    let _ = parent.resume("f1").await.expect("a retry waits again");
+    let done = settle_all(&parent, &child, "f1", &ids).await;
+    assert_eq!(done.status, RunStatus::Completed, "{done:?}");
+    assert_eq!(calls.get(), [1, 4, 1], "only the failed child ran again");
+    let out = crate::Context::from(done.context);
+    let invoices: Vec<BTreeMap<String, String>> = out.get("invoices").expect("the results");
+    let got: Vec<&str> = invoices.iter().map(|m| m["invoice"].as_str()).collect();
+    assert_eq!(got, ["inv-5", "inv-6", "inv-7"], "in item order");
+
+    // cancelling a parent cancels every open child of its fan-out
+    let input = Context::new().set("orders", vec![1u32, 2]).expect("a list");
+    let _ = parent.invoke("f2", input).await.expect("parks");
+    parent.cancel("f2").await.expect("cancel");
+    let base = child_key(&parent, "f2");
+    for i in 0..2 {
+        let cp = store_of(&parent)
+            .load(&format!("{base}.{i}"))
+            .await
+            .expect("load");
+        let status = cp.expect("stored").status;
+        let listing = store_of(&parent).list_runs(&RunFilter::new()).await.is_ok();
+        if listing {
+            assert_eq!(status, RunStatus::Cancelled, "child {i}");
+        }
+    }
+    // a list that is not one fails the parent at the step, naming the key
+    let bad = Context::new().set("orders", "seven").expect("a string");
+    let refused = parent.invoke("f3", bad).await;
+    assert!(
+        matches!(&refused, Err(Error::Validation { message, .. }) if message.contains("`orders`")),
+        "{refused:?}"
+    );
 }
 
 fn store_of(p: &Pipeline) -> &std::sync::Arc<dyn CheckpointStore> {
