@@ -379,9 +379,10 @@ pub fn parent_of(run_id: &str) -> Option<&str> {
     (numeric && parent.contains('/') && !parent.starts_with('/')).then_some(parent)
 }
 
-/// The items of the fan-out list `list` holds in `ctx`.
-pub(crate) fn items(ctx: &Context, list: &str) -> Result<Vec<crate::value::Value>> {
+/// The items of the fan-out `child`'s list in `ctx`.
+pub(crate) fn items(ctx: &Context, child: &Child) -> Result<Vec<crate::value::Value>> {
     use crate::value::{Packed, Value};
+    let list = child.each.as_ref().map_or("", |f| f.list.as_str());
     let Some(value) = ctx.value(list) else {
         return Err(missing(list, "a list: the items of a fan-out child step"));
     };
@@ -402,14 +403,14 @@ pub(crate) fn items(ctx: &Context, list: &str) -> Result<Vec<crate::value::Value
         },
         other => {
             return Err(Error::Validation {
-                stage: format!("child step, each {list:?}"),
+                stage: child.step_name(),
                 message: format!("context key `{list}` holds {}, not a list", other.kind()),
             });
         }
     };
     if items.len() > MAX_FAN_OUT {
         return Err(Error::Validation {
-            stage: format!("child step, each {list:?}"),
+            stage: child.step_name(),
             message: format!(
                 "context key `{list}` holds {} items: a fan-out starts at most {MAX_FAN_OUT} \
                  children",

@@ -36,7 +36,6 @@ impl Top<'_> {
         let child_key = format!("{}/{run_id}", child.pipeline());
         // a parent's id too long for its child's fails the parent here,
         // for good, instead of every worker's attempt
-        check_run_id(&run_id).map_err(Halt::Failed)?;
         if child_key.len() > MAX_RUN_ID_LEN {
             return Err(Halt::Failed(Error::InvalidRunId {
                 run_id: child_key.chars().take(64).collect(),
@@ -44,6 +43,7 @@ impl Top<'_> {
                          than 512 bytes: give the parent a shorter run id",
             }));
         }
+        check_run_id(&run_id).map_err(Halt::Failed)?;
         let woken = self.pending.is_some() && d.resumed_parked;
         if child.each.is_some() {
             return Box::pin(self.fan_out(child, runs.as_ref(), &run_id, woken, now, ctx)).await;
@@ -129,7 +129,7 @@ impl Top<'_> {
                 message: "a fan-out without its list".to_owned(),
             }));
         };
-        let items = crate::child::items(&ctx, &fan.list).map_err(Halt::Failed)?;
+        let items = crate::child::items(&ctx, child).map_err(Halt::Failed)?;
         let prefix = format!("{run_id}.");
         let ids: Vec<String> = (0..items.len()).map(|i| format!("{prefix}{i}")).collect();
         if let Some(too_long) = ids
