@@ -233,7 +233,11 @@ async fn assert_cancelled_at(p: &Pipeline, done: crate::Result<Context>, id: &st
         (RunStatus::Cancelled, step),
         "nothing the run wrote after the cancel landed"
     );
-    assert!(matches!(p.resume(id).await, Err(Error::Cancelled { .. })));
+    let resumed = p.resume(id).await;
+    assert!(
+        matches!(resumed, Err(Error::Cancelled { .. })),
+        "{resumed:?}"
+    );
 }
 
 /// Rules 14 and 24, `Sync`: a run cancelled while its second stage runs
@@ -243,9 +247,11 @@ pub async fn rule14_a_cancelled_sync_run_starts_no_further_stage<H: Harness>(h: 
     let ns = namespace("cancelsync");
     let counts = Line::default();
     let sync = (Durability::Sync, Duration::ZERO);
-    let (p, done) = cancel_in_s2(h.store(&ns).await, &counts, sync, "c", 1).await;
+    // an id of its own: a four-method store's in-process leases and marks
+    // are keyed by the store's type and the key, across namespaces
+    let (p, done) = cancel_in_s2(h.store(&ns).await, &counts, sync, "c-sync", 1).await;
     assert_eq!(counts.calls(), [1, 1, 0, 0, 0], "no stage after s2 started");
-    assert_cancelled_at(&p, done, "c", "s2").await;
+    assert_cancelled_at(&p, done, "c-sync", "s2").await;
 }
 
 /// Rule 24, `Async`: the owner learns of a cancel only from the store's
@@ -261,13 +267,13 @@ pub async fn rule24_a_cancelled_async_run_stops_at_its_first_refused_write<H: Ha
     let ns = namespace("cancelasync");
     let counts = Line::default();
     let held = (Durability::Async, MAX_ASYNC_FLUSH);
-    let (p, done) = cancel_in_s2(h.store(&ns).await, &counts, held, "c", 0).await;
+    let (p, done) = cancel_in_s2(h.store(&ns).await, &counts, held, "c-async", 0).await;
     assert_eq!(
         counts.calls(),
         [1; 5],
         "no write was answered before the end: the short stages all ran"
     );
-    assert_cancelled_at(&p, done, "c", "s1").await;
+    assert_cancelled_at(&p, done, "c-async", "s1").await;
 }
 
 /// Rule 24, `Async`, writes sent at once (`async_flush(ZERO)`): a run
@@ -285,13 +291,13 @@ pub async fn rule24_an_async_run_starts_no_stage_once_a_refusal_reached_it<H: Ha
         told: Arc::clone(&counts.refused),
     };
     let at_once = (Durability::Async, Duration::ZERO);
-    let (p, done) = cancel_in_s2(store, &counts, at_once, "c", 1).await;
+    let (p, done) = cancel_in_s2(store, &counts, at_once, "c-flight", 1).await;
     assert_eq!(
         counts.calls(),
         [1, 1, 1, 0, 0],
         "s3 started before the refusal came back; nothing started after it"
     );
-    assert_cancelled_at(&p, done, "c", "s2").await;
+    assert_cancelled_at(&p, done, "c-flight", "s2").await;
 }
 
 /// A store that tells `told` when `inner` refuses a fenced save as
