@@ -74,7 +74,7 @@ pub(crate) const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("pipeline", &["pipeline"]),
-    ("workers", &["recovery"]),
+    ("workers", &["recovery", "schedule"]),
     ("tools", &["testing", "store/conformance", "lib"]),
 ];
 

@@ -19,6 +19,7 @@ pub mod middleware;
 mod outcome;
 pub mod pipeline;
 pub mod recovery;
+pub mod schedule;
 pub mod stage;
 pub mod store;
 pub mod stream;

@@ -36,6 +36,7 @@ mod recovery_processes;
 mod release;
 mod resources;
 mod retention;
+mod schedule;
 mod settings;
 mod stage_errors;
 mod store_faults;

@@ -537,6 +537,7 @@ impl RecoveryWorker {
                         ttl: p.lease_ttl(),
                         names: Vec::new(),
                         versions: Vec::new(),
+                        schedules: Vec::new(),
                     });
                     groups
                         .last_mut()
@@ -545,6 +546,9 @@ impl RecoveryWorker {
             };
             if !group.names.iter().any(|n| n == p.name()) {
                 group.names.push(p.name().to_owned());
+                group
+                    .schedules
+                    .push(format!("{}{}", crate::schedule::SCHEDULE_MARK, p.name()));
             }
             for version in p.versions() {
                 if !group.versions.iter().any(|v| v == version) {
@@ -586,6 +590,11 @@ impl RecoveryWorker {
             let mut filter = DueFilter::new(now);
             filter.pipelines.clone_from(&group.names);
             filter.versions.clone_from(&group.versions);
+            // and the pipelines' schedules (rule 32)
+            filter.pipelines.extend(group.schedules.iter().cloned());
+            filter
+                .versions
+                .push(crate::schedule::SCHEDULE_VERSION.to_owned());
             // claim while runs are due and the worker has room: the first
             // claim at once, the next ones (a backlog) once half the slots
             // are free again, so that each claims several runs
@@ -672,6 +681,11 @@ impl RecoveryWorker {
         tasks: &mut JoinSet<Outcome>,
     ) {
         let Claimed { run, lease } = claim;
+        if let Some(name) = run.pipeline.strip_prefix(crate::schedule::SCHEDULE_MARK) {
+            let name = name.to_owned();
+            self.fire_claimed(store, &name, run, lease, permit, tasks);
+            return;
+        }
         let Some(pipeline) = self.held(&run.key, &run.pipeline, &run.version, sweep) else {
             // claimed by the versions held, so not here; the lease goes
             // back all the same
@@ -692,6 +706,44 @@ impl RecoveryWorker {
             lock(&worker.inner.in_flight).remove(&run.key);
             drop(permit);
             outcome
+        });
+    }
+
+    /// Fires the due schedule `run` of the pipeline `name` (rule 32),
+    /// claimed with `lease`, holding `permit` until it is done.
+    fn fire_claimed(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        name: &str,
+        run: DueRun,
+        lease: Lease,
+        permit: OwnedSemaphorePermit,
+        tasks: &mut JoinSet<Outcome>,
+    ) {
+        let pipeline = self
+            .inner
+            .pipelines
+            .iter()
+            .find(|p| p.name() == name)
+            .cloned();
+        let (worker, store) = (self.clone(), Arc::clone(store));
+        tasks.spawn(async move {
+            let now = match pipeline.as_ref() {
+                Some(p) => p.clock().now_ms(Some(store.as_ref())).await.unwrap_or(0),
+                None => 0,
+            };
+            let fired = match pipeline {
+                Some(p) => crate::schedule::fire(&p, &run, lease, now).await,
+                None => store.release_lease(lease).await.map(|()| 0),
+            };
+            drop(permit);
+            match fired {
+                Ok(n) => {
+                    tracing::debug!(schedule = %run.key, runs = n, "fired a schedule");
+                    Outcome::Woken
+                }
+                Err(e) => worker.store_failed(&run.key, &run.pipeline, "firing a schedule", e),
+            }
         });
     }
 
@@ -1059,6 +1111,8 @@ struct Group {
     ttl: Duration,
     names: Vec<String>,
     versions: Vec<String>,
+    /// The pipelines' schedules' names (`~orders`, rule 32).
+    schedules: Vec<String>,
 }
 
 fn count(sweep: &mut Sweep, outcome: Outcome) {

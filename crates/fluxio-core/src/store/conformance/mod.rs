@@ -81,6 +81,8 @@ mod retention;
 
 mod run;
 
+mod schedule;
+
 mod waits;
 
 pub use waits::{
@@ -102,6 +104,10 @@ pub use child::{
     rule29_a_failed_child_fails_the_parent_until_it_is_retried,
     rule29_a_fan_out_runs_a_child_per_item_and_collects_their_results,
     rule29_cancelling_a_parent_cancels_its_open_child, rule29_child_runs_are_listed_by_parent,
+};
+
+pub use schedule::{
+    rule32_a_schedule_starts_one_run_per_tick_across_workers, rule32_overlap_and_catch_up_policies,
 };
 
 pub use pause::{
@@ -836,6 +842,8 @@ macro_rules! __store_conformance_each {
             rule29_cancelling_a_parent_cancels_its_open_child,
             rule29_child_runs_are_listed_by_parent,
             rule29_a_fan_out_runs_a_child_per_item_and_collects_their_results,
+            rule32_a_schedule_starts_one_run_per_tick_across_workers,
+            rule32_overlap_and_catch_up_policies,
             rule30_a_run_past_its_deadline_stops_before_its_next_stage,
             rule30_a_sleep_past_the_deadline_wakes_the_run_to_fail_at_it,
             rule30_a_wait_is_left_at_the_runs_deadline_not_its_timeout,
