@@ -59,6 +59,45 @@ pub(crate) enum Command {
     /// The runs in the store.
     #[command(subcommand)]
     Runs(Runs),
+    /// The schedules in the store (SCHEDULE is pipeline/name).
+    #[command(subcommand)]
+    Schedules(Schedules),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Schedules {
+    /// List schedules (a table, or --json: {"schedules": [...]}).
+    List(ScheduleListArgs),
+    /// One schedule: when it ticks, its policies, next and last tick, counts.
+    Show(ScheduleArg),
+    /// Pause a schedule: it starts nothing until resumed.
+    Pause(ScheduleArg),
+    /// Resume a paused schedule: missed ticks run as its catch-up policy says.
+    Resume(ScheduleArg),
+    /// Delete a schedule (the runs it started stay).
+    Delete(ScheduleDeleteArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleListArgs {
+    /// Only the schedules of this pipeline.
+    #[arg(long)]
+    pub(crate) pipeline: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleArg {
+    /// The schedule: pipeline/name.
+    pub(crate) schedule: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleDeleteArgs {
+    /// The schedule: pipeline/name.
+    pub(crate) schedule: String,
+    /// Do not ask.
+    #[arg(long, short)]
+    pub(crate) yes: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -7,6 +7,7 @@ mod diff;
 mod list;
 mod purge;
 mod retry;
+mod schedules;
 mod show;
 mod signal;
 
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use fluxio_core::CheckpointStore;
 use fluxio_core::store::RedactedUrl;
 
-use crate::args::{Cli, Command, Runs};
+use crate::args::{Cli, Command, Runs, Schedules};
 use crate::exit::{Exit, Failure};
 use crate::store::Access;
 
@@ -67,7 +68,19 @@ pub(crate) fn run(cli: Cli) -> Exit {
         colour: !cli.json && crate::render::colour(),
     };
     let done = runtime.block_on(async {
-        let Command::Runs(command) = cli.command;
+        let command = match cli.command {
+            Command::Runs(command) => command,
+            Command::Schedules(command) => {
+                let access = match command {
+                    Schedules::List(_) | Schedules::Show(_) => Access::Read,
+                    _ => Access::Write,
+                };
+                let store = crate::store::open(&cli.store, access).await?;
+                schedules::dispatch(&mut out, &*store, command).await?;
+                out.out.flush()?;
+                return Ok(());
+            }
+        };
         let access = match command {
             Runs::List(_) | Runs::Show(_) | Runs::Diff(_) => Access::Read,
             Runs::Retry(_)

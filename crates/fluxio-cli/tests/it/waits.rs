@@ -457,3 +457,71 @@ async fn rule29_children_listed_shown_and_cancelled_on_redis() {
     };
     child_scenario(&t).await;
 }
+
+/// Rule 32 from the command line, on a store the CLI did not create:
+/// `schedules list | show | pause | resume | delete`; bad names are usage
+/// errors, a run id that is not a schedule a failure naming it.
+async fn schedules_scenario(t: &Target) {
+    let p = expenses(&t.store);
+    let nightly = fluxio::schedule::Schedule::cron("0 3 * * *", "Europe/Paris").expect("valid");
+    p.schedule("nightly", nightly).await.expect("stored");
+    let hourly =
+        fluxio::schedule::Schedule::every(std::time::Duration::from_secs(3600)).expect("an hour");
+    p.schedule("hourly", hourly).await.expect("stored");
+    t.run(&["schedules", "list"], None).code(0).shows(&[
+        "expenses/nightly",
+        "cron \"0 3 * * *\" in Europe/Paris",
+        "expenses/hourly",
+        "every 1h",
+        "active",
+    ]);
+    let listed = t.run(&["schedules", "list", "--json"], None).code(0).json();
+    assert_eq!(listed["schedules"].as_array().expect("a list").len(), 2);
+    t.run(&["schedules", "list", "--pipeline", "nobody"], None)
+        .code(0)
+        .shows(&["no schedules"]);
+    t.run(&["schedules", "show", "expenses/nightly"], None)
+        .code(0)
+        .shows(&["next tick", "Skip", "Latest", "runs started"]);
+    t.run(&["schedules", "pause", "expenses/nightly"], None)
+        .code(0)
+        .shows(&["paused"]);
+    assert!(
+        p.schedules()
+            .await
+            .expect("list")
+            .iter()
+            .any(|s| s.name == "nightly" && s.paused)
+    );
+    t.run(&["schedules", "resume", "expenses/nightly"], None)
+        .code(0)
+        .shows(&["resumed"]);
+    t.run(&["schedules", "delete", "expenses/hourly", "--yes"], None)
+        .code(0)
+        .shows(&["deleted"]);
+    assert_eq!(p.schedules().await.expect("list").len(), 1);
+    let missing = t
+        .run(&["schedules", "show", "expenses/nobody"], None)
+        .code(1);
+    assert!(
+        missing.stderr.contains("~expenses/nobody"),
+        "{}",
+        missing.all()
+    );
+    let bad = t.run(&["schedules", "pause", "nightly"], None).code(2);
+    assert!(bad.stderr.contains("pipeline/name"), "{}", bad.all());
+}
+
+#[tokio::test]
+async fn rule32_schedules_listed_shown_paused_and_deleted_on_sqlite() {
+    schedules_scenario(&sqlite("cli_schedules").await).await;
+}
+
+#[tokio::test]
+async fn rule32_schedules_listed_shown_paused_and_deleted_on_redis() {
+    let prefix = fluxio_test_support::namespace("cli_schedules");
+    let Some(t) = redis(&prefix).await else {
+        return;
+    };
+    schedules_scenario(&t).await;
+}
