@@ -1,4 +1,5 @@
-//! The child-run crash test's pipelines (contract rule 29): a parent
+//! The schedule test's pipeline (rule 32), and the child-run crash test's
+//! pipelines (contract rule 29): a parent
 //! `f1, child!("famchild"), f2` and its child `fc`, every stage writing the
 //! crash ledger; and a store that stops a process just after its parent
 //! stored the child, before the parent's parked checkpoint is written.
@@ -45,6 +46,20 @@ pub fn family_parent(child: Pipeline) -> PipelineBuilder {
 
 /// The parent's name.
 pub const FAMILY_PARENT: &str = "family";
+
+#[stage]
+async fn tock(ctx: Context) -> StageResult {
+    crash_step(ctx, "tock", "tock", 9).await
+}
+
+/// The schedule test's pipeline, `ticks`: one stage, `tock`, writing the
+/// ledger.
+pub fn ticks_pipeline() -> PipelineBuilder {
+    pipeline![tock].name(TICKS_PIPELINE)
+}
+
+/// [`ticks_pipeline`]'s name.
+pub const TICKS_PIPELINE: &str = "ticks";
 /// The child's name.
 pub const FAMILY_CHILD: &str = "famchild";
 

@@ -14,7 +14,9 @@
 //! parent (`fluxio_tests::family`): `family-start` starts the parent on a
 //! store that stops the process (`child-stored`) between storing the child
 //! and recording it; `family-work` runs a worker of the parent and the
-//! child until the parent completes.
+//! child until the parent completes. `ticks-work` runs a worker of the
+//! schedule test's pipeline (`fluxio_tests::family::ticks_pipeline`) until
+//! it is killed.
 
 use std::io::BufRead as _;
 use std::time::Duration;
@@ -52,6 +54,9 @@ async fn run() -> fluxio::Result<String> {
     let store = kind.open(&args[2], &args[3]).await?;
     if let Some(mode) = args[5].strip_prefix("family-") {
         return family(mode, store, &args[4], lease_ms).await;
+    }
+    if args[5] == "ticks-work" {
+        return ticks(store, lease_ms).await;
     }
     let pipeline = waits_pipeline()
         .store_arc(store)
@@ -148,4 +153,29 @@ async fn family(
         Some(cp) => format!("error the run ended {:?}", cp.status),
         None => "error the run did not end in 60 s".to_owned(),
     })
+}
+
+/// The schedule test's worker: fires the pipeline's schedules and runs
+/// their runs until the process is killed.
+async fn ticks(
+    store: std::sync::Arc<dyn fluxio::CheckpointStore>,
+    lease_ms: u64,
+) -> fluxio::Result<String> {
+    let pipeline = fluxio_tests::family::ticks_pipeline()
+        .store_arc(store)
+        .lease_ttl(Duration::from_millis(lease_ms))
+        .build()?;
+    println!("ready");
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    let _worker = RecoveryWorker::builder()
+        .pipeline(pipeline)
+        .due_poll(Duration::from_millis(50))
+        .interval(Duration::from_millis(200))
+        .policy(RecoveryPolicy::new().backoff(Duration::ZERO, Duration::ZERO))
+        .build()?
+        .spawn()?;
+    println!("working");
+    std::future::pending::<()>().await;
+    Ok("ok".to_owned())
 }

@@ -37,6 +37,7 @@ mod release;
 mod resources;
 mod retention;
 mod schedule;
+mod schedule_processes;
 mod settings;
 mod stage_errors;
 mod store_faults;
