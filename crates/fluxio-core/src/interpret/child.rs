@@ -52,14 +52,7 @@ impl Top<'_> {
             runs.latest(&run_id).await.map_err(Halt::Store)?
         } else {
             let input = child.input_of(&ctx).map_err(Halt::Failed)?;
-            // rule 30: the earlier of the parent's deadline and the step's
-            let own = child
-                .deadline
-                .map(|within| crate::clock::after(now, within));
-            let deadline = match (d.deadline_ms(), own) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let deadline = child_deadline(d, child, now);
             let (_, latest) = runs
                 .submit(&run_id, input, deadline)
                 .await
@@ -150,13 +143,7 @@ impl Top<'_> {
             )
         };
         if !woken {
-            let own = child
-                .deadline
-                .map(|within| crate::clock::after(now, within));
-            let deadline = match (d.deadline_ms(), own) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let deadline = child_deadline(d, child, now);
             let base = child.input_of(&ctx).map_err(Halt::Failed)?;
             // each child gets its item, not the whole list
             let base = Context::from(base).remove(&fan.list);
@@ -244,6 +231,27 @@ impl Top<'_> {
     }
 }
 
+/// A child's deadline (rule 30): the earlier of the parent's and the
+/// step's own, from `now`.
+fn child_deadline(d: &Durable<'_>, child: &crate::child::Child, now: u64) -> Option<u64> {
+    let own = child
+        .deadline
+        .map(|within| crate::clock::after(now, within));
+    match (d.deadline_ms(), own) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Whether a child listed in `state` has ended.
+fn ended(state: crate::store::RunState) -> bool {
+    use crate::store::RunState;
+    matches!(
+        state,
+        RunState::Completed | RunState::Failed | RunState::Cancelled | RunState::NeedsAttention
+    )
+}
+
 /// How many children a fan-out stores, or reads, at once.
 const FAN_OUT_AT_ONCE: usize = 16;
 
@@ -254,21 +262,9 @@ async fn all_ended(
     prefix: &str,
     ids: &[String],
 ) -> crate::Result<bool> {
-    use crate::store::RunState;
     if let Some(listed) = runs.listed(prefix).await? {
-        let ended = listed
-            .iter()
-            .filter(|r| {
-                matches!(
-                    r.state,
-                    RunState::Completed
-                        | RunState::Failed
-                        | RunState::Cancelled
-                        | RunState::NeedsAttention
-                )
-            })
-            .count();
-        return Ok(ended >= ids.len());
+        let done = listed.iter().filter(|r| ended(r.state)).count();
+        return Ok(done >= ids.len());
     }
     for id in ids {
         let open = match runs.latest(id).await? {
@@ -340,18 +336,7 @@ pub(super) async fn recheck(program: &Program, d: &Durable<'_>, pending: &Pendin
     if let Some(prefix) = run_id.strip_suffix('*') {
         // a fan-out: when every child it stored has ended
         let ended = match runs.listed(prefix).await {
-            Ok(Some(listed)) => {
-                !listed.is_empty()
-                    && listed.iter().all(|r| {
-                        matches!(
-                            r.state,
-                            crate::store::RunState::Completed
-                                | crate::store::RunState::Failed
-                                | crate::store::RunState::Cancelled
-                                | crate::store::RunState::NeedsAttention
-                        )
-                    })
-            }
+            Ok(Some(listed)) => !listed.is_empty() && listed.iter().all(|r| ended(r.state)),
             _ => false,
         };
         if ended {
