@@ -364,20 +364,7 @@ pub fn child_run_id(parent_key: &str, position: u32) -> String {
     format!("{parent_key}#{position}")
 }
 
-/// The parent's store key of a child's run id ([`child_run_id`]): the part
-/// before its last `#`, when a position follows it and it is a key with a
-/// pipeline (`name/run_id`).
-#[must_use]
-pub fn parent_of(run_id: &str) -> Option<&str> {
-    let (parent, position) = run_id.rsplit_once('#')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    // `5`, or a fan-out's `5.17`
-    let numeric = match position.split_once('.') {
-        Some((at, i)) => digits(at) && digits(i),
-        None => digits(position),
-    };
-    (numeric && parent.contains('/') && !parent.starts_with('/')).then_some(parent)
-}
+pub use crate::store::parent_of;
 
 /// The items of the fan-out `child`'s list in `ctx`.
 pub(crate) fn items(ctx: &Context, child: &Child) -> Result<Vec<crate::value::Value>> {

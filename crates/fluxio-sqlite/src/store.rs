@@ -729,7 +729,9 @@ impl CheckpointStore for SqliteStore {
         })
         .await?;
         match mark {
-            fluxio_core::store::Mark::Cancel => self.tell(&told, RunEventKind::Ended),
+            fluxio_core::store::Mark::Cancel | fluxio_core::store::Mark::CancelWithParent => {
+                self.tell(&told, RunEventKind::Ended)
+            }
             fluxio_core::store::Mark::Unpause { .. } => self.tell(&told, RunEventKind::Due),
             _ => {}
         }

@@ -442,6 +442,9 @@ async fn child_scenario(t: &Target) {
         ]);
     let stored = t.store.load(child).await.expect("load").expect("kept");
     assert_eq!(stored.status, RunStatus::Cancelled);
+    t.run(&["runs", "show", child], None)
+        .code(0)
+        .shows(&["cancelled", "cancelled with its parent `orders/o-1`"]);
 }
 
 #[tokio::test]

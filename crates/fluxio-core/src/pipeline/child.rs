@@ -8,8 +8,8 @@ use crate::context::Snapshot;
 use crate::error::{Error, Result};
 use crate::interpret::tail::Tail;
 use crate::store::{
-    Begin, Checkpoint, CheckpointStore, MAX_LIST_LIMIT, Pending, RunFilter, RunSummary, open_child,
-    successor,
+    Begin, Checkpoint, CheckpointStore, MAX_LIST_LIMIT, Mark, Pending, RunFilter, RunSummary,
+    open_child, successor,
 };
 
 #[async_trait::async_trait]
@@ -82,7 +82,7 @@ impl ChildRuns for Pipeline {
 
     async fn cancel_key(&self, key: &str) -> Result<()> {
         let store = self.require_store("cancel a child run")?;
-        self.cancel_stored(store, key).await
+        self.cancel_stored(store, key, Mark::CancelWithParent).await
     }
 
     async fn listed(&self, id_prefix: &str) -> Result<Option<Vec<RunSummary>>> {
@@ -125,6 +125,7 @@ impl Pipeline {
         &self,
         store: &std::sync::Arc<dyn crate::store::CheckpointStore>,
         key: &str,
+        mark: Mark,
     ) -> Result<()> {
         if let Some(pattern) = key.strip_suffix('*') {
             // a fan-out's children: every run of the pattern's pipeline
@@ -134,7 +135,7 @@ impl Pipeline {
                 .await?
                 .unwrap_or_default()
             {
-                match Box::pin(self.cancel_stored(store, &run.key)).await {
+                match Box::pin(self.cancel_stored(store, &run.key, mark)).await {
                     Ok(()) | Err(Error::RunFinished { .. } | Error::CheckpointNotFound { .. }) => {}
                     Err(e) => return Err(e),
                 }
@@ -142,7 +143,7 @@ impl Pipeline {
             return Ok(());
         }
         let child = store.load(key).await?.as_ref().and_then(open_child);
-        store.cancel(key).await?;
+        store.mark(key, mark).await?;
         if let Some(child) = child {
             self.cancel_child(&child).await;
         }
@@ -163,9 +164,11 @@ impl Pipeline {
                 Box::pin(program.child_runs[i].cancel_key(child)).await
             }
             _ => match &self.inner.store {
-                Some(store) => crate::store::cancel_with_children(store.as_ref(), child)
-                    .await
-                    .map(drop),
+                Some(store) => {
+                    crate::store::cancel_tree(store.as_ref(), child, Mark::CancelWithParent)
+                        .await
+                        .map(drop)
+                }
                 None => Ok(()),
             },
         };

@@ -87,7 +87,8 @@ impl Pipeline {
     pub async fn cancel(&self, run_id: &str) -> Result<()> {
         let key = self.key(run_id)?;
         let store = self.require_store("cancel")?;
-        self.cancel_stored(store, &key).await
+        self.cancel_stored(store, &key, crate::store::Mark::Cancel)
+            .await
     }
 
     /// Pauses the run `run_id` (contract rule 30), from any process that

@@ -90,12 +90,14 @@ pub use checkpoint::{
 pub use error_kind::StoreErrorKind;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::{Begin, Begun, Lease};
-pub use list::{MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary, prefix_end, run_id_of};
+pub use list::{
+    MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary, parent_of, prefix_end, run_id_of,
+};
 pub use memory::InMemoryStore;
 pub use redact::RedactedUrl;
+pub(crate) use retry::{cancel_tree, requeue_run, wake_waiting, woken};
 pub use retry::{cancel_with_children, open_child, retry_run, wake_run};
 pub(crate) use retry::{mark_needs_attention, successor};
-pub(crate) use retry::{requeue_run, wake_waiting, woken};
 pub use waits::{
     CHILD_WAIT_PREFIX, Claimed, Decision, Delivery, DueFilter, DueRun, MAX_SIGNAL_PAYLOAD,
     MAX_UNTIL_MS, MAX_WAIT_NAME_LEN, Payload, Pending, RunEvent, RunEventKind, RunEvents, Signal,
@@ -264,6 +266,10 @@ pub fn cancelled_checkpoint(run_id: &str, stored: Option<Checkpoint>) -> Result<
 pub enum Mark {
     /// Cancel the run: [`cancelled_checkpoint`].
     Cancel,
+    /// Cancel a child run because its parent was cancelled (contract rule
+    /// 29): as [`Cancel`](Mark::Cancel), its checkpoint's error saying so
+    /// and naming the parent.
+    CancelWithParent,
     /// Pause the run: it stops before its next stage and stays until
     /// unpaused ([`RunStatus::Paused`]).
     Pause,
@@ -335,11 +341,13 @@ pub fn marked_checkpoint(
     };
     let status = checkpoint.status;
     let refused = match mark {
-        Mark::Cancel | Mark::Pause => matches!(status, RunStatus::Completed | RunStatus::Cancelled)
-            .then(|| crate::Error::RunFinished {
-                run_id: run_id.to_owned(),
-                status,
-            }),
+        Mark::Cancel | Mark::CancelWithParent | Mark::Pause => {
+            matches!(status, RunStatus::Completed | RunStatus::Cancelled)
+        }
+        .then(|| crate::Error::RunFinished {
+            run_id: run_id.to_owned(),
+            status,
+        }),
         Mark::Unpause { .. } => (status != RunStatus::Paused).then(|| crate::Error::NotPaused {
             run_id: run_id.to_owned(),
             status,
@@ -357,6 +365,12 @@ pub fn marked_checkpoint(
         })?;
     next = match mark {
         Mark::Cancel => next.cancelled(),
+        Mark::CancelWithParent => {
+            let mut cancelled = next.cancelled();
+            let parent = parent_of(run_id_of(run_id)).unwrap_or("its parent");
+            cancelled.error_message = Some(format!("cancelled with its parent `{parent}`"));
+            cancelled
+        }
         Mark::Pause => next.paused(),
         Mark::Unpause { now_ms } => next.unpaused(now_ms),
     };

@@ -276,6 +276,16 @@ pub async fn cancel_with_children<S: CheckpointStore + ?Sized>(
     store: &S,
     key: &str,
 ) -> Result<Vec<String>> {
+    cancel_tree(store, key, super::Mark::Cancel).await
+}
+
+/// [`cancel_with_children`], the run under `key` marked with `mark` (a
+/// child whose parent another store holds: [`Mark::CancelWithParent`](super::Mark::CancelWithParent)).
+pub(crate) async fn cancel_tree<S: CheckpointStore + ?Sized>(
+    store: &S,
+    key: &str,
+    mark: super::Mark,
+) -> Result<Vec<String>> {
     let mut open: Vec<String> = store
         .load(key)
         .await?
@@ -283,7 +293,7 @@ pub async fn cancel_with_children<S: CheckpointStore + ?Sized>(
         .and_then(open_child)
         .into_iter()
         .collect();
-    store.cancel(key).await?;
+    store.mark(key, mark).await?;
     let mut cancelled = Vec::new();
     while let Some(key) = open.pop() {
         if let Some(pattern) = key.strip_suffix('*') {
@@ -309,7 +319,8 @@ pub async fn cancel_with_children<S: CheckpointStore + ?Sized>(
             continue;
         }
         let child = store.load(&key).await?.as_ref().and_then(open_child);
-        match store.cancel(&key).await {
+        // its history says why (rule 29)
+        match store.mark(&key, super::Mark::CancelWithParent).await {
             Ok(()) => {
                 cancelled.push(key);
                 open.extend(child);

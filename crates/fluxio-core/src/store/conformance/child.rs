@@ -283,6 +283,16 @@ pub async fn rule29_cancelling_a_parent_cancels_its_open_child<H: Harness>(h: &H
         .expect("load")
         .expect("kept");
     assert_eq!(child_now.status, RunStatus::Cancelled, "{child_now:?}");
+    assert_eq!(
+        child_now.error_message.as_deref(),
+        Some("cancelled with its parent `mom/o4`"),
+        "its history says why"
+    );
+    let parent_now = parent.checkpoint("o4").await.expect("load").expect("kept");
+    assert_eq!(
+        parent_now.error_message, None,
+        "the parent was cancelled itself"
+    );
     assert!(matches!(
         parent.cancel("o4").await,
         Err(Error::RunFinished { .. })
@@ -293,6 +303,15 @@ pub async fn rule29_cancelling_a_parent_cancels_its_open_child<H: Harness>(h: &H
         .await
         .expect("cancel");
     assert_eq!(cancelled, [child_key(&parent, "o5")]);
+    let child_now = store_of(&parent)
+        .load(&child_key(&parent, "o5"))
+        .await
+        .expect("load")
+        .expect("kept");
+    assert_eq!(
+        child_now.error_message.as_deref(),
+        Some("cancelled with its parent `mom/o5`")
+    );
     assert_eq!(calls.get(), [2, 0, 0], "no child ran");
 }
 
