@@ -644,9 +644,36 @@ pub(crate) async fn fire(pipeline: &Pipeline, run: &DueRun, lease: Lease, now: u
             operation: "fire a schedule",
         });
     };
+    match ticked(pipeline, store.as_ref(), run, now).await {
+        Ok(Some((next, fired))) => {
+            store.finish_run(next, lease, false).await?;
+            Ok(fired)
+        }
+        Ok(None) => {
+            store.release_lease(lease).await?;
+            Ok(0)
+        }
+        Err(e) => {
+            // the record stays due: the next worker claims it now, not
+            // once this claim's lease lapses
+            let _ = store.release_lease(lease).await;
+            Err(e)
+        }
+    }
+}
+
+/// What firing the due schedule `run` at `now` writes, after starting its
+/// due ticks' runs: its next checkpoint and how many runs it started;
+/// `None` when it is not due (fired by another worker since, paused,
+/// deleted).
+async fn ticked(
+    pipeline: &Pipeline,
+    store: &dyn CheckpointStore,
+    run: &DueRun,
+    now: u64,
+) -> Result<Option<(Checkpoint, u64)>> {
     let Some(cp) = store.load(&run.key).await? else {
-        store.release_lease(lease).await?;
-        return Ok(0);
+        return Ok(None);
     };
     let due = cp.status == RunStatus::Sleeping
         && cp
@@ -655,9 +682,7 @@ pub(crate) async fn fire(pipeline: &Pipeline, run: &DueRun, lease: Lease, now: u
             .and_then(|p| p.until_ms)
             .is_some_and(|at| at <= now);
     if !due {
-        // fired by another worker since, paused, or moved
-        store.release_lease(lease).await?;
-        return Ok(0);
+        return Ok(None);
     }
     let (def, mut state, input) = read(&run.key, &cp)?;
     let name = cp.run_id.clone();
@@ -693,9 +718,7 @@ pub(crate) async fn fire(pipeline: &Pipeline, run: &DueRun, lease: Lease, now: u
         next = Some(next.map_or(soon, |n| n.min(soon)));
     }
     let ctx = context(&def, &state, &input)?;
-    let next_cp = successor(cp, ctx, next);
-    store.finish_run(next_cp, lease, false).await?;
-    Ok(state.fired - before)
+    Ok(Some((successor(cp, ctx, next), state.fired - before)))
 }
 
 /// Starts tick `tick`'s run of schedule `name`, due at once, unless it is
