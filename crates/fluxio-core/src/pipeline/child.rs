@@ -143,7 +143,11 @@ impl Pipeline {
             return Ok(());
         }
         let child = store.load(key).await?.as_ref().and_then(open_child);
-        store.mark(key, mark).await?;
+        match mark {
+            // `cancel`, as ever: a store that overrides only it still works
+            Mark::Cancel => store.cancel(key).await?,
+            mark => store.mark(key, mark).await?,
+        }
         if let Some(child) = child {
             self.cancel_child(&child).await;
         }

@@ -293,7 +293,11 @@ pub(crate) async fn cancel_tree<S: CheckpointStore + ?Sized>(
         .and_then(open_child)
         .into_iter()
         .collect();
-    store.mark(key, mark).await?;
+    match mark {
+        // `cancel`, as ever: a store that overrides only it still works
+        super::Mark::Cancel => store.cancel(key).await?,
+        mark => store.mark(key, mark).await?,
+    }
     let mut cancelled = Vec::new();
     while let Some(key) = open.pop() {
         if let Some(pattern) = key.strip_suffix('*') {

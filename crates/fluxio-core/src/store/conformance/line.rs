@@ -358,6 +358,9 @@ impl<S: CheckpointStore> CheckpointStore for Refusing<S> {
     async fn cancel(&self, run_id: &str) -> crate::Result<()> {
         self.inner.cancel(run_id).await
     }
+    async fn mark(&self, run_id: &str, mark: crate::store::Mark) -> crate::Result<()> {
+        self.inner.mark(run_id, mark).await
+    }
 }
 
 /// Rule 17: a value nested past [`MAX_DEPTH`], put in through the unchecked
