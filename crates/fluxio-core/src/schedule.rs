@@ -261,11 +261,16 @@ impl Definition {
     /// The first tick strictly after `after_ms`, for intervals counted
     /// from `anchor_ms`; `None` when there is none before the year 9999.
     fn next_after(&self, anchor_ms: u64, after_ms: u64) -> Result<Option<u64>> {
+        Ok(self.ticker(anchor_ms)?.next_after(after_ms))
+    }
+
+    /// The definition parsed once, for intervals counted from `anchor_ms`.
+    fn ticker(&self, anchor_ms: u64) -> Result<Ticker> {
         if let Some(every) = self.every_ms {
-            let every = every.max(1);
-            let k = after_ms.saturating_sub(anchor_ms) / every + 1;
-            let next = anchor_ms.saturating_add(k.saturating_mul(every));
-            return Ok((next < MAX_UNTIL_MS).then_some(next));
+            return Ok(Ticker::Every {
+                anchor: anchor_ms,
+                every: every.max(1),
+            });
         }
         let (Some(pattern), Some(zone)) = (&self.cron, &self.time_zone) else {
             return Err(invalid(
@@ -277,53 +282,50 @@ impl Definition {
             .map_err(|e| invalid("cron", format!("{pattern:?} is not a cron pattern: {e}")))?;
         let tz = jiff::tz::TimeZone::get(zone)
             .map_err(|e| invalid("time_zone", format!("{zone:?} is not a time zone: {e}")))?;
-        let after = jiff::Timestamp::from_millisecond(i64::try_from(after_ms).unwrap_or(i64::MAX))
-            .map_err(|e| invalid("cron", format!("{after_ms} ms is out of range: {e}")))?
-            .to_zoned(tz);
-        match cron.find_next_occurrence(&after, false) {
-            Ok(next) => Ok(u64::try_from(next.timestamp().as_millisecond())
-                .ok()
-                .filter(|ms| *ms < MAX_UNTIL_MS)),
-            Err(_) => Ok(None),
-        }
+        Ok(Ticker::Cron {
+            cron: Box::new(cron),
+            tz,
+        })
     }
 
     /// The ticks due by `now`, after the last one, as the catch-up policy
     /// picks them, oldest first; the latest tick due; and how many were
-    /// due.
+    /// due (counted up to 10,000). Found backwards from `now`, so a long
+    /// pause of a frequent schedule costs what a short one does.
     fn due_ticks(&self, state: &State, now: u64) -> Result<(Vec<u64>, Option<u64>, u64)> {
+        let ticker = self.ticker(state.anchor_ms)?;
         let from = state.last_tick_ms.unwrap_or(state.anchor_ms);
+        let Some(latest) = ticker.at_or_before(now).filter(|at| *at > from) else {
+            return Ok((Vec::new(), None, 0));
+        };
         let keep = match self.catch_up {
             CatchUp::All(n) => n.max(1) as usize,
             CatchUp::None | CatchUp::Latest => 1,
         };
-        let mut due: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
+        let mut due = vec![latest];
+        while due.len() < keep {
+            let before = due.last().map_or(0, |at| at.saturating_sub(1));
+            match ticker.at_or_before(before) {
+                Some(at) if at > from => due.push(at),
+                _ => break,
+            }
+        }
+        due.reverse();
         let mut count = 0u64;
         let mut at = from;
-        while let Some(next) = self.next_after(state.anchor_ms, at)? {
-            if next > now {
-                break;
-            }
-            count += 1;
-            due.push_back(next);
-            if due.len() > keep {
-                due.pop_front();
-            }
-            at = next;
-            // a long downtime of a short interval: jump to the last ticks
-            if count > 10_000 {
-                if let Some(every) = self.every_ms {
-                    let skip = now.saturating_sub(at) / every.max(1);
-                    at = at.saturating_add(skip.saturating_sub(keep as u64 + 1) * every);
-                    count = 1;
+        while count < 10_000 {
+            match ticker.next_after(at) {
+                Some(next) if next <= latest => {
+                    count += 1;
+                    at = next;
                 }
+                _ => break,
             }
         }
-        let latest = due.back().copied();
         if self.catch_up == CatchUp::None && count > 1 {
-            return Ok((Vec::new(), latest, count));
+            return Ok((Vec::new(), Some(latest), count));
         }
-        Ok((due.into(), latest, count))
+        Ok((due, Some(latest), count))
     }
 
     fn describe(&self) -> String {
@@ -336,6 +338,57 @@ impl Definition {
             _ => "-".to_owned(),
         }
     }
+}
+
+/// A schedule's definition parsed: when it ticks.
+enum Ticker {
+    Every {
+        anchor: u64,
+        every: u64,
+    },
+    Cron {
+        cron: Box<croner::Cron>,
+        tz: jiff::tz::TimeZone,
+    },
+}
+
+impl Ticker {
+    /// The first tick strictly after `after_ms`; `None` past the year 9999.
+    fn next_after(&self, after_ms: u64) -> Option<u64> {
+        let next = match self {
+            Ticker::Every { anchor, every } => {
+                let k = after_ms.saturating_sub(*anchor) / every + 1;
+                anchor.saturating_add(k.saturating_mul(*every))
+            }
+            Ticker::Cron { cron, tz } => {
+                let after = zoned(after_ms, tz)?;
+                let next = cron.find_next_occurrence(&after, false).ok()?;
+                u64::try_from(next.timestamp().as_millisecond()).ok()?
+            }
+        };
+        (next < MAX_UNTIL_MS).then_some(next)
+    }
+
+    /// The last tick at or before `at_ms` (an interval's after its anchor).
+    fn at_or_before(&self, at_ms: u64) -> Option<u64> {
+        match self {
+            Ticker::Every { anchor, every } => {
+                let k = at_ms.checked_sub(*anchor)? / every;
+                (k > 0).then(|| anchor.saturating_add(k.saturating_mul(*every)))
+            }
+            Ticker::Cron { cron, tz } => {
+                let at = zoned(at_ms, tz)?;
+                let prev = cron.find_previous_occurrence(&at, true).ok()?;
+                u64::try_from(prev.timestamp().as_millisecond()).ok()
+            }
+        }
+    }
+}
+
+/// `ms` since the Unix epoch in `tz`.
+fn zoned(ms: u64, tz: &jiff::tz::TimeZone) -> Option<jiff::Zoned> {
+    let ts = jiff::Timestamp::from_millisecond(i64::try_from(ms).ok()?).ok()?;
+    Some(ts.to_zoned(tz.clone()))
 }
 
 /// A stored schedule, as [`Pipeline::schedules`](crate::Pipeline::schedules) and

@@ -137,3 +137,46 @@ async fn rule32_a_schedule_on_the_wall_clock_starts_runs_with_its_input() {
     assert_eq!(listed[0].fired, runs.runs.len() as u64);
     assert_eq!(listed[0].every, "every 1s");
 }
+
+#[tokio::test]
+async fn rule32_a_week_long_pause_of_a_per_second_cron_resumes_to_its_latest_tick() {
+    let clock = fluxio::testing::TestClock::new();
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let p = pipeline![tick]
+        .name("busy")
+        .store_arc(store.clone())
+        .clock(clock.clock())
+        .build()
+        .expect("builds");
+    let every_second = Schedule::cron("* * * * * *", "UTC").expect("valid");
+    p.schedule("s", every_second).await.expect("stored");
+    p.pause_schedule("s").await.expect("paused");
+    clock
+        .advance(Duration::from_secs(7 * 86_400))
+        .expect("a week");
+    p.resume_schedule("s").await.expect("resumed");
+    let worker = RecoveryWorker::builder()
+        .pipeline(p.clone())
+        .build()
+        .expect("a worker");
+    worker.run_once().await.expect("a sweep");
+    let info = p.schedules().await.expect("list").pop().expect("stored");
+    assert_eq!(
+        info.fired, 1,
+        "the latest of 604,800 missed ticks: {info:?}"
+    );
+    assert!(
+        info.skipped >= 9_999,
+        "the missed ticks, counted up to 10,000: {info:?}"
+    );
+    let latest = info.last_tick_ms.expect("a tick");
+    assert!(
+        latest + 1_000 > clock.now_ms(),
+        "the latest tick, within the last second"
+    );
+    let runs = store
+        .list_runs(&RunFilter::new().pipeline("busy"))
+        .await
+        .expect("list");
+    assert_eq!(runs.runs.len(), 1);
+}
