@@ -640,8 +640,11 @@ async fn end(
                 let delete = d.delete_completed;
                 let lineage = done.lineage();
                 Box::pin(save(program, d, cp, lineage, Write::Last { delete })).await?;
-                // rule 29: a child's parent goes on now
-                Box::pin(child::wake_parent(d)).await;
+                // rule 29: a child's parent goes on now (boxed, and only
+                // for a child: no allocation at the end of any other run)
+                if crate::child::parent_of(d.run_id).is_some() {
+                    Box::pin(child::wake_parent(d)).await;
+                }
             }
             Ok(Outcome::Completed(done))
         }
@@ -672,7 +675,10 @@ async fn failed(
         let last = Write::Last { delete: false };
         match Box::pin(save(program, d, cp, Lineage::NONE, last)).await {
             // rule 29: a child's parent takes its failure now
-            Ok(()) => Box::pin(child::wake_parent(d)).await,
+            Ok(()) if crate::child::parent_of(d.run_id).is_some() => {
+                Box::pin(child::wake_parent(d)).await;
+            }
+            Ok(()) => {}
             // the run was cancelled while the stage ran: that is
             // how it ends, whatever the stage did
             Err(stopped @ (Error::Cancelled { .. } | Error::Paused { .. })) => {
