@@ -12,7 +12,7 @@
 
 mod child;
 pub(crate) mod ownership;
-mod renew;
+pub(crate) mod renew;
 pub(crate) mod tail;
 mod waits;
 
@@ -68,6 +68,9 @@ pub(crate) struct Durable<'a> {
     /// The run's deadline (rule 30), which every checkpoint carries (boxed:
     /// this struct is part of every durable run's future, rule 24).
     pub(crate) deadline: Option<Box<RunDeadline>>,
+    /// The run's queue (rule 31) when it was enqueued, which every
+    /// checkpoint carries, started (boxed, as `deadline` is).
+    pub(crate) queue: Option<Box<crate::store::QueueEntry>>,
     /// Where a resume starts and the attempt stored there: the first
     /// checkpoint at that ip is the next attempt of its stage.
     pub(crate) resumed: Option<(usize, u32)>,
@@ -192,6 +195,7 @@ impl Durable<'_> {
         cp.status = status;
         cp.error_message = error;
         cp.deadline_ms = self.deadline_ms();
+        cp.queue = self.queue.as_deref().cloned();
         cp
     }
 

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod middleware;
 mod outcome;
 pub mod pipeline;
+pub mod queue;
 pub mod recovery;
 pub mod schedule;
 pub mod stage;

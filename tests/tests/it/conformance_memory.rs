@@ -125,6 +125,8 @@ mod four_methods {
         rule29_cancelling_a_parent_cancels_its_open_child,
         rule29_child_runs_are_listed_by_parent,
         rule29_a_fan_out_runs_a_child_per_item_and_collects_their_results,
+        rule31_a_queue_slot_is_a_lease_no_listing_shows,
+        rule31_workers_start_queued_runs_within_the_limits,
         rule32_a_schedule_starts_one_run_per_tick_across_workers,
         rule32_overlap_and_catch_up_policies,
         rule30_a_run_past_its_deadline_stops_before_its_next_stage,

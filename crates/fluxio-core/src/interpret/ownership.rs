@@ -280,6 +280,19 @@ async fn give_back(store: Arc<dyn CheckpointStore>, lease: Lease) {
     }
 }
 
+impl LeaseTracker {
+    /// Renews `lease`, which is not a run's (a queue's slot, rule 31),
+    /// with the runs' leases until the returned [`Renewal`] is dropped.
+    pub(crate) fn renew(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Renewal {
+        self.inner.renewals.add(store, lease.handle(), ttl)
+    }
+}
+
 /// Counts the leases a pipeline's runs hold or are giving back, and refuses
 /// new ones once the pipeline is shut down. Shared by every clone of one
 /// built pipeline.

@@ -35,6 +35,7 @@ pub struct PipelineBuilder {
     resources: Resources,
     clock: crate::clock::Clock,
     children: Vec<Pipeline>,
+    queue: Option<crate::queue::Queue>,
 }
 
 impl PipelineBuilder {
@@ -60,6 +61,7 @@ impl PipelineBuilder {
             stage_middleware: Vec::new(),
             callbacks: Vec::new(),
             children: Vec::new(),
+            queue: None,
             resources: Resources::default(),
             clock: crate::clock::Clock::store(),
         }
@@ -136,6 +138,30 @@ impl PipelineBuilder {
     /// ```
     pub fn child(mut self, pipeline: Pipeline) -> Self {
         self.children.push(pipeline);
+        self
+    }
+
+    /// Declares the pipeline's queue (contract rule 31): runs handed to the
+    /// workers with [`Pipeline::enqueue`] start only when they fit its
+    /// limits, and so does every run of the pipeline a worker continues.
+    /// `build` refuses a limit out of range, naming the queue and the value,
+    /// and a queue on a pipeline without a store.
+    ///
+    /// ```
+    /// use fluxio_core::queue::Queue;
+    /// use fluxio_core::{InMemoryStore, PipelineBuilder};
+    ///
+    /// let err = PipelineBuilder::new()
+    ///     .name("emails")
+    ///     .store(InMemoryStore::new())
+    ///     .queue(Queue::new("emails").concurrency(0))
+    ///     .build()
+    ///     .expect_err("no run could ever start")
+    ///     .to_string();
+    /// assert!(err.contains("queue `emails`: concurrency 0 is out of range"), "{err}");
+    /// ```
+    pub fn queue(mut self, queue: crate::queue::Queue) -> Self {
+        self.queue = Some(queue);
         self
     }
 
@@ -340,6 +366,16 @@ impl PipelineBuilder {
             }
         }
         program.child_runs = child_runs(&program, &self.children)?;
+        if let Some(queue) = &self.queue {
+            queue.check()?;
+            if !self.durable {
+                return Err(Error::build(format!(
+                    "queue `{}` needs a durable pipeline: a queued run waits in the store; give \
+                     the pipeline a store with `.store(...)`",
+                    queue.name()
+                )));
+            }
+        }
         program.callbacks = self.callbacks.into();
         let resources = Arc::new(self.resources);
         for stage in &mut program.stages {
@@ -405,6 +441,7 @@ impl PipelineBuilder {
                 settings: self.settings,
                 leases: LeaseTracker::default(),
                 clock: self.clock,
+                queue: self.queue.map(Arc::new),
             }),
         })
     }

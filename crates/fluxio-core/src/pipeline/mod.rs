@@ -16,6 +16,7 @@ mod child;
 mod history;
 mod operate;
 mod options;
+mod queue;
 mod recover;
 mod resume;
 mod run;
@@ -73,6 +74,8 @@ struct Inner {
     leases: LeaseTracker,
     /// Where wake times and deadlines come from (rule 28).
     clock: crate::clock::Clock,
+    /// Its queue (rule 31), when it has one.
+    queue: Option<Arc<crate::queue::Queue>>,
 }
 
 /// How a pipeline runs its runs: what [`PipelineBuilder`] sets, and the

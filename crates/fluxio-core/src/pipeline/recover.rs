@@ -11,6 +11,7 @@ use super::resume::Resuming;
 use crate::error::Result;
 use crate::interpret::ownership::Ownership;
 use crate::outcome::Outcome;
+use crate::queue::Slots;
 use crate::store::{Checkpoint, CheckpointStore};
 
 /// What a recovery worker does with a run it claimed: [`Pipeline::recover`].
@@ -53,14 +54,14 @@ impl Pipeline {
     /// ([`CheckpointStore::set_due`]).
     pub(crate) async fn recover(
         &self,
-        run_id: &str,
+        (run_id, slots): (&str, Option<&mut Slots>),
         decide: impl FnOnce(&Checkpoint) -> Claim,
         retry: Option<impl FnOnce(&Checkpoint, u64) -> Option<u64>>,
     ) -> Result<Recovered> {
         let (key, store, span) = self.durable_run("recover", run_id, true)?;
         async {
             let owner = self.take_lease(store, &key).await?;
-            self.recover_owned(store, owner, (run_id, None), (decide, retry))
+            self.recover_owned(store, owner, (run_id, None, slots), (decide, retry))
                 .await
         }
         .instrument(span)
@@ -75,13 +76,14 @@ impl Pipeline {
     pub(crate) async fn recover_claimed(
         &self,
         (run_id, lease, now): (&str, crate::store::Lease, u64),
+        slots: Option<&mut Slots>,
         decide: impl FnOnce(&Checkpoint) -> Claim,
         retry: Option<impl FnOnce(&Checkpoint, u64) -> Option<u64>>,
     ) -> Result<Recovered> {
         let (_, store, span) = self.durable_run("recover", run_id, true)?;
         async {
             let owner = self.adopt_lease(store, lease).await?;
-            self.recover_owned(store, owner, (run_id, Some(now)), (decide, retry))
+            self.recover_owned(store, owner, (run_id, Some(now), slots), (decide, retry))
                 .await
         }
         .instrument(span)
@@ -91,12 +93,14 @@ impl Pipeline {
     /// Recovery's body, holding the run's lease as `owner`: the latest
     /// checkpoint loaded and `decide`d. A run woken at `woken_at` reads
     /// that time at its sleep or wait only if it is parked (a run claimed
-    /// for recovery reaches its next sleep later).
+    /// for recovery reaches its next sleep later). A run of the pipeline's
+    /// queue resumes only once `slots` admits it (rule 31): else it is due
+    /// again a little later.
     async fn recover_owned(
         &self,
         store: &Arc<dyn CheckpointStore>,
         owner: Ownership,
-        (run_id, woken_at): (&str, Option<u64>),
+        (run_id, woken_at, slots): (&str, Option<u64>, Option<&mut Slots>),
         (decide, retry): (
             impl FnOnce(&Checkpoint) -> Claim,
             Option<impl FnOnce(&Checkpoint, u64) -> Option<u64>>,
@@ -126,6 +130,14 @@ impl Pipeline {
                     Ok(Recovered::GaveUp(Box::new(marked)))
                 }
                 Claim::Resume => {
+                    if let Some(slots) = slots {
+                        let renew = |slot: &crate::store::Lease| self.renew_slot(store, slot);
+                        if !slots.admit(cp.queue.as_ref(), &renew).await? {
+                            let due = self.retry_queued(store, owner.lease(), cp).await?;
+                            return Ok(Recovered::Deferred(due));
+                        }
+                        slots.start();
+                    }
                     let r = Resuming {
                         woken_at,
                         ..Resuming::of(store, &owner, run_id)

@@ -426,6 +426,8 @@ impl Pipeline {
         // a run checkpointed by ip goes on by ip, so that its stages keep
         // their keys (rule 12)
         durable.by_ip = by_ip;
+        // a run of a queue stays in it (rule 31), started from now on
+        durable.queue = cp.queue.clone().map(|q| Box::new(q.started()));
         // the finished branches of the block the run stopped in (rule
         // 19); a replay from a named step runs that step whole
         if stopped == Some(ip) && !matches!(how, Continue::Replay { from: Some(_) }) {

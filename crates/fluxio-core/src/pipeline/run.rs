@@ -594,6 +594,7 @@ impl Pipeline {
             structure: &self.inner.structure,
             created_at_ms,
             deadline: deadline_ms.map(crate::interpret::RunDeadline::new),
+            queue: None,
             resumed,
             resumed_branches: Vec::new(),
             resumed_pending: None,

@@ -79,7 +79,9 @@
 //! # Ok(()) }
 //! ```
 
+mod handle;
 mod policy;
+mod queued;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -90,14 +92,16 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
+pub use handle::WorkerHandle;
 pub use policy::RecoveryPolicy;
 
 use crate::error::{Error, Result};
 use crate::pipeline::{Claim, Pipeline, Recovered};
 use crate::store::{
-    CheckpointStore, Claimed, DueFilter, DueRun, Lease, MAX_LIST_LIMIT, RunEventKind, RunFilter,
-    RunState, RunStatus, RunSummary,
+    CheckpointStore, Claimed, DueFilter, DueRun, Lease, MAX_LIST_LIMIT, RunFilter, RunState,
+    RunStatus, RunSummary,
 };
+use handle::Wakeups;
 use policy::Found;
 
 /// What a worker did, for [`RecoveryWorkerBuilder::on_event`] (each is also
@@ -319,6 +323,7 @@ impl RecoveryWorkerBuilder {
                 reported: Mutex::new(HashSet::new()),
                 deferred: Mutex::new(HashMap::new()),
                 unindexed: AtomicBool::new(false),
+                freed: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -361,6 +366,9 @@ struct Inner {
     /// Set once a store had no due-index to defer a run into: runs not
     /// yet due are then left for a later sweep, as listed.
     unindexed: AtomicBool,
+    /// Told when a run of a queue gave its slots back (rule 31): the
+    /// worker looks for the queue's next run at once.
+    freed: tokio::sync::Notify,
 }
 
 /// The most deferred runs a worker remembers (then it forgets them all,
@@ -487,6 +495,7 @@ impl RecoveryWorker {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
                 () = wakeups.next_due() => {}
+                () = self.inner.freed.notified() => {}
                 () = advanced => {}
                 _ = stop.changed() => break,
             }
@@ -538,6 +547,7 @@ impl RecoveryWorker {
                         names: Vec::new(),
                         versions: Vec::new(),
                         schedules: Vec::new(),
+                        queued: Vec::new(),
                     });
                     groups
                         .last_mut()
@@ -546,6 +556,9 @@ impl RecoveryWorker {
             };
             if !group.names.iter().any(|n| n == p.name()) {
                 group.names.push(p.name().to_owned());
+                if p.queue().is_some() {
+                    group.queued.push(p.clone());
+                }
                 group
                     .schedules
                     .push(format!("{}{}", crate::schedule::SCHEDULE_MARK, p.name()));
@@ -587,8 +600,16 @@ impl RecoveryWorker {
                 }
             };
             earliest_now = earliest_now.min(now);
+            // a queue's runs are claimed as its slots allow (rule 31)
+            for pipeline in &group.queued {
+                self.claim_queued(&group, pipeline, now, (sweep, tasks, stop))
+                    .await?;
+            }
             let mut filter = DueFilter::new(now);
-            filter.pipelines.clone_from(&group.names);
+            filter.pipelines = (group.names.iter())
+                .filter(|n| !group.queued.iter().any(|p| p.name() == n.as_str()))
+                .cloned()
+                .collect();
             filter.versions.clone_from(&group.versions);
             // and the pipelines' schedules (rule 32)
             filter.pipelines.extend(group.schedules.iter().cloned());
@@ -702,7 +723,7 @@ impl RecoveryWorker {
         lock(&self.inner.in_flight).insert(run.key.clone());
         let (worker, pipeline) = (self.clone(), pipeline.clone());
         tasks.spawn(async move {
-            let outcome = worker.wake(&pipeline, &run, lease, now).await;
+            let outcome = worker.wake(&pipeline, &run, (lease, now), None).await;
             lock(&worker.inner.in_flight).remove(&run.key);
             drop(permit);
             outcome
@@ -804,12 +825,19 @@ impl RecoveryWorker {
     /// a parked run if it is still parked and due (another worker may have
     /// continued it since); a run due for recovery (its backoff in the
     /// due-index passed) as the policy decides.
-    async fn wake(&self, pipeline: &Pipeline, run: &DueRun, lease: Lease, now: u64) -> Outcome {
+    async fn wake(
+        &self,
+        pipeline: &Pipeline,
+        run: &DueRun,
+        (lease, now): (Lease, u64),
+        slots: Option<&mut crate::queue::Slots>,
+    ) -> Outcome {
         let policy = self.inner.policy;
         let mut parked = true;
         let claimed = pipeline
             .recover_claimed(
                 (&run.run_id, lease, now),
+                slots,
                 |cp| {
                     parked = cp.status.is_pending();
                     match (&cp.status, &cp.pending) {
@@ -991,9 +1019,15 @@ impl RecoveryWorker {
             Ok(now) => now,
             Err(e) => return self.store_failed(&run.key, &run.pipeline, "reading the clock", e),
         };
+        // a run of a queue resumes in one of its slots (rule 31)
+        let mut slots = match self.queue_slot(pipeline).await {
+            Ok(Some(slots)) => slots,
+            Ok(None) => return Outcome::Left,
+            Err(e) => return self.store_failed(&run.key, &run.pipeline, "taking a slot", e),
+        };
         let claimed = pipeline
             .recover(
-                &run.run_id,
+                (&run.run_id, slots.as_mut()),
                 |cp| {
                     let wall_ms = crate::store::now_ms();
                     policy.decide(cp, pipeline, Found::Listed { wall_ms, clock_ms })
@@ -1005,6 +1039,10 @@ impl RecoveryWorker {
                     }),
             )
             .await;
+        if let Some(slots) = slots {
+            slots.give_back().await;
+            self.inner.freed.notify_one();
+        }
         if matches!(claimed, Ok(Recovered::Deferred(_))) {
             let mut deferred = lock(&self.inner.deferred);
             if deferred.len() >= DEFERRED_KEPT {
@@ -1113,6 +1151,8 @@ struct Group {
     versions: Vec<String>,
     /// The pipelines' schedules' names (`~orders`, rule 32).
     schedules: Vec<String>,
+    /// The pipelines with a queue (rule 31), whose runs are claimed apart.
+    queued: Vec<Pipeline>,
 }
 
 fn count(sweep: &mut Sweep, outcome: Outcome) {
@@ -1123,69 +1163,5 @@ fn count(sweep: &mut Sweep, outcome: Outcome) {
         Outcome::Failed => sweep.failed += 1,
         Outcome::GaveUp => sweep.gave_up += 1,
         Outcome::Left => sweep.left += 1,
-    }
-}
-
-/// The merged wake-ups of a worker's stores.
-struct Wakeups(
-    Option<
-        futures::stream::SelectAll<
-            std::pin::Pin<Box<dyn futures::Stream<Item = crate::store::RunEvent> + Send>>,
-        >,
-    >,
-);
-
-impl Wakeups {
-    /// Resolves at the next event that may make a run due; never when the
-    /// stores tell none (or stopped telling).
-    async fn next_due(&mut self) {
-        let Some(events) = self.0.as_mut() else {
-            return std::future::pending().await;
-        };
-        loop {
-            match futures::StreamExt::next(events).await {
-                Some(event) if event.kind == RunEventKind::Due => return,
-                Some(_) => {}
-                None => {
-                    self.0 = None;
-                    return std::future::pending().await;
-                }
-            }
-        }
-    }
-}
-
-/// A spawned [`RecoveryWorker`]: [`shutdown`](Self::shutdown) stops it.
-#[derive(Debug)]
-pub struct WorkerHandle {
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<JoinSet<Outcome>>,
-}
-
-impl WorkerHandle {
-    /// Stops the worker: it takes no more runs, waits at most `grace` for
-    /// the runs it is recovering, then drops the rest (a later resume
-    /// repeats the stage each was in). Every run it resumed gives its lease
-    /// back: at once when it ended, from a background task when it was
-    /// dropped (call [`Pipeline::shutdown`] to wait for those before the
-    /// process exits, or they lapse after their time-to-live).
-    ///
-    /// # Errors
-    /// [`Error::Internal`] if the worker's task panicked.
-    pub async fn shutdown(self, grace: Duration) -> Result<()> {
-        let _ = self.stop.send(true);
-        let mut tasks = self.task.await.map_err(|e| Error::Internal {
-            message: format!("the recovery worker's task failed: {e}"),
-        })?;
-        let drained =
-            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
-        if drained.is_err() {
-            tracing::warn!(
-                runs = tasks.len(),
-                "recovery worker shutdown: dropping the runs still in flight"
-            );
-            tasks.shutdown().await;
-        }
-        Ok(())
     }
 }

@@ -127,6 +127,11 @@ pub struct Checkpoint {
     /// in format 6 (a run without one is written as before, which earlier
     /// builds read).
     pub deadline_ms: Option<u64>,
+    /// The run's queue, key and priority (contract rule 31) when it was
+    /// [enqueued](crate::Pipeline::enqueue), carried by every checkpoint of
+    /// the run. Written in format 7 (a run without one is written as
+    /// before, which earlier builds read).
+    pub queue: Option<crate::store::QueueEntry>,
     /// The run's mailbox (contract rule 26), when the store keeps it with
     /// the checkpoint: a store with the four required methods keeps it in
     /// the blob ([`Checkpoint::to_bytes`] writes it). Empty when loaded from
@@ -167,6 +172,7 @@ impl PartialEq for Checkpoint {
             && (self.seq, &self.change, self.keep_from)
                 == (other.seq, &other.change, other.keep_from)
             && (&self.pending, self.deadline_ms) == (&other.pending, other.deadline_ms)
+            && self.queue == other.queue
     }
 }
 
@@ -197,14 +203,18 @@ pub fn run_key(pipeline: &str, run_id: &str) -> String {
 pub const MAGIC: [u8; 4] = *b"FXCP";
 
 /// The newest format version this build writes and reads (it reads formats
-/// 1 to 5 too). It writes format 6 only for a run with a
-/// [deadline](Checkpoint::deadline_ms), format 5 for a run that sleeps or
+/// 1 to 6 too). It writes format 7 only for a run of a
+/// [queue](Checkpoint::queue), format 6 for a run with a
+/// [deadline](Checkpoint::deadline_ms) or a paused one, format 5 for a run that sleeps or
 /// waits (a checkpoint with [`pending`](Checkpoint::pending), or a blob
 /// with a mailbox), and format 4 otherwise, so that an earlier build still
 /// reads every run that does not use what it lacks, and refuses one that
 /// does with an error naming the format instead of mistaking a wait for a
 /// stage or running past a deadline.
-pub const FORMAT_VERSION: u16 = 6;
+pub const FORMAT_VERSION: u16 = 7;
+
+/// The format version of a run with a deadline, or paused, outside a queue.
+pub(crate) const DEADLINE_FORMAT_VERSION: u16 = 6;
 
 /// The format version of a run that sleeps or waits, without a deadline.
 pub(crate) const WAITS_FORMAT_VERSION: u16 = 5;
@@ -255,6 +265,7 @@ impl Checkpoint {
             keep_from: 0,
             pending: None,
             deadline_ms: None,
+            queue: None,
             signals: Vec::new(),
             earlier: Vec::new(),
         }
@@ -633,8 +644,15 @@ impl Checkpoint {
                 }
             }
         }
-        if format >= FORMAT_VERSION {
+        if format >= DEADLINE_FORMAT_VERSION {
             size += 1 + self.deadline_ms.map_or(0, |ms| varint_len(ms) as u64);
+        }
+        if format >= FORMAT_VERSION {
+            size += 1;
+            if let Some(entry) = &self.queue {
+                let key = entry.key.as_deref().map_or(0, string);
+                size += string(&entry.queue) + 1 + key + 2;
+            }
         }
         if format >= WAITS_FORMAT_VERSION {
             size += 1;
@@ -797,6 +815,7 @@ mod tests {
             keep_from: ((i % 3) as u32).min((i % 7) as u32),
             pending: None,
             deadline_ms: None,
+            queue: None,
             signals: Vec::new(),
             earlier: Vec::new(),
         };
@@ -818,6 +837,13 @@ mod tests {
         // runs with a deadline (format 6), parked or not
         if i % 4 == 1 {
             cp.deadline_ms = Some(if i % 8 == 1 { i } else { u64::MAX - i });
+        }
+        // runs of a queue (format 7), with a key or without
+        if i % 6 == 2 {
+            let key = (i % 12 == 2).then(|| format!("tenant-{i}"));
+            let mut entry = crate::store::QueueEntry::new("emails", key, (i % 256) as u8);
+            entry.queued = i % 4 == 0;
+            cp.queue = Some(entry);
         }
         if i % 13 == 5 {
             let payload = Payload::new(&("ok", i)).expect("encodes");
@@ -929,12 +955,14 @@ mod tests {
             let format = u16::from_le_bytes([bytes[4], bytes[5]]);
             let waits = cp.pending.is_some() || !cp.signals.is_empty();
             let wanted = match (cp.deadline_ms, waits) {
+                _ if cp.queue.is_some() => 7,
                 (Some(_), _) => 6,
                 (None, true) => 5,
                 (None, false) => 4,
             };
             assert_eq!(format, wanted, "checkpoint {i}");
             assert_eq!(back.deadline_ms, cp.deadline_ms, "checkpoint {i}");
+            assert_eq!(back.queue, cp.queue, "checkpoint {i}");
             assert_eq!(
                 back.to_bytes().expect("re-encodes"),
                 bytes,

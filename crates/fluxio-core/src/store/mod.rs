@@ -70,6 +70,7 @@ mod journal;
 mod lease;
 mod list;
 mod memory;
+mod queued;
 mod redact;
 mod retry;
 pub(crate) mod status;
@@ -94,6 +95,7 @@ pub use list::{
     MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary, parent_of, prefix_end, run_id_of,
 };
 pub use memory::InMemoryStore;
+pub use queued::QueueEntry;
 pub use redact::RedactedUrl;
 pub(crate) use retry::{cancel_tree, requeue_run, wake_waiting, woken};
 pub use retry::{cancel_with_children, open_child, retry_run, wake_run};

@@ -20,17 +20,20 @@ use crate::value::{Cursor, EncodedValue, WireError, decode_legacy, decode_string
 
 use super::*;
 
-/// The format `entries` (and a blob's `mailbox`) are written in: format 6
+/// The format `entries` (and a blob's `mailbox`) are written in: format 7
+/// when one of them is a queue's, format 6
 /// when one of them has a deadline or is paused, else format 5 when one of them sleeps
 /// or waits, or the mailbox holds a signal, else format 4, which builds
 /// before waits read (see [`FORMAT_VERSION`]).
 pub(super) fn format_of(entries: &[&Checkpoint], mailbox: &[Signal]) -> u16 {
     let waits = |cp: &&Checkpoint| cp.pending.is_some() || cp.status.is_pending();
-    if entries
+    if entries.iter().any(|cp| cp.queue.is_some()) {
+        FORMAT_VERSION
+    } else if entries
         .iter()
         .any(|cp| cp.deadline_ms.is_some() || cp.status == RunStatus::Paused)
     {
-        FORMAT_VERSION
+        DEADLINE_FORMAT_VERSION
     } else if mailbox.is_empty() && !entries.iter().any(waits) {
         PLAIN_FORMAT_VERSION
     } else {
@@ -229,7 +232,10 @@ pub(super) fn decode_parts<B: AsRef<[u8]>>(
         // pre-allocate at most a few hundred slots, and values nest at most
         // `MAX_DEPTH` deep (see `decode_v4`, `Format2`, and `crate::value`).
         let decoded = match format {
-            PLAIN_FORMAT_VERSION | WAITS_FORMAT_VERSION | FORMAT_VERSION => {
+            PLAIN_FORMAT_VERSION
+            | WAITS_FORMAT_VERSION
+            | DEADLINE_FORMAT_VERSION
+            | FORMAT_VERSION => {
                 let (decoded, signals) = decode_v4(payload, journal.last(), format)
                     .map_err(|e| undecodable_v3(run_id, e))?;
                 if !signals.is_empty() {
@@ -472,8 +478,20 @@ pub(super) fn encode_entry<E: Encoder>(
             }
         }
     }
-    if format >= FORMAT_VERSION {
+    if format >= DEADLINE_FORMAT_VERSION {
         cp.deadline_ms.encode(encoder)?;
+    }
+    if format >= FORMAT_VERSION {
+        match &cp.queue {
+            None => 0u8.encode(encoder)?,
+            Some(entry) => {
+                1u8.encode(encoder)?;
+                entry.queue.encode(encoder)?;
+                entry.key.encode(encoder)?;
+                entry.priority.encode(encoder)?;
+                entry.queued.encode(encoder)?;
+            }
+        }
     }
     Ok(())
 }
@@ -702,7 +720,7 @@ pub(super) fn decode_entry(
             "a sleeping or waiting run before format 5",
         ));
     }
-    if status == RunStatus::Paused && format < FORMAT_VERSION {
+    if status == RunStatus::Paused && format < DEADLINE_FORMAT_VERSION {
         return Err(WireError::Invalid("a paused run before format 6"));
     }
     let error_message = opt_string(c)?;
@@ -743,12 +761,18 @@ pub(super) fn decode_entry(
         None
     };
     // format 6: the run's deadline
-    let deadline_ms = if format >= FORMAT_VERSION {
+    let deadline_ms = if format >= DEADLINE_FORMAT_VERSION {
         match c.byte()? {
             0 => None,
             1 => Some(c.varint()?),
             _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
         }
+    } else {
+        None
+    };
+    // format 7: the run's queue (rule 31)
+    let queue = if format >= FORMAT_VERSION {
+        decode_queue(c)?
     } else {
         None
     };
@@ -784,9 +808,34 @@ pub(super) fn decode_entry(
         keep_from,
         pending,
         deadline_ms,
+        queue,
         signals: Vec::new(),
         earlier: Vec::new(),
     })
+}
+
+/// A format 7 checkpoint's queue entry (rule 31): an option tag, then the
+/// queue's name, the key (an option), the priority and whether it is still
+/// queued.
+fn decode_queue(
+    c: &mut Cursor<'_>,
+) -> std::result::Result<Option<crate::store::QueueEntry>, WireError> {
+    match c.byte()? {
+        0 => return Ok(None),
+        1 => {}
+        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+    }
+    let queue = c.str()?.to_owned();
+    let key = opt_string(c)?;
+    let priority = c.byte()?;
+    let queued = match c.byte()? {
+        0 => false,
+        1 => true,
+        _ => return Err(WireError::Invalid("a bool other than 0 or 1")),
+    };
+    let mut entry = crate::store::QueueEntry::new(queue, key, priority);
+    entry.queued = queued;
+    Ok(Some(entry))
 }
 
 pub(super) fn decode_status(c: &mut Cursor<'_>) -> std::result::Result<RunStatus, WireError> {
