@@ -3,6 +3,7 @@
 
 pub mod family;
 pub mod process;
+pub mod queues;
 
 use std::io::Write as _;
 use std::sync::{Arc, OnceLock};

@@ -16,7 +16,8 @@
 //! and recording it; `family-work` runs a worker of the parent and the
 //! child until the parent completes. `ticks-work` runs a worker of the
 //! schedule test's pipeline (`fluxio_tests::family::ticks_pipeline`) until
-//! it is killed.
+//! it is killed; `queue-work` does the same with the queue test's
+//! pipeline (`fluxio_tests::queues::queue_pipeline`).
 
 use std::io::BufRead as _;
 use std::time::Duration;
@@ -56,7 +57,10 @@ async fn run() -> fluxio::Result<String> {
         return family(mode, store, &args[4], lease_ms).await;
     }
     if args[5] == "ticks-work" {
-        return ticks(store, lease_ms).await;
+        return ticks(store, lease_ms, fluxio_tests::family::ticks_pipeline()).await;
+    }
+    if args[5] == "queue-work" {
+        return ticks(store, lease_ms, fluxio_tests::queues::queue_pipeline()).await;
     }
     let pipeline = waits_pipeline()
         .store_arc(store)
@@ -160,8 +164,9 @@ async fn family(
 async fn ticks(
     store: std::sync::Arc<dyn fluxio::CheckpointStore>,
     lease_ms: u64,
+    pipeline: fluxio::PipelineBuilder,
 ) -> fluxio::Result<String> {
-    let pipeline = fluxio_tests::family::ticks_pipeline()
+    let pipeline = pipeline
         .store_arc(store)
         .lease_ttl(Duration::from_millis(lease_ms))
         .build()?;
