@@ -62,6 +62,19 @@ pub(crate) enum Command {
     /// The schedules in the store (SCHEDULE is pipeline/name).
     #[command(subcommand)]
     Schedules(Schedules),
+    /// The unfinished runs of each queue, by key: queued, running, waiting
+    /// (a table, or --json: {"queues": [...], "read": N}).
+    Queues(QueuesArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct QueuesArgs {
+    /// Only the runs of this pipeline.
+    #[arg(long)]
+    pub(crate) pipeline: Option<String>,
+    /// Read at most this many unfinished runs.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) most: usize,
 }
 
 #[derive(Debug, Subcommand)]

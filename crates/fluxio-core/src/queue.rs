@@ -424,6 +424,86 @@ pub(crate) fn due_at(now_ms: u64, priority: u8) -> u64 {
     now_ms.saturating_sub(step.saturating_mul(u64::from(priority)))
 }
 
+/// The runs of one queue and key that are not finished (contract rule
+/// 31), as [`queue_counts`] finds them: what `fluxio queues` shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct QueueCount {
+    /// The queue's name.
+    pub queue: String,
+    /// The key; `None` for runs enqueued without one.
+    pub key: Option<String>,
+    /// Queued: not started yet.
+    pub queued: u64,
+    /// Running, or abandoned by a worker that stopped (holding, or about
+    /// to be recovered into, a slot).
+    pub running: u64,
+    /// Started, then parked in a sleep or a wait (holding no slot).
+    pub waiting: u64,
+}
+
+/// The unfinished runs of every queue in `store` (of `pipeline`'s runs
+/// only, when given), counted by queue and key, sorted by both: it lists
+/// the running, abandoned, sleeping and waiting runs and reads each one's
+/// latest checkpoint, at most `most` of them. Returns the counts and how
+/// many runs it read; when that is `most`, there may be more.
+///
+/// # Errors
+/// [`Error::Unsupported`] from a store that cannot list runs; the store's.
+pub async fn queue_counts(
+    store: &dyn CheckpointStore,
+    pipeline: Option<&str>,
+    most: usize,
+) -> Result<(Vec<QueueCount>, usize)> {
+    use crate::store::{RunFilter, RunState, RunStatus};
+    let mut counts: std::collections::BTreeMap<(String, Option<String>), QueueCount> =
+        std::collections::BTreeMap::new();
+    let mut read = 0;
+    'states: for state in [
+        RunState::Running,
+        RunState::Abandoned,
+        RunState::Sleeping,
+        RunState::Waiting,
+    ] {
+        let mut filter = RunFilter::new()
+            .state(state)
+            .limit(crate::store::MAX_LIST_LIMIT);
+        if let Some(p) = pipeline {
+            filter = filter.pipeline(p);
+        }
+        loop {
+            let page = store.list_runs(&filter).await?;
+            for run in &page.runs {
+                if read >= most {
+                    break 'states;
+                }
+                read += 1;
+                let Some(cp) = store.load(&run.key).await? else {
+                    continue;
+                };
+                let Some(entry) = cp.queue else { continue };
+                let count = counts
+                    .entry((entry.queue.clone(), entry.key.clone()))
+                    .or_insert_with(|| QueueCount {
+                        queue: entry.queue.clone(),
+                        key: entry.key.clone(),
+                        ..QueueCount::default()
+                    });
+                match cp.status {
+                    RunStatus::Sleeping if entry.queued => count.queued += 1,
+                    RunStatus::Running | RunStatus::Failed => count.running += 1,
+                    _ => count.waiting += 1,
+                }
+            }
+            match page.next {
+                Some(next) => filter = filter.after(next),
+                None => break,
+            }
+        }
+    }
+    Ok((counts.into_values().collect(), read))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

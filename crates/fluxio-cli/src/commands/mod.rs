@@ -6,6 +6,7 @@ mod delete;
 mod diff;
 mod list;
 mod purge;
+mod queues;
 mod retry;
 mod schedules;
 mod show;
@@ -70,6 +71,12 @@ pub(crate) fn run(cli: Cli) -> Exit {
     let done = runtime.block_on(async {
         let command = match cli.command {
             Command::Runs(command) => command,
+            Command::Queues(args) => {
+                let store = crate::store::open(&cli.store, Access::Read).await?;
+                queues::queues(&mut out, &*store, &args).await?;
+                out.out.flush()?;
+                return Ok(());
+            }
             Command::Schedules(command) => {
                 let access = match command {
                     Schedules::List(_) | Schedules::Show(_) => Access::Read,

@@ -528,3 +528,70 @@ async fn rule32_schedules_listed_shown_paused_and_deleted_on_redis() {
     };
     schedules_scenario(&t).await;
 }
+
+/// Rule 31 from the command line, on a store the CLI did not create:
+/// `queues` counts each queue's unfinished runs by key: queued, running,
+/// waiting (started, then parked).
+async fn queues_scenario(t: &Target) {
+    let p = pipeline![submit, sleep!("1h"), pay]
+        .name("expenses")
+        .store_arc(Arc::clone(&t.store))
+        .queue(fluxio::queue::Queue::new("approvals").per_key(1))
+        .build()
+        .expect("a valid pipeline");
+    t.run(&["queues"], None)
+        .code(0)
+        .shows(&["no queued, running or waiting run of a queue"]);
+    for (id, key) in [("e-1", "t1"), ("e-2", "t1"), ("e-3", "t2")] {
+        let options = fluxio::queue::Enqueue::new().key(key);
+        p.enqueue(id, Context::new(), options)
+            .await
+            .expect("enqueued");
+    }
+    // e-1 starts (by hand here) and parks in its sleep
+    let out = p.resume("e-1").await.expect("resumes");
+    assert!(matches!(out, Outcome::Sleeping { .. }), "{out:?}");
+    t.run(&["queues"], None).code(0).shows(&[
+        "QUEUE",
+        "approvals",
+        "t1",
+        "t2",
+        "QUEUED",
+        "WAITING",
+    ]);
+    let counted = t.run(&["queues", "--json"], None).code(0).json();
+    let rows = counted["queues"].as_array().expect("a list");
+    let row = |key: &str| {
+        rows.iter()
+            .find(|r| r["key"] == key)
+            .unwrap_or_else(|| panic!("a row for {key}: {counted}"))
+    };
+    assert_eq!(
+        (&row("t1")["queued"], &row("t1")["waiting"]),
+        (&1.into(), &1.into())
+    );
+    assert_eq!(
+        (&row("t2")["queued"], &row("t2")["running"]),
+        (&1.into(), &0.into())
+    );
+    assert_eq!(counted["read"], 3);
+    t.run(&["queues", "--pipeline", "nobody"], None)
+        .code(0)
+        .shows(&["no queued"]);
+    let bad = t.run(&["queues", "--most", "0"], None).code(2);
+    assert!(bad.stderr.contains("--most"), "{}", bad.all());
+}
+
+#[tokio::test]
+async fn rule31_queues_counted_by_key_on_sqlite() {
+    queues_scenario(&sqlite("cli_queues").await).await;
+}
+
+#[tokio::test]
+async fn rule31_queues_counted_by_key_on_redis() {
+    let prefix = fluxio_test_support::namespace("cli_queues");
+    let Some(t) = redis(&prefix).await else {
+        return;
+    };
+    queues_scenario(&t).await;
+}
