@@ -90,7 +90,10 @@ async fn main() -> anyhow::Result<()> {
     let store = SqliteStore::connect(&path).await?;
     let pipeline = emails(SqliteStore::connect(&path).await?)?;
 
-    println!("1. {EMAILS} emails for {} tenants are enqueued:", TENANTS.len());
+    println!(
+        "1. {EMAILS} emails for {} tenants are enqueued:",
+        TENANTS.len()
+    );
     let started = std::time::Instant::now();
     for i in 0..EMAILS {
         let tenant = TENANTS[i % TENANTS.len()];
@@ -109,7 +112,10 @@ async fn main() -> anyhow::Result<()> {
         "    in {:?}, nothing sent yet; enqueueing email-0 again: {retried:?}",
         started.elapsed()
     );
-    ensure!(retried == Enqueued::Exists, "a retried enqueue stores nothing");
+    ensure!(
+        retried == Enqueued::Exists,
+        "a retried enqueue stores nothing"
+    );
 
     println!("2. two worker processes drain the queue (2 at once, 1 per tenant, 5 a second):");
     let spawn = || {
@@ -172,7 +178,12 @@ async fn main() -> anyhow::Result<()> {
     // starts within 900 ms of each other: the limit is 5 per second, kept by
     // the store's leases; the stamps are taken a little after
     let busiest = (0..starts.len())
-        .map(|i| starts[i..].iter().take_while(|s| **s < starts[i] + 900_000).count())
+        .map(|i| {
+            starts[i..]
+                .iter()
+                .take_while(|s| **s < starts[i] + 900_000)
+                .count()
+        })
         .max()
         .unwrap_or(0);
     println!(

@@ -66,7 +66,8 @@ pub const FAMILY_CHILD: &str = "famchild";
 /// A store that, at the parked write of a run waiting for its child,
 /// prints `child-stored` and never returns: the process stands between
 /// storing the child and recording it, for a SIGKILL. Every other call
-/// goes to `inner`.
+/// goes to `inner`. It stops an enqueue (rule 31) the same way, before
+/// the write that makes the stored run queued.
 #[derive(Debug)]
 pub struct StopBeforePark {
     /// The store every call goes to.
@@ -119,6 +120,10 @@ impl CheckpointStore for StopBeforePark {
     async fn finish_run(&self, last: Checkpoint, lease: Lease, delete: bool) -> fluxio::Result<()> {
         if fluxio::store::open_child(&last).is_some() {
             println!("child-stored");
+            std::future::pending::<()>().await;
+        }
+        // an enqueue's second write (rule 31): the run stands stored, not queued
+        if last.queue.as_ref().is_some_and(|q| q.queued) {
             std::future::pending::<()>().await;
         }
         self.inner.finish_run(last, lease, delete).await

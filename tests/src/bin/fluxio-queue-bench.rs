@@ -53,7 +53,10 @@ fn build(store: &Arc<dyn CheckpointStore>, name: &str, queue: bool) -> fluxio::R
 }
 
 fn take_started() -> Option<Instant> {
-    STARTED.lock().unwrap_or_else(PoisonError::into_inner).take()
+    STARTED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
 }
 
 /// The median and 90th percentile of `samples`, in ms.

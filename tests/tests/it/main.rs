@@ -30,6 +30,7 @@ mod middleware_builtins;
 mod multiprocess;
 mod not_durable;
 mod pipeline;
+mod queue;
 mod queue_processes;
 mod ready_stages;
 mod recovery;

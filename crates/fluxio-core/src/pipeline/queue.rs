@@ -19,9 +19,12 @@ impl Pipeline {
     /// rule 31): a [`RecoveryWorker`](crate::RecoveryWorker) of the pipeline
     /// starts it when it fits the queue's limits, by
     /// [priority](Enqueue::priority), then roughly in the order enqueued.
-    /// A run of that id stored already (queued, running or ended) is left
-    /// as it is: [`Enqueued::Exists`] (de-duplication by id), so a client
-    /// that retries its enqueue starts one run.
+    /// A run of that id stored already (queued, running or ended), or held
+    /// by another caller (an enqueue or a start in flight), is left as it
+    /// is: [`Enqueued::Exists`] (de-duplication by id), so a client that
+    /// retries its enqueue starts one run. An enqueue dropped between its
+    /// two writes leaves the run stored, not queued: once its lease lapses
+    /// a worker recovers it into the queue.
     ///
     /// ```
     /// use fluxio_core::queue::{Enqueue, Enqueued, Queue};
@@ -99,7 +102,12 @@ impl Pipeline {
                 options.priority,
             ));
             let ttl = self.inner.settings.lease_ttl;
-            let begun = store.begin_run(first.clone(), ttl, Begin::IfAbsent).await?;
+            let begun = match store.begin_run(first.clone(), ttl, Begin::IfAbsent).await {
+                Ok(begun) => begun,
+                // stored and held: running, or an enqueue in flight
+                Err(Error::RunIdInUse { .. }) => return Ok(Enqueued::Exists),
+                Err(e) => return Err(e),
+            };
             if !begun.started {
                 store.release_lease(begun.lease).await?;
                 return Ok(Enqueued::Exists);
