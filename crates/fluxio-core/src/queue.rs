@@ -8,7 +8,7 @@
 //! ([`concurrency`](Queue::concurrency)), runs at once per key
 //! ([`per_key`](Queue::per_key), the key given at
 //! [enqueue](Enqueue::key)), and starts per period ([`rate`](Queue::rate)).
-//! Every run of the pipeline a [`RecoveryWorker`](crate::RecoveryWorker)
+//! Every run of the pipeline a [`RecoveryWorker`](crate::recovery::RecoveryWorker)
 //! starts or continues counts against them: an enqueued run, one woken
 //! from a sleep or a wait, one recovered after a crash.
 //!

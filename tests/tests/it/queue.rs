@@ -264,3 +264,80 @@ async fn rule31_bad_input_is_refused_naming_what_is_wrong() {
         "nothing stored for refused input"
     );
 }
+
+#[stage]
+async fn note_v2(ctx: Context) -> StageResult {
+    let test: String = ctx.get("test")?;
+    let info = fluxio::StageInfo::current().ok_or("inside a pipeline")?;
+    ORDER
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push((test, format!("v2 {}", info.run_id)));
+    Ok(ctx.set("noted", 2)?)
+}
+
+#[tokio::test]
+async fn rule31_after_a_redeploy_queued_runs_start_on_the_new_version() {
+    let clock = TestClock::new();
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let v1 = pipeline![note, sleep!("1h"), after]
+        .name("deploy")
+        .store_arc(Arc::clone(&store))
+        .clock(clock.clock())
+        .queue(Queue::new("deploy").concurrency(1))
+        .build()
+        .expect("builds");
+    v1.enqueue("started", input("deploy"), Enqueue::new())
+        .await
+        .expect("enqueued");
+    worker(&v1).run_once().await.expect("a sweep");
+    assert_eq!(status(&v1, "started").await, RunStatus::Sleeping);
+    v1.enqueue("queued", input("deploy"), Enqueue::new())
+        .await
+        .expect("enqueued");
+    // the new build: another stage, another version
+    let v2 = pipeline![note_v2, sleep!("1h"), after]
+        .name("deploy")
+        .store_arc(Arc::clone(&store))
+        .clock(clock.clock())
+        .queue(Queue::new("deploy").concurrency(1))
+        .build()
+        .expect("builds");
+    assert_ne!(v1.version(), v2.version());
+    clock.advance(Duration::from_secs(3_601)).expect("advance");
+    let w = worker(&v2);
+    for _ in 0..3 {
+        w.run_once().await.expect("a sweep");
+        clock.advance(Duration::from_secs(3_601)).expect("advance");
+    }
+    let queued = v2
+        .checkpoint("queued")
+        .await
+        .expect("load")
+        .expect("stored");
+    assert_eq!(
+        queued.status,
+        RunStatus::Completed,
+        "it ran on the new build"
+    );
+    assert_eq!(queued.version, v2.version());
+    assert_eq!(
+        queued
+            .context
+            .to_context()
+            .get::<u64>("noted")
+            .expect("noted"),
+        2
+    );
+    // a run that started goes on only on its own version (rule 13)
+    let started = v1
+        .checkpoint("started")
+        .await
+        .expect("load")
+        .expect("stored");
+    assert_eq!(
+        (started.status, started.version.as_str()),
+        (RunStatus::Sleeping, v1.version())
+    );
+    assert_eq!(order("deploy"), ["deploy/started", "v2 deploy/queued"]);
+}

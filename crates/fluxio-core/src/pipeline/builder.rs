@@ -148,10 +148,14 @@ impl PipelineBuilder {
     /// and a queue on a pipeline without a store.
     ///
     /// ```
+    /// use std::time::Duration;
+    /// use fluxio_core::InMemoryStore;
+    /// use fluxio_core::compile::Node;
     /// use fluxio_core::queue::Queue;
-    /// use fluxio_core::{InMemoryStore, PipelineBuilder};
-    ///
-    /// let err = PipelineBuilder::new()
+    /// use fluxio_core::waiting::Sleep;
+    /// # use fluxio_core::__private::pipeline_builder;
+    /// # let nodes = vec![Node::Sleep(Sleep::after(Duration::from_secs(1)))];
+    /// let err = pipeline_builder(nodes, [1; 32], [1; 32])
     ///     .name("emails")
     ///     .store(InMemoryStore::new())
     ///     .queue(Queue::new("emails").concurrency(0))

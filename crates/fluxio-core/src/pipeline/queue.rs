@@ -16,7 +16,7 @@ use crate::store::{
 impl Pipeline {
     /// Stores the run `run_id` on `input` as queued in the pipeline's
     /// [queue](crate::PipelineBuilder::queue) and returns at once (contract
-    /// rule 31): a [`RecoveryWorker`](crate::RecoveryWorker) of the pipeline
+    /// rule 31): a [`RecoveryWorker`](crate::recovery::RecoveryWorker) of the pipeline
     /// starts it when it fits the queue's limits, by
     /// [priority](Enqueue::priority), then roughly in the order enqueued.
     /// A run of that id stored already (queued, running or ended), or held
@@ -27,14 +27,17 @@ impl Pipeline {
     /// a worker recovers it into the queue.
     ///
     /// ```
+    /// use std::time::Duration;
+    /// use fluxio_core::compile::Node;
     /// use fluxio_core::queue::{Enqueue, Enqueued, Queue};
-    /// use fluxio_core::{Context, InMemoryStore, RunStatus, Pipeline};
-    /// # use fluxio_core::{PipelineBuilder, StageResult};
-    /// # async fn send(ctx: Context) -> StageResult { Ok(ctx.set("sent", true)?) }
+    /// use fluxio_core::waiting::Sleep;
+    /// use fluxio_core::{Context, InMemoryStore, RunStatus};
+    /// # use fluxio_core::__private::pipeline_builder;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> fluxio_core::Result<()> {
-    /// let emails: Pipeline = PipelineBuilder::new()
+    /// # // `fluxio::pipeline![send_email]` in the facade; a sleep stands in here
+    /// # let nodes = vec![Node::Sleep(Sleep::after(Duration::from_secs(1)))];
+    /// let emails = pipeline_builder(nodes, [1; 32], [1; 32])
     ///     .name("emails")
-    /// #   .stage(fluxio_core::Stage::new("send", send))
     ///     .store(InMemoryStore::new())
     ///     .queue(Queue::new("emails").concurrency(2).per_key(1))
     ///     .build()?;
@@ -46,8 +49,9 @@ impl Pipeline {
     /// // the client's retry stores nothing more
     /// let again = emails.enqueue("welcome-ada", input, Enqueue::new()).await?;
     /// assert_eq!(again, Enqueued::Exists);
-    /// let stored = emails.store().expect("durable").load("emails/welcome-ada").await?;
-    /// assert_eq!(stored.map(|cp| cp.status), Some(RunStatus::Sleeping));
+    /// let stored = emails.checkpoint("welcome-ada").await?.expect("stored");
+    /// assert_eq!(stored.status, RunStatus::Sleeping);
+    /// assert_eq!(stored.queue.and_then(|q| q.key).as_deref(), Some("tenant-1"));
     /// # Ok(()) }
     /// ```
     ///
@@ -172,5 +176,35 @@ impl Pipeline {
             _ => {}
         }
         Ok(due)
+    }
+
+    /// Takes over the queued run `key` of another version of this
+    /// pipeline, claimed under `lease` (rule 31): a run that has not
+    /// started ran no code, so it starts on this version; its checkpoint is
+    /// written again, whole, with this version and shape. `false`, and
+    /// nothing written, for a run that started (it goes on only on its own
+    /// version, rule 13).
+    pub(crate) async fn adopt_queued(
+        &self,
+        store: &Arc<dyn CheckpointStore>,
+        lease: &Lease,
+        key: &str,
+    ) -> Result<bool> {
+        let Some(cp) = store.load(key).await? else {
+            return Ok(false);
+        };
+        let queued = cp.queue.as_ref().is_some_and(|q| q.queued);
+        if !(queued && cp.status == RunStatus::Sleeping && cp.ip == 0) {
+            return Ok(false);
+        }
+        let from = cp.version.clone();
+        let mut adopted = successor(cp);
+        adopted.version.clone_from(&self.inner.version);
+        adopted.structure = Some(Arc::clone(&self.inner.structure));
+        adopted.change = crate::store::Change::Full;
+        adopted.updated_at_ms = crate::store::now_ms();
+        store.save_fenced(adopted, lease).await?;
+        tracing::info!(run = %key, from = %from, to = %self.inner.version, "a queued run starts on this version");
+        Ok(true)
     }
 }

@@ -38,7 +38,7 @@ impl Wakeups {
     }
 }
 
-/// A spawned [`RecoveryWorker`]: [`shutdown`](Self::shutdown) stops it.
+/// A spawned [`RecoveryWorker`](super::RecoveryWorker): [`shutdown`](Self::shutdown) stops it.
 #[derive(Debug)]
 pub struct WorkerHandle {
     pub(super) stop: watch::Sender<bool>,
@@ -50,7 +50,7 @@ impl WorkerHandle {
     /// the runs it is recovering, then drops the rest (a later resume
     /// repeats the stage each was in). Every run it resumed gives its lease
     /// back: at once when it ended, from a background task when it was
-    /// dropped (call [`Pipeline::shutdown`] to wait for those before the
+    /// dropped (call [`Pipeline::shutdown`](crate::Pipeline::shutdown) to wait for those before the
     /// process exits, or they lapse after their time-to-live).
     ///
     /// # Errors

@@ -602,7 +602,7 @@ impl RecoveryWorker {
             earliest_now = earliest_now.min(now);
             // a queue's runs are claimed as its slots allow (rule 31)
             for pipeline in &group.queued {
-                self.claim_queued(&group, pipeline, now, (sweep, tasks, stop))
+                self.claim_queued(&group, pipeline, now, (tasks, stop))
                     .await?;
             }
             let mut filter = DueFilter::new(now);
@@ -781,12 +781,7 @@ impl RecoveryWorker {
         let held = self.pipeline_for(pipeline, version);
         if held.is_none() {
             sweep.not_held += 1;
-            if lock(&self.inner.reported).insert(key.to_owned()) {
-                self.emit(&RecoveryEvent::NotHeld {
-                    key: key.to_owned(),
-                    version: version.to_owned(),
-                });
-            }
+            self.not_held(key, version);
         }
         held
     }
@@ -1118,6 +1113,17 @@ impl RecoveryWorker {
 
     /// The pipeline that runs `version` of `name`: the one whose version it
     /// is, else one that holds it.
+    /// Reports run `key`, written by `version`, which no pipeline of this
+    /// worker holds ([`RecoveryEvent::NotHeld`]), the first time.
+    fn not_held(&self, key: &str, version: &str) {
+        if lock(&self.inner.reported).insert(key.to_owned()) {
+            self.emit(&RecoveryEvent::NotHeld {
+                key: key.to_owned(),
+                version: version.to_owned(),
+            });
+        }
+    }
+
     fn pipeline_for(&self, name: &str, version: &str) -> Option<&Pipeline> {
         let named = || self.inner.pipelines.iter().filter(|p| p.name() == name);
         named()

@@ -2,10 +2,12 @@
 //! taken first, then as many of its due runs claimed, each continued
 //! holding its slots, which go back when it parks or ends.
 
+use std::sync::Arc;
+
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::{Group, Outcome, RecoveryEvent, RecoveryWorker, Sweep, lock};
+use super::{Group, Outcome, RecoveryEvent, RecoveryWorker, lock};
 use crate::error::{Error, Result};
 use crate::pipeline::Pipeline;
 use crate::queue::Slots;
@@ -21,7 +23,7 @@ impl RecoveryWorker {
         group: &Group,
         pipeline: &Pipeline,
         now: u64,
-        (sweep, tasks, stop): (&mut Sweep, &mut JoinSet<Outcome>, &watch::Receiver<bool>),
+        (tasks, stop): (&mut JoinSet<Outcome>, &watch::Receiver<bool>),
     ) -> Option<()> {
         let Some(queue) = pipeline.queue_arc() else {
             return Some(());
@@ -34,16 +36,34 @@ impl RecoveryWorker {
             });
         };
         let mut filter = DueFilter::new(now).pipeline(pipeline.name());
-        filter.versions = pipeline.versions().map(str::to_owned).collect();
-        // nothing due: no slot is taken
-        match store.due_runs(&filter.clone().limit(1)).await {
-            Ok(due) if due.is_empty() => return Some(()),
-            Ok(_) => {}
+        // the due runs of every version first: a queued run of another that
+        // has not started is taken over by this one (`adopt_queued`)
+        let due = match store.due_runs(&filter.clone().limit(ADOPT_LOOKS)).await {
+            Ok(due) => due,
             Err(e) => {
                 failed(e);
                 return Some(());
             }
+        };
+        let mut any = false;
+        for run in &due {
+            if self.pipeline_for(&run.pipeline, &run.version).is_some() {
+                any = true;
+            } else if !lock(&self.inner.reported).contains(&run.key) {
+                match self.adopt(store, pipeline, &run.key, group.ttl).await {
+                    Ok(Some(true)) => any = true,
+                    Ok(Some(false)) => self.not_held(&run.key, &run.version),
+                    // held by someone else meanwhile: looked at again later
+                    Ok(None) => {}
+                    Err(e) => failed(e),
+                }
+            }
         }
+        // nothing due: no slot is taken
+        if !any {
+            return Some(());
+        }
+        filter.versions = pipeline.versions().map(str::to_owned).collect();
         loop {
             let mut permits = self.free_slots(stop, 1).await?;
             let room = permits.num_permits().min(MAX_LIST_LIMIT);
@@ -73,13 +93,13 @@ impl RecoveryWorker {
                     break;
                 };
                 let run = claim.run;
-                let Some(held) = self.held(&run.key, &run.pipeline, &run.version, sweep) else {
+                let Some(held) = self.pipeline_for(&run.pipeline, &run.version).cloned() else {
                     let _ = store.release_lease(claim.lease).await;
                     slots.give_back().await;
                     continue;
                 };
                 lock(&self.inner.in_flight).insert(run.key.clone());
-                let (worker, held) = (self.clone(), held.clone());
+                let worker = self.clone();
                 tasks.spawn(async move {
                     let mut slots = slots;
                     let outcome = worker
@@ -112,4 +132,28 @@ impl RecoveryWorker {
         let mut taken = queue.take(store, 1, (pipeline.lease_ttl(), &renew)).await?;
         Ok(taken.pop().map(Some))
     }
+
+    /// Takes over the due run `key` of another version of `pipeline` when
+    /// it is queued and has not started (holding its lease meanwhile):
+    /// `false` when it started, `None` when someone else holds it.
+    async fn adopt(
+        &self,
+        store: &Arc<dyn crate::store::CheckpointStore>,
+        pipeline: &Pipeline,
+        key: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<bool>> {
+        let lease = match store.acquire_lease(key, ttl).await {
+            Ok(lease) => lease,
+            Err(Error::RunIdInUse { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let adopted = pipeline.adopt_queued(store, &lease, key).await;
+        store.release_lease(lease).await?;
+        adopted.map(Some)
+    }
 }
+
+/// How many due runs of a queue's pipeline a worker looks at, per poll, for
+/// queued runs of other versions to take over.
+const ADOPT_LOOKS: usize = 64;
