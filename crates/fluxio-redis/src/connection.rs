@@ -429,7 +429,10 @@ fn is_tls(url: &str) -> bool {
 }
 
 /// redis-rs builds rustls without a crypto provider; install ring's as the
-/// process default, unless the application installed one.
+/// process default, unless the application installed one. (rustls 0.23.48
+/// deprecates ring's provider for lacking post-quantum key exchange; an
+/// application that wants it installs aws-lc-rs's before connecting.)
+#[allow(deprecated)]
 fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Err: another thread installed one meanwhile, which is as good.
