@@ -48,6 +48,7 @@ pub(crate) async fn show(
             "lease_expires_at_ms": listed.summary.as_ref().and_then(|s| s.lease_expires_at_ms),
             "pending": latest.pending,
             "deadline_ms": latest.deadline_ms,
+            "queue": latest.queue,
             "parent": fluxio_core::child::parent_of(&latest.run_id),
             "child": fluxio_core::store::open_child(latest),
             "context": context_json(&latest.context, args.full),
@@ -71,6 +72,7 @@ pub(crate) async fn show(
         error: latest.error_message.as_deref(),
         pending: latest.pending.as_ref(),
         deadline_ms: latest.deadline_ms,
+        queue: latest.queue.as_ref(),
     };
     write!(out.out, "{}", known.head(&listed, out.colour))?;
 
@@ -152,6 +154,7 @@ async fn unreadable(
             error: summary.error_message.as_deref(),
             pending: None,
             deadline_ms: None,
+            queue: None,
         };
         write!(out.out, "{}", known.head(&listed, out.colour))?;
         writeln!(
@@ -180,6 +183,8 @@ struct Known<'a> {
     pending: Option<&'a Pending>,
     /// The run's deadline (rule 30).
     deadline_ms: Option<u64>,
+    /// The run's queue (rule 31).
+    queue: Option<&'a fluxio_core::store::QueueEntry>,
 }
 
 impl Known<'_> {
@@ -245,6 +250,17 @@ impl Known<'_> {
         }
         if let Some(deadline) = self.deadline_ms {
             field("run deadline", when(deadline));
+        }
+        if let Some(q) = self.queue {
+            let key = q
+                .key
+                .as_deref()
+                .map_or_else(String::new, |k| format!(", key {}", shown(k)));
+            let state = if q.queued { "queued" } else { "started" };
+            field(
+                "queue",
+                format!("{}{key}, priority {}, {state}", shown(&q.queue), q.priority),
+            );
         }
         if let Some(error) = self.error {
             field("error", one_line(error, usize::MAX));

@@ -575,6 +575,9 @@ async fn queues_scenario(t: &Target) {
         (&1.into(), &0.into())
     );
     assert_eq!(counted["read"], 3);
+    t.run(&["runs", "show", "expenses/e-2"], None)
+        .code(0)
+        .shows(&["queue", "approvals, key t1, priority 0, queued"]);
     t.run(&["queues", "--pipeline", "nobody"], None)
         .code(0)
         .shows(&["no queued"]);
