@@ -73,7 +73,7 @@ pub(crate) const LAYERS: &[(&str, &[&str])] = &[
             "stage/bodies",
         ],
     ),
-    ("pipeline", &["pipeline", "queue"]),
+    ("pipeline", &["pipeline", "queue", "shape"]),
     ("workers", &["recovery", "schedule"]),
     ("tools", &["testing", "store/conformance", "lib"]),
 ];

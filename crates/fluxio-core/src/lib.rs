@@ -21,6 +21,7 @@ pub mod pipeline;
 pub mod queue;
 pub mod recovery;
 pub mod schedule;
+pub mod shape;
 pub mod stage;
 pub mod store;
 pub mod stream;
@@ -87,6 +88,25 @@ pub mod __private {
         digest_auto: [u8; 32],
     ) -> PipelineBuilder {
         PipelineBuilder::new(root, digest_plain, digest_auto)
+    }
+
+    /// Stages named `names` that pass their context on, each with a code
+    /// hash of its own: for documentation examples, where `#[stage]` is
+    /// the facade's.
+    #[must_use]
+    pub fn doc_stages(names: &[&'static str]) -> Vec<Stage> {
+        fn pass(ctx: Context, _: &Resources) -> StageFuture {
+            StageFuture::ready(Ok(Output::Context(ctx)))
+        }
+        names
+            .iter()
+            .map(|name| {
+                let hash = crate::version::VersionHasher::new()
+                    .part(name.as_bytes())
+                    .finalize();
+                Stage::new(crate::__private::stage_meta(name, hash), pass)
+            })
+            .collect()
     }
 
     /// Wraps an async stage's future; `err` converts its error.

@@ -198,7 +198,7 @@ pub use fluxio_core::{
     Resource, Result, ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode,
     StageInfo, StageKind, StageMeta, StageResult, StartOptions, Step, StepStatus, StreamEvent,
     Structure, Value, async_trait, callback, child, context, ctx, durability, error, history,
-    middleware, queue, recovery, schedule, stage, stream, structure, testing, value,
+    middleware, queue, recovery, schedule, shape, stage, stream, structure, testing, value,
 };
 
 /// Checkpoint stores: the [`CheckpointStore`] trait, the checkpoint it

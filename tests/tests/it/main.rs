@@ -41,6 +41,7 @@ mod retention;
 mod schedule;
 mod schedule_processes;
 mod settings;
+mod shape;
 mod stage_errors;
 mod store_faults;
 mod streaming;
