@@ -16,6 +16,15 @@
 //! | `{ "fire_and_forget": [[STEP, ...], ...] }` | `fire_and_forget![..]` |
 //! | `{ "route": { "router": "pick", "routes": [{ "name": "x", "steps": [STEP, ...] }] } }` | `pick => { "x" => [..] }` |
 //! | `{ "sleep": "24h" }` | `sleep!("24h")` |
+//! | `{ "child": { "pipeline": "billing", "input": ["a"], "output": ["b"], "failure": "f", "deadline": "1h", "poll": "5s", "each": "items", "item": "item", "into": "out" } }` (all but `pipeline` optional) | `child!("billing", ...)` |
+//! | `{ "pipeline": "billing" }` | a registered [`Pipeline`]'s steps, in place |
+//!
+//! A `pipeline` step runs a built pipeline's steps as if written there (a
+//! route body or a parallel branch may be one); the version counts it by
+//! that pipeline's version. Its stages take their resources, and its child
+//! steps their pipelines, from the builder the shape makes. A `child` step
+//! runs a registered pipeline as a child run (rule 29); the builder
+//! registers it.
 //!
 //! In TOML, a step is an inline table: `steps = [{ stage = "validate" },
 //! { parallel = [[{ stage = "price" }], [{ stage = "stock" }]] }]`.
@@ -150,6 +159,56 @@ pub enum Step {
     Route(RouteBlock),
     /// A durable sleep (rule 25) of this duration (`"24h"`, `"1h 30m"`).
     Sleep(String),
+    /// A child run of a registered pipeline (rule 29).
+    Child(ChildStep),
+    /// A registered pipeline's steps, in place.
+    Pipeline(String),
+}
+
+/// A child step ([`Step::Child`]), as `child!` takes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ChildStep {
+    /// The registered pipeline the child runs.
+    pub pipeline: String,
+    /// Only these keys go to the child (default: the whole context).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Vec<String>>,
+    /// Only these keys come back (default: the child's whole context).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Vec<String>>,
+    /// A failed child's failure goes under this key instead of failing
+    /// the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// The child's own deadline (`"1h"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// How often the parent looks at its child (`"5s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll: Option<String>,
+    /// A fan-out: one child per item of this list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub each: Option<String>,
+    /// The key each fan-out child gets its item under (default `item`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<String>,
+    /// Where a fan-out's results go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub into: Option<String>,
+}
+
+impl ChildStep {
+    /// A child run of the registered pipeline `pipeline`, every option
+    /// left out.
+    #[must_use]
+    pub fn of(pipeline: impl Into<String>) -> Self {
+        ChildStep {
+            pipeline: pipeline.into(),
+            ..ChildStep::default()
+        }
+    }
 }
 
 impl Step {
@@ -209,6 +268,7 @@ impl RouteBody {
 #[derive(Clone, Debug, Default)]
 pub struct StageRegistry {
     stages: BTreeMap<&'static str, Stage>,
+    pipelines: BTreeMap<String, crate::Pipeline>,
     /// Names registered twice, refused at `builder`.
     twice: Vec<&'static str>,
 }
@@ -240,6 +300,14 @@ impl StageRegistry {
         self.stage(S::stage())
     }
 
+    /// Registers the built `pipeline` under its name, for `pipeline` and
+    /// `child` steps.
+    #[must_use]
+    pub fn pipeline(mut self, pipeline: crate::Pipeline) -> Self {
+        self.pipelines.insert(pipeline.name().to_owned(), pipeline);
+        self
+    }
+
     /// The registered stages' names, in order.
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.stages.keys().copied()
@@ -267,10 +335,14 @@ impl StageRegistry {
         let mut walk = Walk {
             registry: self,
             steps: 0,
+            children: Vec::new(),
         };
         let hasher = VersionHasher::pipeline();
         let (nodes, hasher) = walk.seq(&shape.steps, "steps", 0, hasher)?;
         let mut builder = PipelineBuilder::new(nodes, hasher.finish(false), hasher.finish(true));
+        for child in walk.children {
+            builder = builder.child(child);
+        }
         if let Some(name) = &shape.name {
             builder = builder.name(name);
         }
@@ -283,6 +355,8 @@ impl StageRegistry {
 struct Walk<'a> {
     registry: &'a StageRegistry,
     steps: usize,
+    /// The registered pipelines the child steps run.
+    children: Vec<crate::Pipeline>,
 }
 
 impl Walk<'_> {
@@ -386,9 +460,102 @@ impl Walk<'_> {
                     hash = hash.sleep_for(ms);
                     nodes.push(Node::Sleep(Sleep::after(Duration::from_millis(ms))));
                 }
+                Step::Child(step) => {
+                    let (node, h) = self.child(step, &format!("{at}.child"), hash)?;
+                    hash = h;
+                    nodes.push(node);
+                }
+                Step::Pipeline(name) => {
+                    let Some(inner) = self.registry.pipelines.get(name) else {
+                        return Err(self.unregistered(name, &format!("{at}.pipeline")));
+                    };
+                    self.steps += inner.nodes().len();
+                    hash = hash
+                        .part(b"pipeline")
+                        .part(inner.name().as_bytes())
+                        .part(inner.version().as_bytes());
+                    nodes.extend(inner.nodes().iter().cloned());
+                }
             }
         }
         Ok((nodes, hash.seq_end()))
+    }
+
+    /// A registered pipeline's name missing at `at`.
+    fn unregistered(&self, name: &str, at: &str) -> Error {
+        let known: Vec<&str> = self.registry.pipelines.keys().map(String::as_str).collect();
+        Error::build(format!(
+            "{at}: pipeline `{}` is not registered (registered: {})",
+            name.chars().take(64).collect::<String>(),
+            known.join(", ")
+        ))
+    }
+
+    /// A child step's node and hasher calls, as `child!`'s.
+    fn child(
+        &mut self,
+        step: &ChildStep,
+        at: &str,
+        mut hash: VersionHasher,
+    ) -> Result<(Node, VersionHasher)> {
+        let Some(pipeline) = self.registry.pipelines.get(&step.pipeline) else {
+            return Err(self.unregistered(&step.pipeline, &format!("{at}.pipeline")));
+        };
+        if !self.children.iter().any(|c| c.name() == pipeline.name()) {
+            self.children.push(pipeline.clone());
+        }
+        let ms = |text: &Option<String>, what: &str| -> Result<Option<u64>> {
+            text.as_deref()
+                .map(|t| match crate::clock::parse_duration(t) {
+                    Ok(d) => Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                    Err(Error::InvalidSetting { message, .. }) => {
+                        Err(Error::build(format!("{at}.{what}: {message}")))
+                    }
+                    Err(e) => Err(e),
+                })
+                .transpose()
+        };
+        let (deadline, poll) = (ms(&step.deadline, "deadline")?, ms(&step.poll, "poll")?);
+        let mut child = crate::child::Child::of(step.pipeline.as_str());
+        hash = hash.child(&step.pipeline);
+        for (keys, output) in [(&step.input, false), (&step.output, true)] {
+            match keys {
+                None => hash = hash.child_keys(None),
+                Some(keys) => {
+                    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                    hash = hash.child_keys(Some(&refs));
+                    child = if output {
+                        child.output(keys.iter().cloned())
+                    } else {
+                        child.input(keys.iter().cloned())
+                    };
+                }
+            }
+        }
+        match (&step.each, &step.into) {
+            (Some(each), Some(into)) => {
+                let item = step.item.as_deref().unwrap_or("item");
+                hash = hash.child_each(each, item, into);
+                child = child.each(each.as_str(), item, into.as_str());
+            }
+            (None, None) if step.item.is_none() => {}
+            _ => {
+                return Err(Error::build(format!(
+                    "{at}: a fan-out needs both `each` and `into` (and `item` only with them)"
+                )));
+            }
+        }
+        if let Some(key) = &step.failure {
+            child = child.failure_into(key.as_str());
+        }
+        if let Some(ms) = deadline {
+            child = child.deadline(Duration::from_millis(ms));
+        }
+        if let Some(ms) = poll {
+            child = child.poll(Duration::from_millis(ms));
+        }
+        hash = hash.child_end(step.failure.as_deref(), deadline);
+        Ok((Node::Child(child), hash))
     }
 
     /// The registered stage `name` at `at`, a router where one goes.

@@ -235,3 +235,102 @@ fn rule33_a_stage_registered_twice_under_one_name_is_refused() {
         .to_string();
     assert!(err.contains("stage `audit` is registered twice"), "{err}");
 }
+
+#[stage]
+async fn bill(ctx: Context) -> StageResult {
+    Ok(ctx.set("billed", true)?)
+}
+
+fn billing() -> fluxio::Pipeline {
+    pipeline![bill]
+        .name("billing")
+        .store(InMemoryStore::new())
+        .build()
+        .expect("builds")
+}
+
+#[test]
+fn rule33_a_child_step_from_data_has_the_macros_version() {
+    let by_macro = pipeline![
+        validate,
+        child!(
+            "billing",
+            input = ["n"],
+            output = ["billed"],
+            failure = "billing_error",
+            deadline = "1h",
+            poll = "5s"
+        ),
+    ]
+    .name("orders")
+    .child(billing())
+    .store(InMemoryStore::new())
+    .build()
+    .expect("builds");
+    let json = br#"{"version": 1, "name": "orders", "steps": [
+        {"stage": "validate"},
+        {"child": {"pipeline": "billing", "input": ["n"], "output": ["billed"],
+                   "failure": "billing_error", "deadline": "1h", "poll": "5s"}}
+    ]}"#;
+    let shape = Shape::from_json(json).expect("a shape");
+    let by_data = registry()
+        .pipeline(billing())
+        .builder(&shape)
+        .expect("a builder")
+        .store(InMemoryStore::new())
+        .build()
+        .expect("builds");
+    assert_eq!(by_data.version(), by_macro.version());
+    let missing = registry()
+        .builder(&shape)
+        .expect_err("billing is not registered")
+        .to_string();
+    assert!(
+        missing.contains("steps[1].child.pipeline: pipeline `billing` is not registered"),
+        "{missing}"
+    );
+}
+
+#[tokio::test]
+async fn rule33_a_built_pipeline_is_a_route_body_and_a_parallel_branch() {
+    let json = br#"{"version": 1, "name": "orders", "steps": [
+        {"stage": "validate"},
+        {"parallel": [[{"pipeline": "billing"}], [{"stage": "stock"}]]},
+        {"route": {"router": "pick", "routes": [
+            {"name": "ship", "steps": [{"pipeline": "billing"}, {"stage": "ship"}]},
+            {"name": "hold", "steps": [{"stage": "hold"}]}
+        ]}}
+    ]}"#;
+    let shape = Shape::from_json(json).expect("a shape");
+    let orders = registry()
+        .pipeline(billing())
+        .builder(&shape)
+        .expect("a builder")
+        .store(InMemoryStore::new())
+        .build()
+        .expect("builds");
+    let input = Context::new().set("n", 1u64).expect("a value");
+    let done = orders
+        .invoke("o-1", input)
+        .await
+        .expect("runs")
+        .completed()
+        .expect("completes");
+    assert!(done.get::<bool>("billed").expect("billed"));
+    assert!(done.get::<bool>("shipped").expect("shipped"));
+    assert_eq!(done.get::<u64>("stock").expect("stock"), 3);
+    // the inner pipeline's version counts in the outer's
+    let other_billing = pipeline![bill, audit]
+        .name("billing")
+        .store(InMemoryStore::new())
+        .build()
+        .expect("builds");
+    let changed = registry()
+        .pipeline(other_billing)
+        .builder(&shape)
+        .expect("a builder")
+        .store(InMemoryStore::new())
+        .build()
+        .expect("builds");
+    assert_ne!(changed.version(), orders.version());
+}

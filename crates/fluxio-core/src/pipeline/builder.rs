@@ -446,6 +446,7 @@ impl PipelineBuilder {
                 leases: LeaseTracker::default(),
                 clock: self.clock,
                 queue: self.queue.map(Arc::new),
+                nodes: Arc::new(self.root),
             }),
         })
     }

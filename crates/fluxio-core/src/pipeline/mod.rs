@@ -76,6 +76,8 @@ struct Inner {
     clock: crate::clock::Clock,
     /// Its queue (rule 31), when it has one.
     queue: Option<Arc<crate::queue::Queue>>,
+    /// The shape it was built from, for a shape that inlines it (rule 33).
+    nodes: Arc<Vec<crate::compile::Node>>,
 }
 
 /// How a pipeline runs its runs: what [`PipelineBuilder`] sets, and the
@@ -136,6 +138,11 @@ impl Pipeline {
     #[must_use]
     pub fn clock(&self) -> &crate::clock::Clock {
         &self.inner.clock
+    }
+
+    /// The nodes it was built from (rule 33: a shape may inline them).
+    pub(crate) fn nodes(&self) -> &[crate::compile::Node] {
+        &self.inner.nodes
     }
 
     /// The compiled program.
