@@ -195,7 +195,7 @@ impl Durable<'_> {
         cp.status = status;
         cp.error_message = error;
         cp.deadline_ms = self.deadline_ms();
-        cp.queue = self.queue.as_deref().cloned();
+        cp.queue.clone_from(&self.queue);
         cp
     }
 

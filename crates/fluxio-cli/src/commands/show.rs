@@ -72,7 +72,7 @@ pub(crate) async fn show(
         error: latest.error_message.as_deref(),
         pending: latest.pending.as_ref(),
         deadline_ms: latest.deadline_ms,
-        queue: latest.queue.as_ref(),
+        queue: latest.queue.as_deref(),
     };
     write!(out.out, "{}", known.head(&listed, out.colour))?;
 

@@ -100,11 +100,11 @@ impl Pipeline {
                 setting: "queue",
                 message: format!("pipeline `{}` has no stage to queue", self.inner.name),
             })?;
-            first.queue = Some(QueueEntry::new(
+            first.queue = Some(Box::new(QueueEntry::new(
                 queue.name(),
                 options.key.clone(),
                 options.priority,
-            ));
+            )));
             let ttl = self.inner.settings.lease_ttl;
             let begun = match store.begin_run(first.clone(), ttl, Begin::IfAbsent).await {
                 Ok(begun) => begun,

@@ -132,7 +132,7 @@ impl Pipeline {
                 Claim::Resume => {
                     if let Some(slots) = slots {
                         let renew = |slot: &crate::store::Lease| self.renew_slot(store, slot);
-                        if !slots.admit(cp.queue.as_ref(), &renew).await? {
+                        if !slots.admit(cp.queue.as_deref(), &renew).await? {
                             let due = self.retry_queued(store, owner.lease(), cp).await?;
                             return Ok(Recovered::Deferred(due));
                         }

@@ -131,7 +131,7 @@ pub struct Checkpoint {
     /// [enqueued](crate::Pipeline::enqueue), carried by every checkpoint of
     /// the run. Written in format 7 (a run without one is written as
     /// before, which earlier builds read).
-    pub queue: Option<crate::store::QueueEntry>,
+    pub queue: Option<Box<crate::store::QueueEntry>>,
     /// The run's mailbox (contract rule 26), when the store keeps it with
     /// the checkpoint: a store with the four required methods keeps it in
     /// the blob ([`Checkpoint::to_bytes`] writes it). Empty when loaded from
@@ -843,7 +843,7 @@ mod tests {
             let key = (i % 12 == 2).then(|| format!("tenant-{i}"));
             let mut entry = crate::store::QueueEntry::new("emails", key, (i % 256) as u8);
             entry.queued = i % 4 == 0;
-            cp.queue = Some(entry);
+            cp.queue = Some(Box::new(entry));
         }
         if i % 13 == 5 {
             let payload = Payload::new(&("ok", i)).expect("encodes");

@@ -819,7 +819,7 @@ pub(super) fn decode_entry(
 /// queued.
 fn decode_queue(
     c: &mut Cursor<'_>,
-) -> std::result::Result<Option<crate::store::QueueEntry>, WireError> {
+) -> std::result::Result<Option<Box<crate::store::QueueEntry>>, WireError> {
     match c.byte()? {
         0 => return Ok(None),
         1 => {}
@@ -835,7 +835,7 @@ fn decode_queue(
     };
     let mut entry = crate::store::QueueEntry::new(queue, key, priority);
     entry.queued = queued;
-    Ok(Some(entry))
+    Ok(Some(Box::new(entry)))
 }
 
 pub(super) fn decode_status(c: &mut Cursor<'_>) -> std::result::Result<RunStatus, WireError> {
