@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use fluxio_core::store::{
-    BranchRecord, Change, Checkpoint, FORMAT_VERSION, MAGIC, Payload, Pending, Signal, WaitName,
+    BranchRecord, Change, Checkpoint, FORMAT_VERSION, MAGIC, Payload, Pending, QueueEntry, Signal,
+    WaitName,
 };
 use fluxio_core::value::Packed;
 use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
@@ -292,7 +293,32 @@ fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
             with_deadline(named(running())),
         ),
         ("v6_waiting_with_deadline.bin", 6, with_deadline(waiting())),
+        ("v7_queued.bin", 7, queued()),
+        (
+            "v7_running_in_a_queue_with_deadline.bin",
+            7,
+            in_a_queue(with_deadline(named(running()))),
+        ),
     ]
+}
+
+/// The running run of `v4_running.bin` enqueued (rule 31) under the key
+/// `tenant-7` at priority 2, sleeping before its first stage, due an hour
+/// after it was written.
+fn queued() -> Checkpoint {
+    let mut cp = named(running()).parked(Pending::sleep(1_700_003_600_250));
+    cp.queue = Some(Box::new(QueueEntry::new(
+        "emails",
+        Some("tenant-7".to_owned()),
+        2,
+    )));
+    cp
+}
+
+/// `cp` as a started run of the queue `emails`, enqueued without a key.
+fn in_a_queue(mut cp: Checkpoint) -> Checkpoint {
+    cp.queue = Some(Box::new(QueueEntry::new("emails", None, 0).started()));
+    cp
 }
 
 /// The running run of `v4_running.bin` asleep at its step until an hour
