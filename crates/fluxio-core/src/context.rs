@@ -443,6 +443,45 @@ impl Context {
         Snapshot(self.data.clone())
     }
 
+    /// The context's whole state, serializable: its data, its branch name
+    /// and its written set, which [`from_snapshot`](Self::from_snapshot)
+    /// restores ([`snapshot`](Self::snapshot) keeps the data only).
+    #[must_use]
+    pub fn full_snapshot(&self) -> ContextSnapshot {
+        ContextSnapshot {
+            data: self.snapshot(),
+            branch: self.branch().map(str::to_owned),
+            written: self.written().map(str::to_owned).collect(),
+        }
+    }
+
+    /// The context `snapshot` was taken of ([`full_snapshot`](Self::full_snapshot)):
+    /// the same data, branch name and written set, so a merge or a delta of
+    /// the restored context sees the keys the original had written.
+    ///
+    /// ```
+    /// use fluxio_core::{Context, context::ContextSnapshot};
+    ///
+    /// let branch = Context::new().set("a", 1u8)?.fork("pricing").set("b", 2u8)?;
+    /// let saved: ContextSnapshot = branch.full_snapshot();
+    /// let json = serde_json::to_string(&saved).expect("serializes");
+    /// let back = Context::from_snapshot(serde_json::from_str(&json).expect("parses"));
+    /// assert_eq!(back.branch(), Some("pricing"));
+    /// assert_eq!(back.written().collect::<Vec<_>>(), ["b"]);
+    /// assert_eq!(back.get::<u8>("a")?, 1);
+    /// # Ok::<(), fluxio_core::Error>(())
+    /// ```
+    #[must_use]
+    pub fn from_snapshot(snapshot: ContextSnapshot) -> Context {
+        let mut ctx = Context::from(snapshot.data);
+        ctx.branch = snapshot.branch.map(|name| Arc::new(Arc::from(name)));
+        for key in &snapshot.written {
+            let key = ctx.shared_key(key);
+            ctx.written.insert(key, ());
+        }
+        ctx
+    }
+
     /// The same data with an empty written set and no branch name.
     #[must_use]
     pub fn clear_written(self) -> Context {
@@ -482,6 +521,21 @@ impl fmt::Debug for Context {
         }
         m.finish()
     }
+}
+
+/// A context's whole state ([`Context::full_snapshot`]): its data, its
+/// branch name and its written set. Serializable (the data as
+/// [`Snapshot`] is).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ContextSnapshot {
+    /// The data.
+    pub data: Snapshot,
+    /// The branch name, in a fork.
+    pub branch: Option<String>,
+    /// The keys written (set or removed) since the context was created or
+    /// forked, in key order.
+    pub written: Vec<String>,
 }
 
 impl From<Snapshot> for Context {

@@ -38,6 +38,7 @@ mod recovery_processes;
 mod release;
 mod resources;
 mod retention;
+mod run_ids;
 mod schedule;
 mod schedule_processes;
 mod settings;

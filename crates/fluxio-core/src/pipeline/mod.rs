@@ -14,6 +14,7 @@
 mod builder;
 mod child;
 mod history;
+mod ids;
 mod operate;
 mod options;
 mod queue;
