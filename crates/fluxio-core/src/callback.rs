@@ -7,6 +7,9 @@
 //! stage's error: the problem is logged with `tracing` and the run goes on.
 //! A step that fails or times out still gets its `on_step_end` (with the
 //! error), so spans opened in `on_step_start` are always closed.
+//! [`Logging`] is a ready-made one that logs every event with `tracing`.
+
+mod logging;
 
 use std::fmt;
 use std::panic::AssertUnwindSafe;
@@ -15,6 +18,8 @@ use std::time::Duration;
 
 use crate::error::{BoxError, Error};
 use crate::store::RunStatus;
+
+pub use logging::Logging;
 
 /// What a callback method returns; an `Err` is logged and ignored.
 pub type CallbackResult = Result<(), BoxError>;

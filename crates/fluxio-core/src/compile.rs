@@ -183,6 +183,9 @@ pub struct Program {
     /// Whether a stage is blocking: only then does a plain run need the
     /// run's `RunBodies` (counted once here, not at every run).
     pub(crate) blocking: bool,
+    /// At most this many branches of one parallel block run at once
+    /// ([`PipelineBuilder::max_parallel`](crate::PipelineBuilder::max_parallel)).
+    pub(crate) max_parallel: Option<usize>,
     /// The position of every instruction, and of the end (see the module
     /// docs): one more entry than `instrs`, never decreasing.
     positions: Vec<u32>,
@@ -225,6 +228,7 @@ impl Program {
         positions.push(position);
         Ok(Program {
             blocking,
+            max_parallel: None,
             positions,
             instrs: c.instrs,
             stages: c.stages,

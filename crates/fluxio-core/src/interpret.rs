@@ -400,12 +400,13 @@ impl Top<'_> {
         };
         emit_branches(program, scope, names);
         let records = tokio::sync::Mutex::new(std::mem::take(&mut self.records));
+        let bound = program.max_parallel.map(tokio::sync::Semaphore::new);
         let runs = branches
             .iter()
             .zip(names)
             .enumerate()
             .map(|(i, (start, name))| {
-                let (records, ctx) = (&records, &ctx);
+                let (records, ctx, bound) = (&records, &ctx, bound.as_ref());
                 async move {
                     let index = u32::try_from(i).unwrap_or(u32::MAX);
                     let recorded = records
@@ -418,6 +419,15 @@ impl Top<'_> {
                         tracing::debug!(branch = &**name, "a finished branch is not run again");
                         return Ok::<Context, Halt>(done);
                     }
+                    // at most `max_parallel` branches of this block at once
+                    let _turn = match bound {
+                        Some(b) => Some(b.acquire().await.map_err(|_| {
+                            Halt::Failed(Error::Internal {
+                                message: "a parallel block's bound was closed".to_owned(),
+                            })
+                        })?),
+                        None => None,
+                    };
                     let done = branch(program, *start, ctx.fork(name.clone()), scope.clone())
                         .await
                         .map_err(Halt::Failed)?;
@@ -1102,10 +1112,21 @@ async fn fork(
         }
         return Ok(ctx);
     }
-    let runs = branches
-        .iter()
-        .zip(names)
-        .map(|(start, name)| branch(program, *start, ctx.fork(name.clone()), scope.clone()));
+    let bound = program.max_parallel.map(tokio::sync::Semaphore::new);
+    let runs = branches.iter().zip(names).map(|(start, name)| {
+        let bound = bound.as_ref();
+        let forked = ctx.fork(name.clone());
+        async move {
+            // at most `max_parallel` branches of this block at once
+            let _turn = match bound {
+                Some(b) => Some(b.acquire().await.map_err(|_| Error::Internal {
+                    message: "a parallel block's bound was closed".to_owned(),
+                })?),
+                None => None,
+            };
+            branch(program, *start, forked, scope.clone()).await
+        }
+    });
     let results = try_join_all(runs).await?;
     Context::merge(&ctx, &results)
 }

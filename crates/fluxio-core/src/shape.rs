@@ -17,7 +17,7 @@
 //! | `{ "route": { "router": "pick", "routes": [{ "name": "x", "steps": [STEP, ...] }] } }` | `pick => { "x" => [..] }` |
 //! | `{ "sleep": "24h" }` | `sleep!("24h")` |
 //! | `{ "child": { "pipeline": "billing", "input": ["a"], "output": ["b"], "failure": "f", "deadline": "1h", "poll": "5s", "each": "items", "item": "item", "into": "out" } }` (all but `pipeline` optional) | `child!("billing", ...)` |
-//! | `{ "pipeline": "billing" }` | a registered [`Pipeline`]'s steps, in place |
+//! | `{ "pipeline": "billing" }` | a registered [`Pipeline`](crate::Pipeline)'s steps, in place |
 //!
 //! A `pipeline` step runs a built pipeline's steps as if written there (a
 //! route body or a parallel branch may be one); the version counts it by

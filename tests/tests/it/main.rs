@@ -25,6 +25,8 @@ mod golden_checkpoints;
 mod hardening;
 mod history;
 mod lifecycle;
+mod logging_callback;
+mod max_parallel;
 mod middleware;
 mod middleware_builtins;
 mod multiprocess;

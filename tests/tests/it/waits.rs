@@ -600,9 +600,9 @@ fn sleeps_and_waits_are_refused_where_they_cannot_park() {
 }
 
 #[test]
-fn a_checkpoint_of_a_run_that_waits_is_format_5_one_with_a_deadline_6_and_others_4() {
+fn a_checkpoint_of_a_run_that_waits_is_format_5_one_with_a_deadline_6_a_queues_7_others_4() {
     use fluxio::store::backend::FORMAT_VERSION;
-    use fluxio::store::{Checkpoint, Pending};
+    use fluxio::store::{Checkpoint, Pending, QueueEntry};
     let format = |cp: &Checkpoint| {
         let bytes = cp.to_bytes().expect("encodes");
         u16::from_le_bytes([bytes[4], bytes[5]])
@@ -613,16 +613,19 @@ fn a_checkpoint_of_a_run_that_waits_is_format_5_one_with_a_deadline_6_and_others
     assert_eq!(format(&parked), 5, "readable by builds before deadlines");
     let mut late = parked.clone();
     late.deadline_ms = Some(9);
-    assert_eq!(format(&late), FORMAT_VERSION);
-    assert_eq!(FORMAT_VERSION, 6);
-    // what a build before deadlines says of it: a format it does not read,
+    assert_eq!(format(&late), 6, "readable by builds before queues");
+    let mut queued = late.clone();
+    queued.queue = Some(Box::new(QueueEntry::new("q", None, 0)));
+    assert_eq!(format(&queued), FORMAT_VERSION);
+    assert_eq!(FORMAT_VERSION, 7);
+    // what a build before queues says of it: a format it does not read,
     // by number (here: a format newer than this build's, the same check)
-    let mut newer = late.to_bytes().expect("encodes");
-    newer[4..6].copy_from_slice(&7u16.to_le_bytes());
+    let mut newer = queued.to_bytes().expect("encodes");
+    newer[4..6].copy_from_slice(&8u16.to_le_bytes());
     let err = Checkpoint::from_bytes("p/r", &newer)
         .expect_err("refused")
         .to_string();
-    assert!(err.contains("format 7") && err.contains("newer"), "{err}");
+    assert!(err.contains("format 8") && err.contains("newer"), "{err}");
 }
 
 /// Rule 27 after a redeploy: a worker claims only the versions it holds.

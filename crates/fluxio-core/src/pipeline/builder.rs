@@ -36,6 +36,7 @@ pub struct PipelineBuilder {
     clock: crate::clock::Clock,
     children: Vec<Pipeline>,
     queue: Option<crate::queue::Queue>,
+    max_parallel: Option<usize>,
 }
 
 impl PipelineBuilder {
@@ -62,6 +63,7 @@ impl PipelineBuilder {
             callbacks: Vec::new(),
             children: Vec::new(),
             queue: None,
+            max_parallel: None,
             resources: Resources::default(),
             clock: crate::clock::Clock::store(),
         }
@@ -269,6 +271,22 @@ impl PipelineBuilder {
         self
     }
 
+    /// At most `branches` branches of one parallel block run at once (the
+    /// reference runtime's `max_workers`); the others wait for one to end,
+    /// in order. Unbounded by default; 0 counts as 1. Each block counts its
+    /// own (so nested blocks never wait on each other); fire-and-forget
+    /// branches are not bounded. Not part of the version.
+    ///
+    /// ```
+    /// # fn demo(p: fluxio_core::PipelineBuilder) -> fluxio_core::Result<fluxio_core::Pipeline> {
+    /// p.max_parallel(4).build()
+    /// # }
+    /// ```
+    pub fn max_parallel(mut self, branches: usize) -> Self {
+        self.max_parallel = Some(branches.max(1));
+        self
+    }
+
     /// How many chunks [`Pipeline::stream`] buffers before a stream stage's
     /// [`Emitter::emit`](crate::Emitter::emit) waits for the consumer
     /// (default [`DEFAULT_STREAM_BUFFER`]; 0 counts as 1; `build` refuses
@@ -381,6 +399,7 @@ impl PipelineBuilder {
             }
         }
         program.callbacks = self.callbacks.into();
+        program.max_parallel = self.max_parallel;
         let resources = Arc::new(self.resources);
         for stage in &mut program.stages {
             if let Some(req) = stage.missing_resource(&resources) {
