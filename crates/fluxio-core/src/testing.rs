@@ -140,6 +140,57 @@ impl StageTest {
     }
 }
 
+impl StageTest {
+    /// Calls the stage once on `ctx` as [`run`](Self::run) does, in a task
+    /// of its own, and hands a stream stage's chunks to the test one by one
+    /// as it emits them ([`StageStream::next`]): the stage waits at each
+    /// `emit` until the test has read the chunk before (a buffer of one),
+    /// as a slow consumer of [`Pipeline::stream`](crate::Pipeline::stream)
+    /// makes it. Needs a tokio runtime.
+    #[must_use]
+    pub fn stream(&self, ctx: Context) -> StageStream {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let test = self.clone();
+        let task =
+            tokio::spawn(crate::stream::STREAM_TX.scope(tx, async move { test.run(ctx).await }));
+        StageStream { rx, task }
+    }
+}
+
+/// A stage called by [`StageTest::stream`]: its chunks as it emits them,
+/// then what the call did.
+#[derive(Debug)]
+pub struct StageStream {
+    rx: tokio::sync::mpsc::Receiver<Result<crate::stream::StreamEvent>>,
+    task: tokio::task::JoinHandle<Result<StageRun>>,
+}
+
+impl StageStream {
+    /// The next chunk the stage emits, as soon as it emits it; `None` once
+    /// the stage returned.
+    pub async fn next(&mut self) -> Option<Value> {
+        while let Some(event) = self.rx.recv().await {
+            if let Ok(crate::stream::StreamEvent::Chunk(chunk)) = event {
+                return Some(chunk.value);
+            }
+        }
+        None
+    }
+
+    /// Reads what is left of the stream and returns what the call did (its
+    /// [`chunks`](StageRun::chunks) are all of them, read or not).
+    ///
+    /// # Errors
+    /// As [`StageTest::run`]; [`Error::Internal`](crate::Error::Internal)
+    /// when the stage panicked.
+    pub async fn finish(mut self) -> Result<StageRun> {
+        while self.next().await.is_some() {}
+        self.task.await.map_err(|e| crate::Error::Internal {
+            message: format!("the stage under test panicked: {e}"),
+        })?
+    }
+}
+
 impl StageRun {
     /// Asserts that the stage wrote exactly `keys` (in any order).
     ///

@@ -110,3 +110,40 @@ async fn a_router_reports_its_route_and_patch() {
         .expect("runs");
     assert_eq!(out.get::<u8>("priority").expect("patched"), 0);
 }
+
+/// How many chunks `ticker` emitted so far.
+static EMITTED: AtomicU32 = AtomicU32::new(0);
+
+#[stage]
+async fn ticker(ctx: Context, out: Emitter) -> StageResult {
+    for n in 1..=3u32 {
+        out.emit(n).await?;
+        EMITTED.store(n, Ordering::SeqCst);
+    }
+    Ok(ctx)
+}
+
+#[tokio::test]
+async fn a_stream_stage_s_chunks_are_seen_one_by_one_as_it_emits_them() {
+    let mut live = StageTest::of::<ticker>().stream(Context::new());
+    let first = tokio::time::timeout(Duration::from_secs(5), live.next())
+        .await
+        .expect("the first chunk comes before the stage ends");
+    assert_eq!(first, Some(Value::from(1u32)));
+    // the stage runs at most one chunk ahead of its reader: it emitted
+    // the second and waits at the third
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        EMITTED.load(Ordering::SeqCst),
+        2,
+        "one chunk ahead of the reader, no more"
+    );
+    assert_eq!(live.next().await, Some(Value::from(2u32)));
+    let run = live.finish().await.expect("the stage returns");
+    assert_eq!(EMITTED.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        run.chunks,
+        [Value::from(1u32), Value::from(2u32), Value::from(3u32)]
+    );
+    run.assert_wrote(&["ticker_stream_result"]);
+}
