@@ -150,3 +150,55 @@ impl Drop for Worker {
         self.kill();
     }
 }
+
+/// Where a cross-process test starts from: a runtime, the store of one
+/// kind in a namespace of its own, and a scratch folder for its ledger.
+#[derive(Debug)]
+pub struct Scene {
+    /// The runtime the test drives the store from.
+    pub rt: tokio::runtime::Runtime,
+    /// The store, in the test's namespace.
+    pub store: std::sync::Arc<dyn fluxio::CheckpointStore>,
+    /// The store's URL, for the worker processes.
+    pub url: String,
+    /// The namespace, for the worker processes.
+    pub ns: String,
+    /// The scratch folder (`fluxio-{what}-{kind}-{pid}` in the temp dir).
+    pub dir: std::path::PathBuf,
+    /// `ledger` in the scratch folder.
+    pub ledger: String,
+}
+
+impl Scene {
+    /// The scene of test `what` on `kind`, in the namespace `{ns}_{kind}`;
+    /// `None` when the store's server is not there (a loud skip, or a
+    /// failure under `CI`: `fluxio_test_support::skip_unless_ci`).
+    ///
+    /// # Panics
+    /// When the runtime or the scratch folder cannot be made.
+    #[must_use]
+    pub fn open(kind: crate::StoreKind, what: &str, ns: &str) -> Option<Scene> {
+        let ns = fluxio_test_support::namespace(&format!("{ns}_{}", kind.name()));
+        let url = kind.url();
+        let rt = tokio::runtime::Runtime::new().expect("a runtime");
+        let store = match rt.block_on(kind.open(&url, &ns)) {
+            Ok(store) => store,
+            Err(e) => return fluxio_test_support::skip_unless_ci(kind.name(), &e),
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "fluxio-{what}-{}-{}",
+            kind.name(),
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("a scratch folder");
+        let ledger = dir.join("ledger").to_string_lossy().into_owned();
+        Some(Scene {
+            rt,
+            store,
+            url,
+            ns,
+            dir,
+            ledger,
+        })
+    }
+}

@@ -9,14 +9,11 @@
 //! test kills it there. `... family-work` runs a worker of the parent and
 //! the child until the parent completes.
 
-use std::sync::Arc;
-
 use fluxio::RunStatus;
 use fluxio::store::{CheckpointStore, RunFilter, run_key};
-use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::StoreKind;
 use fluxio_tests::family::{FAMILY_CHILD, FAMILY_PARENT};
-use fluxio_tests::process::Worker;
+use fluxio_tests::process::{Scene, Worker};
 
 const LEASE_MS: &str = "300";
 
@@ -45,23 +42,17 @@ fn stages(ledger: &str, keys: &[&str]) -> Vec<String> {
 }
 
 fn harness(kind: StoreKind) {
-    let ns = namespace(&format!("crashc_{}", kind.name()));
-    let url = kind.url();
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let store: Arc<dyn CheckpointStore> = match rt.block_on(kind.open(&url, &ns)) {
-        Ok(s) => s,
-        Err(e) => {
-            let _: Option<()> = skip_unless_ci(kind.name(), &e);
-            return;
-        }
+    let Some(Scene {
+        rt,
+        store,
+        url,
+        ns,
+        dir,
+        ledger,
+    }) = Scene::open(kind, "crash-child", "crashc")
+    else {
+        return;
     };
-    let dir = std::env::temp_dir().join(format!(
-        "fluxio-crash-child-{}-{}",
-        kind.name(),
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let ledger = dir.join("ledger").to_string_lossy().into_owned();
     let run_id = "parent-1";
     let parent_key = run_key(FAMILY_PARENT, run_id);
 

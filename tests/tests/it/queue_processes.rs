@@ -11,9 +11,8 @@ use std::time::Duration;
 use fluxio::Context;
 use fluxio::queue::{Enqueue, Enqueued};
 use fluxio::store::{CheckpointStore, RunFilter, RunState};
-use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::StoreKind;
-use fluxio_tests::process::Worker;
+use fluxio_tests::process::{Scene, Worker};
 use fluxio_tests::queues::{QUEUE_PIPELINE, micros, queue_pipeline};
 
 const RUNS: usize = 500;
@@ -34,23 +33,17 @@ async fn completed(store: &dyn CheckpointStore) -> usize {
 }
 
 fn harness(kind: StoreKind) {
-    let ns = namespace(&format!("queue_{}", kind.name()));
-    let url = kind.url();
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let store: Arc<dyn CheckpointStore> = match rt.block_on(kind.open(&url, &ns)) {
-        Ok(s) => s,
-        Err(e) => {
-            let _: Option<()> = skip_unless_ci(kind.name(), &e);
-            return;
-        }
+    let Some(Scene {
+        rt,
+        store,
+        url,
+        ns,
+        dir,
+        ledger,
+    }) = Scene::open(kind, "queue", "queue")
+    else {
+        return;
     };
-    let dir = std::env::temp_dir().join(format!(
-        "fluxio-queue-{}-{}",
-        kind.name(),
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let ledger = dir.join("ledger").to_string_lossy().into_owned();
     let pipeline = queue_pipeline()
         .store_arc(Arc::clone(&store))
         .build()

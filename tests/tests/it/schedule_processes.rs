@@ -12,33 +12,26 @@ use std::time::Duration;
 use fluxio::RunStatus;
 use fluxio::schedule::{CatchUp, Overlap, Schedule, tick_run_id};
 use fluxio::store::{CheckpointStore, RunFilter, RunState};
-use fluxio_test_support::{namespace, skip_unless_ci};
 use fluxio_tests::StoreKind;
 use fluxio_tests::family::{TICKS_PIPELINE, ticks_pipeline};
-use fluxio_tests::process::Worker;
+use fluxio_tests::process::{Scene, Worker};
 
 fn harness(kind: StoreKind) {
     let seconds: u64 = std::env::var("FLUXIO_SCHEDULE_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
-    let ns = namespace(&format!("sched_{}", kind.name()));
-    let url = kind.url();
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let store: Arc<dyn CheckpointStore> = match rt.block_on(kind.open(&url, &ns)) {
-        Ok(s) => s,
-        Err(e) => {
-            let _: Option<()> = skip_unless_ci(kind.name(), &e);
-            return;
-        }
+    let Some(Scene {
+        rt,
+        store,
+        url,
+        ns,
+        dir,
+        ledger,
+    }) = Scene::open(kind, "schedule", "sched")
+    else {
+        return;
     };
-    let dir = std::env::temp_dir().join(format!(
-        "fluxio-schedule-{}-{}",
-        kind.name(),
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let ledger = dir.join("ledger").to_string_lossy().into_owned();
     let pipeline = ticks_pipeline()
         .store_arc(Arc::clone(&store))
         .build()
