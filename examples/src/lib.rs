@@ -3,6 +3,7 @@
 //! and by this package's tests).
 
 pub mod checkout;
+pub mod pricing;
 pub mod two_process;
 
 /// Every example pipeline, by name, built with its default options.
@@ -12,6 +13,7 @@ pub mod two_process;
 pub fn pipelines() -> fluxio::Result<Vec<(&'static str, fluxio::Pipeline)>> {
     Ok(vec![
         ("checkout", checkout::pipeline().build()?),
+        ("pricing", pricing::pipeline().build()?),
         ("two_process", two_process::demo_pipeline().build()?),
     ])
 }

@@ -66,10 +66,10 @@ pub mod __private {
     pub use crate::stage::error_kind::{BoxKind, ErrorKindOf, IntoKind, OpaqueKind, StdKind};
     pub use crate::stage::used_as;
     pub use crate::stage::{
-        FromResources, Output, ResourceReq, Resources, Stage, StageDef, StageFuture, StageKind,
-        StageMeta, StageOutput, StageReturn, validate,
+        FromResources, HelperDef, Output, ResourceReq, Resources, Stage, StageDef, StageFuture,
+        StageKind, StageMeta, StageOutput, StageReturn, validate,
     };
-    pub use crate::version::VersionHasher;
+    pub use crate::version::{VersionHasher, with_helpers};
     pub use crate::waiting::{OnTimeout, Sleep, Until, Wait, timeout_value};
     pub use crate::{BoxError, Context};
     pub use std::boxed::Box;

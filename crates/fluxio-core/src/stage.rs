@@ -536,6 +536,24 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + std::marker::Send)) -
     }
 }
 
+/// Implemented by the hidden type `#[helper]` (and `#[stage]`) defines next
+/// to a function, so that `uses = [...]` can count the function's code in a
+/// stage's hash (rule 34).
+///
+/// Not meant to be implemented by hand.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a fluxio helper",
+    label = "not marked `#[fluxio::helper]`",
+    note = "mark the function with `#[fluxio::helper]` so that its code counts in the version of the stages that use it"
+)]
+pub trait HelperDef {
+    /// The function's name.
+    const NAME: &'static str;
+    /// sha256 of the function's normalized tokens, combined with its own
+    /// helpers' hashes (`version::with_helpers`).
+    const HASH: [u8; 32];
+}
+
 /// Implemented by the hidden type `#[stage]` defines next to the function.
 ///
 /// Not meant to be implemented by hand.

@@ -72,6 +72,17 @@
 //!    on, `N` when it is off (it changes the compiled program, so checkpoints
 //!    of one mode must not resume in the other).
 //!
+//! # Helpers (`fluxio/uses/v1`, rule 34)
+//!
+//! A stage or helper that declares the functions it calls (`uses = [...]`)
+//! has, in place of its own hash, the SHA-256 of the length-prefixed tag
+//! [`USES_DOMAIN`], its own 32-byte hash, the helper count as a u32 little
+//! endian, then for each helper in declared order its name (length-prefixed)
+//! and its hash, itself computed the same way ([`with_helpers`]). A stage that
+//! declares none keeps its own hash, so declaring helpers is the only thing
+//! that moves a version. A cycle of helpers is a compile error (the constants
+//! would depend on themselves).
+//!
 //! Tags are single ASCII bytes; length prefixes are u64 little endian. The
 //! version string is the first six bytes of the digest in lowercase hex (12
 //! characters, [`short_hex`]).
@@ -79,6 +90,41 @@
 //! The hasher is a small `const fn` implementation of SHA-256 (FIPS 180-4),
 //! because the `sha2` crate cannot run in a `const` context; the tests check it
 //! against `sha2` on many inputs, and pin the encoding's bytes.
+
+/// The domain tag of a hash combined with its helpers' ([`with_helpers`]).
+pub const USES_DOMAIN: &[u8] = b"fluxio/uses/v1";
+
+/// A stage's or helper's own hash combined with the hashes of the helpers it
+/// declares, `(name, hash)` in declared order (the `fluxio/uses/v1` encoding
+/// of the module docs); `own` unchanged when there are none.
+///
+/// ```
+/// use fluxio_core::version::with_helpers;
+///
+/// const OWN: [u8; 32] = [1; 32];
+/// assert_eq!(with_helpers(&OWN, &[]), OWN);
+/// const A: [u8; 32] = with_helpers(&OWN, &[("tax", &[2; 32])]);
+/// const B: [u8; 32] = with_helpers(&OWN, &[("tax", &[3; 32])]);
+/// assert_ne!(A, OWN);
+/// assert_ne!(A, B);
+/// ```
+#[must_use]
+pub const fn with_helpers(own: &[u8; 32], helpers: &[(&str, &[u8; 32])]) -> [u8; 32] {
+    if helpers.is_empty() {
+        return *own;
+    }
+    #[allow(clippy::cast_possible_truncation)] // a function declares far fewer than 2^32 helpers
+    let mut h = VersionHasher::new()
+        .part(USES_DOMAIN)
+        .update(own)
+        .count(helpers.len() as u32);
+    let mut i = 0;
+    while i < helpers.len() {
+        h = h.part(helpers[i].0.as_bytes()).update(helpers[i].1);
+        i += 1;
+    }
+    h.finalize()
+}
 
 /// The domain tag that starts every pipeline digest.
 pub const PIPELINE_DOMAIN: &[u8] = b"fluxio/pipeline/v1";
@@ -564,6 +610,28 @@ mod tests {
         manual.push(b']');
         manual.push(b'N');
         assert_eq!(D, reference(&manual));
+    }
+
+    /// Rule 34's encoding written out by hand: own hash, count, then each
+    /// helper's name and hash; no helpers leaves the own hash as it was.
+    #[test]
+    fn rule34_the_helpers_encoding_is_pinned() {
+        let own = [0x11; 32];
+        assert_eq!(with_helpers(&own, &[]), own);
+        let got = with_helpers(&own, &[("tax", &[0x22; 32]), ("rate", &[0x33; 32])]);
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&(b"fluxio/uses/v1".len() as u64).to_le_bytes());
+        bytes.extend_from_slice(b"fluxio/uses/v1");
+        bytes.extend_from_slice(&own);
+        bytes.extend_from_slice(&2u32.to_le_bytes());
+        for (name, hash) in [("tax", [0x22; 32]), ("rate", [0x33; 32])] {
+            bytes.extend_from_slice(&(name.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(name.as_bytes());
+            bytes.extend_from_slice(&hash);
+        }
+        assert_eq!(got, reference(&bytes));
+        let swapped = with_helpers(&own, &[("rate", &[0x33; 32]), ("tax", &[0x22; 32])]);
+        assert_ne!(got, swapped, "declared order counts");
     }
 
     /// The bytes of every node kind, written out by hand: changing any of

@@ -8,6 +8,7 @@
 use proc_macro::TokenStream;
 
 mod hash;
+mod helper;
 mod pipeline;
 mod stage;
 mod waits;
@@ -75,6 +76,7 @@ mod waits;
 /// | `timeout = "5s"` | fail the call with `Error::StageTimeout` after a whole number of `ms`, `s`, `m` or `h` (more than zero) |
 /// | `input = T` | before the call, deserialize the context as a `T` (extra keys ignored); a mismatch is `Error::Validation` naming the stage and the field |
 /// | `output = U` | the same check after the call |
+/// | `uses = [f, m::g]` | the functions it calls whose code counts in its hash (rule 34): each marked `#[helper]` (or a `#[stage]`) |
 /// | `crate = "path"` | where the `fluxio` crate is, when it is renamed or re-exported |
 ///
 /// Consecutive stages that all declare both `reads` and `writes` (and are not
@@ -100,7 +102,10 @@ mod waits;
 /// attributes, its signature and its body, as tokens: any token changed
 /// changes it (and the version of each pipeline using the stage), while
 /// whitespace, comments, doc comments and what rustfmt adds or removes do
-/// not. Code the stage calls is not covered.
+/// not. Code the stage calls is covered only when the stage declares it:
+/// `uses = [price_with_tax]` counts the hash of each named `#[helper]`
+/// function (itself covering its own `uses`), in order; code in other crates
+/// never counts.
 ///
 /// # Compile errors
 ///
@@ -122,6 +127,45 @@ mod waits;
 #[proc_macro_attribute]
 pub fn stage(args: TokenStream, item: TokenStream) -> TokenStream {
     stage::expand(args.into(), item.into()).into()
+}
+
+/// Marks a function whose code counts in the version of the stages that
+/// call it (rule 34).
+///
+/// A stage's hash covers its own tokens only; a stage that calls a helper
+/// declares it with `#[stage(uses = [helper])]`, and the helper's hash (its
+/// options, attributes, signature and body, normalized as a stage's: comments
+/// and formatting do not count) then counts in the stage's, so editing the
+/// helper changes the version of every pipeline using the stage, and editing
+/// its comments does not. A helper can declare its own helpers with
+/// `#[helper(uses = [...])]`; a cycle of helpers is a compile error. A stage
+/// can be named in `uses` too.
+///
+/// The function stays as written. Beside it, `#[helper]` defines a hidden
+/// type of the same name and visibility, so it must be a free function at
+/// module level (not a method), and `uses` names it by path as it is seen
+/// from the stage (`tax::vat`). Naming a function that is not marked is a
+/// compile error at its name (rustc says "expected type, found function").
+///
+/// Not covered: code the helper calls without declaring it, other crates'
+/// code (dependencies, the standard library), constants and statics the
+/// function reads, and types' definitions.
+///
+/// ```text
+/// #[helper]
+/// fn price_with_tax(cents: u64) -> u64 {
+///     cents + cents * 21 / 100
+/// }
+///
+/// #[stage(uses = [price_with_tax])]
+/// async fn price(ctx: Context) -> StageResult {
+///     let net: u64 = ctx.get("net_cents")?;
+///     Ok(ctx.set("total_cents", price_with_tax(net))?)
+/// }
+/// ```
+#[proc_macro_attribute]
+pub fn helper(args: TokenStream, item: TokenStream) -> TokenStream {
+    helper::expand(args.into(), item.into()).into()
 }
 
 /// Builds a pipeline from stages, parallel blocks and routing blocks.

@@ -19,6 +19,8 @@ struct Options {
     timeout_ms: Option<u64>,
     input: Option<syn::Type>,
     output: Option<syn::Type>,
+    /// The helpers whose code counts in the stage's hash (rule 34).
+    uses: Vec<syn::Path>,
     krate: syn::Path,
 }
 
@@ -65,23 +67,23 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// The function `#[stage]` is on.
-struct StageFn {
+pub(crate) struct StageFn {
     /// Its attributes other than `#[stage]`, inner ones included.
-    attrs: Vec<Attribute>,
-    vis: syn::Visibility,
-    sig: syn::Signature,
+    pub(crate) attrs: Vec<Attribute>,
+    pub(crate) vis: syn::Visibility,
+    pub(crate) sig: syn::Signature,
     /// The body's tokens as hashed: syn's `Block` when it parses (the stage
     /// hash has always been taken over it), else the tokens as written.
-    body: TokenStream,
+    pub(crate) body: TokenStream,
     /// The function as emitted.
-    item: TokenStream,
+    pub(crate) item: TokenStream,
 }
 
 impl StageFn {
     /// Parses `item`; a body that syn cannot parse is kept as tokens
     /// (rustc then reports the error in it, at the user's tokens), as
     /// tracing-attributes does.
-    fn parse(item: TokenStream) -> syn::Result<Self> {
+    pub(crate) fn parse(item: TokenStream) -> syn::Result<Self> {
         if let Ok(f) = syn::parse2::<ItemFn>(item.clone()) {
             return Ok(StageFn {
                 body: f.block.to_token_stream(),
@@ -127,7 +129,7 @@ impl Parse for RawBodyFn {
     }
 }
 
-fn combine(acc: &mut Option<syn::Error>, e: syn::Error) {
+pub(crate) fn combine(acc: &mut Option<syn::Error>, e: syn::Error) {
     match acc {
         Some(a) => a.combine(e),
         None => *acc = Some(e),
@@ -165,6 +167,39 @@ fn string_list(expr: &Expr, option: &str) -> syn::Result<Vec<LitStr>> {
         .collect()
 }
 
+/// `uses = [helper, module::helper]`: the functions (marked `#[helper]` or
+/// `#[stage]`) whose code counts in the hash.
+pub(crate) fn path_list(expr: &Expr) -> syn::Result<Vec<syn::Path>> {
+    let Expr::Array(arr) = expr else {
+        return Err(syn::Error::new_spanned(
+            expr,
+            "`uses` takes a list of functions: uses = [price_with_tax, tax::rate]",
+        ));
+    };
+    arr.elems
+        .iter()
+        .map(|e| match e {
+            Expr::Path(p) if p.qself.is_none() => Ok(p.path.clone()),
+            other => Err(syn::Error::new_spanned(
+                other,
+                "a helper is named by its path, as `price_with_tax` or `tax::rate`: not a call or an expression",
+            )),
+        })
+        .collect()
+}
+
+/// The `HASH` of a stage's or helper's hidden type: its own hash, combined
+/// with its helpers' when it declares any (`version::with_helpers`).
+pub(crate) fn hash_const(p: &TokenStream, own: &[u8; 32], uses: &[syn::Path]) -> TokenStream {
+    if uses.is_empty() {
+        return quote!([#(#own),*]);
+    }
+    let helpers = uses.iter().map(
+        |h| quote_spanned!(h.span()=> (<#h as #p::HelperDef>::NAME, &<#h as #p::HelperDef>::HASH)),
+    );
+    quote!(#p::with_helpers(&[#(#own),*], &[#(#helpers),*]))
+}
+
 /// `input = SomeType` / `output = SomeType`: a type that deserializes from the context.
 fn schema_type(expr: &Expr) -> syn::Result<syn::Type> {
     syn::parse2::<syn::Type>(expr.to_token_stream()).map_err(|_| {
@@ -175,7 +210,7 @@ fn schema_type(expr: &Expr) -> syn::Result<syn::Type> {
     })
 }
 
-fn lit_str(expr: &Expr, option: &str) -> syn::Result<LitStr> {
+pub(crate) fn lit_str(expr: &Expr, option: &str) -> syn::Result<LitStr> {
     match expr {
         Expr::Lit(ExprLit {
             lit: Lit::Str(s), ..
@@ -241,6 +276,7 @@ fn parse_options(args: TokenStream) -> (Options, Option<syn::Error>) {
         timeout_ms: None,
         input: None,
         output: None,
+        uses: Vec::new(),
         krate: syn::parse_quote!(::fluxio),
     };
     let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args) {
@@ -255,7 +291,7 @@ fn parse_options(args: TokenStream) -> (Options, Option<syn::Error>) {
                 &mut errors,
                 syn::Error::new_spanned(
                     &meta,
-                    "expected `option = value`: name, reads, writes, timeout, input, output or crate",
+                    "expected `option = value`: name, reads, writes, timeout, input, output, uses or crate",
                 ),
             );
             continue;
@@ -285,13 +321,14 @@ fn parse_options(args: TokenStream) -> (Options, Option<syn::Error>) {
                 .map(|ms| opts.timeout_ms = Some(ms)),
             "input" => schema_type(&nv.value).map(|t| opts.input = Some(t)),
             "output" => schema_type(&nv.value).map(|t| opts.output = Some(t)),
+            "uses" => path_list(&nv.value).map(|v| opts.uses = v),
             "crate" => lit_str(&nv.value, "crate")
                 .and_then(|s| s.parse::<syn::Path>())
                 .map(|p| opts.krate = p),
             _ => Err(syn::Error::new_spanned(
                 &nv.path,
                 format!(
-                    "unknown stage option `{}`; expected one of: name, reads, writes, timeout, input, output, crate",
+                    "unknown stage option `{}`; expected one of: name, reads, writes, timeout, input, output, uses, crate",
                     nv.path.to_token_stream()
                 ),
             )),
@@ -567,7 +604,15 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
         #new_stage(meta, #call_fn)
     };
     let returns_route = quote!(#p::used_as::ReturnsRoute<{ #router }>);
-    companion(func, &p, &returns_route, &router, hash, &stage)
+    companion(
+        func,
+        &p,
+        &returns_route,
+        &router,
+        &hash_const(&p, hash, &opts.uses),
+        &name,
+        &stage,
+    )
 }
 
 /// The function, and its hidden type with defaults, for a stage `#[stage]`
@@ -579,24 +624,28 @@ fn refused(func: &StageFn, opts: &Options, hash: &[u8; 32]) -> TokenStream {
     let krate = &opts.krate;
     let p = quote!(#krate::__private);
     let returns_route = quote!(#p::used_as::Refused);
+    let name = func.sig.ident.to_string();
     companion(
         func,
         &p,
         &returns_route,
         &quote!(false),
-        hash,
+        &hash_const(&p, hash, &[]),
+        &name,
         &quote!(#p::stand_in_stage()),
     )
 }
 
 /// The function as emitted, then the hidden type of the same name that
-/// implements `StageDef`; `stage` is the body of `StageDef::stage`.
+/// implements `StageDef` (and `HelperDef`, so that another stage can count a
+/// stage it calls as a helper); `stage` is the body of `StageDef::stage`.
 fn companion(
     func: &StageFn,
     p: &TokenStream,
     returns_route: &TokenStream,
     router: &TokenStream,
-    hash: &[u8; 32],
+    hash: &TokenStream,
+    name: &str,
     stage: &TokenStream,
 ) -> TokenStream {
     let item = &func.item;
@@ -612,11 +661,15 @@ fn companion(
         const _: () = {
             impl #p::StageDef for #ident {
                 type ReturnsRoute = #returns_route;
-                const HASH: [u8; 32] = [#(#hash),*];
+                const HASH: [u8; 32] = #hash;
                 const ROUTER: bool = #router;
                 fn stage() -> #p::Stage {
                     #stage
                 }
+            }
+            impl #p::HelperDef for #ident {
+                const NAME: &'static str = #name;
+                const HASH: [u8; 32] = <Self as #p::StageDef>::HASH;
             }
         };
     }

@@ -240,7 +240,7 @@ pub mod store {
         };
     }
 }
-pub use fluxio_macros::{pipeline, stage};
+pub use fluxio_macros::{helper, pipeline, stage};
 
 // The store crates: every public type at the root, inlined, so each has a
 // page here and `fluxio::X` names it (the stores, their builders, their

@@ -23,6 +23,7 @@ mod facade_stores;
 mod fix_and_resume;
 mod golden_checkpoints;
 mod hardening;
+mod helpers;
 mod history;
 mod lifecycle;
 mod logging_callback;
