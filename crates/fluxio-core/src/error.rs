@@ -6,6 +6,11 @@ use crate::store::error_kind::StoreErrorKind;
 use crate::store::status::RunStatus;
 use crate::structure::changes::Changes;
 
+mod terminal;
+
+pub use terminal::TerminalError;
+pub(crate) use terminal::is_terminal;
+
 /// A boxed error as returned by a stage: any `std::error::Error + Send + Sync + 'static`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -567,6 +572,20 @@ pub enum Error {
         /// Waiting (for a signal), not sleeping.
         waiting: bool,
     },
+
+    /// The run failed for good (rule 35): a stage returned a
+    /// [`TerminalError`]. `start` and `resume` return this instead of running
+    /// it again; the first call returned the stage's error itself. `fork` it
+    /// with a corrected context, or `replay` it from a step, to run it again.
+    #[error("run `{run_id}` failed for good at stage `{stage}`: {message}")]
+    FailedForGood {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// The stage that failed.
+        stage: String,
+        /// How it failed, as stored.
+        message: String,
+    },
 }
 
 /// An error's `Display`, or its `Debug` when the `Display` is empty (an
@@ -631,8 +650,25 @@ impl Error {
     #[must_use]
     pub fn stage_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
         match self {
-            Error::Stage { source, .. } => source.downcast_ref::<E>(),
+            Error::Stage { source, .. } => source.downcast_ref::<E>().or_else(|| {
+                // a final failure's own error, through its wrapper
+                source
+                    .downcast_ref::<TerminalError>()
+                    .and_then(|t| t.inner().downcast_ref::<E>())
+            }),
             _ => None,
+        }
+    }
+
+    /// Whether the run failed for good (rule 35): a stage's error that is,
+    /// or is caused by, a [`TerminalError`], or [`Error::FailedForGood`].
+    /// No retry, recovery or repeated `start` runs such a failure again.
+    #[must_use]
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            Error::Stage { source, .. } => is_terminal(&**source),
+            Error::FailedForGood { .. } => true,
+            _ => false,
         }
     }
 
@@ -644,7 +680,8 @@ impl Error {
             | Error::StagePanic { stage, .. }
             | Error::StageTimeout { stage, .. }
             | Error::Validation { stage, .. }
-            | Error::CircuitOpen { stage } => Some(stage),
+            | Error::CircuitOpen { stage }
+            | Error::FailedForGood { stage, .. } => Some(stage),
             Error::UnknownRoute { router, .. } => Some(router),
             _ => None,
         }

@@ -683,6 +683,8 @@ async fn failed(
     if let (Some(d), Some(last)) = (durable, top.last) {
         let error = Some(e.message_with_causes());
         let mut cp = d.at_last(program, &last, RunStatus::Failed, error);
+        // rule 35: no start, resume or worker runs it again
+        cp.failed_for_good = e.is_terminal();
         // finished branches stay finished after a failure too
         cp.branches = top.records;
         cp.pending = top.pending;

@@ -33,7 +33,7 @@ pub mod waiting;
 
 pub use context::{Context, Snapshot};
 pub use durability::Durability;
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, Result, TerminalError};
 pub use history::{History, Step, StepStatus};
 pub use outcome::Outcome;
 pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder, ResumeOptions, StartOptions};

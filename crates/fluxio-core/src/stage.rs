@@ -956,9 +956,14 @@ impl Error {
     #[must_use]
     pub fn stage_error_any<E: Any>(&self) -> Option<&E> {
         match self {
-            Error::Stage { source, .. } => source
-                .downcast_ref::<OpaqueStageError>()
-                .and_then(|o| o.0.as_any().downcast_ref::<E>()),
+            Error::Stage { source, .. } => {
+                // through a final failure's wrapper (rule 35)
+                let own = source
+                    .downcast_ref::<crate::TerminalError>()
+                    .map_or(&**source, crate::TerminalError::inner);
+                own.downcast_ref::<OpaqueStageError>()
+                    .and_then(|o| o.0.as_any().downcast_ref::<E>())
+            }
             _ => None,
         }
     }
@@ -1058,7 +1063,13 @@ pub mod error_kind {
                 + Sync
                 + 'static,
         {
-            Box::new(OpaqueStageError(Box::new(e)))
+            let opaque = OpaqueStageError(Box::new(e));
+            // a final failure inside (rule 35) stays visible as one
+            if crate::error::is_terminal(opaque.0.as_error()) {
+                Box::new(crate::TerminalError::new(opaque))
+            } else {
+                Box::new(opaque)
+            }
         }
     }
     impl IntoTag {

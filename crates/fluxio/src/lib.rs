@@ -197,8 +197,9 @@ pub use fluxio_core::{
     EmitError, Emitter, Error, History, InMemoryStore, Outcome, Pipeline, PipelineBuilder,
     Resource, Result, ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage, StageCode,
     StageInfo, StageKind, StageMeta, StageResult, StartOptions, Step, StepStatus, StreamEvent,
-    Structure, Value, async_trait, callback, child, context, ctx, durability, error, history,
-    middleware, queue, recovery, schedule, shape, stage, stream, structure, testing, value,
+    Structure, TerminalError, Value, async_trait, callback, child, context, ctx, durability, error,
+    history, middleware, queue, recovery, schedule, shape, stage, stream, structure, testing,
+    value,
 };
 
 /// Checkpoint stores: the [`CheckpointStore`] trait, the checkpoint it

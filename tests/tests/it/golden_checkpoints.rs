@@ -299,7 +299,16 @@ fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
             7,
             in_a_queue(with_deadline(named(running()))),
         ),
+        ("v8_failed_for_good.bin", 8, failed_for_good()),
     ]
+}
+
+/// The failed run of `v4_failed.bin`, failed for good (rule 35: its stage
+/// returned a `TerminalError`).
+fn failed_for_good() -> Checkpoint {
+    let mut cp = named(failed());
+    cp.failed_for_good = true;
+    cp
 }
 
 /// The running run of `v4_running.bin` enqueued (rule 31) under the key

@@ -49,6 +49,7 @@ mod shape;
 mod stage_errors;
 mod store_faults;
 mod streaming;
+mod terminal;
 mod testing_kit;
 mod value_limits;
 mod waits;

@@ -600,7 +600,8 @@ fn sleeps_and_waits_are_refused_where_they_cannot_park() {
 }
 
 #[test]
-fn a_checkpoint_of_a_run_that_waits_is_format_5_one_with_a_deadline_6_a_queues_7_others_4() {
+fn a_checkpoint_of_a_run_that_waits_is_format_5_one_with_a_deadline_6_a_queues_7_failed_for_good_8_others_4()
+ {
     use fluxio::store::backend::FORMAT_VERSION;
     use fluxio::store::{Checkpoint, Pending, QueueEntry};
     let format = |cp: &Checkpoint| {
@@ -616,16 +617,23 @@ fn a_checkpoint_of_a_run_that_waits_is_format_5_one_with_a_deadline_6_a_queues_7
     assert_eq!(format(&late), 6, "readable by builds before queues");
     let mut queued = late.clone();
     queued.queue = Some(Box::new(QueueEntry::new("q", None, 0)));
-    assert_eq!(format(&queued), FORMAT_VERSION);
-    assert_eq!(FORMAT_VERSION, 7);
-    // what a build before queues says of it: a format it does not read,
-    // by number (here: a format newer than this build's, the same check)
-    let mut newer = queued.to_bytes().expect("encodes");
-    newer[4..6].copy_from_slice(&8u16.to_le_bytes());
+    assert_eq!(
+        format(&queued),
+        7,
+        "readable by builds before final failures"
+    );
+    let mut failed = plain.clone().failed("refused");
+    failed.failed_for_good = true;
+    assert_eq!(format(&failed), FORMAT_VERSION);
+    assert_eq!(FORMAT_VERSION, 8);
+    // what a build before final failures says of it: a format it does not
+    // read, by number (here: a format newer than this build's, the same check)
+    let mut newer = failed.to_bytes().expect("encodes");
+    newer[4..6].copy_from_slice(&9u16.to_le_bytes());
     let err = Checkpoint::from_bytes("p/r", &newer)
         .expect_err("refused")
         .to_string();
-    assert!(err.contains("format 8") && err.contains("newer"), "{err}");
+    assert!(err.contains("format 9") && err.contains("newer"), "{err}");
 }
 
 /// Rule 27 after a redeploy: a worker claims only the versions it holds.

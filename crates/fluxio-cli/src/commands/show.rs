@@ -49,6 +49,7 @@ pub(crate) async fn show(
             "pending": latest.pending,
             "deadline_ms": latest.deadline_ms,
             "queue": latest.queue,
+            "failed_for_good": latest.is_failed_for_good(),
             "parent": fluxio_core::child::parent_of(&latest.run_id),
             "child": fluxio_core::store::open_child(latest),
             "context": context_json(&latest.context, args.full),
@@ -73,6 +74,7 @@ pub(crate) async fn show(
         pending: latest.pending.as_ref(),
         deadline_ms: latest.deadline_ms,
         queue: latest.queue.as_deref(),
+        failed_for_good: latest.is_failed_for_good(),
     };
     write!(out.out, "{}", known.head(&listed, out.colour))?;
 
@@ -155,6 +157,7 @@ async fn unreadable(
             pending: None,
             deadline_ms: None,
             queue: None,
+            failed_for_good: false,
         };
         write!(out.out, "{}", known.head(&listed, out.colour))?;
         writeln!(
@@ -185,6 +188,8 @@ struct Known<'a> {
     deadline_ms: Option<u64>,
     /// The run's queue (rule 31).
     queue: Option<&'a fluxio_core::store::QueueEntry>,
+    /// Whether it failed for good (rule 35).
+    failed_for_good: bool,
 }
 
 impl Known<'_> {
@@ -264,6 +269,12 @@ impl Known<'_> {
         }
         if let Some(error) = self.error {
             field("error", one_line(error, usize::MAX));
+        }
+        if self.failed_for_good {
+            field(
+                "for good",
+                "a stage's TerminalError: start, resume and workers leave it; `runs retry`, replay or fork run it again".to_owned(),
+            );
         }
         // the header rows are `name  value`: drop the empty header line
         let rendered = head.render(false);

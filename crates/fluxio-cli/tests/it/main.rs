@@ -7,5 +7,6 @@ mod common;
 mod errors;
 mod output;
 mod scenario;
+mod terminal;
 mod untouched;
 mod waits;

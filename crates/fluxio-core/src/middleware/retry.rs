@@ -99,7 +99,8 @@ impl Retry {
         self
     }
 
-    /// Which errors retry (default: the stage's own failures).
+    /// Which errors retry (default: the stage's own failures). A
+    /// [`TerminalError`](crate::TerminalError) never does.
     #[must_use]
     pub fn retry_if(mut self, predicate: impl Fn(&Error) -> bool + Send + Sync + 'static) -> Self {
         self.retry_if = Arc::new(predicate);
@@ -180,7 +181,8 @@ impl Middleware for Retry {
         loop {
             match next.run(ctx.clone()).await {
                 Ok(out) => return Ok(out),
-                Err(e) if (self.retry_if)(&e) => match delays.next() {
+                // a final failure (rule 35) is never retried, whatever `retry_if` says
+                Err(e) if !e.is_terminal() && (self.retry_if)(&e) => match delays.next() {
                     Some(delay) => {
                         attempt += 1;
                         tracing::debug!(stage = stage.name(), attempt, ?delay, error = %e.message_with_causes(), "retrying the stage");

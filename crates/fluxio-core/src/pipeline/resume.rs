@@ -115,7 +115,9 @@ impl Pipeline {
     /// [`Error::NotDurable`] when the pipeline has no store;
     /// [`Error::CheckpointNotFound`] when nothing is stored for `run_id`;
     /// [`Error::Cancelled`] when the run was [cancelled](Self::cancel) (nothing
-    /// runs, the checkpoint is untouched);
+    /// runs, the checkpoint is untouched); [`Error::FailedForGood`] when a
+    /// stage failed it with a [`TerminalError`](crate::TerminalError) (rule
+    /// 35: [`replay`](Self::replay) or [`fork`](Self::fork) it to run it again);
     /// [`Error::CheckpointVersion`] when the checkpoint was written by another
     /// version (nothing runs, the checkpoint is untouched); the errors of
     /// [`invoke`](Self::invoke).
@@ -281,6 +283,11 @@ impl Pipeline {
         let key = owner.lease().run_id();
         if let Some(refused) = crate::store::fenced_refusal(key, cp.status) {
             return Err(refused);
+        }
+        // rule 35: a final failure is not resumed (a replay from a step, an
+        // operator's explicit choice, runs it again)
+        if matches!(how, Continue::Resume) && cp.is_failed_for_good() {
+            return Err(cp.failed_for_good_error());
         }
         let runner = self.version_for(key, &cp, how, options)?;
         runner

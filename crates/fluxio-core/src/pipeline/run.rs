@@ -20,15 +20,17 @@ use crate::store::{Begin, CheckpointStore, RunStatus, now_ms};
 use crate::stream::{RunStream, STREAM_TX, StreamEvent};
 
 /// What `start` returns for the stored run `cp` without running it: a
-/// completed run's final context (final on any code), or the sleep or wait
+/// completed run's final context (final on any code), the sleep or wait
 /// a parked run is in (a client's retry never wakes a run early, and
-/// writes nothing); `None` for a run `start` continues.
-fn settled(cp: &crate::store::Checkpoint, key: &str) -> Option<Outcome> {
+/// writes nothing), or a run's failure for good (rule 35); `None` for a
+/// run `start` continues.
+fn settled(cp: &crate::store::Checkpoint, key: &str) -> Option<Result<Outcome>> {
     match (&cp.status, &cp.pending) {
-        (RunStatus::Completed, _) => Some(Outcome::Completed(cp.context.to_context())),
+        (RunStatus::Completed, _) => Some(Ok(Outcome::Completed(cp.context.to_context()))),
         (status, Some(pending)) if status.is_pending() => {
-            Some(Outcome::parked(key, pending, cp.context.to_context()))
+            Some(Ok(Outcome::parked(key, pending, cp.context.to_context())))
         }
+        _ if cp.is_failed_for_good() => Some(Err(cp.failed_for_good_error())),
         _ => None,
     }
 }
@@ -207,6 +209,9 @@ impl Pipeline {
     ///   runs, whatever version of the pipeline completed it (a result does
     ///   not depend on the code that reads it back: a client retrying
     ///   yesterday's request after a redeploy gets yesterday's result);
+    /// - a run that failed for good (a stage returned a
+    ///   [`TerminalError`](crate::TerminalError), rule 35):
+    ///   [`Error::FailedForGood`](crate::Error::FailedForGood), running nothing;
     /// - a failed run, or a running one whose owner's lease has lapsed (a
     ///   crashed worker): it is resumed, like [`resume`](Self::resume);
     ///   `input` is not used. A run of other code is resumed only on a
@@ -306,7 +311,7 @@ impl Pipeline {
             // depend on code, so it is returned whatever version wrote it
             if let Some(cp) = store.load(&key).await? {
                 if let Some(outcome) = settled(&cp, &key) {
-                    return Ok(outcome);
+                    return outcome;
                 }
             } else {
                 // nothing stored under the key (and, for a named pipeline,
@@ -372,7 +377,7 @@ impl Pipeline {
             // completed since `start` looked (or adopted): final on any code;
             // parked: its worker continues it when it is due
             Some(cp) => match settled(&cp, key) {
-                Some(outcome) => Ok(outcome),
+                Some(outcome) => outcome,
                 None => self.resume_stored(r, cp).await,
             },
         }

@@ -112,7 +112,8 @@ impl RecoveryPolicy {
     pub(super) fn decide(&self, cp: &Checkpoint, pipeline: &Pipeline, how: Found) -> Claim {
         let wanted = match cp.status {
             RunStatus::Running => true,
-            RunStatus::Failed => self.retry_failed,
+            // rule 35: a run failed for good is never retried
+            RunStatus::Failed => self.retry_failed && !cp.is_failed_for_good(),
             _ => false,
         };
         if !wanted || !pipeline.runs_version(&cp.version) {

@@ -132,6 +132,13 @@ pub struct Checkpoint {
     /// the run. Written in format 7 (a run without one is written as
     /// before, which earlier builds read).
     pub queue: Option<Box<crate::store::QueueEntry>>,
+    /// Whether the run failed for good (rule 35): a stage returned a
+    /// [`TerminalError`](crate::TerminalError). Set on the failure
+    /// checkpoint; while the status is [`RunStatus::Failed`]
+    /// ([`is_failed_for_good`](Self::is_failed_for_good)) no start, resume or
+    /// recovery runs it again. Written in format 8 (a checkpoint without it
+    /// is written as before, which earlier builds read).
+    pub failed_for_good: bool,
     /// The run's mailbox (contract rule 26), when the store keeps it with
     /// the checkpoint: a store with the four required methods keeps it in
     /// the blob ([`Checkpoint::to_bytes`] writes it). Empty when loaded from
@@ -173,6 +180,7 @@ impl PartialEq for Checkpoint {
                 == (other.seq, &other.change, other.keep_from)
             && (&self.pending, self.deadline_ms) == (&other.pending, other.deadline_ms)
             && self.queue == other.queue
+            && self.failed_for_good == other.failed_for_good
     }
 }
 
@@ -203,7 +211,8 @@ pub fn run_key(pipeline: &str, run_id: &str) -> String {
 pub const MAGIC: [u8; 4] = *b"FXCP";
 
 /// The newest format version this build writes and reads (it reads formats
-/// 1 to 6 too). It writes format 7 only for a run of a
+/// 1 to 7 too). It writes format 8 only for a run that
+/// [failed for good](Checkpoint::failed_for_good), format 7 for a run of a
 /// [queue](Checkpoint::queue), format 6 for a run with a
 /// [deadline](Checkpoint::deadline_ms) or a paused one, format 5 for a run that sleeps or
 /// waits (a checkpoint with [`pending`](Checkpoint::pending), or a blob
@@ -211,7 +220,10 @@ pub const MAGIC: [u8; 4] = *b"FXCP";
 /// reads every run that does not use what it lacks, and refuses one that
 /// does with an error naming the format instead of mistaking a wait for a
 /// stage or running past a deadline.
-pub const FORMAT_VERSION: u16 = 7;
+pub const FORMAT_VERSION: u16 = 8;
+
+/// The format version of a run of a queue that did not fail for good.
+pub(crate) const QUEUE_FORMAT_VERSION: u16 = 7;
 
 /// The format version of a run with a deadline, or paused, outside a queue.
 pub(crate) const DEADLINE_FORMAT_VERSION: u16 = 6;
@@ -266,6 +278,7 @@ impl Checkpoint {
             pending: None,
             deadline_ms: None,
             queue: None,
+            failed_for_good: false,
             signals: Vec::new(),
             earlier: Vec::new(),
         }
@@ -421,6 +434,23 @@ impl Checkpoint {
     #[must_use]
     pub fn is_failed(&self) -> bool {
         self.status == RunStatus::Failed
+    }
+
+    /// Whether the run failed for good (rule 35): failed, with a
+    /// [`TerminalError`](crate::TerminalError).
+    #[must_use]
+    pub fn is_failed_for_good(&self) -> bool {
+        self.failed_for_good && self.status == RunStatus::Failed
+    }
+
+    /// [`Error::FailedForGood`](crate::Error::FailedForGood) for this run.
+    #[must_use]
+    pub fn failed_for_good_error(&self) -> crate::Error {
+        crate::Error::FailedForGood {
+            run_id: self.key().to_string(),
+            stage: self.step.clone(),
+            message: self.error_message.clone().unwrap_or_default(),
+        }
     }
 
     /// Whether the run waits (`status` is [`RunStatus::Waiting`]) for a
@@ -647,12 +677,15 @@ impl Checkpoint {
         if format >= DEADLINE_FORMAT_VERSION {
             size += 1 + self.deadline_ms.map_or(0, |ms| varint_len(ms) as u64);
         }
-        if format >= FORMAT_VERSION {
+        if format >= QUEUE_FORMAT_VERSION {
             size += 1;
             if let Some(entry) = &self.queue {
                 let key = entry.key.as_deref().map_or(0, string);
                 size += string(&entry.queue) + 1 + key + 2;
             }
+        }
+        if format >= FORMAT_VERSION {
+            size += 1; // failed for good
         }
         if format >= WAITS_FORMAT_VERSION {
             size += 1;
@@ -816,6 +849,7 @@ mod tests {
             pending: None,
             deadline_ms: None,
             queue: None,
+            failed_for_good: false,
             signals: Vec::new(),
             earlier: Vec::new(),
         };

@@ -149,6 +149,8 @@ async fn retry_locked<S: CheckpointStore + ?Sized>(
                 next = next.parked(super::Pending::sleep(due));
             }
             next.error_message = None;
+            // an operator's retry runs a final failure (rule 35) again too
+            next.failed_for_good = false;
             // a woken run's resume does not count an attempt: it runs 1
             next.attempt = u32::from(due_ms.is_some());
             next.updated_at_ms = super::now_ms();

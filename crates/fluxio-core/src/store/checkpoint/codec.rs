@@ -20,15 +20,18 @@ use crate::value::{Cursor, EncodedValue, WireError, decode_legacy, decode_string
 
 use super::*;
 
-/// The format `entries` (and a blob's `mailbox`) are written in: format 7
+/// The format `entries` (and a blob's `mailbox`) are written in: format 8
+/// when one of them failed for good, format 7
 /// when one of them is a queue's, format 6
 /// when one of them has a deadline or is paused, else format 5 when one of them sleeps
 /// or waits, or the mailbox holds a signal, else format 4, which builds
 /// before waits read (see [`FORMAT_VERSION`]).
 pub(super) fn format_of(entries: &[&Checkpoint], mailbox: &[Signal]) -> u16 {
     let waits = |cp: &&Checkpoint| cp.pending.is_some() || cp.status.is_pending();
-    if entries.iter().any(|cp| cp.queue.is_some()) {
+    if entries.iter().any(|cp| cp.failed_for_good) {
         FORMAT_VERSION
+    } else if entries.iter().any(|cp| cp.queue.is_some()) {
+        QUEUE_FORMAT_VERSION
     } else if entries
         .iter()
         .any(|cp| cp.deadline_ms.is_some() || cp.status == RunStatus::Paused)
@@ -235,6 +238,7 @@ pub(super) fn decode_parts<B: AsRef<[u8]>>(
             PLAIN_FORMAT_VERSION
             | WAITS_FORMAT_VERSION
             | DEADLINE_FORMAT_VERSION
+            | QUEUE_FORMAT_VERSION
             | FORMAT_VERSION => {
                 let (decoded, signals) = decode_v4(payload, journal.last(), format)
                     .map_err(|e| undecodable_v3(run_id, e))?;
@@ -481,7 +485,7 @@ pub(super) fn encode_entry<E: Encoder>(
     if format >= DEADLINE_FORMAT_VERSION {
         cp.deadline_ms.encode(encoder)?;
     }
-    if format >= FORMAT_VERSION {
+    if format >= QUEUE_FORMAT_VERSION {
         match &cp.queue {
             None => 0u8.encode(encoder)?,
             Some(entry) => {
@@ -492,6 +496,9 @@ pub(super) fn encode_entry<E: Encoder>(
                 entry.queued.encode(encoder)?;
             }
         }
+    }
+    if format >= FORMAT_VERSION {
+        cp.failed_for_good.encode(encoder)?;
     }
     Ok(())
 }
@@ -771,10 +778,20 @@ pub(super) fn decode_entry(
         None
     };
     // format 7: the run's queue (rule 31)
-    let queue = if format >= FORMAT_VERSION {
+    let queue = if format >= QUEUE_FORMAT_VERSION {
         decode_queue(c)?
     } else {
         None
+    };
+    // format 8: whether it failed for good (rule 35)
+    let failed_for_good = if format >= FORMAT_VERSION {
+        match c.byte()? {
+            0 => false,
+            1 => true,
+            _ => return Err(WireError::Invalid("a bool other than 0 or 1")),
+        }
+    } else {
+        false
     };
     if status.is_pending() && pending.is_none() {
         return Err(WireError::Invalid(
@@ -809,6 +826,7 @@ pub(super) fn decode_entry(
         pending,
         deadline_ms,
         queue,
+        failed_for_good,
         signals: Vec::new(),
         earlier: Vec::new(),
     })

@@ -85,6 +85,8 @@ mod queue;
 
 mod schedule;
 
+mod terminal;
+
 mod waits;
 
 pub use waits::{
@@ -107,6 +109,8 @@ pub use child::{
     rule29_a_fan_out_runs_a_child_per_item_and_collects_their_results,
     rule29_cancelling_a_parent_cancels_its_open_child, rule29_child_runs_are_listed_by_parent,
 };
+
+pub use terminal::rule35_a_run_failed_for_good_is_stored_so_and_not_run_again;
 
 pub use queue::{
     rule31_a_queue_slot_is_a_lease_no_listing_shows,
@@ -861,6 +865,7 @@ macro_rules! __store_conformance_each {
             rule30_a_paused_wait_or_sleep_goes_back_to_it_when_unpaused,
             rule30_a_recovery_policy_can_pause_what_it_gives_up,
             rule30_a_pause_racing_fenced_saves_wins_until_unpaused,
+            rule35_a_run_failed_for_good_is_stored_so_and_not_run_again,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
