@@ -108,6 +108,11 @@ pub struct History {
     /// whether a wait took it. Empty when the reader did not ask the store
     /// ([`History::of`] reads the journal only).
     pub signals: Vec<crate::store::Signal>,
+    /// Where the run was forked from, and the keys the fork changed, when
+    /// [`Pipeline::fork_with`](crate::Pipeline::fork_with) started it (and
+    /// its first checkpoint is still kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<crate::store::ForkOrigin>,
 }
 
 impl History {
@@ -200,6 +205,9 @@ impl History {
             steps,
             checkpoints: journal.len(),
             signals: Vec::new(),
+            forked_from: journal
+                .iter()
+                .find_map(|cp| cp.forked_from.as_deref().cloned()),
         }
     }
 }
@@ -476,6 +484,9 @@ impl fmt::Display for History {
             "run {}: {status} ({} checkpoints kept)",
             self.run, self.checkpoints
         )?;
+        if let Some(origin) = &self.forked_from {
+            writeln!(f, "{origin}")?;
+        }
         for signal in &self.signals {
             let from = if signal.sender.is_empty() {
                 String::new()

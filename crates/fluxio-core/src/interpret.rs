@@ -119,14 +119,14 @@ pub(crate) struct Durable<'a> {
 /// first `CHECKPOINT` writes nothing. Returns the checkpoint and what
 /// [`Tail::advance`] needs once it is written.
 pub(crate) fn first_checkpoint(
-    program: &Program,
+    (program, ip): (&Program, usize),
     meta: [&str; 3],
     structure: &Arc<Structure>,
     (created_at_ms, deadline_ms): (u64, Option<u64>),
     input: &Snapshot,
     tail: &mut Tail,
 ) -> Option<Checkpoint> {
-    let Some(Instr::Checkpoint { step }) = program.instrs.first() else {
+    let Some(Instr::Checkpoint { step }) = program.instrs.get(ip) else {
         return None;
     };
     let [pipeline, run_id, version] = meta;
@@ -134,7 +134,7 @@ pub(crate) fn first_checkpoint(
         [pipeline, run_id, version],
         structure,
         created_at_ms,
-        program.position(0),
+        program.position(ip),
         step,
         input.clone(),
     );

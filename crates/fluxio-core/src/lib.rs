@@ -36,7 +36,9 @@ pub use durability::Durability;
 pub use error::{BoxError, Error, Result, TerminalError};
 pub use history::{History, Step, StepStatus};
 pub use outcome::Outcome;
-pub use pipeline::{Diff, DiffEntry, Pipeline, PipelineBuilder, ResumeOptions, StartOptions};
+pub use pipeline::{
+    Diff, DiffEntry, Pipeline, PipelineBuilder, Plan, PlannedStep, ResumeOptions, StartOptions,
+};
 pub use stage::{Resource, Route, Stage, StageInfo, StageKind, StageMeta};
 pub use store::{Checkpoint, CheckpointStore, InMemoryStore, RunStatus};
 pub use stream::{Chunk, EmitError, Emitter, RunStream, StreamEvent};

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use fluxio_core::store::{
-    BranchRecord, Change, Checkpoint, FORMAT_VERSION, MAGIC, Payload, Pending, QueueEntry, Signal,
-    WaitName,
+    BranchRecord, Change, Checkpoint, FORMAT_VERSION, ForkOrigin, MAGIC, Payload, Pending,
+    QueueEntry, Signal, WaitName,
 };
 use fluxio_core::value::Packed;
 use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
@@ -300,7 +300,20 @@ fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
             in_a_queue(with_deadline(named(running()))),
         ),
         ("v8_failed_for_good.bin", 8, failed_for_good()),
+        ("v8_forked_with_changes.bin", 8, forked()),
     ]
+}
+
+/// The running run of `v4_running.bin` as the first checkpoint of a fork
+/// of `orders/o-1` at `charge` that set `card` and `currency` and removed
+/// `coupon` (rule 20).
+fn forked() -> Checkpoint {
+    let mut cp = named(running());
+    let mut origin = ForkOrigin::new("orders/o-1", "charge");
+    origin.set = vec!["card".to_owned(), "currency".to_owned()];
+    origin.removed = vec!["coupon".to_owned()];
+    cp.forked_from = Some(Box::new(origin));
+    cp
 }
 
 /// The failed run of `v4_failed.bin`, failed for good (rule 35: its stage

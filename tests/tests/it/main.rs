@@ -21,6 +21,7 @@ mod durable;
 mod empty_pipeline;
 mod facade_stores;
 mod fix_and_resume;
+mod fork_patch;
 mod golden_checkpoints;
 mod hardening;
 mod helpers;

@@ -77,6 +77,9 @@ pub(crate) async fn show(
         failed_for_good: latest.is_failed_for_good(),
     };
     write!(out.out, "{}", known.head(&listed, out.colour))?;
+    if let Some(origin) = &history.forked_from {
+        writeln!(out.out, "{}", shown(&origin.to_string()))?;
+    }
 
     writeln!(out.out, "\ncontext ({} keys)", latest.context.len())?;
     let limit = if args.full { usize::MAX } else { SHORT };

@@ -8,7 +8,7 @@ use super::BoxError;
 /// card, an order that does not exist. Return it from a stage and the run
 /// fails **for good**: the [`Retry`](crate::middleware::Retry) middleware
 /// does not call the stage again (whatever its `retry_if`), a
-/// [`RecoveryWorker`](crate::RecoveryWorker) never picks the run up, and
+/// [`RecoveryWorker`](crate::recovery::RecoveryWorker) never picks the run up, and
 /// [`Pipeline::start`](crate::Pipeline::start) and
 /// [`resume`](crate::Pipeline::resume) return
 /// [`Error::FailedForGood`](crate::Error::FailedForGood) without running

@@ -32,7 +32,7 @@ impl ChildRuns for Pipeline {
             self.inner.version.as_str(),
         ];
         let first = crate::interpret::first_checkpoint(
-            &self.inner.program,
+            (&self.inner.program, 0),
             meta,
             &self.inner.structure,
             (crate::store::now_ms(), deadline_ms),

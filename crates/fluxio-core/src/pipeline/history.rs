@@ -137,8 +137,9 @@ impl Pipeline {
     /// with the context `run_id` had before that step (contract rule 20).
     /// The original run is read, never written: its checkpoints, status and
     /// lease stay as they are. The new run is an ordinary durable run from
-    /// there on (its history starts at the fork), and this returns its
-    /// result, like [`invoke`](Self::invoke).
+    /// there on (its history starts at the fork and records it:
+    /// [`History::forked_from`](crate::History::forked_from)), and this
+    /// returns its result, like [`invoke`](Self::invoke).
     ///
     /// # Errors
     /// [`Error::InvalidRunId`] when `new_run_id` is malformed, is `run_id`,
@@ -149,6 +150,44 @@ impl Pipeline {
     /// was written by another version of the pipeline; the errors of
     /// [`invoke`](Self::invoke).
     pub async fn fork(&self, run_id: &str, from_step: &str, new_run_id: &str) -> Result<Outcome> {
+        self.fork_with(run_id, from_step, new_run_id, Ok).await
+    }
+
+    /// [`fork`](Self::fork) with the context changed first: `patch` gets the
+    /// context the run had before `from_step` and returns the one the new
+    /// run starts from. An operator fixes a wrong input (a card number, an
+    /// address) and runs the rest again under a new run id; the keys set
+    /// and removed are recorded in the new run's history
+    /// ([`ForkOrigin`](crate::store::ForkOrigin)).
+    ///
+    /// ```
+    /// # use fluxio_core::{Context, InMemoryStore};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> fluxio_core::Result<()> {
+    /// # let pipeline = fluxio_core::__private::pipeline_builder(Vec::new(), [0; 32], [0; 32])
+    /// #     .name("orders")
+    /// #     .store(InMemoryStore::new())
+    /// #     .build()?;
+    /// # let _ = async {
+    /// pipeline
+    ///     .fork_with("order-7", "charge", "order-7-fixed", |ctx| ctx.set("card", "4242"))
+    ///     .await?;
+    /// let history = pipeline.history("order-7-fixed").await?;
+    /// println!("{}", history.forked_from.expect("recorded")); // forked from orders/order-7 at charge, set card
+    /// # Ok::<(), fluxio_core::Error>(()) };
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`fork`](Self::fork); an error `patch` returns, before anything
+    /// is written.
+    pub async fn fork_with(
+        &self,
+        run_id: &str,
+        from_step: &str,
+        new_run_id: &str,
+        patch: impl FnOnce(Context) -> Result<Context>,
+    ) -> Result<Outcome> {
         let new_key = self.key(new_run_id)?;
         let store = self.require_store("fork")?;
         check_runtime("fork", &new_key)?;
@@ -158,32 +197,47 @@ impl Pipeline {
                 reason: "a fork needs a new run id, not the id of the run it forks",
             });
         }
+        let key = self.key(run_id)?;
         let at = self.before_step("fork", run_id, from_step).await?;
         let how = Continue::Replay { from: Some(&at) };
-        let runner = self.version_for(&self.key(run_id)?, &at, how, ResumeOptions::new())?;
+        let runner = self.version_for(&key, &at, how, ResumeOptions::new())?;
         // the new run numbers its checkpoints by position, whatever the
         // forked one did
-        let (ip, _) = runner.resume_point(&self.key(run_id)?, &at)?;
+        let (ip, _) = runner.resume_point(&key, &at)?;
+        let before = at.context.to_context();
+        let after = patch(before.clone())?;
+        let mut origin = crate::store::ForkOrigin::new(key.to_string(), from_step);
+        for entry in Diff::between(run_id, &before, new_run_id, &after).entries {
+            match entry.b {
+                Some(_) => origin.set.push(entry.key),
+                None => origin.removed.push(entry.key),
+            }
+        }
+        let first = super::run::First {
+            ip,
+            origin: Some(Box::new(origin)),
+        };
         let span = self.span(&new_key, true);
         async {
-            self.with_lease(store, &new_key, async |owner| {
-                if store.exists(&new_key).await? {
-                    return Err(Error::InvalidRunId {
+            let begun = runner
+                .begin(
+                    store,
+                    (new_run_id, &new_key),
+                    &after.snapshot(),
+                    (crate::store::Begin::IfAbsent, None),
+                    first,
+                )
+                .await?;
+            match begun {
+                super::run::Fresh::Ran(result) => result,
+                super::run::Fresh::Stored(owner) => {
+                    owner.release().await;
+                    Err(Error::InvalidRunId {
                         run_id: new_run_id.to_owned(),
                         reason: "a run with this id is stored: fork into a new run id",
-                    });
+                    })
                 }
-                runner
-                    .run_fresh_from(
-                        store,
-                        owner,
-                        (new_run_id, &new_key),
-                        (ip, None),
-                        &at.context,
-                    )
-                    .await
-            })
-            .await
+            }
         }
         .instrument(span)
         .await

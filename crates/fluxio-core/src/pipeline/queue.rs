@@ -89,7 +89,7 @@ impl Pipeline {
                 self.inner.version.as_str(),
             ];
             let mut first = crate::interpret::first_checkpoint(
-                &self.inner.program,
+                (&self.inner.program, 0),
                 meta,
                 &self.inner.structure,
                 (crate::store::now_ms(), deadline_ms),

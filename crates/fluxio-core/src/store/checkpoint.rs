@@ -139,6 +139,10 @@ pub struct Checkpoint {
     /// recovery runs it again. Written in format 8 (a checkpoint without it
     /// is written as before, which earlier builds read).
     pub failed_for_good: bool,
+    /// Where the run was forked from (contract rule 20), on the first
+    /// checkpoint of a run [`Pipeline::fork_with`](crate::Pipeline::fork_with)
+    /// started; `None` elsewhere. Written in format 8.
+    pub forked_from: Option<Box<crate::store::ForkOrigin>>,
     /// The run's mailbox (contract rule 26), when the store keeps it with
     /// the checkpoint: a store with the four required methods keeps it in
     /// the blob ([`Checkpoint::to_bytes`] writes it). Empty when loaded from
@@ -181,6 +185,7 @@ impl PartialEq for Checkpoint {
             && (&self.pending, self.deadline_ms) == (&other.pending, other.deadline_ms)
             && self.queue == other.queue
             && self.failed_for_good == other.failed_for_good
+            && self.forked_from == other.forked_from
     }
 }
 
@@ -212,7 +217,8 @@ pub const MAGIC: [u8; 4] = *b"FXCP";
 
 /// The newest format version this build writes and reads (it reads formats
 /// 1 to 7 too). It writes format 8 only for a run that
-/// [failed for good](Checkpoint::failed_for_good), format 7 for a run of a
+/// [failed for good](Checkpoint::failed_for_good) or
+/// [was forked](Checkpoint::forked_from), format 7 for a run of a
 /// [queue](Checkpoint::queue), format 6 for a run with a
 /// [deadline](Checkpoint::deadline_ms) or a paused one, format 5 for a run that sleeps or
 /// waits (a checkpoint with [`pending`](Checkpoint::pending), or a blob
@@ -279,6 +285,7 @@ impl Checkpoint {
             deadline_ms: None,
             queue: None,
             failed_for_good: false,
+            forked_from: None,
             signals: Vec::new(),
             earlier: Vec::new(),
         }
@@ -685,7 +692,17 @@ impl Checkpoint {
             }
         }
         if format >= FORMAT_VERSION {
-            size += 1; // failed for good
+            size += 2; // failed for good, the fork's option tag
+            if let Some(origin) = &self.forked_from {
+                let list = |keys: &[String]| {
+                    varint_len(keys.len() as u64) as u64
+                        + keys.iter().map(|k| string(k)).sum::<u64>()
+                };
+                size += string(&origin.run)
+                    + string(&origin.step)
+                    + list(&origin.set)
+                    + list(&origin.removed);
+            }
         }
         if format >= WAITS_FORMAT_VERSION {
             size += 1;
@@ -850,6 +867,7 @@ mod tests {
             deadline_ms: None,
             queue: None,
             failed_for_good: false,
+            forked_from: None,
             signals: Vec::new(),
             earlier: Vec::new(),
         };
@@ -878,6 +896,16 @@ mod tests {
             let mut entry = crate::store::QueueEntry::new("emails", key, (i % 256) as u8);
             entry.queued = i % 4 == 0;
             cp.queue = Some(Box::new(entry));
+        }
+        // failed for good, forked (format 8)
+        if i % 10 == 3 {
+            cp.failed_for_good = true;
+        }
+        if i % 14 == 4 {
+            let mut origin = crate::store::ForkOrigin::new(format!("orders/o-{i}"), "charge");
+            origin.set = (0..i % 3).map(|k| format!("k{k}")).collect();
+            origin.removed = vec!["coupon".to_owned()];
+            cp.forked_from = Some(Box::new(origin));
         }
         if i % 13 == 5 {
             let payload = Payload::new(&("ok", i)).expect("encodes");
@@ -989,6 +1017,7 @@ mod tests {
             let format = u16::from_le_bytes([bytes[4], bytes[5]]);
             let waits = cp.pending.is_some() || !cp.signals.is_empty();
             let wanted = match (cp.deadline_ms, waits) {
+                _ if cp.failed_for_good || cp.forked_from.is_some() => 8,
                 _ if cp.queue.is_some() => 7,
                 (Some(_), _) => 6,
                 (None, true) => 5,
@@ -997,6 +1026,8 @@ mod tests {
             assert_eq!(format, wanted, "checkpoint {i}");
             assert_eq!(back.deadline_ms, cp.deadline_ms, "checkpoint {i}");
             assert_eq!(back.queue, cp.queue, "checkpoint {i}");
+            assert_eq!(back.forked_from, cp.forked_from, "checkpoint {i}");
+            assert_eq!(back.failed_for_good, cp.failed_for_good, "checkpoint {i}");
             assert_eq!(
                 back.to_bytes().expect("re-encodes"),
                 bytes,

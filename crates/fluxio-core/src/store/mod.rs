@@ -66,6 +66,7 @@ mod checkpoint;
 #[cfg(feature = "test-util")]
 pub mod conformance;
 pub(crate) mod error_kind;
+mod forked;
 mod journal;
 mod lease;
 mod list;
@@ -89,6 +90,7 @@ pub use checkpoint::{
     Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_FORMAT_VERSION, RunStatus, run_key,
 };
 pub use error_kind::StoreErrorKind;
+pub use forked::ForkOrigin;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::{Begin, Begun, Lease};
 pub use list::{

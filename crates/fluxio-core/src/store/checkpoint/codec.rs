@@ -21,14 +21,17 @@ use crate::value::{Cursor, EncodedValue, WireError, decode_legacy, decode_string
 use super::*;
 
 /// The format `entries` (and a blob's `mailbox`) are written in: format 8
-/// when one of them failed for good, format 7
+/// when one of them failed for good or was forked, format 7
 /// when one of them is a queue's, format 6
 /// when one of them has a deadline or is paused, else format 5 when one of them sleeps
 /// or waits, or the mailbox holds a signal, else format 4, which builds
 /// before waits read (see [`FORMAT_VERSION`]).
 pub(super) fn format_of(entries: &[&Checkpoint], mailbox: &[Signal]) -> u16 {
     let waits = |cp: &&Checkpoint| cp.pending.is_some() || cp.status.is_pending();
-    if entries.iter().any(|cp| cp.failed_for_good) {
+    if entries
+        .iter()
+        .any(|cp| cp.failed_for_good || cp.forked_from.is_some())
+    {
         FORMAT_VERSION
     } else if entries.iter().any(|cp| cp.queue.is_some()) {
         QUEUE_FORMAT_VERSION
@@ -499,6 +502,16 @@ pub(super) fn encode_entry<E: Encoder>(
     }
     if format >= FORMAT_VERSION {
         cp.failed_for_good.encode(encoder)?;
+        match &cp.forked_from {
+            None => 0u8.encode(encoder)?,
+            Some(origin) => {
+                1u8.encode(encoder)?;
+                origin.run.encode(encoder)?;
+                origin.step.encode(encoder)?;
+                origin.set.encode(encoder)?;
+                origin.removed.encode(encoder)?;
+            }
+        }
     }
     Ok(())
 }
@@ -784,14 +797,15 @@ pub(super) fn decode_entry(
         None
     };
     // format 8: whether it failed for good (rule 35)
-    let failed_for_good = if format >= FORMAT_VERSION {
-        match c.byte()? {
+    let (failed_for_good, forked_from) = if format >= FORMAT_VERSION {
+        let failed = match c.byte()? {
             0 => false,
             1 => true,
             _ => return Err(WireError::Invalid("a bool other than 0 or 1")),
-        }
+        };
+        (failed, decode_origin(c)?)
     } else {
-        false
+        (false, None)
     };
     if status.is_pending() && pending.is_none() {
         return Err(WireError::Invalid(
@@ -827,9 +841,36 @@ pub(super) fn decode_entry(
         deadline_ms,
         queue,
         failed_for_good,
+        forked_from,
         signals: Vec::new(),
         earlier: Vec::new(),
     })
+}
+
+/// A format 8 checkpoint's fork origin: an option tag, then the forked
+/// run's key, the step, and the keys set and removed (each a count and
+/// strings).
+fn decode_origin(
+    c: &mut Cursor<'_>,
+) -> std::result::Result<Option<Box<crate::store::ForkOrigin>>, WireError> {
+    match c.byte()? {
+        0 => return Ok(None),
+        1 => {}
+        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+    }
+    let mut origin = crate::store::ForkOrigin::new(c.str()?, c.str()?);
+    for keys in [&mut origin.set, &mut origin.removed] {
+        let n = c.varint()?;
+        // each key takes at least its length byte: a count past what is
+        // left is refused before anything is allocated for it
+        if n > c.remaining() as u64 {
+            return Err(WireError::Invalid("more keys than bytes left"));
+        }
+        for _ in 0..n {
+            keys.push(c.str()?.to_owned());
+        }
+    }
+    Ok(Some(Box::new(origin)))
 }
 
 /// A format 7 checkpoint's queue entry (rule 31): an option tag, then the
