@@ -14,9 +14,13 @@ use crate::value::{Cursor, EncodedValue, Value, WireError, encode_entry, validat
 
 mod key;
 mod map;
+mod typed;
 
-use key::{Key, Probe};
+use key::{Key as SharedKey, Probe};
 use map::Map;
+#[doc(hidden)]
+pub use typed::key_of as typed_key_of;
+pub use typed::{Key, KeyName};
 
 /// The state a pipeline passes from stage to stage.
 ///
@@ -138,8 +142,8 @@ impl Context {
     /// [`to_context_value`](crate::value::to_context_value) for its `size`).
     /// All name `key`. The context is dropped with the error (it was moved
     /// in): set on a clone to keep it.
-    pub fn set<T: Serialize>(self, key: impl AsRef<str>, value: T) -> Result<Context> {
-        let key = key.as_ref();
+    pub fn set<T: Serialize>(self, key: impl KeyName<T>, value: T) -> Result<Context> {
+        let key = key.key_name();
         let encoded = encode_entry(key, &value)?;
         Ok(self.insert(key, encoded))
     }
@@ -173,7 +177,7 @@ impl Context {
         let new_key = || {
             written
                 .get_probed(&probe)
-                .map_or_else(|| Key::new(key), |(k, ())| k.clone())
+                .map_or_else(|| SharedKey::new(key), |(k, ())| k.clone())
         };
         // a key this context wrote already is in its written set
         let marked = self.data.upsert(&probe, new_key, value, self.epoch);
@@ -182,20 +186,20 @@ impl Context {
             let held = self
                 .data
                 .get_probed(&probe)
-                .map_or_else(|| Key::new(key), |(k, _)| k.clone());
+                .map_or_else(|| SharedKey::new(key), |(k, _)| k.clone());
             self.written.insert(held, ());
         }
         self
     }
 
-    /// `key` as a [`Key`]: the one this context already holds in its data
+    /// `key` as a shared key: the one this context already holds in its data
     /// or its written set, else a new one.
-    fn shared_key(&self, key: &str) -> Key {
+    fn shared_key(&self, key: &str) -> SharedKey {
         self.data
             .get_key_value(key.as_bytes())
             .map(|(k, _)| k)
             .or_else(|| self.written.get_key_value(key.as_bytes()).map(|(k, ())| k))
-            .map_or_else(|| Key::new(key), Key::clone)
+            .map_or_else(|| SharedKey::new(key), SharedKey::clone)
     }
 
     /// The encoded value under `key`.
@@ -206,7 +210,8 @@ impl Context {
     /// This context without `key` (a no-op when it is absent, but still
     /// recorded as written, so a merge removes it too).
     #[must_use]
-    pub fn remove(mut self, key: &str) -> Context {
+    pub fn remove(mut self, key: impl AsRef<str>) -> Context {
+        let key = key.as_ref();
         if !self.written.contains_key(key.as_bytes()) {
             let held = self.shared_key(key);
             self.written.insert(held, ());
@@ -223,11 +228,12 @@ impl Context {
     /// [`Error::Serialize`], [`Error::ValueTooDeep`] or
     /// [`Error::ValueTooLarge`] when the new value cannot be stored (as
     /// [`set`](Context::set)).
-    pub fn update<T, F>(self, key: &str, f: F) -> Result<Context>
+    pub fn update<T, F>(self, key: impl KeyName<T>, f: F) -> Result<Context>
     where
         T: Serialize + DeserializeOwned,
         F: FnOnce(Option<T>) -> T,
     {
+        let key = key.key_name();
         let current = match self.data.get(key.as_bytes()) {
             None => None,
             Some(v) => Some(read(key, v)?),
@@ -240,7 +246,8 @@ impl Context {
     /// # Errors
     /// [`Error::MissingKey`] when absent, [`Error::WrongType`] when the stored
     /// value is not a `T`. Both name the key and the expected type.
-    pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<T> {
+    pub fn get<T: DeserializeOwned>(&self, key: impl KeyName<T>) -> Result<T> {
+        let key = key.key_name();
         match self.data.get(key.as_bytes()) {
             None => Err(Error::MissingKey {
                 key: key.to_owned(),
@@ -250,11 +257,13 @@ impl Context {
         }
     }
 
-    /// Permissive read: `None` when the key is absent or holds another type.
+    /// Permissive read: `None` when the key is absent or holds another type
+    /// (a stored 300 read as a `u8` is `None`); [`try_get`](Self::try_get)
+    /// tells the two apart.
     #[must_use]
-    pub fn get_opt<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
+    pub fn get_opt<T: DeserializeOwned>(&self, key: impl KeyName<T>) -> Option<T> {
         self.data
-            .get(key.as_bytes())
+            .get(key.key_name().as_bytes())
             .and_then(|v| v.deserialize().ok())
     }
 
@@ -309,13 +318,13 @@ impl Context {
 
     /// Keys in order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.data.keys().map(Key::as_str)
+        self.data.keys().map(SharedKey::as_str)
     }
 
     /// The keys written (set, updated or removed) since this context was
     /// created or forked, in order.
     pub fn written(&self) -> impl Iterator<Item = &str> {
-        self.written.keys().map(Key::as_str)
+        self.written.keys().map(SharedKey::as_str)
     }
 
     /// Whether `key` was written since this context was created or forked.
@@ -658,7 +667,7 @@ impl Snapshot {
         Snapshot(
             entries
                 .into_iter()
-                .map(|(k, v)| (Key::new(&k), v))
+                .map(|(k, v)| (SharedKey::new(&k), v))
                 .collect(),
         )
     }
@@ -709,7 +718,7 @@ impl<'de> Deserialize<'de> for Snapshot {
         let map = std::collections::BTreeMap::<String, Value>::deserialize(d)?;
         Ok(Snapshot(
             map.into_iter()
-                .map(|(k, v)| (Key::new(&k), EncodedValue::from_value(&v)))
+                .map(|(k, v)| (SharedKey::new(&k), EncodedValue::from_value(&v)))
                 .collect(),
         ))
     }
@@ -927,8 +936,8 @@ mod tests {
                             "round {round}: `{k}` changed, not marked"
                         );
                     }
-                    let keys: BTreeSet<&str> = now.0.keys().map(Key::as_str).collect();
-                    let mut want: BTreeSet<&str> = last.0.keys().map(Key::as_str).collect();
+                    let keys: BTreeSet<&str> = now.0.keys().map(SharedKey::as_str).collect();
+                    let mut want: BTreeSet<&str> = last.0.keys().map(SharedKey::as_str).collect();
                     want.extend(marked.iter().map(String::as_str));
                     assert_eq!(keys, want, "round {round}");
                     for k in keys.iter().filter(|k| !marked.iter().any(|m| m == *k)) {
@@ -1086,7 +1095,7 @@ mod tests {
         let a = Context::new().set(long, "value").expect("set");
         let b = a.clone().set(long, "other").expect("set");
         let c = b.clone().remove(long);
-        let at = |k: &Key| k.as_str().as_ptr();
+        let at = |k: &SharedKey| k.as_str().as_ptr();
         let (ka, _) = a.data.get_key_value(long.as_bytes()).expect("present");
         let (kb, _) = b.data.get_key_value(long.as_bytes()).expect("present");
         assert!(ka.is_shared());

@@ -31,7 +31,7 @@ pub mod value;
 pub mod version;
 pub mod waiting;
 
-pub use context::{Context, Snapshot};
+pub use context::{Context, Key, KeyName, Snapshot};
 pub use durability::Durability;
 pub use error::{BoxError, Error, Result, TerminalError};
 pub use history::{History, Step, StepStatus};
@@ -64,6 +64,7 @@ pub type StageResult<T = Context> = std::result::Result<T, BoxError>;
 pub mod __private {
     pub use crate::child::Child;
     pub use crate::compile::Node;
+    pub use crate::context::typed_key_of as key_of;
     pub use crate::pipeline::PipelineBuilder;
     pub use crate::stage::error_kind::{BoxKind, ErrorKindOf, IntoKind, OpaqueKind, StdKind};
     pub use crate::stage::used_as;
@@ -71,7 +72,7 @@ pub mod __private {
         FromResources, HelperDef, Output, ResourceReq, Resources, Stage, StageDef, StageFuture,
         StageKind, StageMeta, StageOutput, StageReturn, validate,
     };
-    pub use crate::version::{VersionHasher, with_helpers};
+    pub use crate::version::{VersionHasher, with_helpers, with_keys};
     pub use crate::waiting::{OnTimeout, Sleep, Until, Wait, timeout_value};
     pub use crate::{BoxError, Context};
     pub use std::boxed::Box;

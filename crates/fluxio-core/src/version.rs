@@ -126,6 +126,33 @@ pub const fn with_helpers(own: &[u8; 32], helpers: &[(&str, &[u8; 32])]) -> [u8;
     h.finalize()
 }
 
+/// The domain tag of a hash combined with its typed keys' names
+/// ([`with_keys`]).
+pub const KEYS_DOMAIN: &[u8] = b"fluxio/keys/v1";
+
+/// A stage's hash combined with the names of the typed keys
+/// (`fluxio::Key` constants) its `reads` and `writes` name, in order: the
+/// macro sees a constant's path, not its name, so the name counts here
+/// (renaming the key's string changes the version). `own` unchanged when
+/// there are none.
+#[must_use]
+pub const fn with_keys(own: &[u8; 32], keys: &[&str]) -> [u8; 32] {
+    if keys.is_empty() {
+        return *own;
+    }
+    #[allow(clippy::cast_possible_truncation)] // a stage names far fewer than 2^32 keys
+    let mut h = VersionHasher::new()
+        .part(KEYS_DOMAIN)
+        .update(own)
+        .count(keys.len() as u32);
+    let mut i = 0;
+    while i < keys.len() {
+        h = h.part(keys[i].as_bytes());
+        i += 1;
+    }
+    h.finalize()
+}
+
 /// The domain tag that starts every pipeline digest.
 pub const PIPELINE_DOMAIN: &[u8] = b"fluxio/pipeline/v1";
 

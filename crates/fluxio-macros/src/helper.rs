@@ -97,7 +97,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         func.body.clone(),
     ]);
     let p = quote!(#krate::__private);
-    let hash = hash_const(&p, &own, &uses);
+    let hash = hash_const(&p, &own, &uses, &[]);
     let item = &func.item;
     let vis = &func.vis;
     let ident = &func.sig.ident;

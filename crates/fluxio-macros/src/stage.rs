@@ -14,8 +14,8 @@ use crate::waits::may_wait;
 /// The options of `#[stage(...)]`.
 struct Options {
     name: Option<LitStr>,
-    reads: Option<Vec<LitStr>>,
-    writes: Option<Vec<LitStr>>,
+    reads: Option<Vec<KeyEntry>>,
+    writes: Option<Vec<KeyEntry>>,
     timeout_ms: Option<u64>,
     input: Option<syn::Type>,
     output: Option<syn::Type>,
@@ -146,11 +146,18 @@ fn missing<T>(errors: &mut Option<syn::Error>, span: Span, what: &str) -> Option
     None
 }
 
-fn string_list(expr: &Expr, option: &str) -> syn::Result<Vec<LitStr>> {
+/// A `reads`/`writes` entry: a string literal, or a typed key constant
+/// (`fluxio::Key<T>`), whose name the generated code reads at compile time.
+enum KeyEntry {
+    Literal(LitStr),
+    Typed(syn::Path),
+}
+
+fn key_list(expr: &Expr, option: &str) -> syn::Result<Vec<KeyEntry>> {
     let Expr::Array(arr) = expr else {
         return Err(syn::Error::new_spanned(
             expr,
-            format!("`{option}` takes a list of keys: {option} = [\"a\", \"b\"]"),
+            format!("`{option}` takes a list of keys: {option} = [\"a\", ORDER_ID]"),
         ));
     };
     arr.elems
@@ -158,11 +165,25 @@ fn string_list(expr: &Expr, option: &str) -> syn::Result<Vec<LitStr>> {
         .map(|e| match e {
             Expr::Lit(ExprLit {
                 lit: Lit::Str(s), ..
-            }) => Ok(s.clone()),
+            }) => Ok(KeyEntry::Literal(s.clone())),
+            Expr::Path(p) if p.qself.is_none() => Ok(KeyEntry::Typed(p.path.clone())),
             other => Err(syn::Error::new_spanned(
                 other,
-                "a key must be a string literal",
+                "a key is a string literal or a `fluxio::Key` constant",
             )),
+        })
+        .collect()
+}
+
+/// The typed keys of `reads` and `writes`, whose names count in the hash.
+fn typed_keys(opts: &Options) -> Vec<&syn::Path> {
+    [&opts.reads, &opts.writes]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|k| match k {
+            KeyEntry::Typed(p) => Some(p),
+            KeyEntry::Literal(_) => None,
         })
         .collect()
 }
@@ -190,14 +211,27 @@ pub(crate) fn path_list(expr: &Expr) -> syn::Result<Vec<syn::Path>> {
 
 /// The `HASH` of a stage's or helper's hidden type: its own hash, combined
 /// with its helpers' when it declares any (`version::with_helpers`).
-pub(crate) fn hash_const(p: &TokenStream, own: &[u8; 32], uses: &[syn::Path]) -> TokenStream {
-    if uses.is_empty() {
-        return quote!([#(#own),*]);
+pub(crate) fn hash_const(
+    p: &TokenStream,
+    own: &[u8; 32],
+    uses: &[syn::Path],
+    keys: &[&syn::Path],
+) -> TokenStream {
+    let own = if uses.is_empty() {
+        quote!([#(#own),*])
+    } else {
+        let helpers = uses.iter().map(|h| {
+            quote_spanned!(h.span()=> (<#h as #p::HelperDef>::NAME, &<#h as #p::HelperDef>::HASH))
+        });
+        quote!(#p::with_helpers(&[#(#own),*], &[#(#helpers),*]))
+    };
+    if keys.is_empty() {
+        return own;
     }
-    let helpers = uses.iter().map(
-        |h| quote_spanned!(h.span()=> (<#h as #p::HelperDef>::NAME, &<#h as #p::HelperDef>::HASH)),
-    );
-    quote!(#p::with_helpers(&[#(#own),*], &[#(#helpers),*]))
+    let names = keys
+        .iter()
+        .map(|k| quote_spanned!(k.span()=> #p::key_of(&#k)));
+    quote!(#p::with_keys(&#own, &[#(#names),*]))
 }
 
 /// `input = SomeType` / `output = SomeType`: a type that deserializes from the context.
@@ -314,8 +348,8 @@ fn parse_options(args: TokenStream) -> (Options, Option<syn::Error>) {
         seen.push(key.clone());
         let result = match key.as_str() {
             "name" => lit_str(&nv.value, "name").map(|s| opts.name = Some(s)),
-            "reads" => string_list(&nv.value, "reads").map(|v| opts.reads = Some(v)),
-            "writes" => string_list(&nv.value, "writes").map(|v| opts.writes = Some(v)),
+            "reads" => key_list(&nv.value, "reads").map(|v| opts.reads = Some(v)),
+            "writes" => key_list(&nv.value, "writes").map(|v| opts.writes = Some(v)),
             "timeout" => lit_str(&nv.value, "timeout")
                 .and_then(|s| parse_duration(&s))
                 .map(|ms| opts.timeout_ms = Some(ms)),
@@ -514,9 +548,19 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
         .name
         .as_ref()
         .map_or_else(|| ident.to_string(), LitStr::value);
-    let list = |v: &Option<Vec<LitStr>>| match v {
+    let list = |v: &Option<Vec<KeyEntry>>| match v {
         None => quote!(#p::Option::None),
-        Some(keys) => quote!(#p::Option::Some(&[#(#keys),*])),
+        Some(keys) => {
+            let keys = keys.iter().map(|k| match k {
+                KeyEntry::Literal(s) => quote!(#s),
+                KeyEntry::Typed(path) => quote_spanned!(path.span()=> #p::key_of(&#path)),
+            });
+            // a `const`: a typed key's name is read at compile time
+            quote!({
+                const KEYS: &[&str] = &[#(#keys),*];
+                #p::Option::Some(KEYS)
+            })
+        }
     };
     let (reads, writes) = (list(&opts.reads), list(&opts.writes));
     let timeout = match opts.timeout_ms {
@@ -604,15 +648,8 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
         #new_stage(meta, #call_fn)
     };
     let returns_route = quote!(#p::used_as::ReturnsRoute<{ #router }>);
-    companion(
-        func,
-        &p,
-        &returns_route,
-        &router,
-        &hash_const(&p, hash, &opts.uses),
-        &name,
-        &stage,
-    )
+    let hash = hash_const(&p, hash, &opts.uses, &typed_keys(opts));
+    companion(func, &p, &returns_route, &router, &hash, &name, &stage)
 }
 
 /// The function, and its hidden type with defaults, for a stage `#[stage]`
@@ -630,7 +667,7 @@ fn refused(func: &StageFn, opts: &Options, hash: &[u8; 32]) -> TokenStream {
         &p,
         &returns_route,
         &quote!(false),
-        &hash_const(&p, hash, &[]),
+        &hash_const(&p, hash, &[], &[]),
         &name,
         &quote!(#p::stand_in_stage()),
     )

@@ -194,12 +194,12 @@
 
 pub use fluxio_core::{
     BoxError, Changes, Checkpoint, CheckpointStore, Chunk, Context, Diff, DiffEntry, Durability,
-    EmitError, Emitter, Error, History, InMemoryStore, Outcome, Pipeline, PipelineBuilder, Plan,
-    PlannedStep, Resource, Result, ResumeOptions, Route, RunStatus, RunStream, Snapshot, Stage,
-    StageCode, StageInfo, StageKind, StageMeta, StageResult, StartOptions, Step, StepStatus,
-    StreamEvent, Structure, TerminalError, Value, async_trait, callback, child, context, ctx,
-    durability, error, history, middleware, queue, recovery, schedule, shape, stage, stream,
-    structure, testing, value,
+    EmitError, Emitter, Error, History, InMemoryStore, Key, KeyName, Outcome, Pipeline,
+    PipelineBuilder, Plan, PlannedStep, Resource, Result, ResumeOptions, Route, RunStatus,
+    RunStream, Snapshot, Stage, StageCode, StageInfo, StageKind, StageMeta, StageResult,
+    StartOptions, Step, StepStatus, StreamEvent, Structure, TerminalError, Value, async_trait,
+    callback, child, context, ctx, durability, error, history, middleware, queue, recovery,
+    schedule, shape, stage, stream, structure, testing, value,
 };
 
 /// Checkpoint stores: the [`CheckpointStore`] trait, the checkpoint it

@@ -52,6 +52,7 @@ mod store_faults;
 mod streaming;
 mod terminal;
 mod testing_kit;
+mod typed_keys;
 mod value_limits;
 mod waits;
 mod waits_processes;
