@@ -343,7 +343,7 @@ impl Top<'_> {
                         scope.attempt,
                     );
                     cp.branches.clone_from(&self.records);
-                    cp.pending.clone_from(&self.pending);
+                    cp.pending = self.pending.clone().map(Box::new);
                     Box::pin(save(program, d, cp, lineage, Write::Step))
                 };
                 saving.await?;
@@ -687,7 +687,7 @@ async fn failed(
         cp.failed_for_good = e.is_terminal();
         // finished branches stay finished after a failure too
         cp.branches = top.records;
-        cp.pending = top.pending;
+        cp.pending = top.pending.map(Box::new);
         let last = Write::Last { delete: false };
         match Box::pin(save(program, d, cp, Lineage::NONE, last)).await {
             // rule 29: a child's parent takes its failure now

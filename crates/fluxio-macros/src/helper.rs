@@ -229,14 +229,6 @@ mod tests {
                     }
                 ),
             ),
-            (
-                quote!(),
-                quote!(
-                    fn tax(&self) -> u64 {
-                        1
-                    }
-                ),
-            ),
         ] {
             let out = expand(args, item).to_string();
             assert!(out.contains("compile_error"), "{out}");
@@ -253,5 +245,9 @@ mod tests {
         .to_string();
         assert!(method.contains("not a method"), "{method}");
         assert!(method.contains("fn tax"), "{method}");
+        assert!(
+            !method.contains("struct tax"),
+            "no hidden type in an impl block: {method}"
+        );
     }
 }

@@ -71,7 +71,7 @@ pub(crate) async fn show(
         created_at_ms: latest.created_at_ms,
         updated_at_ms: latest.updated_at_ms,
         error: latest.error_message.as_deref(),
-        pending: latest.pending.as_ref(),
+        pending: latest.pending.as_deref(),
         deadline_ms: latest.deadline_ms,
         queue: latest.queue.as_deref(),
         failed_for_good: latest.is_failed_for_good(),

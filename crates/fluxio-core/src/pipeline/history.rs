@@ -213,19 +213,14 @@ impl Pipeline {
                 None => origin.removed.push(entry.key),
             }
         }
-        let first = super::run::First {
-            ip,
-            origin: Some(Box::new(origin)),
-        };
         let span = self.span(&new_key, true);
         async {
             let begun = runner
-                .begin(
+                .begin_fork(
                     store,
                     (new_run_id, &new_key),
-                    &after.snapshot(),
-                    (crate::store::Begin::IfAbsent, None),
-                    first,
+                    (ip, &after.snapshot()),
+                    Box::new(origin),
                 )
                 .await?;
             match begun {
@@ -241,6 +236,73 @@ impl Pipeline {
         }
         .instrument(span)
         .await
+    }
+
+    /// A fork's run (rule 20): `begin` from the
+    /// `CHECKPOINT` at `ip` with `origin` on its first checkpoint, which
+    /// it writes with the lease in one call if nothing is stored under
+    /// `key` (`Fresh::Stored` otherwise, the lease held). A function of
+    /// its own so that `invoke`'s future does not carry a fork's arguments
+    /// (rule 24).
+    pub(super) async fn begin_fork(
+        &self,
+        store: &std::sync::Arc<dyn CheckpointStore>,
+        (run_id, key): (&str, &str),
+        (ip, input): (usize, &crate::context::Snapshot),
+        origin: Box<crate::store::ForkOrigin>,
+    ) -> Result<super::run::Fresh> {
+        let created = crate::store::now_ms();
+        let mut tail = crate::interpret::tail::Tail::fresh(self.inner.settings.history_depth);
+        let meta = [
+            self.inner.name.as_str(),
+            run_id,
+            self.inner.version.as_str(),
+        ];
+        let program = &self.inner.program;
+        let structure = &self.inner.structure;
+        let mut first = crate::interpret::first_checkpoint(
+            (program, ip),
+            meta,
+            structure,
+            (created, None),
+            input,
+            &mut tail,
+        )
+        .ok_or_else(|| crate::Error::Internal {
+            message: format!("a fork of `{key}` starts at {ip}, which is not a step"),
+        })?;
+        first.forked_from = Some(origin);
+        let (seq, context) = (first.seq, first.context.clone());
+        let started = std::time::Instant::now();
+        let (ttl, leases) = (self.inner.settings.lease_ttl, &self.inner.leases);
+        let (owner, begun) = Box::pin(crate::interpret::ownership::Ownership::begin(
+            store,
+            first,
+            ttl,
+            leases,
+            crate::store::Begin::IfAbsent,
+        ))
+        .await?;
+        if !begun {
+            return Ok(super::run::Fresh::Stored(owner));
+        }
+        tail.advance(
+            seq,
+            context,
+            true,
+            0,
+            &self.inner.version,
+            crate::context::Lineage::NONE,
+        );
+        let durable = self.durable(store, &owner, (run_id, key), (created, None), None, tail);
+        *durable
+            .prewritten
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(started.elapsed());
+        let result = self.interpret_from(&owner, &durable, ip, input).await;
+        drop(durable);
+        owner.release().await;
+        Ok(super::run::Fresh::Ran(result))
     }
 
     /// Compares two points of runs key by key (contract rule 20). A point

@@ -442,7 +442,7 @@ impl Pipeline {
             // a sleep or wait goes on with the wake time or deadline it
             // had (rules 25-26); waking it is not another attempt
             durable.resumed_parked = cp.status.is_pending();
-            durable.resumed_pending = cp.pending;
+            durable.resumed_pending = cp.pending.map(|p| *p);
             durable.woken_at = woken_at.filter(|_| durable.resumed_parked);
         }
         self.interpret_from(owner, &durable, ip, &start).await

@@ -35,16 +35,6 @@ fn settled(cp: &crate::store::Checkpoint, key: &str) -> Option<Result<Outcome>> 
     }
 }
 
-/// Where [`Pipeline::begin`] starts a fresh run: at the program's start,
-/// or, for a fork, at a step with where it came from.
-#[derive(Default)]
-pub(super) struct First {
-    /// The instruction of the first `CHECKPOINT`.
-    pub(super) ip: usize,
-    /// The fork's origin, recorded on the first checkpoint.
-    pub(super) origin: Option<Box<crate::store::ForkOrigin>>,
-}
-
 /// What [`Pipeline::begin`] did with a fresh run.
 pub(super) enum Fresh {
     /// It began and ran: how it ended.
@@ -165,7 +155,6 @@ impl Pipeline {
                     (run_id, &key),
                     &input.snapshot(),
                     (Begin::Replace, deadline),
-                    First::default(),
                 )
                 .await?
             {
@@ -339,7 +328,6 @@ impl Pipeline {
                             (run_id, &key),
                             &input.snapshot(),
                             (Begin::IfAbsent, deadline),
-                            First::default(),
                         )
                         .await?
                     {
@@ -407,14 +395,12 @@ impl Pipeline {
         (run_id, key): (&str, &str),
         input: &Snapshot,
         (begin, deadline): (Begin, Option<u64>),
-        at: First,
     ) -> Result<Fresh> {
-        let ip = at.ip;
         // the first write in an `async fn` of its own: its checkpoint and
         // journal are gone before the run starts, instead of staying in
         // this future's state for as long as the run goes on (rule 24)
         let (owner, (tail, created, took)) = match self
-            .write_first(store, (run_id, key), input, (begin, deadline), at)
+            .write_first(store, (run_id, key), input, (begin, deadline))
             .await?
         {
             (owner, Some(first)) => (owner, first),
@@ -432,7 +418,7 @@ impl Pipeline {
             .prewritten
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(took);
-        let result = self.interpret_from(&owner, &durable, ip, input).await;
+        let result = self.interpret_from(&owner, &durable, 0, input).await;
         drop(durable);
         owner.release().await;
         Ok(Fresh::Ran(result))
@@ -449,7 +435,6 @@ impl Pipeline {
         (run_id, key): (&str, &str),
         input: &Snapshot,
         (begin, deadline): (Begin, Option<u64>),
-        at: First,
     ) -> Result<(Ownership, Option<(Tail, u64, Duration)>)> {
         let created = now_ms();
         let mut tail = Tail::fresh(self.inner.settings.history_depth);
@@ -459,17 +444,13 @@ impl Pipeline {
             self.inner.version.as_str(),
         ];
         let first = interpret::first_checkpoint(
-            (&self.inner.program, at.ip),
+            (&self.inner.program, 0),
             meta,
             &self.inner.structure,
             (created, deadline),
             input,
             &mut tail,
-        )
-        .map(|mut first| {
-            first.forked_from = at.origin;
-            first
-        });
+        );
         let (ttl, leases) = (self.inner.settings.lease_ttl, &self.inner.leases);
         let Some(first) = first else {
             return Ok((Ownership::acquire(store, key, ttl, leases).await?, None));

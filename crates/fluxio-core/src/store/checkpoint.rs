@@ -117,7 +117,7 @@ pub struct Checkpoint {
     /// step after it (a woken run that crashes keeps its wake time); `None`
     /// elsewhere. Written in format 5 (a checkpoint without it is written in
     /// format 4, which earlier builds read).
-    pub pending: Option<Pending>,
+    pub pending: Option<Box<Pending>>,
     /// The run's deadline (contract rule 30), in milliseconds since the Unix
     /// epoch on the pipeline's clock: set by the start that began the run
     /// ([`StartOptions`](crate::StartOptions)) and carried by every
@@ -377,7 +377,7 @@ impl Checkpoint {
             RunStatus::Waiting
         };
         self.error_message = None;
-        self.pending = Some(pending);
+        self.pending = Some(Box::new(pending));
         self
     }
 
@@ -416,7 +416,7 @@ impl Checkpoint {
         let pending = self
             .pending
             .take()
-            .unwrap_or_else(|| Pending::sleep(due_ms));
+            .unwrap_or_else(|| Box::new(Pending::sleep(due_ms)));
         self.status = if pending.is_sleep() {
             RunStatus::Sleeping
         } else {

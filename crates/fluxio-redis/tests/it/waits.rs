@@ -89,7 +89,7 @@ async fn the_due_index_and_the_mailbox_follow_every_write(
             .load("p/nap")
             .await
             .expect("load")
-            .and_then(|cp| cp.pending),
+            .and_then(|cp| cp.pending.map(|p| *p)),
         Some(Pending::sleep(u64::MAX)),
         "the checkpoint keeps what it was given"
     );

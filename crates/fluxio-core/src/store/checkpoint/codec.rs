@@ -837,7 +837,7 @@ pub(super) fn decode_entry(
         seq,
         change,
         keep_from,
-        pending,
+        pending: pending.map(Box::new),
         deadline_ms,
         queue,
         failed_for_good,
