@@ -577,13 +577,13 @@ pub enum Error {
     /// [`TerminalError`]. `start` and `resume` return this instead of running
     /// it again; the first call returned the stage's error itself. `fork` it
     /// with a corrected context, or `replay` it from a step, to run it again.
-    #[error("run `{run_id}` failed for good at stage `{stage}`: {message}")]
+    #[error("run `{run_id}` failed for good: {message}")]
     FailedForGood {
         /// The run, as its store key (`pipeline/run_id` when named).
         run_id: String,
         /// The stage that failed.
         stage: String,
-        /// How it failed, as stored.
+        /// How it failed, as stored (it names the stage).
         message: String,
     },
 }
