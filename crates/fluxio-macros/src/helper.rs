@@ -3,12 +3,10 @@
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
-use syn::parse::Parser as _;
-use syn::punctuated::Punctuated;
-use syn::{FnArg, Meta, Token};
+use syn::FnArg;
 
 use crate::hash::stage_hash;
-use crate::stage::{StageFn, combine, hash_const, lit_str, path_list};
+use crate::stage::{StageFn, each_option, hash_const, lit_str, path_list};
 
 /// Expands `#[helper(args)] item`: the function as written, and a hidden
 /// type of the same name and visibility implementing `HelperDef`, whose hash
@@ -25,61 +23,22 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             return out;
         }
     };
-    let mut errors: Option<syn::Error> = None;
     let mut uses = Vec::new();
     let mut krate: syn::Path = syn::parse_quote!(::fluxio);
-    match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args.clone()) {
-        Err(e) => combine(&mut errors, e),
-        Ok(metas) => {
-            let mut seen: Vec<String> = Vec::new();
-            for meta in metas {
-                let Meta::NameValue(nv) = &meta else {
-                    combine(
-                        &mut errors,
-                        syn::Error::new_spanned(
-                            &meta,
-                            "expected `uses = [...]` or `crate = \"...\"`",
-                        ),
-                    );
-                    continue;
-                };
-                let key = nv
-                    .path
-                    .get_ident()
-                    .map(ToString::to_string)
-                    .unwrap_or_default();
-                if seen.contains(&key) {
-                    combine(
-                        &mut errors,
-                        syn::Error::new_spanned(
-                            &nv.path,
-                            format!(
-                                "the helper option `{key}` is given twice: give each option once"
-                            ),
-                        ),
-                    );
-                    continue;
-                }
-                seen.push(key.clone());
-                let result = match key.as_str() {
-                    "uses" => path_list(&nv.value).map(|v| uses = v),
-                    "crate" => lit_str(&nv.value, "crate")
-                        .and_then(|s| s.parse::<syn::Path>())
-                        .map(|p| krate = p),
-                    _ => Err(syn::Error::new_spanned(
-                        &nv.path,
-                        format!(
-                            "unknown helper option `{}`; expected `uses` or `crate`",
-                            nv.path.to_token_stream()
-                        ),
-                    )),
-                };
-                if let Err(e) = result {
-                    combine(&mut errors, e);
-                }
-            }
-        }
-    }
+    let expected = "expected `uses = [...]` or `crate = \"...\"`";
+    let errors = each_option(args.clone(), ("helper", expected), |key, nv| match key {
+        "uses" => path_list(&nv.value).map(|v| uses = v),
+        "crate" => lit_str(&nv.value, "crate")
+            .and_then(|s| s.parse::<syn::Path>())
+            .map(|p| krate = p),
+        _ => Err(syn::Error::new_spanned(
+            &nv.path,
+            format!(
+                "unknown helper option `{}`; expected `uses` or `crate`",
+                nv.path.to_token_stream()
+            ),
+        )),
+    });
     if let Some(FnArg::Receiver(r)) = func.sig.inputs.first() {
         // no hidden type: it could not live in the `impl` block either
         let mut out = syn::Error::new_spanned(

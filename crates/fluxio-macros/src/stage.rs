@@ -299,35 +299,25 @@ fn parse_duration(lit: &LitStr) -> syn::Result<u64> {
     Ok(ms)
 }
 
-/// The options, each one in error left at its default, and the errors, all
-/// of them (serde's `Ctxt`): a stage with a bad option is still emitted,
-/// with the options that are right (`crate` above all).
-fn parse_options(args: TokenStream) -> (Options, Option<syn::Error>) {
-    let mut opts = Options {
-        name: None,
-        reads: None,
-        writes: None,
-        timeout_ms: None,
-        input: None,
-        output: None,
-        uses: Vec::new(),
-        krate: syn::parse_quote!(::fluxio),
-    };
+/// Calls `apply` with each `option = value` of an attribute's `args`, and
+/// returns every error at once (serde's `Ctxt`): one that is not
+/// `option = value` (`expected` says what is), an option given twice, and
+/// what `apply` refuses (an unknown option, a malformed value). `what`
+/// names the attribute in messages (`stage`, `helper`).
+pub(crate) fn each_option(
+    args: TokenStream,
+    (what, expected): (&str, &str),
+    mut apply: impl FnMut(&str, &syn::MetaNameValue) -> syn::Result<()>,
+) -> Option<syn::Error> {
     let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args) {
         Ok(metas) => metas,
-        Err(e) => return (opts, Some(e)),
+        Err(e) => return Some(e),
     };
     let mut errors: Option<syn::Error> = None;
     let mut seen: Vec<String> = Vec::new();
     for meta in metas {
         let Meta::NameValue(nv) = &meta else {
-            combine(
-                &mut errors,
-                syn::Error::new_spanned(
-                    &meta,
-                    "expected `option = value`: name, reads, writes, timeout, input, output, uses or crate",
-                ),
-            );
+            combine(&mut errors, syn::Error::new_spanned(&meta, expected));
             continue;
         };
         let key = nv
@@ -340,37 +330,56 @@ fn parse_options(args: TokenStream) -> (Options, Option<syn::Error>) {
                 &mut errors,
                 syn::Error::new_spanned(
                     &nv.path,
-                    format!("the stage option `{key}` is given twice: give each option once"),
+                    format!("the {what} option `{key}` is given twice: give each option once"),
                 ),
             );
             continue;
         }
         seen.push(key.clone());
-        let result = match key.as_str() {
-            "name" => lit_str(&nv.value, "name").map(|s| opts.name = Some(s)),
-            "reads" => key_list(&nv.value, "reads").map(|v| opts.reads = Some(v)),
-            "writes" => key_list(&nv.value, "writes").map(|v| opts.writes = Some(v)),
-            "timeout" => lit_str(&nv.value, "timeout")
-                .and_then(|s| parse_duration(&s))
-                .map(|ms| opts.timeout_ms = Some(ms)),
-            "input" => schema_type(&nv.value).map(|t| opts.input = Some(t)),
-            "output" => schema_type(&nv.value).map(|t| opts.output = Some(t)),
-            "uses" => path_list(&nv.value).map(|v| opts.uses = v),
-            "crate" => lit_str(&nv.value, "crate")
-                .and_then(|s| s.parse::<syn::Path>())
-                .map(|p| opts.krate = p),
-            _ => Err(syn::Error::new_spanned(
-                &nv.path,
-                format!(
-                    "unknown stage option `{}`; expected one of: name, reads, writes, timeout, input, output, uses, crate",
-                    nv.path.to_token_stream()
-                ),
-            )),
-        };
-        if let Err(e) = result {
+        if let Err(e) = apply(&key, nv) {
             combine(&mut errors, e);
         }
     }
+    errors
+}
+
+/// The options, each one in error left at its default, and the errors, all
+/// of them: a stage with a bad option is still emitted, with the options
+/// that are right (`crate` above all).
+fn parse_options(args: TokenStream) -> (Options, Option<syn::Error>) {
+    let mut opts = Options {
+        name: None,
+        reads: None,
+        writes: None,
+        timeout_ms: None,
+        input: None,
+        output: None,
+        uses: Vec::new(),
+        krate: syn::parse_quote!(::fluxio),
+    };
+    let expected =
+        "expected `option = value`: name, reads, writes, timeout, input, output, uses or crate";
+    let errors = each_option(args, ("stage", expected), |key, nv| match key {
+        "name" => lit_str(&nv.value, "name").map(|s| opts.name = Some(s)),
+        "reads" => key_list(&nv.value, "reads").map(|v| opts.reads = Some(v)),
+        "writes" => key_list(&nv.value, "writes").map(|v| opts.writes = Some(v)),
+        "timeout" => lit_str(&nv.value, "timeout")
+            .and_then(|s| parse_duration(&s))
+            .map(|ms| opts.timeout_ms = Some(ms)),
+        "input" => schema_type(&nv.value).map(|t| opts.input = Some(t)),
+        "output" => schema_type(&nv.value).map(|t| opts.output = Some(t)),
+        "uses" => path_list(&nv.value).map(|v| opts.uses = v),
+        "crate" => lit_str(&nv.value, "crate")
+            .and_then(|s| s.parse::<syn::Path>())
+            .map(|p| opts.krate = p),
+        _ => Err(syn::Error::new_spanned(
+            &nv.path,
+            format!(
+                "unknown stage option `{}`; expected one of: name, reads, writes, timeout, input, output, uses, crate",
+                nv.path.to_token_stream()
+            ),
+        )),
+    });
     (opts, errors)
 }
 
