@@ -5,7 +5,6 @@ use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
 use syn::FnArg;
 
-use crate::hash::stage_hash;
 use crate::stage::{StageFn, each_option, hash_const, lit_str, path_list};
 
 /// Expands `#[helper(args)] item`: the function as written, and a hidden
@@ -15,13 +14,9 @@ use crate::stage::{StageFn, each_option, hash_const, lit_str, path_list};
 /// The function and the type are emitted even beside an error, so a stage
 /// naming the helper adds no error of its own.
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
-    let func = match StageFn::parse(item.clone()) {
+    let func = match StageFn::parse_or_emit(item) {
         Ok(f) => f,
-        Err(e) => {
-            let mut out = e.to_compile_error();
-            out.extend(item);
-            return out;
-        }
+        Err(out) => return out,
     };
     let mut uses = Vec::new();
     let mut krate: syn::Path = syn::parse_quote!(::fluxio);
@@ -49,12 +44,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         out.extend(func.item);
         return out;
     }
-    let own = stage_hash(&[
-        args,
-        func.attrs.iter().map(ToTokens::to_token_stream).collect(),
-        func.sig.to_token_stream(),
-        func.body.clone(),
-    ]);
+    let own = func.hash(args);
     let p = quote!(#krate::__private);
     let hash = hash_const(&p, &own, &uses, &[]);
     let item = &func.item;

@@ -36,22 +36,13 @@ struct Options {
 ///   the whole expansion; rustc reports the error in the body;
 /// - anything else syn cannot parse: the error and the tokens as written.
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
-    let func = match StageFn::parse(item.clone()) {
+    let func = match StageFn::parse_or_emit(item) {
         Ok(f) => f,
-        Err(e) => {
-            let mut out = e.to_compile_error();
-            out.extend(item);
-            return out;
-        }
+        Err(out) => return out,
     };
     let (opts, opt_errors) = parse_options(args.clone());
     let sig = check_signature(&func.sig);
-    let hash = stage_hash(&[
-        args,
-        func.attrs.iter().map(ToTokens::to_token_stream).collect(),
-        func.sig.to_token_stream(),
-        func.body.clone(),
-    ]);
+    let hash = func.hash(args);
     match (opt_errors, sig) {
         (None, Ok(sig)) => expand_fn(&func, &opts, &sig, &hash),
         (opt_errors, sig) => {
@@ -80,6 +71,27 @@ pub(crate) struct StageFn {
 }
 
 impl StageFn {
+    /// [`parse`](Self::parse), or what to emit when syn cannot parse the
+    /// item at all: the error, and the tokens as written.
+    pub(crate) fn parse_or_emit(item: TokenStream) -> Result<Self, TokenStream> {
+        Self::parse(item.clone()).map_err(|e| {
+            let mut out = e.to_compile_error();
+            out.extend(item);
+            out
+        })
+    }
+
+    /// The function's own hash (`fluxio/stage/v1`): its attribute's `args`,
+    /// its other attributes, its signature and its body.
+    pub(crate) fn hash(&self, args: TokenStream) -> [u8; 32] {
+        stage_hash(&[
+            args,
+            self.attrs.iter().map(ToTokens::to_token_stream).collect(),
+            self.sig.to_token_stream(),
+            self.body.clone(),
+        ])
+    }
+
     /// Parses `item`; a body that syn cannot parse is kept as tokens
     /// (rustc then reports the error in it, at the user's tokens), as
     /// tracing-attributes does.
