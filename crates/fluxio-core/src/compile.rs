@@ -186,6 +186,9 @@ pub struct Program {
     /// At most this many branches of one parallel block run at once
     /// ([`PipelineBuilder::max_parallel`](crate::PipelineBuilder::max_parallel)).
     pub(crate) max_parallel: Option<usize>,
+    /// Each stage's compensator (by index, rule 35), with the pipeline's
+    /// resources; empty when no stage has one.
+    pub(crate) compensators: Vec<Option<Stage>>,
     /// The position of every instruction, and of the end (see the module
     /// docs): one more entry than `instrs`, never decreasing.
     positions: Vec<u32>,
@@ -229,6 +232,7 @@ impl Program {
         Ok(Program {
             blocking,
             max_parallel: None,
+            compensators: Vec::new(),
             positions,
             instrs: c.instrs,
             stages: c.stages,
@@ -496,6 +500,20 @@ fn label(nodes: &[Node]) -> String {
 }
 
 /// Declared writes of every stage in a branch, with the stage that declares each.
+/// The first stage in `nodes` (nested blocks and routing bodies too) that
+/// has a compensator (rule 35), when `routed_only` only one inside a
+/// routing body.
+fn compensated(nodes: &[Node], routed_only: bool) -> Option<&'static str> {
+    nodes.iter().find_map(|n| match n {
+        Node::Stage(s) if !routed_only && s.meta().compensate.is_some() => Some(s.name()),
+        Node::Stage(_) | Node::Sleep(_) | Node::Wait(_) | Node::Child(_) => None,
+        Node::Parallel { branches, .. } => {
+            branches.iter().find_map(|b| compensated(b, routed_only))
+        }
+        Node::Route { routes } => routes.iter().find_map(|(_, b)| compensated(b, false)),
+    })
+}
+
 fn declared_writes(nodes: &[Node], out: &mut Vec<(&'static str, &'static str)>) {
     for n in nodes {
         match n {
@@ -685,6 +703,23 @@ impl Compiler {
                 }
                 writes.push((key, stage, bi));
             }
+        }
+        // rule 35: a compensated stage's completion must be in the journal
+        let unrecorded = branches.iter().find_map(|b| compensated(b, !detached));
+        if let Some(stage) = unrecorded {
+            return Err(Error::build(if detached {
+                format!(
+                    "stage `{stage}` has a compensator but runs fire-and-forget: nothing records \
+                     that it completed, so it could not be compensated; run it in the sequence or \
+                     a parallel block"
+                )
+            } else {
+                format!(
+                    "stage `{stage}` has a compensator but runs in a routing body inside a \
+                     parallel block: the block records what its branches wrote, not which route \
+                     ran, so it could not be compensated; route outside the block"
+                )
+            }));
         }
         let names: Vec<Arc<str>> = branches.iter().map(|b| Arc::from(label(b))).collect();
         let step = format!(

@@ -586,6 +586,24 @@ pub enum Error {
         /// How it failed, as stored (it names the stage).
         message: String,
     },
+
+    /// A compensator failed (rule 35): it returned an error, panicked or
+    /// timed out. The run is left [`crate::RunStatus::NeedsAttention`] at
+    /// this compensator; an operator's retry
+    /// ([`retry_run`](crate::store::retry_run), then a resume or a worker) or
+    /// [`Pipeline::compensate`](crate::Pipeline::compensate) runs it again,
+    /// and the ones after it.
+    #[error("run `{run_id}`: compensator `{compensator}` of stage `{stage}` failed: {message}")]
+    CompensationFailed {
+        /// The run, as its store key (`pipeline/run_id` when named).
+        run_id: String,
+        /// The compensated stage.
+        stage: String,
+        /// The compensator that failed.
+        compensator: String,
+        /// How it failed.
+        message: String,
+    },
 }
 
 /// An error's `Display`, or its `Debug` when the `Display` is empty (an
@@ -681,7 +699,8 @@ impl Error {
             | Error::StageTimeout { stage, .. }
             | Error::Validation { stage, .. }
             | Error::CircuitOpen { stage }
-            | Error::FailedForGood { stage, .. } => Some(stage),
+            | Error::FailedForGood { stage, .. }
+            | Error::CompensationFailed { stage, .. } => Some(stage),
             Error::UnknownRoute { router, .. } => Some(router),
             _ => None,
         }

@@ -87,6 +87,10 @@ pub struct Step {
     /// Unix epoch (rules 25-26); `None` for a stage, and a wait without a
     /// deadline.
     pub until_ms: Option<u64>,
+    /// For a compensator's step (rule 35; `stage` is the compensator):
+    /// the stage it compensates. `None` for every other step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensates: Option<String>,
 }
 
 /// The steps of a run, oldest first, as its kept journal tells them
@@ -113,6 +117,10 @@ pub struct History {
     /// its first checkpoint is still kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<crate::store::ForkOrigin>,
+    /// The run's compensation (rule 35), as its latest checkpoint tells it,
+    /// when it failed for good and undid (or is undoing) its stages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensation: Option<crate::store::Compensation>,
 }
 
 impl History {
@@ -122,6 +130,8 @@ impl History {
     pub fn of(run: &str, journal: &[Checkpoint]) -> History {
         let mut steps: Vec<Step> = Vec::new();
         let mut open: Option<usize> = None;
+        // the compensation step open, by its index (rule 35)
+        let mut open_comp: Option<u32> = None;
         let mut before: Option<&Snapshot> = None;
         for cp in journal {
             let close = |steps: &mut Vec<Step>, status: StepStatus, keys: bool| {
@@ -133,6 +143,77 @@ impl History {
                     }
                 }
             };
+            if let Some(comp) = &cp.compensation {
+                // rule 35: each compensator is a step of its own, at the
+                // position of the stage it compensates
+                let error = cp.error_message.clone();
+                match cp.status {
+                    // an operator's retry handing it back: no step runs yet
+                    RunStatus::Running if cp.attempt == 0 => {}
+                    RunStatus::Running => {
+                        let same = open_comp == Some(comp.next)
+                            && open
+                                .and_then(|i| steps.get(i))
+                                .is_some_and(|s| s.attempt == cp.attempt);
+                        if !same {
+                            match open_comp {
+                                // the stage that failed for good
+                                None => {
+                                    close(&mut steps, StepStatus::Failed, false);
+                                    if let Some(step) = open.and_then(|i| steps.get_mut(i)) {
+                                        step.error = Some(comp.reason.clone());
+                                    }
+                                }
+                                Some(at) if at < comp.next => {
+                                    close(&mut steps, StepStatus::Completed, false);
+                                }
+                                Some(_) => close(&mut steps, StepStatus::Interrupted, false),
+                            }
+                            open = None;
+                            open_comp = None;
+                            if let Some(c) = comp.current() {
+                                open = Some(steps.len());
+                                open_comp = Some(comp.next);
+                                steps.push(Step {
+                                    number: cp.seq,
+                                    ip: c.position,
+                                    stage: c.compensator.clone(),
+                                    attempt: cp.attempt,
+                                    status: StepStatus::Running,
+                                    started_at_ms: cp.updated_at_ms,
+                                    finished_at_ms: None,
+                                    written: Vec::new(),
+                                    removed: Vec::new(),
+                                    error: None,
+                                    until_ms: None,
+                                    compensates: Some(c.stage.clone()),
+                                });
+                            }
+                        }
+                    }
+                    status => {
+                        let closed = match status {
+                            RunStatus::Failed => StepStatus::Completed,
+                            RunStatus::Cancelled => StepStatus::Cancelled,
+                            RunStatus::Paused => StepStatus::Paused,
+                            _ => StepStatus::Failed,
+                        };
+                        if open_comp.is_some() {
+                            close(&mut steps, closed, false);
+                            if closed == StepStatus::Failed {
+                                if let Some(step) = open.and_then(|i| steps.get_mut(i)) {
+                                    step.error = error;
+                                }
+                            }
+                        }
+                        open = None;
+                        open_comp = None;
+                    }
+                }
+                before = Some(&cp.context);
+                continue;
+            }
+            open_comp = None;
             match cp.status {
                 // a pause (rule 30) and its unpause stay at the step
                 RunStatus::Running
@@ -172,6 +253,7 @@ impl History {
                             removed: Vec::new(),
                             error: None,
                             until_ms: cp.pending.as_ref().and_then(|p| p.until_ms),
+                            compensates: None,
                         });
                     }
                 }
@@ -208,6 +290,9 @@ impl History {
             forked_from: journal
                 .iter()
                 .find_map(|cp| cp.forked_from.as_deref().cloned()),
+            compensation: journal
+                .last()
+                .and_then(|cp| cp.compensation.as_deref().cloned()),
         }
     }
 }
@@ -423,7 +508,10 @@ impl History {
             .map(|s| {
                 [
                     s.number.to_string(),
-                    cells.stage(&s.stage),
+                    match &s.compensates {
+                        Some(undone) => cells.stage(&format!("{} (undoes {undone})", s.stage)),
+                        None => cells.stage(&s.stage),
+                    },
                     s.attempt.to_string(),
                     s.status.to_string(),
                     cells.time(s.started_at_ms),
@@ -486,6 +574,9 @@ impl fmt::Display for History {
         )?;
         if let Some(origin) = &self.forked_from {
             writeln!(f, "{origin}")?;
+        }
+        if let Some(c) = &self.compensation {
+            writeln!(f, "{c}")?;
         }
         for signal in &self.signals {
             let from = if signal.sender.is_empty() {

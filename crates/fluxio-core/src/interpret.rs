@@ -11,6 +11,7 @@
 //! when the frame fails, and a completed checkpoint when it finishes.
 
 mod child;
+pub(crate) mod compensate;
 pub(crate) mod ownership;
 pub(crate) mod renew;
 pub(crate) mod tail;
@@ -460,7 +461,8 @@ impl Top<'_> {
 #[derive(Default)]
 struct Frame {
     /// The route the last router chose, for the `ROUTE` after it.
-    route: Option<String>,
+    /// (A `Box<str>`: a word less than a `String` in every frame, rule 24.)
+    route: Option<Box<str>>,
     /// When the current stage's `EMIT step_start` ran (only with callbacks).
     step_started: Option<Instant>,
     /// What [`StageInfo::current`] returns inside the frame's stage calls,
@@ -560,6 +562,9 @@ pub(crate) async fn run(
 enum Write {
     /// A checkpoint before a step: the run goes on.
     Step,
+    /// As `Step`, but written before the call returns in every
+    /// [`Durability`]: a compensation's (rule 35).
+    Now,
     /// The run's last checkpoint (completed, failed): the lease is given
     /// back with it, and the run deleted after it when `delete`.
     Last { delete: bool },
@@ -601,7 +606,7 @@ async fn save(
         let delta = lock(&d.tail).stamp(&mut cp, lineage);
         let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());
         let saved = match write {
-            Write::Step => d.store.save_fenced(cp, d.owner.lease()).await,
+            Write::Step | Write::Now => d.store.save_fenced(cp, d.owner.lease()).await,
             // boxed, as the drain above: the run's last write should not
             // make every step's save future (boxed, per checkpoint) large
             Write::Last { delete } => Box::pin(d.owner.finish(cp, delete)).await,
@@ -681,6 +686,21 @@ async fn failed(
     e: Error,
 ) -> Result<Outcome> {
     if let (Some(d), Some(last)) = (durable, top.last) {
+        // rule 35: a final failure undoes what the run completed
+        if e.is_terminal() && !program.compensators.is_empty() {
+            let at = compensate::At {
+                position: d.place(program, last.ip),
+                step: last.step.to_string(),
+                context: last.ctx.snapshot(),
+            };
+            let reason = e.message_with_causes();
+            if Box::pin(compensate::begin(program, d, &at, reason, false))
+                .await?
+                .is_some()
+            {
+                return Err(e);
+            }
+        }
         let error = Some(e.message_with_causes());
         let mut cp = d.at_last(program, &last, RunStatus::Failed, error);
         // rule 35: no start, resume or worker runs it again
@@ -801,7 +821,7 @@ fn exec<'a>(
                     let chosen;
                     (ctx, chosen) = Box::pin(top.wait(program, *wait, ctx)).await?;
                     if *routed {
-                        frame.route = Some(chosen);
+                        frame.route = Some(chosen.into());
                     }
                     ip + 1
                 }
@@ -1030,6 +1050,7 @@ fn prepare(
         stage: "",
         position: 0,
         attempt: 1,
+        compensates: None,
     });
     info.stage = stage.name();
     info.position = if scope.by_ip {
@@ -1067,7 +1088,7 @@ fn finish(
         (Output::Context(next), _) => Ok(next),
         (Output::Route(decision), Some(start)) => {
             let (chosen, next) = decision.apply(start);
-            frame.route = Some(chosen);
+            frame.route = Some(chosen.into());
             Ok(next)
         }
         (Output::Route(_), None) => Err(Box::new(Error::Internal {
@@ -1158,7 +1179,7 @@ fn route(
     let Some((_, target)) = routes.iter().find(|(k, _)| **k == *chosen) else {
         return Err(Error::UnknownRoute {
             router: router.to_owned(),
-            route: chosen,
+            route: chosen.into(),
             available: routes.iter().map(|(k, _)| k.to_string()).collect(),
         });
     };

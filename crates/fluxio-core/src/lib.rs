@@ -215,7 +215,19 @@ pub mod __private {
             input: None,
             output: None,
             resources: &[],
+            compensate: None,
+            pivot: false,
         }
+    }
+
+    /// The compensating stage `S` of `#[stage(compensate = S)]` (rule 35):
+    /// the bounds are the compile-time check that `S` is a stage and not a
+    /// router.
+    pub fn compensator<S: crate::stage::StageDef>() -> Stage
+    where
+        S::ReturnsRoute: used_as::Compensator<S>,
+    {
+        S::stage()
     }
 
     /// The stage `#[stage]` emits for an `async fn` that never waits,

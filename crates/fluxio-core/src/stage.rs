@@ -89,6 +89,13 @@ pub struct StageMeta {
     /// The resources it takes (its [`Resource<T>`] arguments), in argument
     /// order: `build()` refuses a pipeline that does not register them.
     pub resources: &'static [fn() -> ResourceReq],
+    /// Its compensating stage (`compensate = refund`, contract rule 35):
+    /// run, with the context this stage produced, when a run that
+    /// completed this stage fails for good.
+    pub compensate: Option<fn() -> Stage>,
+    /// Whether it is a pivot (`pivot`, rule 35): once it completes, the
+    /// stages before it (and itself) are never compensated.
+    pub pivot: bool,
 }
 
 /// Checks that a context holds the fields of a type; the error names the
@@ -643,6 +650,20 @@ pub mod used_as {
 
     #[diagnostic::do_not_recommend]
     impl<S, T: Fits<false>> SequenceStage<S> for T {}
+
+    /// Implemented for a stage that can compensate another
+    /// (`#[stage(compensate = ...)]`): any stage but a router.
+    #[diagnostic::on_unimplemented(
+        message = "stage `{S}` returns `fluxio::Route`: a compensator returns a `Context`",
+        label = "a router cannot compensate"
+    )]
+    pub trait Compensator<S> {
+        /// Named by the check.
+        const OK: () = ();
+    }
+
+    #[diagnostic::do_not_recommend]
+    impl<S, T: Fits<false>> Compensator<S> for T {}
 
     /// Fits before a routing block (`true`) or in a sequence (`false`):
     /// what [`Router`] and [`SequenceStage`] hold for. A trait of its own,

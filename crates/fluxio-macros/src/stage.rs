@@ -21,6 +21,10 @@ struct Options {
     output: Option<syn::Type>,
     /// The helpers whose code counts in the stage's hash (rule 34).
     uses: Vec<syn::Path>,
+    /// The stage that compensates this one (rule 35).
+    compensate: Option<syn::Path>,
+    /// A point of no return (rule 35).
+    pivot: bool,
     krate: syn::Path,
 }
 
@@ -328,7 +332,19 @@ pub(crate) fn each_option(
     let mut errors: Option<syn::Error> = None;
     let mut seen: Vec<String> = Vec::new();
     for meta in metas {
-        let Meta::NameValue(nv) = &meta else {
+        // a flag (`pivot`) is its name alone: `pivot = true`
+        let flag = match &meta {
+            Meta::Path(path) if path.is_ident("pivot") => Some(syn::MetaNameValue {
+                path: path.clone(),
+                eq_token: Token![=](path.span()),
+                value: syn::parse_quote_spanned!(path.span()=> true),
+            }),
+            _ => None,
+        };
+        let Some(nv) = flag.as_ref().or(match &meta {
+            Meta::NameValue(nv) => Some(nv),
+            _ => None,
+        }) else {
             combine(&mut errors, syn::Error::new_spanned(&meta, expected));
             continue;
         };
@@ -367,10 +383,12 @@ fn parse_options(args: TokenStream) -> (Options, Option<syn::Error>) {
         input: None,
         output: None,
         uses: Vec::new(),
+        compensate: None,
+        pivot: false,
         krate: syn::parse_quote!(::fluxio),
     };
-    let expected =
-        "expected `option = value`: name, reads, writes, timeout, input, output, uses or crate";
+    let expected = "expected `option = value` or `pivot`: name, reads, writes, timeout, input, \
+                    output, uses, compensate, pivot or crate";
     let errors = each_option(args, ("stage", expected), |key, nv| match key {
         "name" => lit_str(&nv.value, "name").map(|s| opts.name = Some(s)),
         "reads" => key_list(&nv.value, "reads").map(|v| opts.reads = Some(v)),
@@ -381,13 +399,36 @@ fn parse_options(args: TokenStream) -> (Options, Option<syn::Error>) {
         "input" => schema_type(&nv.value).map(|t| opts.input = Some(t)),
         "output" => schema_type(&nv.value).map(|t| opts.output = Some(t)),
         "uses" => path_list(&nv.value).map(|v| opts.uses = v),
+        "compensate" => match &nv.value {
+            Expr::Path(p) if p.qself.is_none() => {
+                opts.compensate = Some(p.path.clone());
+                Ok(())
+            }
+            other => Err(syn::Error::new_spanned(
+                other,
+                "`compensate` takes the stage that undoes this one: compensate = refund",
+            )),
+        },
+        "pivot" => match &nv.value {
+            Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Bool(b),
+                ..
+            }) => {
+                opts.pivot = b.value;
+                Ok(())
+            }
+            other => Err(syn::Error::new_spanned(
+                other,
+                "`pivot` is a flag: write `pivot` (or `pivot = true`)",
+            )),
+        },
         "crate" => lit_str(&nv.value, "crate")
             .and_then(|s| s.parse::<syn::Path>())
             .map(|p| opts.krate = p),
         _ => Err(syn::Error::new_spanned(
             &nv.path,
             format!(
-                "unknown stage option `{}`; expected one of: name, reads, writes, timeout, input, output, uses, crate",
+                "unknown stage option `{}`; expected one of: name, reads, writes, timeout, input, output, uses, compensate, pivot, crate",
                 nv.path.to_token_stream()
             ),
         )),
@@ -641,6 +682,10 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
     let router =
         quote_spanned!(ret_span=> <<#ret as #p::StageReturn>::Ok as #p::StageOutput>::ROUTER);
 
+    let compensate = opts.compensate.as_ref().map(
+        |c| quote_spanned!(c.span()=> meta.compensate = #p::Option::Some(#p::compensator::<#c>);),
+    );
+    let pivot = opts.pivot.then(|| quote!(meta.pivot = true;));
     let new_stage = if in_place {
         quote!(#p::in_place_stage)
     } else {
@@ -666,10 +711,14 @@ fn expand_fn(func: &StageFn, opts: &Options, sig: &Signature, hash: &[u8; 32]) -
         meta.input = #input;
         meta.output = #output;
         meta.resources = __FLUXIO_RESOURCES;
+        #compensate
+        #pivot
         #new_stage(meta, #call_fn)
     };
     let returns_route = quote!(#p::used_as::ReturnsRoute<{ #router }>);
-    let hash = hash_const(&p, hash, &opts.uses, &typed_keys(opts));
+    // the compensator's code counts in the hash, as a helper's does (rule 34)
+    let uses: Vec<syn::Path> = opts.uses.iter().chain(&opts.compensate).cloned().collect();
+    let hash = hash_const(&p, hash, &uses, &typed_keys(opts));
     companion(func, &p, &returns_route, &router, &hash, &name, &stage)
 }
 

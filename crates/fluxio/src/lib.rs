@@ -212,11 +212,12 @@ pub use fluxio_core::{
 /// conformance suite) is in [`backend`](store::backend).
 pub mod store {
     pub use fluxio_core::store::{
-        BranchRecord, Change, Checkpoint, CheckpointStore, Claimed, Delivery, DueFilter, DueRun,
-        InMemoryStore, Lease, MAX_LEASE_TTL, MAX_LIST_LIMIT, MAX_PAYLOAD, MAX_RUN_ID_LEN,
-        MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS, MAX_WAIT_NAME_LEN, MIN_LEASE_TTL, Mark, Payload, Pending,
-        QueueEntry, RunFilter, RunPage, RunState, RunStatus, RunSummary, Signal, SignalState,
-        StoreErrorKind, WaitName, cancel_with_children, open_child, retry_run, run_key, wake_run,
+        BranchRecord, Change, Checkpoint, CheckpointStore, Claimed, Compensation, CompensationStep,
+        Delivery, DueFilter, DueRun, InMemoryStore, Lease, MAX_LEASE_TTL, MAX_LIST_LIMIT,
+        MAX_PAYLOAD, MAX_RUN_ID_LEN, MAX_SIGNAL_PAYLOAD, MAX_UNTIL_MS, MAX_WAIT_NAME_LEN,
+        MIN_LEASE_TTL, Mark, Payload, Pending, QueueEntry, RunFilter, RunPage, RunState, RunStatus,
+        RunSummary, Signal, SignalState, StoreErrorKind, WaitName, cancel_with_children,
+        open_child, retry_run, run_key, wake_run,
     };
 
     pub mod backend {

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use fluxio_core::store::{
-    BranchRecord, Change, Checkpoint, FORMAT_VERSION, ForkOrigin, MAGIC, Payload, Pending,
-    QueueEntry, Signal, WaitName,
+    BranchRecord, Change, Checkpoint, Compensation, CompensationStep, FORMAT_VERSION, ForkOrigin,
+    MAGIC, Payload, Pending, QueueEntry, Signal, WaitName,
 };
 use fluxio_core::value::Packed;
 use fluxio_core::{Context, Error, RunStatus, StageCode, Structure, Value};
@@ -301,6 +301,7 @@ fn goldens() -> Vec<(&'static str, u16, Checkpoint)> {
         ),
         ("v8_failed_for_good.bin", 8, failed_for_good()),
         ("v8_forked_with_changes.bin", 8, forked()),
+        ("v8_compensating.bin", 8, compensating()),
     ]
 }
 
@@ -313,6 +314,22 @@ fn forked() -> Checkpoint {
     origin.set = vec!["card".to_owned(), "currency".to_owned()];
     origin.removed = vec!["coupon".to_owned()];
     cp.forked_from = Some(Box::new(origin));
+    cp
+}
+
+/// The failed run of `v4_failed.bin` undoing what it did (rule 35): its
+/// first compensator done, the second next.
+fn compensating() -> Checkpoint {
+    let mut cp = named(failed());
+    cp.status = RunStatus::Running;
+    cp.error_message = None;
+    let steps = vec![
+        CompensationStep::new(9, "book_hotel", "cancel_hotel"),
+        CompensationStep::new(3, "book_flight", "cancel_flight"),
+    ];
+    let mut comp = Compensation::new("stage `book_car` failed: no car", steps);
+    comp.next = 1;
+    cp.compensation = Some(Box::new(comp));
     cp
 }
 

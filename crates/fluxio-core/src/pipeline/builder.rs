@@ -413,6 +413,7 @@ impl PipelineBuilder {
             }
             *stage = stage.clone().with_resources(Arc::clone(&resources));
         }
+        program.compensators = compensators(&program, &resources, self.durable, &self.settings)?;
         for (name, _) in &self.stage_middleware {
             if program.stage(name).is_none() {
                 return Err(Error::build(format!(
@@ -512,4 +513,65 @@ fn child_runs(
         runs.push(Arc::new(pipeline.clone()));
     }
     Ok(runs)
+}
+
+/// Each stage's compensator (rule 35) with the pipeline's `resources`, or
+/// an empty list when no stage has one.
+///
+/// # Errors
+/// [`Error::Build`] when a stage has one in a pipeline that cannot
+/// compensate (no store, or [`Durability::Exit`], whose journal does not
+/// record which stages completed), or a compensator's resource is not
+/// registered.
+fn compensators(
+    program: &Program,
+    resources: &Arc<Resources>,
+    durable: bool,
+    settings: &RunSettings,
+) -> Result<Vec<Option<crate::stage::Stage>>> {
+    let Some(first) = program
+        .stages
+        .iter()
+        .find(|s| s.meta().compensate.is_some())
+    else {
+        return Ok(Vec::new());
+    };
+    if let Some(depth) = settings.history_depth {
+        return Err(Error::build(format!(
+            "stage `{}` has a compensator, which reads the run's whole journal to know what \
+             completed: a history depth of {depth} checkpoints would cut it; remove \
+             `.history_depth(...)`",
+            first.name()
+        )));
+    }
+    if !durable || settings.durability == Durability::Exit {
+        return Err(Error::build(format!(
+            "stage `{}` has a compensator, which needs a durable pipeline whose journal records \
+             every step: give the pipeline a store with `.store(...)`, with `Durability::Sync` \
+             or `Durability::Async`",
+            first.name()
+        )));
+    }
+    program
+        .stages
+        .iter()
+        .map(|stage| {
+            let Some(make) = stage.meta().compensate else {
+                return Ok(None);
+            };
+            let c = make();
+            if let Some(req) = c.missing_resource(resources) {
+                return Err(c.missing_resource_error(
+                    &req,
+                    &format!(
+                        "it compensates `{}`; register one with `.resource(value)` before \
+                         `.build()` (registered: {})",
+                        stage.name(),
+                        resources.describe()
+                    ),
+                ));
+            }
+            Ok(Some(c.with_resources(Arc::clone(resources))))
+        })
+        .collect()
 }

@@ -13,6 +13,7 @@
 
 mod builder;
 mod child;
+mod compensate;
 mod history;
 mod ids;
 mod operate;

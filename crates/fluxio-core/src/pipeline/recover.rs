@@ -118,6 +118,34 @@ impl Pipeline {
                     store.set_due(owner.lease(), due).await?;
                     Ok(due.map_or(Recovered::Left, Recovered::Deferred))
                 }
+                // rule 35: recovery giving up on a run whose stages have
+                // compensators is a final failure: it undoes what it did
+                Claim::GiveUp { pause: false }
+                    if !self.inner.program.compensators.is_empty() && cp.compensation.is_none() =>
+                {
+                    let reason = format!(
+                        "recovery gave up on it after {} attempts at step `{}`",
+                        cp.attempt, cp.step
+                    );
+                    let runner = self.version_for(
+                        &key,
+                        &cp,
+                        super::resume::Continue::Resume,
+                        Default::default(),
+                    )?;
+                    // boxed: this future is part of every recovered run's
+                    let undo = runner.compensate_stored(store, &owner, run_id, cp, Some(reason));
+                    match Box::pin(undo).await {
+                        Ok(_) | Err(crate::Error::CompensationFailed { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                    let last = store.load(&key).await?.ok_or_else(|| {
+                        crate::Error::CheckpointNotFound {
+                            run_id: key.clone(),
+                        }
+                    })?;
+                    Ok(Recovered::GaveUp(Box::new(last)))
+                }
                 Claim::GiveUp { pause } => {
                     let marked = if pause {
                         let paused = crate::store::successor(cp).paused();

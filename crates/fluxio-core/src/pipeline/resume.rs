@@ -405,6 +405,18 @@ impl Pipeline {
         (how, woken_at): (Continue<'_>, Option<u64>),
     ) -> Result<Outcome> {
         let key = cp.key();
+        // rule 35: a compensating run goes on compensating
+        if matches!(how, Continue::Resume) && cp.compensation.as_ref().is_some_and(|c| !c.is_done())
+        {
+            let stage = cp.step.clone();
+            // boxed: this future is part of every resumed run's
+            let done = Box::pin(self.compensate_stored(store, owner, run_id, cp, None)).await?;
+            return Err(Error::FailedForGood {
+                run_id: key,
+                stage,
+                message: done.reason,
+            });
+        }
         let from = match how {
             Continue::Replay { from: Some(step) } => step,
             Continue::Resume | Continue::Replay { from: None }

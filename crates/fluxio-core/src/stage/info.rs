@@ -36,6 +36,10 @@ pub struct StageInfo {
     /// retries it (after a failure or a crash). Stages in a parallel block
     /// share the block's attempt.
     pub attempt: u32,
+    /// When this call is a compensator's (contract rule 35): the name of
+    /// the stage it compensates, whose `position` it has. `None` for every
+    /// other stage call.
+    pub compensates: Option<&'static str>,
 }
 
 thread_local! {
@@ -149,13 +153,29 @@ impl StageInfo {
     /// pipeline. The attempt is not part of it:
     /// read [`attempt`](StageInfo::attempt) for that.
     ///
+    /// A compensator's key is its stage's with `/compensate` after it:
+    /// the same on every attempt of that compensation, and never the key
+    /// of the stage it undoes.
+    ///
     /// ```
     /// use fluxio_core::StageInfo;
-    /// let info = StageInfo { run_id: "orders/42".into(), stage: "charge", position: 6, attempt: 3 };
+    /// let mut info = StageInfo {
+    ///     run_id: "orders/42".into(),
+    ///     stage: "charge",
+    ///     position: 6,
+    ///     attempt: 3,
+    ///     compensates: None,
+    /// };
     /// assert_eq!(info.idempotency_key(), "orders/42/6");
+    /// info.stage = "refund";
+    /// info.compensates = Some("charge");
+    /// assert_eq!(info.idempotency_key(), "orders/42/6/compensate");
     /// ```
     #[must_use]
     pub fn idempotency_key(&self) -> String {
-        format!("{}/{}", self.run_id, self.position)
+        match self.compensates {
+            None => format!("{}/{}", self.run_id, self.position),
+            Some(_) => format!("{}/{}/compensate", self.run_id, self.position),
+        }
     }
 }

@@ -143,6 +143,10 @@ pub struct Checkpoint {
     /// checkpoint of a run [`Pipeline::fork_with`](crate::Pipeline::fork_with)
     /// started; `None` elsewhere. Written in format 8.
     pub forked_from: Option<Box<crate::store::ForkOrigin>>,
+    /// The run's compensation (contract rule 35), on every checkpoint
+    /// written from the moment a run that failed for good began to undo
+    /// its completed stages; `None` elsewhere. Written in format 8.
+    pub compensation: Option<Box<crate::store::Compensation>>,
     /// The run's mailbox (contract rule 26), when the store keeps it with
     /// the checkpoint: a store with the four required methods keeps it in
     /// the blob ([`Checkpoint::to_bytes`] writes it). Empty when loaded from
@@ -186,6 +190,7 @@ impl PartialEq for Checkpoint {
             && self.queue == other.queue
             && self.failed_for_good == other.failed_for_good
             && self.forked_from == other.forked_from
+            && self.compensation == other.compensation
     }
 }
 
@@ -286,6 +291,7 @@ impl Checkpoint {
             queue: None,
             failed_for_good: false,
             forked_from: None,
+            compensation: None,
             signals: Vec::new(),
             earlier: Vec::new(),
         }
@@ -703,6 +709,17 @@ impl Checkpoint {
                     + list(&origin.set)
                     + list(&origin.removed);
             }
+            size += 1; // the compensation's option tag
+            if let Some(c) = &self.compensation {
+                size += string(&c.reason)
+                    + varint_len(c.steps.len() as u64) as u64
+                    + varint_len(c.next.into()) as u64;
+                for step in &c.steps {
+                    size += varint_len(step.position.into()) as u64
+                        + string(&step.stage)
+                        + string(&step.compensator);
+                }
+            }
         }
         if format >= WAITS_FORMAT_VERSION {
             size += 1;
@@ -868,6 +885,7 @@ mod tests {
             queue: None,
             failed_for_good: false,
             forked_from: None,
+            compensation: None,
             signals: Vec::new(),
             earlier: Vec::new(),
         };
@@ -906,6 +924,14 @@ mod tests {
             origin.set = (0..i % 3).map(|k| format!("k{k}")).collect();
             origin.removed = vec!["coupon".to_owned()];
             cp.forked_from = Some(Box::new(origin));
+        }
+        if i % 9 == 6 {
+            let steps = (0..i % 4)
+                .map(|k| crate::store::CompensationStep::new(k as u32 * 7, format!("s{k}"), "undo"))
+                .collect();
+            let mut c = crate::store::Compensation::new(format!("declined {i}"), steps);
+            c.next = (i % 3) as u32;
+            cp.compensation = Some(Box::new(c));
         }
         if i % 13 == 5 {
             let payload = Payload::new(&("ok", i)).expect("encodes");
@@ -1017,7 +1043,12 @@ mod tests {
             let format = u16::from_le_bytes([bytes[4], bytes[5]]);
             let waits = cp.pending.is_some() || !cp.signals.is_empty();
             let wanted = match (cp.deadline_ms, waits) {
-                _ if cp.failed_for_good || cp.forked_from.is_some() => 8,
+                _ if cp.failed_for_good
+                    || cp.forked_from.is_some()
+                    || cp.compensation.is_some() =>
+                {
+                    8
+                }
                 _ if cp.queue.is_some() => 7,
                 (Some(_), _) => 6,
                 (None, true) => 5,
@@ -1027,6 +1058,7 @@ mod tests {
             assert_eq!(back.deadline_ms, cp.deadline_ms, "checkpoint {i}");
             assert_eq!(back.queue, cp.queue, "checkpoint {i}");
             assert_eq!(back.forked_from, cp.forked_from, "checkpoint {i}");
+            assert_eq!(back.compensation, cp.compensation, "checkpoint {i}");
             assert_eq!(back.failed_for_good, cp.failed_for_good, "checkpoint {i}");
             assert_eq!(
                 back.to_bytes().expect("re-encodes"),

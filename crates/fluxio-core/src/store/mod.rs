@@ -63,6 +63,7 @@
 
 mod branch;
 mod checkpoint;
+mod compensation;
 #[cfg(feature = "test-util")]
 pub mod conformance;
 pub(crate) mod error_kind;
@@ -89,6 +90,7 @@ pub(crate) use checkpoint::now_ms;
 pub use checkpoint::{
     Checkpoint, FORMAT_VERSION, MAGIC, MAX_PAYLOAD, OLDEST_FORMAT_VERSION, RunStatus, run_key,
 };
+pub use compensation::{Compensation, CompensationStep};
 pub use error_kind::StoreErrorKind;
 pub use forked::ForkOrigin;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};

@@ -149,8 +149,13 @@ async fn retry_locked<S: CheckpointStore + ?Sized>(
                 next = next.parked(super::Pending::sleep(due));
             }
             next.error_message = None;
-            // an operator's retry runs a final failure (rule 35) again too
+            // an operator's retry runs a final failure (rule 35) again too:
+            // a compensation that finished is over, and the failed stage
+            // runs again; one that did not goes on at its next compensator
             next.failed_for_good = false;
+            if next.compensation.as_ref().is_some_and(|c| c.is_done()) {
+                next.compensation = None;
+            }
             // a woken run's resume does not count an attempt: it runs 1
             next.attempt = u32::from(due_ms.is_some());
             next.updated_at_ms = super::now_ms();

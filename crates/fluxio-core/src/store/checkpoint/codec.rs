@@ -30,7 +30,7 @@ pub(super) fn format_of(entries: &[&Checkpoint], mailbox: &[Signal]) -> u16 {
     let waits = |cp: &&Checkpoint| cp.pending.is_some() || cp.status.is_pending();
     if entries
         .iter()
-        .any(|cp| cp.failed_for_good || cp.forked_from.is_some())
+        .any(|cp| cp.failed_for_good || cp.forked_from.is_some() || cp.compensation.is_some())
     {
         FORMAT_VERSION
     } else if entries.iter().any(|cp| cp.queue.is_some()) {
@@ -512,6 +512,20 @@ pub(super) fn encode_entry<E: Encoder>(
                 origin.removed.encode(encoder)?;
             }
         }
+        match &cp.compensation {
+            None => 0u8.encode(encoder)?,
+            Some(c) => {
+                1u8.encode(encoder)?;
+                c.reason.encode(encoder)?;
+                (c.steps.len() as u64).encode(encoder)?;
+                for step in &c.steps {
+                    step.position.encode(encoder)?;
+                    step.stage.encode(encoder)?;
+                    step.compensator.encode(encoder)?;
+                }
+                c.next.encode(encoder)?;
+            }
+        }
     }
     Ok(())
 }
@@ -797,15 +811,15 @@ pub(super) fn decode_entry(
         None
     };
     // format 8: whether it failed for good (rule 35)
-    let (failed_for_good, forked_from) = if format >= FORMAT_VERSION {
+    let (failed_for_good, forked_from, compensation) = if format >= FORMAT_VERSION {
         let failed = match c.byte()? {
             0 => false,
             1 => true,
             _ => return Err(WireError::Invalid("a bool other than 0 or 1")),
         };
-        (failed, decode_origin(c)?)
+        (failed, decode_origin(c)?, decode_compensation(c)?)
     } else {
-        (false, None)
+        (false, None, None)
     };
     if status.is_pending() && pending.is_none() {
         return Err(WireError::Invalid(
@@ -842,6 +856,7 @@ pub(super) fn decode_entry(
         queue,
         failed_for_good,
         forked_from,
+        compensation,
         signals: Vec::new(),
         earlier: Vec::new(),
     })
@@ -871,6 +886,47 @@ fn decode_origin(
         }
     }
     Ok(Some(Box::new(origin)))
+}
+
+/// A format 8 checkpoint's compensation (rule 35): an option tag, then
+/// the reason, the steps (position, stage, compensator) and the next one.
+fn decode_compensation(
+    c: &mut Cursor<'_>,
+) -> std::result::Result<Option<Box<crate::store::Compensation>>, WireError> {
+    match c.byte()? {
+        0 => return Ok(None),
+        1 => {}
+        _ => return Err(WireError::Invalid("an option tag other than 0 or 1")),
+    }
+    let reason = c.str()?.to_owned();
+    let n = c.varint()?;
+    // each step takes at least three bytes: a count past what is left is
+    // refused before anything is allocated for it
+    if n > c.remaining() as u64 / 3 {
+        return Err(WireError::Invalid(
+            "more compensation steps than bytes left",
+        ));
+    }
+    let mut steps = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let position = c.varint_u32()?;
+        let stage = c.str()?.to_owned();
+        let compensator = c.str()?.to_owned();
+        steps.push(crate::store::CompensationStep::new(
+            position,
+            stage,
+            compensator,
+        ));
+    }
+    let next = c.varint_u32()?;
+    if next as usize > steps.len() {
+        return Err(WireError::Invalid(
+            "a compensation's next step past its steps",
+        ));
+    }
+    let mut comp = crate::store::Compensation::new(reason, steps);
+    comp.next = next;
+    Ok(Some(Box::new(comp)))
 }
 
 /// A format 7 checkpoint's queue entry (rule 31): an option tag, then the

@@ -110,7 +110,10 @@ pub use child::{
     rule29_cancelling_a_parent_cancels_its_open_child, rule29_child_runs_are_listed_by_parent,
 };
 
-pub use terminal::rule35_a_run_failed_for_good_is_stored_so_and_not_run_again;
+pub use terminal::{
+    rule35_a_compensation_is_stored_and_told_by_the_history,
+    rule35_a_run_failed_for_good_is_stored_so_and_not_run_again,
+};
 
 pub use queue::{
     rule31_a_queue_slot_is_a_lease_no_listing_shows,
@@ -866,6 +869,7 @@ macro_rules! __store_conformance_each {
             rule30_a_recovery_policy_can_pause_what_it_gives_up,
             rule30_a_pause_racing_fenced_saves_wins_until_unpaused,
             rule35_a_run_failed_for_good_is_stored_so_and_not_run_again,
+            rule35_a_compensation_is_stored_and_told_by_the_history,
         );
     };
     (@each $make:path, $wrap:expr, $($check:ident),+ $(,)?) => {
