@@ -491,3 +491,110 @@ async fn rule35_a_pipeline_that_cannot_compensate_is_refused_at_build() {
         assert!(err.to_string().contains("book_flight"), "{case}: {err}");
     }
 }
+
+#[stage]
+async fn hang(ctx: Context) -> StageResult {
+    note(&ctx, "hang");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    Ok(ctx)
+}
+
+#[stage]
+async fn slow_cancel_flight(ctx: Context) -> StageResult {
+    note(&ctx, "slow_cancel_flight");
+    if ran(&ctx.get::<String>("run").unwrap_or_default())
+        .iter()
+        .filter(|s| *s == "slow_cancel_flight")
+        .count()
+        == 1
+    {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+    Ok(ctx)
+}
+
+#[stage(compensate = slow_cancel_flight)]
+async fn book_slow_flight(ctx: Context) -> StageResult {
+    note(&ctx, "book_slow_flight");
+    Ok(ctx.set("flight", "LH-400")?)
+}
+
+fn worker(p: &Pipeline, attempts: u32) -> fluxio::recovery::RecoveryWorker {
+    fluxio::recovery::RecoveryWorker::builder()
+        .pipeline(p.clone())
+        .policy(
+            fluxio::recovery::RecoveryPolicy::new()
+                .max_attempts(attempts)
+                .backoff(Duration::ZERO, Duration::ZERO),
+        )
+        .build()
+        .expect("a worker")
+}
+
+#[tokio::test]
+async fn rule35_a_worker_that_gives_up_on_a_run_compensates_it() {
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let p = pipeline![book_flight, hang]
+        .name("abandoned")
+        .store_arc(Arc::clone(&store))
+        .lease_ttl(Duration::from_millis(60))
+        .build()
+        .expect("valid");
+    // the worker running it dies inside `hang`: the run is abandoned there
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(100),
+        p.invoke("a-1", input("a-1", &[], &[])),
+    )
+    .await;
+    assert!(dropped.is_err(), "the run was still in `hang`");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sweep = worker(&p, 1).run_once().await.expect("a sweep");
+    assert_eq!(sweep.gave_up, 1, "{sweep:?}");
+    assert_eq!(ran("a-1"), ["book_flight", "hang", "cancel_flight"]);
+    let cp = p.checkpoint("a-1").await.expect("load").expect("stored");
+    assert!(cp.is_failed_for_good(), "{cp:?}");
+    let comp = cp.compensation.expect("compensated");
+    assert!(comp.reason.contains("recovery gave up"), "{}", comp.reason);
+}
+
+#[tokio::test]
+async fn rule35_a_worker_goes_on_with_an_abandoned_compensation() {
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let p = pipeline![book_slow_flight, book_car]
+        .name("halfway")
+        .store_arc(Arc::clone(&store))
+        .lease_ttl(Duration::from_millis(60))
+        .build()
+        .expect("valid");
+    // the process dies while `slow_cancel_flight` runs
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(150),
+        p.invoke("h-1", input("h-1", &["book_car"], &[])),
+    )
+    .await;
+    assert!(dropped.is_err(), "the compensator was still running");
+    let cp = p.checkpoint("h-1").await.expect("load").expect("stored");
+    assert_eq!(cp.status, RunStatus::Running);
+    assert_eq!(cp.compensation.as_ref().map(|c| c.next), Some(0));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sweep = worker(&p, 5).run_once().await.expect("a sweep");
+    // resumed, to end failed for good
+    assert_eq!((sweep.found, sweep.failed), (1, 1), "{sweep:?}");
+    assert_eq!(
+        ran("h-1"),
+        [
+            "book_slow_flight",
+            "book_car",
+            "slow_cancel_flight",
+            "slow_cancel_flight"
+        ],
+        "it goes on compensating, never forward"
+    );
+    let seen = entries("h-1");
+    assert_eq!(
+        seen[2].1, seen[3].1,
+        "the same idempotency key on both attempts"
+    );
+    let cp = p.checkpoint("h-1").await.expect("load").expect("stored");
+    assert!(cp.is_failed_for_good(), "{cp:?}");
+}

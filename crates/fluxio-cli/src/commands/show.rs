@@ -50,6 +50,7 @@ pub(crate) async fn show(
             "deadline_ms": latest.deadline_ms,
             "queue": latest.queue,
             "failed_for_good": latest.is_failed_for_good(),
+            "compensation": latest.compensation,
             "parent": fluxio_core::child::parent_of(&latest.run_id),
             "child": fluxio_core::store::open_child(latest),
             "context": context_json(&latest.context, args.full),
@@ -79,6 +80,9 @@ pub(crate) async fn show(
     write!(out.out, "{}", known.head(&listed, out.colour))?;
     if let Some(origin) = &history.forked_from {
         writeln!(out.out, "{}", shown(&origin.to_string()))?;
+    }
+    if let Some(comp) = &latest.compensation {
+        writeln!(out.out, "{}", shown(&comp.to_string()))?;
     }
 
     writeln!(out.out, "\ncontext ({} keys)", latest.context.len())?;

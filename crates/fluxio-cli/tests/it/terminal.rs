@@ -56,3 +56,37 @@ async fn rule35_show_says_failed_for_good_and_retry_hands_it_back() {
         .await
         .expect_err("still fraud, failed for good again");
 }
+
+#[stage]
+async fn release_seat(ctx: Context) -> StageResult {
+    Ok(ctx)
+}
+
+#[stage(compensate = release_seat)]
+async fn hold_seat(ctx: Context) -> StageResult {
+    Ok(ctx.set("seat", "12A")?)
+}
+
+#[tokio::test]
+async fn rule35_show_tells_what_a_failed_run_undid() {
+    let t = sqlite("cli_compensated").await;
+    let p = pipeline![hold_seat, charge]
+        .name("seats")
+        .store_arc(Arc::clone(&t.store))
+        .build()
+        .expect("a valid pipeline");
+    p.invoke("s-1", Context::new()).await.expect_err("fraud");
+    t.run(&["runs", "show", "seats/s-1"], None).code(0).shows(&[
+        "for good",
+        "compensated 1 of 1: release_seat (for hold_seat)",
+        "release_seat (undoes hold_seat)",
+    ]);
+    let json = t
+        .run(&["runs", "show", "seats/s-1", "--json"], None)
+        .code(0);
+    assert!(
+        json.stdout.contains("\"compensator\": \"release_seat\""),
+        "{}",
+        json.all()
+    );
+}
