@@ -202,3 +202,23 @@ impl Scene {
         })
     }
 }
+
+/// xorshift64*: the crash harnesses' seeded random delays
+/// (`FLUXIO_CRASH_SEED` replays one).
+#[derive(Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}

@@ -39,26 +39,10 @@ use std::time::{Duration, Instant};
 use fluxio::store::{CheckpointStore, RunFilter, RunState, RunStatus, run_key};
 use fluxio::{Durability, Error};
 use fluxio_test_support::{namespace, skip_unless_ci};
-use fluxio_tests::process::{OUTCOMES, Worker};
+use fluxio_tests::process::{OUTCOMES, Rng, Worker};
 use fluxio_tests::{CRASH_PIPELINE, CRASH_STEPS_X, StoreKind};
 
 const LEASE_MS: u64 = 250;
-
-/// xorshift64*: small, seeded, good enough to pick kill moments.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 #[allow(clippy::too_many_arguments)]
 fn spawn(

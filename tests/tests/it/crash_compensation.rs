@@ -26,28 +26,12 @@ use std::time::{Duration, Instant};
 
 use fluxio::store::run_key;
 use fluxio_tests::StoreKind;
-use fluxio_tests::process::{Scene, Worker};
+use fluxio_tests::process::{Rng, Scene, Worker};
 
 const LEASE_MS: u64 = 250;
 
 /// The compensators, in the order they run.
 const UNDO: [&str; 3] = ["u3", "u2", "u1"];
-
-/// xorshift64*, as the other crash harnesses'.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 fn append(ledger: &Path, line: &str) {
     use std::io::Write as _;

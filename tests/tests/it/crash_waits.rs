@@ -33,29 +33,13 @@ use std::time::{Duration, Instant};
 use fluxio::store::{CheckpointStore, SignalState, run_key};
 use fluxio::{Error, Pipeline};
 use fluxio_test_support::{namespace, skip_unless_ci};
-use fluxio_tests::process::Worker;
+use fluxio_tests::process::{Rng, Worker};
 use fluxio_tests::{StoreKind, WAITS_PIPELINE, WAITS_STEPS, waits_pipeline};
 
 const LEASE_MS: u64 = 250;
 
 /// What a waits worker prints last.
 const ENDS: &[&str] = &["ok", "parked", "in_use", "error"];
-
-/// xorshift64*, as the crash harness's.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// One line of the ledger: the stage, its attempt and the process.
 #[derive(Debug, Clone)]

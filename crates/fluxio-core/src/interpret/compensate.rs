@@ -211,14 +211,7 @@ pub(crate) async fn begin(
                 "{reason}; its compensation could not start: {}",
                 e.message_with_causes()
             ));
-            Box::pin(save(
-                program,
-                d,
-                cp,
-                Lineage::NONE,
-                Write::Last { delete: false },
-            ))
-            .await?;
+            last(program, d, cp).await?;
             return Err(e);
         }
     };
@@ -361,14 +354,7 @@ async fn run(
                 "compensator `{}` of stage `{stage}` failed: {message}",
                 compensator.name()
             ));
-            Box::pin(save(
-                program,
-                d,
-                cp,
-                Lineage::NONE,
-                Write::Last { delete: false },
-            ))
-            .await?;
+            last(program, d, cp).await?;
             return Err(Error::CompensationFailed {
                 run_id: d.key.to_owned(),
                 stage: stage.to_owned(),
@@ -382,17 +368,16 @@ async fn run(
     let mut cp = checkpoint(d, at, Some(&comp), RunStatus::Failed, attempt);
     cp.failed_for_good = true;
     cp.error_message = Some(comp.reason.clone());
-    Box::pin(save(
-        program,
-        d,
-        cp,
-        Lineage::NONE,
-        Write::Last { delete: false },
-    ))
-    .await?;
+    last(program, d, cp).await?;
     // rule 29: a child's parent takes its failure now
     if crate::child::parent_of(d.run_id).is_some() {
         Box::pin(super::child::wake_parent(d)).await;
     }
     Ok(comp)
+}
+
+/// Writes `cp` as the run's last checkpoint: its lease goes back with it.
+async fn last(program: &Program, d: &Durable<'_>, cp: Checkpoint) -> Result<()> {
+    let last = Write::Last { delete: false };
+    Box::pin(save(program, d, cp, Lineage::NONE, last)).await
 }
