@@ -598,3 +598,94 @@ async fn rule35_a_worker_goes_on_with_an_abandoned_compensation() {
     let cp = p.checkpoint("h-1").await.expect("load").expect("stored");
     assert!(cp.is_failed_for_good(), "{cp:?}");
 }
+
+/// Lets `gated_undo` finish, per run.
+static GATES: Mutex<BTreeMap<String, Arc<tokio::sync::Notify>>> = Mutex::new(BTreeMap::new());
+
+fn gate(run: &str) -> Arc<tokio::sync::Notify> {
+    let mut gates = GATES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Arc::clone(gates.entry(run.to_owned()).or_default())
+}
+
+#[stage]
+async fn gated_undo(ctx: Context) -> StageResult {
+    note(&ctx, "gated_undo");
+    let run: String = ctx.get("run")?;
+    if ran(&run).iter().filter(|s| *s == "gated_undo").count() == 1 {
+        gate(&run).notified().await;
+    }
+    Ok(ctx)
+}
+
+#[stage(compensate = gated_undo)]
+async fn book_gated(ctx: Context) -> StageResult {
+    note(&ctx, "book_gated");
+    Ok(ctx.set("booked", true)?)
+}
+
+#[tokio::test]
+async fn rule35_a_compensation_cancelled_stops_and_one_paused_goes_on() {
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let p = pipeline![book_flight, book_gated, book_car]
+        .name("stopped")
+        .store_arc(Arc::clone(&store))
+        .build()
+        .expect("valid");
+    for (run, pause) in [("c-1", false), ("c-2", true)] {
+        let running = {
+            let p = p.clone();
+            tokio::spawn(async move { p.invoke(run, input(run, &["book_car"], &[])).await })
+        };
+        // the run is inside its first compensator
+        while !ran(run).contains(&"gated_undo".to_owned()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if pause {
+            p.pause(run).await.expect("paused");
+        } else {
+            p.cancel(run).await.expect("cancelled");
+        }
+        gate(run).notify_one();
+        let ended = running.await.expect("joined").expect_err("stopped");
+        let cp = p.checkpoint(run).await.expect("load").expect("stored");
+        if !pause {
+            // cancelled: it stops before the next compensator, for good
+            assert!(matches!(ended, Error::Cancelled { .. }), "{ended}");
+            assert_eq!(cp.status, RunStatus::Cancelled);
+            assert!(matches!(
+                p.compensate(run).await,
+                Err(Error::RunFinished {
+                    status: RunStatus::Cancelled,
+                    ..
+                })
+            ));
+            assert_eq!(
+                ran(run),
+                ["book_flight", "book_gated", "book_car", "gated_undo"],
+                "cancel_flight never ran"
+            );
+            continue;
+        }
+        // paused: the operator's compensate goes on where it stopped
+        assert!(matches!(ended, Error::Paused { .. }), "{ended}");
+        assert_eq!(cp.status, RunStatus::Paused);
+        let done = p.compensate(run).await.expect("compensated");
+        assert!(done.is_done());
+        assert_eq!(
+            ran(run),
+            [
+                "book_flight",
+                "book_gated",
+                "book_car",
+                "gated_undo",
+                "gated_undo",
+                "cancel_flight"
+            ],
+            "the compensator that was running runs again (its completion was never recorded)"
+        );
+        let cp = p.checkpoint(run).await.expect("load").expect("stored");
+        assert!(cp.is_failed_for_good(), "{cp:?}");
+    }
+}
