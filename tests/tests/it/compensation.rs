@@ -689,3 +689,27 @@ async fn rule35_a_compensation_cancelled_stops_and_one_paused_goes_on() {
         assert!(cp.is_failed_for_good(), "{cp:?}");
     }
 }
+
+#[tokio::test]
+async fn rule35_compensate_undoes_a_sleeping_run_and_no_worker_wakes_it() {
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let p = pipeline![book_flight, sleep!("1h"), book_hotel]
+        .name("sleepers")
+        .store_arc(Arc::clone(&store))
+        .build()
+        .expect("valid");
+    let slept = p
+        .invoke("z-1", input("z-1", &[], &[]))
+        .await
+        .expect("sleeps");
+    assert!(!slept.is_completed());
+    let done = p.compensate("z-1").await.expect("compensated");
+    assert_eq!(done.steps.len(), 1);
+    assert_eq!(ran("z-1"), ["book_flight", "cancel_flight"]);
+    let cp = p.checkpoint("z-1").await.expect("load").expect("stored");
+    assert!(cp.is_failed_for_good(), "{cp:?}");
+    // a worker finds nothing to wake or resume
+    let sweep = worker(&p, 5).run_once().await.expect("a sweep");
+    assert_eq!((sweep.resumed, sweep.woken), (0, 0), "{sweep:?}");
+    assert_eq!(ran("z-1").len(), 2, "book_hotel never ran");
+}
