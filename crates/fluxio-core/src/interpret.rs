@@ -562,9 +562,6 @@ pub(crate) async fn run(
 enum Write {
     /// A checkpoint before a step: the run goes on.
     Step,
-    /// As `Step`, but written before the call returns in every
-    /// [`Durability`]: a compensation's (rule 35).
-    Now,
     /// The run's last checkpoint (completed, failed): the lease is given
     /// back with it, and the run deleted after it when `delete`.
     Last { delete: bool },
@@ -606,7 +603,7 @@ async fn save(
         let delta = lock(&d.tail).stamp(&mut cp, lineage);
         let (seq, context, full) = (cp.seq, cp.context.clone(), cp.change.is_full());
         let saved = match write {
-            Write::Step | Write::Now => d.store.save_fenced(cp, d.owner.lease()).await,
+            Write::Step => d.store.save_fenced(cp, d.owner.lease()).await,
             // boxed, as the drain above: the run's last write should not
             // make every step's save future (boxed, per checkpoint) large
             Write::Last { delete } => Box::pin(d.owner.finish(cp, delete)).await,

@@ -468,6 +468,15 @@ async fn rule35_a_pipeline_that_cannot_compensate_is_refused_at_build() {
                 .err(),
         ),
         (
+            "async durability",
+            pipeline![book_flight]
+                .name("x")
+                .store(InMemoryStore::new())
+                .durability(Durability::Async)
+                .build()
+                .err(),
+        ),
+        (
             "history depth",
             pipeline![book_flight]
                 .name("x")

@@ -198,10 +198,8 @@ pub(crate) async fn begin(
     reason: String,
     always: bool,
 ) -> Result<Option<Compensation>> {
-    if let Some(writer) = &d.writer {
-        // every step's checkpoint is in the journal before it is read
-        Box::pin(writer.drain()).await?;
-    }
+    // `build()` admits compensators in `Durability::Sync` only: every
+    // step's checkpoint is in the journal before the next step starts
     let journal = d.store.history(d.key).await?;
     let planned = match plan(program, d.by_ip, d.key, &journal) {
         Ok(planned) => planned,
@@ -318,7 +316,7 @@ async fn run(
 ) -> Result<Compensation> {
     while let Some(p) = planned.get(comp.next as usize) {
         let cp = checkpoint(d, at, Some(&comp), RunStatus::Running, attempt);
-        Box::pin(save(program, d, cp, Lineage::NONE, Write::Now)).await?;
+        Box::pin(save(program, d, cp, Lineage::NONE, Write::Step)).await?;
         let stage = program.stages[p.stage].name();
         let Some(Some(compensator)) = program.compensators.get(p.stage) else {
             return Err(Error::Internal {

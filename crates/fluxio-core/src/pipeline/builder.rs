@@ -520,8 +520,8 @@ fn child_runs(
 ///
 /// # Errors
 /// [`Error::Build`] when a stage has one in a pipeline that cannot
-/// compensate (no store, or [`Durability::Exit`], whose journal does not
-/// record which stages completed), or a compensator's resource is not
+/// compensate (no store, or [`Durability::Async`] or [`Durability::Exit`],
+/// whose journals leave steps out), or a compensator's resource is not
 /// registered.
 fn compensators(
     program: &Program,
@@ -544,11 +544,11 @@ fn compensators(
             first.name()
         )));
     }
-    if !durable || settings.durability == Durability::Exit {
+    if !durable || settings.durability != Durability::Sync {
         return Err(Error::build(format!(
             "stage `{}` has a compensator, which needs a durable pipeline whose journal records \
-             every step: give the pipeline a store with `.store(...)`, with `Durability::Sync` \
-             or `Durability::Async`",
+             every step before the next one starts: give the pipeline a store with \
+             `.store(...)`, with `Durability::Sync` (`Async` and `Exit` leave steps out)",
             first.name()
         )));
     }
