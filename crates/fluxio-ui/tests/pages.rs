@@ -1,0 +1,198 @@
+//! The console's pages (contract rule 38), requested through the router
+//! (tower `oneshot`) over an in-memory store seeded by real pipelines.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use fluxio::store::{CheckpointStore, InMemoryStore};
+use fluxio::{Context, StageResult, TerminalError, pipeline, stage};
+use fluxio_ui::Console;
+use http_body_util::BodyExt as _;
+use tower::ServiceExt as _;
+
+#[stage]
+async fn take(ctx: Context) -> StageResult {
+    Ok(ctx.set("taken", true)?)
+}
+
+#[stage]
+async fn refuse(ctx: Context) -> StageResult {
+    if ctx.get_opt::<bool>("refuse").unwrap_or(false) {
+        return Err(TerminalError::new("refused <b>for good</b>").into());
+    }
+    Ok(ctx.set("accepted", true)?)
+}
+
+/// A store with `orders/o-1` completed, `orders/o-2` failed for good, and
+/// a run whose id and context hold HTML.
+async fn seeded() -> Arc<dyn CheckpointStore> {
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let p = pipeline![take, refuse]
+        .name("orders")
+        .store_arc(Arc::clone(&store))
+        .build()
+        .expect("valid");
+    let ok = p.invoke("o-1", Context::new()).await.expect("runs");
+    assert!(ok.is_completed());
+    let refused = Context::new().set("refuse", true).expect("set");
+    p.invoke("o-2", refused).await.expect_err("refused");
+    let hostile = Context::new()
+        .set("note", "<img src=x onerror=alert(1)>")
+        .and_then(|c| c.set("big", "x".repeat(1 << 20)))
+        .expect("set");
+    let ok = p
+        .invoke("<script>alert(1)</script>", hostile)
+        .await
+        .expect("runs");
+    assert!(ok.is_completed());
+    store
+}
+
+async fn get(store: &Arc<dyn CheckpointStore>, uri: &str) -> (StatusCode, String, String) {
+    let app = Console::new(Arc::clone(store)).router();
+    let response = app
+        .oneshot(Request::get(uri).body(Body::empty()).expect("a request"))
+        .await
+        .expect("answered");
+    let status = response.status();
+    let csp = response
+        .headers()
+        .get(header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("a body")
+        .to_bytes();
+    (
+        status,
+        String::from_utf8(body.to_vec()).expect("UTF-8"),
+        csp,
+    )
+}
+
+#[tokio::test]
+async fn rule38_the_runs_page_lists_and_filters_runs() {
+    let store = seeded().await;
+    let (status, body, csp) = get(&store, "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    for shown in [
+        ">o-1<",
+        ">o-2<",
+        "completed",
+        "failed",
+        "href=\"runs/orders/o-1\"",
+    ] {
+        assert!(body.contains(shown), "{shown}: {body}");
+    }
+    let (status, failed, _) = get(&store, "/?state=failed&pipeline=orders").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        failed.contains(">o-2<") && !failed.contains(">o-1<"),
+        "{failed}"
+    );
+    assert!(
+        failed.contains("refused &lt;b&gt;for good&lt;/b&gt;"),
+        "the error, escaped: {failed}"
+    );
+    let (_, prefixed, _) = get(&store, "/?prefix=o-1").await;
+    assert!(prefixed.contains(">o-1<") && !prefixed.contains(">o-2<"));
+}
+
+#[tokio::test]
+async fn rule38_a_run_page_shows_its_steps_and_the_context_at_any_of_them() {
+    let store = seeded().await;
+    let (status, body, _) = get(&store, "/runs/orders/o-2").await;
+    assert_eq!(status, StatusCode::OK);
+    for shown in [
+        "take",
+        "refuse",
+        "(for good)",
+        "context before step",
+        "href=\"../../\"",
+    ] {
+        assert!(body.contains(shown), "{shown}: {body}");
+    }
+    let (status, first, _) = get(&store, "/runs/orders/o-2?step=0").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(first.contains("context before step 0 (take)"), "{first}");
+    assert!(!first.contains(">taken<"), "before `take` ran: {first}");
+    let (_, second, _) = get(&store, "/runs/orders/o-2?step=1").await;
+    assert!(second.contains(">taken<"), "after `take`: {second}");
+}
+
+#[tokio::test]
+async fn rule38_html_in_run_ids_and_values_is_shown_never_run() {
+    let store = seeded().await;
+    let (_, list, _) = get(&store, "/").await;
+    assert!(!list.contains("<script>alert"), "{list}");
+    assert!(
+        list.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{list}"
+    );
+    let key = "/runs/orders/%3Cscript%3Ealert(1)%3C%2Fscript%3E";
+    let (status, body, _) = get(&store, key).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(!body.contains("<img src=x"), "{body}");
+    assert!(
+        body.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "{body}"
+    );
+    // a 1 MB value is cut, not sent whole
+    assert!(body.len() < 64 * 1024, "{} bytes", body.len());
+}
+
+#[tokio::test]
+async fn rule38_bad_requests_and_missing_runs_are_pages_naming_what_was_wrong() {
+    let store = seeded().await;
+    let (status, body, _) = get(&store, "/?state=exploded").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body.contains("unknown state `exploded`; one of: running"),
+        "{body}"
+    );
+    let (status, body, _) = get(&store, "/runs/orders/nobody").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body.contains("no run is stored under `orders/nobody`"),
+        "{body}"
+    );
+    let (status, body, _) = get(&store, "/runs/orders/o-1?step=seven").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("step `seven` is not a step number"), "{body}");
+    let (status, _, _) = get(&store, "/runs/orders/o-1?step=999").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// A store with only the four required methods: it cannot list runs.
+#[derive(Debug)]
+struct FourMethods(InMemoryStore);
+
+#[fluxio::async_trait]
+impl CheckpointStore for FourMethods {
+    async fn save(&self, checkpoint: fluxio::Checkpoint) -> fluxio::Result<()> {
+        self.0.save(checkpoint).await
+    }
+    async fn load(&self, key: &str) -> fluxio::Result<Option<fluxio::Checkpoint>> {
+        self.0.load(key).await
+    }
+    async fn delete(&self, key: &str) -> fluxio::Result<()> {
+        self.0.delete(key).await
+    }
+    async fn exists(&self, key: &str) -> fluxio::Result<bool> {
+        self.0.exists(key).await
+    }
+}
+
+#[tokio::test]
+async fn rule38_a_store_that_cannot_list_answers_an_error_page() {
+    let store: Arc<dyn CheckpointStore> = Arc::new(FourMethods(InMemoryStore::new()));
+    let (status, body, _) = get(&store, "/").await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
+    assert!(body.contains("list runs"), "{body}");
+}
