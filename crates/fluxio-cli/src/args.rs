@@ -65,6 +65,17 @@ pub(crate) enum Command {
     /// The unfinished runs of each queue, by key: queued, running, waiting
     /// (a table, or --json: {"queues": [...], "read": N}).
     Queues(QueuesArgs),
+    /// Serve the web console over the store (read-only) until Ctrl-C.
+    Ui(UiArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct UiArgs {
+    /// The address to listen on; port 0 picks a free one. Anything but a
+    /// loopback address shows every run to whoever reaches it: put it
+    /// behind your own authentication.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub(crate) bind: std::net::SocketAddr,
 }
 
 #[derive(Debug, Args)]

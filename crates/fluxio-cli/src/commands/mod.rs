@@ -11,6 +11,7 @@ mod retry;
 mod schedules;
 mod show;
 mod signal;
+mod ui;
 
 use std::io::{IsTerminal as _, Write};
 use std::sync::Arc;
@@ -71,6 +72,10 @@ pub(crate) fn run(cli: Cli) -> Exit {
     let done = runtime.block_on(async {
         let command = match cli.command {
             Command::Runs(command) => command,
+            Command::Ui(args) => {
+                let store = crate::store::open(&cli.store, Access::Read).await?;
+                return ui::serve(&mut out, store, &args).await;
+            }
             Command::Queues(args) => {
                 let store = crate::store::open(&cli.store, Access::Read).await?;
                 queues::queues(&mut out, &*store, &args).await?;

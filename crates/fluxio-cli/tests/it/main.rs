@@ -8,5 +8,6 @@ mod errors;
 mod output;
 mod scenario;
 mod terminal;
+mod ui;
 mod untouched;
 mod waits;
