@@ -364,6 +364,19 @@ async fn run_page(
             dt { "created" } dd { (PlainCells.time(latest.created_at_ms)) }
             dt { "updated" } dd { (PlainCells.time(latest.updated_at_ms)) }
             @if let Some(e) = &latest.error_message { dt { "error" } dd.error { (e) } }
+            @if let Some(p) = &latest.pending {
+                @if !p.waits.is_empty() {
+                    dt { "waits for" }
+                    dd { @for (i, w) in p.waits.iter().enumerate() { @if i > 0 { ", " } (w.name) " (" (w.payload) ")" } }
+                }
+                @if let Some(until) = p.until_ms {
+                    dt { @if p.waits.is_empty() { "sleeps until" } @else { "deadline" } }
+                    dd { (PlainCells.time(until)) }
+                }
+            }
+            @if let Some(parent) = fluxio_core::store::parent_of(&latest.run_id) {
+                dt { "parent" } dd { a href={ (base) "runs/" (enc(parent)) } { (parent) } }
+            }
             @if let Some(c) = &history.compensation { dt { "compensation" } dd { (c) } }
             @if let Some(o) = &history.forked_from { dt { "forked" } dd { (o) } }
         }

@@ -196,3 +196,49 @@ async fn rule38_a_store_that_cannot_list_answers_an_error_page() {
     assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
     assert!(body.contains("list runs"), "{body}");
 }
+
+#[tokio::test]
+async fn rule38_a_sleeping_run_shows_when_it_wakes() {
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let p = pipeline![take, sleep!("1h"), refuse]
+        .name("nightly")
+        .store_arc(Arc::clone(&store))
+        .build()
+        .expect("valid");
+    let slept = p.invoke("n-1", Context::new()).await.expect("sleeps");
+    assert!(!slept.is_completed());
+    let (status, body, _) = get(&store, "/runs/nightly/n-1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("sleeps until"), "{body}");
+    let (_, list, _) = get(&store, "/?state=sleeping").await;
+    assert!(list.contains(">n-1<"), "{list}");
+}
+
+#[tokio::test]
+async fn rule38_a_child_run_links_to_its_parent() {
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let billing = pipeline![take]
+        .name("billing")
+        .store_arc(Arc::clone(&store))
+        .build()
+        .expect("valid");
+    let orders = pipeline![child!("billing"), refuse]
+        .name("orders")
+        .store_arc(Arc::clone(&store))
+        .child(billing.clone())
+        .build()
+        .expect("valid");
+    let parked = orders.invoke("o-9", Context::new()).await.expect("parks");
+    assert!(!parked.is_completed());
+    let (_, children, _) = get(&store, "/?pipeline=billing").await;
+    let child = children
+        .split("href=\"runs/")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no child run listed: {children}"))
+        .to_owned();
+    let (status, body, _) = get(&store, &format!("/runs/{child}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains(">orders/o-9<"), "{body}");
+    assert!(body.contains("runs/orders/o-9\""), "{body}");
+}
