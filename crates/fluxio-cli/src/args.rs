@@ -65,7 +65,8 @@ pub(crate) enum Command {
     /// The unfinished runs of each queue, by key: queued, running, waiting
     /// (a table, or --json: {"queues": [...], "read": N}).
     Queues(QueuesArgs),
-    /// Serve the web console over the store (read-only) until Ctrl-C.
+    /// Serve the web console over the store until Ctrl-C (read-only unless
+    /// --allow-actions).
     Ui(UiArgs),
 }
 
@@ -76,6 +77,15 @@ pub(crate) struct UiArgs {
     /// behind your own authentication.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub(crate) bind: std::net::SocketAddr,
+    /// Let the console's forms retry, cancel, pause, unpause, wake, signal,
+    /// delete and purge runs.
+    #[arg(long)]
+    pub(crate) allow_actions: bool,
+    /// Actions need this token: an operator signs in with it on the page
+    /// `login`. Prefer the environment variable to the flag (a flag shows
+    /// in the process list).
+    #[arg(long, env = "FLUXIO_UI_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
 }
 
 #[derive(Debug, Args)]

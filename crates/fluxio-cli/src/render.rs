@@ -2,7 +2,6 @@
 //! tables, and the colours of states (only on a terminal, never with
 //! `NO_COLOR`).
 
-use std::fmt::{self, Write as _};
 use std::io::IsTerminal as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -168,46 +167,17 @@ impl Table {
     }
 }
 
-/// A `fmt::Write` that keeps the first `limit` characters and then refuses
-/// more, so rendering a huge value stops early.
-struct Bounded {
-    text: String,
-    chars: usize,
-    limit: usize,
-    cut: bool,
-}
-
-impl fmt::Write for Bounded {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for c in s.chars() {
-            if self.chars == self.limit {
-                self.cut = true;
-                return Err(fmt::Error);
-            }
-            self.text.push(c);
-            self.chars += 1;
-        }
-        Ok(())
-    }
-}
-
 /// `value` as compact JSON-like text (the context's own rendering), cut at
 /// `limit` characters with `… (N bytes)`, N the value's stored size.
 pub(crate) fn value_text(value: &Value, bytes: usize, limit: usize) -> String {
-    let mut out = Bounded {
-        text: String::new(),
-        chars: 0,
-        limit,
-        cut: false,
-    };
-    let _ = write!(out, "{value}");
-    if out.cut {
-        out.text.push_str(&format!("… ({bytes} bytes)"));
+    let (mut text, cut) = value.display_prefix(limit);
+    if cut {
+        text.push_str(&format!("… ({bytes} bytes)"));
     }
     // one line: a newline inside a string is shown escaped already; keys
     // and enum variants could still hold control characters, shown escaped
     // too
-    escape_controls(&out.text)
+    escape_controls(&text)
 }
 
 /// `text` with each control character escaped (`\n`, `\u{1b}`).

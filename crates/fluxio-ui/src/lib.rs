@@ -1,12 +1,19 @@
 //! A web console over any fluxio store (contract rule 38): the runs it keeps
-//! by state, and each run's steps, with the context as it was before any of
-//! them. Server-rendered HTML, no script, nothing to build: mount
-//! [`Console::router`] in your service, under its own path and behind your
-//! own authentication layer.
+//! by state, each run's steps with the context as it was before any of
+//! them, and, when allowed, the operator's actions on a run. Server-rendered
+//! HTML, no script, nothing to build: mount [`Console::router`] in your
+//! service, under its own path and behind your own authentication layer.
 //!
-//! This first slice is read-only: the runs page (filters by pipeline, state
-//! and run id prefix, keyset pages) and a run's page (its summary, history,
-//! compensation, and its context at its latest checkpoint or at any step).
+//! Pages: the runs (filters by pipeline, state and run id prefix, keyset
+//! pages) and a run's page (its summary, history, compensation, and its
+//! context at its latest checkpoint or at any step).
+//!
+//! Actions, off unless [`Console::allow_actions`]: retry, cancel, pause,
+//! unpause, wake, signal (a wait's payload as JSON), delete and purge
+//! (each asked twice), through the same library functions the CLI uses.
+//! Every form carries a token against cross-site requests, and with
+//! [`Console::token`] an action needs the operator to have signed in with
+//! that token first (or a script to send `Authorization: Bearer TOKEN`).
 //!
 //! Every value shown is HTML-escaped (a run id or a context value holding
 //! `<script>` is shown, never run), every response forbids scripts with its
@@ -17,23 +24,31 @@
 //! use std::sync::Arc;
 //! use fluxio_core::store::{CheckpointStore, InMemoryStore};
 //!
+//! # fn main() -> Result<(), fluxio_core::Error> {
 //! let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
-//! let app: axum::Router = fluxio_ui::Console::new(store).router();
+//! let app: axum::Router = fluxio_ui::Console::new(store)
+//!     .allow_actions()
+//!     .token("a long secret only operators know")?
+//!     .router();
 //! // axum::serve(listener, app) in your service, or `.nest("/ops", app)`
 //! # let _ = app;
+//! # Ok(()) }
 //! ```
+
+mod actions;
+mod run;
+mod runs;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use fluxio_core::history::{History, PlainCells, TableCells as _};
-use fluxio_core::store::{Checkpoint, CheckpointStore, RunFilter, RunState};
 use maud::{DOCTYPE, Markup, html};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use fluxio_core::store::CheckpointStore;
 
 /// The most characters of one context value a page shows.
 const VALUE_CHARS: usize = 2_000;
@@ -44,6 +59,9 @@ const ERROR_CHARS: usize = 200;
 /// Runs per page.
 const PAGE: usize = 50;
 
+/// The longest token [`Console::token`] takes.
+pub const MAX_TOKEN_LEN: usize = 1_024;
+
 /// What every page answers with: no script runs, whatever a value holds.
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'";
 
@@ -51,51 +69,113 @@ const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 's
 #[derive(Clone)]
 pub struct Console {
     store: Arc<dyn CheckpointStore>,
+    actions: bool,
+    guard: Arc<actions::Guard>,
 }
 
 impl std::fmt::Debug for Console {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Console").finish_non_exhaustive()
+        // the token and the secrets derived from it stay out of any log
+        f.debug_struct("Console")
+            .field("actions", &self.actions)
+            .field("token", &self.guard.has_token())
+            .finish_non_exhaustive()
     }
 }
 
 impl Console {
-    /// A console over `store`.
+    /// A read-only console over `store`.
     #[must_use]
     pub fn new(store: Arc<dyn CheckpointStore>) -> Self {
-        Console { store }
+        Console {
+            store,
+            actions: false,
+            guard: Arc::new(actions::Guard::new(None)),
+        }
     }
 
-    /// The console's routes: `/` (the runs) and `/runs/{key}` (a run, by
-    /// its store key `pipeline/run_id`, percent-encoded).
+    /// Lets the console's forms act on runs: retry, cancel, pause, unpause,
+    /// wake, signal, delete and purge. Without [`token`](Console::token),
+    /// whoever reaches the console may act: keep it on a loopback address
+    /// or behind your own authentication.
+    #[must_use]
+    pub fn allow_actions(mut self) -> Self {
+        self.actions = true;
+        self
+    }
+
+    /// Actions need `token`: an operator signs in with it once (the page
+    /// `login`; the browser then keeps a cookie derived from it, never the
+    /// token itself), a script sends `Authorization: Bearer TOKEN`. Pages
+    /// stay readable without it. No page, header or log line shows it.
+    ///
+    /// # Errors
+    /// [`fluxio_core::Error::InvalidSetting`] naming `token` when it is
+    /// empty or longer than [`MAX_TOKEN_LEN`] bytes.
+    pub fn token(mut self, token: impl Into<String>) -> Result<Self, fluxio_core::Error> {
+        let token = token.into();
+        if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+            return Err(fluxio_core::Error::InvalidSetting {
+                setting: "token",
+                message: format!(
+                    "a console token has 1 to {MAX_TOKEN_LEN} bytes; this one has {}",
+                    token.len()
+                ),
+            });
+        }
+        self.guard = Arc::new(actions::Guard::new(Some(&token)));
+        Ok(self)
+    }
+
+    /// The console's routes, relative to wherever it is mounted: `/` (the
+    /// runs), `/runs/{key}` (a run, by its store key `pipeline/run_id`,
+    /// percent-encoded; a form posts its actions there), `/purge`, and
+    /// `/login` and `/logout` for a console with a token.
     pub fn router(self) -> Router {
         Router::new()
-            .route("/", get(runs))
-            .route("/runs/{*key}", get(run))
+            .route("/", get(runs::runs))
+            .route("/runs/{*key}", get(run::run).post(actions::act))
+            .route("/purge", get(actions::purge_form).post(actions::purge))
+            .route("/login", get(actions::login_form).post(actions::login))
+            .route("/logout", axum::routing::post(actions::logout))
             .with_state(self)
     }
 }
 
-/// Why a page could not be shown.
+/// Why a page could not be shown, or an action not done.
 enum PageError {
-    /// A query parameter is wrong: which, and why.
+    /// A query parameter or form field is wrong: which, and why.
     BadRequest(String),
     /// Nothing is stored under the key.
     NotFound(String),
-    /// The store failed.
+    /// The action needs a sign-in first.
+    Unauthorized(String),
+    /// The console does not take actions, or the form is not this console's.
+    Forbidden(String),
+    /// The store failed, or refused the action.
     Store(fluxio_core::Error),
 }
 
 impl PageError {
     /// The error page; `base` leads back to the runs page.
     fn page(self, base: &str) -> Response {
+        use fluxio_core::Error as E;
         let (status, message) = match self {
             PageError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
             PageError::NotFound(m) => (StatusCode::NOT_FOUND, m),
-            PageError::Store(e @ fluxio_core::Error::Unsupported { .. }) => {
-                (StatusCode::NOT_IMPLEMENTED, e.to_string())
+            PageError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m),
+            PageError::Forbidden(m) => (StatusCode::FORBIDDEN, m),
+            PageError::Store(e @ E::Unsupported { .. }) => {
+                (StatusCode::NOT_IMPLEMENTED, e.message_with_causes())
             }
-            PageError::Store(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            PageError::Store(e @ (E::Store { .. } | E::Internal { .. })) => {
+                (StatusCode::SERVICE_UNAVAILABLE, e.message_with_causes())
+            }
+            PageError::Store(e @ E::CheckpointNotFound { .. }) => {
+                (StatusCode::NOT_FOUND, e.message_with_causes())
+            }
+            // the store answered: the run is not in a state the action takes
+            PageError::Store(e) => (StatusCode::CONFLICT, e.message_with_causes()),
         };
         let title = status.canonical_reason().unwrap_or("error");
         let body = page(
@@ -107,6 +187,12 @@ impl PageError {
             },
         );
         (status, body).into_response()
+    }
+}
+
+impl From<fluxio_core::Error> for PageError {
+    fn from(e: fluxio_core::Error) -> Self {
+        PageError::Store(e)
     }
 }
 
@@ -134,6 +220,7 @@ fn page(title: &str, base: &str, markup: Markup) -> Response {
             (header::CONTENT_SECURITY_POLICY, CSP),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
             (header::REFERRER_POLICY, "no-referrer"),
+            (header::CACHE_CONTROL, "no-store"),
         ],
         doc,
     )
@@ -147,8 +234,10 @@ th,td{text-align:left;padding:.3em .6em;border-bottom:1px solid #e3e6ee;vertical
 th{background:#f4f6fa}td.v{font-family:ui-monospace,monospace;white-space:pre-wrap;word-break:break-all}\
 .error{color:#a4161a}.state{font-weight:600}.failed,.needs-attention{color:#a4161a}\
 .completed{color:#2b7a0b}.running,.sleeping,.waiting{color:#1f5fbf}\
-form.filters{display:flex;gap:.6em;flex-wrap:wrap;margin-bottom:1em}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}\
-dt{color:#5a6275}";
+form.filters,div.actions{display:flex;gap:.6em;flex-wrap:wrap;margin-bottom:1em;align-items:flex-start}\
+div.actions form{margin:0}p.notice{background:#e8f3e0;padding:.4em .8em}\
+textarea{font-family:ui-monospace,monospace;width:28em;height:4em}\
+dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#5a6275}";
 
 /// What [`enc`] leaves as it is: letters, digits and RFC 3986's other
 /// unreserved characters.
@@ -174,237 +263,7 @@ fn cut(text: &str, limit: usize) -> String {
     }
 }
 
-/// At most `limit` characters of a value's text, written no further than
-/// that (a 50 MB value is not rendered whole to be cut).
-fn value_text(value: &fluxio_core::Value, limit: usize) -> String {
-    use std::fmt::Write as _;
-    struct Bounded {
-        text: String,
-        chars: usize,
-        limit: usize,
-        cut: bool,
-    }
-    impl std::fmt::Write for Bounded {
-        fn write_str(&mut self, s: &str) -> std::fmt::Result {
-            for c in s.chars() {
-                if self.chars == self.limit {
-                    self.cut = true;
-                    return Err(std::fmt::Error);
-                }
-                self.text.push(c);
-                self.chars += 1;
-            }
-            Ok(())
-        }
-    }
-    let mut out = Bounded {
-        text: String::new(),
-        chars: 0,
-        limit,
-        cut: false,
-    };
-    let _ = write!(out, "{value}");
-    if out.cut {
-        out.text.push_str(" …");
-    }
-    out.text
-}
-
-/// The runs page's query: `?pipeline=orders&state=failed&prefix=o-&after=...`.
-#[derive(Debug, Default, serde::Deserialize)]
-struct RunsQuery {
-    pipeline: Option<String>,
-    state: Option<String>,
-    prefix: Option<String>,
-    after: Option<String>,
-}
-
-fn state_of(name: &str) -> Result<RunState, PageError> {
-    RunState::ALL
-        .into_iter()
-        .find(|s| s.as_str() == name)
-        .ok_or_else(|| {
-            let all: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
-            PageError::BadRequest(format!(
-                "unknown state `{}`; one of: {}",
-                cut(name, 64),
-                all.join(", ")
-            ))
-        })
-}
-
-async fn runs(State(console): State<Console>, Query(q): Query<RunsQuery>) -> Response {
-    match runs_page(&console, q).await {
-        Ok(page) => page,
-        Err(e) => e.page("./"),
-    }
-}
-
-async fn runs_page(console: &Console, q: RunsQuery) -> Result<Response, PageError> {
-    let nonempty = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
-    let mut filter = RunFilter::new().limit(PAGE);
-    if let Some(p) = nonempty(&q.pipeline) {
-        filter = filter.pipeline(p);
-    }
-    if let Some(s) = nonempty(&q.state) {
-        filter = filter.state(state_of(&s)?);
-    }
-    if let Some(p) = nonempty(&q.prefix) {
-        filter = filter.id_prefix(p);
-    }
-    if let Some(a) = nonempty(&q.after) {
-        filter = filter.after(a);
-    }
-    let listed = console
-        .store
-        .list_runs(&filter)
-        .await
-        .map_err(PageError::Store)?;
-    let keep = |name: &str, v: &Option<String>| {
-        nonempty(v)
-            .map(|v| format!("&{name}={}", enc(&v)))
-            .unwrap_or_default()
-    };
-    let same_filters = format!(
-        "{}{}{}",
-        keep("pipeline", &q.pipeline),
-        keep("state", &q.state),
-        keep("prefix", &q.prefix)
-    );
-    let markup = html! {
-        form.filters method="get" action="" {
-            input name="pipeline" placeholder="pipeline" value=[nonempty(&q.pipeline)];
-            select name="state" {
-                option value="" { "any state" }
-                @for s in RunState::ALL {
-                    option value=(s.as_str()) selected[nonempty(&q.state).as_deref() == Some(s.as_str())] { (s.as_str()) }
-                }
-            }
-            input name="prefix" placeholder="run id prefix" value=[nonempty(&q.prefix)];
-            button type="submit" { "filter" }
-        }
-        @if listed.runs.is_empty() {
-            p { "No run matches." }
-        } @else {
-            table.runs {
-                thead { tr { th { "run" } th { "pipeline" } th { "state" } th { "step" } th { "try" } th { "updated" } th { "error" } } }
-                tbody {
-                    @for r in &listed.runs {
-                        tr {
-                            td { a href={ "runs/" (enc(&r.key)) } { (r.run_id) } }
-                            td { (r.pipeline) }
-                            td.state.(r.state.as_str()) { (r.state.as_str()) }
-                            td { (r.step) }
-                            td { (r.attempt) }
-                            td { (PlainCells.time(r.updated_at_ms)) }
-                            td.error { (r.error_message.as_deref().map(|e| cut(e, ERROR_CHARS)).unwrap_or_default()) }
-                        }
-                    }
-                }
-            }
-        }
-        @if let Some(next) = &listed.next {
-            p { a.next href={ "?after=" (enc(next)) (same_filters) } { "next page →" } }
-        }
-    };
-    Ok(page("runs", "./", markup))
-}
-
-/// The run page's query: `?step=N` shows the context before step `N`.
-#[derive(Debug, Default, serde::Deserialize)]
-struct RunQuery {
-    step: Option<String>,
-}
-
-async fn run(
-    State(console): State<Console>,
-    Path(key): Path<String>,
-    Query(q): Query<RunQuery>,
-) -> Response {
-    // from `runs/pipeline/id` back to the runs page
-    let base = "../".repeat(key.split('/').count());
-    match run_page(&console, &key, &base, q).await {
-        Ok(page) => page,
-        Err(e) => e.page(&base),
-    }
-}
-
-async fn run_page(
-    console: &Console,
-    key: &str,
-    base: &str,
-    q: RunQuery,
-) -> Result<Response, PageError> {
-    let journal = console.store.history(key).await.map_err(PageError::Store)?;
-    let Some(latest) = journal.last() else {
-        return Err(PageError::NotFound(format!(
-            "no run is stored under `{}`",
-            cut(key, 200)
-        )));
-    };
-    let shown: &Checkpoint = match q.step.as_deref().filter(|s| !s.is_empty()) {
-        None => latest,
-        Some(step) => {
-            let n: u32 = step.parse().map_err(|_| {
-                PageError::BadRequest(format!("step `{}` is not a step number", cut(step, 32)))
-            })?;
-            journal.iter().find(|cp| cp.seq == n).ok_or_else(|| {
-                PageError::NotFound(format!("run `{}` keeps no step {n}", cut(key, 200)))
-            })?
-        }
-    };
-    let history = History::of(key, &journal);
-    let markup = html! {
-        dl.summary {
-            dt { "run" } dd { (latest.run_id) }
-            dt { "pipeline" } dd { (latest.pipeline) }
-            dt { "status" } dd.state { (format!("{:?}", latest.status)) @if latest.is_failed_for_good() { " (for good)" } }
-            dt { "step" } dd { (latest.step) " (try " (latest.attempt) ")" }
-            dt { "version" } dd { (latest.version) }
-            dt { "created" } dd { (PlainCells.time(latest.created_at_ms)) }
-            dt { "updated" } dd { (PlainCells.time(latest.updated_at_ms)) }
-            @if let Some(e) = &latest.error_message { dt { "error" } dd.error { (e) } }
-            @if let Some(p) = &latest.pending {
-                @if !p.waits.is_empty() {
-                    dt { "waits for" }
-                    dd { @for (i, w) in p.waits.iter().enumerate() { @if i > 0 { ", " } (w.name) " (" (w.payload) ")" } }
-                }
-                @if let Some(until) = p.until_ms {
-                    dt { @if p.waits.is_empty() { "sleeps until" } @else { "deadline" } }
-                    dd { (PlainCells.time(until)) }
-                }
-            }
-            @if let Some(parent) = fluxio_core::store::parent_of(&latest.run_id) {
-                dt { "parent" } dd { a href={ (base) "runs/" (enc(parent)) } { (parent) } }
-            }
-            @if let Some(c) = &history.compensation { dt { "compensation" } dd { (c) } }
-            @if let Some(o) = &history.forked_from { dt { "forked" } dd { (o) } }
-        }
-        h2 { "history" }
-        table.history {
-            thead { tr { @for h in History::TABLE_HEAD { th { (h) } } } }
-            tbody {
-                @for (row, step) in history.table(&PlainCells).iter().zip(&history.steps) {
-                    tr {
-                        td { a href={ "?step=" (step.number) } { (row[0]) } }
-                        @for cell in &row[1..] { td { (cut(cell, ERROR_CHARS)) } }
-                    }
-                }
-            }
-        }
-        h2 { "context before step " (shown.seq) " (" (shown.step) ")" }
-        @if shown.context.is_empty() {
-            p { "empty" }
-        } @else {
-            table.context {
-                thead { tr { th { "key" } th { "value" } } }
-                tbody {
-                    @for (name, value) in shown.context.iter() {
-                        tr { td { (name) } td.v { (value_text(&value, VALUE_CHARS)) } }
-                    }
-                }
-            }
-        }
-    };
-    Ok(page(&cut(&latest.run_id, 80), base, markup))
+/// The relative path from a run's page (`runs/{key}`) back to the runs page.
+fn base_of(key: &str) -> String {
+    "../".repeat(key.split('/').count())
 }

@@ -1,8 +1,6 @@
 //! `fluxio runs delete RUN`: deletes a run under its own lease, so no
 //! worker is running it meanwhile.
 
-use std::time::Duration;
-
 use fluxio_core::{CheckpointStore, Error};
 use serde_json::json;
 
@@ -10,9 +8,6 @@ use super::{Out, confirm, not_found};
 use crate::args::DeleteArgs;
 use crate::exit::Failure;
 use crate::render::{shown, status_name};
-
-/// How long the lease a deletion takes lasts: it is released at once.
-const DELETE_LEASE: Duration = Duration::from_secs(30);
 
 pub(crate) async fn delete(
     out: &mut Out<'_>,
@@ -43,23 +38,17 @@ pub(crate) async fn delete(
     Ok(())
 }
 
-/// Deletes `key` under its lease: taken, a fenced delete, released. A run
-/// whose lease a worker holds is refused with a message saying so, unless
-/// `force`, which deletes it without the lease (its worker's next write is
-/// then refused, or starts the run again).
+/// Deletes `key` under its lease ([`fluxio_core::store::delete_run`]). A
+/// run whose lease a worker holds is refused with a message saying so,
+/// unless `force`, which deletes it without the lease (its worker's next
+/// write is then refused, or starts the run again).
 pub(crate) async fn delete_run(
     store: &dyn CheckpointStore,
     key: &str,
     force: bool,
 ) -> Result<(), Failure> {
-    match store.acquire_lease(key, DELETE_LEASE).await {
-        Ok(lease) => {
-            let deleted = store.delete_fenced(key, &lease).await;
-            let released = store.release_lease(lease).await;
-            deleted?;
-            released?;
-            Ok(())
-        }
+    match fluxio_core::store::delete_run(store, key).await {
+        Ok(()) => Ok(()),
         Err(Error::RunIdInUse { .. }) if force => Ok(store.delete(key).await?),
         Err(Error::RunIdInUse { .. }) => Err(Failure::failed(format_args!(
             "run {} is running: a worker holds its lease; cancel it first \

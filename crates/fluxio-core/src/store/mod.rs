@@ -102,7 +102,7 @@ pub use memory::InMemoryStore;
 pub use queued::QueueEntry;
 pub use redact::RedactedUrl;
 pub(crate) use retry::{cancel_tree, requeue_run, wake_waiting, woken};
-pub use retry::{cancel_with_children, open_child, retry_run, wake_run};
+pub use retry::{cancel_with_children, delete_run, open_child, retry_run, wake_run};
 pub(crate) use retry::{mark_needs_attention, successor};
 pub use waits::{
     CHILD_WAIT_PREFIX, Claimed, Decision, Delivery, DueFilter, DueRun, MAX_SIGNAL_PAYLOAD,

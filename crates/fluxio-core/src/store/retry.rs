@@ -65,6 +65,34 @@ pub async fn retry_run<S: CheckpointStore + ?Sized>(store: &S, key: &str) -> Res
     Ok(checkpoint)
 }
 
+/// Deletes the run stored under `key` (`pipeline/run_id`) and its history
+/// under the run's lease: taken, a fenced delete, released, so no worker is
+/// running it meanwhile. What `fluxio runs delete` and the console's delete
+/// do.
+///
+/// ```
+/// use fluxio_core::store::{delete_run, Checkpoint, CheckpointStore, InMemoryStore};
+/// use fluxio_core::Context;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> fluxio_core::Result<()> {
+/// let store = InMemoryStore::new();
+/// store.save(Checkpoint::new("o-1", "v1", 0, "charge", Context::new().snapshot()).in_pipeline("orders")).await?;
+/// delete_run(&store, "orders/o-1").await?;
+/// assert!(store.load("orders/o-1").await?.is_none());
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::RunIdInUse`] while a worker holds the run (cancel it first);
+/// [`Error::InvalidRunId`] for a malformed key; the store's errors.
+pub async fn delete_run<S: CheckpointStore + ?Sized>(store: &S, key: &str) -> Result<()> {
+    super::check_run_id(key)?;
+    let lease = store.acquire_lease(key, RETRY_LEASE_TTL).await?;
+    let deleted = store.delete_fenced(key, &lease).await;
+    let released = store.release_lease(lease).await;
+    deleted?;
+    released
+}
+
 /// [`retry_run`], but the run is due at `now_ms` (sleeping until then at
 /// its step) instead of abandoned: the next worker of its pipeline that
 /// asks for due runs continues it (what a parent's new attempt does to the

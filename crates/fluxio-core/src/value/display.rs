@@ -90,6 +90,50 @@ impl fmt::Display for Value {
     }
 }
 
+impl Value {
+    /// The first `max_chars` characters of the value's [`Display`](fmt::Display)
+    /// text, and whether there was more. Rendering stops there, so a
+    /// 50 MB value costs `max_chars`, not 50 MB (what the CLI and the
+    /// console show of a large value).
+    ///
+    /// ```
+    /// use fluxio_core::Value;
+    /// let long = Value::String("x".repeat(1_000_000));
+    /// let (text, cut) = long.display_prefix(5);
+    /// assert_eq!((text.as_str(), cut), ("\"xxxx", true));
+    /// assert_eq!(Value::U64(42).display_prefix(5), ("42".to_owned(), false));
+    /// ```
+    #[must_use]
+    pub fn display_prefix(&self, max_chars: usize) -> (String, bool) {
+        struct Bounded {
+            text: String,
+            left: usize,
+            cut: bool,
+        }
+        impl fmt::Write for Bounded {
+            fn write_str(&mut self, s: &str) -> fmt::Result {
+                for c in s.chars() {
+                    if self.left == 0 {
+                        self.cut = true;
+                        return Err(fmt::Error);
+                    }
+                    self.text.push(c);
+                    self.left -= 1;
+                }
+                Ok(())
+            }
+        }
+        let mut out = Bounded {
+            text: String::new(),
+            left: max_chars,
+            cut: false,
+        };
+        // an `Err` here is only the writer refusing more
+        let _ = fmt::Write::write_fmt(&mut out, format_args!("{self}"));
+        (out.text, out.cut)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

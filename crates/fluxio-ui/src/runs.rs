@@ -1,0 +1,128 @@
+//! The runs page: the store's runs by pipeline, state and id prefix, a
+//! page of [`PAGE`] at a time in key order.
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use fluxio_core::history::{PlainCells, TableCells as _};
+use fluxio_core::store::{RunFilter, RunState};
+use maud::html;
+
+use crate::{Console, ERROR_CHARS, PAGE, PageError, cut, enc, page};
+
+/// The runs page's query: `?pipeline=orders&state=failed&prefix=o-&after=...`.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct RunsQuery {
+    pub(crate) pipeline: Option<String>,
+    pub(crate) state: Option<String>,
+    prefix: Option<String>,
+    after: Option<String>,
+    /// What an action just did, told once: `deleted` or `purged`.
+    done: Option<String>,
+    /// How many runs a purge deleted.
+    count: Option<u64>,
+}
+
+pub(crate) fn state_of(name: &str) -> Result<RunState, PageError> {
+    RunState::ALL
+        .into_iter()
+        .find(|s| s.as_str() == name)
+        .ok_or_else(|| {
+            let all: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
+            PageError::BadRequest(format!(
+                "unknown state `{}`; one of: {}",
+                cut(name, 64),
+                all.join(", ")
+            ))
+        })
+}
+
+pub(crate) async fn runs(State(console): State<Console>, Query(q): Query<RunsQuery>) -> Response {
+    match runs_page(&console, q).await {
+        Ok(page) => page,
+        Err(e) => e.page("./"),
+    }
+}
+
+async fn runs_page(console: &Console, q: RunsQuery) -> Result<Response, PageError> {
+    let nonempty = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
+    let mut filter = RunFilter::new().limit(PAGE);
+    if let Some(p) = nonempty(&q.pipeline) {
+        filter = filter.pipeline(p);
+    }
+    if let Some(s) = nonempty(&q.state) {
+        filter = filter.state(state_of(&s)?);
+    }
+    if let Some(p) = nonempty(&q.prefix) {
+        filter = filter.id_prefix(p);
+    }
+    if let Some(a) = nonempty(&q.after) {
+        filter = filter.after(a);
+    }
+    let listed = console
+        .store
+        .list_runs(&filter)
+        .await
+        .map_err(PageError::Store)?;
+    let keep = |name: &str, v: &Option<String>| {
+        nonempty(v)
+            .map(|v| format!("&{name}={}", enc(&v)))
+            .unwrap_or_default()
+    };
+    let same_filters = format!(
+        "{}{}{}",
+        keep("pipeline", &q.pipeline),
+        keep("state", &q.state),
+        keep("prefix", &q.prefix)
+    );
+    let notice = match q.done.as_deref() {
+        Some("deleted") => Some("The run was deleted.".to_owned()),
+        Some("purged") => Some(format!("Purged {} runs.", q.count.unwrap_or(0))),
+        _ => None,
+    };
+    // a purge of what the page shows, for states a run ends in
+    let purgeable = console.actions
+        && nonempty(&q.state).is_some_and(|s| {
+            ["failed", "completed", "cancelled", "needs-attention"].contains(&s.as_str())
+        });
+    let markup = html! {
+        @if let Some(n) = notice { p.notice { (n) } }
+        form.filters method="get" action="" {
+            input name="pipeline" placeholder="pipeline" value=[nonempty(&q.pipeline)];
+            select name="state" {
+                option value="" { "any state" }
+                @for s in RunState::ALL {
+                    option value=(s.as_str()) selected[nonempty(&q.state).as_deref() == Some(s.as_str())] { (s.as_str()) }
+                }
+            }
+            input name="prefix" placeholder="run id prefix" value=[nonempty(&q.prefix)];
+            button type="submit" { "filter" }
+        }
+        @if listed.runs.is_empty() {
+            p { "No run matches." }
+        } @else {
+            table.runs {
+                thead { tr { th { "run" } th { "pipeline" } th { "state" } th { "step" } th { "try" } th { "updated" } th { "error" } } }
+                tbody {
+                    @for r in &listed.runs {
+                        tr {
+                            td { a href={ "runs/" (enc(&r.key)) } { (r.run_id) } }
+                            td { (r.pipeline) }
+                            td.state.(r.state.as_str()) { (r.state.as_str()) }
+                            td { (r.step) }
+                            td { (r.attempt) }
+                            td { (PlainCells.time(r.updated_at_ms)) }
+                            td.error { (r.error_message.as_deref().map(|e| cut(e, ERROR_CHARS)).unwrap_or_default()) }
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some(next) = &listed.next {
+            p { a.next href={ "?after=" (enc(next)) (same_filters) } { "next page →" } }
+        }
+        @if purgeable && !listed.runs.is_empty() {
+            p { a.purge href={ "purge?" (same_filters.trim_start_matches('&')) } { "purge these runs…" } }
+        }
+    };
+    Ok(page("runs", "./", markup))
+}
