@@ -81,7 +81,9 @@ async fn run_page(
             dt { "run" } dd { (latest.run_id) }
             dt { "pipeline" } dd { (latest.pipeline) }
             dt { "status" } dd.state { (format!("{:?}", latest.status)) @if latest.is_failed_for_good() { " (for good)" } }
-            dt { "step" } dd { (latest.step) " (try " (latest.attempt) ")" }
+            @if !latest.step.is_empty() {
+                dt { "step" } dd { (latest.step) " (try " (latest.attempt) ")" }
+            }
             dt { "version" } dd { (latest.version) }
             dt { "created" } dd { (PlainCells.time(latest.created_at_ms)) }
             dt { "updated" } dd { (PlainCells.time(latest.updated_at_ms)) }
@@ -117,7 +119,11 @@ async fn run_page(
                 }
             }
         }
-        h2 { "context before step " (shown.seq) " (" (shown.step) ")" }
+        @if shown.step.is_empty() {
+            h2 { "context at the end (step " (shown.seq) ")" }
+        } @else {
+            h2 { "context before step " (shown.seq) " (" (shown.step) ")" }
+        }
         @if shown.context.is_empty() {
             p { "empty" }
         } @else {

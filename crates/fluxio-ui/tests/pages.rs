@@ -124,6 +124,8 @@ async fn rule38_a_run_page_shows_its_steps_and_the_context_at_any_of_them() {
     assert!(!first.contains(">taken<"), "before `take` ran: {first}");
     let (_, second, _) = get(&store, "/runs/orders/o-2?step=1").await;
     assert!(second.contains(">taken<"), "after `take`: {second}");
+    let (_, done, _) = get(&store, "/runs/orders/o-1").await;
+    assert!(done.contains("context at the end"), "{done}");
 }
 
 #[tokio::test]
