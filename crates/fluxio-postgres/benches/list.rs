@@ -27,6 +27,11 @@
 //!   `SELECT count(*)` of the run table, and `pg_list/load_baseline`, the
 //!   store's `load` of one run (a point lookup by key).
 //!
+//! - `pg_console/*`: the web console's runs page (failed runs, a first
+//!   page) and the page of a run of 1,000 steps, each beside the store
+//!   call it is built on (`bench::sql::console`). Targets: a runs page well
+//!   under 100 ms, the run page under 200 ms.
+//!
 //! The group is written once for the SQL stores
 //! (`fluxio_test_support::bench::sql::list`); this file fills the schema.
 
@@ -92,6 +97,9 @@ fn main() {
     };
 
     bench::criterion(|c| bench::list(c, &rt, "pg_list", &store, count));
+    let shared: std::sync::Arc<dyn fluxio_core::store::CheckpointStore> =
+        std::sync::Arc::new(store.clone());
+    bench::criterion(|c| bench::console(c, &rt, "pg_console", shared));
 
     rt.block_on(fluxio_test_support::postgres::drop_schema(&url, &schema));
 }

@@ -23,7 +23,7 @@ use maud::html;
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
-use crate::runs::{RunsQuery, state_of};
+use crate::runs::{RunsQuery, filter_of, same_filters};
 use crate::{Console, PageError, base_of, cut, enc, page};
 
 /// The cookie a signed-in browser sends: a digest of the console's secret
@@ -339,20 +339,12 @@ async fn confirm_delete(console: &Console, key: &str, base: &str) -> Result<Resp
 
 /// What a purge deletes: the runs page's filters, a state required.
 fn purge_filter(q: &RunsQuery) -> Result<RunFilter, PageError> {
-    let state = q
-        .state
-        .as_deref()
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| {
-            PageError::BadRequest("a purge needs a state (`state=failed`)".to_owned())
-        })?;
-    let mut filter = RunFilter::new()
-        .state(state_of(state)?)
-        .limit(PAGE_OF_PURGE);
-    if let Some(p) = q.pipeline.as_deref().filter(|p| !p.is_empty()) {
-        filter = filter.pipeline(p);
+    if q.state.as_deref().is_none_or(str::is_empty) {
+        return Err(PageError::BadRequest(
+            "a purge needs a state (`state=failed`)".to_owned(),
+        ));
     }
-    Ok(filter)
+    Ok(filter_of(q)?.limit(PAGE_OF_PURGE))
 }
 
 /// Runs a purge lists at a time.
@@ -378,9 +370,7 @@ pub(crate) async fn purge_form(
             @if listed.runs.is_empty() {
                 p { "No run matches: nothing to purge." }
             } @else {
-                p { "Delete every " strong { (q.state.as_deref().unwrap_or_default()) } " run"
-                    @if let Some(p) = q.pipeline.as_deref().filter(|p| !p.is_empty()) { " of pipeline " strong { (p) } }
-                    " and its history (at most " (PURGE_MOST) " at a time)? These are the first:" }
+                p { "Delete every run these filters match, " code { (same_filters(&q).trim_start_matches('&')) } ", and its history (at most " (PURGE_MOST) " at a time)? These are the first:" }
                 ul { @for r in &listed.runs { li { (r.key) " (" (PlainCells.time(r.updated_at_ms)) ")" } } }
                 @if listed.next.is_some() { p { "…and more." } }
                 @if signed_in {
@@ -436,17 +426,10 @@ pub(crate) async fn purge(
                 None => break,
             }
         }
-        let again = |name: &str, v: &Option<String>| {
-            v.as_deref()
-                .filter(|v| !v.is_empty())
-                .map(|v| format!("&{name}={}", enc(v)))
-                .unwrap_or_default()
-        };
         if left.is_empty() {
             return Ok(see_other(&format!(
-                "./?done=purged&count={deleted}{}{}",
-                again("state", &q.state),
-                again("pipeline", &q.pipeline)
+                "./?done=purged&count={deleted}{}",
+                same_filters(&q)
             )));
         }
         let markup = html! {

@@ -200,11 +200,18 @@ impl From<fluxio_core::Error> for PageError {
 /// is the relative path to the runs page, so that the console works
 /// wherever it is mounted.
 fn page(title: &str, base: &str, markup: Markup) -> Response {
+    page_with(title, base, markup, None)
+}
+
+/// [`page`], reloading itself every `refresh` seconds when given (no
+/// script: the browser's own refresh).
+fn page_with(title: &str, base: &str, markup: Markup, refresh: Option<u32>) -> Response {
     let doc = html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
+                @if let Some(secs) = refresh { meta http-equiv="refresh" content=(secs); }
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · fluxio" }
                 style { (maud::PreEscaped(STYLE)) }
@@ -237,6 +244,8 @@ th{background:#f4f6fa}td.v{font-family:ui-monospace,monospace;white-space:pre-wr
 form.filters,div.actions{display:flex;gap:.6em;flex-wrap:wrap;margin-bottom:1em;align-items:flex-start}\
 div.actions form{margin:0}p.notice{background:#e8f3e0;padding:.4em .8em}\
 textarea{font-family:ui-monospace,monospace;width:28em;height:4em}\
+th.timeline,td.timeline{width:22%}span.bar{display:block;height:.8em;border-radius:2px;background:#1f5fbf}\
+span.bar.completed{background:#2b7a0b}span.bar.failed{background:#a4161a}pre.v{white-space:pre-wrap;word-break:break-all}\
 dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{color:#5a6275}";
 
 /// What [`enc`] leaves as it is: letters, digits and RFC 3986's other

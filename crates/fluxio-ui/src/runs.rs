@@ -9,12 +9,17 @@ use maud::html;
 
 use crate::{Console, ERROR_CHARS, PAGE, PageError, cut, enc, page};
 
-/// The runs page's query: `?pipeline=orders&state=failed&prefix=o-&after=...`.
+/// The runs page's query: `?pipeline=orders&state=failed&prefix=o-&after=...`;
+/// `created_from` and `updated_before` are UTC times, `2026-12-01T08:00`.
+/// A purge takes the same filters.
 #[derive(Debug, Default, serde::Deserialize)]
 pub(crate) struct RunsQuery {
     pub(crate) pipeline: Option<String>,
     pub(crate) state: Option<String>,
     prefix: Option<String>,
+    version: Option<String>,
+    created_from: Option<String>,
+    updated_before: Option<String>,
     after: Option<String>,
     /// What an action just did, told once: `deleted` or `purged`.
     done: Option<String>,
@@ -36,6 +41,70 @@ pub(crate) fn state_of(name: &str) -> Result<RunState, PageError> {
         })
 }
 
+/// The query's value of a filter, when given and not empty.
+fn given(v: &Option<String>) -> Option<String> {
+    v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
+/// `text`, a UTC time (`2026-12-01T08:00`, seconds optional, or RFC 3339),
+/// in milliseconds since the Unix epoch.
+fn utc_ms(name: &str, text: &str) -> Result<u64, PageError> {
+    let full = if text.len() == 16 {
+        format!("{text}:00")
+    } else {
+        text.to_owned()
+    };
+    humantime::parse_rfc3339_weak(&full)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+        .ok_or_else(|| {
+            PageError::BadRequest(format!(
+                "{name} `{}` is not a UTC time like 2026-12-01T08:00",
+                cut(text, 40)
+            ))
+        })
+}
+
+/// The runs the query's filters ask for (its page cursor aside).
+pub(crate) fn filter_of(q: &RunsQuery) -> Result<RunFilter, PageError> {
+    let mut filter = RunFilter::new().limit(PAGE);
+    if let Some(p) = given(&q.pipeline) {
+        filter = filter.pipeline(p);
+    }
+    if let Some(s) = given(&q.state) {
+        filter = filter.state(state_of(&s)?);
+    }
+    if let Some(p) = given(&q.prefix) {
+        filter = filter.id_prefix(p);
+    }
+    if let Some(v) = given(&q.version) {
+        filter.version = Some(v);
+    }
+    if let Some(t) = given(&q.created_from) {
+        filter.created_after_ms = Some(utc_ms("created_from", &t)?);
+    }
+    if let Some(t) = given(&q.updated_before) {
+        filter.updated_before_ms = Some(utc_ms("updated_before", &t)?);
+    }
+    Ok(filter)
+}
+
+/// The query's filters (its page cursor aside) as `&name=value` pairs.
+pub(crate) fn same_filters(q: &RunsQuery) -> String {
+    [
+        ("pipeline", &q.pipeline),
+        ("state", &q.state),
+        ("prefix", &q.prefix),
+        ("version", &q.version),
+        ("created_from", &q.created_from),
+        ("updated_before", &q.updated_before),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| given(v).map(|v| format!("&{name}={}", enc(&v))))
+    .collect()
+}
+
 pub(crate) async fn runs(State(console): State<Console>, Query(q): Query<RunsQuery>) -> Response {
     match runs_page(&console, q).await {
         Ok(page) => page,
@@ -44,17 +113,8 @@ pub(crate) async fn runs(State(console): State<Console>, Query(q): Query<RunsQue
 }
 
 async fn runs_page(console: &Console, q: RunsQuery) -> Result<Response, PageError> {
-    let nonempty = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
-    let mut filter = RunFilter::new().limit(PAGE);
-    if let Some(p) = nonempty(&q.pipeline) {
-        filter = filter.pipeline(p);
-    }
-    if let Some(s) = nonempty(&q.state) {
-        filter = filter.state(state_of(&s)?);
-    }
-    if let Some(p) = nonempty(&q.prefix) {
-        filter = filter.id_prefix(p);
-    }
+    let nonempty = given;
+    let mut filter = filter_of(&q)?;
     if let Some(a) = nonempty(&q.after) {
         filter = filter.after(a);
     }
@@ -63,17 +123,7 @@ async fn runs_page(console: &Console, q: RunsQuery) -> Result<Response, PageErro
         .list_runs(&filter)
         .await
         .map_err(PageError::Store)?;
-    let keep = |name: &str, v: &Option<String>| {
-        nonempty(v)
-            .map(|v| format!("&{name}={}", enc(&v)))
-            .unwrap_or_default()
-    };
-    let same_filters = format!(
-        "{}{}{}",
-        keep("pipeline", &q.pipeline),
-        keep("state", &q.state),
-        keep("prefix", &q.prefix)
-    );
+    let same_filters = same_filters(&q);
     let notice = match q.done.as_deref() {
         Some("deleted") => Some("The run was deleted.".to_owned()),
         Some("purged") => Some(format!("Purged {} runs.", q.count.unwrap_or(0))),
@@ -95,6 +145,10 @@ async fn runs_page(console: &Console, q: RunsQuery) -> Result<Response, PageErro
                 }
             }
             input name="prefix" placeholder="run id prefix" value=[nonempty(&q.prefix)];
+            input name="version" placeholder="version" size="14" value=[nonempty(&q.version)];
+            label { "created from " input type="datetime-local" name="created_from" value=[nonempty(&q.created_from)]; }
+            label { "updated before " input type="datetime-local" name="updated_before" value=[nonempty(&q.updated_before)]; }
+            " (UTC) "
             button type="submit" { "filter" }
         }
         @if listed.runs.is_empty() {

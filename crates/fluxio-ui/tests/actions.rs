@@ -383,6 +383,20 @@ async fn rule38_purge_lists_what_it_would_delete_and_deletes_only_that() {
     assert_eq!(asked.status, StatusCode::OK, "{}", asked.body);
     assert!(asked.body.contains("orders/o-2") && asked.body.contains("orders/o-3"));
     assert!(!asked.body.contains("orders/o-1"), "{}", asked.body);
+    // a purge takes every filter of the page it came from: here one run
+    let one = post(
+        &app,
+        "/purge?state=failed&prefix=o-3",
+        &[("csrf", &asked.csrf()), ("confirm", "yes")],
+        &[],
+    )
+    .await;
+    assert!(one.location().contains("count=1"), "{}", one.location());
+    assert!(store.load("orders/o-3").await.expect("loads").is_none());
+    assert_eq!(status(&store, "orders/o-2").await, RunStatus::Failed);
+    p.invoke("o-3", Context::new().set("refuse", true).expect("set"))
+        .await
+        .expect_err("refused");
     let unconfirmed = post(&app, "/purge?state=failed", &[("csrf", &asked.csrf())], &[]).await;
     assert_eq!(unconfirmed.status, StatusCode::BAD_REQUEST);
     let done = post(

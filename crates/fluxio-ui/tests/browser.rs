@@ -135,6 +135,27 @@ async fn screenshot(client: &Client, name: &str) {
     eprintln!("screenshot: {}", path.display());
 }
 
+/// The text of `css` once it satisfies `ok`, looked at again and again for
+/// up to 30 s: the page may still be loading, or reloading itself (a
+/// running run's page does every few seconds).
+async fn text_when(client: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = match client.find(Locator::Css(css)).await {
+            Ok(element) => element.text().await.ok(),
+            Err(_) => None,
+        };
+        match seen {
+            Some(text) if ok(&text) => return text,
+            seen => assert!(
+                Instant::now() < until,
+                "`{css}` did not come right in 30 s; last seen: {seen:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn text(client: &Client, css: &str) -> String {
     client
         .find(Locator::Css(css))
@@ -243,7 +264,7 @@ async fn scenario(chromedriver: &Path, chromium: &Path) {
         .click()
         .await
         .expect("filtered");
-    let failed = text(&client, "table.runs").await;
+    let failed = text_when(&client, "table.runs", |t| !t.contains("o-1001")).await;
     assert!(
         failed.contains("o-1002") && failed.contains("card declined"),
         "{failed}"
@@ -269,7 +290,7 @@ async fn scenario(chromedriver: &Path, chromium: &Path) {
         .click()
         .await
         .expect("opened");
-    let summary = text(&client, "dl.summary").await;
+    let summary = text_when(&client, "dl.summary", |t| t.contains("card declined")).await;
     assert!(
         summary.contains("card declined for 412.00 EUR"),
         "{summary}"
@@ -281,7 +302,7 @@ async fn scenario(chromedriver: &Path, chromium: &Path) {
         .click()
         .await
         .expect("the step");
-    let heading = text(&client, "main h2:last-of-type").await;
+    let heading = text_when(&client, "main h2:last-of-type", |t| t.contains("step 1")).await;
     assert!(
         heading.contains("context before step 1 (charge)"),
         "{heading}"
@@ -310,24 +331,16 @@ async fn scenario(chromedriver: &Path, chromium: &Path) {
         .click()
         .await
         .expect("retried");
-    let notice = text(&client, "p.notice").await;
-    assert!(notice.contains("Marked for retry"), "{notice}");
+    text_when(&client, "p.notice", |t| t.contains("Marked for retry")).await;
 
-    // the worker resumes it: the page shows it completed
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        client.refresh().await.expect("reloaded");
-        let summary = text(&client, "dl.summary").await;
-        if summary.contains("Completed") {
-            break;
-        }
-        assert!(Instant::now() < until, "not completed in 30 s: {summary}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let history = text(&client, "table.history").await;
-    assert!(history.contains("ship"), "{history}");
-    let heading = text(&client, "main h2:last-of-type").await;
-    assert!(heading.contains("context at the end"), "{heading}");
+    // the worker resumes it: the page, reloading itself while the run
+    // runs, shows it completed
+    text_when(&client, "dl.summary", |t| t.contains("Completed")).await;
+    text_when(&client, "table.history", |t| t.contains("ship")).await;
+    text_when(&client, "main h2:last-of-type", |t| {
+        t.contains("context at the end")
+    })
+    .await;
     screenshot(&client, "completed").await;
     let done = store
         .load("orders/o-1002")

@@ -244,3 +244,101 @@ async fn rule38_a_child_run_links_to_its_parent() {
     assert!(body.contains(">orders/o-9<"), "{body}");
     assert!(body.contains("runs/orders/o-9\""), "{body}");
 }
+
+#[tokio::test]
+async fn rule38_the_runs_page_filters_by_version_and_time_and_refuses_a_bad_time() {
+    let store = seeded().await;
+    let version = store
+        .load("orders/o-1")
+        .await
+        .expect("loads")
+        .expect("kept")
+        .version;
+    let (_, same, _) = get(&store, &format!("/?version={version}")).await;
+    assert!(same.contains(">o-1<") && same.contains(">o-2<"), "{same}");
+    let (_, other, _) = get(&store, "/?version=0000deadbeef").await;
+    assert!(other.contains("No run matches"), "{other}");
+    let (_, future, _) = get(&store, "/?created_from=2999-01-01T00:00").await;
+    assert!(future.contains("No run matches"), "{future}");
+    let (_, past, _) = get(&store, "/?created_from=2000-01-01T00:00").await;
+    assert!(past.contains(">o-1<"), "{past}");
+    let (_, before, _) = get(&store, "/?updated_before=2000-01-01T00:00:00").await;
+    assert!(before.contains("No run matches"), "{before}");
+    let (status, bad, _) = get(&store, "/?created_from=yesterday").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        bad.contains("created_from `yesterday` is not a UTC time"),
+        "{bad}"
+    );
+}
+
+#[tokio::test]
+async fn rule38_a_run_page_diffs_two_steps_and_shows_a_cut_value_whole() {
+    let store = seeded().await;
+    let (status, diff, _) = get(&store, "/runs/orders/o-1?diff=0&to=2").await;
+    assert_eq!(status, StatusCode::OK, "{diff}");
+    assert!(diff.contains("diff of step 0 and step 2"), "{diff}");
+    for key in [">taken<", ">accepted<"] {
+        assert!(diff.contains(key), "{key}: {diff}");
+    }
+    assert!(diff.contains("<em>absent</em>"), "{diff}");
+    let (_, same, _) = get(&store, "/runs/orders/o-1?diff=1&to=1").await;
+    assert!(same.contains("no key differs"), "{same}");
+    let (status, half, _) = get(&store, "/runs/orders/o-1?diff=1").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(half.contains("a diff needs two steps"), "{half}");
+    let (status, _, _) = get(&store, "/runs/orders/o-1?diff=0&to=99").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // the 1 MB value: cut on the page, with a link to it whole
+    let key = "/runs/orders/%3Cscript%3Ealert(1)%3C%2Fscript%3E";
+    let (_, cut, _) = get(&store, key).await;
+    assert!(
+        cut.contains("href=\"?key=big\""),
+        "{}",
+        &cut[..cut.len().min(4000)]
+    );
+    let (status, whole, _) = get(&store, &format!("{key}?key=big")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(whole.contains("the value of big"), "a heading");
+    // a 1 MiB value shown up to a million characters, and said so
+    assert!(whole.len() > 1_000_000, "{} bytes", whole.len());
+    assert!(whole.contains("cut at 1000000 characters"), "said so");
+    let (status, none, _) = get(&store, &format!("{key}?key=nothing")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(none.contains("has no key `nothing`"), "{none}");
+    // the timeline: a bar per step
+    let (_, run, _) = get(&store, "/runs/orders/o-2").await;
+    assert_eq!(run.matches("class=\"bar ").count(), 2, "{run}");
+}
+
+#[tokio::test]
+async fn rule38_a_parent_lists_its_children_and_a_running_run_reloads_itself() {
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let billing = pipeline![take]
+        .name("billing")
+        .store_arc(Arc::clone(&store))
+        .build()
+        .expect("valid");
+    let orders = pipeline![child!("billing"), refuse]
+        .name("orders")
+        .store_arc(Arc::clone(&store))
+        .child(billing.clone())
+        .build()
+        .expect("valid");
+    let parked = orders.invoke("o-9", Context::new()).await.expect("parks");
+    assert!(!parked.is_completed());
+    let (_, parent, _) = get(&store, "/runs/orders/o-9").await;
+    assert!(parent.contains(">children<"), "{parent}");
+    assert!(parent.contains("runs/billing/orders/o-9"), "{parent}");
+    assert!(
+        !parent.contains("http-equiv=\"refresh\""),
+        "a waiting run does not reload"
+    );
+    // a running run nobody holds (its worker died): abandoned, and its page reloads
+    let abandoned = fluxio::Checkpoint::new("o-10", "v1", 1, "refuse", Context::new().snapshot())
+        .in_pipeline("orders");
+    store.save(abandoned).await.expect("saved");
+    let (_, page, _) = get(&store, "/runs/orders/o-10").await;
+    assert!(page.contains(">abandoned: no worker holds it"), "{page}");
+    assert!(page.contains("http-equiv=\"refresh\""), "{page}");
+}

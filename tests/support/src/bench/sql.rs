@@ -370,3 +370,96 @@ where
     });
     g.finish();
 }
+
+/// Steps in the run [`console`] shows on its run page.
+pub const CONSOLE_STEPS: u32 = 1_000;
+
+/// `<group>/{runs_page_failed,runs_page_first,run_page_1000_steps}`: the
+/// web console's pages (rule 38) over `store` holding [`LIST_RUNS`] runs of
+/// `orders` (see [`list`]), each beside the store call it is built on, in
+/// the same run: `list_failed_50`, `list_first_50` (`list_runs` of the
+/// page's filter) and `history_1000` (`history` of a run of
+/// [`CONSOLE_STEPS`] checkpoints, which this writes first).
+#[cfg(feature = "console")]
+pub fn console(
+    c: &mut Criterion,
+    rt: &Runtime,
+    group: &str,
+    store: std::sync::Arc<dyn CheckpointStore>,
+) {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+
+    let long = "orders/long-run";
+    rt.block_on(async {
+        // each step writes one key: a journal of deltas, as a run writes it
+        // (under its lease)
+        let lease = store
+            .acquire_lease(long, Duration::from_secs(60))
+            .await
+            .expect("lease");
+        let mut ctx = Context::new();
+        for ip in 0..CONSOLE_STEPS {
+            let before = ctx.snapshot();
+            ctx = ctx.set(format!("key-{ip:04}"), ip).expect("set");
+            let mut cp = crate::checkpoint("long-run", ip).in_pipeline("orders");
+            cp.seq = ip;
+            cp.context = ctx.snapshot();
+            if ip > 0 {
+                cp.change = fluxio_core::store::Change::between(&before, &cp.context);
+            }
+            store
+                .save_fenced(cp, &lease)
+                .await
+                .expect("a step of the long run");
+        }
+        store.release_lease(lease).await.expect("released");
+    });
+    let kept = rt.block_on(store.history(long)).expect("history").len();
+    assert_eq!(kept, CONSOLE_STEPS as usize, "the long run's journal");
+    let app = fluxio_ui::Console::new(std::sync::Arc::clone(&store)).router();
+    let get = |uri: &'static str| {
+        let app = app.clone();
+        async move {
+            let response = app
+                .oneshot(Request::get(uri).body(Body::empty()).expect("a request"))
+                .await
+                .expect("answered");
+            assert_eq!(response.status(), StatusCode::OK, "{uri}");
+            response
+                .into_body()
+                .collect()
+                .await
+                .expect("a body")
+                .to_bytes()
+                .len()
+        }
+    };
+    let failed = RunFilter::new()
+        .pipeline("orders")
+        .state(RunState::Failed)
+        .limit(50);
+    let first = RunFilter::new().pipeline("orders").limit(50);
+    let mut g = c.benchmark_group(group);
+    g.bench_function("runs_page_failed", |b| {
+        b.iter(|| rt.block_on(get("/?pipeline=orders&state=failed")));
+    });
+    g.bench_function("list_failed_50", |b| {
+        b.iter(|| rt.block_on(store.list_runs(&failed)).expect("list"));
+    });
+    g.bench_function("runs_page_first", |b| {
+        b.iter(|| rt.block_on(get("/?pipeline=orders")));
+    });
+    g.bench_function("list_first_50", |b| {
+        b.iter(|| rt.block_on(store.list_runs(&first)).expect("list"));
+    });
+    g.bench_function("run_page_1000_steps", |b| {
+        b.iter(|| rt.block_on(get("/runs/orders/long-run")));
+    });
+    g.bench_function("history_1000", |b| {
+        b.iter(|| rt.block_on(store.history(long)).expect("history"));
+    });
+    g.finish();
+}
