@@ -183,7 +183,7 @@ fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 }
 
 /// A redirect to `to`, relative to the page the form was on.
-fn see_other(to: &str) -> Response {
+pub(crate) fn see_other(to: &str) -> Response {
     let location = HeaderValue::from_str(to).unwrap_or(HeaderValue::from_static("./"));
     (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response()
 }
@@ -211,10 +211,17 @@ fn form(form: Result<Form<ActionForm>, FormRejection>) -> Result<ActionForm, Pag
 /// `POST runs/{key}`: one of a run's actions.
 pub(crate) async fn act(
     State(console): State<Console>,
-    Path(key): Path<String>,
+    uri: axum::http::Uri,
+    key: Result<Path<String>, axum::extract::rejection::PathRejection>,
     headers: HeaderMap,
     body: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
+    let Ok(Path(key)) = key else {
+        return PageError::BadRequest(
+            "a run's key in the URL is not percent-encoded UTF-8".to_owned(),
+        )
+        .page(&crate::base_of_path(uri.path()));
+    };
     let base = base_of(&key);
     let done = async {
         let f = form(body)?;

@@ -30,8 +30,10 @@
 //!     .allow_actions()
 //!     .token("a long secret only operators know")?
 //!     .router();
-//! // axum::serve(listener, app) in your service, or `.nest("/ops", app)`
-//! # let _ = app;
+//! // serve it alone: axum::serve(listener, app), or under a path of your
+//! // service, behind its own authentication layer:
+//! let service: axum::Router = axum::Router::new().nest_service("/ops", app);
+//! # let _ = service;
 //! # Ok(()) }
 //! ```
 
@@ -42,6 +44,7 @@ mod runs;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::http::Uri;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -127,8 +130,9 @@ impl Console {
         Ok(self)
     }
 
-    /// The console's routes, relative to wherever it is mounted: `/` (the
-    /// runs), `/runs/{key}` (a run, by its store key `pipeline/run_id`,
+    /// The console's routes, relative to wherever it is mounted (mount it
+    /// with `nest_service("/ops", ...)`: `/ops` then leads to `/ops/`,
+    /// since its links are relative): `/` (the runs), `/runs/{key}` (a run, by its store key `pipeline/run_id`,
     /// percent-encoded; a form posts its actions there), `/purge`, and
     /// `/login` and `/logout` for a console with a token.
     pub fn router(self) -> Router {
@@ -138,7 +142,26 @@ impl Console {
             .route("/purge", get(actions::purge_form).post(actions::purge))
             .route("/login", get(actions::login_form).post(actions::login))
             .route("/logout", axum::routing::post(actions::logout))
+            .fallback(not_found)
             .with_state(self)
+    }
+}
+
+/// Any other path: a page saying so.
+async fn not_found(uri: Uri) -> Response {
+    PageError::NotFound(format!(
+        "the console has no page `{}`",
+        cut(uri.path(), 200)
+    ))
+    .page(&base_of_path(uri.path()))
+}
+
+/// The relative path from the page at `path` (as the console's router
+/// sees it, wherever it is mounted) back to the runs page.
+fn base_of_path(path: &str) -> String {
+    match path.matches('/').count().saturating_sub(1) {
+        0 => "./".to_owned(),
+        depth => "../".repeat(depth),
     }
 }
 

@@ -120,10 +120,17 @@ fn notice(done: &str) -> Option<&'static str> {
 
 pub(crate) async fn run(
     State(console): State<Console>,
-    Path(key): Path<String>,
+    uri: axum::http::Uri,
+    key: Result<Path<String>, axum::extract::rejection::PathRejection>,
     Query(q): Query<RunQuery>,
     headers: HeaderMap,
 ) -> Response {
+    let Ok(Path(key)) = key else {
+        return PageError::BadRequest(
+            "a run's key in the URL is not percent-encoded UTF-8".to_owned(),
+        )
+        .page(&crate::base_of_path(uri.path()));
+    };
     let base = base_of(&key);
     let signed_in = console.guard.signed_in(&headers);
     match run_page(&console, &key, &base, q, signed_in).await {

@@ -1,7 +1,8 @@
 //! The runs page: the store's runs by pipeline, state and id prefix, a
 //! page of [`PAGE`] at a time in key order.
 
-use axum::extract::{Query, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{OriginalUri, Query, State};
 use axum::response::Response;
 use fluxio_core::history::{PlainCells, TableCells as _};
 use fluxio_core::store::{RunFilter, RunState};
@@ -105,11 +106,23 @@ pub(crate) fn same_filters(q: &RunsQuery) -> String {
     .collect()
 }
 
-pub(crate) async fn runs(State(console): State<Console>, Query(q): Query<RunsQuery>) -> Response {
-    match runs_page(&console, q).await {
-        Ok(page) => page,
-        Err(e) => e.page("./"),
+pub(crate) async fn runs(
+    State(console): State<Console>,
+    OriginalUri(uri): OriginalUri,
+    q: Result<Query<RunsQuery>, QueryRejection>,
+) -> Response {
+    // mounted under `/ops` (`nest_service`), `/ops` is this page too: its
+    // links are relative, so it answers from `/ops/`
+    if !uri.path().ends_with('/') {
+        let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+        let last = uri.path().rsplit('/').next().unwrap_or_default();
+        return crate::actions::see_other(&format!("{}/{query}", enc(last)));
     }
+    let page = async {
+        let Query(q) = q.map_err(|e| PageError::BadRequest(e.body_text()))?;
+        runs_page(&console, q).await
+    };
+    page.await.unwrap_or_else(|e| e.page("./"))
 }
 
 async fn runs_page(console: &Console, q: RunsQuery) -> Result<Response, PageError> {

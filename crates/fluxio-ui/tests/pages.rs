@@ -342,3 +342,57 @@ async fn rule38_a_parent_lists_its_children_and_a_running_run_reloads_itself() {
     assert!(page.contains(">abandoned: no worker holds it"), "{page}");
     assert!(page.contains("http-equiv=\"refresh\""), "{page}");
 }
+
+#[tokio::test]
+async fn rule38_mounted_under_a_path_the_console_links_within_it() {
+    let store = seeded().await;
+    let app = axum::Router::new().nest_service("/ops", Console::new(Arc::clone(&store)).router());
+    let send = |uri: &'static str| {
+        let app = app.clone();
+        async move {
+            let response = app
+                .oneshot(Request::get(uri).body(Body::empty()).expect("a request"))
+                .await
+                .expect("answered");
+            let status = response.status();
+            let location = response
+                .headers()
+                .get(header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .expect("a body")
+                .to_bytes();
+            (
+                status,
+                location,
+                String::from_utf8(body.to_vec()).expect("UTF-8"),
+            )
+        }
+    };
+    // `/ops` leads to `/ops/`, whose relative links stay under `/ops/`
+    let (status, location, _) = send("/ops?state=failed").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(location, "ops/?state=failed");
+    let (status, _, runs) = send("/ops/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(runs.contains("href=\"runs/orders/o-1\""), "{runs}");
+    let (status, _, run) = send("/ops/runs/orders/o-1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(run.contains("href=\"../../\""), "back to /ops/: {run}");
+    // a path it does not have, and a key that is not UTF-8: its own pages
+    let (status, _, missing) = send("/ops/nowhere/else").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(missing.contains("no page `/nowhere/else`"), "{missing}");
+    assert!(missing.contains("href=\"../\""), "{missing}");
+    let (status, _, bad) = send("/ops/runs/%FF%FE").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(bad.contains("not percent-encoded UTF-8"), "{bad}");
+    let (status, _, bad) = send("/ops/?count=lots").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(bad.contains("count"), "{bad}");
+}

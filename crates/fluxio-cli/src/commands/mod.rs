@@ -73,7 +73,13 @@ pub(crate) fn run(cli: Cli) -> Exit {
         let command = match cli.command {
             Command::Runs(command) => command,
             Command::Ui(args) => {
-                let store = crate::store::open(&cli.store, Access::Read).await?;
+                // the console writes only when it may act on runs
+                let access = if args.allow_actions {
+                    Access::Write
+                } else {
+                    Access::Read
+                };
+                let store = crate::store::open(&cli.store, access).await?;
                 return ui::serve(&mut out, store, &args).await;
             }
             Command::Queues(args) => {

@@ -15,6 +15,27 @@ async fn greet(ctx: Context) -> StageResult {
     Ok(ctx.set("greeting", "hello")?)
 }
 
+#[stage]
+async fn grumble(_ctx: Context) -> StageResult {
+    Err("not today".into())
+}
+
+/// `POST path` to `addr` with a form body and the token as a bearer: the
+/// status line.
+fn post_bearer(addr: &str, path: &str, form: &str, token: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("the console listens");
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+        form.len()
+    )
+    .expect("a request");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("an answer");
+    text.lines().next().unwrap_or_default().to_owned()
+}
+
 /// `GET path` from `addr`: the status line and the body.
 fn get(addr: &str, path: &str) -> (String, String) {
     let mut stream = TcpStream::connect(addr).expect("the console listens");
@@ -127,13 +148,35 @@ async fn rule38_fluxio_ui_allows_actions_only_when_asked_and_never_shows_its_tok
         "{err}"
     );
     assert!(!login.contains("password"), "no token, no sign-in: {login}");
-    // the token from the environment: a sign-in page, the token nowhere
+    // the token from the environment: a sign-in page, the token nowhere,
+    // and an action that writes to the store
+    let p = pipeline![grumble]
+        .name("moody")
+        .store_arc(Arc::clone(&t.store))
+        .build()
+        .expect("a valid pipeline");
+    p.invoke("m-1", Context::new()).await.expect_err("fails");
     let (child, first, addr) = serve(
         &t.with(&["ui", "--bind", "127.0.0.1:0", "--allow-actions"]),
         Some(TOKEN),
     );
     let (status, login) = get(&addr, "/login");
+    let retried = post_bearer(&addr, "/runs/moody/m-1", "action=retry", TOKEN);
+    let refused = post_bearer(&addr, "/runs/moody/m-1", "action=cancel", "guess");
     let err = stop(child);
+    assert!(retried.contains("303"), "{retried}");
+    assert!(refused.contains("403"), "{refused}");
+    let latest = t
+        .store
+        .load("moody/m-1")
+        .await
+        .expect("loads")
+        .expect("kept");
+    assert_eq!(
+        latest.status,
+        fluxio::RunStatus::Running,
+        "retried, not cancelled"
+    );
     assert!(first.contains("signs in with the token"), "{first}");
     assert!(
         status.contains("200") && login.contains("type=\"password\""),
