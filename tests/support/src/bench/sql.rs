@@ -371,7 +371,7 @@ where
     g.finish();
 }
 
-/// Steps in the run [`console`] shows on its run page.
+/// Steps in the run `console` (feature `console`) shows on its run page.
 pub const CONSOLE_STEPS: u32 = 1_000;
 
 /// `<group>/{runs_page_failed,runs_page_first,run_page_1000_steps}`: the
