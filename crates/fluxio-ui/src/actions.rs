@@ -208,6 +208,17 @@ fn form(form: Result<Form<ActionForm>, FormRejection>) -> Result<ActionForm, Pag
     })
 }
 
+/// The form, read and checked to be this console's ([`Guard::check_form`]).
+fn own_form(
+    console: &Console,
+    headers: &HeaderMap,
+    body: Result<Form<ActionForm>, FormRejection>,
+) -> Result<ActionForm, PageError> {
+    let f = form(body)?;
+    console.guard.check_form(headers, f.csrf.as_deref())?;
+    Ok(f)
+}
+
 /// `POST runs/{key}`: one of a run's actions.
 pub(crate) async fn act(
     State(console): State<Console>,
@@ -216,11 +227,9 @@ pub(crate) async fn act(
     headers: HeaderMap,
     body: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
-    let Ok(Path(key)) = key else {
-        return PageError::BadRequest(
-            "a run's key in the URL is not percent-encoded UTF-8".to_owned(),
-        )
-        .page(&crate::base_of_path(uri.path()));
+    let key = match crate::key_of(key, &uri) {
+        Ok(key) => key,
+        Err(page) => return page,
     };
     let base = base_of(&key);
     let done = async {
@@ -473,8 +482,7 @@ pub(crate) async fn login(
     body: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
     let done = async {
-        let f = form(body)?;
-        console.guard.check_form(&headers, f.csrf.as_deref())?;
+        let f = own_form(&console, &headers, body)?;
         let (Some(session), Some(token)) = (&console.guard.session, f.token.as_deref()) else {
             return Err(PageError::BadRequest(
                 "this console has no token to sign in with".to_owned(),
@@ -502,8 +510,7 @@ pub(crate) async fn logout(
     body: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
     let done = async {
-        let f = form(body)?;
-        console.guard.check_form(&headers, f.csrf.as_deref())?;
+        own_form(&console, &headers, body)?;
         let mut response = see_other("./");
         response.headers_mut().insert(
             header::SET_COOKIE,

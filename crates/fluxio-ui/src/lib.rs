@@ -156,6 +156,18 @@ async fn not_found(uri: Uri) -> Response {
     .page(&base_of_path(uri.path()))
 }
 
+/// The run's key a `runs/{key}` route was given, or the error page for one
+/// that is not percent-encoded UTF-8.
+fn key_of(
+    key: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
+    uri: &Uri,
+) -> Result<String, Response> {
+    key.map(|axum::extract::Path(key)| key).map_err(|_| {
+        PageError::BadRequest("a run's key in the URL is not percent-encoded UTF-8".to_owned())
+            .page(&base_of_path(uri.path()))
+    })
+}
+
 /// The relative path from the page at `path` (as the console's router
 /// sees it, wherever it is mounted) back to the runs page.
 fn base_of_path(path: &str) -> String {

@@ -125,11 +125,9 @@ pub(crate) async fn run(
     Query(q): Query<RunQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let Ok(Path(key)) = key else {
-        return PageError::BadRequest(
-            "a run's key in the URL is not percent-encoded UTF-8".to_owned(),
-        )
-        .page(&crate::base_of_path(uri.path()));
+    let key = match crate::key_of(key, &uri) {
+        Ok(key) => key,
+        Err(page) => return page,
     };
     let base = base_of(&key);
     let signed_in = console.guard.signed_in(&headers);

@@ -7,26 +7,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode, header};
+use axum::http::{Request, StatusCode, header};
 use fluxio::store::{CheckpointStore, InMemoryStore};
-use fluxio::{Context, Outcome, Pipeline, RunStatus, StageResult, TerminalError, pipeline, stage};
+use fluxio::{Context, Outcome, Pipeline, RunStatus, StageResult, pipeline, stage};
 use fluxio_ui::Console;
-use http_body_util::BodyExt as _;
+
+mod support;
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
-use tower::ServiceExt as _;
-
-#[stage]
-async fn take(ctx: Context) -> StageResult {
-    Ok(ctx.set("taken", true)?)
-}
-
-#[stage]
-async fn refuse(ctx: Context) -> StageResult {
-    if ctx.get_opt::<bool>("refuse").unwrap_or(false) {
-        return Err(TerminalError::new("refused").into());
-    }
-    Ok(ctx.set("accepted", true)?)
-}
+use support::{Reply, get, send, take};
 
 #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Approval {
@@ -37,56 +25,6 @@ struct Approval {
 async fn pay(ctx: Context) -> StageResult {
     let decision: Approval = ctx.get("decision")?;
     Ok(ctx.set("paid", decision.approved)?)
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Reply {
-    /// The `csrf` value of the page's forms.
-    fn csrf(&self) -> String {
-        self.body
-            .split("name=\"csrf\" value=\"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .unwrap_or_else(|| panic!("no form on the page: {}", self.body))
-            .to_owned()
-    }
-
-    fn location(&self) -> &str {
-        self.headers
-            .get(header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-    }
-}
-
-async fn send(app: &Router, request: Request<Body>) -> Reply {
-    let response = app.clone().oneshot(request).await.expect("answered");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("a body")
-        .to_bytes();
-    Reply {
-        status,
-        headers,
-        body: String::from_utf8(body.to_vec()).expect("UTF-8"),
-    }
-}
-
-async fn get(app: &Router, uri: &str, cookie: Option<&str>) -> Reply {
-    let mut request = Request::get(uri);
-    if let Some(c) = cookie {
-        request = request.header(header::COOKIE, c);
-    }
-    send(app, request.body(Body::empty()).expect("a request")).await
 }
 
 fn form(fields: &[(&str, &str)]) -> String {
@@ -122,11 +60,7 @@ async fn status(store: &Arc<dyn CheckpointStore>, key: &str) -> RunStatus {
 /// A store with `orders/o-1` completed and `orders/o-2` failed for good.
 async fn orders() -> (Arc<dyn CheckpointStore>, Pipeline) {
     let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
-    let p = pipeline![take, refuse]
-        .name("orders")
-        .store_arc(Arc::clone(&store))
-        .build()
-        .expect("valid");
+    let p = support::orders(&store);
     assert!(
         p.invoke("o-1", Context::new())
             .await

@@ -4,28 +4,16 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use fluxio::store::{CheckpointStore, InMemoryStore, RunFilter, RunPage};
 use fluxio::{Checkpoint, Context};
 use fluxio_ui::Console;
-use http_body_util::BodyExt as _;
-use tower::ServiceExt as _;
+
+mod support;
 
 async fn get(store: &Arc<dyn CheckpointStore>, uri: &str) -> (StatusCode, String) {
-    let response = Console::new(Arc::clone(store))
-        .router()
-        .oneshot(Request::get(uri).body(Body::empty()).expect("a request"))
-        .await
-        .expect("answered");
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("a body")
-        .to_bytes();
-    (status, String::from_utf8(body.to_vec()).expect("UTF-8"))
+    let reply = support::get(&Console::new(Arc::clone(store)).router(), uri, None).await;
+    (reply.status, reply.body)
 }
 
 /// The run ids a runs page lists, and its next page's link.

@@ -3,36 +3,19 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{StatusCode, header};
 use fluxio::store::{CheckpointStore, InMemoryStore};
-use fluxio::{Context, StageResult, TerminalError, pipeline, stage};
+use fluxio::{Context, pipeline};
 use fluxio_ui::Console;
-use http_body_util::BodyExt as _;
-use tower::ServiceExt as _;
 
-#[stage]
-async fn take(ctx: Context) -> StageResult {
-    Ok(ctx.set("taken", true)?)
-}
-
-#[stage]
-async fn refuse(ctx: Context) -> StageResult {
-    if ctx.get_opt::<bool>("refuse").unwrap_or(false) {
-        return Err(TerminalError::new("refused <b>for good</b>").into());
-    }
-    Ok(ctx.set("accepted", true)?)
-}
+mod support;
+use support::{refuse, take};
 
 /// A store with `orders/o-1` completed, `orders/o-2` failed for good, and
 /// a run whose id and context hold HTML.
 async fn seeded() -> Arc<dyn CheckpointStore> {
     let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
-    let p = pipeline![take, refuse]
-        .name("orders")
-        .store_arc(Arc::clone(&store))
-        .build()
-        .expect("valid");
+    let p = support::orders(&store);
     let ok = p.invoke("o-1", Context::new()).await.expect("runs");
     assert!(ok.is_completed());
     let refused = Context::new().set("refuse", true).expect("set");
@@ -50,29 +33,9 @@ async fn seeded() -> Arc<dyn CheckpointStore> {
 }
 
 async fn get(store: &Arc<dyn CheckpointStore>, uri: &str) -> (StatusCode, String, String) {
-    let app = Console::new(Arc::clone(store)).router();
-    let response = app
-        .oneshot(Request::get(uri).body(Body::empty()).expect("a request"))
-        .await
-        .expect("answered");
-    let status = response.status();
-    let csp = response
-        .headers()
-        .get(header::CONTENT_SECURITY_POLICY)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("a body")
-        .to_bytes();
-    (
-        status,
-        String::from_utf8(body.to_vec()).expect("UTF-8"),
-        csp,
-    )
+    let reply = support::get(&Console::new(Arc::clone(store)).router(), uri, None).await;
+    let csp = reply.header(header::CONTENT_SECURITY_POLICY).to_owned();
+    (reply.status, reply.body, csp)
 }
 
 #[tokio::test]
@@ -216,21 +179,26 @@ async fn rule38_a_sleeping_run_shows_when_it_wakes() {
     assert!(list.contains(">n-1<"), "{list}");
 }
 
-#[tokio::test]
-async fn rule38_a_child_run_links_to_its_parent() {
-    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+/// `orders/o-9`, parked on its child run of `billing`.
+async fn parent_and_child(store: &Arc<dyn CheckpointStore>) -> fluxio::Outcome {
     let billing = pipeline![take]
         .name("billing")
-        .store_arc(Arc::clone(&store))
+        .store_arc(Arc::clone(store))
         .build()
         .expect("valid");
     let orders = pipeline![child!("billing"), refuse]
         .name("orders")
-        .store_arc(Arc::clone(&store))
-        .child(billing.clone())
+        .store_arc(Arc::clone(store))
+        .child(billing)
         .build()
         .expect("valid");
-    let parked = orders.invoke("o-9", Context::new()).await.expect("parks");
+    orders.invoke("o-9", Context::new()).await.expect("parks")
+}
+
+#[tokio::test]
+async fn rule38_a_child_run_links_to_its_parent() {
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
+    let parked = parent_and_child(&store).await;
     assert!(!parked.is_completed());
     let (_, children, _) = get(&store, "/?pipeline=billing").await;
     let child = children
@@ -314,18 +282,7 @@ async fn rule38_a_run_page_diffs_two_steps_and_shows_a_cut_value_whole() {
 #[tokio::test]
 async fn rule38_a_parent_lists_its_children_and_a_running_run_reloads_itself() {
     let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryStore::new());
-    let billing = pipeline![take]
-        .name("billing")
-        .store_arc(Arc::clone(&store))
-        .build()
-        .expect("valid");
-    let orders = pipeline![child!("billing"), refuse]
-        .name("orders")
-        .store_arc(Arc::clone(&store))
-        .child(billing.clone())
-        .build()
-        .expect("valid");
-    let parked = orders.invoke("o-9", Context::new()).await.expect("parks");
+    let parked = parent_and_child(&store).await;
     assert!(!parked.is_completed());
     let (_, parent, _) = get(&store, "/runs/orders/o-9").await;
     assert!(parent.contains(">children<"), "{parent}");
@@ -350,28 +307,9 @@ async fn rule38_mounted_under_a_path_the_console_links_within_it() {
     let send = |uri: &'static str| {
         let app = app.clone();
         async move {
-            let response = app
-                .oneshot(Request::get(uri).body(Body::empty()).expect("a request"))
-                .await
-                .expect("answered");
-            let status = response.status();
-            let location = response
-                .headers()
-                .get(header::LOCATION)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .expect("a body")
-                .to_bytes();
-            (
-                status,
-                location,
-                String::from_utf8(body.to_vec()).expect("UTF-8"),
-            )
+            let reply = support::get(&app, uri, None).await;
+            let location = reply.location().to_owned();
+            (reply.status, location, reply.body)
         }
     };
     // `/ops` leads to `/ops/`, whose relative links stay under `/ops/`
