@@ -210,6 +210,7 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
             key: "c.run_id".to_owned(),
             held: "l.expires_at".to_owned(),
             id: "SUBSTRING(c.run_id, LOCATE('/', c.run_id) + 1)".to_owned(),
+            pipeline: "CONVERT(c.pipeline USING utf8mb4)".to_owned(),
         },
         // From the last whole checkpoint on, in one statement.
         load: format!(

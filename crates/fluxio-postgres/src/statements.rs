@@ -198,6 +198,7 @@ pub(crate) fn statements(names: &Names) -> ServerSql {
             key: "c.run_id COLLATE \"C\"".to_owned(),
             held: "l.expires_at".to_owned(),
             id: "substr(c.run_id, strpos(c.run_id, '/') + 1) COLLATE \"C\"".to_owned(),
+            pipeline: "c.pipeline".to_owned(),
         },
         // From the last whole checkpoint on (the partial index finds
         // it), in one statement: one snapshot.

@@ -34,7 +34,7 @@ mod waits;
 
 pub use error::ServerStoreError;
 pub use journal::Journal;
-pub use list::{Listing, Statement, list, statement};
+pub use list::{Listing, Statement, count, count_statement, list, statement};
 pub use schema::{Bookkeeping, Unreadable, apply, pending, readable, rendered};
 pub use server::{Failure, Server, ServerSql, ServerStore};
 pub use settings::{

@@ -12,7 +12,9 @@
 
 use fluxio_core::Context;
 use fluxio_core::Error;
-use fluxio_core::store::{Checkpoint, RunFilter, RunPage, RunState, RunStatus, RunSummary};
+use fluxio_core::store::{
+    Checkpoint, RunCount, RunFilter, RunPage, RunState, RunStatus, RunSummary, tally,
+};
 use sqlx::{Arguments as _, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
 use crate::{
@@ -28,7 +30,8 @@ pub struct Listing {
     /// columns, in order: the key, version, status, step, attempt, error
     /// message, created and updated (milliseconds since the Unix epoch,
     /// integers), and the held lease's expiry (milliseconds; NULL when not
-    /// held).
+    /// held). Its last ` FROM ` starts its FROM clause, which counting
+    /// reuses.
     pub select: String,
     /// The condition that `c` is visible (not a completed run past its
     /// retention).
@@ -42,6 +45,8 @@ pub struct Listing {
     /// The run id of `c`'s key (what follows the first `/`, or the whole
     /// key), as it sorts in key order: a filter on its prefix.
     pub id: String,
+    /// `c`'s pipeline as text (MySQL keeps it as bytes), for counting.
+    pub pipeline: String,
 }
 
 /// One row of the listing statement.
@@ -116,7 +121,54 @@ pub fn statement<D: Dialect>(
     sql: &Listing,
     filter: &RunFilter,
 ) -> Result<Statement<D::Time>, Error> {
-    let mut text = format!("{} WHERE {}", sql.select, sql.visible);
+    let Statement { mut text, mut args } = filtered::<D>(sql, &sql.select, filter, true)?;
+    // One run more than the page: whether there is a next page.
+    let limit = filter.page_size()? + 1;
+    text.push_str(&format!(
+        " ORDER BY {} LIMIT {}",
+        sql.key,
+        D::param(args.len() + 1)
+    ));
+    args.push(Arg::Count(i64::try_from(limit).unwrap_or(i64::MAX)));
+    Ok(Statement { text, args })
+}
+
+/// The counting statement for `filter` in dialect `D`: the runs a listing
+/// would return (its page aside), counted per pipeline and row status,
+/// with how many of them hold a lease (`COUNT` of the lease's column, NULL
+/// when not held). Columns: pipeline, status, runs, held.
+///
+/// # Errors
+/// As [`statement`].
+#[doc(hidden)]
+pub fn count_statement<D: Dialect>(
+    sql: &Listing,
+    filter: &RunFilter,
+) -> Result<Statement<D::Time>, Error> {
+    // the last ` FROM ` of the listing's select starts its FROM clause (a
+    // column may hold one: Postgres's `EXTRACT(EPOCH FROM ...)`)
+    let from = sql
+        .select
+        .rsplit_once(" FROM ")
+        .map_or("", |(_, from)| from);
+    let select = format!(
+        "SELECT {}, c.status, COUNT(*), COUNT({}) FROM {from}",
+        sql.pipeline, sql.held
+    );
+    let Statement { mut text, args } = filtered::<D>(sql, &select, filter, false)?;
+    text.push_str(" GROUP BY c.pipeline, c.status");
+    Ok(Statement { text, args })
+}
+
+/// `select` with the conditions `filter` asks for (and its cursor, when
+/// `cursor`), every value a parameter.
+fn filtered<D: Dialect>(
+    sql: &Listing,
+    select: &str,
+    filter: &RunFilter,
+    cursor: bool,
+) -> Result<Statement<D::Time>, Error> {
+    let mut text = format!("{select} WHERE {}", sql.visible);
     let mut args: Vec<Arg<D::Time>> = Vec::new();
     // Appends ` AND <left> <op> <the next parameter>`.
     let and = |text: &mut String, args: &mut Vec<Arg<D::Time>>, left: &str, op: &str, arg| {
@@ -214,7 +266,7 @@ pub fn statement<D: Dialect>(
             and(&mut text, &mut args, &sql.id, "<", Arg::Text(end));
         }
     }
-    if let Some(after) = &filter.after {
+    if let Some(after) = filter.after.as_ref().filter(|_| cursor) {
         and(
             &mut text,
             &mut args,
@@ -223,14 +275,6 @@ pub fn statement<D: Dialect>(
             Arg::Text(after.clone()),
         );
     }
-    // One run more than the page: whether there is a next page.
-    let limit = filter.page_size()? + 1;
-    text.push_str(&format!(
-        " ORDER BY {} LIMIT {}",
-        sql.key,
-        D::param(args.len() + 1)
-    ));
-    args.push(Arg::Count(i64::try_from(limit).unwrap_or(i64::MAX)));
     Ok(Statement { text, args })
 }
 
@@ -339,6 +383,49 @@ where
     Ok(page)
 }
 
+/// Counts the runs `filter` asks for (its page aside), on `conn`, per
+/// pipeline and state, in one statement ([`count_statement`]): what
+/// [`CheckpointStore::count_runs`](fluxio_core::store::CheckpointStore::count_runs)
+/// answers.
+///
+/// # Errors
+/// The driver's; `CorruptCheckpoint` for a row whose status this build
+/// does not know; `Unsupported` for a state it does not know.
+#[doc(hidden)]
+pub async fn count<D, DB>(
+    conn: &mut DB::Connection,
+    sql: &Listing,
+    filter: &RunFilter,
+) -> Result<Vec<RunCount>, crate::Failure>
+where
+    D: Dialect<Db = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> D::Time: Encode<'q, DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let (text, arguments) = count_statement::<D>(sql, filter)?.into_parts::<DB>()?;
+    let rows: Vec<(String, String, i64, i64)> = sqlx::query_as_with(&text, arguments)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut counts = Vec::with_capacity(rows.len() + 1);
+    for (pipeline, status, runs, held) in rows {
+        let runs = u64::try_from(runs).unwrap_or(0);
+        let held = u64::try_from(held).unwrap_or(0).min(runs);
+        let status = status_named(&format!("{pipeline}/…"), &status)?;
+        if status == RunStatus::Running {
+            counts.push(RunCount::new(pipeline.clone(), RunState::Running, held));
+            counts.push(RunCount::new(pipeline, RunState::Abandoned, runs - held));
+        } else {
+            counts.push(RunCount::new(pipeline, RunState::of(status, false), runs));
+        }
+    }
+    Ok(tally(counts))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,12 +438,30 @@ mod tests {
             key: "K".into(),
             held: "l.x".into(),
             id: "I".into(),
+            pipeline: "c.pipeline".into(),
         }
     }
 
     fn render(filter: &RunFilter) -> (String, usize) {
         let st = statement::<Plain>(&listing(), filter).expect("a statement");
         (st.text, st.args.len())
+    }
+
+    #[test]
+    fn a_count_groups_the_listing_s_rows_without_its_page() {
+        let mut listing = listing();
+        listing.select = "SELECT a, EXTRACT(EPOCH FROM b) FROM t AS c LEFT JOIN l".into();
+        let filter = RunFilter::new()
+            .pipeline("p")
+            .state(RunState::Failed)
+            .after("p/x");
+        let st = count_statement::<Plain>(&listing, &filter).expect("a statement");
+        assert_eq!(
+            st.text,
+            "SELECT c.pipeline, c.status, COUNT(*), COUNT(l.x) FROM t AS c LEFT JOIN l \
+             WHERE V AND c.pipeline = ?1 AND c.status = ?2 GROUP BY c.pipeline, c.status"
+        );
+        assert_eq!(st.args.len(), 2);
     }
 
     #[test]

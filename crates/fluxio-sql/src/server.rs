@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use fluxio_core::store::{
     Begin, Begun, Checkpoint, Claimed, Decision, Delivery, DueFilter, DueRun, Lease, RedactedUrl,
-    RunEvent, RunEvents, RunFilter, RunPage, Signal, StoreErrorKind, Take, check_lease_ttl,
-    check_run_id,
+    RunCount, RunEvent, RunEvents, RunFilter, RunPage, Signal, StoreErrorKind, Take,
+    check_lease_ttl, check_run_id,
 };
 use fluxio_core::{Error, Result};
 use sqlx::error::DatabaseError;
@@ -611,6 +611,19 @@ where
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
         self.call("list_runs", Retry::Once, |mut conn| async move {
             crate::list::<S, DB>(&mut conn, &self.sql.list, filter).await
+        })
+        .await
+    }
+
+    /// One `GROUP BY` statement over the run rows and the leases
+    /// ([`count`](crate::count)). Read-only, so sent again after a dead
+    /// connection.
+    ///
+    /// # Errors
+    /// A bad filter; the driver's.
+    pub async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<RunCount>> {
+        self.call("count_runs", Retry::Once, |mut conn| async move {
+            crate::count::<S, DB>(&mut conn, &self.sql.list, filter).await
         })
         .await
     }

@@ -385,6 +385,7 @@ impl Sql {
                 key: "c.run_id".to_owned(),
                 held: "l.expires_at".to_owned(),
                 id: "substr(c.run_id, instr(c.run_id, '/') + 1)".to_owned(),
+                pipeline: "c.pipeline".to_owned(),
             },
             // From the last whole checkpoint on (the partial index finds
             // it), in one statement: one read snapshot.

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use fluxio_core::store::{
     Begin, Begun, Checkpoint, CheckpointStore, Claimed, Decision, Delivery, DueFilter, DueRun,
-    Lease, RunEvent, RunEventKind, RunEvents, RunFilter, RunPage, RunStatus, Signal, Take,
-    check_lease_ttl,
+    Lease, RunCount, RunEvent, RunEventKind, RunEvents, RunFilter, RunPage, RunStatus, Signal,
+    Take, check_lease_ttl,
 };
 use fluxio_core::{Error, Result};
 use fluxio_sql::{lease_lost, token_of};
@@ -454,6 +454,17 @@ impl CheckpointStore for SqliteStore {
         self.timed("list_runs", async {
             let mut conn = inner.reader.acquire().await?;
             fluxio_sql::list::<Sqlite, _>(&mut conn, &inner.sql.list, filter).await
+        })
+        .await
+    }
+
+    /// One `GROUP BY` statement on a reading connection, over the run rows
+    /// and the leases: the runs a listing would return, counted.
+    async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<RunCount>> {
+        let inner = &self.inner;
+        self.timed("count_runs", async {
+            let mut conn = inner.reader.acquire().await?;
+            fluxio_sql::count::<Sqlite, _>(&mut conn, &inner.sql.list, filter).await
         })
         .await
     }

@@ -132,12 +132,14 @@ impl Console {
 
     /// The console's routes, relative to wherever it is mounted (mount it
     /// with `nest_service("/ops", ...)`: `/ops` then leads to `/ops/`,
-    /// since its links are relative): `/` (the runs), `/runs/{key}` (a run, by its store key `pipeline/run_id`,
+    /// since its links are relative): `/` (the runs), `/pipelines` (runs
+    /// per pipeline and state), `/runs/{key}` (a run, by its store key `pipeline/run_id`,
     /// percent-encoded; a form posts its actions there), `/purge`, and
     /// `/login` and `/logout` for a console with a token.
     pub fn router(self) -> Router {
         Router::new()
             .route("/", get(runs::runs))
+            .route("/pipelines", get(runs::pipelines))
             .route("/runs/{*key}", get(run::run).post(actions::act))
             .route("/purge", get(actions::purge_form).post(actions::purge))
             .route("/login", get(actions::login_form).post(actions::login))
@@ -252,7 +254,10 @@ fn page_with(title: &str, base: &str, markup: Markup, refresh: Option<u32>) -> R
                 style { (maud::PreEscaped(STYLE)) }
             }
             body {
-                header { a.brand href=(base) { "fluxio" } " " span.title { (title) } }
+                header {
+                    a.brand href=(base) { "fluxio" } " " span.title { (title) }
+                    nav { a href=(base) { "runs" } " " a href={ (base) "pipelines" } { "pipelines" } }
+                }
                 main { (markup) }
             }
         }
@@ -270,7 +275,7 @@ fn page_with(title: &str, base: &str, markup: Markup, refresh: Option<u32>) -> R
 }
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330}\
-header{background:#1d2330;color:#fff;padding:.6em 1.2em}header a{color:#fff;text-decoration:none;font-weight:600}\
+header{background:#1d2330;color:#fff;padding:.6em 1.2em;display:flex;gap:.6em}header nav{margin-left:auto;display:flex;gap:1em}header a{color:#fff;text-decoration:none;font-weight:600}\
 main{padding:1em 1.2em}table{border-collapse:collapse;width:100%}\
 th,td{text-align:left;padding:.3em .6em;border-bottom:1px solid #e3e6ee;vertical-align:top}\
 th{background:#f4f6fa}td.v{font-family:ui-monospace,monospace;white-space:pre-wrap;word-break:break-all}\

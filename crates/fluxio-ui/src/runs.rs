@@ -193,3 +193,50 @@ async fn runs_page(console: &Console, q: RunsQuery) -> Result<Response, PageErro
     };
     Ok(page("runs", "./", markup))
 }
+
+/// `GET pipelines`: each pipeline with runs, and how many are in each
+/// state, every count a link to those runs. It counts every run the store
+/// keeps ([`CheckpointStore::count_runs`](fluxio_core::store::CheckpointStore::count_runs)):
+/// a page of its own, not a part of every runs page.
+pub(crate) async fn pipelines(State(console): State<Console>) -> Response {
+    let shown = async {
+        let counts = console.store.count_runs(&RunFilter::new()).await?;
+        let states: Vec<RunState> = RunState::ALL
+            .into_iter()
+            .filter(|s| counts.iter().any(|c| c.state == *s))
+            .collect();
+        let mut names: Vec<&str> = counts.iter().map(|c| c.pipeline.as_str()).collect();
+        names.dedup();
+        let of = |p: &str, s: RunState| {
+            counts
+                .iter()
+                .find(|c| c.pipeline == p && c.state == s)
+                .map_or(0, |c| c.runs)
+        };
+        let markup = html! {
+            @if names.is_empty() {
+                p { "No runs are stored." }
+            } @else {
+                table.pipelines {
+                    thead { tr { th { "pipeline" } th { "runs" } @for s in &states { th.(s.as_str()) { (s.as_str()) } } } }
+                    tbody {
+                        @for p in &names {
+                            tr {
+                                td { a href={ "./?pipeline=" (enc(p)) } { @if p.is_empty() { em { "unnamed" } } @else { (p) } } }
+                                td { (states.iter().map(|s| of(p, *s)).sum::<u64>()) }
+                                @for s in &states {
+                                    td {
+                                        @let n = of(p, *s);
+                                        @if n > 0 { a href={ "./?pipeline=" (enc(p)) "&state=" (s.as_str()) } { (n) } }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        Ok::<_, PageError>(page("pipelines", "./", markup))
+    };
+    shown.await.unwrap_or_else(|e| e.page("./"))
+}

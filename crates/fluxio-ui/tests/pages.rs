@@ -334,3 +334,23 @@ async fn rule38_mounted_under_a_path_the_console_links_within_it() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(bad.contains("count"), "{bad}");
 }
+
+#[tokio::test]
+async fn rule38_the_pipelines_page_counts_each_pipeline_s_runs_per_state() {
+    let store = seeded().await;
+    let (status, pipelines, _) = get(&store, "/pipelines").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(pipelines.contains(">orders<"), "{pipelines}");
+    assert!(
+        pipelines.contains("href=\"./?pipeline=orders&amp;state=failed\">1<"),
+        "{pipelines}"
+    );
+    assert!(
+        pipelines.contains("href=\"./?pipeline=orders&amp;state=completed\">2<"),
+        "{pipelines}"
+    );
+    assert!(pipelines.contains("<td>3</td>"), "all of them: {pipelines}");
+    let unable: Arc<dyn CheckpointStore> = Arc::new(FourMethods(InMemoryStore::new()));
+    let (status, _, _) = get(&unable, "/pipelines").await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
+}

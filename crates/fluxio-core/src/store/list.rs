@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Checkpoint, RunStatus};
+use super::{Checkpoint, CheckpointStore, RunStatus};
+use crate::error::Result;
 
 /// Where a run stands, as a listing sees it: its latest checkpoint's
 /// status, with a running run whose lease is not held (its worker died, or
@@ -47,6 +48,23 @@ impl RunState {
         RunState::Waiting,
         RunState::Paused,
     ];
+
+    /// The state of a run whose latest checkpoint says `status`, its
+    /// lease `held` or not: running and not held is abandoned.
+    #[must_use]
+    pub fn of(status: RunStatus, held: bool) -> RunState {
+        match status {
+            RunStatus::Running if held => RunState::Running,
+            RunStatus::Running => RunState::Abandoned,
+            RunStatus::Failed => RunState::Failed,
+            RunStatus::Completed => RunState::Completed,
+            RunStatus::Cancelled => RunState::Cancelled,
+            RunStatus::NeedsAttention => RunState::NeedsAttention,
+            RunStatus::Sleeping => RunState::Sleeping,
+            RunStatus::Waiting => RunState::Waiting,
+            RunStatus::Paused => RunState::Paused,
+        }
+    }
 
     /// The state's name, as the CLI and logs spell it: `running`,
     /// `abandoned`, `failed`, `completed`, `cancelled`, `needs-attention`,
@@ -293,17 +311,7 @@ impl RunSummary {
     /// held).
     #[must_use]
     pub fn of(key: &str, cp: &Checkpoint, lease_expires_at_ms: Option<u64>) -> RunSummary {
-        let state = match cp.status {
-            RunStatus::Running if lease_expires_at_ms.is_some() => RunState::Running,
-            RunStatus::Running => RunState::Abandoned,
-            RunStatus::Failed => RunState::Failed,
-            RunStatus::Completed => RunState::Completed,
-            RunStatus::Cancelled => RunState::Cancelled,
-            RunStatus::NeedsAttention => RunState::NeedsAttention,
-            RunStatus::Sleeping => RunState::Sleeping,
-            RunStatus::Waiting => RunState::Waiting,
-            RunStatus::Paused => RunState::Paused,
-        };
+        let state = RunState::of(cp.status, lease_expires_at_ms.is_some());
         RunSummary {
             key: key.to_owned(),
             pipeline: cp.pipeline.clone(),
@@ -375,4 +383,81 @@ pub fn parent_of(run_id: &str) -> Option<&str> {
         None => digits(position),
     };
     (numeric && parent.contains('/') && !parent.starts_with('/')).then_some(parent)
+}
+
+/// How many runs of one pipeline are in one state: a row of
+/// [`CheckpointStore::count_runs`] (contract rule 21).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunCount {
+    /// The pipeline's name (empty for runs of unnamed pipelines).
+    pub pipeline: String,
+    /// The state.
+    pub state: RunState,
+    /// How many of its runs are in it (never 0: states without runs have
+    /// no row).
+    pub runs: u64,
+}
+
+impl RunCount {
+    /// A row: `runs` runs of `pipeline` in `state`.
+    #[must_use]
+    pub fn new(pipeline: impl Into<String>, state: RunState, runs: u64) -> Self {
+        RunCount {
+            pipeline: pipeline.into(),
+            state,
+            runs,
+        }
+    }
+}
+
+/// `counts` as [`CheckpointStore::count_runs`] returns them: one row per
+/// pipeline and state, zero rows dropped, sorted by pipeline then by the
+/// state's place in [`RunState::ALL`].
+#[must_use]
+pub fn tally(counts: impl IntoIterator<Item = RunCount>) -> Vec<RunCount> {
+    let place = |s: RunState| {
+        RunState::ALL
+            .iter()
+            .position(|x| *x == s)
+            .unwrap_or(usize::MAX)
+    };
+    let mut rows: std::collections::BTreeMap<(String, usize), RunCount> =
+        std::collections::BTreeMap::new();
+    for c in counts.into_iter().filter(|c| c.runs > 0) {
+        rows.entry((c.pipeline.clone(), place(c.state)))
+            .and_modify(|r| r.runs = r.runs.saturating_add(c.runs))
+            .or_insert(c);
+    }
+    rows.into_values().collect()
+}
+
+/// What [`CheckpointStore::count_runs`] does by default: it pages through
+/// [`list_runs`](CheckpointStore::list_runs) ([`MAX_LIST_LIMIT`] runs a
+/// page) and counts what each page holds, so it reads every run the filter
+/// matches. A store with an index of its runs by state counts there.
+///
+/// # Errors
+/// The listing's ([`Error::Unsupported`](crate::Error::Unsupported) from a
+/// store that cannot list).
+pub async fn count_by_listing<S: CheckpointStore + ?Sized>(
+    store: &S,
+    filter: &RunFilter,
+) -> Result<Vec<RunCount>> {
+    let mut page_filter = filter.clone();
+    page_filter.limit = MAX_LIST_LIMIT;
+    page_filter.after = None;
+    let mut counts = Vec::new();
+    loop {
+        let page = store.list_runs(&page_filter).await?;
+        counts.extend(
+            page.runs
+                .iter()
+                .map(|r| RunCount::new(r.pipeline.clone(), r.state, 1)),
+        );
+        match page.next {
+            Some(next) => page_filter.after = Some(next),
+            None => return Ok(tally(counts)),
+        }
+    }
 }

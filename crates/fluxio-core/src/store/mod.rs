@@ -96,7 +96,8 @@ pub use forked::ForkOrigin;
 pub use journal::{COMPACT_EVERY, Change, append, appended, cut_point, missing_predecessor};
 pub use lease::{Begin, Begun, Lease};
 pub use list::{
-    MAX_LIST_LIMIT, RunFilter, RunPage, RunState, RunSummary, parent_of, prefix_end, run_id_of,
+    MAX_LIST_LIMIT, RunCount, RunFilter, RunPage, RunState, RunSummary, count_by_listing,
+    parent_of, prefix_end, run_id_of, tally,
 };
 pub use memory::InMemoryStore;
 pub use queued::QueueEntry;
@@ -539,6 +540,23 @@ pub trait CheckpointStore: Debug + Send + Sync + 'static {
         })
     }
 
+    /// How many runs pass `filter` (its `limit` and `after` aside), per
+    /// pipeline and state (contract rule 21): one [`RunCount`] per pipeline
+    /// and state that has runs, sorted by pipeline, then by the state's
+    /// place in [`RunState::ALL`] ([`tally`]). It agrees with
+    /// [`list_runs`](Self::list_runs): the runs a listing would return are
+    /// the runs counted.
+    ///
+    /// The default ([`count_by_listing`]) pages through `list_runs` and so
+    /// reads every run counted; the SQL stores and `InMemoryStore` count in
+    /// place.
+    ///
+    /// # Errors
+    /// As [`list_runs`](Self::list_runs).
+    async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<RunCount>> {
+        count_by_listing(self, filter).await
+    }
+
     /// Takes ownership of the run under `key`, for `ttl` unless renewed.
     ///
     /// Exactly one of any number of concurrent callers wins. The lease's
@@ -907,6 +925,9 @@ impl<S: CheckpointStore + ?Sized> CheckpointStore for Arc<S> {
     }
     async fn list_runs(&self, filter: &RunFilter) -> Result<RunPage> {
         (**self).list_runs(filter).await
+    }
+    async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<RunCount>> {
+        (**self).count_runs(filter).await
     }
     async fn acquire_lease(&self, key: &str, ttl: Duration) -> Result<Lease> {
         (**self).acquire_lease(key, ttl).await

@@ -175,6 +175,12 @@ macro_rules! server_store {
             ) -> ::fluxio_core::Result<::fluxio_core::store::RunPage> {
                 self.server().list_runs(filter).await
             }
+            async fn count_runs(
+                &self,
+                filter: &::fluxio_core::store::RunFilter,
+            ) -> ::fluxio_core::Result<::std::vec::Vec<::fluxio_core::store::RunCount>> {
+                self.server().count_runs(filter).await
+            }
             async fn delete(&self, key: &str) -> ::fluxio_core::Result<()> {
                 self.server().delete(key).await
             }

@@ -374,11 +374,11 @@ where
 /// Steps in the run `console` (feature `console`) shows on its run page.
 pub const CONSOLE_STEPS: u32 = 1_000;
 
-/// `<group>/{runs_page_failed,runs_page_first,run_page_1000_steps}`: the
+/// `<group>/{runs_page_failed,runs_page_first,run_page_1000_steps,pipelines_page}`: the
 /// web console's pages (rule 38) over `store` holding [`LIST_RUNS`] runs of
 /// `orders` (see [`list`]), each beside the store call it is built on, in
 /// the same run: `list_failed_50`, `list_first_50` (`list_runs` of the
-/// page's filter) and `history_1000` (`history` of a run of
+/// page's filter), `count_runs` (of every run) and `history_1000` (`history` of a run of
 /// [`CONSOLE_STEPS`] checkpoints, which this writes first).
 #[cfg(feature = "console")]
 pub fn console(
@@ -460,6 +460,15 @@ pub fn console(
     });
     g.bench_function("history_1000", |b| {
         b.iter(|| rt.block_on(store.history(long)).expect("history"));
+    });
+    g.bench_function("pipelines_page", |b| {
+        b.iter(|| rt.block_on(get("/pipelines")));
+    });
+    g.bench_function("count_runs", |b| {
+        b.iter(|| {
+            rt.block_on(store.count_runs(&RunFilter::new()))
+                .expect("count")
+        });
     });
     g.finish();
 }

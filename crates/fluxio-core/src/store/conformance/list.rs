@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{Harness, checkpoint, namespace};
 use crate::error::Error;
-use crate::store::{Checkpoint, CheckpointStore, MAX_LIST_LIMIT, RunFilter, RunState};
+use crate::store::{Checkpoint, CheckpointStore, MAX_LIST_LIMIT, RunCount, RunFilter, RunState};
 
 /// Whether `store` lists runs: `false` when it answers `Unsupported`; when
 /// it lists them, its fresh namespace lists none.
@@ -354,4 +354,86 @@ async fn answers_the_ends_of_every_range<S: CheckpointStore>(store: &S, saved: &
         list(RunFilter::new().version("no such version")).await,
         (vec![], None)
     );
+}
+
+/// Rule 21: a store counts its runs per pipeline and state as it lists
+/// them: the counts of a filter are the listing's runs of that filter,
+/// tallied (a running run without its lease counted as abandoned), sorted
+/// by pipeline and state, no zero rows.
+pub async fn rule21_counts_agree_with_the_listing<H: Harness>(h: &H) {
+    let ns = namespace("rule21_count");
+    let store = h.store(&ns).await;
+    if !lists_runs(&store).await {
+        return;
+    }
+    let run = |pipeline: &str, id: &str| checkpoint(&format!("{ns}-{id}"), 1).in_pipeline(pipeline);
+    for id in ["f1", "f2", "f3"] {
+        store.save(run("p", id).failed("no")).await.expect("save");
+    }
+    store.save(run("p", "d1").completed()).await.expect("save");
+    store.save(run("q", "d2").completed()).await.expect("save");
+    let held = run("p", "held");
+    let held_lease = store.acquire_lease(&held.key(), TTL).await.expect("lease");
+    store.save_fenced(held, &held_lease).await.expect("save");
+    let gone = run("p", "gone");
+    let lease = store.acquire_lease(&gone.key(), TTL).await.expect("lease");
+    store.save_fenced(gone, &lease).await.expect("save");
+    store.release_lease(lease).await.expect("release");
+
+    let count = |filter: RunFilter| {
+        let store = &store;
+        async move { store.count_runs(&filter).await.expect("count") }
+    };
+    assert_eq!(
+        count(RunFilter::new()).await,
+        vec![
+            RunCount::new("p", RunState::Running, 1),
+            RunCount::new("p", RunState::Abandoned, 1),
+            RunCount::new("p", RunState::Failed, 3),
+            RunCount::new("p", RunState::Completed, 1),
+            RunCount::new("q", RunState::Completed, 1),
+        ]
+    );
+    assert_eq!(
+        count(RunFilter::new().pipeline("q")).await,
+        vec![RunCount::new("q", RunState::Completed, 1)]
+    );
+    assert_eq!(
+        count(RunFilter::new().state(RunState::Failed)).await,
+        vec![RunCount::new("p", RunState::Failed, 3)]
+    );
+    // a page's limit and cursor do not bound a count
+    assert_eq!(
+        count(
+            RunFilter::new()
+                .pipeline("p")
+                .state(RunState::Failed)
+                .limit(1)
+                .after(format!("p/{ns}-f1"))
+        )
+        .await,
+        vec![RunCount::new("p", RunState::Failed, 3)]
+    );
+    assert_eq!(
+        count(RunFilter::new().id_prefix(format!("{ns}-f"))).await,
+        vec![RunCount::new("p", RunState::Failed, 3)]
+    );
+    assert!(
+        count(RunFilter::new().version("000000000000"))
+            .await
+            .is_empty()
+    );
+    // the counts are the listing's runs, tallied
+    let listed = store
+        .list_runs(&RunFilter::new().limit(MAX_LIST_LIMIT))
+        .await
+        .expect("list");
+    let tallied = crate::store::tally(
+        listed
+            .runs
+            .iter()
+            .map(|r| RunCount::new(r.pipeline.clone(), r.state, 1)),
+    );
+    assert_eq!(count(RunFilter::new()).await, tallied);
+    store.release_lease(held_lease).await.expect("release");
 }

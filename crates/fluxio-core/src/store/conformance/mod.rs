@@ -174,7 +174,7 @@ pub use line::{
 };
 
 pub use list::{
-    rule21_a_store_without_listing_says_so,
+    rule21_a_store_without_listing_says_so, rule21_counts_agree_with_the_listing,
     rule21_keys_list_in_byte_order_and_every_filter_value_is_answered,
     rule21_runs_are_listed_by_pipeline_state_version_and_time,
 };
@@ -828,6 +828,7 @@ macro_rules! __store_conformance_each {
             rule21_runs_are_listed_by_pipeline_state_version_and_time,
             rule21_a_store_without_listing_says_so,
             rule21_keys_list_in_byte_order_and_every_filter_value_is_answered,
+            rule21_counts_agree_with_the_listing,
             rule22_retry_hands_a_failed_run_back_to_the_workers,
             rule24_begin_run_replaces_a_stored_run_under_a_new_lease,
             rule24_begin_run_if_absent_leaves_a_stored_run_alone,
