@@ -249,6 +249,19 @@ async fn scenario(chromedriver: &Path, chromium: &Path) {
     }
     screenshot(&client, "runs").await;
 
+    // the pipelines page: each pipeline's runs per state, a link to them
+    client
+        .find(Locator::LinkText("pipelines"))
+        .await
+        .expect("the pipelines link")
+        .click()
+        .await
+        .expect("the pipelines page");
+    let overview = text_when(&client, "table.pipelines", |t| t.contains("nightly")).await;
+    assert!(overview.contains("orders"), "{overview}");
+    screenshot(&client, "pipelines").await;
+    client.goto(&base).await.expect("the runs page again");
+
     // filter the failed ones
     client
         .find(Locator::Css("select[name=state]"))
